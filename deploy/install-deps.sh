@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Installs everything trainerd needs to build and test on Debian 12, idempotently.
+#
+#   - Debian packages: the toolchain (when missing), gRPC, Protobuf, Abseil, prometheus-cpp,
+#     GoogleTest/GoogleMock. `apt-get update` runs only when something is missing.
+#   - LibTorch, from PyPI's CUDA-enabled `torch` wheel (one pinned version), in a virtual
+#     environment outside the clone so that every clone and CI run reuses it:
+#       $TRAINERD_TORCH_VENV, default ${XDG_CACHE_HOME:-$HOME/.cache}/trainerd/torch-<version>
+#   - A CUDA toolkit for building against that wheel: /usr/local/cuda (or $CUDA_HOME) when present,
+#     otherwise nvcc and the CUDA headers from PyPI's nvidia packages inside the same venv.
+#     (Building needs the toolkit; running needs no GPU.)
+#
+# Prints nothing but a summary line when everything is present. Writes the paths CMake needs to
+# build/deps.env (sourced by the Makefile); see docs/BUILDING.md.
+set -euo pipefail
+
+TORCH_VERSION="${TRAINERD_TORCH_VERSION:-2.11.0}"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/trainerd"
+VENV="${TRAINERD_TORCH_VENV:-$CACHE_ROOT/torch-$TORCH_VERSION}"
+OUT_ENV="${1:-build/deps.env}"
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { log "not root and sudo is missing: cannot install packages"; exit 1; }
+  SUDO="sudo"
+fi
+
+# --- Debian packages -----------------------------------------------------------------------------
+APT_PACKAGES=(
+  g++ make cmake ninja-build pkg-config python3 python3-venv libssl-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  prometheus-cpp-dev libgtest-dev libgmock-dev
+)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- LibTorch from PyPI's torch wheel ------------------------------------------------------------
+# Debian's python3 is preferred (python3-venv is installed above); any python3 >= 3.10 works.
+PYTHON="${TRAINERD_PYTHON:-}"
+if [ -z "$PYTHON" ]; then
+  if [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; else PYTHON=$(command -v python3); fi
+fi
+torch_ok() {
+  [ -x "$VENV/bin/python" ] &&
+    "$VENV/bin/python" -c "import torch,sys; sys.exit(0 if torch.__version__.split('+')[0]=='$TORCH_VERSION' else 1)" 2>/dev/null
+}
+if ! torch_ok; then
+  log "installing torch==$TORCH_VERSION into $VENV (a one-time download of a few GB)"
+  mkdir -p "$(dirname "$VENV")"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip >&2
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy >&2
+  torch_ok || { log "torch $TORCH_VERSION did not import after installing"; exit 1; }
+fi
+read -r TORCH_PREFIX TORCH_LIB TORCH_CUDA < <("$VENV/bin/python" - <<'PY'
+import os, torch
+print(torch.utils.cmake_prefix_path, os.path.join(os.path.dirname(torch.__file__), "lib"), torch.version.cuda or "none")
+PY
+)
+TORCH_CUDA_MAJOR="${TORCH_CUDA%%.*}"
+
+# --- A CUDA toolkit to build against ---------------------------------------------------------------
+# The wheel's CMake config needs nvcc and the CUDA headers even though no GPU is required to run.
+CUDA_ROOT="${CUDA_HOME:-/usr/local/cuda}"
+if [ "$TORCH_CUDA" != "none" ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
+  # PyPI's nvidia packages lay a toolkit out as site-packages/nvidia/cu<major>/{bin,include,lib}
+  # (CUDA 13 and later); the wheel already brought the runtime and math libraries there.
+  SITE="$("$VENV/bin/python" -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')"
+  CUDA_ROOT="$SITE/nvidia/cu$TORCH_CUDA_MAJOR"
+  if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
+    log "no CUDA toolkit at ${CUDA_HOME:-/usr/local/cuda}; installing nvcc $TORCH_CUDA and headers from PyPI"
+    "$VENV/bin/python" -m pip install -q "nvidia-cuda-nvcc==$TORCH_CUDA.*" \
+      "nvidia-cuda-crt==$TORCH_CUDA.*" "nvidia-cuda-cccl==$TORCH_CUDA.*" >&2
+  fi
+  [ -x "$CUDA_ROOT/bin/nvcc" ] || { log "no nvcc under $CUDA_ROOT after installing"; exit 1; }
+  # CMake's FindCUDAToolkit wants unversioned library names and a lib64 folder.
+  for so in "$CUDA_ROOT"/lib/lib*.so.*; do
+    base="${so%%.so.*}.so"
+    [ -e "$base" ] || ln -s "$(basename "$so")" "$base"
+  done
+  [ -e "$CUDA_ROOT/lib64" ] || ln -s lib "$CUDA_ROOT/lib64"
+fi
+
+mkdir -p "$(dirname "$OUT_ENV")"
+cat >"$OUT_ENV" <<ENV
+# Written by deploy/install-deps.sh; sourced by the Makefile.
+TRAINERD_TORCH_VENV=$VENV
+TRAINERD_TORCH_PREFIX=$TORCH_PREFIX
+TRAINERD_TORCH_LIB=$TORCH_LIB
+TRAINERD_TORCH_CUDA=$TORCH_CUDA
+TRAINERD_CUDA_ROOT=$CUDA_ROOT
+ENV
+log "ready: torch $TORCH_VERSION (built for CUDA $TORCH_CUDA) in $VENV; CUDA toolkit $CUDA_ROOT"
