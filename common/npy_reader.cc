@@ -1,0 +1,499 @@
+// NumPy .npy parsing (the format of numpy/lib/format.py) and the NPY -> Table conversion.
+#include "common/npy_reader.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+
+namespace trainerd {
+namespace {
+
+// Array data is copied and read as host values.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trainerd assumes a little-endian host");
+
+constexpr absl::string_view kMagic("\x93NUMPY", 6);
+
+size_t ItemSize(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? 4 : 8; }
+
+const char* NpyDTypeName(NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat32:
+      return "float32";
+    case NpyDType::kFloat64:
+      return "float64";
+    case NpyDType::kInt64:
+      return "int64";
+  }
+  return "unknown";
+}
+
+// "(2, 3)", "(5,)", "()": the shape as NumPy prints it.
+std::string PythonShape(const std::vector<int64_t>& shape) {
+  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+absl::Status MalformedHeader(absl::string_view reason, absl::string_view header) {
+  constexpr size_t kMaxShown = 200;
+  std::string shown = absl::CHexEscape(header.substr(0, kMaxShown));
+  if (header.size() > kMaxShown) shown += "...";
+  return absl::InvalidArgumentError(absl::StrCat("malformed npy header (", reason, "): ", shown));
+}
+
+// The byte size of the array's data by its shape and dtype; an error for a negative dimension or
+// a size that overflows int64.
+absl::StatusOr<int64_t> DataBytes(const NpyArray& array, absl::string_view what) {
+  int64_t bytes = static_cast<int64_t>(ItemSize(array.dtype));
+  for (int64_t dim : array.shape) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " shape ", PythonShape(array.shape), " has a negative dimension"));
+    }
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " shape ", PythonShape(array.shape), " is too large"));
+    }
+  }
+  return bytes;
+}
+
+// (Plain members with flags rather than std::optional: GCC 12 warns falsely about optional
+// strings.)
+struct NpyHeader {
+  std::string descr;
+  bool fortran_order = false;
+  std::vector<int64_t> shape;
+  bool has_descr = false;
+  bool has_fortran_order = false;
+  bool has_shape = false;
+};
+
+// Parses the subset of Python literal syntax that np.save writes for the header:
+// {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+class HeaderParser {
+ public:
+  explicit HeaderParser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<NpyHeader> Parse() {
+    NpyHeader header;
+    SkipSpace();
+    if (!Consume('{')) return Error("expected '{'");
+    while (true) {
+      SkipSpace();
+      if (Consume('}')) break;
+      TRAINERD_ASSIGN_OR_RETURN(std::string key, ParseString());
+      SkipSpace();
+      if (!Consume(':')) return Error(absl::StrCat("expected ':' after '", key, "'"));
+      SkipSpace();
+      if (key == "descr") {
+        if (header.has_descr) return Error("duplicate key 'descr'");
+        if (Peek() == '[') {
+          return absl::InvalidArgumentError(
+              "unsupported npy dtype: structured arrays are not supported");
+        }
+        TRAINERD_ASSIGN_OR_RETURN(header.descr, ParseString());
+        header.has_descr = true;
+      } else if (key == "fortran_order") {
+        if (header.has_fortran_order) return Error("duplicate key 'fortran_order'");
+        TRAINERD_ASSIGN_OR_RETURN(header.fortran_order, ParseBool());
+        header.has_fortran_order = true;
+      } else if (key == "shape") {
+        if (header.has_shape) return Error("duplicate key 'shape'");
+        TRAINERD_ASSIGN_OR_RETURN(header.shape, ParseShape());
+        header.has_shape = true;
+      } else {
+        return Error(absl::StrCat("unexpected key '", absl::CHexEscape(key), "'"));
+      }
+      SkipSpace();
+      if (Consume(',')) continue;
+      if (Consume('}')) break;
+      return Error("expected ',' or '}'");
+    }
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("unexpected text after '}'");
+    if (!header.has_descr) return Error("no 'descr' key");
+    if (!header.has_fortran_order) return Error("no 'fortran_order' key");
+    if (!header.has_shape) return Error("no 'shape' key");
+    return header;
+  }
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    return MalformedHeader(absl::StrCat(what, " at character ", pos_ + 1), text_);
+  }
+
+  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+
+  bool Consume(char c) {
+    if (Peek() != c || pos_ >= text_.size()) return false;
+    ++pos_;
+    return true;
+  }
+
+  bool ConsumeWord(absl::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
+                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
+      ++pos_;
+    }
+  }
+
+  // A quoted string without escapes (np.save never writes any in these keys and values).
+  absl::StatusOr<std::string> ParseString() {
+    const char quote = Peek();
+    if (quote != '\'' && quote != '"') return Error("expected a quoted string");
+    ++pos_;
+    const size_t end = text_.find(quote, pos_);
+    if (end == absl::string_view::npos) return Error("unterminated string");
+    std::string value(text_.substr(pos_, end - pos_));
+    if (value.find('\\') != std::string::npos) return Error("escapes in strings are not supported");
+    pos_ = end + 1;
+    return value;
+  }
+
+  absl::StatusOr<bool> ParseBool() {
+    if (ConsumeWord("True")) return true;
+    if (ConsumeWord("False")) return false;
+    return Error("expected True or False");
+  }
+
+  // A tuple of non-negative integers: "()", "(5,)", "(3, 4)". Python 2 wrote "3L".
+  absl::StatusOr<std::vector<int64_t>> ParseShape() {
+    std::vector<int64_t> shape;
+    if (!Consume('(')) return Error("expected '(' to start the shape");
+    SkipSpace();
+    if (Consume(')')) return shape;
+    while (true) {
+      SkipSpace();
+      if (Peek() < '0' || Peek() > '9') return Error("expected a non-negative integer dimension");
+      int64_t dim = 0;
+      while (Peek() >= '0' && Peek() <= '9') {
+        if (__builtin_mul_overflow(dim, 10, &dim) ||
+            __builtin_add_overflow(dim, text_[pos_] - '0', &dim)) {
+          return Error("dimension too large");
+        }
+        ++pos_;
+      }
+      Consume('L');
+      shape.push_back(dim);
+      SkipSpace();
+      if (Consume(')')) break;
+      if (!Consume(',')) return Error("expected ',' or ')' in the shape");
+      SkipSpace();
+      if (Consume(')')) break;
+    }
+    return shape;
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<NpyDType> ParseDescr(const std::string& descr) {
+  if (descr.size() == 3) {
+    const char order = descr[0];
+    const absl::string_view type = absl::string_view(descr).substr(1);
+    std::optional<NpyDType> dtype;
+    if (type == "f4") dtype = NpyDType::kFloat32;
+    if (type == "f8") dtype = NpyDType::kFloat64;
+    if (type == "i8") dtype = NpyDType::kInt64;
+    if (dtype.has_value()) {
+      if (order == '<' || order == '=' || order == '|') return *dtype;
+      if (order == '>') {
+        return absl::InvalidArgumentError(
+            absl::StrCat("big-endian npy dtype '", descr,
+                         "' is not supported; save with arr.astype('<", type, "')"));
+      }
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported npy dtype '", absl::CHexEscape(descr),
+                   "' (supported: '<f4' float32, '<f8' float64, '<i8' int64)"));
+}
+
+// Reads a little-endian unsigned integer of `size` bytes at `bytes`.
+uint32_t ReadLittleEndian(absl::string_view bytes, size_t offset, size_t size) {
+  uint32_t value = 0;
+  for (size_t i = 0; i < size; ++i) {
+    value |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[offset + i])) << (8 * i);
+  }
+  return value;
+}
+
+// --- NPY -> Table ---
+
+// The NumPy index of flat element `flat` of an array of `shape`, e.g. "features[3, 1]".
+std::string ElementName(const char* array_name, const std::vector<int64_t>& shape, int64_t flat) {
+  std::vector<int64_t> index(shape.size());
+  for (size_t d = shape.size(); d-- > 0;) {
+    index[d] = shape[d] == 0 ? 0 : flat % shape[d];
+    flat = shape[d] == 0 ? 0 : flat / shape[d];
+  }
+  return absl::StrCat(array_name, "[", absl::StrJoin(index, ", "), "]");
+}
+
+// Columns [begin, end) of each row of an array seen as rows of `stride` values.
+struct Slice {
+  const NpyArray* array;
+  const char* name;  // "features" or "targets", for errors
+  int64_t rows;
+  int64_t stride;
+  int64_t begin;
+  int64_t end;
+};
+
+template <typename T>
+T Load(const NpyArray& array, int64_t flat) {
+  T value;
+  std::memcpy(&value, array.data.data() + flat * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return value;
+}
+
+absl::Status NotFinite(const Slice& slice, int64_t flat, double value) {
+  return absl::InvalidArgumentError(absl::StrCat(ElementName(slice.name, slice.array->shape, flat),
+                                                 ": ", value, " is not a finite number"));
+}
+
+absl::Status AppendFloat32(const Slice& slice, std::vector<float>* out) {
+  out->reserve(out->size() + slice.rows * (slice.end - slice.begin));
+  const NpyArray& array = *slice.array;
+  for (int64_t r = 0; r < slice.rows; ++r) {
+    for (int64_t c = slice.begin; c < slice.end; ++c) {
+      const int64_t flat = r * slice.stride + c;
+      float value = 0;
+      switch (array.dtype) {
+        case NpyDType::kFloat32:
+          value = Load<float>(array, flat);
+          if (!std::isfinite(value)) return NotFinite(slice, flat, value);
+          break;
+        case NpyDType::kFloat64: {
+          const double wide = Load<double>(array, flat);
+          if (!std::isfinite(wide)) return NotFinite(slice, flat, wide);
+          value = static_cast<float>(wide);
+          if (!std::isfinite(value)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(ElementName(slice.name, array.shape, flat), ": ", wide,
+                             " is out of range for float32"));
+          }
+          break;
+        }
+        case NpyDType::kInt64:
+          value = static_cast<float>(Load<int64_t>(array, flat));
+          break;
+      }
+      out->push_back(value);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendInt64(const Slice& slice, std::vector<int64_t>* out) {
+  out->reserve(out->size() + slice.rows * (slice.end - slice.begin));
+  const NpyArray& array = *slice.array;
+  for (int64_t r = 0; r < slice.rows; ++r) {
+    for (int64_t c = slice.begin; c < slice.end; ++c) {
+      const int64_t flat = r * slice.stride + c;
+      if (array.dtype == NpyDType::kInt64) {
+        out->push_back(Load<int64_t>(array, flat));
+        continue;
+      }
+      const double value =
+          array.dtype == NpyDType::kFloat32 ? Load<float>(array, flat) : Load<double>(array, flat);
+      if (!std::isfinite(value)) return NotFinite(slice, flat, value);
+      if (value != std::trunc(value)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(ElementName(slice.name, array.shape, flat), ": ", value,
+                         " is not an integer (int64 targets are class indices)"));
+      }
+      // [-2^63, 2^63): both bounds are exact doubles.
+      if (value < -9223372036854775808.0 || value >= 9223372036854775808.0) {
+        return absl::InvalidArgumentError(absl::StrCat(ElementName(slice.name, array.shape, flat),
+                                                       ": ", value, " is out of range for int64"));
+      }
+      out->push_back(static_cast<int64_t>(value));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AppendTargets(const Slice& slice, Table* table) {
+  if (table->target_dtype == TargetDType::kInt64) return AppendInt64(slice, &table->targets_i64);
+  return AppendFloat32(slice, &table->targets_f32);
+}
+
+// The array's shape without its first (row) dimension.
+std::vector<int64_t> PerRowShape(const NpyArray& array) {
+  return std::vector<int64_t>(array.shape.begin() + 1, array.shape.end());
+}
+
+absl::Status CheckHasRows(const NpyArray& array, const char* name) {
+  if (array.shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", name, " array is 0-d (a single value); it needs a first dimension of rows"));
+  }
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t expected_bytes,
+                            DataBytes(array, absl::StrCat("the ", name, " array's")));
+  if (array.shape[0] == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", name, " array has no rows (shape ", PythonShape(array.shape), ")"));
+  }
+  if (expected_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", name, " array has no values per row (shape ", PythonShape(array.shape), ")"));
+  }
+  if (static_cast<int64_t>(array.data.size()) != expected_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", name, " array has ", array.data.size(), " bytes of data; shape ",
+        PythonShape(array.shape), " of ", NpyDTypeName(array.dtype), " needs ", expected_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t NpyArray::elements() const {
+  int64_t elements = 1;
+  for (int64_t dim : shape) elements *= dim;
+  return elements;
+}
+
+absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
+  // Debian's Abseil has its own absl::string_view (not std::string_view): convert once.
+  const absl::string_view bytes(std_bytes.data(), std_bytes.size());
+  if (bytes.substr(0, kMagic.size()) != kMagic) {
+    return absl::InvalidArgumentError("not an npy file: it does not start with \\x93NUMPY");
+  }
+  if (bytes.size() < kMagic.size() + 2) {
+    return absl::InvalidArgumentError("truncated npy file: no format version");
+  }
+  const int major = static_cast<unsigned char>(bytes[6]);
+  const int minor = static_cast<unsigned char>(bytes[7]);
+  if (minor != 0 || major < 1 || major > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("unsupported npy format version ", major, ".",
+                                                   minor, " (supported: 1.0, 2.0, 3.0)"));
+  }
+  const size_t length_size = major == 1 ? 2 : 4;
+  const size_t header_start = kMagic.size() + 2 + length_size;
+  if (bytes.size() < header_start) {
+    return absl::InvalidArgumentError("truncated npy file: no header length");
+  }
+  const size_t header_length = ReadLittleEndian(bytes, kMagic.size() + 2, length_size);
+  if (bytes.size() - header_start < header_length) {
+    return absl::InvalidArgumentError(absl::StrCat("truncated npy file: the header length is ",
+                                                   header_length, " bytes but only ",
+                                                   bytes.size() - header_start, " follow"));
+  }
+  const absl::string_view header_text = bytes.substr(header_start, header_length);
+  TRAINERD_ASSIGN_OR_RETURN(NpyHeader header, HeaderParser(header_text).Parse());
+
+  NpyArray array;
+  TRAINERD_ASSIGN_OR_RETURN(array.dtype, ParseDescr(header.descr));
+  array.shape = std::move(header.shape);
+  // Fortran order is harmless for at most one dimension larger than 1, but np.save only writes it
+  // for arrays that are not C-contiguous; ask for C order rather than guess.
+  if (header.fortran_order) {
+    return absl::InvalidArgumentError(
+        "npy arrays in Fortran order are not supported; save np.ascontiguousarray(arr) instead");
+  }
+
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t expected_bytes, DataBytes(array, "npy"));
+  const absl::string_view data = bytes.substr(header_start + header_length);
+  if (static_cast<int64_t>(data.size()) != expected_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("npy data has ", data.size(), " bytes; shape ", PythonShape(array.shape),
+                     " of ", NpyDTypeName(array.dtype), " needs ", expected_bytes));
+  }
+  array.data.assign(data.begin(), data.end());
+  return array;
+}
+
+absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
+  TRAINERD_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  absl::StatusOr<NpyArray> array = ParseNpy(bytes);
+  if (!array.ok()) {
+    return absl::Status(array.status().code(), absl::StrCat(path, ": ", array.status().message()));
+  }
+  return array;
+}
+
+absl::StatusOr<Table> TableFromNpy(const NpyArray& features, const std::optional<NpyArray>& targets,
+                                   const NpyTableOptions& options) {
+  TRAINERD_RETURN_IF_ERROR(CheckHasRows(features, "features"));
+  Table table;
+  table.target_dtype = options.target_dtype;
+  table.rows = features.shape[0];
+
+  if (targets.has_value()) {
+    TRAINERD_RETURN_IF_ERROR(CheckHasRows(*targets, "targets"));
+    if (targets->shape[0] != table.rows) {
+      return absl::InvalidArgumentError(absl::StrCat("the features array has ", table.rows,
+                                                     " rows but the targets array has ",
+                                                     targets->shape[0]));
+    }
+    table.feature_shape =
+        features.shape.size() == 1 ? std::vector<int64_t>{1} : PerRowShape(features);
+    if (targets->shape.size() > 1) {
+      table.target_shape = PerRowShape(*targets);
+    } else if (options.target_dtype == TargetDType::kFloat32) {
+      table.target_shape = {1};
+    }  // else a 1-D int64 target array: one scalar class index per row.
+    const int64_t feature_stride = ShapeElements(table.feature_shape);
+    const int64_t target_stride = ShapeElements(table.target_shape);
+    TRAINERD_RETURN_IF_ERROR(AppendFloat32(
+        {&features, "features", table.rows, feature_stride, 0, feature_stride}, &table.features));
+    TRAINERD_RETURN_IF_ERROR(
+        AppendTargets({&*targets, "targets", table.rows, target_stride, 0, target_stride}, &table));
+    return table;
+  }
+
+  if (options.target_columns < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target_columns must be at least 1; got ", options.target_columns));
+  }
+  if (options.target_dtype == TargetDType::kInt64 && options.target_columns != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int64 targets need exactly one target column; got ", options.target_columns));
+  }
+  if (features.shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("without a targets array the features array must be 2-D (rows, columns); "
+                     "its shape is ",
+                     PythonShape(features.shape)));
+  }
+  const int64_t columns = features.shape[1];
+  const int64_t target_columns = options.target_columns;
+  if (columns <= target_columns) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the features array has ", columns, columns == 1 ? " column" : " columns",
+                     "; with ", target_columns, target_columns == 1 ? " column" : " columns",
+                     " of targets it needs at least ", target_columns + 1));
+  }
+  table.feature_shape = {columns - target_columns};
+  if (options.target_dtype == TargetDType::kFloat32) table.target_shape = {target_columns};
+  TRAINERD_RETURN_IF_ERROR(AppendFloat32(
+      {&features, "features", table.rows, columns, 0, columns - target_columns}, &table.features));
+  TRAINERD_RETURN_IF_ERROR(AppendTargets(
+      {&features, "features", table.rows, columns, columns - target_columns, columns}, &table));
+  return table;
+}
+
+}  // namespace trainerd
