@@ -1,0 +1,321 @@
+#include "server/engine/dataset_registry.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/dataset_file.h"
+#include "server/engine/device.h"
+#include "server/engine/log.h"
+
+namespace trainerd::engine {
+namespace {
+
+constexpr int64_t kMaxDims = 8;
+
+int64_t TargetItemSize(TargetDType dtype) { return dtype == TargetDType::kInt64 ? 8 : 4; }
+
+absl::Status CheckShape(const std::vector<int64_t>& shape, const char* what, bool allow_empty) {
+  if (shape.empty() && !allow_empty) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " needs at least one dimension"));
+  }
+  if (static_cast<int64_t>(shape.size()) > kMaxDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " has ", shape.size(), " dimensions; at most ", kMaxDims));
+  }
+  for (int64_t d : shape) {
+    if (d < 1 || d > (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " ", ShapeToString(shape), " is invalid: every dimension must be at least 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Views `bytes` (uint8) as a tensor of `dtype` shaped [rows, shape...].
+torch::Tensor ViewAs(const torch::Tensor& bytes, torch::ScalarType dtype, int64_t rows,
+                     const std::vector<int64_t>& shape) {
+  std::vector<int64_t> full = {rows};
+  full.insert(full.end(), shape.begin(), shape.end());
+  return bytes.view(dtype).view(full);
+}
+
+}  // namespace
+
+DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
+                             std::string expected_sha256, torch::Tensor staging)
+    : registry_(registry),
+      meta_(std::move(meta)),
+      expected_sha256_(std::move(expected_sha256)),
+      staging_(std::move(staging)) {}
+
+DatasetUpload::~DatasetUpload() {
+  if (!committed_) registry_->ReleaseName(meta_.name);
+}
+
+absl::Status DatasetUpload::Append(std::string_view chunk) {
+  if (static_cast<int64_t>(chunk.size()) > meta_.size_bytes - received_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", meta_.name, "': the payload is larger than the header declares (",
+        meta_.size_bytes, " bytes for ", meta_.rows, " rows)"));
+  }
+  std::memcpy(static_cast<char*>(staging_.data_ptr()) + received_, chunk.data(), chunk.size());
+  sha256_.Update(chunk);
+  received_ += static_cast<int64_t>(chunk.size());
+  return absl::OkStatus();
+}
+
+DatasetRegistry::DatasetRegistry(std::string dir, torch::Device device, int64_t max_dataset_bytes)
+    : dir_(std::move(dir)), device_(device), max_dataset_bytes_(max_dataset_bytes) {}
+
+std::string DatasetRegistry::PathFor(const std::string& name) const {
+  return absl::StrCat(dir_, "/", name, kDatasetFileExtension);
+}
+
+void DatasetRegistry::ReleaseName(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(name);
+}
+
+absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
+    const DatasetHeader& header) {
+  TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(header.name));
+  TRAINERD_RETURN_IF_ERROR(CheckShape(header.feature_shape, "feature shape", false));
+  TRAINERD_RETURN_IF_ERROR(CheckShape(header.target_shape, "target shape", true));
+  if (header.rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", header.name, "' must have at least one row"));
+  }
+  if (!header.sha256.empty()) {
+    const bool hex = header.sha256.size() == 64 &&
+                     header.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) {
+      return absl::InvalidArgumentError("sha256 must be 64 lower-case hex digits");
+    }
+  }
+  const int64_t row_bytes = ShapeElements(header.feature_shape) * 4 +
+                            ShapeElements(header.target_shape) * TargetItemSize(header.target_dtype);
+  if (header.rows > (int64_t{1} << 62) / row_bytes ||
+      (max_dataset_bytes_ > 0 && header.rows * row_bytes > max_dataset_bytes_)) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "dataset '%s' would take %d bytes per row x %d rows; this daemon accepts at most %d "
+        "bytes per dataset",
+        header.name, row_bytes, header.rows, max_dataset_bytes_));
+  }
+  DatasetMeta meta;
+  meta.name = header.name;
+  meta.feature_shape = header.feature_shape;
+  meta.target_shape = header.target_shape;
+  meta.target_dtype = header.target_dtype;
+  meta.rows = header.rows;
+  meta.size_bytes = header.rows * row_bytes;
+  meta.device = DeviceName(device_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (datasets_.count(header.name) || reserved_.count(header.name)) {
+      return absl::AlreadyExistsError(absl::StrCat("dataset '", header.name, "' already exists"));
+    }
+    reserved_.insert(header.name);
+  }
+  torch::Tensor staging;
+  try {
+    staging = torch::empty({meta.size_bytes},
+                           torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
+  } catch (const std::exception& e) {
+    ReleaseName(header.name);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate ", meta.size_bytes, " bytes of staging memory for dataset '",
+        header.name, "'"));
+  }
+  return std::unique_ptr<DatasetUpload>(
+      new DatasetUpload(this, std::move(meta), header.sha256, std::move(staging)));
+}
+
+absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::MakeResident(
+    const DatasetMeta& meta, const torch::Tensor& payload) {
+  try {
+    const int64_t fbytes = meta.feature_bytes();
+    torch::Tensor fbytes_t = payload.narrow(0, 0, fbytes);
+    torch::Tensor tbytes_t = payload.narrow(0, fbytes, meta.size_bytes - fbytes);
+    auto dataset = std::make_shared<Dataset>();
+    dataset->meta = meta;
+    const torch::ScalarType tdtype =
+        meta.target_dtype == TargetDType::kInt64 ? torch::kInt64 : torch::kFloat32;
+    if (device_.is_cpu()) {
+      // The staging buffer becomes the resident storage; the targets start at an offset that
+      // need not be aligned for their dtype, so they get their own small buffer.
+      dataset->features = ViewAs(fbytes_t, torch::kFloat32, meta.rows, meta.feature_shape);
+      dataset->targets = ViewAs(tbytes_t.clone(), tdtype, meta.rows, meta.target_shape);
+    } else {
+      // The one host-to-device copy of this dataset's life.
+      dataset->features = ViewAs(fbytes_t.to(device_), torch::kFloat32, meta.rows,
+                                 meta.feature_shape);
+      dataset->targets = ViewAs(tbytes_t.to(device_), tdtype, meta.rows, meta.target_shape);
+    }
+    return std::shared_ptr<const Dataset>(std::move(dataset));
+  } catch (const c10::OutOfMemoryError& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "out of memory on ", DeviceName(device_), " while loading dataset '", meta.name, "' (",
+        meta.size_bytes, " bytes)"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("cannot load dataset '", meta.name, "' onto ", DeviceName(device_), ": ",
+                     e.what()));
+  }
+}
+
+absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUpload> upload) {
+  DatasetMeta meta = upload->meta_;
+  if (upload->received_ != meta.size_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "dataset '%s': received %d payload bytes; the header declares %d (%d rows)", meta.name,
+        upload->received_, meta.size_bytes, meta.rows));
+  }
+  meta.sha256 = upload->sha256_.HexDigest();
+  if (!upload->expected_sha256_.empty() && upload->expected_sha256_ != meta.sha256) {
+    return absl::DataLossError(absl::StrCat("dataset '", meta.name,
+                                            "': the payload's sha256 is ", meta.sha256,
+                                            "; the header says ", upload->expected_sha256_));
+  }
+  const torch::Tensor& staging = upload->staging_;
+  try {
+    const int64_t fbytes = meta.feature_bytes();
+    torch::Tensor features = staging.narrow(0, 0, fbytes).view(torch::kFloat32);
+    torch::Tensor finite = torch::isfinite(features);
+    if (!finite.all().item<bool>()) {
+      const int64_t first = torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
+      const int64_t per_row = ShapeElements(meta.feature_shape);
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "dataset '%s': row %d has a non-finite feature value (NaN or Inf)", meta.name,
+          first / per_row + 1));
+    }
+    torch::Tensor tbytes = staging.narrow(0, fbytes, meta.size_bytes - fbytes).clone();
+    if (meta.target_dtype == TargetDType::kFloat32) {
+      torch::Tensor t = tbytes.view(torch::kFloat32);
+      torch::Tensor tfinite = torch::isfinite(t);
+      if (!tfinite.all().item<bool>()) {
+        const int64_t first = torch::nonzero(tfinite.logical_not())[0][0].item<int64_t>();
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "dataset '%s': row %d has a non-finite target value (NaN or Inf)", meta.name,
+            first / ShapeElements(meta.target_shape) + 1));
+      }
+    } else {
+      torch::Tensor t = tbytes.view(torch::kInt64);
+      meta.target_min = t.min().item<int64_t>();
+      meta.target_max = t.max().item<int64_t>();
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cannot check dataset '", meta.name, "': ", e.what()));
+  }
+  meta.create_time = absl::Now();
+  TRAINERD_RETURN_IF_ERROR(
+      WriteDatasetFile(PathFor(meta.name), meta, staging.data_ptr(), meta.size_bytes));
+  auto resident = MakeResident(meta, staging);
+  if (!resident.ok()) {
+    std::remove(PathFor(meta.name).c_str());
+    return resident.status();
+  }
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(meta.name);
+  upload->committed_ = true;
+  datasets_[meta.name] = *std::move(resident);
+  return meta;
+}
+
+absl::Status DatasetRegistry::LoadFromDisk() {
+  std::error_code ec;
+  std::filesystem::create_directories(dir_, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create dataset folder '", dir_, "': ", ec.message()));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string path = entry.path().string();
+    if (entry.path().extension() != kDatasetFileExtension) {
+      if (entry.path().extension() == ".tmp") std::filesystem::remove(entry.path(), ec);
+      continue;
+    }
+    auto quarantine = [&](const absl::Status& why) {
+      LogWarning(absl::StrCat("skipping dataset file: ", why.message(), "; renamed to ", path,
+                              ".damaged"));
+      std::filesystem::rename(path, path + ".damaged", ec);
+    };
+    auto header = ReadDatasetFileHeader(path);
+    if (!header.ok()) {
+      quarantine(header.status());
+      continue;
+    }
+    const DatasetMeta& meta = header->meta;
+    if (!ValidateDatasetName(meta.name).ok() || PathFor(meta.name) != path) {
+      quarantine(absl::DataLossError(absl::StrCat("dataset file '", path,
+                                                  "' does not match its name")));
+      continue;
+    }
+    torch::Tensor staging =
+        torch::empty({meta.size_bytes},
+                     torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
+    absl::Status read = ReadDatasetPayload(path, *header, staging.data_ptr(), meta.size_bytes);
+    if (!read.ok()) {
+      quarantine(read);
+      continue;
+    }
+    DatasetMeta resident_meta = meta;
+    resident_meta.device = DeviceName(device_);
+    auto resident = MakeResident(resident_meta, staging);
+    if (!resident.ok()) {
+      // Not the file's fault (e.g. the device is full): keep the file, skip the dataset.
+      LogWarning(absl::StrCat("cannot load dataset '", meta.name, "': ", resident.status().message()));
+      continue;
+    }
+    absl::MutexLock lock(&mu_);
+    datasets_[meta.name] = *std::move(resident);
+  }
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read dataset folder '", dir_, "': ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::Get(const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = datasets_.find(name);
+  if (it == datasets_.end()) {
+    return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+  }
+  return it->second;
+}
+
+std::vector<DatasetMeta> DatasetRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<DatasetMeta> out;
+  out.reserve(datasets_.size());
+  for (const auto& [name, dataset] : datasets_) out.push_back(dataset->meta);
+  return out;
+}
+
+absl::Status DatasetRegistry::Delete(const std::string& name) {
+  std::shared_ptr<const Dataset> doomed;  // freed outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = datasets_.find(name);
+    if (it == datasets_.end()) {
+      return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+    }
+    doomed = std::move(it->second);
+    datasets_.erase(it);
+  }
+  if (std::remove(PathFor(name).c_str()) != 0 && errno != ENOENT) {
+    LogWarning(absl::StrCat("cannot remove the file of dataset '", name, "': ",
+                            std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainerd::engine

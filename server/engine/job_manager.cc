@@ -1,0 +1,254 @@
+#include "server/engine/job_manager.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/engine/device.h"
+#include "server/engine/log.h"
+#include "server/engine/trainer.h"
+
+namespace trainerd::engine {
+
+JobManager::~JobManager() { Shutdown(); }
+
+std::string JobManager::NewId() {
+  while (true) {
+    std::string id = absl::StrFormat("job-%012x", rng_() & 0xffffffffffffULL);
+    if (!jobs_.count(id)) return id;
+  }
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
+                                                std::shared_ptr<const Dataset> dataset,
+                                                torch::Device device) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+  auto record = std::make_unique<Record>();
+  record->model = std::move(model);
+  record->dataset = std::move(dataset);
+  record->device = device;
+  JobSnapshot& snap = record->snap;
+  snap.id = NewId();
+  snap.spec = std::move(spec);
+  snap.state = JobState::kQueued;
+  snap.device = DeviceName(device);
+  snap.create_time = absl::Now();
+  JobSnapshot copy = snap;
+
+  const std::string device_name = snap.device;
+  std::unique_ptr<Worker>& worker = workers_[device_name];
+  if (!worker) {
+    worker = std::make_unique<Worker>();
+    worker->thread = std::thread([this, device_name] { WorkerLoop(device_name); });
+  }
+  worker->queue.push_back(snap.id);
+  order_.push_back(snap.id);
+  jobs_[snap.id] = std::move(record);
+  worker->cv.Signal();
+  return copy;
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  return it->second->snap;
+}
+
+std::vector<JobSnapshot> JobManager::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<JobSnapshot> out;
+  out.reserve(order_.size());
+  for (const std::string& id : order_) out.push_back(jobs_.at(id)->snap);
+  return out;
+}
+
+std::string JobManager::JobUsingDataset(const std::string& dataset) const {
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : order_) {
+    const JobSnapshot& snap = jobs_.at(id)->snap;
+    if (!IsTerminal(snap.state) && snap.spec.dataset == dataset) return id;
+  }
+  return "";
+}
+
+void JobManager::Publish(Record* record, JobEvent::Kind kind, const EpochResult& epoch,
+                         const std::function<void(JobSnapshot&)>& mutate) {
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobEvent event;
+  event.kind = kind;
+  event.epoch = epoch;
+  {
+    absl::MutexLock lock(&mu_);
+    mutate(record->snap);
+    if (kind == JobEvent::Kind::kState) event.job = record->snap;
+  }
+  for (const auto& sink : record->sinks) sink->Push(event);
+  if (kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
+  Record* record = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    record = it->second.get();
+    const JobState state = record->snap.state;
+    if (IsTerminal(state)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", id, "' already ended ", JobStateName(state)));
+    }
+    record->cancel.store(true);
+    // A running job (or one its worker has just taken) stops before its next step.
+    if (state == JobState::kRunning || record->claimed) return record->snap;
+    // Queued: take it out of its device's queue; it never runs.
+    auto& queue = workers_.at(record->snap.device)->queue;
+    queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
+  }
+  Publish(record, JobEvent::Kind::kState, {}, [](JobSnapshot& snap) {
+    snap.state = JobState::kCancelled;
+    snap.end_time = absl::Now();
+  });
+  absl::MutexLock lock(&mu_);
+  record->dataset.reset();
+  return record->snap;
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
+                                                  std::shared_ptr<JobEventSink> sink) {
+  Record* record = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    record = it->second.get();  // records live as long as the manager
+  }
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobSnapshot snap;
+  {
+    absl::MutexLock lock(&mu_);
+    snap = record->snap;
+  }
+  if (!IsTerminal(snap.state)) record->sinks.push_back(std::move(sink));
+  return snap;
+}
+
+void JobManager::Unsubscribe(const std::string& id, const JobEventSink* sink) {
+  Record* record = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;
+    record = it->second.get();
+  }
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  auto& sinks = record->sinks;
+  sinks.erase(std::remove_if(sinks.begin(), sinks.end(),
+                             [sink](const auto& s) { return s.get() == sink; }),
+              sinks.end());
+}
+
+void JobManager::WorkerLoop(const std::string& device_name) {
+  while (true) {
+    Record* record = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      Worker* worker = workers_.at(device_name).get();
+      while (!stopping_ && worker->queue.empty()) worker->cv.Wait(&mu_);
+      if (stopping_) return;
+      record = jobs_.at(worker->queue.front()).get();
+      record->claimed = true;
+      worker->queue.pop_front();
+    }
+    RunJob(record);
+  }
+}
+
+void JobManager::RunJob(Record* record) {
+  Publish(record, JobEvent::Kind::kState, {}, [](JobSnapshot& snap) {
+    snap.state = JobState::kRunning;
+    snap.start_time = absl::Now();
+  });
+  TrainingRun run;
+  {
+    absl::MutexLock lock(&mu_);
+    run.spec = record->snap.spec;
+  }
+  run.model = record->model;
+  run.dataset = record->dataset;
+  run.device = record->device;
+  run.cancel = &record->cancel;
+  const int64_t rows = run.dataset->meta.rows;
+  run.on_epoch = [this, record, rows](const EpochResult& epoch, int64_t steps, int64_t syncs) {
+    Publish(record, JobEvent::Kind::kEpoch, epoch, [&](JobSnapshot& snap) {
+      snap.epochs.push_back(epoch);
+      snap.final_loss = epoch.loss;
+      snap.steps = steps;
+      snap.host_syncs = syncs;
+      snap.wall_seconds = epoch.elapsed_seconds;
+      if (epoch.elapsed_seconds > 0) {
+        snap.samples_per_second = static_cast<double>(rows) * epoch.epoch / epoch.elapsed_seconds;
+      }
+    });
+  };
+  TrainingOutcome outcome = RunTraining(run);
+  run.dataset.reset();
+  std::string stop_reason;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_reason = stop_reason_;
+  }
+  Publish(record, JobEvent::Kind::kState, {}, [&](JobSnapshot& snap) {
+    snap.state = outcome.state;
+    snap.error = outcome.error;
+    if (outcome.state == JobState::kCancelled && !stop_reason.empty()) snap.error = stop_reason;
+    snap.steps = outcome.steps;
+    snap.host_syncs = outcome.host_syncs;
+    snap.wall_seconds = outcome.wall_seconds;
+    snap.final_loss = outcome.final_loss;
+    const double samples = static_cast<double>(rows) * outcome.epochs_done;
+    snap.samples_per_second = outcome.wall_seconds > 0 ? samples / outcome.wall_seconds : 0;
+    snap.parameter_count = outcome.parameter_count;
+    snap.parameters = std::move(outcome.parameters);
+    snap.end_time = absl::Now();
+  });
+  absl::MutexLock lock(&mu_);
+  record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
+}
+
+void JobManager::Shutdown(const std::string& reason) {
+  std::vector<Record*> queued;
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ && workers_.empty()) return;
+    stopping_ = true;
+    stop_reason_ = reason;
+    for (auto& [name, worker] : workers_) {
+      for (const std::string& id : worker->queue) queued.push_back(jobs_.at(id).get());
+      worker->queue.clear();
+      worker->cv.SignalAll();
+    }
+    for (auto& [id, record] : jobs_) {
+      if (!IsTerminal(record->snap.state)) record->cancel.store(true);
+    }
+  }
+  for (Record* record : queued) {
+    Publish(record, JobEvent::Kind::kState, {}, [&](JobSnapshot& snap) {
+      snap.state = JobState::kCancelled;
+      snap.error = reason;
+      snap.end_time = absl::Now();
+    });
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [name, worker] : workers_) threads.push_back(std::move(worker->thread));
+  }
+  for (std::thread& t : threads) {
+    if (t.joinable()) t.join();
+  }
+  absl::MutexLock lock(&mu_);
+  workers_.clear();
+}
+
+}  // namespace trainerd::engine

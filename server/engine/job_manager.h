@@ -1,0 +1,93 @@
+// Job records, the per-device queues and workers, and each job's ordered event stream.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/model_spec.h"
+#include "server/engine/dataset_registry.h"
+#include "server/engine/types.h"
+#include <torch/torch.h>
+
+namespace trainerd::engine {
+
+// Owns every job and one worker thread per device, created when the device gets its first job.
+// A worker runs one job at a time; the others wait in that device's FIFO queue. Thread-safe: calls
+// take a short lock and never wait for training. Owned by the Engine.
+class JobManager {
+ public:
+  JobManager() = default;
+  ~JobManager();  // Shutdown()
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Queues a checked job (spec with seed and device filled in) and returns it QUEUED.
+  // FAILED_PRECONDITION after Shutdown.
+  absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model,
+                                      std::shared_ptr<const Dataset> dataset,
+                                      torch::Device device);
+
+  // NOT_FOUND for an unknown id.
+  absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
+  // Oldest first.
+  std::vector<JobSnapshot> List() const;
+  // A queued job ends CANCELLED at once; a running one stops before its next step. Returns the
+  // job as it stands. FAILED_PRECONDITION when the job already ended.
+  absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
+
+  // The id of a queued or running job that uses the dataset, or "" when none does.
+  std::string JobUsingDataset(const std::string& dataset) const;
+
+  // Registers `sink` for the job's future events and returns the job as it stands, atomically:
+  // no event is missed or delivered twice. A job that already ended gets no events.
+  absl::StatusOr<JobSnapshot> Subscribe(const std::string& id, std::shared_ptr<JobEventSink> sink);
+  void Unsubscribe(const std::string& id, const JobEventSink* sink);
+
+  // Cancels queued and running jobs (they end CANCELLED with `reason`) and joins the workers.
+  // Idempotent.
+  void Shutdown(const std::string& reason = "the daemon shut down");
+
+ private:
+  struct Record {
+    JobSnapshot snap;  // guarded by JobManager::mu_
+    ModelSpec model;
+    std::shared_ptr<const Dataset> dataset;  // released when the job ends
+    torch::Device device = torch::kCPU;
+    std::atomic<bool> cancel{false};
+    bool claimed = false;  // taken off the queue by its worker; guarded by JobManager::mu_
+    std::mutex publish_mu;  // orders the job's events; lock order: publish_mu, then mu_
+    std::vector<std::shared_ptr<JobEventSink>> sinks;  // guarded by publish_mu
+  };
+  struct Worker {
+    std::deque<std::string> queue;
+    std::thread thread;
+    absl::CondVar cv;
+  };
+
+  void WorkerLoop(const std::string& device_name);
+  void RunJob(Record* record);
+  // Applies `mutate` to the job under mu_ and delivers the resulting event to its sinks, in order.
+  void Publish(Record* record, JobEvent::Kind kind, const EpochResult& epoch,
+               const std::function<void(JobSnapshot&)>& mutate);
+  std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first
+  std::map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
+};
+
+}  // namespace trainerd::engine

@@ -1,0 +1,17 @@
+// Minimal logging to stderr for the daemon (Debian 12's Abseil predates absl/log).
+#pragma once
+
+#include <string_view>
+
+namespace trainerd::engine {
+
+enum class LogLevel { kInfo, kWarning, kError };
+
+// Writes "I1129 19:20:01.123 trainerd] message" to stderr as one write. Thread-safe.
+void Log(LogLevel level, std::string_view message);
+
+inline void LogInfo(std::string_view message) { Log(LogLevel::kInfo, message); }
+inline void LogWarning(std::string_view message) { Log(LogLevel::kWarning, message); }
+inline void LogError(std::string_view message) { Log(LogLevel::kError, message); }
+
+}  // namespace trainerd::engine

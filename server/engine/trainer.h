@@ -1,0 +1,47 @@
+// The training loop of one job on one device, built on the seed question's lessons: the dataset
+// is already on the device, each epoch's permutation is generated there, a batch is a device-side
+// gather, and the epoch's mean loss is reduced on the device and copied to the host exactly once.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/model_spec.h"
+#include "server/engine/dataset_registry.h"
+#include "server/engine/types.h"
+#include <torch/torch.h>
+
+namespace trainerd::engine {
+
+struct TrainingRun {
+  JobSpec spec;                             // resolved: seed set
+  ModelSpec model;                          // parsed and checked against the dataset
+  std::shared_ptr<const Dataset> dataset;   // resident tensors
+  torch::Device device = torch::kCPU;
+  // Set by another thread to stop before the next step (a host flag: no device sync).
+  const std::atomic<bool>* cancel = nullptr;
+  // Called on the training thread after each epoch's single host transfer, with the running
+  // totals of steps and host synchronisations.
+  std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;
+};
+
+struct TrainingOutcome {
+  JobState state = JobState::kFailed;  // kSucceeded, kFailed or kCancelled
+  std::string error;                   // kFailed: a sentence
+  int64_t steps = 0;
+  int64_t host_syncs = 0;
+  int32_t epochs_done = 0;
+  double final_loss = 0.0;
+  double wall_seconds = 0.0;
+  int64_t parameter_count = 0;
+  std::vector<ParameterValues> parameters;  // when parameter_count <= kMaxReportedParameters
+};
+
+// Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a
+// sentence (out-of-memory named as such).
+TrainingOutcome RunTraining(const TrainingRun& run);
+
+}  // namespace trainerd::engine

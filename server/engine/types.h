@@ -1,0 +1,135 @@
+// The engine's domain types: plain C++ values that the service layer converts to and from protos.
+// None of them is thread-safe by itself; the engine hands out copies (snapshots).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/table.h"
+
+namespace trainerd::engine {
+
+// What a client declares before streaming a dataset's payload.
+struct DatasetHeader {
+  std::string name;
+  std::vector<int64_t> feature_shape;  // per row
+  std::vector<int64_t> target_shape;   // per row; empty = scalar
+  TargetDType target_dtype = TargetDType::kFloat32;
+  int64_t rows = 0;
+  std::string sha256;  // optional, lower-case hex of the payload
+};
+
+// A registered dataset, as listed.
+struct DatasetMeta {
+  std::string name;
+  std::vector<int64_t> feature_shape;
+  std::vector<int64_t> target_shape;
+  TargetDType target_dtype = TargetDType::kFloat32;
+  int64_t rows = 0;
+  int64_t size_bytes = 0;       // payload: features + targets
+  std::string sha256;           // of the payload
+  std::string device;           // where it is resident, e.g. "cuda:0"
+  absl::Time create_time = absl::UnixEpoch();
+  int64_t target_min = 0;       // int64 targets only: smallest class index
+  int64_t target_max = 0;       // int64 targets only: largest class index
+
+  int64_t feature_bytes() const { return rows * ShapeElements(feature_shape) * 4; }
+};
+
+enum class LossKind { kMse, kCrossEntropy };
+enum class OptimizerKind { kSgd, kAdam };
+
+const char* LossKindName(LossKind loss);            // "mse", "cross_entropy"
+const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam"
+
+struct JobSpec {
+  std::string dataset;
+  std::string model;  // text spec, see common/model_spec.h
+  LossKind loss = LossKind::kMse;
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+  double learning_rate = 0.0;  // > 0
+  double momentum = 0.0;       // sgd only, [0, 1)
+  int64_t batch_size = 0;      // >= 1
+  int32_t epochs = 0;          // >= 1
+  bool shuffle = true;
+  std::optional<uint64_t> seed;  // filled in at Submit when absent
+  std::string device;            // "" = the engine's default device; filled in at Submit
+};
+
+enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
+
+const char* JobStateName(JobState state);  // "QUEUED", ...
+inline bool IsTerminal(JobState state) {
+  return state == JobState::kSucceeded || state == JobState::kFailed ||
+         state == JobState::kCancelled;
+}
+
+struct EpochResult {
+  int32_t epoch = 0;  // 1-based
+  double loss = 0.0;  // mean training loss over the epoch's rows
+  double elapsed_seconds = 0.0;  // since the job started running
+};
+
+struct ParameterValues {
+  std::string name;  // e.g. "0.weight"
+  std::vector<int64_t> shape;
+  std::vector<float> values;  // C order
+};
+
+// Everything the engine knows about a job, copied out under its lock.
+struct JobSnapshot {
+  std::string id;
+  JobSpec spec;  // as accepted, defaults filled in
+  JobState state = JobState::kQueued;
+  std::string error;  // FAILED (and CANCELLED by shutdown): a sentence
+  std::vector<EpochResult> epochs;
+  double final_loss = 0.0;
+  double wall_seconds = 0.0;
+  int64_t steps = 0;
+  double samples_per_second = 0.0;
+  std::string device;
+  int64_t host_syncs = 0;
+  std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
+  int64_t parameter_count = 0;
+  absl::Time create_time = absl::InfinitePast();
+  absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
+  absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended
+};
+
+// Models with at most this many parameter values report them in the Job.
+inline constexpr int64_t kMaxReportedParameters = 1000;
+
+// One event of a job's stream: an epoch finished, or the job changed state.
+struct JobEvent {
+  enum class Kind { kEpoch, kState };
+  Kind kind = Kind::kState;
+  EpochResult epoch;  // kEpoch
+  JobSnapshot job;    // kState: the job after the change
+};
+
+// One dataset upload in progress (see Engine::BeginUpload). Not thread-safe: one upload stream
+// owns it. Destroying it without committing releases the name and the staging memory.
+class UploadSession {
+ public:
+  virtual ~UploadSession() = default;
+  // Appends the next payload bytes; INVALID_ARGUMENT past the size the header declared.
+  virtual absl::Status Append(std::string_view chunk) = 0;
+  virtual int64_t received_bytes() const = 0;
+  virtual int64_t expected_bytes() const = 0;
+};
+
+// Receives a job's events in order. Push is called from engine threads (workers, or the thread
+// that cancelled a queued job), never under an engine-wide lock; it must not block and must not
+// call back into the engine. Implementations are thread-safe.
+class JobEventSink {
+ public:
+  virtual ~JobEventSink() = default;
+  virtual void Push(const JobEvent& event) = 0;
+};
+
+}  // namespace trainerd::engine

@@ -1,0 +1,204 @@
+#include "server/service/job_service.h"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "server/service/convert.h"
+#include "server/service/grpc_status.h"
+
+namespace trainerd::service {
+namespace {
+
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const absl::Status& status) {
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// Streams one job's events: the history (epochs so far, then the job's state) and then live events
+// until a terminal state. Keeps one write in flight, calls Finish once, deletes itself in OnDone.
+class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  WatchReactor(engine::Engine* engine, std::string id)
+      : engine_(engine), id_(std::move(id)), sink_(std::make_shared<Sink>()) {}
+
+  // Called once, from WatchJob, before any reaction can run.
+  void Start() {
+    // A local reference: once the history is queued the stream may end (and this reactor be
+    // deleted) before Attach runs; Attach then finds the sink detached and does nothing.
+    std::shared_ptr<Sink> sink = sink_;
+    auto job = engine_->SubscribeJob(id_, sink);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!job.ok()) {
+        FinishLocked(ToGrpcStatus(job.status()));
+        return;
+      }
+      for (const auto& epoch : job->epochs) {
+        v1::JobEvent event;
+        *event.mutable_epoch() = ToProto(epoch);
+        pending_.push_back(std::move(event));
+      }
+      v1::JobEvent state;
+      *state.mutable_job() = ToProto(*job);
+      pending_.push_back(std::move(state));
+      WriteNextLocked();
+    }
+    // Events that arrived while the history was queued follow it, in order.
+    sink->Attach(this);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {  // the client went away
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
+      return;
+    }
+    WriteNextLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    if (!writing_) FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    sink_->Detach();
+    engine_->UnsubscribeJob(id_, sink_.get());
+    delete this;
+  }
+
+ private:
+  // The engine pushes into this; it forwards to the reactor once the history is queued and drops
+  // events after the reactor is done.
+  class Sink final : public engine::JobEventSink {
+   public:
+    void Push(const engine::JobEvent& event) override {
+      v1::JobEvent proto;
+      if (event.kind == engine::JobEvent::Kind::kEpoch) {
+        *proto.mutable_epoch() = ToProto(event.epoch);
+      } else {
+        *proto.mutable_job() = ToProto(event.job);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (detached_) return;
+      if (reactor_ == nullptr) {
+        backlog_.push_back(std::move(proto));
+        return;
+      }
+      reactor_->Enqueue(std::move(proto));
+    }
+    void Attach(WatchReactor* reactor) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (detached_) return;
+      for (auto& event : backlog_) reactor->Enqueue(std::move(event));
+      backlog_.clear();
+      reactor_ = reactor;
+    }
+    void Detach() {
+      std::lock_guard<std::mutex> lock(mu_);
+      detached_ = true;
+      reactor_ = nullptr;
+    }
+
+   private:
+    std::mutex mu_;
+    WatchReactor* reactor_ = nullptr;  // guarded by mu_
+    bool detached_ = false;            // guarded by mu_
+    std::deque<v1::JobEvent> backlog_;  // guarded by mu_
+  };
+
+  void Enqueue(v1::JobEvent event) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    pending_.push_back(std::move(event));
+    WriteNextLocked();
+  }
+
+  void WriteNextLocked() {
+    if (writing_ || finished_) return;
+    if (cancelled_) {
+      FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
+    }
+    if (pending_.empty()) {
+      if (terminal_written_) FinishLocked(grpc::Status::OK);
+      return;
+    }
+    current_ = std::move(pending_.front());
+    pending_.pop_front();
+    if (current_.has_job() && (current_.job().state() == v1::JOB_STATE_SUCCEEDED ||
+                               current_.job().state() == v1::JOB_STATE_FAILED ||
+                               current_.job().state() == v1::JOB_STATE_CANCELLED)) {
+      terminal_written_ = true;
+      pending_.clear();  // nothing follows a terminal state
+    }
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void FinishLocked(const grpc::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  engine::Engine* const engine_;
+  const std::string id_;
+  const std::shared_ptr<Sink> sink_;
+  std::mutex mu_;
+  std::deque<v1::JobEvent> pending_;  // guarded by mu_
+  v1::JobEvent current_;              // the write in flight
+  bool writing_ = false;              // guarded by mu_
+  bool terminal_written_ = false;     // guarded by mu_
+  bool cancelled_ = false;            // guarded by mu_
+  bool finished_ = false;             // guarded by mu_
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
+                                                    const v1::SubmitJobRequest* request,
+                                                    v1::Job* response) {
+  auto spec = FromProto(request->spec());
+  if (!spec.ok()) return FinishWith(context, spec.status());
+  auto job = engine_->SubmitJob(*std::move(spec));
+  if (job.ok()) *response = ToProto(*job);
+  return FinishWith(context, job.status());
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
+                                                 const v1::GetJobRequest* request,
+                                                 v1::Job* response) {
+  auto job = engine_->GetJob(request->id());
+  if (job.ok()) *response = ToProto(*job);
+  return FinishWith(context, job.status());
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
+                                                   const v1::ListJobsRequest* request,
+                                                   v1::ListJobsResponse* response) {
+  for (const auto& job : engine_->ListJobs()) *response->add_jobs() = ToProto(job);
+  return FinishWith(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
+                                                    const v1::CancelJobRequest* request,
+                                                    v1::Job* response) {
+  auto job = engine_->CancelJob(request->id());
+  if (job.ok()) *response = ToProto(*job);
+  return FinishWith(context, job.status());
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
+    grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  auto* reactor = new WatchReactor(engine_, request->id());
+  reactor->Start();
+  return reactor;
+}
+
+}  // namespace trainerd::service

@@ -1,0 +1,61 @@
+// The gRPC server of trainerd: the engine, the two API services, the standard health service and
+// server reflection, started together and stopped in order.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/engine/engine.h"
+#include "server/service/dataset_service.h"
+#include "server/service/job_service.h"
+
+namespace trainerd::service {
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (read it back with Server::port()).
+  std::string listen = "127.0.0.1:50051";
+  engine::EngineOptions engine;
+};
+
+// Owns the engine and the gRPC server. Thread-safe: Shutdown may be called from any thread, once
+// or more.
+class Server {
+ public:
+  // Creates the engine (which reloads persisted datasets), registers the services and starts
+  // listening; health turns SERVING only after the server started. UNAVAILABLE when the address
+  // cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const ServerOptions& options);
+  ~Server();  // Shutdown(absl::Seconds(5))
+
+  // The bound port.
+  int port() const { return port_; }
+  std::string address() const { return address_; }
+  engine::Engine* engine() { return engine_.get(); }
+  // A channel to this server that does not go through the network stack.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
+
+  // Health turns NOT_SERVING, the engine stops (running jobs end CANCELLED at a step boundary and
+  // their watchers receive that), then the gRPC server stops, cancelling calls still open after
+  // `deadline`.
+  void Shutdown(absl::Duration deadline);
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  Server() = default;
+
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<DatasetServiceImpl> dataset_service_;
+  std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::string address_;
+  std::mutex shutdown_mu_;
+  bool shut_down_ = false;  // guarded by shutdown_mu_
+};
+
+}  // namespace trainerd::service
