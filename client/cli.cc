@@ -1,0 +1,503 @@
+// trainctl's command table, argument parser and usage texts.
+#include "client/cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace trainerd::client {
+namespace {
+
+// The first words of two-word commands.
+constexpr absl::string_view kGroups[] = {"dataset", "job"};
+
+// Width of the name column in the usage texts.
+constexpr int kUsageColumn = 28;
+
+std::string UsageHint(const CommandSpec* command) {
+  if (command == nullptr) return " (see 'trainctl --help')";
+  return absl::StrCat(" (see 'trainctl ", command->path, " --help')");
+}
+
+bool IsGroup(absl::string_view word) {
+  return std::find(std::begin(kGroups), std::end(kGroups), word) != std::end(kGroups);
+}
+
+// The command whose full path (or alias form) is `path`, or null.
+const CommandSpec* FindCommand(absl::string_view path) {
+  for (const CommandSpec& command : Commands()) {
+    if (command.path == path) return &command;
+    if (command.alias.empty()) continue;
+    absl::string_view prefix = command.path.substr(0, command.path.rfind(' ') + 1);
+    if (absl::StrCat(prefix, command.alias) == path) return &command;
+  }
+  return nullptr;
+}
+
+const FlagSpec* FindFlag(const CommandSpec& command, absl::string_view name) {
+  for (const FlagSpec& flag : command.flags) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+std::string PadRight(std::string text, size_t width) {
+  if (text.size() < width)
+    text.append(width - text.size(), ' ');
+  else
+    text.append(2, ' ');
+  return text;
+}
+
+std::string CommandLine(const CommandSpec& command) {
+  std::string line(command.path);
+  if (!command.args.empty()) absl::StrAppend(&line, " ", command.args);
+  return line;
+}
+
+std::string GroupUsage(absl::string_view group) {
+  std::string text =
+      absl::StrCat("Usage: trainctl ", group, " SUBCOMMAND [ARGS...] [FLAGS]\n\n", "Commands:\n");
+  for (const CommandSpec& command : Commands()) {
+    if (!absl::StartsWith(command.path, absl::StrCat(group, " "))) continue;
+    absl::StrAppend(&text, "  ", PadRight(CommandLine(command), kUsageColumn), command.summary,
+                    "\n");
+  }
+  absl::StrAppend(&text, "\nRun 'trainctl ", group,
+                  " SUBCOMMAND --help' for a command's flags,\n'trainctl --help' for the global "
+                  "flags.\n");
+  return text;
+}
+
+absl::StatusOr<absl::Duration> ParseTimeout(const std::string& value) {
+  double seconds = 0;
+  absl::Duration duration;
+  if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds)) {
+    duration = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(value, &duration)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--timeout: '", value, "' is not a number of seconds (or a duration like 2m)"));
+  }
+  if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout must be a positive, finite time, got '", value, "'"));
+  }
+  return duration;
+}
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& value) {
+  if (value == "table") return OutputFormat::kTable;
+  if (value == "json") return OutputFormat::kJson;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown output format '", value, "' (expected table or json)"));
+}
+
+}  // namespace
+
+const std::vector<CommandSpec>& Commands() {
+  static const std::vector<CommandSpec>* const kCommands = new std::vector<CommandSpec>{
+      {"dataset upload",
+       "",
+       "NAME FILE",
+       /*min_args=*/2,
+       /*max_args=*/2,
+       "Upload a CSV or .npy file as a dataset",
+       "Reads FILE, checks it locally, and uploads it to trainerd as dataset NAME, which stays\n"
+       "resident on the daemon's device. FILE is NumPy .npy when its name ends in .npy and CSV\n"
+       "otherwise. In a CSV file (and in a 2-D .npy array without --targets) the last\n"
+       "--target-columns columns are the targets and the others the features; a CSV header line\n"
+       "is skipped. NAME matches [A-Za-z0-9._-]{1,128}.\n"
+       "\n"
+       "  trainctl dataset upload iris iris.csv --target-dtype int64\n"
+       "  trainctl dataset upload mnist images.npy --targets labels.npy --target-dtype int64\n",
+       {{"target-columns", "N", "trailing columns that are targets (default 1)"},
+        {"target-dtype", "TYPE",
+         "float32 (regression, mse) or int64 (class indices,\n"
+         "cross_entropy; needs one target column) (default float32)"},
+        {"targets", "FILE.npy",
+         "targets as a separate .npy array with one row per feature row;\n"
+         "FILE must then be .npy too"}}},
+      {"dataset list",
+       "ls",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "List the resident datasets",
+       "Lists the datasets, by name.\n",
+       {}},
+      {"dataset get",
+       "",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Show one dataset",
+       "Shows dataset NAME.\n",
+       {}},
+      {"dataset rm",
+       "delete",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Delete a dataset",
+       "Deletes dataset NAME: frees its device memory and removes its file. Fails while a\n"
+       "queued or running job uses it.\n",
+       {}},
+      {"submit",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "Submit a training job",
+       "Queues a training job and prints its id (the whole job with -o json). The model spec is\n"
+       "checked here before anything is sent. Layers: linear:N (N outputs), relu, tanh, sigmoid;\n"
+       "the input width comes from the dataset.\n"
+       "\n"
+       "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
+       "      --optimizer adam --lr 0.01 --epochs 100 --watch\n",
+       {{"dataset", "NAME", "the resident dataset to train on (required)"},
+        {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
+        {"loss", "LOSS",
+         "mse (float32 targets) or cross_entropy (int64 class\n"
+         "targets) (default mse)"},
+        {"optimizer", "OPT", "sgd or adam (default sgd)"},
+        {"lr", "RATE", "learning rate, > 0 (default 0.01)"},
+        {"batch-size", "N", "rows per step (default 32)"},
+        {"epochs", "N", "passes over the dataset (default 10)"},
+        {"momentum", "M", "SGD momentum, 0 <= M < 1 (default 0)"},
+        {"seed", "S",
+         "seed for initialisation and shuffling (default: the\n"
+         "daemon picks one and reports it in the job)"},
+        {"device", "DEVICE", "cpu, cuda or cuda:N (default: the daemon's default device)"},
+        {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
+        {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}}},
+      {"job list",
+       "ls",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "List jobs",
+       "Lists the jobs, oldest first.\n",
+       {}},
+      {"job get",
+       "",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Show one job",
+       "Shows job ID: its state, spec, progress, timing and (for small models) the trained\n"
+       "parameters; -o json prints every parameter value.\n",
+       {}},
+      {"job watch",
+       "",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Follow a job's epochs until it ends",
+       "Prints the epochs finished so far, then each epoch as it finishes, then how the job\n"
+       "ended. Exits 0 when the job succeeded and 1 when it failed or was cancelled. Ctrl-C\n"
+       "stops watching; the job keeps running. With -o json, prints one JSON object per event.\n",
+       {}},
+      {"job cancel",
+       "",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Cancel a queued or running job",
+       "Cancels job ID. A running job stops before its next step.\n",
+       {}},
+      {"health",
+       "",
+       "[SERVICE]",
+       /*min_args=*/0,
+       /*max_args=*/1,
+       "Check that trainerd is serving",
+       "Asks trainerd's grpc.health.v1 service about SERVICE (default: the whole server).\n"
+       "Prints SERVING and exits 0, or prints the status and exits 1.\n",
+       {}},
+      {"help",
+       "",
+       "[COMMAND]",
+       /*min_args=*/0,
+       /*max_args=*/2,
+       "Show help for trainctl or a command",
+       "Shows the usage of trainctl or of COMMAND.\n",
+       {}},
+  };
+  return *kCommands;
+}
+
+bool Invocation::Has(absl::string_view flag) const { return flags.count(std::string(flag)) > 0; }
+
+std::string Invocation::Get(absl::string_view flag, absl::string_view fallback) const {
+  auto it = flags.find(std::string(flag));
+  return it == flags.end() ? std::string(fallback) : it->second;
+}
+
+absl::StatusOr<int64_t> Invocation::GetInt(absl::string_view flag, int64_t fallback, int64_t min,
+                                           int64_t max) const {
+  if (!Has(flag)) return fallback;
+  std::string value = Get(flag);
+  int64_t result = 0;
+  if (!absl::SimpleAtoi(value, &result)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": '", value, "' is not a whole number"));
+  }
+  if (result < min) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be at least ", min, ", got ", result));
+  }
+  if (result > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " must be at most ", max, ", got ", result));
+  }
+  return result;
+}
+
+absl::StatusOr<uint64_t> Invocation::GetUint(absl::string_view flag, uint64_t fallback) const {
+  if (!Has(flag)) return fallback;
+  std::string value = Get(flag);
+  uint64_t result = 0;
+  if (absl::StartsWith(value, "-") || !absl::SimpleAtoi(value, &result)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", value,
+                                                   "' is not a whole number between 0 and ",
+                                                   std::numeric_limits<uint64_t>::max()));
+  }
+  return result;
+}
+
+absl::StatusOr<double> Invocation::GetDouble(absl::string_view flag, double fallback) const {
+  if (!Has(flag)) return fallback;
+  std::string value = Get(flag);
+  double result = 0;
+  if (!absl::SimpleAtod(value, &result) || !std::isfinite(result)) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", value, "' is not a number"));
+  }
+  return result;
+}
+
+absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv,
+                                            std::optional<std::string> env_address) {
+  Invocation invocation;
+  if (env_address.has_value() && !env_address->empty()) invocation.global.address = *env_address;
+
+  const CommandSpec* command = nullptr;
+  std::string group;        // set while only the first of two command words has been seen
+  bool only_words = false;  // after "--"
+
+  for (size_t i = 1; i < argv.size(); ++i) {
+    const std::string& token = argv[i];
+    const bool is_flag = !only_words && token.size() >= 2 && token[0] == '-';
+    if (!is_flag) {
+      if (command != nullptr) {
+        invocation.args.push_back(token);
+      } else if (!group.empty()) {
+        command = FindCommand(absl::StrCat(group, " ", token));
+        if (command == nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat("unknown command '", group, " ", token,
+                                                         "' (see 'trainctl ", group, " --help')"));
+        }
+      } else if (IsGroup(token)) {
+        group = token;
+      } else {
+        command = FindCommand(token);
+        if (command == nullptr) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("unknown command '", token, "'", UsageHint(nullptr)));
+        }
+      }
+      continue;
+    }
+    if (token == "--") {
+      only_words = true;
+      continue;
+    }
+
+    // --name, --name=value, -x, -xVALUE, -x=VALUE
+    std::string name;
+    std::string shown;  // the flag as the user wrote it, for messages
+    std::optional<std::string> inline_value;
+    if (absl::StartsWith(token, "--")) {
+      std::string body = token.substr(2);
+      size_t eq = body.find('=');
+      if (eq != std::string::npos) {
+        inline_value = body.substr(eq + 1);
+        body.resize(eq);
+      }
+      name = body;
+      shown = absl::StrCat("--", body);
+    } else {
+      name = token.substr(1, 1);
+      shown = token.substr(0, 2);
+      if (token.size() > 2) inline_value = token.substr(token[2] == '=' ? 3 : 2);
+    }
+    auto take_value = [&]() -> absl::StatusOr<std::string> {
+      if (inline_value.has_value()) return *inline_value;
+      if (i + 1 >= argv.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("flag ", shown, " needs a value"));
+      }
+      return argv[++i];
+    };
+
+    if (name == "h" || name == "help") {
+      invocation.show_help = true;
+      break;
+    }
+    if (name == "addr" || name == "address") {
+      absl::StatusOr<std::string> value = take_value();
+      if (!value.ok()) return value.status();
+      if (value->empty()) return absl::InvalidArgumentError("--addr needs a HOST:PORT");
+      invocation.global.address = *value;
+    } else if (name == "o" || name == "output") {
+      absl::StatusOr<std::string> value = take_value();
+      if (!value.ok()) return value.status();
+      absl::StatusOr<OutputFormat> format = ParseOutputFormat(*value);
+      if (!format.ok()) return format.status();
+      invocation.global.output = *format;
+    } else if (name == "timeout") {
+      absl::StatusOr<std::string> value = take_value();
+      if (!value.ok()) return value.status();
+      absl::StatusOr<absl::Duration> timeout = ParseTimeout(*value);
+      if (!timeout.ok()) return timeout.status();
+      invocation.global.timeout = *timeout;
+    } else if (const FlagSpec* flag = command == nullptr ? nullptr : FindFlag(*command, name);
+               flag != nullptr && absl::StartsWith(token, "--")) {
+      if (flag->value_name.empty()) {
+        if (inline_value.has_value()) {
+          return absl::InvalidArgumentError(absl::StrCat("flag ", shown, " takes no value"));
+        }
+        invocation.flags[name] = "";
+      } else {
+        absl::StatusOr<std::string> value = take_value();
+        if (!value.ok()) return value.status();
+        invocation.flags[name] = *value;
+      }
+    } else {
+      std::string where = command != nullptr ? absl::StrCat(" for '", command->path, "'") : "";
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag '", shown, "'", where, UsageHint(command)));
+    }
+  }
+
+  if (invocation.show_help) {
+    if (command != nullptr && command->path != "help") {
+      invocation.help_text = CommandUsage(*command);
+    } else if (command == nullptr && !group.empty()) {
+      invocation.help_text = GroupUsage(group);
+    } else {
+      invocation.help_text = TopLevelUsage();
+    }
+    invocation.command = command;
+    return invocation;
+  }
+
+  if (command == nullptr) {
+    if (!group.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", group, "' needs a subcommand (see 'trainctl ", group, " --help')"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat("no command given", UsageHint(nullptr)));
+  }
+  invocation.command = command;
+
+  if (command->path == "help") {
+    std::string topic = absl::StrJoin(invocation.args, " ");
+    invocation.show_help = true;
+    if (topic.empty()) {
+      invocation.help_text = TopLevelUsage();
+    } else if (IsGroup(topic)) {
+      invocation.help_text = GroupUsage(topic);
+    } else if (const CommandSpec* about = FindCommand(topic); about != nullptr) {
+      invocation.help_text = CommandUsage(*about);
+      invocation.command = about;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown command '", topic, "'", UsageHint(nullptr)));
+    }
+    return invocation;
+  }
+
+  const int count = static_cast<int>(invocation.args.size());
+  if (count < command->min_args) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", command->path, "' needs ", command->args, UsageHint(command)));
+  }
+  if (count > command->max_args) {
+    return absl::InvalidArgumentError(absl::StrCat("unexpected argument '",
+                                                   invocation.args[command->max_args], "' for '",
+                                                   command->path, "'", UsageHint(command)));
+  }
+  return invocation;
+}
+
+std::string TopLevelUsage() {
+  std::string text =
+      "Usage: trainctl [--addr HOST:PORT] [-o table|json] [--timeout SECONDS] COMMAND [ARGS...]\n"
+      "\n"
+      "trainctl is the command-line client of trainerd, a daemon that trains models on datasets\n"
+      "kept resident on the GPU.\n"
+      "\n"
+      "Commands:\n";
+  for (const CommandSpec& command : Commands()) {
+    std::string line = CommandLine(command);
+    if (command.path == "submit") line = "submit --dataset NAME --model SPEC";
+    if (line.size() >= kUsageColumn) {
+      absl::StrAppend(&text, "  ", line, "\n  ", std::string(kUsageColumn, ' '), command.summary,
+                      "\n");
+    } else {
+      absl::StrAppend(&text, "  ", PadRight(line, kUsageColumn), command.summary, "\n");
+    }
+  }
+  absl::StrAppend(
+      &text,
+      "\n"
+      "Global flags (before or after the command):\n"
+      "  --addr HOST:PORT            trainerd's address (default: $TRAINERD_ADDR, else\n"
+      "                              ",
+      kDefaultAddress,
+      ")\n"
+      "  -o, --output FORMAT         table (default) or json\n"
+      "  --timeout SECONDS           deadline of each request (default 30; uploads get at\n"
+      "                              least 10 minutes, watching has none)\n"
+      "  -h, --help                  show help\n"
+      "\n"
+      "Exit status: 0 success; 1 trainerd reported an error or could not be reached, or the\n"
+      "watched job failed or was cancelled; 2 bad usage or invalid local input (nothing sent).\n"
+      "\n"
+      "Run 'trainctl COMMAND --help' for a command's flags.\n");
+  return text;
+}
+
+std::string CommandUsage(const CommandSpec& command) {
+  std::string text = absl::StrCat("Usage: trainctl ", CommandLine(command));
+  if (!command.flags.empty()) absl::StrAppend(&text, " [FLAGS]");
+  absl::StrAppend(&text, "\n\n", command.description);
+  if (!command.alias.empty()) {
+    absl::string_view prefix = command.path.substr(0, command.path.rfind(' ') + 1);
+    absl::StrAppend(&text, "\nAlias: trainctl ", prefix, command.alias, "\n");
+  }
+  if (!command.flags.empty()) {
+    absl::StrAppend(&text, "\nFlags:\n");
+    for (const FlagSpec& flag : command.flags) {
+      std::string left = absl::StrCat("--", flag.name);
+      if (!flag.value_name.empty()) absl::StrAppend(&left, " ", flag.value_name);
+      std::vector<absl::string_view> lines = absl::StrSplit(flag.help, '\n');
+      for (size_t i = 0; i < lines.size(); ++i) {
+        absl::StrAppend(&text, "  ", PadRight(i == 0 ? left : "", kUsageColumn), lines[i], "\n");
+      }
+    }
+  }
+  absl::StrAppend(&text,
+                  "\nGlobal flags: --addr HOST:PORT, -o table|json, --timeout SECONDS (see "
+                  "'trainctl --help').\n");
+  return text;
+}
+
+}  // namespace trainerd::client

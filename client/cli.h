@@ -1,0 +1,86 @@
+// trainctl's command line: the table of commands and their flags, the parser that turns argv into
+// an Invocation, and the usage texts generated from the same table. No gRPC, no I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace trainerd::client {
+
+// Process exit codes, also documented in the top-level usage.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // the daemon said no, was unreachable, or the job failed
+inline constexpr int kExitUsage = 2;    // bad command line or local input; nothing was sent
+
+inline constexpr absl::string_view kDefaultAddress = "127.0.0.1:50051";
+inline constexpr absl::Duration kDefaultTimeout = absl::Seconds(30);
+
+enum class OutputFormat { kTable, kJson };
+
+// Flags that every command accepts, before or after the command words.
+struct GlobalOptions {
+  // gRPC target of trainerd, e.g. "127.0.0.1:50051" or "unix:/run/trainerd.sock". Never empty.
+  std::string address = std::string(kDefaultAddress);
+  OutputFormat output = OutputFormat::kTable;
+  // Deadline of each unary call; always > 0.
+  absl::Duration timeout = kDefaultTimeout;
+};
+
+struct FlagSpec {
+  absl::string_view name;        // without the leading dashes, e.g. "batch-size"
+  absl::string_view value_name;  // e.g. "N"; empty for a boolean flag that takes no value
+  absl::string_view help;
+};
+
+struct CommandSpec {
+  absl::string_view path;   // the command words, e.g. "dataset upload"
+  absl::string_view alias;  // another last word, e.g. "ls" for "dataset list"; may be empty
+  absl::string_view args;   // positional arguments for the usage line, e.g. "NAME FILE"
+  int min_args = 0;
+  int max_args = 0;
+  absl::string_view summary;      // one line for the command list
+  absl::string_view description;  // paragraph(s) for `trainctl COMMAND --help`
+  std::vector<FlagSpec> flags;
+};
+
+// Every command, in the order the usage lists them.
+const std::vector<CommandSpec>& Commands();
+
+// A parsed command line. Not thread-safe (a plain value).
+struct Invocation {
+  GlobalOptions global;
+  // The command; null only when show_help is set and no command was named.
+  const CommandSpec* command = nullptr;
+  // With show_help: the text to print on stdout (top-level, group or command usage).
+  bool show_help = false;
+  std::string help_text;
+  std::vector<std::string> args;             // positional arguments
+  std::map<std::string, std::string> flags;  // command flags by name; "" for boolean flags
+
+  bool Has(absl::string_view flag) const;
+  // The flag's value, or `fallback` when it was not given.
+  std::string Get(absl::string_view flag, absl::string_view fallback = "") const;
+  // Typed values; INVALID_ARGUMENT sentences that name the flag and the bad value.
+  absl::StatusOr<int64_t> GetInt(absl::string_view flag, int64_t fallback, int64_t min,
+                                 int64_t max) const;
+  absl::StatusOr<uint64_t> GetUint(absl::string_view flag, uint64_t fallback) const;
+  absl::StatusOr<double> GetDouble(absl::string_view flag, double fallback) const;
+};
+
+// Parses argv (argv[0] is the program name). `env_address` is $TRAINERD_ADDR, nullopt when unset.
+// Errors are INVALID_ARGUMENT sentences meant for "trainctl: <message>" and exit code 2.
+absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv,
+                                            std::optional<std::string> env_address);
+
+// Usage texts (ending in a newline).
+std::string TopLevelUsage();
+std::string CommandUsage(const CommandSpec& command);
+
+}  // namespace trainerd::client

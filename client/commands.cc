@@ -1,0 +1,315 @@
+// The commands of trainctl. Each one checks what it can locally (exit 2 on bad input, before any
+// connection), makes its calls with a deadline (uploads: a long one; watching: none), and prints
+// a table or JSON. Errors from trainerd become one line on stderr and exit 1.
+#include "client/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "client/connection.h"
+#include "client/health_check.h"
+#include "client/output.h"
+#include "client/progress_bar.h"
+#include "client/requests.h"
+#include "common/sha256.h"
+#include "common/table.h"
+
+namespace trainerd::client {
+namespace {
+
+// What every command gets: its arguments, the connection and the output format.
+struct CommandContext {
+  const Invocation& invocation;
+  Connection& connection;
+  bool json;
+};
+
+int UsageFailure(const absl::Status& status) {
+  PrintError(status.message());
+  return kExitUsage;
+}
+
+int RpcFailure(const CommandContext& context, const grpc::Status& status, absl::Duration timeout,
+               bool had_replies = false) {
+  PrintError(context.connection.DescribeError(status, timeout, had_replies));
+  return kExitFailure;
+}
+
+int UnaryRpcFailure(const CommandContext& context, const grpc::Status& status) {
+  return RpcFailure(context, status, context.invocation.global.timeout);
+}
+
+// Prints `message` as JSON on its own line(s) and flushes, so that watchers see each event.
+int PrintJson(const google::protobuf::Message& message, bool pretty) {
+  absl::StatusOr<std::string> json = ToJson(message, pretty);
+  if (!json.ok()) {
+    PrintError(json.status().message());
+    return kExitFailure;
+  }
+  std::cout << *json << std::endl;
+  return kExitOk;
+}
+
+int PrintText(const std::string& text) {
+  std::cout << text << std::flush;
+  return kExitOk;
+}
+
+int DatasetUpload(const CommandContext& context) {
+  const std::string& name = context.invocation.args.at(0);
+  if (absl::Status status = ValidateDatasetName(name); !status.ok()) return UsageFailure(status);
+  absl::StatusOr<UploadInput> input = UploadInputFromFlags(context.invocation);
+  if (!input.ok()) return UsageFailure(input.status());
+  absl::StatusOr<Table> table = ReadUploadInput(*input);
+  if (!table.ok()) return UsageFailure(table.status());
+
+  const std::string payload = EncodePayload(*table);
+  v1::UploadDatasetRequest request;
+  *request.mutable_header() = MakeDatasetHeader(name, *table, Sha256Hex(payload));
+
+  const absl::Duration timeout = std::max(kUploadTimeout, context.invocation.global.timeout);
+  grpc::ClientContext call;
+  Connection::SetDeadline(&call, timeout);
+  v1::Dataset dataset;
+  std::unique_ptr<grpc::ClientWriter<v1::UploadDatasetRequest>> writer =
+      context.connection.datasets().UploadDataset(&call, &dataset);
+
+  ProgressBar progress(static_cast<int64_t>(payload.size()), isatty(STDERR_FILENO) == 1, stderr);
+  // A failed Write means the stream is over (the daemon rejected it or the connection broke);
+  // Finish then says why.
+  progress.Update(0);
+  bool open = writer->Write(request);
+  size_t sent = 0;
+  while (open && sent < payload.size()) {
+    const size_t size = std::min(kUploadChunkBytes, payload.size() - sent);
+    request.set_chunk(payload.data() + sent, size);
+    open = writer->Write(request);
+    if (open) {
+      sent += size;
+      progress.Update(static_cast<int64_t>(sent));
+    }
+  }
+  if (open) writer->WritesDone();
+  const grpc::Status status = writer->Finish();
+  progress.Finish();
+  if (!status.ok()) return RpcFailure(context, status, timeout);
+  return context.json ? PrintJson(dataset, /*pretty=*/true) : PrintText(DatasetDetails(dataset));
+}
+
+int DatasetList(const CommandContext& context) {
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::ListDatasetsResponse response;
+  grpc::Status status =
+      context.connection.datasets().ListDatasets(&call, v1::ListDatasetsRequest(), &response);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  return context.json ? PrintJson(response, /*pretty=*/true)
+                      : PrintText(DatasetListTable(response));
+}
+
+int DatasetGet(const CommandContext& context) {
+  v1::GetDatasetRequest request;
+  request.set_name(context.invocation.args.at(0));
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::Dataset dataset;
+  grpc::Status status = context.connection.datasets().GetDataset(&call, request, &dataset);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  return context.json ? PrintJson(dataset, /*pretty=*/true) : PrintText(DatasetDetails(dataset));
+}
+
+int DatasetRemove(const CommandContext& context) {
+  v1::DeleteDatasetRequest request;
+  request.set_name(context.invocation.args.at(0));
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::DeleteDatasetResponse response;
+  grpc::Status status = context.connection.datasets().DeleteDataset(&call, request, &response);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  return context.json ? PrintJson(response, /*pretty=*/true)
+                      : PrintText(absl::StrCat("deleted dataset '", request.name(), "'\n"));
+}
+
+// Follows job `id` until it ends: epoch lines (history first, each epoch once), then the outcome
+// line; with JSON, every event as one line. Exit 0 when the job succeeded, 1 otherwise. No
+// deadline: a job may train for hours; Ctrl-C ends trainctl and leaves the job running.
+int WatchJob(const CommandContext& context, const std::string& id) {
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext call;
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      context.connection.jobs().WatchJob(&call, request);
+
+  v1::JobEvent event;
+  int32_t planned_epochs = 0;
+  int32_t last_printed = 0;  // epochs arrive both as events and inside Job; print each once
+  bool had_replies = false;
+  std::optional<v1::Job> final_job;
+  auto print_epoch = [&](const v1::EpochResult& epoch) {
+    if (epoch.epoch() <= last_printed) return;
+    std::cout << EpochLine(epoch, planned_epochs) << std::endl;
+    last_printed = epoch.epoch();
+  };
+  while (reader->Read(&event)) {
+    had_replies = true;
+    if (context.json) {
+      if (int code = PrintJson(event, /*pretty=*/false); code != kExitOk) {
+        call.TryCancel();
+        reader->Finish();
+        return code;
+      }
+    }
+    if (event.has_epoch()) {
+      if (!context.json) print_epoch(event.epoch());
+    } else if (event.has_job()) {
+      const v1::Job& job = event.job();
+      planned_epochs = job.spec().epochs();
+      if (!context.json) {
+        for (const v1::EpochResult& epoch : job.epochs()) print_epoch(epoch);
+      }
+      if (IsTerminal(job.state())) {
+        final_job = job;
+        break;
+      }
+    }
+  }
+  if (final_job.has_value()) {
+    // The daemon ends the stream after the terminal job; do not wait on it to do so.
+    call.TryCancel();
+    reader->Finish();
+    if (!context.json) std::cout << JobOutcomeLine(*final_job) << std::endl;
+    return final_job->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailure;
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return RpcFailure(context, status, absl::InfiniteDuration(), had_replies);
+  PrintError(absl::StrCat("the watch of job '", id, "' ended before the job did"));
+  return kExitFailure;
+}
+
+int Submit(const CommandContext& context) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(context.invocation);
+  if (!spec.ok()) return UsageFailure(spec.status());
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *std::move(spec);
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::Job job;
+  grpc::Status status = context.connection.jobs().SubmitJob(&call, request, &job);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+
+  const bool watch = context.invocation.Has("watch");
+  int code = kExitOk;
+  if (context.json) {
+    // With --watch the output is JSON Lines throughout, so the job goes on one line too.
+    code = PrintJson(job, /*pretty=*/!watch);
+  } else {
+    // Only the id, so that scripts can capture it: JOB=$(trainctl submit ...).
+    std::cout << job.id() << std::endl;
+  }
+  if (code != kExitOk || !watch) return code;
+  return WatchJob(context, job.id());
+}
+
+int JobList(const CommandContext& context) {
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::ListJobsResponse response;
+  grpc::Status status = context.connection.jobs().ListJobs(&call, v1::ListJobsRequest(), &response);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  return context.json ? PrintJson(response, /*pretty=*/true) : PrintText(JobListTable(response));
+}
+
+int JobGet(const CommandContext& context) {
+  v1::GetJobRequest request;
+  request.set_id(context.invocation.args.at(0));
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::Job job;
+  grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  return context.json ? PrintJson(job, /*pretty=*/true) : PrintText(JobDetails(job));
+}
+
+int JobWatch(const CommandContext& context) {
+  return WatchJob(context, context.invocation.args.at(0));
+}
+
+int JobCancel(const CommandContext& context) {
+  v1::CancelJobRequest request;
+  request.set_id(context.invocation.args.at(0));
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::Job job;
+  grpc::Status status = context.connection.jobs().CancelJob(&call, request, &job);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (context.json) return PrintJson(job, /*pretty=*/true);
+  if (job.state() == v1::JOB_STATE_CANCELLED) {
+    return PrintText(absl::StrCat("cancelled job '", job.id(), "'\n"));
+  }
+  return PrintText(absl::StrCat("cancelling job '", job.id(), "' (", JobStateName(job.state()),
+                                "; it stops before its next step)\n"));
+}
+
+int Health(const CommandContext& context) {
+  const std::string service = context.invocation.args.empty() ? "" : context.invocation.args[0];
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  int64_t serving_status = 0;
+  grpc::Status status = CheckHealth(context.connection.channel(), &call, service, &serving_status);
+  // The health protocol answers NOT_FOUND for a service it has no status for.
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    serving_status = kHealthServiceUnknown;
+  } else if (!status.ok()) {
+    return UnaryRpcFailure(context, status);
+  }
+  const std::string name = ServingStatusName(serving_status);
+  if (context.json) {
+    std::cout << "{\n \"status\": \"" << name << "\"\n}" << std::endl;
+  } else {
+    std::cout << name << std::endl;
+  }
+  return serving_status == kHealthServing ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+void PrintError(absl::string_view message) {
+  std::cout.flush();
+  std::cerr << "trainctl: " << message << std::endl;
+}
+
+int RunCommand(const Invocation& invocation) {
+  using Handler = int (*)(const CommandContext&);
+  static const std::pair<absl::string_view, Handler> kHandlers[] = {
+      {"dataset upload", DatasetUpload},
+      {"dataset list", DatasetList},
+      {"dataset get", DatasetGet},
+      {"dataset rm", DatasetRemove},
+      {"submit", Submit},
+      {"job list", JobList},
+      {"job get", JobGet},
+      {"job watch", JobWatch},
+      {"job cancel", JobCancel},
+      {"health", Health},
+  };
+  Connection connection({invocation.global.address, invocation.global.timeout});
+  const CommandContext context{invocation, connection,
+                               invocation.global.output == OutputFormat::kJson};
+  for (const auto& [path, handler] : kHandlers) {
+    if (invocation.command != nullptr && invocation.command->path == path) return handler(context);
+  }
+  PrintError(absl::StrCat("no handler for command '",
+                          invocation.command == nullptr ? "" : invocation.command->path, "'"));
+  return kExitUsage;
+}
+
+}  // namespace trainerd::client

@@ -1,0 +1,70 @@
+// How trainctl shows trainerd's messages: aligned tables, key-value views, watch lines, and JSON.
+// Pure functions of the messages (no gRPC, no I/O), so that their text can be tested as is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "trainerd/v1/datasets.pb.h"
+#include "trainerd/v1/jobs.pb.h"
+
+namespace trainerd::client {
+
+// Columns of text, left-aligned and separated by two spaces. A plain value; not thread-safe.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> headers);
+
+  // A row with fewer cells than headers is padded with empty cells.
+  void AddRow(std::vector<std::string> cells);
+  // Header line and rows, each ending in "\n"; no trailing spaces.
+  std::string Render() const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;  // rows_[0] holds the headers
+};
+
+// "key:  value" lines with the values aligned, each ending in "\n".
+std::string KeyValueLines(const std::vector<std::pair<std::string, std::string>>& lines);
+
+// The message as proto3 JSON with the .proto field names and every field, set or not. `pretty`
+// adds indentation (for single messages); without it the object is one line (for JSON Lines).
+// Ends without a newline.
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty);
+
+// "512 B", "2.9 KiB", "27.0 MiB".
+std::string FormatBytes(int64_t bytes);
+// Local time "2024-05-01 12:34:56"; "-" for an unset timestamp.
+std::string FormatTimestamp(const google::protobuf::Timestamp& timestamp);
+// Six decimals, "0.012345", "1234.567890"; with an exponent below 1e-3 or from 1e6 on,
+// "1.500000e-09".
+std::string FormatLoss(double loss);
+
+// "QUEUED", "RUNNING", ...; "mse", "cross_entropy"; "sgd", "adam"; "float32", "int64".
+std::string JobStateName(v1::JobState state);
+std::string LossName(v1::Loss loss);
+std::string OptimizerName(v1::OptimizerKind kind);
+std::string DTypeName(v1::DType dtype);
+bool IsTerminal(v1::JobState state);
+
+// `dataset list` / `dataset get` and the result of `dataset upload`.
+std::string DatasetListTable(const v1::ListDatasetsResponse& response);
+std::string DatasetDetails(const v1::Dataset& dataset);
+
+// `job list` / `job get`. Details show at most kShownParameterValues values per parameter.
+inline constexpr int kShownParameterValues = 10;
+std::string JobListTable(const v1::ListJobsResponse& response);
+std::string JobDetails(const v1::Job& job);
+
+// `job watch`: "epoch 12/100  loss 0.012345" (without "/N" when planned_epochs <= 0), and the
+// closing line, e.g. "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.009812" or
+// "job job-0123456789ab FAILED: loss became NaN at epoch 3". No trailing newline.
+std::string EpochLine(const v1::EpochResult& epoch, int32_t planned_epochs);
+std::string JobOutcomeLine(const v1::Job& job);
+
+}  // namespace trainerd::client

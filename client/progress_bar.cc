@@ -1,0 +1,60 @@
+// The upload progress bar of `trainctl dataset upload`.
+#include "client/progress_bar.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace trainerd::client {
+namespace {
+
+constexpr int kBarWidth = 30;
+
+}  // namespace
+
+ProgressBar::ProgressBar(int64_t total_bytes, bool enabled, FILE* out)
+    : total_bytes_(total_bytes), enabled_(enabled), out_(out) {}
+
+ProgressBar::~ProgressBar() { Finish(); }
+
+void ProgressBar::Update(int64_t done_bytes) {
+  if (!enabled_) return;
+  std::string text = Render(done_bytes, total_bytes_);
+  if (text == last_) return;
+  std::fprintf(out_, "\r%s", text.c_str());
+  std::fflush(out_);
+  last_ = std::move(text);
+  drawn_ = true;
+}
+
+void ProgressBar::Finish() {
+  if (enabled_ && drawn_) {
+    std::fputc('\n', out_);
+    std::fflush(out_);
+  }
+  enabled_ = false;
+}
+
+std::string ProgressBar::Render(int64_t done_bytes, int64_t total_bytes) {
+  const double fraction =
+      total_bytes <= 0 ? 1.0 : std::clamp(static_cast<double>(done_bytes) / total_bytes, 0.0, 1.0);
+  const int filled = static_cast<int>(fraction * kBarWidth);
+  std::string bar =
+      absl::StrFormat("[%s%s] %3d%% ", std::string(filled, '#'),
+                      std::string(kBarWidth - filled, ' '), static_cast<int>(fraction * 100));
+  // One unit for both numbers, picked by the total.
+  if (total_bytes < 1024) return absl::StrCat(bar, done_bytes, "/", total_bytes, " B");
+  constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
+  double scale = 1024;
+  int unit = 0;
+  while (unit < 3 && total_bytes >= scale * 1024) {
+    scale *= 1024;
+    ++unit;
+  }
+  return absl::StrCat(
+      bar, absl::StrFormat("%.1f/%.1f %s", done_bytes / scale, total_bytes / scale, kUnits[unit]));
+}
+
+}  // namespace trainerd::client
