@@ -1,0 +1,236 @@
+// End-to-end tests: the real trainerd and trainctl binaries as separate processes on loopback.
+#include <signal.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/subprocess.h"
+#include "trainerd/v1/datasets.pb.h"
+#include "trainerd/v1/jobs.pb.h"
+
+namespace trainerd::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The seed question's data: y = 1 + 2x + 0.1 * noise, 800 rows.
+std::string SeedCsv() {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::normal_distribution<double> noise(0.0, 1.0);
+  std::string csv = "x,y\n";
+  for (int i = 0; i < 800; ++i) {
+    const double x = uniform(rng);
+    const double y = 1 + 2 * x + 0.1 * noise(rng);
+    char line[64];
+    std::snprintf(line, sizeof(line), "%.9g,%.9g\n", x, y);
+    csv += line;
+  }
+  return csv;
+}
+
+// A little-endian .npy (format 1.0) file.
+std::string Npy(const std::string& descr, const std::vector<int64_t>& shape, const void* data,
+                size_t bytes) {
+  std::string dims;
+  for (int64_t d : shape) dims += std::to_string(d) + ",";
+  if (shape.size() > 1) dims.pop_back();
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': (" + dims + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(static_cast<const char*>(data), bytes);
+  return out;
+}
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("trainerd-e2e-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    StartDaemon();
+  }
+
+  void TearDown() override {
+    daemon_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void StartDaemon() {
+    daemon_ = std::make_unique<Daemon>(std::vector<std::string>{
+        TRAINERD_BIN, "--listen=127.0.0.1:0", "--data_dir=" + (dir_ / "data").string(),
+        "--device=cpu"});
+    std::string line;
+    ASSERT_TRUE(daemon_->ReadLine(&line)) << "trainerd exited: " << daemon_->Stderr();
+    const std::string marker = "listening on ";
+    const size_t at = line.find(marker);
+    ASSERT_NE(at, std::string::npos) << line;
+    addr_ = line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
+  }
+
+  RunResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), {TRAINCTL_BIN, "--addr", addr_});
+    return e2e::Run(args);
+  }
+
+  std::string WriteFile(const std::string& name, const std::string& contents) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << contents;
+    return path;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Daemon> daemon_;
+  std::string addr_;
+};
+
+TEST_F(EndToEndTest, HealthReportsServing) {
+  RunResult r = Ctl({"health"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("SERVING"));
+}
+
+TEST_F(EndToEndTest, SeedScenarioLearnsWeightAndBias) {
+  const std::string csv = WriteFile("seed.csv", SeedCsv());
+  RunResult up = Ctl({"dataset", "upload", "seed", csv});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_THAT(up.out, HasSubstr("800"));
+
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--loss", "mse",
+                       "--optimizer", "sgd", "--lr", "0.1", "--batch-size", "16", "--epochs",
+                       "100", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("epoch 1/100"));
+  EXPECT_THAT(run.out, HasSubstr("epoch 100/100"));
+  EXPECT_THAT(run.out, HasSubstr("SUCCEEDED"));
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  ASSERT_THAT(id, ::testing::StartsWith("job-"));
+
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.epochs_size(), 100);
+  EXPECT_EQ(job.host_syncs(), 101);  // one per epoch plus the parameter read-back
+  EXPECT_EQ(job.steps(), 100 * 50);
+  ASSERT_EQ(job.parameters_size(), 2);
+  EXPECT_EQ(job.parameters(0).name(), "0.weight");
+  EXPECT_NEAR(job.parameters(0).values(0), 2.0, 0.05);
+  EXPECT_EQ(job.parameters(1).name(), "0.bias");
+  EXPECT_NEAR(job.parameters(1).values(0), 1.0, 0.05);
+  EXPECT_LT(job.final_loss(), 0.02);
+}
+
+TEST_F(EndToEndTest, NpyUploadWithSeparateTargets) {
+  const std::vector<float> x = {0, 1, 2, 3, 4, 5};  // 3 rows x 2 features
+  const std::vector<int64_t> y = {0, 1, 1};
+  const std::string xf = WriteFile("x.npy", Npy("<f4", {3, 2}, x.data(), x.size() * 4));
+  const std::string yf = WriteFile("y.npy", Npy("<i8", {3}, y.data(), y.size() * 8));
+  RunResult up = Ctl({"-o", "json", "dataset", "upload", "cls", xf, "--targets", yf,
+                      "--target-dtype", "int64"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  v1::Dataset ds;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(up.out, &ds).ok()) << up.out;
+  EXPECT_EQ(ds.row_count(), 3);
+  EXPECT_THAT(ds.feature_shape(), ::testing::ElementsAre(2));
+  EXPECT_EQ(ds.target_dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(ds.target_max(), 1);
+  EXPECT_EQ(ds.size_bytes(), 3 * 2 * 4 + 3 * 8);
+}
+
+TEST_F(EndToEndTest, UnreachableDaemonNamesTheAddress) {
+  const std::string addr = addr_;
+  ASSERT_EQ(daemon_->Stop(SIGTERM), 0);
+  RunResult r = Ctl({"dataset", "list"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cannot reach trainerd at " + addr));
+}
+
+TEST_F(EndToEndTest, MissingDatasetIsNotFound) {
+  RunResult r = Ctl({"dataset", "get", "nope"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("dataset 'nope' not found"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+}
+
+TEST_F(EndToEndTest, MalformedCsvNamesTheLine) {
+  const std::string csv = WriteFile("bad.csv", "x,y\n1,2\n3,abc\n");
+  RunResult r = Ctl({"dataset", "upload", "bad", csv});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("line 3"));
+}
+
+TEST_F(EndToEndTest, SpecThatDoesNotFitIsRejectedWithTheReason) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult r = Ctl({"submit", "--dataset", "seed", "--model", "linear:3", "--loss", "mse"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("mse"));
+  EXPECT_THAT(r.err, HasSubstr("linear:3"));
+}
+
+TEST_F(EndToEndTest, DivergingJobFailsAndWatchExitsOne) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult r = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "1e6",
+                     "--epochs", "50", "--batch-size", "16", "--watch"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out + r.err, HasSubstr("FAILED"));
+  EXPECT_THAT(r.out + r.err, HasSubstr("loss became"));
+}
+
+TEST_F(EndToEndTest, DatasetSurvivesRestart) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult before = Ctl({"-o", "json", "dataset", "get", "seed"});
+  ASSERT_EQ(before.exit_code, 0);
+  EXPECT_EQ(daemon_->Stop(SIGTERM), 0) << daemon_->Stderr();
+  StartDaemon();
+  RunResult after = Ctl({"-o", "json", "dataset", "get", "seed"});
+  ASSERT_EQ(after.exit_code, 0) << after.err;
+  v1::Dataset a, b;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(before.out, &a).ok());
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(after.out, &b).ok());
+  EXPECT_EQ(a.sha256(), b.sha256());
+  EXPECT_EQ(b.row_count(), 800);
+}
+
+TEST_F(EndToEndTest, SigtermStopsDaemonCleanlyAndCancelsRunningJob) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                          "--epochs", "1000000"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  EXPECT_EQ(daemon_->Stop(SIGTERM), 0);
+  EXPECT_THAT(daemon_->Stderr(), HasSubstr("shutting down"));
+}
+
+TEST_F(EndToEndTest, CancelledJobEndsCancelled) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                          "--epochs", "1000000"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  RunResult cancel = Ctl({"job", "cancel", id});
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  RunResult watch = Ctl({"job", "watch", id});  // returns once the job has ended
+  EXPECT_EQ(watch.exit_code, 1);
+  EXPECT_THAT(watch.out, HasSubstr("CANCELLED"));
+  RunResult rm = Ctl({"dataset", "rm", "seed"});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+}
+
+}  // namespace
+}  // namespace trainerd::e2e
