@@ -27,7 +27,7 @@ configure: deps
 	if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
 	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
 	    -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
-	    -DCUDAToolkit_ROOT="$$TRAINERD_CUDA_ROOT" \
+	    -DCUDAToolkit_ROOT="$$TRAINERD_CUDA_ROOT" -DCUDA_TOOLKIT_ROOT_DIR="$$TRAINERD_CUDA_ROOT" \
 	    -DCMAKE_CUDA_COMPILER="$$TRAINERD_CUDA_ROOT/bin/nvcc" \
 	    -DTORCH_CUDA_ARCH_LIST="9.0" >/dev/null; \
 	fi

@@ -81,7 +81,7 @@ if [ "$TORCH_CUDA" != "none" ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   if [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
     log "no CUDA toolkit at ${CUDA_HOME:-/usr/local/cuda}; installing nvcc $TORCH_CUDA and headers from PyPI"
     "$VENV/bin/python" -m pip install -q "nvidia-cuda-nvcc==$TORCH_CUDA.*" \
-      "nvidia-cuda-crt==$TORCH_CUDA.*" "nvidia-cuda-cccl==$TORCH_CUDA.*" >&2
+      "nvidia-cuda-crt==$TORCH_CUDA.*" "nvidia-cuda-cccl==$TORCH_CUDA.*" "nvidia-nvvm==$TORCH_CUDA.*" >&2
   fi
   [ -x "$CUDA_ROOT/bin/nvcc" ] || { log "no nvcc under $CUDA_ROOT after installing"; exit 1; }
   # CMake's FindCUDAToolkit wants unversioned library names and a lib64 folder.
