@@ -1,0 +1,324 @@
+// Tests trainerd.v1.JobService (server/service/job_service.h) through a real server and a real TCP
+// channel: submission, the WatchJob stream (live, late and concurrent watchers), cancellation and
+// the errors with their codes. A Watch stream is the only synchronisation: no test sleeps.
+#include <algorithm>
+#include <functional>
+#include <future>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+
+namespace trainerd::service::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::FloatNear;
+using ::testing::HasSubstr;
+
+constexpr int32_t kEpochs = 10;
+
+bool IsJobId(const std::string& id) {
+  return id.size() == 16 && id.rfind("job-", 0) == 0 &&
+         std::all_of(id.begin() + 4, id.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
+const v1::Parameter* FindParameter(const v1::Job& job, const std::string& name) {
+  for (const v1::Parameter& parameter : job.parameters()) {
+    if (parameter.name() == name) return &parameter;
+  }
+  return nullptr;
+}
+
+class JobServiceTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    if (HasFatalFailure()) return;
+    UploadSeed();
+  }
+
+  // Submits `spec`; fails the test unless it is accepted.
+  v1::Job Submit(const v1::JobSpec& spec) {
+    v1::Job job;
+    grpc::Status status = SubmitJob(spec, &job);
+    EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+    return job;
+  }
+
+  // Submits a job on "seed" that runs until cancelled and returns a watch of it that has received
+  // its first epoch, so the job is running.
+  std::unique_ptr<JobWatch> StartLongJob(std::string* id) {
+    *id = Submit(LinearSpec("seed", kLongJobEpochs)).id();
+    std::unique_ptr<JobWatch> watch = Watch(*id);
+    EXPECT_TRUE(watch->NextEpoch()) << "the stream ended before the first epoch";
+    return watch;
+  }
+};
+
+TEST_F(JobServiceTest, SubmitReturnsQueuedJobWithSpecFilledIn) {
+  v1::Job job;
+  grpc::Status status = SubmitJob(LinearSpec("seed", kEpochs), &job);
+
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_TRUE(IsJobId(job.id())) << job.id();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_QUEUED);
+  EXPECT_EQ(job.device(), "cpu");
+  EXPECT_GT(job.create_time().seconds(), 0);
+  const v1::JobSpec& spec = job.spec();
+  EXPECT_EQ(spec.dataset(), "seed");
+  EXPECT_EQ(spec.model(), "linear:1");
+  EXPECT_EQ(spec.loss(), v1::LOSS_MSE);
+  EXPECT_EQ(spec.optimizer().kind(), v1::OPTIMIZER_KIND_SGD);
+  EXPECT_DOUBLE_EQ(spec.optimizer().learning_rate(), 0.1);
+  EXPECT_EQ(spec.batch_size(), 16);
+  EXPECT_EQ(spec.epochs(), kEpochs);
+  ASSERT_TRUE(spec.has_seed());
+  EXPECT_EQ(spec.seed(), 42u);
+  ASSERT_TRUE(spec.has_shuffle());
+  EXPECT_TRUE(spec.shuffle());
+  EXPECT_EQ(spec.device(), "cpu");
+}
+
+TEST_F(JobServiceTest, SubmitWithoutSeedReportsTheSeedItPicked) {
+  v1::JobSpec spec = LinearSpec("seed", kEpochs);
+  spec.clear_seed();
+
+  v1::Job job = Submit(spec);
+
+  EXPECT_TRUE(job.spec().has_seed());
+}
+
+TEST_F(JobServiceTest, WatchStreamsEveryEpochThenSucceededJob) {
+  const v1::Job job = Submit(LinearSpec("seed", kEpochs));
+
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  grpc::Status status = watch->Finish();
+
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ExpectEpochsThenTerminal(watch->events(), kEpochs, v1::JOB_STATE_SUCCEEDED);
+  const std::vector<v1::EpochResult> epochs = watch->epochs();
+  ASSERT_EQ(epochs.size(), static_cast<size_t>(kEpochs));
+  // y = 1 + 2x + 0.1 noise: the loss falls towards the noise's variance, 0.01.
+  EXPECT_GT(epochs.front().loss(), epochs.back().loss());
+  EXPECT_LT(epochs.back().loss(), 0.02);
+  for (size_t i = 1; i < epochs.size(); ++i) {
+    EXPECT_GE(epochs[i].elapsed_seconds(), epochs[i - 1].elapsed_seconds());
+  }
+}
+
+TEST_F(JobServiceTest, FinishedJobReportsStepsHostSyncsAndParameters) {
+  const v1::Job submitted = Submit(LinearSpec("seed", kEpochs));
+  ASSERT_TRUE(Watch(submitted.id())->Finish().ok());
+
+  v1::Job job;
+  grpc::Status status = GetJob(submitted.id(), &job);
+
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.error(), "");
+  ASSERT_EQ(job.epochs_size(), kEpochs);
+  EXPECT_EQ(job.final_loss(), job.epochs(kEpochs - 1).loss());
+  EXPECT_EQ(job.steps(), 500);      // 800 rows / 16 per batch * 10 epochs
+  EXPECT_EQ(job.host_syncs(), 11);  // one per epoch plus the parameter read-back
+  EXPECT_EQ(job.parameter_count(), 2);
+  EXPECT_EQ(job.device(), "cpu");
+  EXPECT_GT(job.end_time().seconds(), 0);
+  const v1::Parameter* weight = FindParameter(job, "0.weight");
+  const v1::Parameter* bias = FindParameter(job, "0.bias");
+  ASSERT_NE(weight, nullptr);
+  ASSERT_NE(bias, nullptr);
+  EXPECT_THAT(weight->shape(), ElementsAre(1, 1));
+  EXPECT_THAT(bias->shape(), ElementsAre(1));
+  EXPECT_THAT(weight->values(), ElementsAre(FloatNear(2.0f, 0.05f)));
+  EXPECT_THAT(bias->values(), ElementsAre(FloatNear(1.0f, 0.05f)));
+}
+
+TEST_F(JobServiceTest, LateWatcherGetsHistoryThenTerminalJob) {
+  const v1::Job job = Submit(LinearSpec("seed", kEpochs));
+  ASSERT_TRUE(Watch(job.id())->Finish().ok());  // the job has ended
+
+  std::unique_ptr<JobWatch> late = Watch(job.id());
+  grpc::Status status = late->Finish();
+
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ASSERT_EQ(late->events().size(), static_cast<size_t>(kEpochs + 1));
+  ExpectEpochsThenTerminal(late->events(), kEpochs, v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(JobServiceTest, TwoConcurrentWatchersBothGetFullSequence) {
+  // A long job ahead in the CPU queue keeps the watched job QUEUED until both watchers are
+  // subscribed (each has received the job's QUEUED state).
+  const v1::Job blocker = Submit(LinearSpec("seed", kLongJobEpochs));
+  const v1::Job job = Submit(LinearSpec("seed", kEpochs));
+  std::unique_ptr<JobWatch> first = Watch(job.id());
+  std::unique_ptr<JobWatch> second = Watch(job.id());
+  v1::JobEvent event;
+  ASSERT_TRUE(first->Next(&event));
+  ASSERT_TRUE(event.has_job());
+  EXPECT_EQ(event.job().state(), v1::JOB_STATE_QUEUED);
+  ASSERT_TRUE(second->Next(&event));
+  ASSERT_TRUE(event.has_job());
+  EXPECT_EQ(event.job().state(), v1::JOB_STATE_QUEUED);
+
+  auto first_done = std::async(std::launch::async, [&] { return first->Finish(); });
+  auto second_done = std::async(std::launch::async, [&] { return second->Finish(); });
+  v1::Job cancelled;
+  ASSERT_TRUE(CancelJob(blocker.id(), &cancelled).ok());
+  grpc::Status first_status = first_done.get();
+  grpc::Status second_status = second_done.get();
+
+  EXPECT_TRUE(first_status.ok()) << first_status.error_message();
+  EXPECT_TRUE(second_status.ok()) << second_status.error_message();
+  ExpectEpochsThenTerminal(first->events(), kEpochs, v1::JOB_STATE_SUCCEEDED);
+  ExpectEpochsThenTerminal(second->events(), kEpochs, v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(first->epochs().size(), second->epochs().size());
+  for (size_t i = 0; i < first->epochs().size(); ++i) {
+    EXPECT_EQ(first->epochs()[i].loss(), second->epochs()[i].loss());
+  }
+}
+
+TEST_F(JobServiceTest, ListJobsReturnsJobsOldestFirst) {
+  const v1::Job first = Submit(LinearSpec("seed", /*epochs=*/1));
+  const v1::Job second = Submit(LinearSpec("seed", /*epochs=*/1));
+
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  v1::ListJobsResponse list;
+  grpc::Status status = jobs_->ListJobs(&context, v1::ListJobsRequest(), &list);
+
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(list.jobs_size(), 2);
+  EXPECT_EQ(list.jobs(0).id(), first.id());
+  EXPECT_EQ(list.jobs(1).id(), second.id());
+}
+
+TEST_F(JobServiceTest, WatchOfUnknownJobIsNotFound) {
+  std::unique_ptr<JobWatch> watch = Watch("job-000000000000");
+  grpc::Status status = watch->Finish();
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("'job-000000000000'"));
+  EXPECT_TRUE(watch->events().empty());
+}
+
+TEST_F(JobServiceTest, GetOfUnknownJobIsNotFound) {
+  v1::Job job;
+  grpc::Status status = GetJob("job-000000000000", &job);
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("'job-000000000000'"));
+}
+
+TEST_F(JobServiceTest, SubmitOnUnknownDatasetIsNotFound) {
+  v1::Job job;
+  grpc::Status status = SubmitJob(LinearSpec("missing", kEpochs), &job);
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("'missing'"));
+}
+
+TEST_F(JobServiceTest, CancelOfFinishedJobIsFailedPrecondition) {
+  const v1::Job job = Submit(LinearSpec("seed", /*epochs=*/1));
+  ASSERT_TRUE(Watch(job.id())->Finish().ok());
+
+  v1::Job cancelled;
+  grpc::Status status = CancelJob(job.id(), &cancelled);
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("already ended"));
+}
+
+TEST_F(JobServiceTest, CancelOfRunningJobEndsWatchWithCancelledJob) {
+  std::string id;
+  std::unique_ptr<JobWatch> watch = StartLongJob(&id);
+  ASSERT_FALSE(HasFailure());
+
+  v1::Job job;
+  grpc::Status cancel = CancelJob(id, &job);
+  grpc::Status status = watch->Finish();
+
+  ASSERT_TRUE(cancel.ok()) << cancel.error_message();
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  const v1::JobEvent& last = watch->events().back();
+  ASSERT_TRUE(last.has_job());
+  EXPECT_EQ(last.job().state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_GE(last.job().epochs_size(), 1);
+  EXPECT_LT(last.job().epochs_size(), kLongJobEpochs);
+  EXPECT_EQ(watch->epochs().size(), static_cast<size_t>(last.job().epochs_size()));
+}
+
+TEST_F(JobServiceTest, DeleteOfDatasetInUseIsFailedPreconditionUntilJobEnds) {
+  std::string id;
+  std::unique_ptr<JobWatch> watch = StartLongJob(&id);
+  ASSERT_FALSE(HasFailure());
+
+  grpc::Status in_use = DeleteDataset("seed");
+  EXPECT_EQ(in_use.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(in_use.error_message(), HasSubstr(id));
+
+  v1::Job job;
+  ASSERT_TRUE(CancelJob(id, &job).ok());
+  ASSERT_TRUE(watch->Finish().ok());
+  ASSERT_EQ(watch->events().back().job().state(), v1::JOB_STATE_CANCELLED);
+  grpc::Status deleted = DeleteDataset("seed");
+  EXPECT_TRUE(deleted.ok()) << deleted.error_code() << ": " << deleted.error_message();
+}
+
+// A spec the daemon refuses with INVALID_ARGUMENT and a sentence that names the fault.
+struct InvalidSpec {
+  std::string name;  // the test's name
+  std::function<void(v1::JobSpec*)> mutate;
+  std::string message_part;
+};
+
+void PrintTo(const InvalidSpec& spec, std::ostream* os) { *os << spec.name; }
+
+std::vector<InvalidSpec> InvalidSpecs() {
+  return {
+      {"LossUnspecified", [](v1::JobSpec* spec) { spec->set_loss(v1::LOSS_UNSPECIFIED); }, "loss"},
+      {"OptimizerUnspecified",
+       [](v1::JobSpec* spec) {
+         spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_UNSPECIFIED);
+       },
+       "optimizer"},
+      {"BadModelText", [](v1::JobSpec* spec) { spec->set_model("linear:4,conv:3"); }, "conv"},
+      {"MseOnInt64Targets", [](v1::JobSpec* spec) { spec->set_dataset("classes"); }, "int64"},
+      {"ZeroLearningRate",
+       [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_learning_rate(0); }, "learning rate"},
+  };
+}
+
+class InvalidSpecTest : public JobServiceTest, public ::testing::WithParamInterface<InvalidSpec> {
+ protected:
+  void SetUp() override {
+    JobServiceTest::SetUp();
+    if (HasFatalFailure()) return;
+    v1::Dataset dataset;
+    ASSERT_TRUE(UploadTable("classes", ClassTable(8), &dataset).ok());
+  }
+};
+
+TEST_P(InvalidSpecTest, SubmitIsInvalidArgumentWithSentence) {
+  v1::JobSpec spec = LinearSpec("seed", kEpochs);
+  GetParam().mutate(&spec);
+
+  v1::Job job;
+  grpc::Status status = SubmitJob(spec, &job);
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr(GetParam().message_part));
+  EXPECT_NE(status.error_message().find(' '), std::string::npos);  // words, not a bare token
+}
+
+INSTANTIATE_TEST_SUITE_P(Specs, InvalidSpecTest, ::testing::ValuesIn(InvalidSpecs()),
+                         [](const ::testing::TestParamInfo<InvalidSpec>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace trainerd::service::testing

@@ -1,0 +1,83 @@
+// Tests server/service/server.h: the standard health and reflection services beside the API, and
+// an orderly Shutdown while a job runs and a client watches it.
+#include <algorithm>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+
+namespace trainerd::service::testing {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+constexpr int64_t kServing = 1;     // grpc.health.v1.HealthCheckResponse.SERVING
+constexpr int64_t kNotServing = 2;  // grpc.health.v1.HealthCheckResponse.NOT_SERVING
+
+class ServerTest : public ServiceTest {};
+
+TEST_F(ServerTest, HealthIsServingWhileRunning) {
+  int64_t serving_status = -1;
+  grpc::Status status = CheckHealth(channel_, "", &serving_status);
+
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_EQ(serving_status, kServing);
+}
+
+TEST_F(ServerTest, HealthOfJobServiceIsServingWhileRunning) {
+  int64_t serving_status = -1;
+  grpc::Status status = CheckHealth(channel_, "trainerd.v1.JobService", &serving_status);
+
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_EQ(serving_status, kServing);
+}
+
+TEST_F(ServerTest, HealthFailsOrIsNotServingAfterShutdown) {
+  server_->Shutdown(absl::Seconds(5));
+
+  int64_t serving_status = -1;
+  grpc::Status status = CheckHealth(channel_, "", &serving_status);
+
+  EXPECT_TRUE(!status.ok() || serving_status == kNotServing)
+      << "the health check after Shutdown answered status " << serving_status;
+}
+
+TEST_F(ServerTest, ReflectionListsTheApiServices) {
+  std::vector<std::string> services;
+  grpc::Status status = ListReflectedServices(channel_, &services);
+
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_THAT(services, Contains("trainerd.v1.JobService"));
+  EXPECT_THAT(services, Contains("trainerd.v1.DatasetService"));
+}
+
+TEST_F(ServerTest, ShutdownCancelsRunningJobAndEndsItsWatch) {
+  UploadSeed();
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(LinearSpec("seed", kLongJobEpochs), &job).ok());
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->NextEpoch()) << "the stream ended before the first epoch";
+  auto watch_done = std::async(std::launch::async, [&] { return watch->Finish(); });
+
+  // The deadline is far beyond "promptly": the watch must end by itself, not be cut off.
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  const absl::Duration took = absl::Now() - start;
+  grpc::Status status = watch_done.get();
+
+  EXPECT_LT(took, absl::Seconds(5)) << "Shutdown took " << took;
+  EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ASSERT_FALSE(watch->events().empty());
+  const v1::JobEvent& last = watch->events().back();
+  ASSERT_TRUE(last.has_job()) << last.ShortDebugString();
+  EXPECT_EQ(v1::JobState_Name(last.job().state()), v1::JobState_Name(v1::JOB_STATE_CANCELLED));
+  EXPECT_THAT(last.job().error(), HasSubstr("shut down"));
+  EXPECT_LT(last.job().epochs_size(), kLongJobEpochs);
+}
+
+}  // namespace
+}  // namespace trainerd::service::testing
