@@ -1,0 +1,561 @@
+// Tests for client/cli.h: global flags, $TRAINERD_ADDR, commands and their positional arguments,
+// aliases, command flags, help forms, parse errors, and the typed flag getters.
+#include "client/cli.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainerd::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::Pair;
+using ::testing::StartsWith;
+
+// Parses "trainctl" followed by `words`, without $TRAINERD_ADDR unless given.
+absl::StatusOr<Invocation> Parse(std::vector<std::string> words,
+                                 std::optional<std::string> env_address = std::nullopt) {
+  words.insert(words.begin(), "trainctl");
+  return ParseCommandLine(words, std::move(env_address));
+}
+
+// The message of a parse that must fail with INVALID_ARGUMENT.
+std::string ParseError(std::vector<std::string> words) {
+  const absl::StatusOr<Invocation> invocation = Parse(words);
+  EXPECT_EQ(invocation.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(invocation.status().message());
+}
+
+// ---- Global flags and the address ----------------------------------------------------------
+
+TEST(ParseCommandLineTest, DefaultsWithoutFlagsOrEnvironment) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "list"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.address, "127.0.0.1:50051");
+  EXPECT_EQ(invocation->global.output, OutputFormat::kTable);
+  EXPECT_EQ(invocation->global.timeout, absl::Seconds(30));
+  EXPECT_FALSE(invocation->show_help);
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "job list");
+}
+
+TEST(ParseCommandLineTest, EnvironmentAddressIsUsedWithoutAddrFlag) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "list"}, "10.0.0.7:6000");
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.address, "10.0.0.7:6000");
+}
+
+TEST(ParseCommandLineTest, EmptyEnvironmentAddressFallsBackToDefault) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "list"}, "");
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.address, "127.0.0.1:50051");
+}
+
+TEST(ParseCommandLineTest, AddrFlagBeforeCommandOverridesEnvironment) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"--addr", "gpu-box:7000", "job", "list"}, "10.0.0.7:6000");
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.address, "gpu-box:7000");
+}
+
+TEST(ParseCommandLineTest, AddrEqualsFormAfterCommandSetsAddress) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"dataset", "get", "iris", "--addr=unix:/run/trainerd.sock"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.address, "unix:/run/trainerd.sock");
+  EXPECT_THAT(invocation->args, ElementsAre("iris"));
+}
+
+TEST(ParseCommandLineTest, EmptyAddrIsRejected) {
+  EXPECT_EQ(ParseError({"--addr=", "job", "list"}), "--addr needs a HOST:PORT");
+}
+
+TEST(ParseCommandLineTest, ShortOutputFlagBeforeCommandSelectsJson) {
+  const absl::StatusOr<Invocation> invocation = Parse({"-o", "json", "job", "list"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.output, OutputFormat::kJson);
+}
+
+TEST(ParseCommandLineTest, LongOutputEqualsFormAfterCommandSelectsJson) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "get", "job-1", "--output=json"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.output, OutputFormat::kJson);
+  EXPECT_THAT(invocation->args, ElementsAre("job-1"));
+}
+
+TEST(ParseCommandLineTest, AttachedShortOutputValueSelectsJson) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "list", "-ojson"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.output, OutputFormat::kJson);
+}
+
+TEST(ParseCommandLineTest, LaterOutputFlagWins) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"-o", "json", "job", "list", "--output", "table"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.output, OutputFormat::kTable);
+}
+
+TEST(ParseCommandLineTest, UnknownOutputFormatIsRejectedByName) {
+  EXPECT_EQ(ParseError({"-o", "yaml", "job", "list"}),
+            "unknown output format 'yaml' (expected table or json)");
+}
+
+TEST(ParseCommandLineTest, TimeoutInSecondsAcceptsFractions) {
+  const absl::StatusOr<Invocation> invocation = Parse({"--timeout", "2.5", "job", "list"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.timeout, absl::Milliseconds(2500));
+}
+
+TEST(ParseCommandLineTest, TimeoutAcceptsDurationAfterCommand) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "list", "--timeout=2m"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.timeout, absl::Minutes(2));
+}
+
+TEST(ParseCommandLineTest, NonNumericTimeoutIsRejectedByValue) {
+  EXPECT_EQ(ParseError({"--timeout", "soon", "job", "list"}),
+            "--timeout: 'soon' is not a number of seconds (or a duration like 2m)");
+}
+
+TEST(ParseCommandLineTest, ZeroTimeoutIsRejected) {
+  EXPECT_EQ(ParseError({"--timeout", "0", "job", "list"}),
+            "--timeout must be a positive, finite time, got '0'");
+}
+
+TEST(ParseCommandLineTest, InfiniteTimeoutIsRejected) {
+  EXPECT_EQ(ParseError({"--timeout", "inf", "job", "list"}),
+            "--timeout must be a positive, finite time, got 'inf'");
+}
+
+TEST(ParseCommandLineTest, GlobalFlagWithoutValueNamesTheFlag) {
+  EXPECT_EQ(ParseError({"job", "list", "--addr"}), "flag --addr needs a value");
+  EXPECT_EQ(ParseError({"job", "list", "-o"}), "flag -o needs a value");
+}
+
+// ---- Commands and positional arguments -----------------------------------------------------
+
+struct ArgumentCounts {
+  std::vector<std::string> words;  // the command words
+  int min_args;
+  int max_args;
+};
+
+void PrintTo(const ArgumentCounts& counts, std::ostream* out) {
+  for (const std::string& word : counts.words) *out << word << " ";
+  *out << counts.min_args << ".." << counts.max_args;
+}
+
+class PositionalArgumentsTest : public ::testing::TestWithParam<ArgumentCounts> {
+ protected:
+  // The command words followed by `count` arguments "a0", "a1", ...
+  absl::StatusOr<Invocation> ParseWithArgs(int count) const {
+    std::vector<std::string> words = GetParam().words;
+    for (int i = 0; i < count; ++i) words.push_back("a" + std::to_string(i));
+    return Parse(words);
+  }
+  std::string Path() const {
+    std::string path;
+    for (const std::string& word : GetParam().words) path += (path.empty() ? "" : " ") + word;
+    return path;
+  }
+};
+
+TEST_P(PositionalArgumentsTest, AcceptsEveryAllowedCount) {
+  for (int count = GetParam().min_args; count <= GetParam().max_args; ++count) {
+    const absl::StatusOr<Invocation> invocation = ParseWithArgs(count);
+    ASSERT_TRUE(invocation.ok()) << count << ": " << invocation.status();
+    ASSERT_NE(invocation->command, nullptr);
+    EXPECT_EQ(invocation->command->path, Path());
+    EXPECT_EQ(static_cast<int>(invocation->args.size()), count);
+  }
+}
+
+TEST_P(PositionalArgumentsTest, RejectsOneArgumentTooManyNamingIt) {
+  const absl::StatusOr<Invocation> invocation = ParseWithArgs(GetParam().max_args + 1);
+  ASSERT_EQ(invocation.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(invocation.status().message()),
+              StartsWith("unexpected argument 'a" + std::to_string(GetParam().max_args) +
+                         "' for '" + Path() + "'"));
+  EXPECT_THAT(std::string(invocation.status().message()),
+              HasSubstr("(see 'trainctl " + Path() + " --help')"));
+}
+
+// The commands with required arguments.
+class RequiredArgumentsTest : public PositionalArgumentsTest {};
+
+TEST_P(RequiredArgumentsTest, RejectsOneArgumentTooFewSayingWhatIsNeeded) {
+  const absl::StatusOr<Invocation> invocation = ParseWithArgs(GetParam().min_args - 1);
+  ASSERT_EQ(invocation.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(invocation.status().message()), StartsWith("'" + Path() + "' needs "));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryCommand, PositionalArgumentsTest,
+    ::testing::Values(ArgumentCounts{{"dataset", "upload"}, 2, 2},
+                      ArgumentCounts{{"dataset", "list"}, 0, 0},
+                      ArgumentCounts{{"dataset", "get"}, 1, 1},
+                      ArgumentCounts{{"dataset", "rm"}, 1, 1}, ArgumentCounts{{"submit"}, 0, 0},
+                      ArgumentCounts{{"job", "list"}, 0, 0}, ArgumentCounts{{"job", "get"}, 1, 1},
+                      ArgumentCounts{{"job", "watch"}, 1, 1},
+                      ArgumentCounts{{"job", "cancel"}, 1, 1}, ArgumentCounts{{"health"}, 0, 1}));
+
+INSTANTIATE_TEST_SUITE_P(CommandsWithArguments, RequiredArgumentsTest,
+                         ::testing::Values(ArgumentCounts{{"dataset", "upload"}, 2, 2},
+                                           ArgumentCounts{{"dataset", "get"}, 1, 1},
+                                           ArgumentCounts{{"dataset", "rm"}, 1, 1},
+                                           ArgumentCounts{{"job", "get"}, 1, 1},
+                                           ArgumentCounts{{"job", "watch"}, 1, 1},
+                                           ArgumentCounts{{"job", "cancel"}, 1, 1}));
+
+TEST(ParseCommandLineTest, DatasetUploadWithoutFileSaysNameAndFileAreNeeded) {
+  EXPECT_EQ(ParseError({"dataset", "upload", "iris"}),
+            "'dataset upload' needs NAME FILE (see 'trainctl dataset upload --help')");
+}
+
+TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
+  std::vector<std::string> paths;
+  for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
+  EXPECT_THAT(paths,
+              ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
+                          "job list", "job get", "job watch", "job cancel", "health", "help"));
+}
+
+TEST(ParseCommandLineTest, DatasetLsIsAnAliasOfDatasetList) {
+  const absl::StatusOr<Invocation> invocation = Parse({"dataset", "ls"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "dataset list");
+}
+
+TEST(ParseCommandLineTest, JobLsIsAnAliasOfJobList) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "ls"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "job list");
+}
+
+TEST(ParseCommandLineTest, DatasetDeleteIsAnAliasOfDatasetRm) {
+  const absl::StatusOr<Invocation> invocation = Parse({"dataset", "delete", "iris"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "dataset rm");
+  EXPECT_THAT(invocation->args, ElementsAre("iris"));
+}
+
+TEST(ParseCommandLineTest, AliasAloneIsNotACommand) {
+  EXPECT_EQ(ParseError({"ls"}), "unknown command 'ls' (see 'trainctl --help')");
+}
+
+TEST(ParseCommandLineTest, UnknownCommandIsNamed) {
+  EXPECT_EQ(ParseError({"frobnicate"}), "unknown command 'frobnicate' (see 'trainctl --help')");
+}
+
+TEST(ParseCommandLineTest, UnknownSubcommandIsNamedWithItsGroup) {
+  EXPECT_EQ(ParseError({"dataset", "frob", "x"}),
+            "unknown command 'dataset frob' (see 'trainctl dataset --help')");
+}
+
+TEST(ParseCommandLineTest, GroupWithoutSubcommandIsRejected) {
+  EXPECT_EQ(ParseError({"job"}), "'job' needs a subcommand (see 'trainctl job --help')");
+}
+
+TEST(ParseCommandLineTest, NoCommandIsRejected) {
+  EXPECT_EQ(ParseError({"--addr", "host:1"}), "no command given (see 'trainctl --help')");
+}
+
+TEST(ParseCommandLineTest, DoubleDashMakesLaterDashWordsArguments) {
+  const absl::StatusOr<Invocation> invocation = Parse({"dataset", "get", "--", "-odd-name"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_THAT(invocation->args, ElementsAre("-odd-name"));
+  EXPECT_EQ(invocation->global.output, OutputFormat::kTable);
+}
+
+// ---- Command flags -------------------------------------------------------------------------
+
+TEST(ParseCommandLineTest, CommandFlagsTakeSpacedAndEqualsValues) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"submit", "--dataset", "iris", "--model=linear:3", "--lr=0.5", "--no-shuffle"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_THAT(invocation->flags, ElementsAre(Pair("dataset", "iris"), Pair("lr", "0.5"),
+                                             Pair("model", "linear:3"), Pair("no-shuffle", "")));
+  EXPECT_TRUE(invocation->Has("no-shuffle"));
+  EXPECT_FALSE(invocation->Has("watch"));
+  EXPECT_EQ(invocation->Get("epochs", "10"), "10");
+}
+
+TEST(ParseCommandLineTest, DashedWordAfterValueFlagIsItsValue) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"submit", "--momentum", "-0.5", "--dataset", "iris"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->Get("momentum"), "-0.5");
+  EXPECT_EQ(invocation->Get("dataset"), "iris");
+}
+
+TEST(ParseCommandLineTest, GlobalFlagsMixWithCommandFlags) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"submit", "--dataset", "iris", "-o", "json", "--model", "linear:3", "--addr", "h:1"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->Get("dataset"), "iris");
+  EXPECT_EQ(invocation->Get("model"), "linear:3");
+  EXPECT_EQ(invocation->global.output, OutputFormat::kJson);
+  EXPECT_EQ(invocation->global.address, "h:1");
+}
+
+TEST(ParseCommandLineTest, UnknownFlagAfterCommandNamesFlagAndCommand) {
+  EXPECT_EQ(ParseError({"submit", "--dataset", "iris", "--learning-rate", "0.1"}),
+            "unknown flag '--learning-rate' for 'submit' (see 'trainctl submit --help')");
+}
+
+TEST(ParseCommandLineTest, UnknownShortFlagIsNamedAsWritten) {
+  EXPECT_EQ(ParseError({"job", "list", "-x"}),
+            "unknown flag '-x' for 'job list' (see 'trainctl job list --help')");
+}
+
+TEST(ParseCommandLineTest, CommandFlagBeforeCommandIsUnknown) {
+  EXPECT_EQ(ParseError({"--dataset", "iris", "submit"}),
+            "unknown flag '--dataset' (see 'trainctl --help')");
+}
+
+TEST(ParseCommandLineTest, FlagOfAnotherCommandIsUnknown) {
+  EXPECT_THAT(ParseError({"job", "list", "--epochs", "3"}),
+              StartsWith("unknown flag '--epochs' for 'job list'"));
+}
+
+TEST(ParseCommandLineTest, CommandFlagWithoutValueNamesTheFlag) {
+  EXPECT_EQ(ParseError({"submit", "--model", "linear:1", "--dataset"}),
+            "flag --dataset needs a value");
+}
+
+TEST(ParseCommandLineTest, BooleanFlagWithValueIsRejected) {
+  EXPECT_EQ(ParseError({"submit", "--no-shuffle=yes"}), "flag --no-shuffle takes no value");
+}
+
+// ---- Help ----------------------------------------------------------------------------------
+
+TEST(ParseCommandLineTest, HelpFlagAloneShowsTopLevelUsage) {
+  const absl::StatusOr<Invocation> invocation = Parse({"--help"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->show_help);
+  EXPECT_EQ(invocation->command, nullptr);
+  EXPECT_EQ(invocation->help_text, TopLevelUsage());
+  EXPECT_THAT(invocation->help_text,
+              StartsWith("Usage: trainctl [--addr HOST:PORT] [-o table|json] [--timeout SECONDS] "
+                         "COMMAND [ARGS...]\n"));
+}
+
+TEST(ParseCommandLineTest, ShortHelpFlagShowsTopLevelUsage) {
+  const absl::StatusOr<Invocation> invocation = Parse({"-h"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->show_help);
+  EXPECT_EQ(invocation->help_text, TopLevelUsage());
+}
+
+TEST(ParseCommandLineTest, HelpCommandAloneShowsTopLevelUsage) {
+  const absl::StatusOr<Invocation> invocation = Parse({"help"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->show_help);
+  EXPECT_EQ(invocation->help_text, TopLevelUsage());
+}
+
+TEST(ParseCommandLineTest, HelpCommandShowsCommandUsage) {
+  const absl::StatusOr<Invocation> invocation = Parse({"help", "submit"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->show_help);
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "submit");
+  EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl submit [FLAGS]\n"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("\n  --batch-size N"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("\n  --no-shuffle  "));
+}
+
+TEST(ParseCommandLineTest, CommandHelpFlagShowsCommandUsageWithoutItsArguments) {
+  const absl::StatusOr<Invocation> invocation = Parse({"dataset", "upload", "--help"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->show_help);
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "dataset upload");
+  EXPECT_THAT(invocation->help_text,
+              StartsWith("Usage: trainctl dataset upload NAME FILE [FLAGS]\n"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("--target-dtype TYPE"));
+}
+
+TEST(ParseCommandLineTest, HelpFlagWinsOverLaterUnknownFlags) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "get", "-h", "--bogus"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl job get ID\n"));
+}
+
+TEST(ParseCommandLineTest, HelpForAliasShowsAliasedCommand) {
+  const absl::StatusOr<Invocation> invocation = Parse({"help", "dataset", "delete"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  ASSERT_NE(invocation->command, nullptr);
+  EXPECT_EQ(invocation->command->path, "dataset rm");
+  EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl dataset rm NAME\n"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("\nAlias: trainctl dataset delete\n"));
+}
+
+TEST(ParseCommandLineTest, GroupHelpFlagListsTheGroupsCommands) {
+  const absl::StatusOr<Invocation> invocation = Parse({"job", "--help"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->show_help);
+  EXPECT_EQ(invocation->command, nullptr);
+  EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl job SUBCOMMAND [ARGS...]"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("\n  job watch ID"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("\n  job cancel ID"));
+  EXPECT_THAT(invocation->help_text, Not(HasSubstr("dataset upload")));
+}
+
+TEST(ParseCommandLineTest, HelpCommandForGroupListsTheGroupsCommands) {
+  const absl::StatusOr<Invocation> invocation = Parse({"help", "dataset"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl dataset SUBCOMMAND"));
+  EXPECT_THAT(invocation->help_text, HasSubstr("\n  dataset upload NAME FILE"));
+  EXPECT_THAT(invocation->help_text, Not(HasSubstr("job watch")));
+}
+
+TEST(ParseCommandLineTest, HelpForUnknownCommandIsRejected) {
+  EXPECT_EQ(ParseError({"help", "frob"}), "unknown command 'frob' (see 'trainctl --help')");
+}
+
+TEST(UsageTest, TopLevelUsageListsEveryCommandSummary) {
+  const std::string usage = TopLevelUsage();
+  for (const CommandSpec& command : Commands()) {
+    EXPECT_THAT(usage, HasSubstr(std::string(command.summary))) << command.path;
+  }
+  EXPECT_THAT(usage, HasSubstr("submit --dataset NAME --model SPEC"));
+  EXPECT_THAT(usage, HasSubstr("127.0.0.1:50051"));
+}
+
+TEST(UsageTest, CommandUsageEndsWithGlobalFlagsLine) {
+  for (const CommandSpec& command : Commands()) {
+    const std::string usage = CommandUsage(command);
+    EXPECT_THAT(usage, StartsWith("Usage: trainctl " + std::string(command.path))) << command.path;
+    EXPECT_THAT(usage, ::testing::EndsWith(
+                           "Global flags: --addr HOST:PORT, -o table|json, --timeout SECONDS "
+                           "(see 'trainctl --help').\n"));
+  }
+}
+
+TEST(UsageTest, UsageLinesHaveNoTrailingSpaces) {
+  std::vector<std::string> texts = {TopLevelUsage()};
+  for (const CommandSpec& command : Commands()) texts.push_back(CommandUsage(command));
+  for (const std::string& text : texts) {
+    EXPECT_THAT(text, Not(HasSubstr(" \n"))) << text;
+  }
+}
+
+// ---- Typed flag values ---------------------------------------------------------------------
+
+Invocation WithFlag(const std::string& name, const std::string& value) {
+  Invocation invocation;
+  invocation.flags[name] = value;
+  return invocation;
+}
+
+TEST(GetIntTest, AbsentFlagGivesFallback) {
+  const absl::StatusOr<int64_t> value = Invocation().GetInt("epochs", 10, 1, 100);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, 10);
+}
+
+TEST(GetIntTest, ValueWithinRangeIsReturned) {
+  const absl::StatusOr<int64_t> value = WithFlag("epochs", "100").GetInt("epochs", 10, 1, 100);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, 100);
+}
+
+TEST(GetIntTest, ValueBelowMinimumNamesFlagAndBound) {
+  const absl::StatusOr<int64_t> value = WithFlag("epochs", "0").GetInt("epochs", 10, 1, 100);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(value.status().message(), "--epochs must be at least 1, got 0");
+}
+
+TEST(GetIntTest, ValueAboveMaximumNamesFlagAndBound) {
+  const absl::StatusOr<int64_t> value = WithFlag("epochs", "101").GetInt("epochs", 10, 1, 100);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(value.status().message(), "--epochs must be at most 100, got 101");
+}
+
+TEST(GetIntTest, NonIntegerNamesFlagAndValue) {
+  const absl::StatusOr<int64_t> value =
+      WithFlag("batch-size", "3.5").GetInt("batch-size", 32, 1, 1000);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(value.status().message(), "--batch-size: '3.5' is not a whole number");
+}
+
+TEST(GetIntTest, ValueBeyondInt64IsNotAWholeNumber) {
+  const absl::StatusOr<int64_t> value =
+      WithFlag("epochs", "9223372036854775808")
+          .GetInt("epochs", 10, 1, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(value.status().message()), StartsWith("--epochs: '9223372036854775808'"));
+}
+
+TEST(GetUintTest, AbsentFlagGivesFallback) {
+  const absl::StatusOr<uint64_t> value = Invocation().GetUint("seed", 7);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, 7u);
+}
+
+TEST(GetUintTest, LargestUint64IsAccepted) {
+  const absl::StatusOr<uint64_t> value =
+      WithFlag("seed", "18446744073709551615").GetUint("seed", 0);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, std::numeric_limits<uint64_t>::max());
+}
+
+TEST(GetUintTest, NegativeValueIsRejectedWithRange) {
+  const absl::StatusOr<uint64_t> value = WithFlag("seed", "-1").GetUint("seed", 0);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(value.status().message(),
+            "--seed: '-1' is not a whole number between 0 and 18446744073709551615");
+}
+
+TEST(GetUintTest, ValueBeyondUint64IsRejected) {
+  const absl::StatusOr<uint64_t> value =
+      WithFlag("seed", "18446744073709551616").GetUint("seed", 0);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(value.status().message()),
+              StartsWith("--seed: '18446744073709551616' is not"));
+}
+
+TEST(GetDoubleTest, AbsentFlagGivesFallback) {
+  const absl::StatusOr<double> value = Invocation().GetDouble("lr", 0.01);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, 0.01);
+}
+
+TEST(GetDoubleTest, ExponentNotationIsParsed) {
+  const absl::StatusOr<double> value = WithFlag("lr", "1e-3").GetDouble("lr", 0.01);
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_DOUBLE_EQ(*value, 0.001);
+}
+
+TEST(GetDoubleTest, TextIsRejectedNamingFlagAndValue) {
+  const absl::StatusOr<double> value = WithFlag("lr", "fast").GetDouble("lr", 0.01);
+  EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(value.status().message(), "--lr: 'fast' is not a number");
+}
+
+TEST(GetDoubleTest, NonFiniteValuesAreRejected) {
+  for (const char* text : {"nan", "inf", "-inf", "1e999"}) {
+    const absl::StatusOr<double> value = WithFlag("momentum", text).GetDouble("momentum", 0);
+    EXPECT_EQ(value.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(value.status().message(), std::string("--momentum: '") + text + "' is not a number");
+  }
+}
+
+}  // namespace
+}  // namespace trainerd::client

@@ -1,0 +1,434 @@
+// Tests for client/output.h: tables, detail views, watch lines, number formats and JSON.
+#include "client/output.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+
+namespace trainerd::client {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+using ::testing::ContainsRegex;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// A finished job of a small model, every field the views show set to a distinct value.
+v1::Job SucceededJob() {
+  v1::Job job;
+  job.set_id("job-0123456789ab");
+  job.set_state(v1::JOB_STATE_SUCCEEDED);
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->set_dataset("iris");
+  spec->set_model("linear:2");
+  spec->set_loss(v1::LOSS_MSE);
+  spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_SGD);
+  spec->mutable_optimizer()->set_learning_rate(0.01);
+  spec->mutable_optimizer()->set_momentum(0.9);
+  spec->set_batch_size(32);
+  spec->set_epochs(3);
+  spec->set_shuffle(true);
+  spec->set_seed(7);
+  const double losses[] = {0.5, 0.25, 0.012345};
+  for (int i = 0; i < 3; ++i) {
+    v1::EpochResult* epoch = job.add_epochs();
+    epoch->set_epoch(i + 1);
+    epoch->set_loss(losses[i]);
+    epoch->set_elapsed_seconds(0.4 * (i + 1));
+  }
+  job.set_final_loss(0.012345);
+  job.set_wall_seconds(1.234);
+  job.set_steps(15);
+  job.set_samples_per_second(364.7);
+  job.set_device("cuda:0");
+  job.set_host_syncs(5);
+  job.set_parameter_count(4);
+  v1::Parameter* weight = job.add_parameters();
+  weight->set_name("0.weight");
+  weight->add_shape(2);
+  weight->add_shape(1);
+  weight->add_values(0.5f);
+  weight->add_values(-1.25f);
+  v1::Parameter* bias = job.add_parameters();
+  bias->set_name("0.bias");
+  bias->add_shape(2);
+  bias->add_values(0.125f);
+  bias->add_values(2.0f);
+  return job;
+}
+
+v1::Dataset IrisDataset() {
+  v1::Dataset dataset;
+  dataset.set_name("iris");
+  dataset.add_feature_shape(4);
+  dataset.set_target_dtype(v1::DTYPE_INT64);
+  dataset.set_row_count(150);
+  dataset.set_size_bytes(3600);
+  dataset.set_sha256(std::string(64, 'a'));
+  dataset.set_device("cuda:0");
+  dataset.set_target_min(0);
+  dataset.set_target_max(2);
+  return dataset;
+}
+
+// ---- Job detail view -----------------------------------------------------------------------
+
+TEST(JobDetailsTest, SucceededJobShowsEveryFieldAligned) {
+  EXPECT_EQ(JobDetails(SucceededJob()),
+            "id:          job-0123456789ab\n"
+            "state:       SUCCEEDED\n"
+            "dataset:     iris\n"
+            "model:       linear:2 (4 parameters)\n"
+            "loss:        mse\n"
+            "optimizer:   sgd, lr 0.01, momentum 0.9\n"
+            "batch size:  32\n"
+            "shuffle:     yes\n"
+            "seed:        7\n"
+            "device:      cuda:0\n"
+            "epochs:      3/3\n"
+            "final loss:  0.012345\n"
+            "wall time:   1.23 s\n"
+            "steps:       15\n"
+            "samples/s:   364.7\n"
+            "host syncs:  5\n"
+            "created:     -\n"
+            "started:     -\n"
+            "ended:       -\n"
+            "parameters:\n"
+            "  0.weight [2x1]: 0.5, -1.25\n"
+            "  0.bias [2]: 0.125, 2\n");
+}
+
+TEST(JobDetailsTest, FailedJobShowsErrorAfterState) {
+  v1::Job job = SucceededJob();
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_error("loss became NaN at epoch 3");
+  EXPECT_THAT(JobDetails(job), StartsWith("id:          job-0123456789ab\n"
+                                          "state:       FAILED\n"
+                                          "error:       loss became NaN at epoch 3\n"
+                                          "dataset:     iris\n"));
+}
+
+TEST(JobDetailsTest, SucceededJobHasNoErrorLine) {
+  EXPECT_THAT(JobDetails(SucceededJob()), Not(HasSubstr("error:")));
+}
+
+TEST(JobDetailsTest, QueuedJobShowsDashesForLossDeviceAndSeed) {
+  v1::Job job;
+  job.set_id("job-000000000001");
+  job.set_state(v1::JOB_STATE_QUEUED);
+  job.mutable_spec()->set_epochs(10);
+  const std::string text = JobDetails(job);
+  EXPECT_THAT(text, HasSubstr("\nepochs:      0/10\n"));
+  EXPECT_THAT(text, HasSubstr("\nfinal loss:  -\n"));
+  EXPECT_THAT(text, HasSubstr("\ndevice:      -\n"));
+  EXPECT_THAT(text, HasSubstr("\nseed:        -\n"));
+  EXPECT_THAT(text, EndsWith("\nparameters:  -\n"));
+}
+
+TEST(JobDetailsTest, DeviceFallsBackToSpecDevice) {
+  v1::Job job = SucceededJob();
+  job.clear_device();
+  job.mutable_spec()->set_device("cpu");
+  EXPECT_THAT(JobDetails(job), HasSubstr("\ndevice:      cpu\n"));
+}
+
+TEST(JobDetailsTest, ShuffleOffShowsNo) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_shuffle(false);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nshuffle:     no\n"));
+}
+
+TEST(JobDetailsTest, AdamOptimizerOmitsMomentum) {
+  v1::Job job = SucceededJob();
+  v1::Optimizer* optimizer = job.mutable_spec()->mutable_optimizer();
+  optimizer->set_kind(v1::OPTIMIZER_KIND_ADAM);
+  optimizer->set_learning_rate(0.001);
+  optimizer->set_momentum(0);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\noptimizer:   adam, lr 0.001\n"));
+}
+
+TEST(JobDetailsTest, LongParameterIsCutAfterTenValues) {
+  v1::Job job = SucceededJob();
+  job.clear_parameters();
+  v1::Parameter* weight = job.add_parameters();
+  weight->set_name("0.weight");
+  weight->add_shape(3);
+  weight->add_shape(4);
+  for (int i = 0; i < 12; ++i) weight->add_values(static_cast<float>(i));
+  EXPECT_THAT(JobDetails(job),
+              EndsWith("parameters:\n"
+                       "  0.weight [3x4]: 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... (12 values; all with "
+                       "-o json)\n"));
+}
+
+TEST(JobDetailsTest, LargeFinishedModelSaysParametersWereNotReported) {
+  v1::Job job = SucceededJob();
+  job.clear_parameters();
+  job.set_parameter_count(5000);
+  EXPECT_THAT(JobDetails(job), EndsWith("\nparameters:  not reported (more than 1,000 values)\n"));
+}
+
+// ---- Watch lines ---------------------------------------------------------------------------
+
+v1::EpochResult Epoch(int32_t number, double loss) {
+  v1::EpochResult epoch;
+  epoch.set_epoch(number);
+  epoch.set_loss(loss);
+  return epoch;
+}
+
+TEST(EpochLineTest, ShowsEpochOfPlannedAndLoss) {
+  EXPECT_EQ(EpochLine(Epoch(3, 0.25), 10), "epoch 3/10  loss 0.250000");
+}
+
+TEST(EpochLineTest, OmitsPlannedWhenUnknown) {
+  EXPECT_EQ(EpochLine(Epoch(3, 0.25), 0), "epoch 3  loss 0.250000");
+}
+
+TEST(EpochLineTest, TinyLossUsesExponent) {
+  EXPECT_EQ(EpochLine(Epoch(100, 1.5e-9), 100), "epoch 100/100  loss 1.500000e-09");
+}
+
+TEST(JobOutcomeLineTest, SucceededShowsWallTimeAndFinalLoss) {
+  v1::Job job = SucceededJob();
+  job.set_final_loss(0.009812);
+  EXPECT_EQ(JobOutcomeLine(job), "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.009812");
+}
+
+TEST(JobOutcomeLineTest, FailedShowsTheError) {
+  v1::Job job = SucceededJob();
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_error("loss became NaN at epoch 3");
+  EXPECT_EQ(JobOutcomeLine(job), "job job-0123456789ab FAILED: loss became NaN at epoch 3");
+}
+
+TEST(JobOutcomeLineTest, CancelledShowsEpochsDone) {
+  v1::Job job = SucceededJob();
+  job.set_state(v1::JOB_STATE_CANCELLED);
+  job.mutable_spec()->set_epochs(10);
+  EXPECT_EQ(JobOutcomeLine(job), "job job-0123456789ab CANCELLED after 3/10 epochs");
+}
+
+// ---- Tables --------------------------------------------------------------------------------
+
+TEST(DatasetListTableTest, ColumnsAreAlignedWithoutTrailingSpaces) {
+  v1::ListDatasetsResponse response;
+  *response.add_datasets() = IrisDataset();
+  v1::Dataset* sine = response.add_datasets();
+  sine->set_name("sine");
+  sine->add_feature_shape(1);
+  sine->add_target_shape(1);
+  sine->set_target_dtype(v1::DTYPE_FLOAT32);
+  sine->set_row_count(1000);
+  sine->set_size_bytes(8000);
+  EXPECT_EQ(DatasetListTable(response),
+            "NAME  ROWS  FEATURES  TARGETS       SIZE     DEVICE  CREATED\n"
+            "iris  150   4         scalar int64  3.5 KiB  cuda:0  -\n"
+            "sine  1000  1         1 float32     7.8 KiB  -       -\n");
+}
+
+TEST(DatasetListTableTest, EmptyListIsTheHeaderLine) {
+  EXPECT_EQ(DatasetListTable(v1::ListDatasetsResponse()),
+            "NAME  ROWS  FEATURES  TARGETS  SIZE  DEVICE  CREATED\n");
+}
+
+TEST(DatasetDetailsTest, Int64TargetsShowClassRangeAndExactSize) {
+  const std::string sha256(64, 'a');
+  EXPECT_EQ(DatasetDetails(IrisDataset()), absl::StrCat("name:      iris\n"
+                                                        "rows:      150\n"
+                                                        "features:  4 float32\n"
+                                                        "targets:   scalar int64 (classes 0..2)\n"
+                                                        "size:      3.5 KiB (3600 bytes)\n"
+                                                        "sha256:    ",
+                                                        sha256,
+                                                        "\n"
+                                                        "device:    cuda:0\n"
+                                                        "created:   -\n"));
+}
+
+TEST(DatasetDetailsTest, SmallSizeIsShownInBytesOnce) {
+  v1::Dataset dataset = IrisDataset();
+  dataset.set_size_bytes(512);
+  EXPECT_THAT(DatasetDetails(dataset), HasSubstr("\nsize:      512 B\n"));
+}
+
+TEST(JobListTableTest, RowShowsProgressLossAndShortenedModel) {
+  v1::ListJobsResponse response;
+  v1::Job* job = response.add_jobs();
+  job->set_id("job-000000000001");
+  job->set_state(v1::JOB_STATE_RUNNING);
+  job->mutable_spec()->set_dataset("mnist");
+  job->mutable_spec()->set_model(
+      "linear:512,relu,linear:512,relu,linear:256,relu,linear:10");  // 57 characters
+  job->mutable_spec()->set_epochs(10);
+  job->add_epochs()->set_loss(0.5);
+  job->set_final_loss(0.5);
+  job->set_device("cuda:0");
+  const std::string text = JobListTable(response);
+  EXPECT_EQ(text,
+            "ID                STATE    DATASET  MODEL                                     "
+            "EPOCHS  LOSS      DEVICE  CREATED\n"
+            "job-000000000001  RUNNING  mnist    linear:512,relu,linear:512,relu,linea...  "
+            "1/10    0.500000  cuda:0  -\n");
+}
+
+TEST(TextTableTest, ShortRowIsPaddedAndTrailingSpacesDropped) {
+  TextTable table({"A", "LONGER", "C"});
+  table.AddRow({"wide value", "x"});
+  table.AddRow({"1", "2", "3"});
+  EXPECT_EQ(table.Render(),
+            "A           LONGER  C\n"
+            "wide value  x\n"
+            "1           2       3\n");
+}
+
+TEST(KeyValueLinesTest, ValuesAlignTwoSpacesAfterLongestKey) {
+  EXPECT_EQ(KeyValueLines({{"a", "1"}, {"longer", "2"}}),
+            "a:       1\n"
+            "longer:  2\n");
+}
+
+// ---- Number and name formats ---------------------------------------------------------------
+
+TEST(FormatLossTest, UsualRangeHasSixDecimals) {
+  EXPECT_EQ(FormatLoss(0), "0.000000");
+  EXPECT_EQ(FormatLoss(0.012345), "0.012345");
+  EXPECT_EQ(FormatLoss(1234.5678), "1234.567800");
+  EXPECT_EQ(FormatLoss(0.001), "0.001000");
+}
+
+TEST(FormatLossTest, TinyAndHugeLossesUseExponent) {
+  EXPECT_EQ(FormatLoss(0.0005), "5.000000e-04");
+  EXPECT_EQ(FormatLoss(1e6), "1.000000e+06");
+}
+
+TEST(FormatLossTest, NonFiniteLossesAreSpelledOut) {
+  EXPECT_EQ(FormatLoss(std::numeric_limits<double>::quiet_NaN()), "nan");
+  EXPECT_EQ(FormatLoss(std::numeric_limits<double>::infinity()), "inf");
+}
+
+TEST(FormatBytesTest, PicksBinaryUnit) {
+  EXPECT_EQ(FormatBytes(0), "0 B");
+  EXPECT_EQ(FormatBytes(1023), "1023 B");
+  EXPECT_EQ(FormatBytes(1024), "1.0 KiB");
+  EXPECT_EQ(FormatBytes(3000), "2.9 KiB");
+  EXPECT_EQ(FormatBytes(27 * 1024 * 1024), "27.0 MiB");
+  EXPECT_EQ(FormatBytes(int64_t{5} << 30), "5.0 GiB");
+  EXPECT_EQ(FormatBytes(int64_t{3} << 40), "3.0 TiB");
+}
+
+TEST(FormatTimestampTest, UnsetTimestampIsADash) {
+  EXPECT_EQ(FormatTimestamp(google::protobuf::Timestamp()), "-");
+}
+
+TEST(FormatTimestampTest, SetTimestampIsDateAndTime) {
+  google::protobuf::Timestamp timestamp;
+  timestamp.set_seconds(1714566896);  // 2024-05-01 12:34:56 UTC
+  EXPECT_THAT(FormatTimestamp(timestamp), MatchesRegex("2024-05-0[12] [0-9][0-9]:[0-9][0-9]:56"));
+}
+
+TEST(NamesTest, EnumsHaveTheirCommandLineNames) {
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_QUEUED), "QUEUED");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_CANCELLED), "CANCELLED");
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_UNSPECIFIED), "UNKNOWN(0)");
+  EXPECT_EQ(LossName(v1::LOSS_CROSS_ENTROPY), "cross_entropy");
+  EXPECT_EQ(OptimizerName(v1::OPTIMIZER_KIND_ADAM), "adam");
+  EXPECT_EQ(DTypeName(v1::DTYPE_INT64), "int64");
+  EXPECT_EQ(DTypeName(v1::DTYPE_UNSPECIFIED), "unknown(0)");
+}
+
+TEST(NamesTest, OnlySucceededFailedAndCancelledAreTerminal) {
+  EXPECT_FALSE(IsTerminal(v1::JOB_STATE_UNSPECIFIED));
+  EXPECT_FALSE(IsTerminal(v1::JOB_STATE_QUEUED));
+  EXPECT_FALSE(IsTerminal(v1::JOB_STATE_RUNNING));
+  EXPECT_TRUE(IsTerminal(v1::JOB_STATE_SUCCEEDED));
+  EXPECT_TRUE(IsTerminal(v1::JOB_STATE_FAILED));
+  EXPECT_TRUE(IsTerminal(v1::JOB_STATE_CANCELLED));
+}
+
+// ---- JSON ----------------------------------------------------------------------------------
+
+TEST(ToJsonTest, JobUsesProtoFieldNames) {
+  const absl::StatusOr<std::string> json = ToJson(SucceededJob(), /*pretty=*/true);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"host_syncs\": \"5\""));
+  EXPECT_THAT(*json, HasSubstr("\"final_loss\": 0.012345"));
+  EXPECT_THAT(*json, HasSubstr("\"batch_size\": \"32\""));
+  EXPECT_THAT(*json, HasSubstr("\"state\": \"JOB_STATE_SUCCEEDED\""));
+  EXPECT_THAT(*json, Not(HasSubstr("hostSyncs")));
+  EXPECT_THAT(*json, Not(HasSubstr("finalLoss")));
+}
+
+TEST(ToJsonTest, UnsetPrimitiveFieldsArePrinted) {
+  const absl::StatusOr<std::string> json = ToJson(SucceededJob(), /*pretty=*/true);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"error\": \"\""));
+  EXPECT_THAT(*json, HasSubstr("\"device\": \"\""));  // the spec's, left to the daemon
+}
+
+TEST(ToJsonTest, JobParsesBackToAnEqualMessage) {
+  v1::Job job = SucceededJob();
+  job.mutable_create_time()->set_seconds(1714566896);
+  job.mutable_create_time()->set_nanos(500000000);
+  job.mutable_parameters(0)->set_values(0, 0.1f);  // not exact in binary
+  const absl::StatusOr<std::string> json = ToJson(job, /*pretty=*/true);
+  ASSERT_TRUE(json.ok()) << json.status();
+
+  v1::Job parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(*json, &parsed);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(parsed, job)) << "parsed:\n"
+                                                       << parsed.DebugString() << "original:\n"
+                                                       << job.DebugString();
+}
+
+TEST(ToJsonTest, DatasetParsesBackToAnEqualMessage) {
+  const absl::StatusOr<std::string> json = ToJson(IrisDataset(), /*pretty=*/true);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, HasSubstr("\"row_count\": \"150\""));
+  EXPECT_THAT(*json, HasSubstr("\"target_dtype\": \"DTYPE_INT64\""));
+
+  v1::Dataset parsed;
+  const auto status = google::protobuf::util::JsonStringToMessage(*json, &parsed);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(MessageDifferencer::Equals(parsed, IrisDataset()));
+}
+
+TEST(ToJsonTest, PrettyJsonIsIndentedWithoutTrailingNewline) {
+  const absl::StatusOr<std::string> json = ToJson(IrisDataset(), /*pretty=*/true);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, StartsWith("{\n"));
+  EXPECT_THAT(*json, EndsWith("}"));
+}
+
+TEST(ToJsonTest, CompactJsonIsOneLineForJsonLines) {
+  v1::JobEvent event;
+  event.mutable_epoch()->set_epoch(3);
+  event.mutable_epoch()->set_loss(0.25);
+  event.mutable_epoch()->set_elapsed_seconds(1.5);
+  const absl::StatusOr<std::string> json = ToJson(event, /*pretty=*/false);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(*json, "{\"epoch\":{\"epoch\":3,\"loss\":0.25,\"elapsed_seconds\":1.5}}");
+}
+
+TEST(ToJsonTest, CompactJobHasNoNewline) {
+  const absl::StatusOr<std::string> json = ToJson(SucceededJob(), /*pretty=*/false);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_THAT(*json, Not(HasSubstr("\n")));
+  EXPECT_THAT(*json, ContainsRegex("\"host_syncs\":\"5\""));
+}
+
+}  // namespace
+}  // namespace trainerd::client

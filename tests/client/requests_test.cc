@@ -1,0 +1,451 @@
+// Tests for client/requests.h: the JobSpec that `submit` sends (flags, defaults, local errors),
+// and what `dataset upload` reads (CSV / .npy selection, flag checks) and the header it sends.
+#include "client/requests.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_split.h"
+#include "client/cli.h"
+#include "common/sha256.h"
+#include "common/table.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainerd::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
+
+// Parses "trainctl" followed by `words`; the command line must be valid.
+Invocation Parse(std::vector<std::string> words) {
+  words.insert(words.begin(), "trainctl");
+  absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
+  EXPECT_TRUE(invocation.ok()) << invocation.status();
+  return invocation.ok() ? *std::move(invocation) : Invocation();
+}
+
+// `submit --dataset iris --model linear:3` followed by `more`.
+Invocation Submit(const std::vector<std::string>& more = {}) {
+  std::vector<std::string> words = {"submit", "--dataset", "iris", "--model", "linear:3"};
+  words.insert(words.end(), more.begin(), more.end());
+  return Parse(words);
+}
+
+// The message of a JobSpecFromFlags that must fail with INVALID_ARGUMENT.
+std::string SpecError(const Invocation& invocation) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(invocation);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(spec.status().message());
+}
+
+// ---- submit --------------------------------------------------------------------------------
+
+TEST(JobSpecFromFlagsTest, DefaultsWhenOnlyDatasetAndModelAreGiven) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset(), "iris");
+  EXPECT_EQ(spec->model(), "linear:3");
+  EXPECT_EQ(spec->loss(), v1::LOSS_MSE);
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_SGD);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.01);
+  EXPECT_EQ(spec->optimizer().momentum(), 0.0);
+  EXPECT_EQ(spec->batch_size(), 32);
+  EXPECT_EQ(spec->epochs(), 10);
+  ASSERT_TRUE(spec->has_shuffle());
+  EXPECT_TRUE(spec->shuffle());
+  EXPECT_FALSE(spec->has_seed());
+  EXPECT_EQ(spec->device(), "");
+}
+
+TEST(JobSpecFromFlagsTest, EveryFlagReachesTheSpec) {
+  const std::vector<std::string> words = absl::StrSplit(
+      "submit --dataset mnist --model linear:16,relu,linear:10 --loss cross_entropy --optimizer "
+      "sgd --lr 0.25 --momentum 0.9 --batch-size 128 --epochs 3 --seed 42 --device cuda:1 "
+      "--no-shuffle",
+      ' ');
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Parse(words));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset(), "mnist");
+  EXPECT_EQ(spec->model(), "linear:16,relu,linear:10");
+  EXPECT_EQ(spec->loss(), v1::LOSS_CROSS_ENTROPY);
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_SGD);
+  EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.25);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.9);
+  EXPECT_EQ(spec->batch_size(), 128);
+  EXPECT_EQ(spec->epochs(), 3);
+  ASSERT_TRUE(spec->has_seed());
+  EXPECT_EQ(spec->seed(), 42u);
+  ASSERT_TRUE(spec->has_shuffle());
+  EXPECT_FALSE(spec->shuffle());
+  EXPECT_EQ(spec->device(), "cuda:1");
+}
+
+TEST(JobSpecFromFlagsTest, AdamOptimizerIsSelected) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--optimizer", "adam"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_ADAM);
+  EXPECT_EQ(spec->optimizer().momentum(), 0.0);
+}
+
+TEST(JobSpecFromFlagsTest, CrossEntropyWithHyphenIsAccepted) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--loss", "cross-entropy"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->loss(), v1::LOSS_CROSS_ENTROPY);
+}
+
+TEST(JobSpecFromFlagsTest, ModelSpecIsSentInCanonicalForm) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(
+      Parse({"submit", "--dataset", "iris", "--model", " Linear:16 , RELU,linear:3 "}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model(), "linear:16,relu,linear:3");
+}
+
+TEST(JobSpecFromFlagsTest, SeedZeroIsSetExplicitly) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--seed", "0"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_seed());
+  EXPECT_EQ(spec->seed(), 0u);
+}
+
+TEST(JobSpecFromFlagsTest, LargestSeedIsAccepted) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--seed", "18446744073709551615"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->seed(), std::numeric_limits<uint64_t>::max());
+}
+
+TEST(JobSpecFromFlagsTest, MissingDatasetIsRejected) {
+  EXPECT_EQ(SpecError(Parse({"submit", "--model", "linear:1"})),
+            "submit needs --dataset NAME (see 'trainctl submit --help')");
+}
+
+TEST(JobSpecFromFlagsTest, MissingModelIsRejected) {
+  EXPECT_EQ(SpecError(Parse({"submit", "--dataset", "iris"})),
+            "submit needs --model SPEC, e.g. --model linear:64,relu,linear:1");
+}
+
+TEST(JobSpecFromFlagsTest, BadDatasetNameIsRejected) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Parse({"submit", "--dataset", "../etc", "--model", "linear:1"}));
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("../etc"));
+}
+
+TEST(JobSpecFromFlagsTest, BadModelSpecIsRejectedNamingTheLayer) {
+  EXPECT_THAT(SpecError(Parse({"submit", "--dataset", "iris", "--model", "linear:16,relux"})),
+              StartsWith("--model: layer 2: unknown layer 'relux'"));
+}
+
+TEST(JobSpecFromFlagsTest, EmptyModelSpecIsRejected) {
+  EXPECT_EQ(SpecError(Parse({"submit", "--dataset", "iris", "--model", ""})),
+            "--model: the model spec is empty");
+}
+
+TEST(JobSpecFromFlagsTest, UnknownLossIsRejectedByName) {
+  EXPECT_EQ(SpecError(Submit({"--loss", "hinge"})),
+            "--loss: unknown loss 'hinge' (expected mse or cross_entropy)");
+}
+
+TEST(JobSpecFromFlagsTest, UnknownOptimizerIsRejectedByName) {
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "rmsprop"})),
+            "--optimizer: unknown optimizer 'rmsprop' (expected sgd or adam)");
+}
+
+TEST(JobSpecFromFlagsTest, MomentumWithAdamIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--momentum", "0.9"})),
+            "--momentum applies to --optimizer sgd only");
+}
+
+TEST(JobSpecFromFlagsTest, MomentumOfOneIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--momentum", "1"})), "--momentum must be in [0, 1), got 1");
+}
+
+TEST(JobSpecFromFlagsTest, NegativeMomentumIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--momentum", "-0.5"})), "--momentum must be in [0, 1), got -0.5");
+}
+
+TEST(JobSpecFromFlagsTest, ZeroLearningRateIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--lr", "0"})), "--lr must be > 0, got 0");
+}
+
+TEST(JobSpecFromFlagsTest, NonNumericLearningRateIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--lr", "fast"})), "--lr: 'fast' is not a number");
+}
+
+TEST(JobSpecFromFlagsTest, ZeroBatchSizeIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--batch-size", "0"})), "--batch-size must be at least 1, got 0");
+}
+
+TEST(JobSpecFromFlagsTest, EpochsBeyondInt32AreRejected) {
+  EXPECT_EQ(SpecError(Submit({"--epochs", "2147483648"})),
+            "--epochs must be at most 2147483647, got 2147483648");
+}
+
+TEST(JobSpecFromFlagsTest, NegativeSeedIsRejected) {
+  EXPECT_THAT(SpecError(Submit({"--seed", "-3"})),
+              StartsWith("--seed: '-3' is not a whole number"));
+}
+
+TEST(JobSpecFromFlagsTest, EmptyDeviceIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--device="})), "--device needs a device, e.g. cpu, cuda or cuda:0");
+}
+
+// ---- dataset upload: flags -----------------------------------------------------------------
+
+// `dataset upload data FILE` followed by `more`.
+Invocation Upload(const std::string& file, const std::vector<std::string>& more = {}) {
+  std::vector<std::string> words = {"dataset", "upload", "data", file};
+  words.insert(words.end(), more.begin(), more.end());
+  return Parse(words);
+}
+
+TEST(UploadInputFromFlagsTest, CsvFileWithDefaults) {
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(Upload("iris.csv"));
+  ASSERT_TRUE(input.ok()) << input.status();
+  EXPECT_EQ(input->features_path, "iris.csv");
+  EXPECT_FALSE(input->npy);
+  EXPECT_FALSE(input->targets_path.has_value());
+  EXPECT_EQ(input->target_columns, 1);
+  EXPECT_EQ(input->target_dtype, TargetDType::kFloat32);
+}
+
+TEST(UploadInputFromFlagsTest, NpyExtensionSelectsNpyWhateverItsCase) {
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(Upload("IMAGES.NPY"));
+  ASSERT_TRUE(input.ok()) << input.status();
+  EXPECT_TRUE(input->npy);
+}
+
+TEST(UploadInputFromFlagsTest, FileWithoutExtensionIsCsv) {
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(Upload("data"));
+  ASSERT_TRUE(input.ok()) << input.status();
+  EXPECT_FALSE(input->npy);
+}
+
+TEST(UploadInputFromFlagsTest, TargetsFileIsTakenWithNpyFeatures) {
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(
+      Upload("images.npy", {"--targets", "labels.npy", "--target-dtype", "int64"}));
+  ASSERT_TRUE(input.ok()) << input.status();
+  EXPECT_TRUE(input->npy);
+  EXPECT_EQ(input->targets_path, std::optional<std::string>("labels.npy"));
+  EXPECT_EQ(input->target_dtype, TargetDType::kInt64);
+}
+
+TEST(UploadInputFromFlagsTest, TargetColumnsAreTaken) {
+  const absl::StatusOr<UploadInput> input =
+      UploadInputFromFlags(Upload("data.csv", {"--target-columns", "3"}));
+  ASSERT_TRUE(input.ok()) << input.status();
+  EXPECT_EQ(input->target_columns, 3);
+}
+
+TEST(UploadInputFromFlagsTest, TargetsWithCsvFeaturesAreRejected) {
+  const absl::StatusOr<UploadInput> input =
+      UploadInputFromFlags(Upload("data.csv", {"--targets", "labels.npy"}));
+  EXPECT_EQ(input.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(input.status().message(),
+            "--targets needs the features as a .npy file too; 'data.csv' is not");
+}
+
+TEST(UploadInputFromFlagsTest, TargetsWithTargetColumnsAreRejected) {
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(
+      Upload("images.npy", {"--targets", "labels.npy", "--target-columns", "1"}));
+  EXPECT_EQ(input.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(input.status().message()),
+              StartsWith("--target-columns does not apply with --targets"));
+}
+
+TEST(UploadInputFromFlagsTest, Int64TargetsWithTwoColumnsAreRejected) {
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(
+      Upload("data.csv", {"--target-dtype", "int64", "--target-columns", "2"}));
+  EXPECT_EQ(input.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(input.status().message(),
+            "--target-dtype int64 takes one target column (a class index), got --target-columns 2");
+}
+
+TEST(UploadInputFromFlagsTest, UnknownTargetDtypeIsRejectedByName) {
+  const absl::StatusOr<UploadInput> input =
+      UploadInputFromFlags(Upload("data.csv", {"--target-dtype", "float16"}));
+  EXPECT_EQ(input.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(input.status().message(),
+            "--target-dtype: unknown dtype 'float16' (expected float32 or int64)");
+}
+
+TEST(UploadInputFromFlagsTest, ZeroTargetColumnsAreRejected) {
+  const absl::StatusOr<UploadInput> input =
+      UploadInputFromFlags(Upload("data.csv", {"--target-columns", "0"}));
+  EXPECT_EQ(input.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(input.status().message(), "--target-columns must be at least 1, got 0");
+}
+
+// ---- dataset upload: reading the files and the header --------------------------------------
+
+// The raw little-endian bytes of `values`.
+template <typename T>
+std::string Bytes(const std::vector<T>& values) {
+  std::string bytes(values.size() * sizeof(T), '\0');
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+// A .npy version 1.0 file, the way numpy/lib/format.py writes one.
+std::string MakeNpy(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string file("\x93NUMPY\x01\x00", 8);
+  file += static_cast<char>(header.size() & 0xff);
+  file += static_cast<char>(header.size() >> 8);
+  return file + header + data;
+}
+
+// Writes files under the test's temporary directory (named per process and test, since ctest
+// may run tests in parallel) and removes them at the end.
+class UploadFilesTest : public ::testing::Test {
+ protected:
+  ~UploadFilesTest() override {
+    for (const std::string& path : written_) std::remove(path.c_str());
+  }
+
+  std::string Write(const std::string& name, const std::string& contents) {
+    const std::string path = ::testing::TempDir() + "client_test_" + std::to_string(getpid()) +
+                             "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                             "_" + name;
+    std::ofstream(path, std::ios::binary) << contents;
+    written_.push_back(path);
+    return path;
+  }
+
+ private:
+  std::vector<std::string> written_;
+};
+
+TEST_F(UploadFilesTest, CsvHeaderCarriesShapeDtypeRowsAndPayloadDigest) {
+  const std::string path = Write("data.csv", "x1,x2,y\n1,2,3\n4,5.5,-6\n");
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(Upload(path));
+  ASSERT_TRUE(input.ok()) << input.status();
+  const absl::StatusOr<Table> table = ReadUploadInput(*input);
+  ASSERT_TRUE(table.ok()) << table.status();
+
+  // The payload as datasets.proto defines it: all features, then all targets, little-endian.
+  const std::string expected_payload =
+      Bytes<float>({1.0f, 2.0f, 4.0f, 5.5f}) + Bytes<float>({3.0f, -6.0f});
+  const std::string payload = EncodePayload(*table);
+  EXPECT_EQ(payload, expected_payload);
+
+  const v1::DatasetHeader header = MakeDatasetHeader("pairs", *table, Sha256Hex(payload));
+  EXPECT_EQ(header.name(), "pairs");
+  EXPECT_THAT(header.feature_shape(), ElementsAre(2));
+  EXPECT_THAT(header.target_shape(), ElementsAre(1));
+  EXPECT_EQ(header.target_dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(header.row_count(), 2);
+  EXPECT_EQ(header.sha256(), Sha256Hex(expected_payload));
+  EXPECT_EQ(header.sha256().size(), 64u);
+}
+
+TEST_F(UploadFilesTest, CsvWithInt64TargetsGivesScalarClassTargets) {
+  const std::string path = Write("classes.csv", "1,2,0\n3,4,2\n5,6,1\n");
+  const absl::StatusOr<UploadInput> input =
+      UploadInputFromFlags(Upload(path, {"--target-dtype", "int64"}));
+  ASSERT_TRUE(input.ok()) << input.status();
+  const absl::StatusOr<Table> table = ReadUploadInput(*input);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->targets_i64, ElementsAre(0, 2, 1));
+
+  const v1::DatasetHeader header = MakeDatasetHeader("classes", *table, "");
+  EXPECT_THAT(header.feature_shape(), ElementsAre(2));
+  EXPECT_THAT(header.target_shape(), IsEmpty());
+  EXPECT_EQ(header.target_dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(header.row_count(), 3);
+}
+
+TEST_F(UploadFilesTest, CsvWithTwoTargetColumnsSplitsTheLastTwo) {
+  const std::string path = Write("two.csv", "1,2,3,4\n5,6,7,8\n");
+  const absl::StatusOr<Table> table =
+      ReadUploadInput(*UploadInputFromFlags(Upload(path, {"--target-columns", "2"})));
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->feature_shape, ElementsAre(2));
+  EXPECT_THAT(table->target_shape, ElementsAre(2));
+  EXPECT_THAT(table->targets_f32, ElementsAre(3.0f, 4.0f, 7.0f, 8.0f));
+}
+
+TEST_F(UploadFilesTest, BadCsvValueNamesFileAndLine) {
+  const std::string path = Write("bad.csv", "1,2\n3,abc\n");
+  const absl::StatusOr<Table> table = ReadUploadInput(*UploadInputFromFlags(Upload(path)));
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(table.status().message()), StartsWith(path));
+  EXPECT_THAT(std::string(table.status().message()), HasSubstr("line 2"));
+}
+
+TEST_F(UploadFilesTest, MissingCsvFileIsNotFoundNamingThePath) {
+  const std::string path = ::testing::TempDir() + "client_test_no_such_dir/missing.csv";
+  const absl::StatusOr<Table> table = ReadUploadInput(*UploadInputFromFlags(Upload(path)));
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table.status().message(), "cannot open '" + path + "': No such file or directory");
+}
+
+TEST_F(UploadFilesTest, TwoDimensionalNpySplitsTrailingTargetColumn) {
+  const std::string path =
+      Write("table.npy", MakeNpy("<f4", "(2, 3)", Bytes<float>({1, 2, 3, 4, 5, 6})));
+  const absl::StatusOr<UploadInput> input = UploadInputFromFlags(Upload(path));
+  ASSERT_TRUE(input.ok()) << input.status();
+  ASSERT_TRUE(input->npy);
+  const absl::StatusOr<Table> table = ReadUploadInput(*input);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(table->rows, 2);
+  EXPECT_THAT(table->features, ElementsAre(1.0f, 2.0f, 4.0f, 5.0f));
+  EXPECT_THAT(table->targets_f32, ElementsAre(3.0f, 6.0f));
+
+  const v1::DatasetHeader header = MakeDatasetHeader("table", *table, "");
+  EXPECT_THAT(header.feature_shape(), ElementsAre(2));
+  EXPECT_THAT(header.target_shape(), ElementsAre(1));
+  EXPECT_EQ(header.target_dtype(), v1::DTYPE_FLOAT32);
+}
+
+TEST_F(UploadFilesTest, NpyFeaturesWithSeparateInt64Targets) {
+  const std::string features =
+      Write("images.npy",
+            MakeNpy("<f4", "(3, 2, 2)", Bytes<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})));
+  const std::string targets =
+      Write("labels.npy", MakeNpy("<i8", "(3,)", Bytes<int64_t>({2, 0, 1})));
+  const absl::StatusOr<UploadInput> input =
+      UploadInputFromFlags(Upload(features, {"--targets", targets, "--target-dtype", "int64"}));
+  ASSERT_TRUE(input.ok()) << input.status();
+  const absl::StatusOr<Table> table = ReadUploadInput(*input);
+  ASSERT_TRUE(table.ok()) << table.status();
+
+  const v1::DatasetHeader header = MakeDatasetHeader("images", *table, "");
+  EXPECT_THAT(header.feature_shape(), ElementsAre(2, 2));
+  EXPECT_THAT(header.target_shape(), IsEmpty());
+  EXPECT_EQ(header.target_dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(header.row_count(), 3);
+  EXPECT_EQ(EncodePayload(*table),
+            Bytes<float>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) + Bytes<int64_t>({2, 0, 1}));
+}
+
+TEST_F(UploadFilesTest, NpyRowMismatchNamesBothFiles) {
+  const std::string features =
+      Write("f.npy", MakeNpy("<f4", "(3, 2)", Bytes<float>({0, 1, 2, 3, 4, 5})));
+  const std::string targets = Write("t.npy", MakeNpy("<i8", "(2,)", Bytes<int64_t>({0, 1})));
+  const absl::StatusOr<Table> table = ReadUploadInput(
+      *UploadInputFromFlags(Upload(features, {"--targets", targets, "--target-dtype", "int64"})));
+  EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(table.status().message()),
+              StartsWith(features + " and " + targets + ": "));
+}
+
+}  // namespace
+}  // namespace trainerd::client
