@@ -235,16 +235,20 @@ absl::Status DatasetRegistry::LoadFromDisk() {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create dataset folder '", dir_, "': ", ec.message()));
   }
+  // `ec` reports only the folder's listing: a file that cannot be removed or renamed is logged
+  // and skipped, never a reason to refuse to start.
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     const std::string path = entry.path().string();
+    std::error_code file_ec;
     if (entry.path().extension() != kDatasetFileExtension) {
-      if (entry.path().extension() == ".tmp") std::filesystem::remove(entry.path(), ec);
+      if (entry.path().extension() == ".tmp") std::filesystem::remove(entry.path(), file_ec);
       continue;
     }
     auto quarantine = [&](const absl::Status& why) {
-      LogWarning(absl::StrCat("skipping dataset file: ", why.message(), "; renamed to ", path,
-                              ".damaged"));
-      std::filesystem::rename(path, path + ".damaged", ec);
+      std::filesystem::rename(path, path + ".damaged", file_ec);
+      LogWarning(absl::StrCat("skipping dataset file: ", why.message(),
+                              file_ec ? "; cannot rename it to " : "; renamed to ", path,
+                              ".damaged", file_ec ? absl::StrCat(": ", file_ec.message()) : ""));
     };
     auto header = ReadDatasetFileHeader(path);
     if (!header.ok()) {
@@ -257,9 +261,16 @@ absl::Status DatasetRegistry::LoadFromDisk() {
                                                   "' does not match its name")));
       continue;
     }
-    torch::Tensor staging =
-        torch::empty({meta.size_bytes},
-                     torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
+    torch::Tensor staging;
+    try {
+      staging = torch::empty({meta.size_bytes},
+                             torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
+    } catch (const std::exception& e) {
+      // Not the file's fault: keep the file, skip the dataset.
+      LogWarning(absl::StrCat("cannot load dataset '", meta.name, "': no memory for its ",
+                              meta.size_bytes, " bytes"));
+      continue;
+    }
     absl::Status read = ReadDatasetPayload(path, *header, staging.data_ptr(), meta.size_bytes);
     if (!read.ok()) {
       quarantine(read);
@@ -310,11 +321,15 @@ absl::Status DatasetRegistry::Delete(const std::string& name) {
     }
     doomed = std::move(it->second);
     datasets_.erase(it);
+    // The name stays reserved until the file is gone, so that a new upload of the same name
+    // cannot write its file before this removal deletes it.
+    reserved_.insert(name);
   }
   if (std::remove(PathFor(name).c_str()) != 0 && errno != ENOENT) {
     LogWarning(absl::StrCat("cannot remove the file of dataset '", name, "': ",
                             std::strerror(errno)));
   }
+  ReleaseName(name);
   return absl::OkStatus();
 }
 
