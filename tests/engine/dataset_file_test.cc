@@ -1,0 +1,90 @@
+// Tests for server/engine/dataset_file.h: the on-disk form round-trips, and damage is DATA_LOSS.
+#include "server/engine/dataset_file.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace trainerd::engine {
+namespace {
+
+using ::testing::HasSubstr;
+
+class DatasetFileTest : public ::testing::Test {
+ protected:
+  DatasetFileTest() : path_(dir_.path() + "/d.trds") {
+    meta_.name = "d";
+    meta_.feature_shape = {2};
+    meta_.target_shape = {};
+    meta_.target_dtype = TargetDType::kInt64;
+    meta_.rows = 2;
+    meta_.size_bytes = 2 * (2 * 4 + 8);
+    payload_ = std::string(static_cast<size_t>(meta_.size_bytes), '\x07');
+    meta_.sha256 = Sha256Hex(payload_);
+    meta_.create_time = absl::FromUnixNanos(1234567890123456789);
+    meta_.target_min = 3;
+    meta_.target_max = 9;
+  }
+
+  test_support::ScratchDir dir_;
+  const std::string path_;
+  DatasetMeta meta_;
+  std::string payload_;
+};
+
+TEST_F(DatasetFileTest, WrittenFileReadsBackTheSameMetaAndPayload) {
+  ASSERT_TRUE(WriteDatasetFile(path_, meta_, payload_.data(), payload_.size()).ok());
+
+  absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->meta.name, "d");
+  EXPECT_EQ(header->meta.feature_shape, meta_.feature_shape);
+  EXPECT_TRUE(header->meta.target_shape.empty());
+  EXPECT_EQ(header->meta.target_dtype, TargetDType::kInt64);
+  EXPECT_EQ(header->meta.rows, 2);
+  EXPECT_EQ(header->meta.sha256, meta_.sha256);
+  EXPECT_EQ(header->meta.create_time, meta_.create_time);
+  EXPECT_EQ(header->meta.target_min, 3);
+  EXPECT_EQ(header->meta.target_max, 9);
+  std::string read(payload_.size(), '\0');
+  ASSERT_TRUE(ReadDatasetPayload(path_, *header, read.data(), read.size()).ok());
+  EXPECT_EQ(read, payload_);
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
+}
+
+TEST_F(DatasetFileTest, ExtraTrailingBytesAreDataLoss) {
+  ASSERT_TRUE(WriteDatasetFile(path_, meta_, payload_.data(), payload_.size()).ok());
+  std::ofstream(path_, std::ios::app | std::ios::binary) << "x";
+
+  absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(header.status().message(), HasSubstr("payload size does not match"));
+}
+
+TEST_F(DatasetFileTest, PayloadThatDoesNotMatchItsChecksumIsDataLoss) {
+  meta_.sha256 = Sha256Hex("not the payload");
+  ASSERT_TRUE(WriteDatasetFile(path_, meta_, payload_.data(), payload_.size()).ok());
+  absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+  ASSERT_TRUE(header.ok()) << header.status();
+  std::string read(payload_.size(), '\0');
+
+  absl::Status status = ReadDatasetPayload(path_, *header, read.data(), read.size());
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("checksum"));
+}
+
+TEST_F(DatasetFileTest, WriteIntoMissingFolderFailsAndLeavesNothing) {
+  const std::string path = dir_.path() + "/missing/d.trds";
+  EXPECT_FALSE(WriteDatasetFile(path, meta_, payload_.data(), payload_.size()).ok());
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace trainerd::engine

@@ -1,0 +1,580 @@
+// Datasets through the Engine: uploads (staging, byte count, checksum, NaN scan, names, limits),
+// persistence across restarts (and the quarantine of damaged files), and deletion.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <limits>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/sha256.h"
+#include "common/table.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace trainerd::engine {
+namespace {
+
+using test_support::BlockerSpec;
+using test_support::EngineFixture;
+using test_support::EventRecorder;
+using test_support::HeaderFor;
+using test_support::Losses;
+using test_support::RunJob;
+using test_support::SeedSpec;
+using test_support::SeedTable;
+using test_support::Upload;
+using test_support::WaitForEnd;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+absl::StatusCode CodeOf(const absl::StatusOr<DatasetMeta>& meta) { return meta.status().code(); }
+
+std::vector<std::string> Names(const std::vector<DatasetMeta>& datasets) {
+  std::vector<std::string> names;
+  for (const DatasetMeta& meta : datasets) names.push_back(meta.name);
+  return names;
+}
+
+// --- Upload ---
+
+class DatasetUploadTest : public EngineFixture {};
+
+TEST_F(DatasetUploadTest, GoodUploadIsListedWithItsMeta) {
+  const Table table = SeedTable(/*rows=*/100);
+  const std::string payload = EncodePayload(table);
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", table, /*chunk_bytes=*/77);
+
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->name, "seed");
+  EXPECT_EQ(meta->rows, 100);
+  EXPECT_EQ(meta->size_bytes, 100 * (4 + 4));
+  EXPECT_EQ(meta->size_bytes, static_cast<int64_t>(payload.size()));
+  EXPECT_EQ(meta->sha256, Sha256Hex(payload));
+  EXPECT_EQ(meta->device, "cpu");
+  EXPECT_EQ(meta->feature_shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(meta->target_shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(meta->target_dtype, TargetDType::kFloat32);
+  EXPECT_NE(meta->create_time, absl::UnixEpoch());
+  const std::vector<DatasetMeta> listed = engine_->ListDatasets();
+  ASSERT_THAT(listed, SizeIs(1));
+  EXPECT_EQ(listed[0].name, "seed");
+  EXPECT_EQ(listed[0].sha256, meta->sha256);
+  absl::StatusOr<DatasetMeta> got = engine_->GetDataset("seed");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->rows, 100);
+  EXPECT_EQ(got->create_time, meta->create_time);
+}
+
+TEST_F(DatasetUploadTest, UploadWithoutChecksumIsAcceptedAndChecksummed) {
+  const Table table = SeedTable(/*rows=*/10);
+  DatasetHeader header = HeaderFor("seed", table);
+  header.sha256.clear();
+  absl::StatusOr<std::unique_ptr<UploadSession>> session = engine_->BeginUpload(header);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Append(EncodePayload(table)).ok());
+
+  absl::StatusOr<DatasetMeta> meta = engine_->CommitUpload(*std::move(session));
+
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->sha256, Sha256Hex(EncodePayload(table)));
+}
+
+TEST_F(DatasetUploadTest, ListIsSortedByName) {
+  ASSERT_TRUE(Upload(*engine_, "zeta", SeedTable(4)).ok());
+  ASSERT_TRUE(Upload(*engine_, "alpha", SeedTable(4)).ok());
+  ASSERT_TRUE(Upload(*engine_, "mid", SeedTable(4)).ok());
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("alpha", "mid", "zeta"));
+}
+
+TEST_F(DatasetUploadTest, ShortPayloadIsInvalidArgumentAtCommit) {
+  const Table table = SeedTable(/*rows=*/10);
+  const std::string payload = EncodePayload(table);
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("seed", table));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Append(std::string_view(payload).substr(0, payload.size() - 4)).ok());
+  EXPECT_EQ((*session)->received_bytes(), 76);
+  EXPECT_EQ((*session)->expected_bytes(), 80);
+
+  absl::StatusOr<DatasetMeta> meta = engine_->CommitUpload(*std::move(session));
+
+  EXPECT_EQ(CodeOf(meta), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(meta.status().message(), HasSubstr("received 76 payload bytes"));
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+}
+
+TEST_F(DatasetUploadTest, PayloadLongerThanHeaderIsInvalidArgumentOnAppend) {
+  const Table table = SeedTable(/*rows=*/10);
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("seed", table));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Append(EncodePayload(table)).ok());
+
+  const absl::Status extra = (*session)->Append("x");
+
+  EXPECT_EQ(extra.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(extra.message(), HasSubstr("larger than the header declares"));
+  EXPECT_EQ((*session)->received_bytes(), 80);  // the rejected byte was not taken
+}
+
+TEST_F(DatasetUploadTest, OversizedFirstChunkIsInvalidArgument) {
+  const Table table = SeedTable(/*rows=*/10);
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("seed", table));
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ((*session)->Append(EncodePayload(table) + "tail").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*session)->received_bytes(), 0);
+}
+
+TEST_F(DatasetUploadTest, WrongChecksumIsDataLoss) {
+  const Table table = SeedTable(/*rows=*/10);
+  DatasetHeader header = HeaderFor("seed", table);
+  header.sha256 = Sha256Hex("something else");
+  absl::StatusOr<std::unique_ptr<UploadSession>> session = engine_->BeginUpload(header);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Append(EncodePayload(table)).ok());
+
+  absl::StatusOr<DatasetMeta> meta = engine_->CommitUpload(*std::move(session));
+
+  EXPECT_EQ(CodeOf(meta), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(meta.status().message(), HasSubstr(header.sha256));
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+}
+
+TEST_F(DatasetUploadTest, MalformedChecksumIsInvalidArgument) {
+  DatasetHeader header = HeaderFor("seed", SeedTable(/*rows=*/10));
+  header.sha256 = std::string(64, 'A');  // upper case
+  EXPECT_EQ(engine_->BeginUpload(header).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DatasetUploadTest, NanFeatureIsInvalidArgumentNamingTheRow) {
+  Table table = SeedTable(/*rows=*/10);
+  table.features[5] = std::numeric_limits<float>::quiet_NaN();
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", table);
+
+  EXPECT_EQ(CodeOf(meta), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(meta.status().message(), HasSubstr("row 6 has a non-finite feature value"));
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+}
+
+TEST_F(DatasetUploadTest, InfiniteFeatureInWideRowNamesItsRow) {
+  Table table = test_support::RandomTable(/*rows=*/10, /*features=*/3);
+  table.features[3 * 4 + 2] = std::numeric_limits<float>::infinity();  // row 5, last feature
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "wide", table);
+
+  EXPECT_EQ(CodeOf(meta), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(meta.status().message(), HasSubstr("row 5 has a non-finite feature value"));
+}
+
+TEST_F(DatasetUploadTest, NanTargetIsInvalidArgumentNamingTheRow) {
+  Table table = SeedTable(/*rows=*/10);
+  table.targets_f32[9] = std::numeric_limits<float>::quiet_NaN();
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", table);
+
+  EXPECT_EQ(CodeOf(meta), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(meta.status().message(), HasSubstr("row 10 has a non-finite target value"));
+}
+
+TEST_F(DatasetUploadTest, NameOfUploadInProgressIsAlreadyExists) {
+  absl::StatusOr<std::unique_ptr<UploadSession>> first =
+      engine_->BeginUpload(HeaderFor("seed", SeedTable(10)));
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  auto second = engine_->BeginUpload(HeaderFor("seed", SeedTable(10)));
+
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(second.status().message(), HasSubstr("dataset 'seed' already exists"));
+}
+
+TEST_F(DatasetUploadTest, NameOfCommittedDatasetIsAlreadyExists) {
+  ASSERT_TRUE(Upload(*engine_, "seed", SeedTable(10)).ok());
+  EXPECT_EQ(CodeOf(Upload(*engine_, "seed", SeedTable(10))), absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(DatasetUploadTest, DestroyedUploadReleasesTheName) {
+  absl::StatusOr<std::unique_ptr<UploadSession>> abandoned =
+      engine_->BeginUpload(HeaderFor("seed", SeedTable(10)));
+  ASSERT_TRUE(abandoned.ok()) << abandoned.status();
+  ASSERT_TRUE((*abandoned)->Append("12345678").ok());
+  abandoned->reset();
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", SeedTable(10));
+
+  EXPECT_TRUE(meta.ok()) << meta.status();
+}
+
+TEST_F(DatasetUploadTest, FailedCommitReleasesTheName) {
+  Table bad = SeedTable(10);
+  bad.features[0] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_EQ(CodeOf(Upload(*engine_, "seed", bad)), absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", SeedTable(10));
+
+  EXPECT_TRUE(meta.ok()) << meta.status();
+  EXPECT_FALSE(std::filesystem::exists(DatasetPath("seed") + ".tmp"));
+}
+
+TEST_F(DatasetUploadTest, InvalidNamesAreInvalidArgument) {
+  const std::vector<std::string> names = {"",          "a/b",    "..",
+                                          "../escape", "sp ace", std::string(129, 'n')};
+  for (const std::string& name : names) {
+    absl::StatusOr<std::unique_ptr<UploadSession>> session =
+        engine_->BeginUpload(HeaderFor(name, SeedTable(4)));
+    EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument) << "'" << name << "'";
+  }
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+}
+
+TEST_F(DatasetUploadTest, ZeroRowsIsInvalidArgument) {
+  DatasetHeader header = HeaderFor("empty", SeedTable(4));
+  header.rows = 0;
+  absl::StatusOr<std::unique_ptr<UploadSession>> session = engine_->BeginUpload(header);
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(session.status().message(), HasSubstr("at least one row"));
+}
+
+TEST_F(DatasetUploadTest, ZeroFeatureDimensionIsInvalidArgument) {
+  DatasetHeader header = HeaderFor("flat", SeedTable(4));
+  header.feature_shape = {0};
+  EXPECT_EQ(engine_->BeginUpload(header).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(DatasetUploadTest, PayloadOverTheLimitIsResourceExhausted) {
+  engine_.reset();
+  EngineOptions options = Options();
+  options.max_dataset_bytes = 1024;
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+
+  // 800 rows of 8 bytes: 6400 bytes.
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("seed", SeedTable()));
+
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(session.status().message(), HasSubstr("at most 1024 bytes"));
+  // The name was not reserved by the refused upload.
+  EXPECT_TRUE(Upload(*engine_, "seed", SeedTable(/*rows=*/100)).ok());
+}
+
+TEST_F(DatasetUploadTest, Int64TargetsReportTheirClassRange) {
+  absl::StatusOr<DatasetMeta> meta =
+      Upload(*engine_, "classes", test_support::ClassTable(12, 2, 7));
+
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->target_dtype, TargetDType::kInt64);
+  EXPECT_EQ(meta->target_min, 2);
+  EXPECT_EQ(meta->target_max, 7);
+  EXPECT_EQ(meta->size_bytes, 12 * (2 * 4 + 8));
+  EXPECT_EQ(engine_->GetDataset("classes")->target_max, 7);
+}
+
+TEST_F(DatasetUploadTest, AsyncCommitCallsDoneWithTheMeta) {
+  const Table table = SeedTable(/*rows=*/10);
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("seed", table));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->Append(EncodePayload(table)).ok());
+  std::promise<absl::StatusOr<DatasetMeta>> done;
+  std::future<absl::StatusOr<DatasetMeta>> result = done.get_future();
+
+  engine_->CommitUploadAsync(*std::move(session), [&done](absl::StatusOr<DatasetMeta> meta) {
+    done.set_value(std::move(meta));
+  });
+
+  ASSERT_EQ(result.wait_for(absl::ToChronoSeconds(test_support::kWaitTimeout)),
+            std::future_status::ready);
+  absl::StatusOr<DatasetMeta> meta = result.get();
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->rows, 10);
+  EXPECT_TRUE(engine_->GetDataset("seed").ok());
+}
+
+TEST_F(DatasetUploadTest, AsyncCommitAfterShutdownIsUnavailable) {
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("seed", SeedTable(10)));
+  ASSERT_TRUE(session.ok()) << session.status();
+  engine_->Shutdown();
+  absl::Status status;
+
+  engine_->CommitUploadAsync(*std::move(session), [&status](absl::StatusOr<DatasetMeta> meta) {
+    status = meta.status();  // called on this thread: the I/O thread has stopped
+  });
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+}
+
+// --- Persistence ---
+
+class DatasetPersistenceTest : public EngineFixture {
+ protected:
+  void Restart() {
+    engine_.reset();
+    engine_ = StartEngine(Options());
+    ASSERT_NE(engine_, nullptr);
+  }
+
+  // Replaces the file's byte at `offset` (from the end when negative).
+  void CorruptByte(const std::string& path, int64_t offset) {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.is_open()) << path;
+    file.seekg(0, std::ios::end);
+    const int64_t size = static_cast<int64_t>(file.tellg());
+    const int64_t at = offset < 0 ? size + offset : offset;
+    file.seekg(at);
+    char byte = 0;
+    file.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    file.seekp(at);
+    file.write(&byte, 1);
+    ASSERT_TRUE(file.good());
+  }
+};
+
+TEST_F(DatasetPersistenceTest, DatasetsSurviveRestartWithTheSameMeta) {
+  absl::StatusOr<DatasetMeta> seed = Upload(*engine_, "seed", SeedTable());
+  absl::StatusOr<DatasetMeta> classes =
+      Upload(*engine_, "classes", test_support::ClassTable(9, 1, 4));
+  ASSERT_TRUE(seed.ok() && classes.ok());
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  const std::vector<DatasetMeta> listed = engine_->ListDatasets();
+  ASSERT_THAT(Names(listed), ElementsAre("classes", "seed"));
+  for (const DatasetMeta* before : {&*classes, &*seed}) {
+    absl::StatusOr<DatasetMeta> after = engine_->GetDataset(before->name);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->feature_shape, before->feature_shape);
+    EXPECT_EQ(after->target_shape, before->target_shape);
+    EXPECT_EQ(after->target_dtype, before->target_dtype);
+    EXPECT_EQ(after->rows, before->rows);
+    EXPECT_EQ(after->size_bytes, before->size_bytes);
+    EXPECT_EQ(after->sha256, before->sha256);
+    EXPECT_EQ(after->device, "cpu");
+    EXPECT_EQ(after->create_time, before->create_time);
+    EXPECT_EQ(after->target_min, before->target_min);
+    EXPECT_EQ(after->target_max, before->target_max);
+  }
+}
+
+TEST_F(DatasetPersistenceTest, ReloadedDatasetTrainsToTheSameLosses) {
+  ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 5;
+  absl::StatusOr<JobSnapshot> before = RunJob(*engine_, spec);
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+  absl::StatusOr<JobSnapshot> after = RunJob(*engine_, spec);
+
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_THAT(Losses(*before), SizeIs(5));
+  EXPECT_EQ(Losses(*after), Losses(*before));
+}
+
+TEST_F(DatasetPersistenceTest, TruncatedFileIsRenamedDamagedAndSkipped) {
+  ASSERT_TRUE(Upload(*engine_, "good", SeedTable(20)).ok());
+  ASSERT_TRUE(Upload(*engine_, "cut", SeedTable(20)).ok());
+  engine_.reset();
+  const std::string cut = DatasetPath("cut");
+  std::filesystem::resize_file(cut, std::filesystem::file_size(cut) - 3);
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("good"));
+  EXPECT_FALSE(std::filesystem::exists(cut));
+  EXPECT_TRUE(std::filesystem::exists(cut + ".damaged"));
+  EXPECT_EQ(engine_->GetDataset("cut").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(DatasetPersistenceTest, CorruptedPayloadIsRenamedDamagedAndSkipped) {
+  ASSERT_TRUE(Upload(*engine_, "good", SeedTable(20)).ok());
+  ASSERT_TRUE(Upload(*engine_, "flipped", SeedTable(20)).ok());
+  engine_.reset();
+  ASSERT_NO_FATAL_FAILURE(CorruptByte(DatasetPath("flipped"), -1));
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("good"));
+  EXPECT_TRUE(std::filesystem::exists(DatasetPath("flipped") + ".damaged"));
+}
+
+TEST_F(DatasetPersistenceTest, CorruptedHeaderIsRenamedDamagedAndSkipped) {
+  ASSERT_TRUE(Upload(*engine_, "good", SeedTable(20)).ok());
+  ASSERT_TRUE(Upload(*engine_, "magic", SeedTable(20)).ok());
+  engine_.reset();
+  ASSERT_NO_FATAL_FAILURE(CorruptByte(DatasetPath("magic"), 0));
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("good"));
+  EXPECT_TRUE(std::filesystem::exists(DatasetPath("magic") + ".damaged"));
+}
+
+TEST_F(DatasetPersistenceTest, DamagedFileThatCannotBeRenamedDoesNotStopTheStart) {
+  ASSERT_TRUE(Upload(*engine_, "good", SeedTable(20)).ok());
+  ASSERT_TRUE(Upload(*engine_, "stuck", SeedTable(20)).ok());
+  engine_.reset();
+  ASSERT_NO_FATAL_FAILURE(CorruptByte(DatasetPath("stuck"), -1));
+  // A folder in the way makes the rename to stuck.trds.damaged fail.
+  std::filesystem::create_directories(DatasetPath("stuck") + ".damaged/occupied");
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("good"));
+  EXPECT_TRUE(std::filesystem::exists(DatasetPath("stuck")));  // left where it was
+}
+
+TEST_F(DatasetPersistenceTest, FileUnderAnotherNameIsRenamedDamaged) {
+  ASSERT_TRUE(Upload(*engine_, "original", SeedTable(20)).ok());
+  engine_.reset();
+  std::filesystem::rename(DatasetPath("original"), DatasetPath("renamed"));
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+  EXPECT_TRUE(std::filesystem::exists(DatasetPath("renamed") + ".damaged"));
+}
+
+TEST_F(DatasetPersistenceTest, DamagedDatasetsNameCanBeUploadedAgain) {
+  ASSERT_TRUE(Upload(*engine_, "seed", SeedTable(20)).ok());
+  engine_.reset();
+  ASSERT_NO_FATAL_FAILURE(CorruptByte(DatasetPath("seed"), -1));
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", SeedTable(20));
+
+  EXPECT_TRUE(meta.ok()) << meta.status();
+  EXPECT_TRUE(std::filesystem::exists(DatasetPath("seed")));
+}
+
+TEST_F(DatasetPersistenceTest, LeftoverTemporaryFileIsRemovedAtStart) {
+  engine_.reset();
+  const std::string tmp = DatasetPath("half") + ".tmp";
+  std::ofstream(tmp) << "TRAINERD-DATASET 1\nname=half\n";
+  ASSERT_TRUE(std::filesystem::exists(tmp));
+
+  ASSERT_NO_FATAL_FAILURE(Restart());
+
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+}
+
+TEST_F(DatasetPersistenceTest, EmptyDataDirIsInvalidArgument) {
+  EngineOptions options = Options();
+  options.data_dir = "";
+  EXPECT_EQ(Engine::Create(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- Delete ---
+
+class DatasetDeleteTest : public EngineFixture {
+ protected:
+  void SetUp() override {
+    EngineFixture::SetUp();
+    ASSERT_TRUE(Upload(*engine_, "busy", SeedTable()).ok());
+    ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  }
+};
+
+TEST_F(DatasetDeleteTest, DeletingDatasetOfQueuedJobIsFailedPrecondition) {
+  ASSERT_TRUE(engine_->SubmitJob(BlockerSpec("busy")).ok());
+  absl::StatusOr<JobSnapshot> queued = engine_->SubmitJob(SeedSpec("seed"));
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  ASSERT_EQ(engine_->GetJob(queued->id)->state, JobState::kQueued);
+
+  const absl::Status deleted = engine_->DeleteDataset("seed");
+
+  EXPECT_EQ(deleted.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(deleted.message(), HasSubstr(queued->id));
+  EXPECT_TRUE(engine_->GetDataset("seed").ok());
+  EXPECT_TRUE(std::filesystem::exists(DatasetPath("seed")));
+}
+
+TEST_F(DatasetDeleteTest, DeletingDatasetOfRunningJobIsFailedPrecondition) {
+  absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(BlockerSpec("busy"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto recorder = std::make_shared<EventRecorder>();
+  ASSERT_TRUE(engine_->SubscribeJob(job->id, recorder).ok());
+  // An epoch event proves it runs (the RUNNING event may precede the subscription).
+  ASSERT_TRUE(recorder->WaitForEpochs(1));
+
+  const absl::Status deleted = engine_->DeleteDataset("busy");
+
+  EXPECT_EQ(deleted.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(deleted.message(), HasSubstr("in use by job '" + job->id + "'"));
+}
+
+TEST_F(DatasetDeleteTest, DeletingAfterTheJobEndsRemovesDatasetAndFile) {
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 1;
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(std::filesystem::exists(DatasetPath("seed")));
+
+  const absl::Status deleted = engine_->DeleteDataset("seed");
+
+  EXPECT_TRUE(deleted.ok()) << deleted;
+  EXPECT_EQ(engine_->GetDataset("seed").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("busy"));
+  EXPECT_FALSE(std::filesystem::exists(DatasetPath("seed")));
+}
+
+TEST_F(DatasetDeleteTest, DeletingAfterQueuedJobIsCancelledWorks) {
+  ASSERT_TRUE(engine_->SubmitJob(BlockerSpec("busy")).ok());
+  absl::StatusOr<JobSnapshot> queued = engine_->SubmitJob(SeedSpec("seed"));
+  ASSERT_TRUE(queued.ok()) << queued.status();
+  ASSERT_TRUE(engine_->CancelJob(queued->id).ok());
+
+  EXPECT_TRUE(engine_->DeleteDataset("seed").ok());
+}
+
+TEST_F(DatasetDeleteTest, DeletingUnknownDatasetIsNotFound) {
+  const absl::Status deleted = engine_->DeleteDataset("nope");
+  EXPECT_EQ(deleted.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(deleted.message(), HasSubstr("'nope'"));
+}
+
+TEST_F(DatasetDeleteTest, DeletedDatasetStaysGoneAfterRestart) {
+  ASSERT_TRUE(engine_->DeleteDataset("seed").ok());
+  engine_.reset();
+  engine_ = StartEngine(Options());
+  ASSERT_NE(engine_, nullptr);
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("busy"));
+}
+
+TEST_F(DatasetDeleteTest, DeletedNameCanBeUploadedAgain) {
+  ASSERT_TRUE(engine_->DeleteDataset("seed").ok());
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", SeedTable(10));
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->rows, 10);
+}
+
+TEST_F(DatasetDeleteTest, EndedJobKeepsItsHistoryAfterItsDatasetIsDeleted) {
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 1;
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(engine_->DeleteDataset("seed").ok());
+
+  absl::StatusOr<JobSnapshot> after = WaitForEnd(*engine_, job->id);
+
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, JobState::kSucceeded);
+  EXPECT_EQ(Losses(*after), Losses(*job));
+}
+
+}  // namespace
+}  // namespace trainerd::engine

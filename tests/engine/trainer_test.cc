@@ -1,0 +1,155 @@
+// Tests for server/engine/trainer.h: RunTraining on tensors built in the test, without the
+// Engine's queue, to pin down step counts, the per-epoch callback and cancellation.
+#include "server/engine/trainer.h"
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "common/model_spec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainerd::engine {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+// `rows` rows of x = 0, 1, ... with y = 2x; resident on the CPU.
+std::shared_ptr<const Dataset> LineDataset(int64_t rows) {
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "line";
+  dataset->meta.feature_shape = {1};
+  dataset->meta.target_shape = {1};
+  dataset->meta.rows = rows;
+  dataset->meta.device = "cpu";
+  dataset->features = torch::arange(rows, torch::kFloat32).view({rows, 1}) / rows;
+  dataset->targets = dataset->features * 2;
+  return dataset;
+}
+
+TrainingRun LineRun(int64_t rows, int64_t batch_size, int32_t epochs) {
+  TrainingRun run;
+  run.spec.dataset = "line";
+  run.spec.model = "linear:1";
+  run.spec.learning_rate = 0.1;
+  run.spec.batch_size = batch_size;
+  run.spec.epochs = epochs;
+  run.spec.seed = 5;
+  run.spec.device = "cpu";
+  run.model = *ParseModelSpec(run.spec.model);
+  run.dataset = LineDataset(rows);
+  return run;
+}
+
+TEST(TrainerTest, PartialLastBatchCountsAsAStep) {
+  TrainingRun run = LineRun(/*rows=*/10, /*batch_size=*/4, /*epochs=*/3);
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  EXPECT_EQ(outcome.steps, 3 * 3);  // batches of 4, 4 and 2
+  EXPECT_EQ(outcome.epochs_done, 3);
+}
+
+TEST(TrainerTest, BatchLargerThanDatasetIsOneStepPerEpoch) {
+  TrainingRun run = LineRun(/*rows=*/10, /*batch_size=*/1000, /*epochs=*/4);
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  EXPECT_EQ(outcome.steps, 4);
+}
+
+TEST(TrainerTest, OnEpochSeesRunningStepAndSyncCounts) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/4, /*epochs=*/3);
+  std::vector<int32_t> epochs;
+  std::vector<int64_t> steps;
+  std::vector<int64_t> syncs;
+  std::vector<double> losses;
+  run.on_epoch = [&](const EpochResult& epoch, int64_t step_count, int64_t host_syncs) {
+    epochs.push_back(epoch.epoch);
+    losses.push_back(epoch.loss);
+    steps.push_back(step_count);
+    syncs.push_back(host_syncs);
+  };
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  EXPECT_THAT(epochs, ElementsAre(1, 2, 3));
+  EXPECT_THAT(steps, ElementsAre(2, 4, 6));
+  EXPECT_THAT(syncs, ElementsAre(1, 2, 3));  // exactly one transfer per epoch
+  EXPECT_EQ(outcome.host_syncs, 3 + 1);      // and one parameter read-back
+  EXPECT_EQ(outcome.final_loss, losses.back());
+}
+
+TEST(TrainerTest, CancelFlagSetBeforeStartEndsCancelledWithoutSteps) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/4, /*epochs=*/3);
+  std::atomic<bool> cancel{true};
+  run.cancel = &cancel;
+  int epochs_reported = 0;
+  run.on_epoch = [&](const EpochResult&, int64_t, int64_t) { ++epochs_reported; };
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  EXPECT_EQ(outcome.state, JobState::kCancelled);
+  EXPECT_EQ(outcome.steps, 0);
+  EXPECT_EQ(outcome.epochs_done, 0);
+  EXPECT_EQ(epochs_reported, 0);
+  EXPECT_THAT(outcome.parameters, IsEmpty());
+  EXPECT_EQ(outcome.error, "");
+}
+
+TEST(TrainerTest, CancelFromOnEpochStopsBeforeTheNextEpoch) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/4, /*epochs=*/50);
+  std::atomic<bool> cancel{false};
+  run.cancel = &cancel;
+  run.on_epoch = [&](const EpochResult& epoch, int64_t, int64_t) {
+    if (epoch.epoch == 2) cancel.store(true);
+  };
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  EXPECT_EQ(outcome.state, JobState::kCancelled);
+  EXPECT_EQ(outcome.epochs_done, 2);
+  EXPECT_EQ(outcome.steps, 2 * 2);
+  EXPECT_EQ(outcome.host_syncs, 2);  // no parameter read-back for a cancelled job
+}
+
+TEST(TrainerTest, LibTorchErrorBecomesFailedWithASentence) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/4, /*epochs=*/2);
+  // A model that does not fit the features: CheckJobSpec would refuse it; RunTraining must not
+  // throw either.
+  run.model = *ParseModelSpec("linear:3");
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  EXPECT_EQ(outcome.state, JobState::kFailed);
+  EXPECT_THAT(outcome.error, ::testing::StartsWith("training failed at epoch 1: "));
+  EXPECT_THAT(outcome.error, ::testing::Not(::testing::HasSubstr("\n")));
+}
+
+TEST(TrainerTest, ReportsParametersInSequentialOrder) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/4, /*epochs=*/1);
+  run.model = *ParseModelSpec("linear:3,tanh,linear:1");
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  ASSERT_THAT(outcome.parameters, SizeIs(4));
+  EXPECT_EQ(outcome.parameters[0].name, "0.weight");
+  EXPECT_EQ(outcome.parameters[1].name, "0.bias");
+  EXPECT_EQ(outcome.parameters[2].name, "2.weight");
+  EXPECT_EQ(outcome.parameters[3].name, "2.bias");
+  EXPECT_EQ(outcome.parameters[2].shape, (std::vector<int64_t>{1, 3}));
+  EXPECT_THAT(outcome.parameters[2].values, SizeIs(3));
+  EXPECT_EQ(outcome.parameter_count, 3 + 3 + 3 + 1);
+}
+
+}  // namespace
+}  // namespace trainerd::engine
