@@ -1,34 +1,76 @@
+// CheckJobSpec (the whole spec against the dataset, before a job is queued) and BuildModel (the
+// LibTorch module for a text model spec).
 #include "server/engine/model.h"
 
-#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "server/engine/loss.h"
+#include "server/engine/optimizer.h"
 
 namespace trainerd::engine {
 namespace {
 
-bool IsScalarLike(const std::vector<int64_t>& shape) {
-  return shape.empty() || (shape.size() == 1 && shape[0] == 1);
+// Inverted dropout whose masks come from a given generator (the job's), so that the job's seed
+// reproduces them; torch::nn::Dropout always draws from the default generator. Training mode:
+// x * mask / (1 - p) with mask ~ Bernoulli(1 - p), all on the input's device; eval mode: x.
+// Owned by the model; not thread-safe (a generator is shared with the job's shuffling, and both
+// run on the job's one worker thread).
+class SeededDropoutImpl : public torch::nn::Module {
+ public:
+  SeededDropoutImpl(double rate, std::optional<at::Generator> generator)
+      : rate_(rate), generator_(std::move(generator)) {}
+
+  torch::Tensor forward(const torch::Tensor& input) {
+    if (!is_training() || rate_ == 0.0) return input;
+    const double keep = 1.0 - rate_;
+    torch::Tensor mask = torch::empty_like(input).bernoulli_(keep, generator_);
+    return input * mask.div_(keep);
+  }
+
+  void pretty_print(std::ostream& stream) const override {
+    stream << "SeededDropout(p=" << rate_ << ")";
+  }
+
+ private:
+  double rate_;
+  std::optional<at::Generator> generator_;
+};
+TORCH_MODULE(SeededDropout);
+
+// BatchNorm in training mode needs more than one value per channel: a batch of one row fails
+// when each row has a single value per channel (a vector, or CxHxW with H*W == 1).
+absl::Status CheckBatchNormBatch(const JobSpec& spec, const ModelSpec& model,
+                                 const DatasetMeta& dataset) {
+  if (std::min<int64_t>(spec.batch_size, dataset.rows) != 1) return absl::OkStatus();
+  TRAINERD_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> shapes,
+                            InferLayerShapes(model, dataset.feature_shape));
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const std::vector<int64_t>& in = shapes[i];
+    if (model.layers[i].kind != LayerKind::kBatchNorm) continue;
+    if (in.size() == 1 || (in.size() == 3 && in[1] * in[2] == 1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layer ", i + 1, " (batchnorm) needs at least 2 rows per batch to train on ",
+          ShapeToString(in), " rows; the batch size is ", spec.batch_size, " and dataset '",
+          dataset.name, "' has ", dataset.rows, " rows"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset) {
-  if (!(spec.learning_rate > 0) || !std::isfinite(spec.learning_rate)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("learning rate must be a positive number; got ", spec.learning_rate));
-  }
-  if (!(spec.momentum >= 0 && spec.momentum < 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("momentum must be in [0, 1); got ", spec.momentum));
-  }
-  if (spec.optimizer != OptimizerKind::kSgd && spec.momentum != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "momentum applies to sgd only; optimizer ", OptimizerKindName(spec.optimizer),
-        " does not take it"));
-  }
+  TRAINERD_RETURN_IF_ERROR(CheckOptimizer(spec));
   if (spec.batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch size must be at least 1; got ", spec.batch_size));
@@ -44,62 +86,62 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
         "model '", spec.model, "' does not fit dataset '", dataset.name, "' (",
         ShapeToString(dataset.feature_shape), " features per row): ", output.status().message()));
   }
-  const std::string out = ShapeToString(*output);
-  switch (spec.loss) {
-    case LossKind::kMse:
-      if (dataset.target_dtype != TargetDType::kFloat32) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loss mse needs float32 targets; dataset '", dataset.name,
-            "' has int64 class targets (use cross_entropy)"));
-      }
-      if (*output != dataset.target_shape &&
-          !(IsScalarLike(*output) && IsScalarLike(dataset.target_shape))) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loss mse compares the model's output with the targets, but model '", spec.model,
-            "' outputs ", out, " per row and dataset '", dataset.name, "' has ",
-            ShapeToString(dataset.target_shape), " targets per row"));
-      }
-      break;
-    case LossKind::kCrossEntropy: {
-      if (dataset.target_dtype != TargetDType::kInt64) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loss cross_entropy needs int64 class targets; dataset '", dataset.name,
-            "' has float32 targets (upload with --target-dtype int64, or use mse)"));
-      }
-      if (!IsScalarLike(dataset.target_shape)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loss cross_entropy needs one class index per row; dataset '", dataset.name,
-            "' has ", ShapeToString(dataset.target_shape), " targets per row"));
-      }
-      if (output->size() != 1 || (*output)[0] < 2) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "loss cross_entropy needs one score per class (at least 2) per row, but model '",
-            spec.model, "' outputs ", out, " per row"));
-      }
-      const int64_t classes = (*output)[0];
-      if (dataset.target_min < 0 || dataset.target_max >= classes) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "dataset '%s' has class indices %d..%d but model '%s' outputs %d classes (0..%d)",
-            dataset.name, dataset.target_min, dataset.target_max, spec.model, classes,
-            classes - 1));
-      }
-      break;
-    }
-  }
+  TRAINERD_RETURN_IF_ERROR(CheckBatchNormBatch(spec, model, dataset));
+  TRAINERD_RETURN_IF_ERROR(CheckLoss(spec, *output, dataset));
   return model;
 }
 
-torch::nn::Sequential BuildModel(const ModelSpec& spec, const std::vector<int64_t>& input_shape) {
+torch::nn::Sequential BuildModel(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                                 std::optional<at::Generator> generator) {
+  const absl::StatusOr<std::vector<std::vector<int64_t>>> shapes =
+      InferLayerShapes(spec, input_shape);
+  if (!shapes.ok()) throw std::invalid_argument(std::string(shapes.status().message()));
   torch::nn::Sequential seq;
-  int64_t width = input_shape.empty() ? 1 : input_shape.back();
-  for (const LayerSpec& layer : spec.layers) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& layer = spec.layers[i];
+    const std::vector<int64_t>& in = (*shapes)[i];  // this layer's per-row input shape
     switch (layer.kind) {
       case LayerKind::kLinear:
-        seq->push_back(torch::nn::Linear(width, layer.args[0]));
-        width = layer.args[0];
+        seq->push_back(torch::nn::Linear(in.back(), layer.args[0]));
+        break;
+      case LayerKind::kConv2d: {
+        // A hand-built spec may leave out stride and padding; the parser always fills them in.
+        const int64_t stride = layer.args.size() > 2 ? layer.args[2] : 1;
+        const int64_t padding = layer.args.size() > 3 ? layer.args[3] : 0;
+        seq->push_back(torch::nn::Conv2d(
+            torch::nn::Conv2dOptions(/*in_channels=*/in[0], /*out_channels=*/layer.args[0],
+                                     /*kernel_size=*/layer.args[1])
+                .stride(stride)
+                .padding(padding)));
+        break;
+      }
+      case LayerKind::kMaxPool2d:  // stride defaults to the kernel size
+        seq->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(layer.args[0])));
+        break;
+      case LayerKind::kAvgPool2d:
+        seq->push_back(torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions(layer.args[0])));
+        break;
+      case LayerKind::kFlatten:
+        seq->push_back(torch::nn::Flatten(torch::nn::FlattenOptions().start_dim(1)));
+        break;
+      case LayerKind::kDropout:
+        seq->push_back(SeededDropout(layer.rate, generator));
+        break;
+      case LayerKind::kBatchNorm:
+        if (in.size() == 1) {
+          seq->push_back(torch::nn::BatchNorm1d(/*num_features=*/in[0]));
+        } else {
+          seq->push_back(torch::nn::BatchNorm2d(/*num_features=*/in[0]));
+        }
+        break;
+      case LayerKind::kLayerNorm:
+        seq->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions(in)));
         break;
       case LayerKind::kRelu:
         seq->push_back(torch::nn::ReLU());
+        break;
+      case LayerKind::kGelu:
+        seq->push_back(torch::nn::GELU());
         break;
       case LayerKind::kTanh:
         seq->push_back(torch::nn::Tanh());
@@ -107,34 +149,15 @@ torch::nn::Sequential BuildModel(const ModelSpec& spec, const std::vector<int64_
       case LayerKind::kSigmoid:
         seq->push_back(torch::nn::Sigmoid());
         break;
+      case LayerKind::kSoftmax:
+        seq->push_back(torch::nn::Softmax(/*dim=*/1));
+        break;
+      case LayerKind::kLogSoftmax:
+        seq->push_back(torch::nn::LogSoftmax(/*dim=*/1));
+        break;
     }
   }
   return seq;
-}
-
-torch::Tensor ComputeLoss(LossKind loss, const torch::Tensor& output,
-                          const torch::Tensor& targets) {
-  switch (loss) {
-    case LossKind::kMse:
-      return torch::mse_loss(output, targets.view(output.sizes()));
-    case LossKind::kCrossEntropy:
-      return torch::nn::functional::cross_entropy(output, targets.view({-1}));
-  }
-  return {};
-}
-
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
-                                                       std::vector<torch::Tensor> parameters) {
-  switch (spec.optimizer) {
-    case OptimizerKind::kSgd:
-      return std::make_unique<torch::optim::SGD>(
-          std::move(parameters),
-          torch::optim::SGDOptions(spec.learning_rate).momentum(spec.momentum));
-    case OptimizerKind::kAdam:
-      return std::make_unique<torch::optim::Adam>(std::move(parameters),
-                                                  torch::optim::AdamOptions(spec.learning_rate));
-  }
-  return nullptr;
 }
 
 }  // namespace trainerd::engine

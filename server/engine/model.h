@@ -1,8 +1,9 @@
-// From a JobSpec to LibTorch objects: checking the spec against the dataset, building the model,
-// the loss and the optimizer.
+// From a JobSpec to a LibTorch model: checking the whole spec against the dataset (the loss and
+// optimizer parts in loss.h and optimizer.h) and building the module.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
@@ -17,14 +18,15 @@ namespace trainerd::engine {
 absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset);
 
 // Builds the model on the CPU (initialised from the default CPU generator, which the caller
-// seeds); layers are named "0", "1", ... as in torch.nn.Sequential.
-torch::nn::Sequential BuildModel(const ModelSpec& spec, const std::vector<int64_t>& input_shape);
-
-// The loss of a batch, reduced to its mean. `targets` is the batch's slice of the dataset's
-// targets; mse reshapes it to the output's shape.
-torch::Tensor ComputeLoss(LossKind loss, const torch::Tensor& output, const torch::Tensor& targets);
-
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
-                                                       std::vector<torch::Tensor> parameters);
+// seeds); layers are named "0", "1", ... as in torch.nn.Sequential. Each layer gets its input
+// size from the per-row shapes InferLayerShapes gives: conv2d its input channels, batchnorm
+// BatchNorm1d for a per-row vector and BatchNorm2d for CxHxW, layernorm the whole per-row shape;
+// softmax and logsoftmax act on dim 1 of the batch (the classes). Dropout draws its masks from
+// `generator`, the job's generator on the device the model will run on (the default generator
+// when none is given), so that the job's seed covers it; it is the identity in eval mode.
+// Throws std::invalid_argument when the spec does not fit `input_shape` (CheckJobSpec refuses
+// such a spec first).
+torch::nn::Sequential BuildModel(const ModelSpec& spec, const std::vector<int64_t>& input_shape,
+                                 std::optional<at::Generator> generator = std::nullopt);
 
 }  // namespace trainerd::engine
