@@ -157,21 +157,48 @@ const std::vector<CommandSpec>& Commands() {
        /*max_args=*/0,
        "Submit a training job",
        "Queues a training job and prints its id (the whole job with -o json). The model spec is\n"
-       "checked here before anything is sent. Layers: linear:N (N outputs), relu, tanh, sigmoid;\n"
-       "the input width comes from the dataset.\n"
+       "checked here before anything is sent. Layers: linear:N, conv2d:C:K[:stride[:padding]],\n"
+       "maxpool2d:K, avgpool2d:K, flatten, dropout:P, batchnorm, layernorm, relu, gelu, tanh,\n"
+       "sigmoid, softmax, logsoftmax; the input shape comes from the dataset.\n"
        "\n"
        "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
-       "      --optimizer adam --lr 0.01 --epochs 100 --watch\n",
+       "      --optimizer adam --lr 0.01 --epochs 100 --watch\n"
+       "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
+       "      --optimizer adamw --lr 0.01 --schedule cosine --warmup-epochs 5 --clip-grad-norm 1\n",
        {{"dataset", "NAME", "the resident dataset to train on (required)"},
         {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
         {"loss", "LOSS",
-         "mse (float32 targets) or cross_entropy (int64 class\n"
-         "targets) (default mse)"},
-        {"optimizer", "OPT", "sgd or adam (default sgd)"},
-        {"lr", "RATE", "learning rate, > 0 (default 0.01)"},
+         "mse, l1, huber or bce_with_logits (float32 targets\n"
+         "shaped like the output), cross_entropy or nll (int64\n"
+         "class targets; nll wants log-probabilities) (default mse)"},
+        {"huber-delta", "D", "huber: where the loss turns linear, > 0 (default 1)"},
+        {"label-smoothing", "S", "cross_entropy: 0 <= S < 1 (default 0)"},
+        {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},
+        {"lr", "RATE", "learning rate, > 0; the peak with a schedule (default 0.01)"},
+        {"momentum", "M", "sgd and rmsprop momentum, 0 <= M < 1 (default 0)"},
+        {"nesterov", "", "sgd: Nesterov momentum (needs --momentum above 0)"},
+        {"weight-decay", "W",
+         "L2 penalty, >= 0; decoupled for adamw (default 0,\n"
+         "adamw 0.01)"},
+        {"beta1", "B", "adam and adamw, 0 <= B < 1 (default 0.9)"},
+        {"beta2", "B", "adam and adamw, 0 <= B < 1 (default 0.999)"},
+        {"eps", "E", "adam, adamw and rmsprop, > 0 (default 1e-8)"},
+        {"alpha", "A", "rmsprop smoothing, 0 < A < 1 (default 0.99)"},
+        {"schedule", "KIND",
+         "learning rate per epoch: constant, step (times --gamma\n"
+         "every --step-epochs) or cosine (down to --min-lr)\n"
+         "(default constant)"},
+        {"step-epochs", "N", "step: epochs between decays, >= 1 (required with step)"},
+        {"gamma", "G", "step: decay factor, 0 < G <= 1 (default 0.1)"},
+        {"min-lr", "RATE", "cosine: the final rate, 0 <= RATE < --lr (default 0)"},
+        {"warmup-epochs", "N",
+         "ramp the rate up linearly over the first N epochs,\n"
+         "N < --epochs (default 0)"},
+        {"clip-grad-norm", "N",
+         "scale the gradients down to a global L2 norm of at\n"
+         "most N, > 0 (default 0: off)"},
         {"batch-size", "N", "rows per step (default 32)"},
         {"epochs", "N", "passes over the dataset (default 10)"},
-        {"momentum", "M", "SGD momentum, 0 <= M < 1 (default 0)"},
         {"seed", "S",
          "seed for initialisation and shuffling (default: the\n"
          "daemon picks one and reports it in the job)"},

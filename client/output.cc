@@ -48,6 +48,66 @@ std::string OptimizerDescription(const v1::Optimizer& optimizer) {
   if (optimizer.kind() == v1::OPTIMIZER_KIND_SGD || optimizer.momentum() != 0) {
     absl::StrAppend(&text, ", momentum ", absl::StrFormat("%g", optimizer.momentum()));
   }
+  if (optimizer.nesterov()) absl::StrAppend(&text, " (nesterov)");
+  if (optimizer.has_weight_decay()) {
+    absl::StrAppend(&text, ", weight decay ", absl::StrFormat("%g", optimizer.weight_decay()));
+  }
+  if (optimizer.has_beta1())
+    absl::StrAppend(&text, absl::StrFormat(", beta1 %g", optimizer.beta1()));
+  if (optimizer.has_beta2())
+    absl::StrAppend(&text, absl::StrFormat(", beta2 %g", optimizer.beta2()));
+  if (optimizer.has_eps()) absl::StrAppend(&text, absl::StrFormat(", eps %g", optimizer.eps()));
+  if (optimizer.has_alpha())
+    absl::StrAppend(&text, absl::StrFormat(", alpha %g", optimizer.alpha()));
+  return text;
+}
+
+std::string LossDescription(const v1::JobSpec& spec) {
+  std::string text = LossName(spec.loss());
+  if (spec.loss() == v1::LOSS_HUBER) {
+    absl::StrAppend(
+        &text, absl::StrFormat(", delta %g", spec.huber_delta() == 0 ? 1.0 : spec.huber_delta()));
+  }
+  if (spec.label_smoothing() != 0) {
+    absl::StrAppend(&text, absl::StrFormat(", label smoothing %g", spec.label_smoothing()));
+  }
+  return text;
+}
+
+// "1 epoch", "5 epochs".
+std::string Epochs(int32_t count) { return absl::StrCat(count, count == 1 ? " epoch" : " epochs"); }
+
+bool HasSchedule(const v1::JobSpec& spec) {
+  const v1::Schedule& schedule = spec.schedule();
+  return schedule.kind() == v1::Schedule::STEP || schedule.kind() == v1::Schedule::COSINE ||
+         schedule.warmup_epochs() > 0;
+}
+
+// "cosine to 0.0001, warm-up 5 epochs; lr 0.0095 in epoch 7".
+std::string ScheduleDescription(const v1::Job& job) {
+  const v1::Schedule& schedule = job.spec().schedule();
+  std::string text;
+  switch (schedule.kind()) {
+    case v1::Schedule::STEP:
+      text =
+          absl::StrFormat("step, times %g every %s", schedule.gamma() == 0 ? 0.1 : schedule.gamma(),
+                          Epochs(schedule.step_epochs()));
+      break;
+    case v1::Schedule::COSINE:
+      text = absl::StrFormat("cosine to %g", schedule.min_learning_rate());
+      break;
+    default:
+      text = "constant";
+      break;
+  }
+  if (schedule.warmup_epochs() > 0) {
+    absl::StrAppend(&text, ", warm-up ", Epochs(schedule.warmup_epochs()));
+  }
+  if (job.epochs_size() > 0) {
+    const v1::EpochResult& last = job.epochs(job.epochs_size() - 1);
+    absl::StrAppend(&text,
+                    absl::StrFormat("; lr %g in epoch %d", last.learning_rate(), last.epoch()));
+  }
   return text;
 }
 
@@ -168,6 +228,14 @@ std::string LossName(v1::Loss loss) {
       return "mse";
     case v1::LOSS_CROSS_ENTROPY:
       return "cross_entropy";
+    case v1::LOSS_L1:
+      return "l1";
+    case v1::LOSS_HUBER:
+      return "huber";
+    case v1::LOSS_BCE_WITH_LOGITS:
+      return "bce_with_logits";
+    case v1::LOSS_NLL:
+      return "nll";
     default:
       return absl::StrCat("unknown(", static_cast<int>(loss), ")");
   }
@@ -179,6 +247,10 @@ std::string OptimizerName(v1::OptimizerKind kind) {
       return "sgd";
     case v1::OPTIMIZER_KIND_ADAM:
       return "adam";
+    case v1::OPTIMIZER_KIND_ADAMW:
+      return "adamw";
+    case v1::OPTIMIZER_KIND_RMSPROP:
+      return "rmsprop";
     default:
       return absl::StrCat("unknown(", static_cast<int>(kind), ")");
   }
@@ -257,8 +329,15 @@ std::string JobDetails(const v1::Job& job) {
   lines.insert(lines.end(), {
                                 {"dataset", spec.dataset()},
                                 {"model", model},
-                                {"loss", LossName(spec.loss())},
+                                {"loss", LossDescription(spec)},
                                 {"optimizer", OptimizerDescription(spec.optimizer())},
+                            });
+  // Shown only when set, so that a plain job's view stays short.
+  if (HasSchedule(spec)) lines.push_back({"schedule", ScheduleDescription(job)});
+  if (spec.clip_grad_norm() > 0) {
+    lines.push_back({"clip grad norm", absl::StrFormat("%g", spec.clip_grad_norm())});
+  }
+  lines.insert(lines.end(), {
                                 {"batch size", absl::StrCat(spec.batch_size())},
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},
                                 {"seed", spec.has_seed() ? absl::StrCat(spec.seed()) : "-"},

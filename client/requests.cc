@@ -23,6 +23,7 @@ constexpr int64_t kMaxTargetColumns = 1 << 20;
 constexpr double kDefaultLearningRate = 0.01;
 constexpr int64_t kDefaultBatchSize = 32;
 constexpr int64_t kDefaultEpochs = 10;
+constexpr double kDefaultGamma = 0.1;
 
 absl::StatusOr<TargetDType> ParseTargetDType(const std::string& text) {
   if (text == "float32") return TargetDType::kFloat32;
@@ -34,16 +35,58 @@ absl::StatusOr<TargetDType> ParseTargetDType(const std::string& text) {
 absl::StatusOr<v1::Loss> ParseLoss(const std::string& text) {
   if (text == "mse") return v1::LOSS_MSE;
   if (text == "cross_entropy" || text == "cross-entropy") return v1::LOSS_CROSS_ENTROPY;
+  if (text == "l1") return v1::LOSS_L1;
+  if (text == "huber") return v1::LOSS_HUBER;
+  if (text == "bce_with_logits" || text == "bce-with-logits") return v1::LOSS_BCE_WITH_LOGITS;
+  if (text == "nll") return v1::LOSS_NLL;
   return absl::InvalidArgumentError(
-      absl::StrCat("--loss: unknown loss '", text, "' (expected mse or cross_entropy)"));
+      absl::StrCat("--loss: unknown loss '", text,
+                   "' (expected mse, cross_entropy, l1, huber, bce_with_logits or nll)"));
 }
 
 absl::StatusOr<v1::OptimizerKind> ParseOptimizer(const std::string& text) {
   if (text == "sgd") return v1::OPTIMIZER_KIND_SGD;
   if (text == "adam") return v1::OPTIMIZER_KIND_ADAM;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--optimizer: unknown optimizer '", text, "' (expected sgd or adam)"));
+  if (text == "adamw") return v1::OPTIMIZER_KIND_ADAMW;
+  if (text == "rmsprop") return v1::OPTIMIZER_KIND_RMSPROP;
+  return absl::InvalidArgumentError(absl::StrCat("--optimizer: unknown optimizer '", text,
+                                                 "' (expected sgd, adam, adamw or rmsprop)"));
 }
+
+absl::StatusOr<v1::Schedule::Kind> ParseSchedule(const std::string& text) {
+  if (text == "constant") return v1::Schedule::CONSTANT;
+  if (text == "step") return v1::Schedule::STEP;
+  if (text == "cosine") return v1::Schedule::COSINE;
+  return absl::InvalidArgumentError(absl::StrCat("--schedule: unknown schedule '", text,
+                                                 "' (expected constant, step or cosine)"));
+}
+
+// "--FLAG applies to WHAT only" when the flag was given but does not apply.
+absl::Status CheckApplies(const Invocation& invocation, absl::string_view flag, bool applies,
+                          absl::string_view what) {
+  if (!invocation.Has(flag) || applies) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, " applies to ", what, " only"));
+}
+
+// The flag's value (or `fallback`), which must lie between lo and hi; `lo_open` / `hi_open` exclude
+// the bound itself, and hi = infinity means no upper bound. The error names the interval.
+absl::StatusOr<double> GetDoubleIn(const Invocation& invocation, absl::string_view flag,
+                                   double fallback, double lo, bool lo_open, double hi,
+                                   bool hi_open) {
+  TRAINERD_ASSIGN_OR_RETURN(double value, invocation.GetDouble(flag, fallback));
+  const bool ok = (lo_open ? value > lo : value >= lo) && (hi_open ? value < hi : value <= hi);
+  if (ok) return value;
+  std::string interval;
+  if (hi == std::numeric_limits<double>::infinity()) {
+    interval = absl::StrFormat("%s %g", lo_open ? ">" : ">=", lo);
+  } else {
+    interval = absl::StrFormat("in %s%g, %g%s", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--%s must be %s, got %g", std::string(flag), interval, value));
+}
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 v1::DType ToProto(TargetDType dtype) {
   return dtype == TargetDType::kInt64 ? v1::DTYPE_INT64 : v1::DTYPE_FLOAT32;
@@ -149,15 +192,92 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(double lr, invocation.GetDouble("lr", kDefaultLearningRate));
   if (lr <= 0) return absl::InvalidArgumentError(absl::StrFormat("--lr must be > 0, got %g", lr));
   optimizer->set_learning_rate(lr);
-  TRAINERD_ASSIGN_OR_RETURN(double momentum, invocation.GetDouble("momentum", 0));
-  if (invocation.Has("momentum") && kind != v1::OPTIMIZER_KIND_SGD) {
-    return absl::InvalidArgumentError("--momentum applies to --optimizer sgd only");
-  }
-  if (momentum < 0 || momentum >= 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--momentum must be in [0, 1), got %g", momentum));
-  }
+  const bool sgd = kind == v1::OPTIMIZER_KIND_SGD;
+  const bool rmsprop = kind == v1::OPTIMIZER_KIND_RMSPROP;
+  const bool adam_like = kind == v1::OPTIMIZER_KIND_ADAM || kind == v1::OPTIMIZER_KIND_ADAMW;
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "momentum", sgd || rmsprop, "--optimizer sgd and rmsprop"));
+  TRAINERD_ASSIGN_OR_RETURN(double momentum,
+                            GetDoubleIn(invocation, "momentum", 0, 0, false, 1, true));
   optimizer->set_momentum(momentum);
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "nesterov", sgd, "--optimizer sgd"));
+  if (invocation.Has("nesterov")) {
+    if (momentum <= 0) return absl::InvalidArgumentError("--nesterov needs --momentum above 0");
+    optimizer->set_nesterov(true);
+  }
+  if (invocation.Has("weight-decay")) {
+    TRAINERD_ASSIGN_OR_RETURN(double decay,
+                              GetDoubleIn(invocation, "weight-decay", 0, 0, false, kInf, true));
+    optimizer->set_weight_decay(decay);
+  }
+  for (absl::string_view flag : {"beta1", "beta2"}) {
+    TRAINERD_RETURN_IF_ERROR(
+        CheckApplies(invocation, flag, adam_like, "--optimizer adam and adamw"));
+    if (!invocation.Has(flag)) continue;
+    TRAINERD_ASSIGN_OR_RETURN(double beta, GetDoubleIn(invocation, flag, 0, 0, false, 1, true));
+    if (flag == "beta1") {
+      optimizer->set_beta1(beta);
+    } else {
+      optimizer->set_beta2(beta);
+    }
+  }
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "eps", adam_like || rmsprop, "--optimizer adam, adamw and rmsprop"));
+  if (invocation.Has("eps")) {
+    TRAINERD_ASSIGN_OR_RETURN(double eps, GetDoubleIn(invocation, "eps", 0, 0, true, kInf, true));
+    optimizer->set_eps(eps);
+  }
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "alpha", rmsprop, "--optimizer rmsprop"));
+  if (invocation.Has("alpha")) {
+    TRAINERD_ASSIGN_OR_RETURN(double alpha, GetDoubleIn(invocation, "alpha", 0, 0, true, 1, true));
+    optimizer->set_alpha(alpha);
+  }
+
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "huber-delta", loss == v1::LOSS_HUBER, "--loss huber"));
+  if (invocation.Has("huber-delta")) {
+    TRAINERD_ASSIGN_OR_RETURN(double delta,
+                              GetDoubleIn(invocation, "huber-delta", 0, 0, true, kInf, true));
+    spec.set_huber_delta(delta);
+  }
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "label-smoothing",
+                                        loss == v1::LOSS_CROSS_ENTROPY, "--loss cross_entropy"));
+  TRAINERD_ASSIGN_OR_RETURN(double smoothing,
+                            GetDoubleIn(invocation, "label-smoothing", 0, 0, false, 1, true));
+  spec.set_label_smoothing(smoothing);
+
+  v1::Schedule* schedule = spec.mutable_schedule();
+  TRAINERD_ASSIGN_OR_RETURN(v1::Schedule::Kind schedule_kind,
+                            ParseSchedule(invocation.Get("schedule", "constant")));
+  schedule->set_kind(schedule_kind);
+  const bool step = schedule_kind == v1::Schedule::STEP;
+  const bool cosine = schedule_kind == v1::Schedule::COSINE;
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "step-epochs", step, "--schedule step"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "gamma", step, "--schedule step"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "min-lr", cosine, "--schedule cosine"));
+  if (step) {
+    if (!invocation.Has("step-epochs")) {
+      return absl::InvalidArgumentError("--schedule step needs --step-epochs N");
+    }
+    TRAINERD_ASSIGN_OR_RETURN(
+        int64_t step_epochs,
+        invocation.GetInt("step-epochs", 0, 1, std::numeric_limits<int32_t>::max()));
+    schedule->set_step_epochs(static_cast<int32_t>(step_epochs));
+    TRAINERD_ASSIGN_OR_RETURN(double gamma,
+                              GetDoubleIn(invocation, "gamma", kDefaultGamma, 0, true, 1, false));
+    schedule->set_gamma(gamma);
+  }
+  if (cosine) {
+    TRAINERD_ASSIGN_OR_RETURN(double min_lr,
+                              GetDoubleIn(invocation, "min-lr", 0, 0, false, lr, true));
+    schedule->set_min_learning_rate(min_lr);
+  }
+  TRAINERD_ASSIGN_OR_RETURN(int64_t warmup, invocation.GetInt("warmup-epochs", 0, 0,
+                                                              std::numeric_limits<int32_t>::max()));
+  schedule->set_warmup_epochs(static_cast<int32_t>(warmup));
+  TRAINERD_ASSIGN_OR_RETURN(double clip,
+                            GetDoubleIn(invocation, "clip-grad-norm", 0, 0, false, kInf, true));
+  spec.set_clip_grad_norm(clip);
 
   TRAINERD_ASSIGN_OR_RETURN(
       int64_t batch_size,

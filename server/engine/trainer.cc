@@ -8,7 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/engine/device.h"
+#include "server/engine/loss.h"
 #include "server/engine/model.h"
+#include "server/engine/optimizer.h"
 
 namespace trainerd::engine {
 namespace {
@@ -35,9 +37,9 @@ class HostTransfers {
   int64_t count_ = 0;
 };
 
-// The generator that shuffles this job's rows, on the job's device. The CPU gets a generator of
-// its own; a CUDA device's default generator belongs to that device's single worker thread.
-at::Generator ShuffleGenerator(const torch::Device& device, uint64_t seed) {
+// The job's generator on its device (shuffling, dropout). The CPU gets a generator of its own; a
+// CUDA device's default generator belongs to that device's single worker thread.
+at::Generator JobGenerator(const torch::Device& device, uint64_t seed) {
   if (device.is_cpu()) return at::detail::createCPUGenerator(seed);
   at::Generator gen = at::globalContext().defaultGenerator(device);
   std::lock_guard<std::mutex> lock(gen.mutex());
@@ -58,17 +60,20 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   const JobSpec& spec = run.spec;
   const uint64_t seed = spec.seed.value_or(0);
   try {
+    // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
+    at::Generator gen = JobGenerator(run.device, seed);
     torch::nn::Sequential model;
     {
       std::lock_guard<std::mutex> lock(InitMutex());
       // Not under the generator's own mutex: the initialisers below take it themselves.
       at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
       cpu_gen.set_current_seed(seed);
-      model = BuildModel(run.model, run.dataset->meta.feature_shape);
+      model = BuildModel(run.model, run.dataset->meta.feature_shape, gen);
     }
     model->to(run.device);
     model->train();
-    auto optimizer = MakeOptimizer(spec, model->parameters());
+    const std::vector<torch::Tensor> parameters = model->parameters();
+    auto optimizer = MakeOptimizer(spec, parameters);
 
     // The dataset normally lives on the job's device already; a job on another device gets one
     // copy at start, never one per batch.
@@ -82,12 +87,14 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
 
     const int64_t rows = features.size(0);
     const int64_t batch = std::min<int64_t>(spec.batch_size, rows);
-    at::Generator gen = ShuffleGenerator(run.device, seed);
     const auto index_options = torch::TensorOptions(torch::kInt64).device(run.device);
     // Accumulates sum(batch mean loss * batch rows) over the epoch, on the device.
     torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(run.device));
 
     for (int32_t epoch = 1; epoch <= spec.epochs; ++epoch) {
+      // The schedule is host arithmetic on the epoch number: no device value is read.
+      const double learning_rate = LearningRateForEpoch(spec, epoch);
+      SetLearningRate(*optimizer, learning_rate);
       torch::Tensor perm;
       if (spec.shuffle) perm = torch::randperm(rows, gen, index_options);
       loss_sum.zero_();
@@ -109,8 +116,10 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           y = targets.narrow(/*dim=*/0, begin, len);
         }
         optimizer->zero_grad();
-        torch::Tensor loss = ComputeLoss(spec.loss, model->forward(x), y);
+        torch::Tensor loss = ComputeLoss(spec, model->forward(x), y);
         loss.backward();
+        // Clipping scales the gradients by a device scalar; its norm never reaches the host.
+        if (spec.clip_grad_norm > 0) ClipGradNorm(parameters, spec.clip_grad_norm);
         optimizer->step();
         {
           torch::NoGradGuard no_grad;
@@ -133,8 +142,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         return outcome;
       }
       if (run.on_epoch) {
-        run.on_epoch(EpochResult{epoch, mean_loss, SecondsSince(start)}, outcome.steps,
-                     host.count());
+        run.on_epoch(EpochResult{epoch, mean_loss, SecondsSince(start), learning_rate},
+                     outcome.steps, host.count());
       }
     }
 

@@ -8,6 +8,14 @@ const char* LossKindName(LossKind loss) {
       return "mse";
     case LossKind::kCrossEntropy:
       return "cross_entropy";
+    case LossKind::kL1:
+      return "l1";
+    case LossKind::kHuber:
+      return "huber";
+    case LossKind::kBceWithLogits:
+      return "bce_with_logits";
+    case LossKind::kNll:
+      return "nll";
   }
   return "unknown";
 }
@@ -18,6 +26,22 @@ const char* OptimizerKindName(OptimizerKind kind) {
       return "sgd";
     case OptimizerKind::kAdam:
       return "adam";
+    case OptimizerKind::kAdamW:
+      return "adamw";
+    case OptimizerKind::kRmsprop:
+      return "rmsprop";
+  }
+  return "unknown";
+}
+
+const char* ScheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kConstant:
+      return "constant";
+    case ScheduleKind::kStep:
+      return "step";
+    case ScheduleKind::kCosine:
+      return "cosine";
   }
   return "unknown";
 }

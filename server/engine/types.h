@@ -41,11 +41,22 @@ struct DatasetMeta {
   int64_t feature_bytes() const { return rows * ShapeElements(feature_shape) * 4; }
 };
 
-enum class LossKind { kMse, kCrossEntropy };
-enum class OptimizerKind { kSgd, kAdam };
+enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
+enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop };
+enum class ScheduleKind { kConstant, kStep, kCosine };
 
-const char* LossKindName(LossKind loss);            // "mse", "cross_entropy"
-const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam"
+const char* LossKindName(LossKind loss);            // "mse", "cross_entropy", "l1", ...
+const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam", "adamw", "rmsprop"
+const char* ScheduleKindName(ScheduleKind kind);    // "constant", "step", "cosine"
+
+// The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
+struct ScheduleSpec {
+  ScheduleKind kind = ScheduleKind::kConstant;
+  int32_t step_epochs = 0;         // kStep: >= 1
+  double gamma = 0.1;              // kStep: (0, 1]
+  double min_learning_rate = 0.0;  // kCosine
+  int32_t warmup_epochs = 0;       // linear warm-up first; 0 = none
+};
 
 struct JobSpec {
   std::string dataset;
@@ -53,7 +64,17 @@ struct JobSpec {
   LossKind loss = LossKind::kMse;
   OptimizerKind optimizer = OptimizerKind::kSgd;
   double learning_rate = 0.0;  // > 0
-  double momentum = 0.0;       // sgd only, [0, 1)
+  double momentum = 0.0;       // sgd and rmsprop, [0, 1)
+  bool nesterov = false;       // sgd only
+  std::optional<double> weight_decay;  // unset: 0 (adamw: 0.01)
+  std::optional<double> beta1;         // adam/adamw; unset: 0.9
+  std::optional<double> beta2;         // adam/adamw; unset: 0.999
+  std::optional<double> eps;           // adam/adamw/rmsprop; unset: 1e-8
+  std::optional<double> alpha;         // rmsprop; unset: 0.99
+  double huber_delta = 1.0;            // kHuber: > 0
+  double label_smoothing = 0.0;        // kCrossEntropy: [0, 1)
+  ScheduleSpec schedule;
+  double clip_grad_norm = 0.0;         // > 0: clip the global gradient norm; 0 = off
   int64_t batch_size = 0;      // >= 1
   int32_t epochs = 0;          // >= 1
   bool shuffle = true;
@@ -73,6 +94,7 @@ struct EpochResult {
   int32_t epoch = 0;  // 1-based
   double loss = 0.0;  // mean training loss over the epoch's rows
   double elapsed_seconds = 0.0;  // since the job started running
+  double learning_rate = 0.0;    // used during this epoch
 };
 
 struct ParameterValues {

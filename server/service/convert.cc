@@ -16,6 +16,54 @@ std::vector<int64_t> ToVector(const Repeated& values) {
   return std::vector<int64_t>(values.begin(), values.end());
 }
 
+// Proto3 leaves these 0 when unset.
+constexpr double kDefaultHuberDelta = 1.0;
+constexpr double kDefaultGamma = 0.1;
+
+v1::Loss ToProto(engine::LossKind loss) {
+  switch (loss) {
+    case engine::LossKind::kMse:
+      return v1::LOSS_MSE;
+    case engine::LossKind::kCrossEntropy:
+      return v1::LOSS_CROSS_ENTROPY;
+    case engine::LossKind::kL1:
+      return v1::LOSS_L1;
+    case engine::LossKind::kHuber:
+      return v1::LOSS_HUBER;
+    case engine::LossKind::kBceWithLogits:
+      return v1::LOSS_BCE_WITH_LOGITS;
+    case engine::LossKind::kNll:
+      return v1::LOSS_NLL;
+  }
+  return v1::LOSS_UNSPECIFIED;
+}
+
+v1::OptimizerKind ToProto(engine::OptimizerKind kind) {
+  switch (kind) {
+    case engine::OptimizerKind::kSgd:
+      return v1::OPTIMIZER_KIND_SGD;
+    case engine::OptimizerKind::kAdam:
+      return v1::OPTIMIZER_KIND_ADAM;
+    case engine::OptimizerKind::kAdamW:
+      return v1::OPTIMIZER_KIND_ADAMW;
+    case engine::OptimizerKind::kRmsprop:
+      return v1::OPTIMIZER_KIND_RMSPROP;
+  }
+  return v1::OPTIMIZER_KIND_UNSPECIFIED;
+}
+
+v1::Schedule::Kind ToProto(engine::ScheduleKind kind) {
+  switch (kind) {
+    case engine::ScheduleKind::kConstant:
+      return v1::Schedule::CONSTANT;
+    case engine::ScheduleKind::kStep:
+      return v1::Schedule::STEP;
+    case engine::ScheduleKind::kCosine:
+      return v1::Schedule::COSINE;
+  }
+  return v1::Schedule::KIND_UNSPECIFIED;
+}
+
 }  // namespace
 
 absl::StatusOr<engine::DatasetHeader> FromProto(const v1::DatasetHeader& header) {
@@ -66,22 +114,74 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
     case v1::LOSS_CROSS_ENTROPY:
       out.loss = engine::LossKind::kCrossEntropy;
       break;
+    case v1::LOSS_L1:
+      out.loss = engine::LossKind::kL1;
+      break;
+    case v1::LOSS_HUBER:
+      out.loss = engine::LossKind::kHuber;
+      break;
+    case v1::LOSS_BCE_WITH_LOGITS:
+      out.loss = engine::LossKind::kBceWithLogits;
+      break;
+    case v1::LOSS_NLL:
+      out.loss = engine::LossKind::kNll;
+      break;
     default:
-      return absl::InvalidArgumentError("loss must be set: LOSS_MSE or LOSS_CROSS_ENTROPY");
+      return absl::InvalidArgumentError(
+          "loss must be set: LOSS_MSE, LOSS_CROSS_ENTROPY, LOSS_L1, LOSS_HUBER, "
+          "LOSS_BCE_WITH_LOGITS or LOSS_NLL");
   }
-  switch (spec.optimizer().kind()) {
+  const v1::Optimizer& optimizer = spec.optimizer();
+  switch (optimizer.kind()) {
     case v1::OPTIMIZER_KIND_SGD:
       out.optimizer = engine::OptimizerKind::kSgd;
       break;
     case v1::OPTIMIZER_KIND_ADAM:
       out.optimizer = engine::OptimizerKind::kAdam;
       break;
+    case v1::OPTIMIZER_KIND_ADAMW:
+      out.optimizer = engine::OptimizerKind::kAdamW;
+      break;
+    case v1::OPTIMIZER_KIND_RMSPROP:
+      out.optimizer = engine::OptimizerKind::kRmsprop;
+      break;
     default:
       return absl::InvalidArgumentError(
-          "optimizer.kind must be set: OPTIMIZER_KIND_SGD or OPTIMIZER_KIND_ADAM");
+          "optimizer.kind must be set: OPTIMIZER_KIND_SGD, OPTIMIZER_KIND_ADAM, "
+          "OPTIMIZER_KIND_ADAMW or OPTIMIZER_KIND_RMSPROP");
   }
-  out.learning_rate = spec.optimizer().learning_rate();
-  out.momentum = spec.optimizer().momentum();
+  out.learning_rate = optimizer.learning_rate();
+  out.momentum = optimizer.momentum();
+  out.nesterov = optimizer.nesterov();
+  if (optimizer.has_weight_decay()) out.weight_decay = optimizer.weight_decay();
+  if (optimizer.has_beta1()) out.beta1 = optimizer.beta1();
+  if (optimizer.has_beta2()) out.beta2 = optimizer.beta2();
+  if (optimizer.has_eps()) out.eps = optimizer.eps();
+  if (optimizer.has_alpha()) out.alpha = optimizer.alpha();
+  // 0 means unset for these two (proto3 scalars).
+  out.huber_delta = spec.huber_delta() == 0 ? kDefaultHuberDelta : spec.huber_delta();
+  out.label_smoothing = spec.label_smoothing();
+  const v1::Schedule& schedule = spec.schedule();
+  switch (schedule.kind()) {
+    case v1::Schedule::KIND_UNSPECIFIED:
+    case v1::Schedule::CONSTANT:
+      out.schedule.kind = engine::ScheduleKind::kConstant;
+      break;
+    case v1::Schedule::STEP:
+      out.schedule.kind = engine::ScheduleKind::kStep;
+      break;
+    case v1::Schedule::COSINE:
+      out.schedule.kind = engine::ScheduleKind::kCosine;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "schedule.kind must be CONSTANT, STEP or COSINE (or unset for constant)");
+  }
+  out.schedule.step_epochs = schedule.step_epochs();
+  out.schedule.gamma = schedule.gamma() == 0 ? kDefaultGamma : schedule.gamma();
+  out.schedule.min_learning_rate = schedule.min_learning_rate();
+  out.schedule.warmup_epochs = schedule.warmup_epochs();
+  out.clip_grad_norm = spec.clip_grad_norm();
   out.batch_size = spec.batch_size();
   out.epochs = spec.epochs();
   out.shuffle = spec.has_shuffle() ? spec.shuffle() : true;
@@ -94,13 +194,27 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   v1::JobSpec out;
   out.set_dataset(spec.dataset);
   out.set_model(spec.model);
-  out.set_loss(spec.loss == engine::LossKind::kCrossEntropy ? v1::LOSS_CROSS_ENTROPY
-                                                            : v1::LOSS_MSE);
+  out.set_loss(ToProto(spec.loss));
   v1::Optimizer* opt = out.mutable_optimizer();
-  opt->set_kind(spec.optimizer == engine::OptimizerKind::kAdam ? v1::OPTIMIZER_KIND_ADAM
-                                                               : v1::OPTIMIZER_KIND_SGD);
+  opt->set_kind(ToProto(spec.optimizer));
   opt->set_learning_rate(spec.learning_rate);
   opt->set_momentum(spec.momentum);
+  opt->set_nesterov(spec.nesterov);
+  if (spec.weight_decay.has_value()) opt->set_weight_decay(*spec.weight_decay);
+  if (spec.beta1.has_value()) opt->set_beta1(*spec.beta1);
+  if (spec.beta2.has_value()) opt->set_beta2(*spec.beta2);
+  if (spec.eps.has_value()) opt->set_eps(*spec.eps);
+  if (spec.alpha.has_value()) opt->set_alpha(*spec.alpha);
+  // Options of other losses and schedules stay unset (0) rather than echoing their defaults.
+  if (spec.loss == engine::LossKind::kHuber) out.set_huber_delta(spec.huber_delta);
+  out.set_label_smoothing(spec.label_smoothing);
+  v1::Schedule* schedule = out.mutable_schedule();
+  schedule->set_kind(ToProto(spec.schedule.kind));
+  schedule->set_step_epochs(spec.schedule.step_epochs);
+  if (spec.schedule.kind == engine::ScheduleKind::kStep) schedule->set_gamma(spec.schedule.gamma);
+  schedule->set_min_learning_rate(spec.schedule.min_learning_rate);
+  schedule->set_warmup_epochs(spec.schedule.warmup_epochs);
+  out.set_clip_grad_norm(spec.clip_grad_norm);
   out.set_batch_size(spec.batch_size);
   out.set_epochs(spec.epochs);
   out.set_shuffle(spec.shuffle);
@@ -114,6 +228,7 @@ v1::EpochResult ToProto(const engine::EpochResult& epoch) {
   out.set_epoch(epoch.epoch);
   out.set_loss(epoch.loss);
   out.set_elapsed_seconds(epoch.elapsed_seconds);
+  out.set_learning_rate(epoch.learning_rate);
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -293,6 +294,30 @@ TEST(ParseCommandLineTest, CommandFlagsTakeSpacedAndEqualsValues) {
   EXPECT_TRUE(invocation->Has("no-shuffle"));
   EXPECT_FALSE(invocation->Has("watch"));
   EXPECT_EQ(invocation->Get("epochs", "10"), "10");
+}
+
+TEST(ParseCommandLineTest, SubmitTakesTheOptimizerScheduleAndClippingFlags) {
+  const absl::StatusOr<Invocation> invocation = Parse(
+      {"submit", "--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--schedule=step",
+       "--step-epochs", "3", "--gamma", "0.5", "--warmup-epochs", "1", "--clip-grad-norm", "2"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->Get("nesterov", "unset"), "");
+  EXPECT_EQ(invocation->Get("schedule"), "step");
+  EXPECT_EQ(invocation->Get("step-epochs"), "3");
+  EXPECT_EQ(invocation->Get("gamma"), "0.5");
+  EXPECT_EQ(invocation->Get("warmup-epochs"), "1");
+  EXPECT_EQ(invocation->Get("clip-grad-norm"), "2");
+}
+
+TEST(ParseCommandLineTest, SubmitUsageListsTheNewFlags) {
+  const absl::StatusOr<Invocation> invocation = Parse({"help", "submit"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  for (const char* flag :
+       {"--huber-delta D", "--label-smoothing S", "--nesterov ", "--weight-decay W", "--beta1 B",
+        "--beta2 B", "--eps E", "--alpha A", "--schedule KIND", "--step-epochs N", "--gamma G",
+        "--min-lr RATE", "--warmup-epochs N", "--clip-grad-norm N"}) {
+    EXPECT_THAT(invocation->help_text, HasSubstr(absl::StrCat("\n  ", flag))) << flag;
+  }
 }
 
 TEST(ParseCommandLineTest, DashedWordAfterValueFlagIsItsValue) {

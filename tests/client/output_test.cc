@@ -159,6 +159,61 @@ TEST(JobDetailsTest, AdamOptimizerOmitsMomentum) {
   EXPECT_THAT(JobDetails(job), HasSubstr("\noptimizer:   adam, lr 0.001\n"));
 }
 
+TEST(JobDetailsTest, ScheduleAndClippingShowTheirSettingsAndTheLastRate) {
+  v1::Job job = SucceededJob();
+  v1::Optimizer* optimizer = job.mutable_spec()->mutable_optimizer();
+  optimizer->set_kind(v1::OPTIMIZER_KIND_ADAMW);
+  optimizer->set_momentum(0);
+  optimizer->set_weight_decay(0.02);
+  optimizer->set_beta1(0.8);
+  v1::Schedule* schedule = job.mutable_spec()->mutable_schedule();
+  schedule->set_kind(v1::Schedule::COSINE);
+  schedule->set_min_learning_rate(0.001);
+  schedule->set_warmup_epochs(1);
+  job.mutable_spec()->set_clip_grad_norm(1);
+  job.mutable_epochs(2)->set_learning_rate(0.0055);
+
+  const std::string text = JobDetails(job);
+
+  EXPECT_THAT(text, HasSubstr("\noptimizer:       adamw, lr 0.01, weight decay 0.02, beta1 0.8\n"
+                              "schedule:        cosine to 0.001, warm-up 1 epoch; lr 0.0055 in "
+                              "epoch 3\n"
+                              "clip grad norm:  1\n"
+                              "batch size:      32\n"));
+}
+
+TEST(JobDetailsTest, StepScheduleShowsGammaAndPeriod) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->mutable_schedule()->set_kind(v1::Schedule::STEP);
+  job.mutable_spec()->mutable_schedule()->set_step_epochs(10);
+  job.mutable_spec()->mutable_schedule()->set_gamma(0.5);
+  job.clear_epochs();
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nschedule:    step, times 0.5 every 10 epochs\n"));
+}
+
+TEST(JobDetailsTest, ConstantScheduleAndNoClippingAddNoLines) {
+  const std::string text = JobDetails(SucceededJob());
+  EXPECT_THAT(text, Not(HasSubstr("schedule:")));
+  EXPECT_THAT(text, Not(HasSubstr("clip grad norm:")));
+}
+
+TEST(JobDetailsTest, LossShowsHuberDeltaAndLabelSmoothing) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_loss(v1::LOSS_HUBER);
+  job.mutable_spec()->set_huber_delta(0.5);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nloss:        huber, delta 0.5\n"));
+  job.mutable_spec()->set_loss(v1::LOSS_CROSS_ENTROPY);
+  job.mutable_spec()->set_huber_delta(0);
+  job.mutable_spec()->set_label_smoothing(0.1);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nloss:        cross_entropy, label smoothing 0.1\n"));
+}
+
+TEST(JobDetailsTest, SgdShowsNesterovAfterMomentum) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->mutable_optimizer()->set_nesterov(true);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\noptimizer:   sgd, lr 0.01, momentum 0.9 (nesterov)\n"));
+}
+
 TEST(JobDetailsTest, LongParameterIsCutAfterTenValues) {
   v1::Job job = SucceededJob();
   job.clear_parameters();
@@ -345,6 +400,12 @@ TEST(NamesTest, EnumsHaveTheirCommandLineNames) {
   EXPECT_EQ(JobStateName(v1::JOB_STATE_UNSPECIFIED), "UNKNOWN(0)");
   EXPECT_EQ(LossName(v1::LOSS_CROSS_ENTROPY), "cross_entropy");
   EXPECT_EQ(OptimizerName(v1::OPTIMIZER_KIND_ADAM), "adam");
+  EXPECT_EQ(LossName(v1::LOSS_L1), "l1");
+  EXPECT_EQ(LossName(v1::LOSS_HUBER), "huber");
+  EXPECT_EQ(LossName(v1::LOSS_BCE_WITH_LOGITS), "bce_with_logits");
+  EXPECT_EQ(LossName(v1::LOSS_NLL), "nll");
+  EXPECT_EQ(OptimizerName(v1::OPTIMIZER_KIND_ADAMW), "adamw");
+  EXPECT_EQ(OptimizerName(v1::OPTIMIZER_KIND_RMSPROP), "rmsprop");
   EXPECT_EQ(DTypeName(v1::DTYPE_INT64), "int64");
   EXPECT_EQ(DTypeName(v1::DTYPE_UNSPECIFIED), "unknown(0)");
 }
@@ -418,9 +479,12 @@ TEST(ToJsonTest, CompactJsonIsOneLineForJsonLines) {
   event.mutable_epoch()->set_epoch(3);
   event.mutable_epoch()->set_loss(0.25);
   event.mutable_epoch()->set_elapsed_seconds(1.5);
+  event.mutable_epoch()->set_learning_rate(0.01);
   const absl::StatusOr<std::string> json = ToJson(event, /*pretty=*/false);
   ASSERT_TRUE(json.ok()) << json.status();
-  EXPECT_EQ(*json, "{\"epoch\":{\"epoch\":3,\"loss\":0.25,\"elapsed_seconds\":1.5}}");
+  EXPECT_EQ(*json,
+            "{\"epoch\":{\"epoch\":3,\"loss\":0.25,\"elapsed_seconds\":1.5,"
+            "\"learning_rate\":0.01}}");
 }
 
 TEST(ToJsonTest, CompactJobHasNoNewline) {

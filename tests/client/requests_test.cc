@@ -11,6 +11,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -157,17 +158,192 @@ TEST(JobSpecFromFlagsTest, EmptyModelSpecIsRejected) {
 
 TEST(JobSpecFromFlagsTest, UnknownLossIsRejectedByName) {
   EXPECT_EQ(SpecError(Submit({"--loss", "hinge"})),
-            "--loss: unknown loss 'hinge' (expected mse or cross_entropy)");
+            "--loss: unknown loss 'hinge' (expected mse, cross_entropy, l1, huber, "
+            "bce_with_logits or nll)");
 }
 
 TEST(JobSpecFromFlagsTest, UnknownOptimizerIsRejectedByName) {
-  EXPECT_EQ(SpecError(Submit({"--optimizer", "rmsprop"})),
-            "--optimizer: unknown optimizer 'rmsprop' (expected sgd or adam)");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "lamb"})),
+            "--optimizer: unknown optimizer 'lamb' (expected sgd, adam, adamw or rmsprop)");
 }
 
 TEST(JobSpecFromFlagsTest, MomentumWithAdamIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--momentum", "0.9"})),
-            "--momentum applies to --optimizer sgd only");
+            "--momentum applies to --optimizer sgd and rmsprop only");
+}
+
+TEST(JobSpecFromFlagsTest, DefaultsLeaveTheNewOptionsUnset) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->optimizer().nesterov());
+  EXPECT_FALSE(spec->optimizer().has_weight_decay());
+  EXPECT_FALSE(spec->optimizer().has_beta1());
+  EXPECT_FALSE(spec->optimizer().has_beta2());
+  EXPECT_FALSE(spec->optimizer().has_eps());
+  EXPECT_FALSE(spec->optimizer().has_alpha());
+  EXPECT_EQ(spec->huber_delta(), 0.0);
+  EXPECT_EQ(spec->label_smoothing(), 0.0);
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::CONSTANT);
+  EXPECT_EQ(spec->schedule().warmup_epochs(), 0);
+  EXPECT_EQ(spec->clip_grad_norm(), 0.0);
+}
+
+TEST(JobSpecFromFlagsTest, EveryLossNameIsAccepted) {
+  const std::pair<const char*, v1::Loss> losses[] = {
+      {"mse", v1::LOSS_MSE},
+      {"cross_entropy", v1::LOSS_CROSS_ENTROPY},
+      {"l1", v1::LOSS_L1},
+      {"huber", v1::LOSS_HUBER},
+      {"bce_with_logits", v1::LOSS_BCE_WITH_LOGITS},
+      {"nll", v1::LOSS_NLL},
+  };
+  for (const auto& [name, loss] : losses) {
+    const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--loss", name}));
+    ASSERT_TRUE(spec.ok()) << name << ": " << spec.status();
+    EXPECT_EQ(spec->loss(), loss) << name;
+  }
+}
+
+TEST(JobSpecFromFlagsTest, HuberDeltaReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--loss", "huber", "--huber-delta", "0.5"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->huber_delta(), 0.5);
+}
+
+TEST(JobSpecFromFlagsTest, HuberDeltaWithAnotherLossIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--huber-delta", "0.5"})),
+            "--huber-delta applies to --loss huber only");
+}
+
+TEST(JobSpecFromFlagsTest, ZeroHuberDeltaIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--loss", "huber", "--huber-delta", "0"})),
+            "--huber-delta must be > 0, got 0");
+}
+
+TEST(JobSpecFromFlagsTest, LabelSmoothingReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--loss", "cross_entropy", "--label-smoothing", "0.1"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->label_smoothing(), 0.1);
+}
+
+TEST(JobSpecFromFlagsTest, LabelSmoothingWithNllIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--loss", "nll", "--label-smoothing", "0.1"})),
+            "--label-smoothing applies to --loss cross_entropy only");
+}
+
+TEST(JobSpecFromFlagsTest, LabelSmoothingOfOneIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--loss", "cross_entropy", "--label-smoothing", "1"})),
+            "--label-smoothing must be in [0, 1), got 1");
+}
+
+TEST(JobSpecFromFlagsTest, SgdWithNesterovAndWeightDecayReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--momentum", "0.9", "--nesterov", "--weight-decay", "0.0001"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->optimizer().nesterov());
+  ASSERT_TRUE(spec->optimizer().has_weight_decay());
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0.0001);
+}
+
+TEST(JobSpecFromFlagsTest, NesterovWithoutMomentumIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--nesterov"})), "--nesterov needs --momentum above 0");
+}
+
+TEST(JobSpecFromFlagsTest, NesterovWithAdamIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--nesterov"})),
+            "--nesterov applies to --optimizer sgd only");
+}
+
+TEST(JobSpecFromFlagsTest, AdamWWithBetasAndEpsReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--optimizer", "adamw", "--beta1", "0.8", "--beta2", "0.95", "--eps",
+                               "1e-6", "--weight-decay", "0"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const v1::Optimizer& optimizer = spec->optimizer();
+  EXPECT_EQ(optimizer.kind(), v1::OPTIMIZER_KIND_ADAMW);
+  EXPECT_DOUBLE_EQ(optimizer.beta1(), 0.8);
+  EXPECT_DOUBLE_EQ(optimizer.beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(optimizer.eps(), 1e-6);
+  ASSERT_TRUE(optimizer.has_weight_decay());  // an explicit 0 overrides adamw's 0.01
+  EXPECT_EQ(optimizer.weight_decay(), 0.0);
+}
+
+TEST(JobSpecFromFlagsTest, RmspropWithAlphaAndMomentumReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--optimizer", "rmsprop", "--alpha", "0.9", "--momentum", "0.5"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_RMSPROP);
+  EXPECT_DOUBLE_EQ(spec->optimizer().alpha(), 0.9);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum(), 0.5);
+}
+
+TEST(JobSpecFromFlagsTest, BetaWithSgdIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--beta1", "0.9"})),
+            "--beta1 applies to --optimizer adam and adamw only");
+}
+
+TEST(JobSpecFromFlagsTest, AlphaWithAdamIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--alpha", "0.9"})),
+            "--alpha applies to --optimizer rmsprop only");
+}
+
+TEST(JobSpecFromFlagsTest, OutOfRangeOptimizerOptionsAreRejected) {
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--beta2", "1"})),
+            "--beta2 must be in [0, 1), got 1");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--eps", "0"})), "--eps must be > 0, got 0");
+  EXPECT_EQ(SpecError(Submit({"--weight-decay", "-1"})), "--weight-decay must be >= 0, got -1");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "rmsprop", "--alpha", "1"})),
+            "--alpha must be in (0, 1), got 1");
+}
+
+TEST(JobSpecFromFlagsTest, StepScheduleReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit(
+      {"--schedule", "step", "--step-epochs", "5", "--gamma", "0.5", "--warmup-epochs", "2"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::STEP);
+  EXPECT_EQ(spec->schedule().step_epochs(), 5);
+  EXPECT_DOUBLE_EQ(spec->schedule().gamma(), 0.5);
+  EXPECT_EQ(spec->schedule().warmup_epochs(), 2);
+}
+
+TEST(JobSpecFromFlagsTest, StepScheduleWithoutStepEpochsIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--schedule", "step"})), "--schedule step needs --step-epochs N");
+}
+
+TEST(JobSpecFromFlagsTest, CosineScheduleReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--lr", "0.1", "--schedule", "cosine", "--min-lr", "0.001"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::COSINE);
+  EXPECT_DOUBLE_EQ(spec->schedule().min_learning_rate(), 0.001);
+}
+
+TEST(JobSpecFromFlagsTest, MinLrAtTheLearningRateIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--lr", "0.1", "--schedule", "cosine", "--min-lr", "0.1"})),
+            "--min-lr must be in [0, 0.1), got 0.1");
+}
+
+TEST(JobSpecFromFlagsTest, ScheduleOptionsOfAnotherScheduleAreRejected) {
+  EXPECT_EQ(SpecError(Submit({"--schedule", "cosine", "--gamma", "0.5"})),
+            "--gamma applies to --schedule step only");
+  EXPECT_EQ(SpecError(Submit({"--min-lr", "0.001"})), "--min-lr applies to --schedule cosine only");
+}
+
+TEST(JobSpecFromFlagsTest, UnknownScheduleIsRejectedByName) {
+  EXPECT_EQ(SpecError(Submit({"--schedule", "linear"})),
+            "--schedule: unknown schedule 'linear' (expected constant, step or cosine)");
+}
+
+TEST(JobSpecFromFlagsTest, ClipGradNormReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--clip-grad-norm", "1.5"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->clip_grad_norm(), 1.5);
+}
+
+TEST(JobSpecFromFlagsTest, NegativeClipGradNormIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--clip-grad-norm", "-1"})), "--clip-grad-norm must be >= 0, got -1");
 }
 
 TEST(JobSpecFromFlagsTest, MomentumOfOneIsRejected) {

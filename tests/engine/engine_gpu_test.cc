@@ -1,14 +1,18 @@
 // GPU tests for the engine (ctest label "gpu"): each skips itself when LibTorch sees no CUDA
 // device. On a GPU they check that training on the device matches the CPU's result, that the
-// host transfers are still counted exactly, and that datasets are resident on the device.
+// host transfers are still counted exactly (with clipping and schedules too), that clipping never
+// synchronises with the host, and that datasets are resident on the device.
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "server/engine/optimizer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {
@@ -112,6 +116,66 @@ TEST_F(EngineGpuTest, CpuResidentDatasetIsCopiedToCudaOnceForAJob) {
   EXPECT_EQ(job->device, "cuda:0");
   // The one copy of the dataset at start, one transfer per epoch, one parameter read-back.
   EXPECT_EQ(job->host_syncs, 1 + 3 + 1);
+}
+
+TEST_F(EngineGpuTest, ClippedCosineAdamWJobOnCudaKeepsOneTransferPerEpoch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Engine> engine = StartEngine("cuda");
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(Upload(*engine, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.device = "cuda:0";
+  spec.epochs = 6;
+  spec.optimizer = OptimizerKind::kAdamW;
+  spec.schedule.kind = ScheduleKind::kCosine;
+  spec.schedule.warmup_epochs = 2;
+  spec.clip_grad_norm = 0.5;
+
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine, spec);
+
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  ASSERT_THAT(job->epochs, SizeIs(6));
+  EXPECT_DOUBLE_EQ(job->epochs[0].learning_rate, spec.learning_rate / 3);
+  EXPECT_EQ(job->host_syncs, 6 + 1);
+}
+
+// Sets LibTorch's CUDA sync-debug mode for its lifetime: with L_ERROR, any operation that
+// synchronises the host with the device (item(), a blocking copy to the host) throws.
+class SyncDebugModeScope {
+ public:
+  explicit SyncDebugModeScope(c10::cuda::SyncDebugMode mode)
+      : previous_(c10::cuda::warning_state().get_sync_debug_mode()) {
+    c10::cuda::warning_state().set_sync_debug_mode(mode);
+  }
+  ~SyncDebugModeScope() { c10::cuda::warning_state().set_sync_debug_mode(previous_); }
+
+ private:
+  c10::cuda::SyncDebugMode previous_;
+};
+
+TEST(ClipGradNormGpuTest, ClippingAndAStepOnCudaNeverSynchroniseWithTheHost) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto cuda = torch::TensorOptions(torch::kFloat32).device(torch::kCUDA, 0);
+  torch::Tensor a = torch::zeros({2}, cuda).set_requires_grad(true);
+  torch::Tensor b = torch::zeros({1}, cuda).set_requires_grad(true);
+  a.mutable_grad() = torch::tensor({3.0f, 4.0f}).to(cuda);
+  b.mutable_grad() = torch::tensor({12.0f}).to(cuda);
+  JobSpec spec;
+  spec.optimizer = OptimizerKind::kAdamW;
+  spec.learning_rate = 0.1;
+  auto optimizer = MakeOptimizer(spec, {a, b});
+
+  {
+    SyncDebugModeScope no_syncs(c10::cuda::SyncDebugMode::L_ERROR);
+    SetLearningRate(*optimizer, 0.05);
+    EXPECT_NO_THROW(ClipGradNorm({a, b}, /*max_norm=*/1.3));
+    EXPECT_NO_THROW(optimizer->step());
+  }
+
+  const double norm = std::sqrt(a.grad().pow(2).sum().item<double>() +
+                                b.grad().pow(2).sum().item<double>());
+  EXPECT_NEAR(norm, 1.3, 1e-5);
 }
 
 }  // namespace

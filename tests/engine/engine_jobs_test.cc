@@ -149,7 +149,7 @@ TEST_F(JobSubmitTest, MomentumWithAdamIsInvalidArgument) {
   spec.optimizer = OptimizerKind::kAdam;
   spec.momentum = 0.9;
   EXPECT_THAT(Rejection(spec, absl::StatusCode::kInvalidArgument),
-              HasSubstr("momentum applies to sgd only"));
+              HasSubstr("momentum applies to sgd and rmsprop; optimizer adam does not take it"));
 }
 
 TEST_F(JobSubmitTest, MomentumOfOneIsInvalidArgument) {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -15,6 +16,7 @@
 namespace trainerd::engine {
 namespace {
 
+using ::testing::DoubleEq;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
@@ -149,6 +151,73 @@ TEST(TrainerTest, ReportsParametersInSequentialOrder) {
   EXPECT_EQ(outcome.parameters[2].shape, (std::vector<int64_t>{1, 3}));
   EXPECT_THAT(outcome.parameters[2].values, SizeIs(3));
   EXPECT_EQ(outcome.parameter_count, 3 + 3 + 3 + 1);
+}
+
+TEST(TrainerTest, ClippingAndScheduleKeepOneHostSyncPerEpoch) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/2, /*epochs=*/4);
+  run.spec.optimizer = OptimizerKind::kAdamW;
+  run.spec.schedule.kind = ScheduleKind::kCosine;
+  run.spec.schedule.warmup_epochs = 1;
+  run.spec.clip_grad_norm = 0.01;  // small enough to clip every step
+  std::vector<int64_t> syncs;
+  run.on_epoch = [&](const EpochResult&, int64_t, int64_t host_syncs) {
+    syncs.push_back(host_syncs);
+  };
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  EXPECT_THAT(syncs, ElementsAre(1, 2, 3, 4));
+  EXPECT_EQ(outcome.host_syncs, 4 + 1);
+}
+
+TEST(TrainerTest, EachEpochReportsItsScheduledLearningRate) {
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/4, /*epochs=*/5);
+  run.spec.learning_rate = 0.2;
+  run.spec.schedule.kind = ScheduleKind::kStep;
+  run.spec.schedule.step_epochs = 2;
+  run.spec.schedule.gamma = 0.5;
+  run.spec.schedule.warmup_epochs = 1;
+  std::vector<double> rates;
+  run.on_epoch = [&](const EpochResult& epoch, int64_t, int64_t) {
+    rates.push_back(epoch.learning_rate);
+  };
+
+  TrainingOutcome outcome = RunTraining(run);
+
+  ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  EXPECT_THAT(rates, ElementsAre(DoubleEq(0.1), DoubleEq(0.2), DoubleEq(0.2), DoubleEq(0.1),
+                                 DoubleEq(0.1)));
+}
+
+// The parameters of `run` after training, flattened.
+std::vector<float> TrainedValues(const TrainingRun& run) {
+  TrainingOutcome outcome = RunTraining(run);
+  EXPECT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  std::vector<float> values;
+  for (const auto& p : outcome.parameters) {
+    values.insert(values.end(), p.values.begin(), p.values.end());
+  }
+  return values;
+}
+
+TEST(TrainerTest, ClippingBoundsTheUpdateOfAStep) {
+  // One sgd step of the whole batch: the update is lr * g with ||g|| clipped to 1e-3.
+  TrainingRun run = LineRun(/*rows=*/8, /*batch_size=*/8, /*epochs=*/1);
+  run.spec.learning_rate = 1e-30;  // as good as untrained: the initial parameters
+  const std::vector<float> initial = TrainedValues(run);
+  run.spec.learning_rate = 1.0;
+  const std::vector<float> unclipped = TrainedValues(run);
+  run.spec.clip_grad_norm = 1e-3;
+  const std::vector<float> clipped = TrainedValues(run);
+
+  auto distance = [&](const std::vector<float>& values) {
+    double sum = 0;
+    for (size_t i = 0; i < values.size(); ++i) sum += std::pow(values[i] - initial[i], 2);
+    return std::sqrt(sum);
+  };
+  EXPECT_GT(distance(unclipped), 1e-2);
+  EXPECT_NEAR(distance(clipped), 1e-3, 1e-5);
 }
 
 }  // namespace

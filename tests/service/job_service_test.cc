@@ -2,6 +2,7 @@
 // channel: submission, the WatchJob stream (live, late and concurrent watchers), cancellation and
 // the errors with their codes. A Watch stream is the only synchronisation: no test sleeps.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <future>
 #include <ostream>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
 
@@ -82,6 +84,55 @@ TEST_F(JobServiceTest, SubmitReturnsQueuedJobWithSpecFilledIn) {
   ASSERT_TRUE(spec.has_shuffle());
   EXPECT_TRUE(spec.shuffle());
   EXPECT_EQ(spec.device(), "cpu");
+}
+
+TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/4);
+  spec.set_loss(v1::LOSS_HUBER);
+  spec.set_huber_delta(0.5);
+  v1::Optimizer* optimizer = spec.mutable_optimizer();
+  optimizer->set_kind(v1::OPTIMIZER_KIND_ADAMW);
+  optimizer->set_learning_rate(0.05);
+  optimizer->set_weight_decay(0.02);
+  optimizer->set_beta1(0.85);
+  optimizer->set_beta2(0.995);
+  optimizer->set_eps(1e-7);
+  v1::Schedule* schedule = spec.mutable_schedule();
+  schedule->set_kind(v1::Schedule::COSINE);
+  schedule->set_min_learning_rate(0.001);
+  schedule->set_warmup_epochs(1);
+  spec.set_clip_grad_norm(1.5);
+  spec.set_device("cpu");
+  spec.set_shuffle(true);
+
+  const v1::Job job = Submit(spec);
+
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec))
+      << "sent:\n"
+      << spec.DebugString() << "echoed:\n"
+      << job.spec().DebugString();
+
+  // Each epoch reports the rate it used: warm-up at half the rate, then cosine over 3 epochs.
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->Finish().ok());
+  const std::vector<v1::EpochResult> epochs = watch->epochs();
+  ASSERT_EQ(epochs.size(), 4u);
+  const double pi = std::acos(-1.0);
+  EXPECT_DOUBLE_EQ(epochs[0].learning_rate(), 0.025);
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_NEAR(epochs[e + 1].learning_rate(), 0.001 + 0.049 * (1 + std::cos(pi * e / 3)) / 2,
+                1e-12);
+  }
+}
+
+TEST_F(JobServiceTest, UnsetScheduleAndOptionsComeBackAsConstantAndUnset) {
+  const v1::Job job = Submit(LinearSpec("seed", kEpochs));
+
+  EXPECT_EQ(job.spec().schedule().kind(), v1::Schedule::CONSTANT);
+  EXPECT_FALSE(job.spec().optimizer().has_weight_decay());
+  EXPECT_FALSE(job.spec().optimizer().has_beta1());
+  EXPECT_EQ(job.spec().huber_delta(), 0);  // only echoed for LOSS_HUBER
+  EXPECT_EQ(job.spec().clip_grad_norm(), 0);
 }
 
 TEST_F(JobServiceTest, SubmitWithoutSeedReportsTheSeedItPicked) {
@@ -290,6 +341,20 @@ std::vector<InvalidSpec> InvalidSpecs() {
       {"MseOnInt64Targets", [](v1::JobSpec* spec) { spec->set_dataset("classes"); }, "int64"},
       {"ZeroLearningRate",
        [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_learning_rate(0); }, "learning rate"},
+      {"Beta1WithSgd", [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_beta1(0.9); },
+       "beta1 applies to adam and adamw; optimizer sgd does not take it"},
+      {"LabelSmoothingWithMse", [](v1::JobSpec* spec) { spec->set_label_smoothing(0.1); },
+       "label smoothing applies to loss cross_entropy only"},
+      {"StepScheduleWithoutStepEpochs",
+       [](v1::JobSpec* spec) { spec->mutable_schedule()->set_kind(v1::Schedule::STEP); },
+       "step epochs of at least 1"},
+      {"UnknownScheduleKind",
+       [](v1::JobSpec* spec) {
+         spec->mutable_schedule()->set_kind(static_cast<v1::Schedule::Kind>(9));
+       },
+       "schedule.kind"},
+      {"NegativeClipNorm", [](v1::JobSpec* spec) { spec->set_clip_grad_norm(-1); },
+       "gradient clipping norm"},
   };
 }
 
