@@ -29,14 +29,16 @@ configure: deps
 	    -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
 	    -DCUDAToolkit_ROOT="$$TRAINERD_CUDA_ROOT" -DCUDA_TOOLKIT_ROOT_DIR="$$TRAINERD_CUDA_ROOT" \
 	    -DCMAKE_CUDA_COMPILER="$$TRAINERD_CUDA_ROOT/bin/nvcc" \
-	    -DTORCH_CUDA_ARCH_LIST="9.0" >/dev/null; \
+	    -DTORCH_CUDA_ARCH_LIST="9.0" \
+	    -DTRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" >/dev/null; \
 	fi
 
 build: configure
 	@ninja -C $(BUILD_DIR) -j $(JOBS)
 
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	@. ./$(DEPS_ENV) && cd $(BUILD_DIR) && TRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" \
+	  ctest --output-on-failure -j $(JOBS) --timeout 300
 
 # Only the GPU-labelled tests (they skip themselves without a CUDA device).
 test-gpu: build

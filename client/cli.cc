@@ -164,7 +164,9 @@ const std::vector<CommandSpec>& Commands() {
        "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
        "      --optimizer adam --lr 0.01 --epochs 100 --watch\n"
        "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
-       "      --optimizer adamw --lr 0.01 --schedule cosine --warmup-epochs 5 --clip-grad-norm 1\n",
+       "      --optimizer adamw --lr 0.01 --schedule cosine --warmup-epochs 5 --clip-grad-norm 1\n"
+       "  trainctl submit --dataset digits --model linear:64,relu,linear:10 --loss cross_entropy \\\n"
+       "      --optimizer adam --epochs 100 --validation-fraction 0.2 --early-stop-patience 5\n",
        {{"dataset", "NAME", "the resident dataset to train on (required)"},
         {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
         {"loss", "LOSS",
@@ -199,6 +201,17 @@ const std::vector<CommandSpec>& Commands() {
          "most N, > 0 (default 0: off)"},
         {"batch-size", "N", "rows per step (default 32)"},
         {"epochs", "N", "passes over the dataset (default 10)"},
+        {"validation-fraction", "F",
+         "hold out this fraction of the rows (a split fixed by\n"
+         "the seed) and report validation loss and, for\n"
+         "cross_entropy and nll, accuracy each epoch,\n"
+         "0 <= F < 1 (default 0: none)"},
+        {"validation-dataset", "NAME",
+         "validate on this resident dataset instead (same\n"
+         "shapes and target dtype as --dataset)"},
+        {"early-stop-patience", "N",
+         "stop after N epochs without a better validation loss;\n"
+         "needs validation (default 0: off)"},
         {"seed", "S",
          "seed for initialisation and shuffling (default: the\n"
          "daemon picks one and reports it in the job)"},
@@ -240,6 +253,21 @@ const std::vector<CommandSpec>& Commands() {
        "Cancel a queued or running job",
        "Cancels job ID. A running job stops before its next step.\n",
        {}},
+      {"job model",
+       "",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Download a succeeded job's trained model",
+       "Downloads the trained model of job ID as a TorchScript archive, which Python loads with\n"
+       "torch.jit.load(FILE) and C++ with torch::jit::load(FILE). Its forward takes a float32\n"
+       "batch shaped like the dataset's features and returns the model's output, in eval form\n"
+       "(dropout off, batchnorm on its running statistics). The file is written whole or not at\n"
+       "all. Only a job that succeeded has a model. For this command -o names the file, not the\n"
+       "output format (use --output table|json for that).\n"
+       "\n"
+       "  trainctl job model job-0123456789ab -o model.pt\n",
+       {{"output-file", "FILE", "where to write the model (required; also -o FILE)"}}},
       {"health",
        "",
        "[SERVICE]",
@@ -316,6 +344,10 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
   if (env_address.has_value() && !env_address->empty()) invocation.global.address = *env_address;
 
   const CommandSpec* command = nullptr;
+  // "-o VALUE" seen before the command, where VALUE is not an output format: the path of a
+  // command that writes a file, or an error.
+  std::optional<std::string> early_output;
+  absl::Status early_output_error;
   std::string group;        // set while only the first of two command words has been seen
   bool only_words = false;  // after "--"
 
@@ -382,11 +414,23 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
       if (!value.ok()) return value.status();
       if (value->empty()) return absl::InvalidArgumentError("--addr needs a HOST:PORT");
       invocation.global.address = *value;
+    } else if (name == "o" && command != nullptr && FindFlag(*command, "output-file") != nullptr) {
+      // A command that writes a file (job model) takes -o as its path, as curl and gcc do; the
+      // output format stays reachable as --output.
+      absl::StatusOr<std::string> value = take_value();
+      if (!value.ok()) return value.status();
+      invocation.flags["output-file"] = *value;
     } else if (name == "o" || name == "output") {
       absl::StatusOr<std::string> value = take_value();
       if (!value.ok()) return value.status();
       absl::StatusOr<OutputFormat> format = ParseOutputFormat(*value);
-      if (!format.ok()) return format.status();
+      if (!format.ok()) {
+        // "-o FILE" before the command words: the command is not known yet; it decides below.
+        if (name != "o") return format.status();
+        early_output = *value;
+        early_output_error = format.status();
+        continue;
+      }
       invocation.global.output = *format;
     } else if (name == "timeout") {
       absl::StatusOr<std::string> value = take_value();
@@ -433,6 +477,10 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
     return absl::InvalidArgumentError(absl::StrCat("no command given", UsageHint(nullptr)));
   }
   invocation.command = command;
+  if (early_output.has_value()) {
+    if (FindFlag(*command, "output-file") == nullptr) return early_output_error;
+    invocation.flags.emplace("output-file", *early_output);  // a later -o FILE wins
+  }
 
   if (command->path == "help") {
     std::string topic = absl::StrJoin(invocation.args, " ");
@@ -490,7 +538,8 @@ std::string TopLevelUsage() {
       "                              ",
       kDefaultAddress,
       ")\n"
-      "  -o, --output FORMAT         table (default) or json\n"
+      "  -o, --output FORMAT         table (default) or json ('job model' takes -o FILE as\n"
+      "                              the file to write; --output still picks the format)\n"
       "  --timeout SECONDS           deadline of each request (default 30; uploads get at\n"
       "                              least 10 minutes, watching has none)\n"
       "  -h, --help                  show help\n"

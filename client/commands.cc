@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -15,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "client/connection.h"
 #include "client/health_check.h"
 #include "client/output.h"
@@ -259,6 +263,82 @@ int JobCancel(const CommandContext& context) {
                                 "; it stops before its next step)\n"));
 }
 
+// Downloads job ID's model to --output-file (-o): the chunks go to a temporary file next to it,
+// which is renamed over FILE only when the whole archive arrived, so FILE is never half-written.
+int JobModel(const CommandContext& context) {
+  const std::string& id = context.invocation.args.at(0);
+  const std::string path = context.invocation.Get("output-file");
+  if (path.empty()) {
+    return UsageFailure(
+        absl::InvalidArgumentError("'job model' needs -o FILE (see 'trainctl job model --help')"));
+  }
+  const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    return UsageFailure(absl::InvalidArgumentError(
+        absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno))));
+  }
+  v1::DownloadModelRequest request;
+  request.set_id(id);
+  grpc::ClientContext call;
+  // The deadline covers the whole download: a model is far smaller than a dataset, but give it
+  // the upload's allowance so that a large model on a slow link is not cut off.
+  const absl::Duration timeout = std::max(kUploadTimeout, context.invocation.global.timeout);
+  Connection::SetDeadline(&call, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
+      context.connection.jobs().DownloadModel(&call, request);
+  v1::ModelChunk chunk;
+  int64_t total = -1;
+  int64_t written = 0;
+  bool had_replies = false;
+  while (reader->Read(&chunk)) {
+    if (!had_replies) total = chunk.total_bytes();
+    had_replies = true;
+    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    written += static_cast<int64_t>(chunk.data().size());
+  }
+  const grpc::Status status = reader->Finish();
+  out.close();
+  auto fail = [&](const std::string& message) {
+    std::remove(tmp.c_str());
+    PrintError(message);
+    return kExitFailure;
+  };
+  if (!status.ok()) {
+    std::remove(tmp.c_str());
+    return RpcFailure(context, status, timeout, had_replies);
+  }
+  if (out.fail()) return fail(absl::StrCat("cannot write '", tmp, "'"));
+  if (written != total) {
+    return fail(absl::StrCat("the model of job '", id, "' arrived incomplete (", written, " of ",
+                             total, " bytes)"));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return fail(absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno)));
+  }
+  if (context.json) {
+    // No message of its own to print: the fields as JSON, int64 as a string like the others.
+    auto quote = [](const std::string& text) {
+      std::string out = "\"";
+      for (const char c : text) {
+        if (c == '"' || c == '\\') {
+          out.push_back('\\');
+          out.push_back(c);
+        } else if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppend(&out, absl::StrFormat("\\u%04x", static_cast<int>(c)));
+        } else {
+          out.push_back(c);
+        }
+      }
+      return out + "\"";
+    };
+    std::cout << "{\n \"job\": " << quote(id) << ",\n \"path\": " << quote(path)
+              << ",\n \"bytes\": \"" << written << "\"\n}" << std::endl;
+    return kExitOk;
+  }
+  return PrintText(absl::StrCat("wrote model of ", id, " to ", path, " (", written, " bytes)\n"));
+}
+
 int Health(const CommandContext& context) {
   const std::string service = context.invocation.args.empty() ? "" : context.invocation.args[0];
   grpc::ClientContext call;
@@ -299,6 +379,7 @@ int RunCommand(const Invocation& invocation) {
       {"job get", JobGet},
       {"job watch", JobWatch},
       {"job cancel", JobCancel},
+      {"job model", JobModel},
       {"health", Health},
   };
   Connection connection({invocation.global.address, invocation.global.timeout});

@@ -42,6 +42,24 @@ std::string JobLoss(const v1::Job& job) {
   return job.epochs_size() > 0 || job.final_loss() != 0 ? FormatLoss(job.final_loss()) : "-";
 }
 
+// A fraction in [0, 1] as a percentage with two decimals, e.g. "97.25%".
+std::string FormatAccuracy(double accuracy) {
+  return absl::StrFormat("%.2f%%", 100.0 * accuracy);
+}
+
+bool HasValidation(const v1::JobSpec& spec) {
+  return spec.validation_fraction() > 0 || !spec.validation_dataset().empty();
+}
+
+// "20% of dataset 'iris' (fixed split)" or "dataset 'iris-test'".
+std::string ValidationDescription(const v1::JobSpec& spec) {
+  if (!spec.validation_dataset().empty()) {
+    return absl::StrCat("dataset '", spec.validation_dataset(), "'");
+  }
+  return absl::StrFormat("%g%% of dataset '%s' (held out, split by the seed)",
+                         100.0 * spec.validation_fraction(), spec.dataset());
+}
+
 std::string OptimizerDescription(const v1::Optimizer& optimizer) {
   std::string text = absl::StrCat(OptimizerName(optimizer.kind()), ", lr ",
                                   absl::StrFormat("%g", optimizer.learning_rate()));
@@ -337,6 +355,12 @@ std::string JobDetails(const v1::Job& job) {
   if (spec.clip_grad_norm() > 0) {
     lines.push_back({"clip grad norm", absl::StrFormat("%g", spec.clip_grad_norm())});
   }
+  if (HasValidation(spec)) lines.push_back({"validation", ValidationDescription(spec)});
+  if (spec.early_stop_patience() > 0) {
+    std::string patience = absl::StrCat(spec.early_stop_patience(), " epochs");
+    if (job.stopped_early()) absl::StrAppend(&patience, " (stopped early)");
+    lines.push_back({"early stopping", patience});
+  }
   lines.insert(lines.end(), {
                                 {"batch size", absl::StrCat(spec.batch_size())},
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},
@@ -344,6 +368,16 @@ std::string JobDetails(const v1::Job& job) {
                                 {"device", JobDevice(job)},
                                 {"epochs", EpochProgress(job)},
                                 {"final loss", JobLoss(job)},
+                            });
+  // The last epoch's validation numbers, when the job validates and has finished an epoch.
+  if (job.epochs_size() > 0 && job.epochs(job.epochs_size() - 1).has_validation_loss()) {
+    const v1::EpochResult& last = job.epochs(job.epochs_size() - 1);
+    lines.push_back({"val loss", FormatLoss(last.validation_loss())});
+    if (last.has_validation_accuracy()) {
+      lines.push_back({"val accuracy", FormatAccuracy(last.validation_accuracy())});
+    }
+  }
+  lines.insert(lines.end(), {
                                 {"wall time", absl::StrFormat("%.2f s", job.wall_seconds())},
                                 {"steps", absl::StrCat(job.steps())},
                                 {"samples/s", absl::StrFormat("%.1f", job.samples_per_second())},
@@ -376,6 +410,12 @@ std::string EpochLine(const v1::EpochResult& epoch, int32_t planned_epochs) {
   std::string text = absl::StrCat("epoch ", epoch.epoch());
   if (planned_epochs > 0) absl::StrAppend(&text, "/", planned_epochs);
   absl::StrAppend(&text, "  loss ", FormatLoss(epoch.loss()));
+  if (epoch.has_validation_loss()) {
+    absl::StrAppend(&text, "  val_loss ", FormatLoss(epoch.validation_loss()));
+  }
+  if (epoch.has_validation_accuracy()) {
+    absl::StrAppend(&text, "  val_acc ", FormatAccuracy(epoch.validation_accuracy()));
+  }
   return text;
 }
 
@@ -385,6 +425,9 @@ std::string JobOutcomeLine(const v1::Job& job) {
     case v1::JOB_STATE_SUCCEEDED:
       absl::StrAppend(&text, absl::StrFormat(" in %.2f s, final loss ", job.wall_seconds()),
                       FormatLoss(job.final_loss()));
+      if (job.stopped_early()) {
+        absl::StrAppend(&text, " (stopped early after ", EpochProgress(job), " epochs)");
+      }
       break;
     case v1::JOB_STATE_FAILED:
       if (!job.error().empty()) absl::StrAppend(&text, ": ", job.error());

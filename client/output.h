@@ -61,9 +61,10 @@ inline constexpr int kShownParameterValues = 10;
 std::string JobListTable(const v1::ListJobsResponse& response);
 std::string JobDetails(const v1::Job& job);
 
-// `job watch`: "epoch 12/100  loss 0.012345" (without "/N" when planned_epochs <= 0), and the
-// closing line, e.g. "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.009812" or
-// "job job-0123456789ab FAILED: loss became NaN at epoch 3". No trailing newline.
+// `job watch`: "epoch 12/100  loss 0.012345" (without "/N" when planned_epochs <= 0), followed by
+// "  val_loss 0.023456  val_acc 97.25%" when the epoch carries them, and the closing line, e.g.
+// "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.009812" (plus " (stopped early after
+// 7/20 epochs)") or "job job-0123456789ab FAILED: loss became NaN at epoch 3". No trailing newline.
 std::string EpochLine(const v1::EpochResult& epoch, int32_t planned_epochs);
 std::string JobOutcomeLine(const v1::Job& job);
 

@@ -287,6 +287,31 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
                                                               std::numeric_limits<int32_t>::max()));
   spec.set_epochs(static_cast<int32_t>(epochs));
 
+  // The daemon checks these too (and the split against the dataset's rows); checking the flags
+  // here turns a typo into an error before anything is sent.
+  TRAINERD_ASSIGN_OR_RETURN(double validation_fraction,
+                            GetDoubleIn(invocation, "validation-fraction", 0, 0, false, 1, true));
+  if (invocation.Has("validation-dataset")) {
+    if (invocation.Get("validation-dataset").empty()) {
+      return absl::InvalidArgumentError("--validation-dataset needs a dataset name");
+    }
+    if (validation_fraction > 0) {
+      return absl::InvalidArgumentError(
+          "give either --validation-fraction or --validation-dataset, not both");
+    }
+    spec.set_validation_dataset(invocation.Get("validation-dataset"));
+  }
+  spec.set_validation_fraction(validation_fraction);
+  TRAINERD_ASSIGN_OR_RETURN(
+      int64_t patience,
+      invocation.GetInt("early-stop-patience", 0, 0, std::numeric_limits<int32_t>::max()));
+  if (patience > 0 && validation_fraction == 0 && spec.validation_dataset().empty()) {
+    return absl::InvalidArgumentError(
+        "--early-stop-patience watches the validation loss; add --validation-fraction F or "
+        "--validation-dataset NAME");
+  }
+  spec.set_early_stop_patience(static_cast<int32_t>(patience));
+
   spec.set_shuffle(!invocation.Has("no-shuffle"));
   if (invocation.Has("seed")) {
     TRAINERD_ASSIGN_OR_RETURN(uint64_t seed, invocation.GetUint("seed", 0));

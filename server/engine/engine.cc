@@ -21,7 +21,8 @@ struct Engine::Impl {
   Impl(const EngineOptions& options, torch::Device device)
       : options(options),
         device(device),
-        datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes) {}
+        datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes),
+        jobs(options.data_dir + "/models") {}
 
   const EngineOptions options;
   const torch::Device device;
@@ -152,8 +153,21 @@ absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec) {
   absl::MutexLock lock(&impl_->admission_mu);
   TRAINERD_ASSIGN_OR_RETURN(auto dataset, impl_->datasets.Get(spec.dataset));
   TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, CheckJobSpec(spec, dataset->meta));
-  TRAINERD_ASSIGN_OR_RETURN(
-      JobSnapshot job, impl_->jobs.Enqueue(std::move(spec), std::move(model), dataset, device));
+  // The validation dataset is looked up under the same admission lock, so that it cannot be
+  // deleted before the job holds it (JobUsingDataset counts it as in use).
+  std::shared_ptr<const Dataset> validation;
+  if (!spec.validation_dataset.empty()) {
+    auto found = impl_->datasets.Get(spec.validation_dataset);
+    if (!found.ok()) {
+      return absl::Status(found.status().code(),
+                          absl::StrCat("validation ", found.status().message()));
+    }
+    validation = *std::move(found);
+    TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset->meta, validation->meta));
+  }
+  TRAINERD_ASSIGN_OR_RETURN(JobSnapshot job,
+                            impl_->jobs.Enqueue(std::move(spec), std::move(model), dataset,
+                                                std::move(validation), device));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs"));
   return job;
@@ -172,6 +186,10 @@ absl::StatusOr<JobSnapshot> Engine::CancelJob(const std::string& id) {
 absl::StatusOr<JobSnapshot> Engine::SubscribeJob(const std::string& id,
                                                  std::shared_ptr<JobEventSink> sink) {
   return impl_->jobs.Subscribe(id, std::move(sink));
+}
+
+absl::StatusOr<std::string> Engine::ModelArchivePath(const std::string& id) const {
+  return impl_->jobs.ModelPath(id);
 }
 
 void Engine::UnsubscribeJob(const std::string& id, const JobEventSink* sink) {

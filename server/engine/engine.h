@@ -69,6 +69,11 @@ class Engine {
   absl::StatusOr<JobSnapshot> SubscribeJob(const std::string& id,
                                            std::shared_ptr<JobEventSink> sink);
   void UnsubscribeJob(const std::string& id, const JobEventSink* sink);
+  // The file of a SUCCEEDED job's trained model, a TorchScript archive kept as
+  // <data_dir>/models/<job-id>.pt (written atomically before the job is published SUCCEEDED).
+  // NOT_FOUND for an unknown id; FAILED_PRECONDITION ("job 'x' is RUNNING; its model is available
+  // once it succeeds") while the job has not succeeded.
+  absl::StatusOr<std::string> ModelArchivePath(const std::string& id) const;
 
  private:
   struct Impl;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "server/engine/device.h"
 #include "server/engine/log.h"
+#include "server/engine/torchscript_export.h"
 #include "server/engine/trainer.h"
 
 namespace trainerd::engine {
@@ -19,12 +20,14 @@ std::string JobManager::NewId() {
 
 absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
                                                 std::shared_ptr<const Dataset> dataset,
+                                                std::shared_ptr<const Dataset> validation_dataset,
                                                 torch::Device device) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the daemon is shutting down");
   auto record = std::make_unique<Record>();
   record->model = std::move(model);
   record->dataset = std::move(dataset);
+  record->validation_dataset = std::move(validation_dataset);
   record->device = device;
   JobSnapshot& snap = record->snap;
   snap.id = NewId();
@@ -62,11 +65,30 @@ std::vector<JobSnapshot> JobManager::List() const {
   return out;
 }
 
+absl::StatusOr<std::string> JobManager::ModelPath(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  const JobState state = it->second->snap.state;
+  if (state != JobState::kSucceeded) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' is ", JobStateName(state),
+                     IsTerminal(state) ? "; only a job that succeeded has a model"
+                                       : "; its model is available once it succeeds"));
+  }
+  if (models_dir_.empty()) {
+    return absl::FailedPreconditionError("this daemon does not keep trained models");
+  }
+  // Written before the job was published SUCCEEDED, so the file is complete.
+  return absl::StrCat(models_dir_, "/", id, ".pt");
+}
+
 std::string JobManager::JobUsingDataset(const std::string& dataset) const {
   absl::MutexLock lock(&mu_);
   for (const std::string& id : order_) {
     const JobSnapshot& snap = jobs_.at(id)->snap;
-    if (!IsTerminal(snap.state) && snap.spec.dataset == dataset) return id;
+    if (IsTerminal(snap.state)) continue;
+    if (snap.spec.dataset == dataset || snap.spec.validation_dataset == dataset) return id;
   }
   return "";
 }
@@ -111,6 +133,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
   });
   absl::MutexLock lock(&mu_);
   record->dataset.reset();
+  record->validation_dataset.reset();
   return record->snap;
 }
 
@@ -176,9 +199,12 @@ void JobManager::RunJob(Record* record) {
   }
   run.model = record->model;
   run.dataset = record->dataset;
+  run.validation_dataset = record->validation_dataset;
   run.device = record->device;
   run.cancel = &record->cancel;
-  const int64_t rows = run.dataset->meta.rows;
+  // Throughput counts the rows trained on, not the ones held out for validation.
+  const int64_t rows =
+      run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
   run.on_epoch = [this, record, rows](const EpochResult& epoch, int64_t steps, int64_t syncs) {
     Publish(record, JobEvent::Kind::kEpoch, epoch, [&](JobSnapshot& snap) {
       snap.epochs.push_back(epoch);
@@ -193,6 +219,19 @@ void JobManager::RunJob(Record* record) {
   };
   TrainingOutcome outcome = RunTraining(run);
   run.dataset.reset();
+  // The model file is complete before the job is published SUCCEEDED, so a download never sees
+  // a partial archive. A model that cannot be kept fails the job: a SUCCEEDED job promises one.
+  if (outcome.state == JobState::kSucceeded && !models_dir_.empty()) {
+    const std::string path = absl::StrCat(models_dir_, "/", record->snap.id, ".pt");
+    const absl::Status written = WriteModelArchive(path, outcome.model_archive);
+    if (!written.ok()) {
+      outcome.state = JobState::kFailed;
+      outcome.error = absl::StrCat("cannot keep the trained model: ", written.message());
+    }
+  }
+  outcome.model_archive.clear();
+  outcome.model_archive.shrink_to_fit();
+  run.validation_dataset.reset();
   std::string stop_reason;
   {
     absl::MutexLock lock(&mu_);
@@ -210,10 +249,12 @@ void JobManager::RunJob(Record* record) {
     snap.samples_per_second = outcome.wall_seconds > 0 ? samples / outcome.wall_seconds : 0;
     snap.parameter_count = outcome.parameter_count;
     snap.parameters = std::move(outcome.parameters);
+    snap.stopped_early = outcome.stopped_early;
     snap.end_time = absl::Now();
   });
   absl::MutexLock lock(&mu_);
   record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
+  record->validation_dataset.reset();
 }
 
 void JobManager::Shutdown(const std::string& reason) {

@@ -26,15 +26,19 @@ namespace trainerd::engine {
 // take a short lock and never wait for training. Owned by the Engine.
 class JobManager {
  public:
-  JobManager() = default;
+  // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath); empty
+  // means models are not kept.
+  explicit JobManager(std::string models_dir = "") : models_dir_(std::move(models_dir)) {}
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
   // Queues a checked job (spec with seed and device filled in) and returns it QUEUED.
+  // `validation_dataset` is spec.validation_dataset's dataset, or null when it names none.
   // FAILED_PRECONDITION after Shutdown.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model,
                                       std::shared_ptr<const Dataset> dataset,
+                                      std::shared_ptr<const Dataset> validation_dataset,
                                       torch::Device device);
 
   // NOT_FOUND for an unknown id.
@@ -45,7 +49,12 @@ class JobManager {
   // job as it stands. FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
 
-  // The id of a queued or running job that uses the dataset, or "" when none does.
+  // The file of a SUCCEEDED job's TorchScript model. NOT_FOUND for an unknown id;
+  // FAILED_PRECONDITION while the job has not succeeded, or when models are not kept.
+  absl::StatusOr<std::string> ModelPath(const std::string& id) const;
+
+  // The id of a queued or running job that uses the dataset (to train or to validate on), or ""
+  // when none does.
   std::string JobUsingDataset(const std::string& dataset) const;
 
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
@@ -62,6 +71,7 @@ class JobManager {
     JobSnapshot snap;  // guarded by JobManager::mu_
     ModelSpec model;
     std::shared_ptr<const Dataset> dataset;  // released when the job ends
+    std::shared_ptr<const Dataset> validation_dataset;  // likewise; null when none
     torch::Device device = torch::kCPU;
     std::atomic<bool> cancel{false};
     bool claimed = false;  // taken off the queue by its worker; guarded by JobManager::mu_
@@ -81,6 +91,7 @@ class JobManager {
                const std::function<void(JobSnapshot&)>& mutate);
   std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::string models_dir_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first

@@ -51,7 +51,10 @@ TORCH_MODULE(SeededDropout);
 // when each row has a single value per channel (a vector, or CxHxW with H*W == 1).
 absl::Status CheckBatchNormBatch(const JobSpec& spec, const ModelSpec& model,
                                  const DatasetMeta& dataset) {
-  if (std::min<int64_t>(spec.batch_size, dataset.rows) != 1) return absl::OkStatus();
+  // Only the training rows form training batches; validation runs in eval mode, where batchnorm
+  // uses its running statistics and any batch size works.
+  const int64_t training_rows = dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
+  if (std::min<int64_t>(spec.batch_size, training_rows) != 1) return absl::OkStatus();
   TRAINERD_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> shapes,
                             InferLayerShapes(model, dataset.feature_shape));
   for (size_t i = 0; i < model.layers.size(); ++i) {
@@ -61,7 +64,48 @@ absl::Status CheckBatchNormBatch(const JobSpec& spec, const ModelSpec& model,
       return absl::InvalidArgumentError(absl::StrCat(
           "layer ", i + 1, " (batchnorm) needs at least 2 rows per batch to train on ",
           ShapeToString(in), " rows; the batch size is ", spec.batch_size, " and dataset '",
-          dataset.name, "' has ", dataset.rows, " rows"));
+          dataset.name, "' has ", dataset.rows, " rows",
+          training_rows < dataset.rows ? absl::StrCat(", ", training_rows, " of them to train on")
+                                       : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The validation options that can be checked without the second dataset: ranges, exclusivity,
+// and a split that leaves rows on both sides.
+absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& dataset) {
+  const double f = spec.validation_fraction;
+  if (!(f >= 0 && f < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("validation fraction must be in [0, 1); got ", f));
+  }
+  if (f > 0 && !spec.validation_dataset.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("give either a validation fraction (", f,
+                                                   ") or a validation dataset ('",
+                                                   spec.validation_dataset, "'), not both"));
+  }
+  if (spec.early_stop_patience < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("early stop patience must be 0 (off) or a number of epochs; got ",
+                     spec.early_stop_patience));
+  }
+  if (spec.early_stop_patience > 0 && !spec.has_validation()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "early stopping (patience ", spec.early_stop_patience,
+        ") watches the validation loss; give a validation fraction or a validation dataset"));
+  }
+  if (f > 0) {
+    const int64_t held_out = HeldOutRows(f, dataset.rows);
+    if (held_out < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("validation fraction ", f, " of dataset '", dataset.name, "' (",
+                       dataset.rows, " rows) holds out no rows; use a larger fraction"));
+    }
+    if (held_out >= dataset.rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("validation fraction ", f, " of dataset '", dataset.name, "' (",
+                       dataset.rows, " rows) leaves no rows to train on; use a smaller fraction"));
     }
   }
   return absl::OkStatus();
@@ -79,6 +123,7 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
     return absl::InvalidArgumentError(
         absl::StrCat("epochs must be between 1 and 1000000; got ", spec.epochs));
   }
+  TRAINERD_RETURN_IF_ERROR(CheckValidationOptions(spec, dataset));
   TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, ParseModelSpec(spec.model));
   auto output = InferOutputShape(model, dataset.feature_shape);
   if (!output.ok()) {
@@ -89,6 +134,29 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
   TRAINERD_RETURN_IF_ERROR(CheckBatchNormBatch(spec, model, dataset));
   TRAINERD_RETURN_IF_ERROR(CheckLoss(spec, *output, dataset));
   return model;
+}
+
+absl::Status CheckValidationDataset(const JobSpec& spec, const ModelSpec& model,
+                                    const DatasetMeta& dataset, const DatasetMeta& validation) {
+  if (validation.feature_shape != dataset.feature_shape) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("validation dataset '", validation.name, "' has ",
+                     ShapeToString(validation.feature_shape), " features per row; dataset '",
+                     dataset.name, "' has ", ShapeToString(dataset.feature_shape)));
+  }
+  if (validation.target_shape != dataset.target_shape ||
+      validation.target_dtype != dataset.target_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation dataset '", validation.name, "' has ", ShapeToString(validation.target_shape),
+        " ", TargetDTypeName(validation.target_dtype), " targets per row; dataset '", dataset.name,
+        "' has ", ShapeToString(dataset.target_shape), " ", TargetDTypeName(dataset.target_dtype),
+        " targets"));
+  }
+  // The same loss checks again: above all the class-index range, since an index past the
+  // model's outputs would fail the job in its first validation pass (or assert on a GPU).
+  TRAINERD_ASSIGN_OR_RETURN(const std::vector<int64_t> output,
+                            InferOutputShape(model, validation.feature_shape));
+  return CheckLoss(spec, output, validation);
 }
 
 torch::nn::Sequential BuildModel(const ModelSpec& spec, const std::vector<int64_t>& input_shape,

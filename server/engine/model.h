@@ -15,7 +15,15 @@ namespace trainerd::engine {
 // Checks everything about a spec that can be known before training: hyper-parameter ranges, the
 // model against the dataset's feature shape, the loss against the model's output and the
 // dataset's targets. INVALID_ARGUMENT with a sentence that names what does not fit.
+// Also the validation options: fraction in [0, 1) leaving at least one row on each side,
+// fraction and validation dataset not both, patience >= 0 and only with validation.
 absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset);
+
+// Checks spec.validation_dataset's metadata (`validation`) against the training `dataset`: the
+// same per-row feature and target shapes and target dtype, and targets the loss accepts (class
+// indices within the model's outputs). Called after CheckJobSpec, which returned `model`.
+absl::Status CheckValidationDataset(const JobSpec& spec, const ModelSpec& model,
+                                    const DatasetMeta& dataset, const DatasetMeta& validation);
 
 // Builds the model on the CPU (initialised from the default CPU generator, which the caller
 // seeds); layers are named "0", "1", ... as in torch.nn.Sequential. Each layer gets its input

@@ -2,7 +2,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <mutex>
+#include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -11,6 +13,7 @@
 #include "server/engine/loss.h"
 #include "server/engine/model.h"
 #include "server/engine/optimizer.h"
+#include "server/engine/torchscript_export.h"
 
 namespace trainerd::engine {
 namespace {
@@ -84,31 +87,80 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       features = features.to(run.device);
       targets = targets.to(run.device);
     }
-
-    const int64_t rows = features.size(0);
-    const int64_t batch = std::min<int64_t>(spec.batch_size, rows);
     const auto index_options = torch::TensorOptions(torch::kInt64).device(run.device);
+    const auto sum_options = torch::TensorOptions(torch::kFloat64).device(run.device);
+
+    // Validation rows: a fixed held-out part of the dataset, or a second dataset.
+    //  - A fraction is split once per job, not per epoch, so that validation rows never train.
+    //    The split is one permutation drawn from the job's generator before the first epoch's
+    //    shuffle, so the seed reproduces it; rows - round(f * rows) train, the rest validate. The
+    //    split is kept as index tensors (gathered per batch, as shuffled batches are anyway)
+    //    rather than as copies, so the resident dataset is never duplicated on the device.
+    //  - Without validation the generator draws exactly what it did before validation existed,
+    //    so existing seeds keep their losses.
+    torch::Tensor val_features = features;
+    torch::Tensor val_targets = targets;
+    torch::Tensor train_index;  // fraction only: the rows that train, in split order
+    torch::Tensor val_index;    // fraction only: the rows that validate
+    const int64_t dataset_rows = features.size(0);
+    int64_t rows = dataset_rows;  // training rows
+    int64_t val_rows = 0;
+    if (spec.validation_fraction > 0) {
+      val_rows = HeldOutRows(spec.validation_fraction, dataset_rows);
+      rows = dataset_rows - val_rows;
+      torch::Tensor split = torch::randperm(dataset_rows, gen, index_options);
+      train_index = split.narrow(/*dim=*/0, /*start=*/0, rows);
+      val_index = split.narrow(/*dim=*/0, /*start=*/rows, val_rows);
+    } else if (run.validation_dataset != nullptr) {
+      val_features = run.validation_dataset->features;
+      val_targets = run.validation_dataset->targets;
+      if (val_features.device() != run.device) {
+        host.CountCrossDeviceCopy();
+        val_features = val_features.to(run.device);
+        val_targets = val_targets.to(run.device);
+      }
+      val_rows = val_features.size(0);
+    }
+    const bool classification = spec.loss == LossKind::kCrossEntropy || spec.loss == LossKind::kNll;
+    const int32_t patience = spec.early_stop_patience;
+
+    const int64_t batch = std::min<int64_t>(spec.batch_size, rows);
     // Accumulates sum(batch mean loss * batch rows) over the epoch, on the device.
-    torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions(torch::kFloat64).device(run.device));
+    torch::Tensor loss_sum = torch::zeros({}, sum_options);
+    // The same for the validation pass, and its count of rows whose argmax is the target.
+    torch::Tensor val_loss_sum = torch::zeros({}, sum_options);
+    torch::Tensor val_correct = torch::zeros({}, index_options);
+    // Early stopping is decided on the host from values that the epoch's one transfer brought.
+    double best_val_loss = std::numeric_limits<double>::infinity();
+    int32_t epochs_without_improvement = 0;
+
+    auto cancelled = [&] {
+      if (run.cancel == nullptr || !run.cancel->load(std::memory_order_relaxed)) return false;
+      outcome.state = JobState::kCancelled;
+      outcome.wall_seconds = SecondsSince(start);
+      outcome.host_syncs = host.count();
+      return true;
+    };
 
     for (int32_t epoch = 1; epoch <= spec.epochs; ++epoch) {
       // The schedule is host arithmetic on the epoch number: no device value is read.
       const double learning_rate = LearningRateForEpoch(spec, epoch);
       SetLearningRate(*optimizer, learning_rate);
-      torch::Tensor perm;
-      if (spec.shuffle) perm = torch::randperm(rows, gen, index_options);
+      // The epoch's rows in order; undefined means rows 0..rows-1 as they lie (narrow views).
+      torch::Tensor order;
+      if (spec.shuffle) {
+        order = torch::randperm(rows, gen, index_options);
+        if (train_index.defined()) order = train_index.index_select(/*dim=*/0, order);
+      } else if (train_index.defined()) {
+        order = train_index;
+      }
       loss_sum.zero_();
       for (int64_t begin = 0; begin < rows; begin += batch) {
-        if (run.cancel != nullptr && run.cancel->load(std::memory_order_relaxed)) {
-          outcome.state = JobState::kCancelled;
-          outcome.wall_seconds = SecondsSince(start);
-          outcome.host_syncs = host.count();
-          return outcome;
-        }
+        if (cancelled()) return outcome;
         const int64_t len = std::min(batch, rows - begin);
         torch::Tensor x, y;
-        if (spec.shuffle) {
-          torch::Tensor idx = perm.narrow(/*dim=*/0, begin, len);
+        if (order.defined()) {
+          torch::Tensor idx = order.narrow(/*dim=*/0, begin, len);
           x = features.index_select(/*dim=*/0, idx);
           y = targets.index_select(/*dim=*/0, idx);
         } else {
@@ -127,46 +179,119 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         }
         ++outcome.steps;
       }
-      // The epoch's one host transfer.
-      const double mean_loss =
-          host.ToHost(loss_sum / static_cast<double>(rows)).item<double>();
+
+      // Validation: eval mode (dropout off, batchnorm on its running statistics), no autograd,
+      // in batches of batch_size; the loss (the training loss function with the same options)
+      // and the correct count are summed on the device like the training loss.
+      std::vector<torch::Tensor> reduced = {loss_sum / static_cast<double>(rows)};
+      if (val_rows > 0) {
+        torch::NoGradGuard no_grad;
+        model->eval();
+        val_loss_sum.zero_();
+        val_correct.zero_();
+        const int64_t val_batch = std::min<int64_t>(spec.batch_size, val_rows);
+        for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
+          if (cancelled()) return outcome;
+          const int64_t len = std::min(val_batch, val_rows - begin);
+          torch::Tensor x, y;
+          if (val_index.defined()) {
+            torch::Tensor idx = val_index.narrow(/*dim=*/0, begin, len);
+            x = val_features.index_select(/*dim=*/0, idx);
+            y = val_targets.index_select(/*dim=*/0, idx);
+          } else {
+            x = val_features.narrow(/*dim=*/0, begin, len);
+            y = val_targets.narrow(/*dim=*/0, begin, len);
+          }
+          torch::Tensor output = model->forward(x);
+          val_loss_sum.add_(ComputeLoss(spec, output, y), /*alpha=*/static_cast<double>(len));
+          if (classification) {
+            val_correct.add_(output.argmax(/*dim=*/1).eq(y.reshape({-1})).sum());
+          }
+        }
+        model->train();
+        reduced.push_back(val_loss_sum / static_cast<double>(val_rows));
+        if (classification) {
+          reduced.push_back(val_correct.to(torch::kFloat64) / static_cast<double>(val_rows));
+        }
+      }
+
+      // The epoch's one host transfer: training loss, then validation loss and accuracy.
+      const torch::Tensor values = host.ToHost(torch::stack(reduced)).contiguous();
+      const double* value = values.data_ptr<double>();
+      const double mean_loss = value[0];
       outcome.epochs_done = epoch;
       outcome.final_loss = mean_loss;
       if (!std::isfinite(mean_loss)) {
         outcome.state = JobState::kFailed;
-        outcome.error = absl::StrCat("loss became ", std::isnan(mean_loss) ? "NaN" : "infinite",
-                                     " at epoch ", epoch,
-                                     "; try a smaller learning rate (", spec.learning_rate, ")");
+        outcome.error =
+            absl::StrCat("loss became ", std::isnan(mean_loss) ? "NaN" : "infinite", " at epoch ",
+                         epoch, "; try a smaller learning rate (", spec.learning_rate, ")");
         outcome.wall_seconds = SecondsSince(start);
         outcome.host_syncs = host.count();
         return outcome;
       }
-      if (run.on_epoch) {
-        run.on_epoch(EpochResult{epoch, mean_loss, SecondsSince(start), learning_rate},
-                     outcome.steps, host.count());
+      EpochResult result;
+      result.epoch = epoch;
+      result.loss = mean_loss;
+      result.elapsed_seconds = SecondsSince(start);
+      result.learning_rate = learning_rate;
+      if (val_rows > 0) {
+        const double val_loss = value[1];
+        if (!std::isfinite(val_loss)) {
+          outcome.state = JobState::kFailed;
+          outcome.error =
+              absl::StrCat("validation loss became ", std::isnan(val_loss) ? "NaN" : "infinite",
+                           " at epoch ", epoch, " (training loss ", mean_loss, ")");
+          outcome.wall_seconds = SecondsSince(start);
+          outcome.host_syncs = host.count();
+          return outcome;
+        }
+        result.validation_loss = val_loss;
+        if (classification) result.validation_accuracy = value[2];
+        if (val_loss < best_val_loss) {
+          best_val_loss = val_loss;
+          epochs_without_improvement = 0;
+        } else {
+          ++epochs_without_improvement;
+        }
+      }
+      if (run.on_epoch) run.on_epoch(result, outcome.steps, host.count());
+      // Stopping after the last planned epoch is no early stop.
+      if (patience > 0 && epochs_without_improvement >= patience && epoch < spec.epochs) {
+        outcome.stopped_early = true;
+        break;
       }
     }
 
-    // Read the trained parameters back in one transfer when the model is small.
-    std::vector<torch::Tensor> flat;
-    for (const auto& p : model->named_parameters()) {
-      outcome.parameter_count += p.value().numel();
-      flat.push_back(p.value().detach().reshape({-1}));
-    }
+    // The trained state on the host, for the parameter read-back and the TorchScript export
+    // (DownloadModel). After the last epoch, so never an in-epoch sync. Off the CPU it is one
+    // device-to-host transfer, counted here; it also serves the read-back, so a small model still
+    // reports epochs + 1. On the CPU nothing crosses a device and only the read-back of a small
+    // model is counted, as it always was.
+    const HostModelState state = CopyModelStateToHost(model);
+    if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
+    for (const auto& [name, value] : state.parameters) outcome.parameter_count += value.numel();
     if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
-      torch::Tensor all = host.ToHost(torch::cat(flat).to(torch::kFloat32)).contiguous();
-      const float* data = all.data_ptr<float>();
-      int64_t offset = 0;
-      for (const auto& p : model->named_parameters()) {
-        ParameterValues values;
-        values.name = p.key();
-        values.shape = p.value().sizes().vec();
-        const int64_t n = p.value().numel();
-        values.values.assign(data + offset, data + offset + n);
-        offset += n;
-        outcome.parameters.push_back(std::move(values));
+      if (run.device.is_cpu()) host.CountCrossDeviceCopy();
+      for (const auto& [name, value] : state.parameters) {
+        const torch::Tensor values = value.contiguous();
+        ParameterValues out;
+        out.name = name;
+        out.shape = values.sizes().vec();
+        out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
+        outcome.parameters.push_back(std::move(out));
       }
     }
+    absl::StatusOr<std::string> archive =
+        ExportTorchScript(state, run.model, run.dataset->meta.feature_shape);
+    if (!archive.ok()) {
+      outcome.state = JobState::kFailed;
+      outcome.error = std::string(archive.status().message());
+      outcome.wall_seconds = SecondsSince(start);
+      outcome.host_syncs = host.count();
+      return outcome;
+    }
+    outcome.model_archive = *std::move(archive);
     outcome.state = JobState::kSucceeded;
   } catch (const c10::OutOfMemoryError& e) {
     outcome.state = JobState::kFailed;

@@ -1,6 +1,7 @@
 // The training loop of one job on one device, built on the seed question's lessons: the dataset
 // is already on the device, each epoch's permutation is generated there, a batch is a device-side
-// gather, and the epoch's mean loss is reduced on the device and copied to the host exactly once.
+// gather, and the epoch's mean loss is reduced on the device and copied to the host exactly once
+// (with the validation loss and accuracy, when the job validates, in the same copy).
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,9 @@ struct TrainingRun {
   JobSpec spec;                             // resolved: seed set
   ModelSpec model;                          // parsed and checked against the dataset
   std::shared_ptr<const Dataset> dataset;   // resident tensors
+  // spec.validation_dataset's tensors (same per-row shapes and dtype as `dataset`); null when the
+  // job validates on a fraction of `dataset` (spec.validation_fraction) or not at all.
+  std::shared_ptr<const Dataset> validation_dataset;
   torch::Device device = torch::kCPU;
   // Set by another thread to stop before the next step (a host flag: no device sync).
   const std::atomic<bool>* cancel = nullptr;
@@ -34,10 +38,14 @@ struct TrainingOutcome {
   int64_t steps = 0;
   int64_t host_syncs = 0;
   int32_t epochs_done = 0;
+  bool stopped_early = false;  // kSucceeded after fewer than spec.epochs (early stopping)
   double final_loss = 0.0;
   double wall_seconds = 0.0;
   int64_t parameter_count = 0;
   std::vector<ParameterValues> parameters;  // when parameter_count <= kMaxReportedParameters
+  // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
+  // manager writes to the models folder; empty otherwise.
+  std::string model_archive;
 };
 
 // Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a

@@ -1,5 +1,7 @@
 #include "server/engine/types.h"
 
+#include <cmath>
+
 namespace trainerd::engine {
 
 const char* LossKindName(LossKind loss) {
@@ -60,6 +62,11 @@ const char* JobStateName(JobState state) {
       return "CANCELLED";
   }
   return "UNKNOWN";
+}
+
+int64_t HeldOutRows(double validation_fraction, int64_t rows) {
+  if (validation_fraction <= 0) return 0;
+  return std::llround(validation_fraction * static_cast<double>(rows));
 }
 
 }  // namespace trainerd::engine

@@ -80,7 +80,18 @@ struct JobSpec {
   bool shuffle = true;
   std::optional<uint64_t> seed;  // filled in at Submit when absent
   std::string device;            // "" = the engine's default device; filled in at Submit
+  // Validation: hold out round(validation_fraction * rows) rows of `dataset` (a split fixed once
+  // per job from its seed), or validate on a second dataset; at most one of the two. 0 / "" = none.
+  double validation_fraction = 0.0;  // [0, 1)
+  std::string validation_dataset;    // same feature/target shapes and dtype as `dataset`
+  int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation loss; 0 = off
+
+  bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
 };
+
+// How many of `rows` a validation fraction holds out: round(fraction * rows). Rounding rather
+// than truncating, so that 0.29 of 100 rows is 29 and not 28 (0.29 * 100 is 28.999... in doubles).
+int64_t HeldOutRows(double validation_fraction, int64_t rows);
 
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
 
@@ -95,6 +106,8 @@ struct EpochResult {
   double loss = 0.0;  // mean training loss over the epoch's rows
   double elapsed_seconds = 0.0;  // since the job started running
   double learning_rate = 0.0;    // used during this epoch
+  std::optional<double> validation_loss;      // with validation
+  std::optional<double> validation_accuracy;  // with validation and a class loss; [0, 1]
 };
 
 struct ParameterValues {
@@ -118,6 +131,7 @@ struct JobSnapshot {
   int64_t host_syncs = 0;
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
+  bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended

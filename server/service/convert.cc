@@ -187,6 +187,9 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   out.shuffle = spec.has_shuffle() ? spec.shuffle() : true;
   if (spec.has_seed()) out.seed = spec.seed();
   out.device = spec.device();
+  out.validation_fraction = spec.validation_fraction();
+  out.validation_dataset = spec.validation_dataset();
+  out.early_stop_patience = spec.early_stop_patience();
   return out;
 }
 
@@ -220,6 +223,9 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_shuffle(spec.shuffle);
   if (spec.seed.has_value()) out.set_seed(*spec.seed);
   out.set_device(spec.device);
+  out.set_validation_fraction(spec.validation_fraction);
+  out.set_validation_dataset(spec.validation_dataset);
+  out.set_early_stop_patience(spec.early_stop_patience);
   return out;
 }
 
@@ -229,6 +235,10 @@ v1::EpochResult ToProto(const engine::EpochResult& epoch) {
   out.set_loss(epoch.loss);
   out.set_elapsed_seconds(epoch.elapsed_seconds);
   out.set_learning_rate(epoch.learning_rate);
+  if (epoch.validation_loss.has_value()) out.set_validation_loss(*epoch.validation_loss);
+  if (epoch.validation_accuracy.has_value()) {
+    out.set_validation_accuracy(*epoch.validation_accuracy);
+  }
   return out;
 }
 
@@ -268,8 +278,11 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
     for (float v : p.values) param->add_values(v);
   }
   out.set_parameter_count(job.parameter_count);
-  if (job.create_time != absl::InfinitePast()) SetTimestamp(job.create_time, out.mutable_create_time());
-  if (job.start_time != absl::InfinitePast()) SetTimestamp(job.start_time, out.mutable_start_time());
+  out.set_stopped_early(job.stopped_early);
+  if (job.create_time != absl::InfinitePast())
+    SetTimestamp(job.create_time, out.mutable_create_time());
+  if (job.start_time != absl::InfinitePast())
+    SetTimestamp(job.start_time, out.mutable_start_time());
   if (job.end_time != absl::InfinitePast()) SetTimestamp(job.end_time, out.mutable_end_time());
   return out;
 }

@@ -1,6 +1,8 @@
 #include "server/service/job_service.h"
 
+#include <algorithm>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <mutex>
 
@@ -159,6 +161,70 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   bool finished_ = false;             // guarded by mu_
 };
 
+// Streams a succeeded job's TorchScript archive from <data_dir>/models/<id>.pt in chunks of at
+// most kModelChunkBytes. One write in flight: the next chunk is read in OnWriteDone, so at most one
+// chunk is in memory whatever the model's size. That read is a small local file read (1 MiB from
+// a file the engine wrote and fsynced, normally still in the page cache), which the service
+// accepts on a reaction instead of adding a hop to the engine's I/O thread per chunk. Finish is
+// called once (after the last chunk, on an error, or when the client goes away — a write is in
+// flight until then, so a cancelled client always surfaces as OnWriteDone(false)); the reactor
+// deletes itself in OnDone.
+class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunk> {
+ public:
+  static constexpr int64_t kModelChunkBytes = int64_t{1} << 20;
+
+  // Called once, from DownloadModel, before any reaction can run.
+  void Start(engine::Engine* engine, const std::string& id) {
+    const absl::StatusOr<std::string> path = engine->ModelArchivePath(id);
+    if (!path.ok()) {
+      Finish(ToGrpcStatus(path.status()));
+      return;
+    }
+    file_.open(*path, std::ios::binary | std::ios::ate);
+    if (!file_) {
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                          "the model file of job '" + id + "' cannot be read"));
+      return;
+    }
+    remaining_ = static_cast<int64_t>(file_.tellg());
+    file_.seekg(0);
+    chunk_.set_total_bytes(remaining_);
+    WriteNextChunk();  // the first chunk goes even for an empty file, carrying total_bytes
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {  // the client went away
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+      return;
+    }
+    if (remaining_ == 0) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    chunk_.set_total_bytes(0);  // only on the first chunk
+    WriteNextChunk();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNextChunk() {
+    const int64_t n = std::min(remaining_, kModelChunkBytes);
+    std::string* data = chunk_.mutable_data();
+    data->resize(static_cast<size_t>(n));
+    if (n > 0 && !file_.read(data->data(), n)) {
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "the model file ended early"));
+      return;
+    }
+    remaining_ -= n;
+    StartWrite(&chunk_);
+  }
+
+  std::ifstream file_;
+  int64_t remaining_ = 0;  // bytes of the file not yet written
+  v1::ModelChunk chunk_;   // the write in flight
+};
+
 }  // namespace
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* context,
@@ -198,6 +264,13 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   auto* reactor = new WatchReactor(engine_, request->id());
   reactor->Start();
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::ModelChunk>* JobServiceImpl::DownloadModel(
+    grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) {
+  auto* reactor = new ModelDownloadReactor();
+  reactor->Start(engine_, request->id());
   return reactor;
 }
 

@@ -1,5 +1,6 @@
 // trainerd.v1.JobService over the engine, on gRPC's callback API. WatchJob is a server-streaming
-// reactor fed by the engine's per-job event stream, with one write in flight.
+// reactor fed by the engine's per-job event stream, with one write in flight; DownloadModel streams
+// a trained model's file the same way.
 #pragma once
 
 #include "server/engine/engine.h"
@@ -25,6 +26,10 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                       v1::Job* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* WatchJob(grpc::CallbackServerContext* context,
                                                    const v1::WatchJobRequest* request) override;
+  // Streams the archive of a SUCCEEDED job's model (Engine::ModelArchivePath) in chunks of at
+  // most 1 MiB, reading the next chunk only after the previous one was written.
+  grpc::ServerWriteReactor<v1::ModelChunk>* DownloadModel(
+      grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) override;
 
  private:
   engine::Engine* const engine_;

@@ -230,7 +230,8 @@ TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
   EXPECT_THAT(paths,
               ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
-                          "job list", "job get", "job watch", "job cancel", "health", "help"));
+                          "job list", "job get", "job watch", "job cancel", "job model", "health",
+                          "help"));
 }
 
 TEST(ParseCommandLineTest, DatasetLsIsAnAliasOfDatasetList) {
@@ -316,6 +317,25 @@ TEST(ParseCommandLineTest, SubmitUsageListsTheNewFlags) {
        {"--huber-delta D", "--label-smoothing S", "--nesterov ", "--weight-decay W", "--beta1 B",
         "--beta2 B", "--eps E", "--alpha A", "--schedule KIND", "--step-epochs N", "--gamma G",
         "--min-lr RATE", "--warmup-epochs N", "--clip-grad-norm N"}) {
+    EXPECT_THAT(invocation->help_text, HasSubstr(absl::StrCat("\n  ", flag))) << flag;
+  }
+}
+
+TEST(ParseCommandLineTest, SubmitTakesTheValidationFlags) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"submit", "--validation-fraction", "0.2", "--validation-dataset=iris-test",
+             "--early-stop-patience", "5"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->Get("validation-fraction"), "0.2");
+  EXPECT_EQ(invocation->Get("validation-dataset"), "iris-test");
+  EXPECT_EQ(invocation->Get("early-stop-patience"), "5");
+}
+
+TEST(ParseCommandLineTest, SubmitUsageListsTheValidationFlags) {
+  const absl::StatusOr<Invocation> invocation = Parse({"help", "submit"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  for (const char* flag :
+       {"--validation-fraction F", "--validation-dataset NAME", "--early-stop-patience N"}) {
     EXPECT_THAT(invocation->help_text, HasSubstr(absl::StrCat("\n  ", flag))) << flag;
   }
 }

@@ -262,6 +262,60 @@ TEST(JobOutcomeLineTest, SucceededShowsWallTimeAndFinalLoss) {
   EXPECT_EQ(JobOutcomeLine(job), "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.009812");
 }
 
+TEST(EpochLineTest, ShowsValidationLossAndAccuracyWhenPresent) {
+  v1::EpochResult epoch = Epoch(3, 0.25);
+  epoch.set_validation_loss(0.3125);
+  epoch.set_validation_accuracy(0.9725);
+  EXPECT_EQ(EpochLine(epoch, 10), "epoch 3/10  loss 0.250000  val_loss 0.312500  val_acc 97.25%");
+}
+
+TEST(EpochLineTest, ShowsValidationLossAloneForRegression) {
+  v1::EpochResult epoch = Epoch(3, 0.25);
+  epoch.set_validation_loss(0.5);
+  EXPECT_EQ(EpochLine(epoch, 10), "epoch 3/10  loss 0.250000  val_loss 0.500000");
+}
+
+TEST(JobOutcomeLineTest, StoppedEarlySaysSoWithTheEpochsDone) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_epochs(20);
+  job.set_stopped_early(true);
+  EXPECT_EQ(JobOutcomeLine(job),
+            "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.012345 (stopped early after "
+            "3/20 epochs)");
+}
+
+TEST(JobDetailsTest, ValidationShowsItsSourceAndTheLastEpochsNumbers) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_validation_fraction(0.2);
+  job.mutable_spec()->set_early_stop_patience(5);
+  job.set_stopped_early(true);
+  job.mutable_epochs(2)->set_validation_loss(0.0625);
+  job.mutable_epochs(2)->set_validation_accuracy(0.96);
+
+  const std::string text = JobDetails(job);
+
+  EXPECT_THAT(text, HasSubstr("\nvalidation:      20% of dataset 'iris' (held out, split by the "
+                              "seed)\n"
+                              "early stopping:  5 epochs (stopped early)\n"));
+  EXPECT_THAT(text, HasSubstr("\nfinal loss:      0.012345\n"
+                              "val loss:        0.062500\n"
+                              "val accuracy:    96.00%\n"
+                              "wall time:"));
+}
+
+TEST(JobDetailsTest, ValidationDatasetIsNamed) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_validation_dataset("iris-test");
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nvalidation:  dataset 'iris-test'\n"));
+}
+
+TEST(JobDetailsTest, NoValidationAddsNoLines) {
+  const std::string text = JobDetails(SucceededJob());
+  EXPECT_THAT(text, Not(HasSubstr("validation")));
+  EXPECT_THAT(text, Not(HasSubstr("val ")));
+  EXPECT_THAT(text, Not(HasSubstr("early")));
+}
+
 TEST(JobOutcomeLineTest, FailedShowsTheError) {
   v1::Job job = SucceededJob();
   job.set_state(v1::JOB_STATE_FAILED);

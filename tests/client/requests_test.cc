@@ -346,6 +346,58 @@ TEST(JobSpecFromFlagsTest, NegativeClipGradNormIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--clip-grad-norm", "-1"})), "--clip-grad-norm must be >= 0, got -1");
 }
 
+TEST(JobSpecFromFlagsTest, NoValidationByDefault) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->validation_fraction(), 0.0);
+  EXPECT_TRUE(spec->validation_dataset().empty());
+  EXPECT_EQ(spec->early_stop_patience(), 0);
+}
+
+TEST(JobSpecFromFlagsTest, ValidationFractionAndPatienceReachTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--validation-fraction", "0.2", "--early-stop-patience", "5"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->validation_fraction(), 0.2);
+  EXPECT_TRUE(spec->validation_dataset().empty());
+  EXPECT_EQ(spec->early_stop_patience(), 5);
+}
+
+TEST(JobSpecFromFlagsTest, ValidationDatasetReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--validation-dataset", "iris-test", "--early-stop-patience", "3"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->validation_dataset(), "iris-test");
+  EXPECT_EQ(spec->validation_fraction(), 0.0);
+  EXPECT_EQ(spec->early_stop_patience(), 3);
+}
+
+TEST(JobSpecFromFlagsTest, ValidationFractionOfOneIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--validation-fraction", "1"})),
+            "--validation-fraction must be in [0, 1), got 1");
+}
+
+TEST(JobSpecFromFlagsTest, ValidationFractionAndDatasetTogetherAreRejected) {
+  EXPECT_EQ(SpecError(Submit({"--validation-fraction", "0.2", "--validation-dataset", "t"})),
+            "give either --validation-fraction or --validation-dataset, not both");
+}
+
+TEST(JobSpecFromFlagsTest, EmptyValidationDatasetIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--validation-dataset="})),
+            "--validation-dataset needs a dataset name");
+}
+
+TEST(JobSpecFromFlagsTest, PatienceWithoutValidationIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--early-stop-patience", "4"})),
+            "--early-stop-patience watches the validation loss; add --validation-fraction F or "
+            "--validation-dataset NAME");
+}
+
+TEST(JobSpecFromFlagsTest, NegativePatienceIsRejected) {
+  EXPECT_THAT(SpecError(Submit({"--validation-fraction", "0.2", "--early-stop-patience", "-1"})),
+              HasSubstr("--early-stop-patience"));
+}
+
 TEST(JobSpecFromFlagsTest, MomentumOfOneIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--momentum", "1"})), "--momentum must be in [0, 1), got 1");
 }

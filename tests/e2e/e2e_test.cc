@@ -2,9 +2,12 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -230,6 +233,86 @@ TEST_F(EndToEndTest, CancelledJobEndsCancelled) {
   EXPECT_THAT(watch.out, HasSubstr("CANCELLED"));
   RunResult rm = Ctl({"dataset", "rm", "seed"});
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
+}
+
+// The Python with torch that checks a downloaded model: $TRAINERD_PYTHON at run time, else the
+// one CMake was configured with (TRAINERD_PYTHON); "" when neither names an existing file.
+std::string TorchPython() {
+  const char* env = std::getenv("TRAINERD_PYTHON");
+  for (const std::string& candidate : {std::string(env == nullptr ? "" : env),
+                                      std::string(TRAINERD_PYTHON)}) {
+    if (!candidate.empty() && std::filesystem::exists(candidate)) return candidate;
+  }
+  return "";
+}
+
+TEST_F(EndToEndTest, DownloadedModelLoadsInPythonAndMatchesReportedParameters) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                       "--batch-size", "16", "--epochs", "20", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+
+  const std::string path = (dir_ / "model.pt").string();
+  RunResult download = Ctl({"job", "model", id, "-o", path});
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  EXPECT_THAT(download.out, HasSubstr("wrote model of " + id + " to " + path));
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 2u);
+  EXPECT_EQ(bytes.substr(0, 2), "PK");
+  EXPECT_THAT(download.out, HasSubstr("(" + std::to_string(bytes.size()) + " bytes)"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp-" + std::to_string(::getpid())));
+
+  const std::string python = TorchPython();
+  if (python.empty()) {
+    GTEST_SKIP() << "no Python with torch (set TRAINERD_PYTHON): the download was checked by "
+                    "its bytes only";
+  }
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  ASSERT_EQ(job.parameters_size(), 2);
+  const double w = job.parameters(0).values(0);
+  const double b = job.parameters(1).values(0);
+
+  const std::vector<double> xs = {-1.0, 0.0, 0.5, 2.0};
+  RunResult py = e2e::Run({python, "-c",
+                           "import sys, torch\n"
+                           "m = torch.jit.load(sys.argv[1])\n"
+                           "m.eval()\n"
+                           "x = torch.tensor([[-1.0], [0.0], [0.5], [2.0]])\n"
+                           "with torch.no_grad():\n"
+                           "    y = m(x)\n"
+                           "print(' '.join(repr(v) for v in y.reshape(-1).tolist()))\n",
+                           path});
+  ASSERT_EQ(py.exit_code, 0) << py.err;
+  std::istringstream values(py.out);
+  for (const double x : xs) {
+    double y = 0;
+    ASSERT_TRUE(values >> y) << py.out;
+    EXPECT_NEAR(y, w * x + b, 1e-5) << "x = " << x;
+  }
+}
+
+TEST_F(EndToEndTest, ModelOfRunningJobFailsAndWritesNoFile) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                          "--epochs", "1000000"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  const std::string path = (dir_ / "model.pt").string();
+
+  RunResult no_file = Ctl({"job", "model", id});
+  RunResult running = Ctl({"job", "model", id, "-o", path});
+
+  EXPECT_EQ(no_file.exit_code, 2);
+  EXPECT_THAT(no_file.err, HasSubstr("needs -o FILE"));
+  EXPECT_EQ(running.exit_code, 1);
+  EXPECT_THAT(running.err, HasSubstr("its model is available once it succeeds"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_EQ(Ctl({"job", "cancel", id}).exit_code, 0);
 }
 
 }  // namespace

@@ -125,6 +125,55 @@ TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   }
 }
 
+TEST_F(JobServiceTest, SubmitWithValidationFractionEchoesItAndEpochsCarryValidationLoss) {
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/3);
+  spec.set_validation_fraction(0.25);
+  spec.set_early_stop_patience(2);
+
+  const v1::Job job = Submit(spec);
+
+  EXPECT_DOUBLE_EQ(job.spec().validation_fraction(), 0.25);
+  EXPECT_EQ(job.spec().early_stop_patience(), 2);
+  EXPECT_TRUE(job.spec().validation_dataset().empty());
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->Finish().ok());
+  ExpectEpochsThenTerminal(watch->events(), 3, v1::JOB_STATE_SUCCEEDED);
+  for (const v1::EpochResult& epoch : watch->epochs()) {
+    EXPECT_TRUE(epoch.has_validation_loss()) << "epoch " << epoch.epoch();
+    EXPECT_TRUE(std::isfinite(epoch.validation_loss()));
+    EXPECT_FALSE(epoch.has_validation_accuracy());  // mse: no accuracy
+  }
+  v1::Job ended;
+  ASSERT_TRUE(GetJob(job.id(), &ended).ok());
+  ASSERT_EQ(ended.epochs_size(), 3);
+  EXPECT_TRUE(ended.epochs(2).has_validation_loss());
+  EXPECT_FALSE(ended.stopped_early());
+  // Validation adds no host transfer: one per epoch plus the parameter read-back.
+  EXPECT_EQ(ended.host_syncs(), 3 + 1);
+}
+
+TEST_F(JobServiceTest, ClassifierWithValidationDatasetReportsAccuracy) {
+  v1::Dataset dataset;
+  ASSERT_TRUE(UploadTable("classes", ClassTable(64), &dataset).ok());
+  ASSERT_TRUE(UploadTable("classes-val", ClassTable(16), &dataset).ok());
+  v1::JobSpec spec = LinearSpec("classes", /*epochs=*/2);
+  spec.set_model("linear:2");
+  spec.set_loss(v1::LOSS_CROSS_ENTROPY);
+  spec.set_validation_dataset("classes-val");
+
+  const v1::Job job = Submit(spec);
+
+  EXPECT_EQ(job.spec().validation_dataset(), "classes-val");
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->Finish().ok());
+  ASSERT_EQ(watch->epochs().size(), 2u);
+  for (const v1::EpochResult& epoch : watch->epochs()) {
+    ASSERT_TRUE(epoch.has_validation_accuracy()) << "epoch " << epoch.epoch();
+    EXPECT_GE(epoch.validation_accuracy(), 0.0);
+    EXPECT_LE(epoch.validation_accuracy(), 1.0);
+  }
+}
+
 TEST_F(JobServiceTest, UnsetScheduleAndOptionsComeBackAsConstantAndUnset) {
   const v1::Job job = Submit(LinearSpec("seed", kEpochs));
 
@@ -355,6 +404,16 @@ std::vector<InvalidSpec> InvalidSpecs() {
        "schedule.kind"},
       {"NegativeClipNorm", [](v1::JobSpec* spec) { spec->set_clip_grad_norm(-1); },
        "gradient clipping norm"},
+      {"ValidationFractionOne", [](v1::JobSpec* spec) { spec->set_validation_fraction(1); },
+       "validation fraction must be in [0, 1)"},
+      {"PatienceWithoutValidation", [](v1::JobSpec* spec) { spec->set_early_stop_patience(3); },
+       "watches the validation loss"},
+      {"FractionAndValidationDataset",
+       [](v1::JobSpec* spec) {
+         spec->set_validation_fraction(0.2);
+         spec->set_validation_dataset("seed");
+       },
+       "not both"},
   };
 }
 

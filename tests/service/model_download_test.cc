@@ -1,0 +1,109 @@
+// Tests JobService.DownloadModel (server/service/job_service.h) through a real server and a real
+// TCP channel: a succeeded job's model comes back as a TorchScript archive (a ZIP file, checked by
+// its bytes only: service_test does not link LibTorch) equal to the file the daemon kept, and the
+// errors come with their codes.
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+
+namespace trainerd::service::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ModelDownloadTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    if (HasFatalFailure()) return;
+    UploadSeed();
+  }
+
+  std::string Submit(int32_t epochs) {
+    v1::Job job;
+    const grpc::Status status = SubmitJob(LinearSpec("seed", epochs), &job);
+    EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+    return job.id();
+  }
+
+  // Reads the whole DownloadModel stream into *bytes, checking the chunks' contract on the way.
+  grpc::Status Download(const std::string& id, std::string* bytes, int* chunks = nullptr) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+    v1::DownloadModelRequest request;
+    request.set_id(id);
+    std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
+        jobs_->DownloadModel(&context, request);
+    v1::ModelChunk chunk;
+    int count = 0;
+    int64_t total = -1;
+    while (reader->Read(&chunk)) {
+      EXPECT_LE(chunk.data().size(), size_t{1} << 20);
+      if (count == 0) {
+        total = chunk.total_bytes();
+      } else {
+        EXPECT_EQ(chunk.total_bytes(), 0) << "total_bytes on chunk " << count;
+      }
+      bytes->append(chunk.data());
+      ++count;
+    }
+    const grpc::Status status = reader->Finish();
+    if (status.ok()) {
+      EXPECT_EQ(static_cast<int64_t>(bytes->size()), total);
+    }
+    if (chunks != nullptr) *chunks = count;
+    return status;
+  }
+};
+
+TEST_F(ModelDownloadTest, DownloadOfSucceededJobReturnsTheKeptTorchScriptArchive) {
+  const std::string id = Submit(/*epochs=*/3);
+  ASSERT_TRUE(Watch(id)->Finish().ok());
+
+  std::string bytes;
+  int chunks = 0;
+  const grpc::Status status = Download(id, &bytes, &chunks);
+
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  ASSERT_GT(bytes.size(), 2u);
+  EXPECT_EQ(bytes.substr(0, 2), "PK");  // TorchScript archives are ZIP files
+  EXPECT_EQ(chunks, 1);                 // a linear:1 model is far below 1 MiB
+  std::ifstream file(data_dir_ + "/models/" + id + ".pt", std::ios::binary);
+  ASSERT_TRUE(file) << "the daemon keeps the model under its data folder";
+  std::ostringstream kept;
+  kept << file.rdbuf();
+  EXPECT_EQ(bytes, kept.str());
+}
+
+TEST_F(ModelDownloadTest, DownloadOfRunningJobIsFailedPrecondition) {
+  const std::string id = Submit(kLongJobEpochs);
+  std::unique_ptr<JobWatch> watch = Watch(id);
+  ASSERT_TRUE(watch->NextEpoch());
+
+  std::string bytes;
+  const grpc::Status status = Download(id, &bytes);
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("is RUNNING; its model is available once it succeeds"));
+  EXPECT_TRUE(bytes.empty());
+  v1::Job job;
+  ASSERT_TRUE(CancelJob(id, &job).ok());
+  EXPECT_TRUE(watch->Finish().ok());
+}
+
+TEST_F(ModelDownloadTest, DownloadOfUnknownJobIsNotFound) {
+  std::string bytes;
+  const grpc::Status status = Download("job-000000000000", &bytes);
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("'job-000000000000'"));
+  EXPECT_TRUE(bytes.empty());
+}
+
+}  // namespace
+}  // namespace trainerd::service::testing
