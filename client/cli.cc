@@ -159,16 +159,22 @@ const std::vector<CommandSpec>& Commands() {
        "Queues a training job and prints its id (the whole job with -o json). The model spec is\n"
        "checked here before anything is sent. Layers: linear:N, conv2d:C:K[:stride[:padding]],\n"
        "maxpool2d:K, avgpool2d:K, flatten, dropout:P, batchnorm, layernorm, relu, gelu, tanh,\n"
-       "sigmoid, softmax, logsoftmax; the input shape comes from the dataset.\n"
+       "sigmoid, softmax, logsoftmax; the input shape comes from the dataset. Or bring your own\n"
+       "model: --torchscript FILE sends a module saved with torch.jit.script(model).save(FILE);\n"
+       "its parameters are trained and its forward is checked on the dataset's shape at submit.\n"
        "\n"
        "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
        "      --optimizer adam --lr 0.01 --epochs 100 --watch\n"
        "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
        "      --optimizer adamw --lr 0.01 --schedule cosine --warmup-epochs 5 --clip-grad-norm 1\n"
        "  trainctl submit --dataset digits --model linear:64,relu,linear:10 --loss cross_entropy \\\n"
-       "      --optimizer adam --epochs 100 --validation-fraction 0.2 --early-stop-patience 5\n",
+       "      --optimizer adam --epochs 100 --validation-fraction 0.2 --early-stop-patience 5\n"
+       "  trainctl submit --dataset digits --torchscript net.pt --loss cross_entropy --watch\n",
        {{"dataset", "NAME", "the resident dataset to train on (required)"},
         {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
+        {"torchscript", "FILE",
+         "train this TorchScript module (torch.jit.script(m)\n"
+         ".save(FILE), at most 64 MiB) instead of --model"},
         {"loss", "LOSS",
          "mse, l1, huber or bce_with_logits (float32 targets\n"
          "shaped like the output), cross_entropy or nll (int64\n"
@@ -212,6 +218,10 @@ const std::vector<CommandSpec>& Commands() {
         {"early-stop-patience", "N",
          "stop after N epochs without a better validation loss;\n"
          "needs validation (default 0: off)"},
+        {"checkpoint-every", "N",
+         "save model and optimizer state every N epochs under\n"
+         "the daemon's data folder, 1 <= N <= --epochs\n"
+         "(default 0: off)"},
         {"seed", "S",
          "seed for initialisation and shuffling (default: the\n"
          "daemon picks one and reports it in the job)"},

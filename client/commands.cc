@@ -202,8 +202,11 @@ int WatchJob(const CommandContext& context, const std::string& id) {
 int Submit(const CommandContext& context) {
   absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(context.invocation);
   if (!spec.ok()) return UsageFailure(spec.status());
+  absl::StatusOr<std::string> torchscript = ReadTorchScriptFlag(context.invocation);
+  if (!torchscript.ok()) return UsageFailure(torchscript.status());
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *std::move(spec);
+  request.set_torchscript_module(*std::move(torchscript));
   grpc::ClientContext call;
   context.connection.SetUnaryDeadline(&call);
   v1::Job job;

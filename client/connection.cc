@@ -74,6 +74,8 @@ std::string CodeName(grpc::StatusCode code) {
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
+  // The server's receive limit: a SubmitJobRequest with a TorchScript module of up to 64 MiB.
+  arguments.SetMaxSendMessageSize(64 * 1024 * 1024);
   arguments.SetUserAgentPrefix("trainctl");
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), arguments);
 }

@@ -361,6 +361,10 @@ std::string JobDetails(const v1::Job& job) {
     if (job.stopped_early()) absl::StrAppend(&patience, " (stopped early)");
     lines.push_back({"early stopping", patience});
   }
+  if (spec.checkpoint_every() > 0) {
+    lines.push_back({"checkpoints", absl::StrCat("every ", spec.checkpoint_every(), " epochs, ",
+                                                 job.checkpoints_size(), " written")});
+  }
   lines.insert(lines.end(), {
                                 {"batch size", absl::StrCat(spec.batch_size())},
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},
@@ -401,6 +405,14 @@ std::string JobDetails(const v1::Job& job) {
     text.push_back('\n');
     for (const v1::Parameter& parameter : job.parameters()) {
       absl::StrAppend(&text, ParameterLine(parameter), "\n");
+    }
+  }
+  // One line per checkpoint, after everything else: a long job can have many.
+  if (job.checkpoints_size() > 0) {
+    absl::StrAppend(&text, "checkpoint files:\n");
+    for (const v1::Checkpoint& checkpoint : job.checkpoints()) {
+      absl::StrAppend(&text, absl::StrFormat("  epoch %d  %s  (%d bytes)\n", checkpoint.epoch(),
+                                             checkpoint.path(), checkpoint.size_bytes()));
     }
   }
   return text;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/csv_reader.h"
+#include "common/file_io.h"
 #include "common/model_spec.h"
 #include "common/npy_reader.h"
 #include "common/status_macros.h"
@@ -169,18 +170,28 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   if (!invocation.Has("dataset")) {
     return absl::InvalidArgumentError("submit needs --dataset NAME (see 'trainctl submit --help')");
   }
-  if (!invocation.Has("model")) {
+  const bool torchscript = invocation.Has("torchscript");
+  if (torchscript && invocation.Has("model")) {
     return absl::InvalidArgumentError(
-        "submit needs --model SPEC, e.g. --model linear:64,relu,linear:1");
+        "give either --model SPEC or --torchscript FILE, not both");
+  }
+  if (!torchscript && !invocation.Has("model")) {
+    return absl::InvalidArgumentError(
+        "submit needs --model SPEC, e.g. --model linear:64,relu,linear:1, or --torchscript FILE");
   }
   spec.set_dataset(invocation.Get("dataset"));
   TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(spec.dataset()));
 
-  absl::StatusOr<ModelSpec> model = ParseModelSpec(invocation.Get("model"));
-  if (!model.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--model: ", model.status().message()));
+  if (torchscript) {
+    // The module's bytes travel beside the spec (SubmitJobRequest.torchscript_module).
+    spec.set_model("torchscript");
+  } else {
+    absl::StatusOr<ModelSpec> model = ParseModelSpec(invocation.Get("model"));
+    if (!model.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--model: ", model.status().message()));
+    }
+    spec.set_model(model->ToString());
   }
-  spec.set_model(model->ToString());
 
   TRAINERD_ASSIGN_OR_RETURN(v1::Loss loss, ParseLoss(invocation.Get("loss", "mse")));
   spec.set_loss(loss);
@@ -311,6 +322,10 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
         "--validation-dataset NAME");
   }
   spec.set_early_stop_patience(static_cast<int32_t>(patience));
+  // Checked here as well as by the daemon: a checkpoint interval beyond --epochs would never fire.
+  TRAINERD_ASSIGN_OR_RETURN(int64_t checkpoint_every,
+                            invocation.GetInt("checkpoint-every", 0, 0, epochs));
+  spec.set_checkpoint_every(static_cast<int32_t>(checkpoint_every));
 
   spec.set_shuffle(!invocation.Has("no-shuffle"));
   if (invocation.Has("seed")) {
@@ -324,6 +339,21 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
     spec.set_device(invocation.Get("device"));
   }
   return spec;
+}
+
+absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation) {
+  if (!invocation.Has("torchscript")) return std::string();
+  const std::string path = invocation.Get("torchscript");
+  TRAINERD_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  if (bytes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--torchscript: '", path, "' is empty"));
+  }
+  if (static_cast<int64_t>(bytes.size()) > kMaxTorchScriptBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--torchscript: '", path, "' has ", bytes.size(), " bytes; modules of at most ",
+        kMaxTorchScriptBytes, " bytes can be sent (the daemon's message limit)"));
+  }
+  return bytes;
 }
 
 }  // namespace trainerd::client

@@ -42,6 +42,15 @@ v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
 // The spec of `submit`: --dataset and --model are required, the model spec is parsed (and sent
 // in canonical form), and numbers are range-checked. Defaults: mse, sgd, lr 0.01, batch size 32,
 // 10 epochs, momentum 0, shuffle on, seed and device left to the daemon.
+// With --torchscript FILE instead of --model (not both), the spec's model is "torchscript".
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation);
+
+// The largest TorchScript module `submit --torchscript` sends: the daemon's message limit (one
+// SubmitJobRequest), less room for the spec.
+inline constexpr int64_t kMaxTorchScriptBytes = (int64_t{64} << 20) - (int64_t{64} << 10);
+
+// The bytes of --torchscript FILE for SubmitJobRequest.torchscript_module; "" without the flag.
+// The file's reader errors, or INVALID_ARGUMENT when it is empty or over kMaxTorchScriptBytes.
+absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation);
 
 }  // namespace trainerd::client

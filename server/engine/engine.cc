@@ -14,6 +14,7 @@
 #include "server/engine/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/model.h"
+#include "server/engine/torchscript_module.h"
 
 namespace trainerd::engine {
 
@@ -22,7 +23,7 @@ struct Engine::Impl {
       : options(options),
         device(device),
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes),
-        jobs(options.data_dir + "/models") {}
+        jobs(options.data_dir + "/models", options.data_dir) {}
 
   const EngineOptions options;
   const torch::Device device;
@@ -153,6 +154,19 @@ absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec) {
   absl::MutexLock lock(&impl_->admission_mu);
   TRAINERD_ASSIGN_OR_RETURN(auto dataset, impl_->datasets.Get(spec.dataset));
   TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, CheckJobSpec(spec, dataset->meta));
+  // Bring your own model: load and check the module now (see LoadTorchScriptModule), then keep
+  // only a description in the spec, which every snapshot of the job copies.
+  std::shared_ptr<torch::jit::Module> torchscript;
+  std::vector<int64_t> torchscript_output;
+  if (!spec.torchscript.empty()) {
+    spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
+    TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
+                              LoadTorchScriptModule(spec, dataset->meta));
+    torchscript = std::move(loaded.module);
+    torchscript_output = std::move(loaded.output_shape);
+    spec.torchscript.clear();
+    spec.torchscript.shrink_to_fit();
+  }
   // The validation dataset is looked up under the same admission lock, so that it cannot be
   // deleted before the job holds it (JobUsingDataset counts it as in use).
   std::shared_ptr<const Dataset> validation;
@@ -163,11 +177,13 @@ absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec) {
                           absl::StrCat("validation ", found.status().message()));
     }
     validation = *std::move(found);
-    TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset->meta, validation->meta));
+    TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset->meta, validation->meta,
+                                                    torchscript ? &torchscript_output : nullptr));
   }
   TRAINERD_ASSIGN_OR_RETURN(JobSnapshot job,
                             impl_->jobs.Enqueue(std::move(spec), std::move(model), dataset,
-                                                std::move(validation), device));
+                                                std::move(validation), device,
+                                                std::move(torchscript)));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs"));
   return job;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript_export.h"
@@ -21,13 +22,15 @@ std::string JobManager::NewId() {
 absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
                                                 std::shared_ptr<const Dataset> dataset,
                                                 std::shared_ptr<const Dataset> validation_dataset,
-                                                torch::Device device) {
+                                                torch::Device device,
+                                                std::shared_ptr<torch::jit::Module> torchscript) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the daemon is shutting down");
   auto record = std::make_unique<Record>();
   record->model = std::move(model);
   record->dataset = std::move(dataset);
   record->validation_dataset = std::move(validation_dataset);
+  record->torchscript = std::move(torchscript);
   record->device = device;
   JobSnapshot& snap = record->snap;
   snap.id = NewId();
@@ -134,6 +137,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
   absl::MutexLock lock(&mu_);
   record->dataset.reset();
   record->validation_dataset.reset();
+  record->torchscript.reset();
   return record->snap;
 }
 
@@ -200,6 +204,7 @@ void JobManager::RunJob(Record* record) {
   run.model = record->model;
   run.dataset = record->dataset;
   run.validation_dataset = record->validation_dataset;
+  run.torchscript = std::move(record->torchscript);  // the run owns it; freed when it ends
   run.device = record->device;
   run.cancel = &record->cancel;
   // Throughput counts the rows trained on, not the ones held out for validation.
@@ -217,6 +222,22 @@ void JobManager::RunJob(Record* record) {
       }
     });
   };
+  if (!data_dir_.empty()) {
+    const std::string job_folder = absl::StrCat(kCheckpointsFolder, "/", record->snap.id);
+    run.checkpoint_dir = absl::StrCat(data_dir_, "/", job_folder);
+    // Listed before the epoch that wrote it is published, under the same ordering lock.
+    run.on_checkpoint = [this, record, job_folder](int32_t epoch, const std::string& file_name,
+                                                   int64_t size_bytes) {
+      CheckpointInfo checkpoint;
+      checkpoint.epoch = epoch;
+      checkpoint.path = absl::StrCat(job_folder, "/", file_name);
+      checkpoint.size_bytes = size_bytes;
+      checkpoint.create_time = absl::Now();
+      std::lock_guard<std::mutex> order(record->publish_mu);
+      absl::MutexLock lock(&mu_);
+      record->snap.checkpoints.push_back(std::move(checkpoint));
+    };
+  }
   TrainingOutcome outcome = RunTraining(run);
   run.dataset.reset();
   // The model file is complete before the job is published SUCCEEDED, so a download never sees
@@ -232,6 +253,7 @@ void JobManager::RunJob(Record* record) {
   outcome.model_archive.clear();
   outcome.model_archive.shrink_to_fit();
   run.validation_dataset.reset();
+  run.torchscript.reset();
   std::string stop_reason;
   {
     absl::MutexLock lock(&mu_);

@@ -17,6 +17,7 @@
 #include "common/model_spec.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/types.h"
+#include <torch/script.h>
 #include <torch/torch.h>
 
 namespace trainerd::engine {
@@ -27,19 +28,25 @@ namespace trainerd::engine {
 class JobManager {
  public:
   // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath); empty
-  // means models are not kept.
-  explicit JobManager(std::string models_dir = "") : models_dir_(std::move(models_dir)) {}
+  // means models are not kept. A job's checkpoints (JobSpec::checkpoint_every) go to
+  // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; empty means none are
+  // written.
+  explicit JobManager(std::string models_dir = "", std::string data_dir = "")
+      : models_dir_(std::move(models_dir)), data_dir_(std::move(data_dir)) {}
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
   // Queues a checked job (spec with seed and device filled in) and returns it QUEUED.
   // `validation_dataset` is spec.validation_dataset's dataset, or null when it names none.
+  // `torchscript` is a TorchScript job's checked module (then `model` is empty), trained in place;
+  // null for a spec-built model.
   // FAILED_PRECONDITION after Shutdown.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model,
                                       std::shared_ptr<const Dataset> dataset,
                                       std::shared_ptr<const Dataset> validation_dataset,
-                                      torch::Device device);
+                                      torch::Device device,
+                                      std::shared_ptr<torch::jit::Module> torchscript = nullptr);
 
   // NOT_FOUND for an unknown id.
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
@@ -72,6 +79,7 @@ class JobManager {
     ModelSpec model;
     std::shared_ptr<const Dataset> dataset;  // released when the job ends
     std::shared_ptr<const Dataset> validation_dataset;  // likewise; null when none
+    std::shared_ptr<torch::jit::Module> torchscript;    // likewise; null for a spec-built model
     torch::Device device = torch::kCPU;
     std::atomic<bool> cancel{false};
     bool claimed = false;  // taken off the queue by its worker; guarded by JobManager::mu_
@@ -92,6 +100,7 @@ class JobManager {
   std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string models_dir_;
+  const std::string data_dir_;  // for checkpoints; empty = none
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first

@@ -123,7 +123,21 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
     return absl::InvalidArgumentError(
         absl::StrCat("epochs must be between 1 and 1000000; got ", spec.epochs));
   }
+  if (spec.checkpoint_every < 0 || spec.checkpoint_every > spec.epochs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint every must be 0 (off) or between 1 and the epochs (", spec.epochs,
+                     "); got ", spec.checkpoint_every));
+  }
   TRAINERD_RETURN_IF_ERROR(CheckValidationOptions(spec, dataset));
+  if (!spec.torchscript.empty()) {
+    // "torchscript" is accepted as well as "", so that a spec can say what it trains.
+    if (!spec.model.empty() && spec.model != "torchscript") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("give either a model spec ('", spec.model,
+                       "') or a TorchScript module, not both"));
+    }
+    return ModelSpec{};
+  }
   TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, ParseModelSpec(spec.model));
   auto output = InferOutputShape(model, dataset.feature_shape);
   if (!output.ok()) {
@@ -137,7 +151,8 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
 }
 
 absl::Status CheckValidationDataset(const JobSpec& spec, const ModelSpec& model,
-                                    const DatasetMeta& dataset, const DatasetMeta& validation) {
+                                    const DatasetMeta& dataset, const DatasetMeta& validation,
+                                    const std::vector<int64_t>* output_shape) {
   if (validation.feature_shape != dataset.feature_shape) {
     return absl::InvalidArgumentError(
         absl::StrCat("validation dataset '", validation.name, "' has ",
@@ -154,6 +169,7 @@ absl::Status CheckValidationDataset(const JobSpec& spec, const ModelSpec& model,
   }
   // The same loss checks again: above all the class-index range, since an index past the
   // model's outputs would fail the job in its first validation pass (or assert on a GPU).
+  if (output_shape != nullptr) return CheckLoss(spec, *output_shape, validation);
   TRAINERD_ASSIGN_OR_RETURN(const std::vector<int64_t> output,
                             InferOutputShape(model, validation.feature_shape));
   return CheckLoss(spec, output, validation);

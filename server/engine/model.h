@@ -17,13 +17,18 @@ namespace trainerd::engine {
 // dataset's targets. INVALID_ARGUMENT with a sentence that names what does not fit.
 // Also the validation options: fraction in [0, 1) leaving at least one row on each side,
 // fraction and validation dataset not both, patience >= 0 and only with validation.
+// A TorchScript job (spec.torchscript set) gets an empty ModelSpec: its model and loss are
+// checked by LoadTorchScriptModule (torchscript_module.h), which runs its forward.
 absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset);
 
 // Checks spec.validation_dataset's metadata (`validation`) against the training `dataset`: the
 // same per-row feature and target shapes and target dtype, and targets the loss accepts (class
 // indices within the model's outputs). Called after CheckJobSpec, which returned `model`.
+// `output_shape`, when given, is the model's per-row output (a TorchScript job's, whose `model`
+// is empty) and is used instead of inferring it from `model`.
 absl::Status CheckValidationDataset(const JobSpec& spec, const ModelSpec& model,
-                                    const DatasetMeta& dataset, const DatasetMeta& validation);
+                                    const DatasetMeta& dataset, const DatasetMeta& validation,
+                                    const std::vector<int64_t>* output_shape = nullptr);
 
 // Builds the model on the CPU (initialised from the default CPU generator, which the caller
 // seeds); layers are named "0", "1", ... as in torch.nn.Sequential. Each layer gets its input

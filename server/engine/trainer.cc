@@ -4,11 +4,15 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <sstream>
+#include <utility>
+#include <optional>
 #include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
 #include "server/engine/loss.h"
 #include "server/engine/model.h"
@@ -50,8 +54,83 @@ at::Generator JobGenerator(const torch::Device& device, uint64_t seed) {
   return gen;
 }
 
+// The model a job trains: a Sequential built from the spec, or a user's TorchScript module. The
+// loop needs only forward, the training flag and the parameters, so one small wrapper keeps it
+// the same for both. Not thread-safe (one job's worker thread).
+class TrainableModel {
+ public:
+  explicit TrainableModel(torch::nn::Sequential sequential) : sequential_(std::move(sequential)) {}
+  explicit TrainableModel(torch::jit::Module module) : script_(std::move(module)) {}
+
+  bool is_torchscript() const { return script_.has_value(); }
+  torch::jit::Module& script() { return *script_; }
+
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (script_) return script_->forward({x}).toTensor();
+    return sequential_->forward(x);
+  }
+  void train(bool on = true) {
+    if (script_) {
+      script_->train(on);
+    } else {
+      sequential_->train(on);
+    }
+  }
+  void to(const torch::Device& device) {
+    if (script_) {
+      script_->to(device);  // parameters and buffers, in place (set_data)
+    } else {
+      sequential_->to(device);
+    }
+  }
+  // A TorchScript module's parameters all train: a module assembled in C++ registers tensors
+  // that do not require gradients, and a weight that should stay fixed belongs in a buffer.
+  std::vector<torch::Tensor> parameters() {
+    if (!script_) return sequential_->parameters();
+    std::vector<torch::Tensor> out;
+    for (torch::Tensor p : script_->parameters()) out.push_back(p.requires_grad_(true));
+    return out;
+  }
+
+ private:
+  torch::nn::Sequential sequential_{nullptr};
+  std::optional<torch::jit::Module> script_;
+};
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The end of a TorchScript job: moves the module to the CPU (after the last epoch; off the CPU that
+// is the job's end-of-job transfer, counted once like a spec-built model's single copy, though
+// LibTorch copies tensor by tensor), reads back a small model's parameters (float32, named as in
+// the module, e.g. "fc.weight") and returns the module's saved archive. Throws c10::Error.
+absl::StatusOr<std::string> FinishTorchScriptModule(torch::jit::Module& module,
+                                                    const torch::Device& device,
+                                                    HostTransfers& host, TrainingOutcome& outcome) {
+  torch::NoGradGuard no_grad;
+  module.to(torch::kCPU);
+  if (!device.is_cpu()) host.CountCrossDeviceCopy();
+  module.eval();
+  std::vector<std::pair<std::string, torch::Tensor>> parameters;
+  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+    parameters.emplace_back(p.name, p.value.detach());
+    outcome.parameter_count += p.value.numel();
+  }
+  if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
+    if (device.is_cpu()) host.CountCrossDeviceCopy();  // as for a spec-built model
+    for (const auto& [name, value] : parameters) {
+      const torch::Tensor values = value.to(torch::kFloat32).contiguous();
+      ParameterValues out;
+      out.name = name;
+      out.shape = values.sizes().vec();
+      out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
+      outcome.parameters.push_back(std::move(out));
+    }
+  }
+  std::ostringstream archive;
+  module.save(archive);
+  return archive.str();
 }
 
 }  // namespace
@@ -65,17 +144,19 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   try {
     // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
     at::Generator gen = JobGenerator(run.device, seed);
-    torch::nn::Sequential model;
-    {
+    // A TorchScript job brings its initial weights; `model` stays empty for it.
+    torch::nn::Sequential model{nullptr};
+    if (run.torchscript == nullptr) {
       std::lock_guard<std::mutex> lock(InitMutex());
       // Not under the generator's own mutex: the initialisers below take it themselves.
       at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
       cpu_gen.set_current_seed(seed);
       model = BuildModel(run.model, run.dataset->meta.feature_shape, gen);
     }
-    model->to(run.device);
-    model->train();
-    const std::vector<torch::Tensor> parameters = model->parameters();
+    TrainableModel net = run.torchscript ? TrainableModel(*run.torchscript) : TrainableModel(model);
+    net.to(run.device);
+    net.train();
+    const std::vector<torch::Tensor> parameters = net.parameters();
     auto optimizer = MakeOptimizer(spec, parameters);
 
     // The dataset normally lives on the job's device already; a job on another device gets one
@@ -168,7 +249,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           y = targets.narrow(/*dim=*/0, begin, len);
         }
         optimizer->zero_grad();
-        torch::Tensor loss = ComputeLoss(spec, model->forward(x), y);
+        torch::Tensor loss = ComputeLoss(spec, net.forward(x), y);
         loss.backward();
         // Clipping scales the gradients by a device scalar; its norm never reaches the host.
         if (spec.clip_grad_norm > 0) ClipGradNorm(parameters, spec.clip_grad_norm);
@@ -186,7 +267,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       std::vector<torch::Tensor> reduced = {loss_sum / static_cast<double>(rows)};
       if (val_rows > 0) {
         torch::NoGradGuard no_grad;
-        model->eval();
+        net.train(false);
         val_loss_sum.zero_();
         val_correct.zero_();
         const int64_t val_batch = std::min<int64_t>(spec.batch_size, val_rows);
@@ -202,13 +283,13 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
             x = val_features.narrow(/*dim=*/0, begin, len);
             y = val_targets.narrow(/*dim=*/0, begin, len);
           }
-          torch::Tensor output = model->forward(x);
+          torch::Tensor output = net.forward(x);
           val_loss_sum.add_(ComputeLoss(spec, output, y), /*alpha=*/static_cast<double>(len));
           if (classification) {
             val_correct.add_(output.argmax(/*dim=*/1).eq(y.reshape({-1})).sum());
           }
         }
-        model->train();
+        net.train();
         reduced.push_back(val_loss_sum / static_cast<double>(val_rows));
         if (classification) {
           reduced.push_back(val_correct.to(torch::kFloat64) / static_cast<double>(val_rows));
@@ -255,6 +336,38 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           ++epochs_without_improvement;
         }
       }
+      // Checkpoint at the epoch boundary, after the epoch's one transfer (so a NaN epoch is never
+      // saved) and before its event, so that the epoch's host_syncs and the Job's checkpoint
+      // list agree when a watcher sees the epoch. Serialising copies the device's parameters,
+      // buffers and optimizer state to the host: off the CPU that is one more host sync per
+      // checkpoint (host_syncs = epochs + 1 + checkpoints on a GPU); on the CPU nothing crosses.
+      if (spec.checkpoint_every > 0 && epoch % spec.checkpoint_every == 0 &&
+          !run.checkpoint_dir.empty()) {
+        const std::string file_name = CheckpointFileName(epoch);
+        if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
+        // A TorchScript job has no Sequential: its parameters and buffers go in by flat name.
+        auto save_model = [&](torch::serialize::OutputArchive& archive) {
+          if (!net.is_torchscript()) {
+            model->save(archive);
+            return;
+          }
+          for (const auto& p : net.script().named_parameters()) archive.write(p.name, p.value);
+          for (const auto& b : net.script().named_buffers()) {
+            archive.write(b.name, b.value, /*is_buffer=*/true);
+          }
+        };
+        absl::StatusOr<int64_t> size = WriteCheckpoint(
+            absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, epoch, seed);
+        if (!size.ok()) {
+          outcome.state = JobState::kFailed;
+          outcome.error = absl::StrCat("cannot write checkpoint at epoch ", epoch, ": ",
+                                       size.status().message());
+          outcome.wall_seconds = SecondsSince(start);
+          outcome.host_syncs = host.count();
+          return outcome;
+        }
+        if (run.on_checkpoint) run.on_checkpoint(epoch, file_name, *size);
+      }
       if (run.on_epoch) run.on_epoch(result, outcome.steps, host.count());
       // Stopping after the last planned epoch is no early stop.
       if (patience > 0 && epochs_without_improvement >= patience && epoch < spec.epochs) {
@@ -268,6 +381,24 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     // device-to-host transfer, counted here; it also serves the read-back, so a small model still
     // reports epochs + 1. On the CPU nothing crosses a device and only the read-back of a small
     // model is counted, as it always was.
+    if (net.is_torchscript()) {
+      // Bring your own model: the download is the trained module itself, on the CPU and in eval
+      // mode (as a spec-built model's export is), saved with its own code, parameters and buffers.
+      absl::StatusOr<std::string> archive = FinishTorchScriptModule(net.script(), run.device, host,
+                                                                    outcome);
+      if (!archive.ok()) {
+        outcome.state = JobState::kFailed;
+        outcome.error = std::string(archive.status().message());
+        outcome.wall_seconds = SecondsSince(start);
+        outcome.host_syncs = host.count();
+        return outcome;
+      }
+      outcome.model_archive = *std::move(archive);
+      outcome.state = JobState::kSucceeded;
+      outcome.wall_seconds = SecondsSince(start);
+      outcome.host_syncs = host.count();
+      return outcome;
+    }
     const HostModelState state = CopyModelStateToHost(model);
     if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
     for (const auto& [name, value] : state.parameters) outcome.parameter_count += value.numel();

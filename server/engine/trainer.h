@@ -13,6 +13,7 @@
 #include "common/model_spec.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/types.h"
+#include <torch/script.h>
 #include <torch/torch.h>
 
 namespace trainerd::engine {
@@ -20,6 +21,11 @@ namespace trainerd::engine {
 struct TrainingRun {
   JobSpec spec;                             // resolved: seed set
   ModelSpec model;                          // parsed and checked against the dataset
+  // Bring your own model: the job's TorchScript module (checked at Submit, on the CPU), trained in
+  // place instead of a model built from `model` (then empty). Its parameters are all trained;
+  // its buffers are moved to the device and kept (a batchnorm's running statistics update as in
+  // PyTorch's training mode). Null for a spec-built model.
+  std::shared_ptr<torch::jit::Module> torchscript;
   std::shared_ptr<const Dataset> dataset;   // resident tensors
   // spec.validation_dataset's tensors (same per-row shapes and dtype as `dataset`); null when the
   // job validates on a fraction of `dataset` (spec.validation_fraction) or not at all.
@@ -30,6 +36,13 @@ struct TrainingRun {
   // Called on the training thread after each epoch's single host transfer, with the running
   // totals of steps and host synchronisations.
   std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;
+  // spec.checkpoint_every > 0: the job's checkpoint folder (<data_dir>/checkpoints/<job-id>),
+  // created when the first checkpoint is written; empty means checkpoints are not written.
+  std::string checkpoint_dir;
+  // Called on the training thread after each checkpoint file is complete (before that epoch's
+  // on_epoch), with the epoch, the file's name within checkpoint_dir and its size.
+  std::function<void(int32_t epoch, const std::string& file_name, int64_t size_bytes)>
+      on_checkpoint;
 };
 
 struct TrainingOutcome {

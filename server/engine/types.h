@@ -61,6 +61,10 @@ struct ScheduleSpec {
 struct JobSpec {
   std::string dataset;
   std::string model;  // text spec, see common/model_spec.h
+  // Bring your own model: a TorchScript archive's bytes (torch.jit.save), trained instead of a text
+  // spec; `model` must then be empty or "torchscript". Submit loads and checks it, then replaces
+  // `model` with "torchscript (N bytes)" and clears this, so that jobs never echo the bytes.
+  std::string torchscript;
   LossKind loss = LossKind::kMse;
   OptimizerKind optimizer = OptimizerKind::kSgd;
   double learning_rate = 0.0;  // > 0
@@ -85,6 +89,9 @@ struct JobSpec {
   double validation_fraction = 0.0;  // [0, 1)
   std::string validation_dataset;    // same feature/target shapes and dtype as `dataset`
   int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation loss; 0 = off
+  // > 0: write a checkpoint (model, optimizer, epoch, seed) at the end of every N-th epoch,
+  // 1 <= N <= epochs; 0 = off.
+  int32_t checkpoint_every = 0;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
 };
@@ -116,6 +123,14 @@ struct ParameterValues {
   std::vector<float> values;  // C order
 };
 
+// A checkpoint a job wrote (JobSpec::checkpoint_every).
+struct CheckpointInfo {
+  int32_t epoch = 0;   // written at the end of this epoch, 1-based
+  std::string path;    // relative to the data folder: "checkpoints/<job-id>/epoch-000010.pt"
+  int64_t size_bytes = 0;
+  absl::Time create_time = absl::InfinitePast();
+};
+
 // Everything the engine knows about a job, copied out under its lock.
 struct JobSnapshot {
   std::string id;
@@ -132,6 +147,7 @@ struct JobSnapshot {
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
   bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
+  std::vector<CheckpointInfo> checkpoints;  // oldest first
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended

@@ -190,6 +190,7 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   out.validation_fraction = spec.validation_fraction();
   out.validation_dataset = spec.validation_dataset();
   out.early_stop_patience = spec.early_stop_patience();
+  out.checkpoint_every = spec.checkpoint_every();
   return out;
 }
 
@@ -226,6 +227,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_validation_fraction(spec.validation_fraction);
   out.set_validation_dataset(spec.validation_dataset);
   out.set_early_stop_patience(spec.early_stop_patience);
+  out.set_checkpoint_every(spec.checkpoint_every);
   return out;
 }
 
@@ -279,6 +281,15 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   }
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
+  for (const auto& c : job.checkpoints) {
+    v1::Checkpoint* checkpoint = out.add_checkpoints();
+    checkpoint->set_epoch(c.epoch);
+    checkpoint->set_path(c.path);
+    checkpoint->set_size_bytes(c.size_bytes);
+    if (c.create_time != absl::InfinitePast()) {
+      SetTimestamp(c.create_time, checkpoint->mutable_create_time());
+    }
+  }
   if (job.create_time != absl::InfinitePast())
     SetTimestamp(job.create_time, out.mutable_create_time());
   if (job.start_time != absl::InfinitePast())

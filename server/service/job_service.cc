@@ -232,6 +232,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                                                     v1::Job* response) {
   auto spec = FromProto(request->spec());
   if (!spec.ok()) return FinishWith(context, spec.status());
+  spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
   auto job = engine_->SubmitJob(*std::move(spec));
   if (job.ok()) *response = ToProto(*job);
   return FinishWith(context, job.status());

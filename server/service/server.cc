@@ -21,8 +21,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
   builder.RegisterService(server->dataset_service_.get());
   builder.RegisterService(server->job_service_.get());
-  // A 1 MiB chunk plus framing must fit; nothing else the API receives comes close.
-  builder.SetMaxReceiveMessageSize(4 << 20);
+  // A SubmitJobRequest may carry a TorchScript module (bring your own model) of up to 64 MiB in
+  // one message; dataset chunks are 1 MiB. Larger modules wait for a streaming upload.
+  builder.SetMaxReceiveMessageSize(64 << 20);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", options.listen,

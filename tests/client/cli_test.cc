@@ -340,6 +340,15 @@ TEST(ParseCommandLineTest, SubmitUsageListsTheValidationFlags) {
   }
 }
 
+TEST(ParseCommandLineTest, SubmitTakesCheckpointEveryAndListsItInUsage) {
+  const absl::StatusOr<Invocation> invocation = Parse({"submit", "--checkpoint-every", "3"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->Get("checkpoint-every"), "3");
+  const absl::StatusOr<Invocation> help = Parse({"help", "submit"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  EXPECT_THAT(help->help_text, HasSubstr("\n  --checkpoint-every N"));
+}
+
 TEST(ParseCommandLineTest, DashedWordAfterValueFlagIsItsValue) {
   const absl::StatusOr<Invocation> invocation =
       Parse({"submit", "--momentum", "-0.5", "--dataset", "iris"});

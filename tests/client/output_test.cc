@@ -284,6 +284,26 @@ TEST(JobOutcomeLineTest, StoppedEarlySaysSoWithTheEpochsDone) {
             "3/20 epochs)");
 }
 
+TEST(JobDetailsTest, CheckpointsShowTheIntervalAndOneLinePerFile) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_checkpoint_every(2);
+  v1::Checkpoint* checkpoint = job.add_checkpoints();
+  checkpoint->set_epoch(2);
+  checkpoint->set_path("checkpoints/job-0123456789ab/epoch-000002.pt");
+  checkpoint->set_size_bytes(1234);
+
+  const std::string text = JobDetails(job);
+
+  EXPECT_THAT(text, HasSubstr("\ncheckpoints:  every 2 epochs, 1 written\n"));
+  EXPECT_THAT(text, EndsWith("\ncheckpoint files:\n"
+                             "  epoch 2  checkpoints/job-0123456789ab/epoch-000002.pt"
+                             "  (1234 bytes)\n"));
+}
+
+TEST(JobDetailsTest, JobWithoutCheckpointsHasNoCheckpointLines) {
+  EXPECT_THAT(JobDetails(SucceededJob()), Not(HasSubstr("checkpoint")));
+}
+
 TEST(JobDetailsTest, ValidationShowsItsSourceAndTheLastEpochsNumbers) {
   v1::Job job = SucceededJob();
   job.mutable_spec()->set_validation_fraction(0.2);

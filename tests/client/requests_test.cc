@@ -136,7 +136,21 @@ TEST(JobSpecFromFlagsTest, MissingDatasetIsRejected) {
 
 TEST(JobSpecFromFlagsTest, MissingModelIsRejected) {
   EXPECT_EQ(SpecError(Parse({"submit", "--dataset", "iris"})),
-            "submit needs --model SPEC, e.g. --model linear:64,relu,linear:1");
+            "submit needs --model SPEC, e.g. --model linear:64,relu,linear:1, or --torchscript "
+            "FILE");
+}
+
+TEST(JobSpecFromFlagsTest, TorchScriptReplacesModel) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Parse({"submit", "--dataset", "iris", "--torchscript", "net.pt"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model(), "torchscript");
+}
+
+TEST(JobSpecFromFlagsTest, ModelAndTorchScriptTogetherAreRejected) {
+  EXPECT_EQ(SpecError(Parse({"submit", "--dataset", "iris", "--model", "linear:1",
+                             "--torchscript", "net.pt"})),
+            "give either --model SPEC or --torchscript FILE, not both");
 }
 
 TEST(JobSpecFromFlagsTest, BadDatasetNameIsRejected) {
@@ -385,6 +399,24 @@ TEST(JobSpecFromFlagsTest, ValidationFractionAndDatasetTogetherAreRejected) {
 TEST(JobSpecFromFlagsTest, EmptyValidationDatasetIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--validation-dataset="})),
             "--validation-dataset needs a dataset name");
+}
+
+TEST(JobSpecFromFlagsTest, CheckpointEveryReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--epochs", "10", "--checkpoint-every", "5"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint_every(), 5);
+}
+
+TEST(JobSpecFromFlagsTest, CheckpointEveryIsOffByDefault) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint_every(), 0);
+}
+
+TEST(JobSpecFromFlagsTest, CheckpointEveryBeyondTheEpochsIsRejected) {
+  EXPECT_EQ(SpecError(Submit({"--epochs", "4", "--checkpoint-every", "5"})),
+            "--checkpoint-every must be at most 4, got 5");
 }
 
 TEST(JobSpecFromFlagsTest, PatienceWithoutValidationIsRejected) {
@@ -673,6 +705,38 @@ TEST_F(UploadFilesTest, NpyRowMismatchNamesBothFiles) {
   EXPECT_EQ(table.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(table.status().message()),
               StartsWith(features + " and " + targets + ": "));
+}
+
+TEST_F(UploadFilesTest, TorchScriptFileBytesAreReadAsTheyAre) {
+  const std::string bytes("PK\x03\x04\0binary", 11);
+  const std::string path = Write("net.pt", bytes);
+  const absl::StatusOr<std::string> read =
+      ReadTorchScriptFlag(Parse({"submit", "--dataset", "iris", "--torchscript", path}));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, bytes);
+}
+
+TEST_F(UploadFilesTest, NoTorchScriptFlagReadsNothing) {
+  const absl::StatusOr<std::string> read =
+      ReadTorchScriptFlag(Parse({"submit", "--dataset", "iris", "--model", "linear:1"}));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(read->empty());
+}
+
+TEST_F(UploadFilesTest, EmptyTorchScriptFileIsRejected) {
+  const std::string path = Write("empty.pt", "");
+  const absl::StatusOr<std::string> read =
+      ReadTorchScriptFlag(Parse({"submit", "--dataset", "iris", "--torchscript", path}));
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(read.status().message(), HasSubstr("is empty"));
+}
+
+TEST_F(UploadFilesTest, MissingTorchScriptFileIsNotFound) {
+  const absl::StatusOr<std::string> read = ReadTorchScriptFlag(
+      Parse({"submit", "--dataset", "iris", "--torchscript", "/no/such/net.pt"}));
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -296,6 +296,57 @@ TEST_F(EndToEndTest, DownloadedModelLoadsInPythonAndMatchesReportedParameters) {
   }
 }
 
+// A TorchScript module of torch.linear with w of [outputs, inputs], written by the fixture
+// helper (a separate process: it links LibTorch, this test does not).
+std::string MakeLinearModule(const std::filesystem::path& dir, int inputs, int outputs) {
+  const std::string path =
+      (dir / ("net-" + std::to_string(inputs) + "x" + std::to_string(outputs) + ".pt")).string();
+  RunResult r = e2e::Run({MAKE_TORCHSCRIPT_FIXTURE_BIN, path, std::to_string(inputs),
+                          std::to_string(outputs)});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return path;
+}
+
+TEST_F(EndToEndTest, SubmittedTorchScriptModuleTrainsAndDownloads) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  const std::string module = MakeLinearModule(dir_, /*inputs=*/1, /*outputs=*/1);
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--torchscript", module, "--lr", "0.1",
+                       "--batch-size", "16", "--epochs", "100", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("SUCCEEDED"));
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  EXPECT_THAT(job.spec().model(), HasSubstr("torchscript ("));
+  EXPECT_EQ(job.host_syncs(), 101);
+  ASSERT_EQ(job.parameters_size(), 2);
+  EXPECT_EQ(job.parameters(0).name(), "w");
+  EXPECT_NEAR(job.parameters(0).values(0), 2.0, 0.05);
+  EXPECT_EQ(job.parameters(1).name(), "b");
+  EXPECT_NEAR(job.parameters(1).values(0), 1.0, 0.05);
+
+  const std::string path = (dir_ / "trained.pt").string();
+  RunResult download = Ctl({"job", "model", id, "-o", path});
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 2u);
+  EXPECT_EQ(bytes.substr(0, 2), "PK");
+}
+
+TEST_F(EndToEndTest, TorchScriptModuleThatDoesNotFitIsRejectedAtSubmit) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  const std::string module = MakeLinearModule(dir_, /*inputs=*/3, /*outputs=*/1);
+  RunResult r = Ctl({"submit", "--dataset", "seed", "--torchscript", module});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err,
+              HasSubstr("the TorchScript module's forward does not accept a batch of shape "
+                        "[2, 1]"));
+}
+
 TEST_F(EndToEndTest, ModelOfRunningJobFailsAndWritesNoFile) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",

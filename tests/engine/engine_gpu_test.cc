@@ -140,6 +140,26 @@ TEST_F(EngineGpuTest, ClippedCosineAdamWJobOnCudaKeepsOneTransferPerEpoch) {
   EXPECT_EQ(job->host_syncs, 6 + 1);
 }
 
+TEST_F(EngineGpuTest, CheckpointsOnCudaAddOneHostSyncEach) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Engine> engine = StartEngine("cuda");
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(Upload(*engine, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.device = "cuda:0";
+  spec.epochs = 6;
+  spec.momentum = 0.9;
+  spec.checkpoint_every = 2;
+
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine, spec);
+
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  ASSERT_THAT(job->checkpoints, SizeIs(3));
+  // One per epoch, one per checkpoint, one for the parameter read-back and export.
+  EXPECT_EQ(job->host_syncs, 6 + 3 + 1);
+}
+
 // Sets LibTorch's CUDA sync-debug mode for its lifetime: with L_ERROR, any operation that
 // synchronises the host with the device (item(), a blocking copy to the host) throws.
 class SyncDebugModeScope {

@@ -2,6 +2,7 @@
 // channel: submission, the WatchJob stream (live, late and concurrent watchers), cancellation and
 // the errors with their codes. A Watch stream is the only synchronisation: no test sleeps.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <future>
@@ -61,6 +62,22 @@ class JobServiceTest : public ServiceTest {
     return watch;
   }
 };
+
+// Bring your own model through gRPC: the module bytes reach the engine, which refuses bytes that
+// are no TorchScript archive. 5 MiB, above gRPC's default 4 MiB receive limit, so that the server's
+// raised limit is what is tested too (a real module trains in tests/e2e and tests/engine).
+TEST_F(JobServiceTest, SubmitWithTorchScriptBytesOverFourMebibytesReachesTheEngine) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = LinearSpec("seed", kEpochs);
+  request.mutable_spec()->set_model("torchscript");
+  request.set_torchscript_module(std::string(size_t{5} << 20, 'x'));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::Job job;
+  grpc::Status status = jobs_->SubmitJob(&context, request, &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("the TorchScript module cannot be loaded"));
+}
 
 TEST_F(JobServiceTest, SubmitReturnsQueuedJobWithSpecFilledIn) {
   v1::Job job;
@@ -150,6 +167,32 @@ TEST_F(JobServiceTest, SubmitWithValidationFractionEchoesItAndEpochsCarryValidat
   EXPECT_FALSE(ended.stopped_early());
   // Validation adds no host transfer: one per epoch plus the parameter read-back.
   EXPECT_EQ(ended.host_syncs(), 3 + 1);
+}
+
+TEST_F(JobServiceTest, SubmitWithCheckpointEveryEchoesItAndJobListsItsCheckpoints) {
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/4);
+  spec.set_checkpoint_every(2);
+
+  const v1::Job job = Submit(spec);
+
+  EXPECT_EQ(job.spec().checkpoint_every(), 2);
+  EXPECT_EQ(job.checkpoints_size(), 0);
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->Finish().ok());
+  v1::Job ended;
+  ASSERT_TRUE(GetJob(job.id(), &ended).ok());
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.checkpoints_size(), 2);
+  EXPECT_EQ(ended.checkpoints(0).epoch(), 2);
+  EXPECT_EQ(ended.checkpoints(0).path(), "checkpoints/" + job.id() + "/epoch-000002.pt");
+  EXPECT_EQ(ended.checkpoints(1).epoch(), 4);
+  EXPECT_EQ(ended.checkpoints(1).path(), "checkpoints/" + job.id() + "/epoch-000004.pt");
+  for (const v1::Checkpoint& checkpoint : ended.checkpoints()) {
+    EXPECT_GT(checkpoint.size_bytes(), 0);
+    EXPECT_TRUE(checkpoint.has_create_time());
+  }
+  // On the CPU a checkpoint adds no host transfer.
+  EXPECT_EQ(ended.host_syncs(), 4 + 1);
 }
 
 TEST_F(JobServiceTest, ClassifierWithValidationDatasetReportsAccuracy) {
@@ -408,6 +451,9 @@ std::vector<InvalidSpec> InvalidSpecs() {
        "validation fraction must be in [0, 1)"},
       {"PatienceWithoutValidation", [](v1::JobSpec* spec) { spec->set_early_stop_patience(3); },
        "watches the validation loss"},
+      {"CheckpointEveryBeyondEpochs",
+       [](v1::JobSpec* spec) { spec->set_checkpoint_every(1000); },
+       "checkpoint every must be 0 (off) or between 1 and the epochs"},
       {"FractionAndValidationDataset",
        [](v1::JobSpec* spec) {
          spec->set_validation_fraction(0.2);
