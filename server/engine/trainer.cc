@@ -97,6 +97,19 @@ class TrainableModel {
   std::optional<torch::jit::Module> script_;
 };
 
+// Rows [begin, begin + len) of `order` (or of the tensors as they lie when `order` is undefined),
+// gathered on the device: a view or an index_select, never a host copy.
+std::pair<torch::Tensor, torch::Tensor> Batch(const torch::Tensor& features,
+                                              const torch::Tensor& targets,
+                                              const torch::Tensor& order, int64_t begin,
+                                              int64_t len) {
+  if (!order.defined()) {
+    return {features.narrow(/*dim=*/0, begin, len), targets.narrow(/*dim=*/0, begin, len)};
+  }
+  torch::Tensor idx = order.narrow(/*dim=*/0, begin, len);
+  return {features.index_select(/*dim=*/0, idx), targets.index_select(/*dim=*/0, idx)};
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -239,15 +252,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       for (int64_t begin = 0; begin < rows; begin += batch) {
         if (cancelled()) return outcome;
         const int64_t len = std::min(batch, rows - begin);
-        torch::Tensor x, y;
-        if (order.defined()) {
-          torch::Tensor idx = order.narrow(/*dim=*/0, begin, len);
-          x = features.index_select(/*dim=*/0, idx);
-          y = targets.index_select(/*dim=*/0, idx);
-        } else {
-          x = features.narrow(/*dim=*/0, begin, len);
-          y = targets.narrow(/*dim=*/0, begin, len);
-        }
+        auto [x, y] = Batch(features, targets, order, begin, len);
         optimizer->zero_grad();
         torch::Tensor loss = ComputeLoss(spec, net.forward(x), y);
         loss.backward();
@@ -274,15 +279,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
           if (cancelled()) return outcome;
           const int64_t len = std::min(val_batch, val_rows - begin);
-          torch::Tensor x, y;
-          if (val_index.defined()) {
-            torch::Tensor idx = val_index.narrow(/*dim=*/0, begin, len);
-            x = val_features.index_select(/*dim=*/0, idx);
-            y = val_targets.index_select(/*dim=*/0, idx);
-          } else {
-            x = val_features.narrow(/*dim=*/0, begin, len);
-            y = val_targets.narrow(/*dim=*/0, begin, len);
-          }
+          auto [x, y] = Batch(val_features, val_targets, val_index, begin, len);
           torch::Tensor output = net.forward(x);
           val_loss_sum.add_(ComputeLoss(spec, output, y), /*alpha=*/static_cast<double>(len));
           if (classification) {
