@@ -1,6 +1,8 @@
 // Tests for common/csv_reader.h: good files, header handling, line endings and every error path.
 #include "common/csv_reader.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -238,7 +240,10 @@ class CsvFileTest : public ::testing::Test {
     return path_;
   }
 
-  std::string path_ = ::testing::TempDir() + "/csv_reader_test.csv";
+  // One file per test and process: ctest runs the tests of this fixture in parallel processes.
+  std::string path_ = ::testing::TempDir() + "/csv_reader_test-" + std::to_string(::getpid()) +
+                      "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                      ".csv";
 };
 
 TEST_F(CsvFileTest, ReadsFile) {

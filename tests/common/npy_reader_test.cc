@@ -2,6 +2,8 @@
 // writes them, so that no NumPy is needed.
 #include "common/npy_reader.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -252,7 +254,10 @@ class NpyFileTest : public ::testing::Test {
     return path_;
   }
 
-  std::string path_ = ::testing::TempDir() + "/npy_reader_test.npy";
+  // One file per test and process: ctest runs the tests of this fixture in parallel processes.
+  std::string path_ = ::testing::TempDir() + "/npy_reader_test-" + std::to_string(::getpid()) +
+                      "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                      ".npy";
 };
 
 TEST_F(NpyFileTest, ReadsFile) {
