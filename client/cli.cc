@@ -222,6 +222,9 @@ const std::vector<CommandSpec>& Commands() {
          "save model and optimizer state every N epochs under\n"
          "the daemon's data folder, 1 <= N <= --epochs\n"
          "(default 0: off)"},
+        {"precision", "P",
+         "fp32, bf16 or fp16: the forward pass under autocast;\n"
+         "fp16 adds loss scaling (default fp32)"},
         {"seed", "S",
          "seed for initialisation and shuffling (default: the\n"
          "daemon picks one and reports it in the job)"},

@@ -102,6 +102,21 @@ bool HasSchedule(const v1::JobSpec& spec) {
 }
 
 // "cosine to 0.0001, warm-up 5 epochs; lr 0.0095 in epoch 7".
+// "bf16 (autocast)", or for fp16 "fp16 (autocast, loss scale 32768, 3 steps skipped)" with the
+// last epoch's scale and the skips of all epochs.
+std::string PrecisionDescription(const v1::Job& job) {
+  if (job.spec().precision() == v1::PRECISION_BF16) return "bf16 (autocast)";
+  std::string text = "fp16 (autocast, loss scaling";
+  if (job.epochs_size() > 0 && job.epochs(job.epochs_size() - 1).has_loss_scale()) {
+    int64_t skipped = 0;
+    for (const v1::EpochResult& epoch : job.epochs()) skipped += epoch.skipped_steps();
+    absl::StrAppend(&text, absl::StrFormat(": scale %g, %d %s skipped",
+                                           job.epochs(job.epochs_size() - 1).loss_scale(),
+                                           skipped, skipped == 1 ? "step" : "steps"));
+  }
+  return text + ")";
+}
+
 std::string ScheduleDescription(const v1::Job& job) {
   const v1::Schedule& schedule = job.spec().schedule();
   std::string text;
@@ -361,6 +376,9 @@ std::string JobDetails(const v1::Job& job) {
     if (job.stopped_early()) absl::StrAppend(&patience, " (stopped early)");
     lines.push_back({"early stopping", patience});
   }
+  if (spec.precision() == v1::PRECISION_BF16 || spec.precision() == v1::PRECISION_FP16) {
+    lines.push_back({"precision", PrecisionDescription(job)});
+  }
   if (spec.checkpoint_every() > 0) {
     lines.push_back({"checkpoints", absl::StrCat("every ", spec.checkpoint_every(), " epochs, ",
                                                  job.checkpoints_size(), " written")});
@@ -427,6 +445,10 @@ std::string EpochLine(const v1::EpochResult& epoch, int32_t planned_epochs) {
   }
   if (epoch.has_validation_accuracy()) {
     absl::StrAppend(&text, "  val_acc ", FormatAccuracy(epoch.validation_accuracy()));
+  }
+  if (epoch.has_loss_scale()) {
+    absl::StrAppend(&text, absl::StrFormat("  scale %g", epoch.loss_scale()));
+    if (epoch.skipped_steps() > 0) absl::StrAppend(&text, "  skipped ", epoch.skipped_steps());
   }
   return text;
 }

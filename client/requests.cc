@@ -62,6 +62,14 @@ absl::StatusOr<v1::Schedule::Kind> ParseSchedule(const std::string& text) {
                                                  "' (expected constant, step or cosine)"));
 }
 
+absl::StatusOr<v1::Precision> ParsePrecision(const std::string& text) {
+  if (text == "fp32") return v1::PRECISION_FP32;
+  if (text == "bf16") return v1::PRECISION_BF16;
+  if (text == "fp16") return v1::PRECISION_FP16;
+  return absl::InvalidArgumentError(absl::StrCat("--precision: unknown precision '", text,
+                                                 "' (expected fp32, bf16 or fp16)"));
+}
+
 // "--FLAG applies to WHAT only" when the flag was given but does not apply.
 absl::Status CheckApplies(const Invocation& invocation, absl::string_view flag, bool applies,
                           absl::string_view what) {
@@ -327,6 +335,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
                             invocation.GetInt("checkpoint-every", 0, 0, epochs));
   spec.set_checkpoint_every(static_cast<int32_t>(checkpoint_every));
 
+  TRAINERD_ASSIGN_OR_RETURN(v1::Precision precision,
+                            ParsePrecision(invocation.Get("precision", "fp32")));
+  spec.set_precision(precision);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
   if (invocation.Has("seed")) {
     TRAINERD_ASSIGN_OR_RETURN(uint64_t seed, invocation.GetUint("seed", 0));

@@ -15,7 +15,8 @@ std::string CheckpointFileName(int32_t epoch) { return absl::StrFormat("epoch-%0
 absl::StatusOr<int64_t> WriteCheckpoint(
     const std::string& path,
     const std::function<void(torch::serialize::OutputArchive&)>& save_model,
-    const torch::optim::Optimizer& optimizer, int32_t epoch, uint64_t seed) {
+    const torch::optim::Optimizer& optimizer, int32_t epoch, uint64_t seed,
+    const std::function<void(torch::serialize::OutputArchive&)>& save_loss_scaler) {
   std::string bytes;
   try {
     // Model and optimizer in one file, as LibTorch's own examples keep them together: a resume
@@ -32,6 +33,11 @@ absl::StatusOr<int64_t> WriteCheckpoint(
     // The archive has no unsigned 64-bit scalar; the bits are kept as int64.
     meta.write("seed", torch::tensor(static_cast<int64_t>(seed), torch::kInt64));
     archive.write(kCheckpointMetaKey, meta);
+    if (save_loss_scaler) {
+      torch::serialize::OutputArchive scaler_archive;
+      save_loss_scaler(scaler_archive);
+      archive.write(kCheckpointLossScalerKey, scaler_archive);
+    }
     // Serialised in memory first so that the file itself is written by the one atomic writer.
     std::ostringstream out;
     archive.save_to(out);

@@ -25,6 +25,9 @@ std::string CheckpointFileName(int32_t epoch);
 inline constexpr char kCheckpointModelKey[] = "model";
 inline constexpr char kCheckpointOptimizerKey[] = "optimizer";
 inline constexpr char kCheckpointMetaKey[] = "meta";
+// fp16 jobs only: LossScaler::Save (float32 "scale", int32 "growth_tracker"), so that a resumed
+// job keeps its settled scale instead of overflowing its way down from 2^16 again.
+inline constexpr char kCheckpointLossScalerKey[] = "loss_scaler";
 
 // Serialises `model`, `optimizer`, `epoch` and `seed` into one archive and writes it to `path`
 // atomically (temporary file, fsync, rename, fsync of the folder; the folder and its parents are
@@ -32,10 +35,12 @@ inline constexpr char kCheckpointMetaKey[] = "meta";
 // archive; the caller counts that as one host synchronisation off the CPU. Never throws: LibTorch
 // and file errors become INTERNAL with the reason.
 // `save_model` writes the model's part: Module::save for a spec-built model; for a TorchScript
-// module its parameters and buffers under their flat names ("fc.weight").
+// module its parameters and buffers under their flat names ("fc.weight"). `save_loss_scaler`, when
+// set, writes the kCheckpointLossScalerKey part.
 absl::StatusOr<int64_t> WriteCheckpoint(
     const std::string& path,
     const std::function<void(torch::serialize::OutputArchive&)>& save_model,
-    const torch::optim::Optimizer& optimizer, int32_t epoch, uint64_t seed);
+    const torch::optim::Optimizer& optimizer, int32_t epoch, uint64_t seed,
+    const std::function<void(torch::serialize::OutputArchive&)>& save_loss_scaler = nullptr);
 
 }  // namespace trainerd::engine

@@ -17,6 +17,7 @@
 #include "server/engine/loss.h"
 #include "server/engine/model.h"
 #include "server/engine/optimizer.h"
+#include "server/engine/precision.h"
 #include "server/engine/torchscript_export.h"
 
 namespace trainerd::engine {
@@ -171,6 +172,19 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     net.train();
     const std::vector<torch::Tensor> parameters = net.parameters();
     auto optimizer = MakeOptimizer(spec, parameters);
+    // fp16's narrow range needs loss scaling; bf16 has float32's range and needs none.
+    std::optional<LossScaler> scaler;
+    if (spec.precision == Precision::kFp16) scaler.emplace(run.device, LossScaler::Options{});
+    // The forward pass, under autocast for bf16/fp16. The loss is always computed in float32 (the
+    // output is cast up; autocast's own lists do that for most losses, this makes it all of them).
+    auto forward = [&](const torch::Tensor& x) {
+      torch::Tensor output;
+      {
+        AutocastGuard autocast(run.device, spec.precision);
+        output = net.forward(x);
+      }
+      return output.scalar_type() == torch::kFloat32 ? output : output.to(torch::kFloat32);
+    };
 
     // The dataset normally lives on the job's device already; a job on another device gets one
     // copy at start, never one per batch.
@@ -249,16 +263,26 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         order = train_index;
       }
       loss_sum.zero_();
+      if (scaler) scaler->ResetSkippedSteps();
       for (int64_t begin = 0; begin < rows; begin += batch) {
         if (cancelled()) return outcome;
         const int64_t len = std::min(batch, rows - begin);
         auto [x, y] = Batch(features, targets, order, begin, len);
         optimizer->zero_grad();
-        torch::Tensor loss = ComputeLoss(spec, net.forward(x), y);
-        loss.backward();
+        torch::Tensor loss = ComputeLoss(spec, forward(x), y);
+        if (scaler) {
+          scaler->Scale(loss).backward();
+          scaler->Unscale(parameters);  // clipping below sees the true gradients
+        } else {
+          loss.backward();
+        }
         // Clipping scales the gradients by a device scalar; its norm never reaches the host.
         if (spec.clip_grad_norm > 0) ClipGradNorm(parameters, spec.clip_grad_norm);
-        optimizer->step();
+        if (scaler) {
+          scaler->Step(*optimizer, parameters);  // undone on the device if gradients overflowed
+        } else {
+          optimizer->step();
+        }
         {
           torch::NoGradGuard no_grad;
           loss_sum.add_(loss.detach(), /*alpha=*/static_cast<double>(len));
@@ -269,7 +293,11 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       // Validation: eval mode (dropout off, batchnorm on its running statistics), no autograd,
       // in batches of batch_size; the loss (the training loss function with the same options)
       // and the correct count are summed on the device like the training loss.
+      // Each value's place in the transfer; -1 when the job has no such value.
       std::vector<torch::Tensor> reduced = {loss_sum / static_cast<double>(rows)};
+      int val_loss_at = -1;
+      int val_accuracy_at = -1;
+      int loss_scale_at = -1;
       if (val_rows > 0) {
         torch::NoGradGuard no_grad;
         net.train(false);
@@ -280,20 +308,28 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           if (cancelled()) return outcome;
           const int64_t len = std::min(val_batch, val_rows - begin);
           auto [x, y] = Batch(val_features, val_targets, val_index, begin, len);
-          torch::Tensor output = net.forward(x);
+          torch::Tensor output = forward(x);
           val_loss_sum.add_(ComputeLoss(spec, output, y), /*alpha=*/static_cast<double>(len));
           if (classification) {
             val_correct.add_(output.argmax(/*dim=*/1).eq(y.reshape({-1})).sum());
           }
         }
         net.train();
+        val_loss_at = static_cast<int>(reduced.size());
         reduced.push_back(val_loss_sum / static_cast<double>(val_rows));
         if (classification) {
+          val_accuracy_at = static_cast<int>(reduced.size());
           reduced.push_back(val_correct.to(torch::kFloat64) / static_cast<double>(val_rows));
         }
       }
+      if (scaler) {
+        loss_scale_at = static_cast<int>(reduced.size());
+        reduced.push_back(scaler->scale().to(torch::kFloat64));
+        reduced.push_back(scaler->skipped_steps());
+      }
 
-      // The epoch's one host transfer: training loss, then validation loss and accuracy.
+      // The epoch's one host transfer: training loss, then validation loss and accuracy, then
+      // fp16's loss scale and skipped steps.
       const torch::Tensor values = host.ToHost(torch::stack(reduced)).contiguous();
       const double* value = values.data_ptr<double>();
       const double mean_loss = value[0];
@@ -313,8 +349,12 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       result.loss = mean_loss;
       result.elapsed_seconds = SecondsSince(start);
       result.learning_rate = learning_rate;
+      if (loss_scale_at >= 0) {
+        result.loss_scale = value[loss_scale_at];
+        result.skipped_steps = std::llround(value[loss_scale_at + 1]);
+      }
       if (val_rows > 0) {
-        const double val_loss = value[1];
+        const double val_loss = value[val_loss_at];
         if (!std::isfinite(val_loss)) {
           outcome.state = JobState::kFailed;
           outcome.error =
@@ -325,7 +365,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           return outcome;
         }
         result.validation_loss = val_loss;
-        if (classification) result.validation_accuracy = value[2];
+        if (val_accuracy_at >= 0) result.validation_accuracy = value[val_accuracy_at];
         if (val_loss < best_val_loss) {
           best_val_loss = val_loss;
           epochs_without_improvement = 0;
@@ -354,7 +394,9 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           }
         };
         absl::StatusOr<int64_t> size = WriteCheckpoint(
-            absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, epoch, seed);
+            absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, epoch, seed,
+            scaler ? [&](torch::serialize::OutputArchive& a) { scaler->Save(a); }
+                   : std::function<void(torch::serialize::OutputArchive&)>());
         if (!size.ok()) {
           outcome.state = JobState::kFailed;
           outcome.error = absl::StrCat("cannot write checkpoint at epoch ", epoch, ": ",

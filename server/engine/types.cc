@@ -48,6 +48,18 @@ const char* ScheduleKindName(ScheduleKind kind) {
   return "unknown";
 }
 
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "unknown";
+}
+
 const char* JobStateName(JobState state) {
   switch (state) {
     case JobState::kQueued:

@@ -44,10 +44,13 @@ struct DatasetMeta {
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
 enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop };
 enum class ScheduleKind { kConstant, kStep, kCosine };
+// The precision of a job's forward passes (see proto/trainerd/v1/jobs.proto, enum Precision).
+enum class Precision { kFp32, kBf16, kFp16 };
 
 const char* LossKindName(LossKind loss);            // "mse", "cross_entropy", "l1", ...
 const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam", "adamw", "rmsprop"
 const char* ScheduleKindName(ScheduleKind kind);    // "constant", "step", "cosine"
+const char* PrecisionName(Precision precision);     // "fp32", "bf16", "fp16"
 
 // The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
 struct ScheduleSpec {
@@ -92,6 +95,9 @@ struct JobSpec {
   // > 0: write a checkpoint (model, optimizer, epoch, seed) at the end of every N-th epoch,
   // 1 <= N <= epochs; 0 = off.
   int32_t checkpoint_every = 0;
+  // Forward passes under autocast in bf16 or fp16 (parameters, optimizer state and losses stay
+  // float32); fp16 adds dynamic loss scaling. kFp32: no autocast.
+  Precision precision = Precision::kFp32;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
 };
@@ -115,6 +121,9 @@ struct EpochResult {
   double learning_rate = 0.0;    // used during this epoch
   std::optional<double> validation_loss;      // with validation
   std::optional<double> validation_accuracy;  // with validation and a class loss; [0, 1]
+  std::optional<double> loss_scale;  // fp16: the loss scale at the end of the epoch
+  int64_t skipped_steps = 0;         // fp16 (with loss_scale): steps skipped this epoch because
+                                     // the scaled gradients overflowed
 };
 
 struct ParameterValues {

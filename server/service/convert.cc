@@ -52,6 +52,18 @@ v1::OptimizerKind ToProto(engine::OptimizerKind kind) {
   return v1::OPTIMIZER_KIND_UNSPECIFIED;
 }
 
+v1::Precision ToProto(engine::Precision precision) {
+  switch (precision) {
+    case engine::Precision::kFp32:
+      return v1::PRECISION_FP32;
+    case engine::Precision::kBf16:
+      return v1::PRECISION_BF16;
+    case engine::Precision::kFp16:
+      return v1::PRECISION_FP16;
+  }
+  return v1::PRECISION_UNSPECIFIED;
+}
+
 v1::Schedule::Kind ToProto(engine::ScheduleKind kind) {
   switch (kind) {
     case engine::ScheduleKind::kConstant:
@@ -191,6 +203,21 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   out.validation_dataset = spec.validation_dataset();
   out.early_stop_patience = spec.early_stop_patience();
   out.checkpoint_every = spec.checkpoint_every();
+  switch (spec.precision()) {
+    case v1::PRECISION_UNSPECIFIED:
+    case v1::PRECISION_FP32:
+      out.precision = engine::Precision::kFp32;
+      break;
+    case v1::PRECISION_BF16:
+      out.precision = engine::Precision::kBf16;
+      break;
+    case v1::PRECISION_FP16:
+      out.precision = engine::Precision::kFp16;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "precision must be PRECISION_FP32, PRECISION_BF16 or PRECISION_FP16 (or unset for fp32)");
+  }
   return out;
 }
 
@@ -228,6 +255,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_validation_dataset(spec.validation_dataset);
   out.set_early_stop_patience(spec.early_stop_patience);
   out.set_checkpoint_every(spec.checkpoint_every);
+  out.set_precision(ToProto(spec.precision));
   return out;
 }
 
@@ -240,6 +268,10 @@ v1::EpochResult ToProto(const engine::EpochResult& epoch) {
   if (epoch.validation_loss.has_value()) out.set_validation_loss(*epoch.validation_loss);
   if (epoch.validation_accuracy.has_value()) {
     out.set_validation_accuracy(*epoch.validation_accuracy);
+  }
+  if (epoch.loss_scale.has_value()) {
+    out.set_loss_scale(*epoch.loss_scale);
+    out.set_skipped_steps(epoch.skipped_steps);
   }
   return out;
 }

@@ -568,5 +568,30 @@ TEST(ToJsonTest, CompactJobHasNoNewline) {
   EXPECT_THAT(*json, ContainsRegex("\"host_syncs\":\"5\""));
 }
 
+TEST(JobDetailsTest, Fp16ShowsTheLastScaleAndAllSkippedSteps) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_precision(v1::PRECISION_FP16);
+  v1::EpochResult* first = job.add_epochs();
+  first->set_epoch(1);
+  first->set_loss_scale(8192);
+  first->set_skipped_steps(3);
+  v1::EpochResult* second = job.add_epochs();
+  second->set_epoch(2);
+  second->set_loss_scale(16384);
+
+  EXPECT_THAT(JobDetails(job),
+              HasSubstr("\nprecision:   fp16 (autocast, loss scaling: scale 16384, 3 steps "
+                        "skipped)\n"));
+  EXPECT_THAT(EpochLine(*first, 2), EndsWith("  scale 8192  skipped 3"));
+  EXPECT_THAT(EpochLine(*second, 2), EndsWith("  scale 16384"));
+}
+
+TEST(JobDetailsTest, Bf16IsNamedAndFp32IsNotShown) {
+  v1::Job job = SucceededJob();
+  EXPECT_THAT(JobDetails(job), Not(HasSubstr("precision")));
+  job.mutable_spec()->set_precision(v1::PRECISION_BF16);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nprecision:   bf16 (autocast)\n"));
+}
+
 }  // namespace
 }  // namespace trainerd::client

@@ -739,5 +739,24 @@ TEST_F(UploadFilesTest, MissingTorchScriptFileIsNotFound) {
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(JobSpecFromFlagsTest, PrecisionReachesTheSpecAndDefaultsToFp32) {
+  const absl::StatusOr<v1::JobSpec> plain = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->precision(), v1::PRECISION_FP32);
+  for (const auto& [flag, precision] :
+       std::vector<std::pair<std::string, v1::Precision>>{{"fp32", v1::PRECISION_FP32},
+                                                          {"bf16", v1::PRECISION_BF16},
+                                                          {"fp16", v1::PRECISION_FP16}}) {
+    const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--precision", flag}));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->precision(), precision) << flag;
+  }
+}
+
+TEST(JobSpecFromFlagsTest, UnknownPrecisionNamesTheChoices) {
+  EXPECT_EQ(SpecError(Submit({"--precision", "fp8"})),
+            "--precision: unknown precision 'fp8' (expected fp32, bf16 or fp16)");
+}
+
 }  // namespace
 }  // namespace trainerd::client

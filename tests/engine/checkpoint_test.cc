@@ -22,6 +22,7 @@
 #include "server/engine/engine.h"
 #include "server/engine/model.h"
 #include "server/engine/optimizer.h"
+#include "server/engine/precision.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {
@@ -234,6 +235,35 @@ TEST_F(CheckpointTest, TorchScriptJobCheckpointsItsParametersByFlatName) {
   const ParameterValues* reported = FindParameter(*job, "w");
   ASSERT_NE(reported, nullptr);
   EXPECT_TRUE(torch::equal(w, torch::tensor(reported->values).reshape(reported->shape))) << w;
+}
+
+TEST_F(CheckpointTest, Fp16CheckpointHoldsTheLossScaleOfItsEpoch) {
+  JobSpec spec = CheckpointSpec();
+  spec.precision = Precision::kFp16;
+  const absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  ASSERT_FALSE(job->checkpoints.empty());
+  const CheckpointInfo& checkpoint = job->checkpoints.front();
+  const EpochResult& epoch = job->epochs.at(checkpoint.epoch - 1);
+  ASSERT_TRUE(epoch.loss_scale.has_value());
+
+  torch::serialize::InputArchive archive;
+  archive.load_from(dir_.path() + "/" + checkpoint.path);
+  torch::serialize::InputArchive scaler_archive;
+  ASSERT_TRUE(archive.try_read(kCheckpointLossScalerKey, scaler_archive));
+  LossScaler scaler(torch::kCPU, LossScaler::Options{});
+  scaler.Load(scaler_archive);
+  EXPECT_EQ(scaler.scale().item<double>(), *epoch.loss_scale);
+  EXPECT_LT(*epoch.loss_scale, 65536.0);  // the seed job backs off in its first epoch
+
+  // An fp32 job's checkpoints have no scaler part.
+  const absl::StatusOr<JobSnapshot> plain = RunJob(*engine_, CheckpointSpec());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  torch::serialize::InputArchive plain_archive;
+  plain_archive.load_from(dir_.path() + "/" + plain->checkpoints.front().path);
+  torch::serialize::InputArchive unused;
+  EXPECT_FALSE(plain_archive.try_read(kCheckpointLossScalerKey, unused));
 }
 
 }  // namespace

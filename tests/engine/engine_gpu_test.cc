@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
 #include "server/engine/optimizer.h"
+#include "server/engine/precision.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {
@@ -196,6 +198,71 @@ TEST(ClipGradNormGpuTest, ClippingAndAStepOnCudaNeverSynchroniseWithTheHost) {
   const double norm = std::sqrt(a.grad().pow(2).sum().item<double>() +
                                 b.grad().pow(2).sum().item<double>());
   EXPECT_NEAR(norm, 1.3, 1e-5);
+}
+
+// Mixed precision on CUDA: the seed job in bf16 and fp16 learns the line with exactly the host
+// transfers of an fp32 job (fp16's scale and skips ride on the epoch's transfer).
+class MixedPrecisionGpuTest : public EngineGpuTest,
+                              public ::testing::WithParamInterface<Precision> {};
+
+TEST_P(MixedPrecisionGpuTest, SeedJobConvergesWithOneTransferPerEpoch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Engine> engine = StartEngine("cuda");
+  ASSERT_NE(engine, nullptr);
+  ASSERT_TRUE(Upload(*engine, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.device = "cuda:0";
+  spec.precision = GetParam();
+
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine, spec);
+
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  EXPECT_LT(job->final_loss, 0.0125);
+  EXPECT_EQ(job->host_syncs, 100 + 1);
+  ASSERT_THAT(job->epochs, SizeIs(100));
+  EXPECT_EQ(job->epochs.back().loss_scale.has_value(), GetParam() == Precision::kFp16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, MixedPrecisionGpuTest,
+                         ::testing::Values(Precision::kBf16, Precision::kFp16),
+                         [](const auto& info) { return PrecisionName(info.param); });
+
+// An fp16 step whose gradients overflowed is undone without the host: the check, the step, the
+// restore and the scale update all run under sync-debug "error".
+TEST(LossScalerGpuTest, OverflowedStepIsUndoneWithoutSynchronisingWithTheHost) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA, 0);
+  torch::Tensor p = torch::tensor({1.0f, -2.0f, 3.0f}).to(cuda).set_requires_grad(true);
+  const torch::Tensor x = torch::tensor({0.5f, 0.25f, -1.0f}).to(cuda);
+  JobSpec spec;
+  spec.optimizer = OptimizerKind::kAdam;
+  spec.learning_rate = 0.1;
+  auto optimizer = MakeOptimizer(spec, {p});
+  LossScaler scaler(cuda, LossScaler::Options{});
+  auto step = [&](bool poison) {
+    optimizer->zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast(cuda, Precision::kFp16);
+      loss = (p.unsqueeze(0).mm(x.unsqueeze(1))).sum();
+    }
+    scaler.Scale(loss.to(torch::kFloat32)).backward();
+    if (poison) p.mutable_grad().fill_(std::numeric_limits<float>::infinity());
+    scaler.Unscale({p});
+    scaler.Step(*optimizer, {p});
+  };
+  step(/*poison=*/false);
+  const torch::Tensor before = p.detach().clone();
+
+  {
+    SyncDebugModeScope no_syncs(c10::cuda::SyncDebugMode::L_ERROR);
+    EXPECT_NO_THROW(step(/*poison=*/true));
+  }
+
+  EXPECT_TRUE(torch::equal(p.detach(), before));
+  EXPECT_EQ(scaler.scale().item<float>(), 32768.0f);
+  EXPECT_EQ(scaler.skipped_steps().item<double>(), 1.0);
 }
 
 }  // namespace

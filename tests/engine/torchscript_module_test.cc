@@ -60,6 +60,25 @@ class TorchScriptModuleTest : public EngineFixture {
   }
 };
 
+// Autocast reaches the ops a TorchScript module's interpreter dispatches: a bf16 job's losses
+// differ from the fp32 job's, and both learn the line. The module's parameters stay float32.
+TEST_F(TorchScriptModuleTest, Bf16TrainsTheModuleUnderAutocast) {
+  const std::string bytes = LinearModuleBytes(/*inputs=*/1, /*outputs=*/1);
+  JobSpec bf16 = ModuleSpec(bytes);
+  bf16.precision = Precision::kBf16;
+  const absl::StatusOr<JobSnapshot> a = RunJob(*engine_, ModuleSpec(bytes));
+  const absl::StatusOr<JobSnapshot> b = RunJob(*engine_, bf16);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ(b->state, JobState::kSucceeded) << b->error;
+  EXPECT_NE(test_support::Losses(*a), test_support::Losses(*b));
+  EXPECT_LT(b->final_loss, 0.0125);
+  EXPECT_EQ(b->host_syncs, a->host_syncs);
+  const absl::StatusOr<std::string> path = engine_->ModelArchivePath(b->id);
+  ASSERT_TRUE(path.ok()) << path.status();
+  torch::jit::Module loaded = torch::jit::load(*path);
+  EXPECT_EQ(loaded.attr("w").toTensor().scalar_type(), torch::kFloat32);
+}
+
 TEST_F(TorchScriptModuleTest, LinearModuleConvergesOnSeedDataAndKeepsItsBuffer) {
   const std::string bytes = LinearModuleBytes(/*inputs=*/1, /*outputs=*/1);
   const absl::StatusOr<JobSnapshot> job = RunJob(*engine_, ModuleSpec(bytes));

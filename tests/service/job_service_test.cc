@@ -121,6 +121,7 @@ TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   spec.set_clip_grad_norm(1.5);
   spec.set_device("cpu");
   spec.set_shuffle(true);
+  spec.set_precision(v1::PRECISION_BF16);
 
   const v1::Job job = Submit(spec);
 
@@ -489,6 +490,41 @@ INSTANTIATE_TEST_SUITE_P(Specs, InvalidSpecTest, ::testing::ValuesIn(InvalidSpec
                          [](const ::testing::TestParamInfo<InvalidSpec>& info) {
                            return info.param.name;
                          });
+
+TEST_F(JobServiceTest, PrecisionDefaultsToFp32AndFp16EpochsReportTheLossScale) {
+  const v1::Job plain = Submit(LinearSpec("seed", /*epochs=*/2));
+  EXPECT_EQ(plain.spec().precision(), v1::PRECISION_FP32);
+
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/2);
+  spec.set_precision(v1::PRECISION_FP16);
+  const v1::Job job = Submit(spec);
+  EXPECT_EQ(job.spec().precision(), v1::PRECISION_FP16);
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->Finish().ok());
+  v1::Job ended;
+  ASSERT_TRUE(GetJob(job.id(), &ended).ok());
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.epochs_size(), 2);
+  for (const v1::EpochResult& epoch : ended.epochs()) {
+    ASSERT_TRUE(epoch.has_loss_scale());
+    EXPECT_GT(epoch.loss_scale(), 0);
+    EXPECT_LE(epoch.loss_scale(), 65536);
+    EXPECT_GE(epoch.skipped_steps(), 0);
+  }
+  EXPECT_EQ(ended.host_syncs(), 2 + 1);  // the scale rides on the epoch's transfer
+}
+
+TEST_F(JobServiceTest, UnknownPrecisionIsInvalidArgument) {
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/2);
+  spec.set_precision(static_cast<v1::Precision>(42));
+  grpc::ClientContext context;
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  v1::Job job;
+  const grpc::Status status = jobs_->SubmitJob(&context, request, &job);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("precision must be"));
+}
 
 }  // namespace
 }  // namespace trainerd::service::testing
