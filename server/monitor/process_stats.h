@@ -1,0 +1,42 @@
+// The daemon process's own CPU time and memory, and the host's CPUs and memory, from /proc.
+// The parsers take file contents so that tests run them on canned text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace trainerd::monitor {
+
+struct ProcessStats {
+  double cpu_seconds = 0;      // user + system, every thread, since the process started
+  int64_t resident_bytes = 0;  // resident set size
+};
+
+// utime + stime of a /proc/<pid>/stat line, in seconds. The command name (field 2) may hold
+// spaces and parentheses, so fields are counted from the last ')'. INVALID_ARGUMENT when the
+// line is malformed.
+absl::StatusOr<double> ParseProcStatCpuSeconds(absl::string_view stat, int64_t ticks_per_second);
+
+// Resident bytes from /proc/<pid>/statm (its second field, in pages).
+absl::StatusOr<int64_t> ParseProcStatmResidentBytes(absl::string_view statm, int64_t page_size);
+
+// The first "model name" of /proc/cpuinfo; "cpu" where there is none (many ARM kernels).
+std::string ParseCpuModelName(absl::string_view cpuinfo);
+
+// MemTotal of /proc/meminfo, in bytes. INVALID_ARGUMENT when absent or malformed.
+absl::StatusOr<int64_t> ParseMemTotalBytes(absl::string_view meminfo);
+
+// This process, now. CPU seconds come from clock_gettime(CLOCK_PROCESS_CPUTIME_ID), which counts
+// the same user + system time as /proc/self/stat in nanoseconds rather than 10 ms clock ticks
+// (short measurement windows need the resolution); /proc/self/stat is the fallback.
+absl::StatusOr<ProcessStats> ReadProcessStats();
+
+// Host facts, read once by the sampler.
+int OnlineCpus();            // at least 1
+std::string CpuModelName();  // "cpu" when unknown
+int64_t TotalMemoryBytes();  // 0 when unknown
+
+}  // namespace trainerd::monitor
