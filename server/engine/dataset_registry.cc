@@ -157,6 +157,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::MakeResident(
       dataset->features = ViewAs(fbytes_t.to(device_), torch::kFloat32, meta.rows,
                                  meta.feature_shape);
       dataset->targets = ViewAs(tbytes_t.to(device_), tdtype, meta.rows, meta.target_shape);
+      CountHostToDeviceBytes(meta.size_bytes);
     }
     return std::shared_ptr<const Dataset>(std::move(dataset));
   } catch (const c10::OutOfMemoryError& e) {

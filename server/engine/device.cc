@@ -1,5 +1,9 @@
 #include "server/engine/device.h"
 
+#include <atomic>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -44,6 +48,38 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& text) {
         absl::StrJoin(AvailableDeviceNames(), ", ")));
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+namespace {
+std::atomic<int64_t> host_to_device_bytes{0};
+}  // namespace
+
+void CountHostToDeviceBytes(int64_t bytes) {
+  host_to_device_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+int64_t HostToDeviceBytesTotal() { return host_to_device_bytes.load(std::memory_order_relaxed); }
+
+namespace {
+const c10::CachingDeviceAllocator::Stat& AggregateAllocated(
+    const c10::CachingDeviceAllocator::DeviceStats& stats) {
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+}
+}  // namespace
+
+int64_t AllocatedBytes(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return AggregateAllocated(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index()))
+      .current;
+}
+
+int64_t PeakAllocatedBytes(const torch::Device& device) {
+  if (!device.is_cuda()) return 0;
+  return AggregateAllocated(c10::cuda::CUDACachingAllocator::getDeviceStats(device.index())).peak;
+}
+
+void ResetPeakMemory(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 }
 
 }  // namespace trainerd::engine

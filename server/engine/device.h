@@ -20,4 +20,15 @@ std::string DeviceName(const torch::Device& device);
 // Every device a job may use: "cpu" and each CUDA device.
 std::vector<std::string> AvailableDeviceNames();
 
+// Bytes copied from the host to a device, process-wide (datasets made resident on a GPU, jobs
+// whose dataset lives on another device). Thread-safe; a relaxed atomic, read by the metrics.
+void CountHostToDeviceBytes(int64_t bytes);
+
+// A CUDA device's caching-allocator figures (0 on the CPU): bytes allocated now, and the peak
+// since the last ResetPeakMemory. Thread-safe (LibTorch's allocator statistics).
+int64_t AllocatedBytes(const torch::Device& device);
+int64_t PeakAllocatedBytes(const torch::Device& device);
+void ResetPeakMemory(const torch::Device& device);
+int64_t HostToDeviceBytesTotal();
+
 }  // namespace trainerd::engine

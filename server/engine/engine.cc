@@ -8,13 +8,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
+#include "common/flops.h"
 #include "server/engine/dataset_registry.h"
+#include "server/engine/diagnose.h"
 #include "server/engine/device.h"
 #include "server/engine/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/model.h"
+#include "server/engine/speed_report.h"
 #include "server/engine/torchscript_module.h"
+#include "server/monitor/sampler.h"
 
 namespace trainerd::engine {
 
@@ -23,11 +28,27 @@ struct Engine::Impl {
       : options(options),
         device(device),
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes),
-        jobs(options.data_dir + "/models", options.data_dir) {}
+        jobs(options.data_dir + "/models", options.data_dir, Hooks()) {}
+
+  // The job manager's hooks: the observer, and the report's device figures (sampler window,
+  // FLOPs from the model spec, the verdict against this device's cached Diagnose figures).
+  JobHooks Hooks();
+  // The cached diagnosis, if any (never measures).
+  std::optional<Diagnosis> CachedDiagnosis() const;
+  absl::StatusOr<Diagnosis> Measure();
 
   const EngineOptions options;
   const torch::Device device;
   DatasetRegistry datasets;
+
+  // Diagnose: one measurement at a time; the figures are cached. Declared before `jobs` so that
+  // they outlive the workers that read them.
+  absl::Mutex diagnose_mu;  // held while measuring
+  mutable absl::Mutex cache_mu;
+  std::optional<Diagnosis> cache ABSL_GUARDED_BY(cache_mu);
+  std::thread diagnose_thread;  // diagnose_at_start
+  absl::Notification startup_measured;  // notified when diagnose_thread is done (or never ran)
+
   JobManager jobs;
 
   // Serialises Submit's dataset lookup with Delete's in-use check, so that a dataset cannot be
@@ -55,11 +76,24 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   impl_->io_thread = std::thread([this] { IoLoop(); });
+  if (impl_->options.diagnose_at_start) {
+    impl_->diagnose_thread = std::thread([impl = impl_.get()] {
+      absl::MutexLock lock(&impl->diagnose_mu);
+      absl::StatusOr<Diagnosis> diagnosis = impl->Measure();
+      if (!diagnosis.ok()) {
+        LogWarning(absl::StrCat("cannot measure the devices: ", diagnosis.status().message()));
+      }
+      impl->startup_measured.Notify();
+    });
+  } else {
+    impl_->startup_measured.Notify();
+  }
 }
 
 Engine::~Engine() { Shutdown(); }
 
 void Engine::Shutdown() {
+  if (impl_->diagnose_thread.joinable()) impl_->diagnose_thread.join();
   impl_->jobs.Shutdown();
   {
     std::lock_guard<std::mutex> lock(impl_->io_mu);
@@ -72,6 +106,166 @@ void Engine::Shutdown() {
 std::string Engine::default_device() const { return DeviceName(impl_->device); }
 
 std::vector<std::string> Engine::devices() const { return AvailableDeviceNames(); }
+
+std::string LibTorchVersionString() { return LibTorchVersion(); }
+std::string CudaVersionString() { return CudaBuildVersion(); }
+
+int64_t Engine::host_to_device_bytes() const { return HostToDeviceBytesTotal(); }
+
+std::vector<DeviceStatusInfo> Engine::ListDevices() const {
+  std::vector<DeviceStatusInfo> out;
+  const std::string default_name = DeviceName(impl_->device);
+  const std::vector<DatasetMeta> datasets = impl_->datasets.List();
+  const std::vector<JobSnapshot> jobs = impl_->jobs.List();
+  for (const std::string& name : AvailableDeviceNames()) {
+    DeviceStatusInfo info;
+    info.device = name;
+    info.is_default = name == default_name;
+    info.name = name;
+    if (impl_->options.sampler != nullptr) {
+      if (std::optional<monitor::DeviceReading> r = impl_->options.sampler->Latest(name)) {
+        if (!r->name.empty()) info.name = r->name;
+        info.uuid = r->uuid;
+        info.utilization = r->utilization;
+        info.memory_used_bytes = r->memory_used_bytes;
+        info.memory_total_bytes = r->memory_total_bytes;
+      }
+    }
+    for (const DatasetMeta& meta : datasets) {
+      if (meta.device != name) continue;
+      info.datasets.push_back(meta.name);
+      info.dataset_bytes += meta.size_bytes;
+    }
+    for (const JobSnapshot& job : jobs) {
+      if (job.device != name) continue;
+      if (job.state == JobState::kRunning) info.running_jobs.push_back(job.id);
+      if (job.state == JobState::kQueued) ++info.queued_jobs;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::optional<Diagnosis> Engine::Impl::CachedDiagnosis() const {
+  absl::MutexLock lock(&cache_mu);
+  return cache;
+}
+
+// Measures every device; diagnose_mu held. Device work of a few seconds per device.
+absl::StatusOr<Diagnosis> Engine::Impl::Measure() {
+  Diagnosis diagnosis;
+  diagnosis.libtorch_version = LibTorchVersion();
+  diagnosis.cuda_version = CudaBuildVersion();
+  monitor::DeviceSampler* sampler = options.sampler;
+  if (sampler != nullptr) diagnosis.driver_version = sampler->driver_version();
+  try {
+    for (const std::string& name : AvailableDeviceNames()) {
+      TRAINERD_ASSIGN_OR_RETURN(torch::Device d, ResolveDevice(name));
+      DiagnoseOptions diagnose_options;
+      if (sampler != nullptr) {
+        diagnose_options.sample_during_matmul = [sampler, name](DeviceDiagnosis& out) {
+          sampler->SampleNow();
+          if (std::optional<monitor::DeviceReading> r = sampler->Latest(name)) {
+            out.utilization_during_matmul = r->utilization;
+            out.sm_activity_during_matmul = r->sm_activity;
+          }
+        };
+      }
+      diagnosis.devices.push_back(DiagnoseDevice(d, diagnose_options));
+    }
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    return absl::InternalError(absl::StrCat("diagnose failed: ", what.substr(0, what.find('\n'))));
+  }
+  diagnosis.measure_time = absl::Now();
+  absl::MutexLock lock(&cache_mu);
+  cache = diagnosis;
+  return diagnosis;
+}
+
+absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
+  // A call right after start shares the start-up measurement rather than racing it.
+  impl_->startup_measured.WaitForNotification();
+  absl::MutexLock lock(&impl_->diagnose_mu);
+  if (!refresh) {
+    if (std::optional<Diagnosis> cached = impl_->CachedDiagnosis()) {
+      cached->cached = true;
+      return *cached;
+    }
+  }
+  return impl_->Measure();
+}
+
+JobHooks Engine::Impl::Hooks() {
+  JobHooks hooks;
+  hooks.observer = options.observer;
+  hooks.start_report = [this](const JobSnapshot& job, const ModelSpec& model,
+                              const DatasetMeta& dataset)
+      -> std::function<void(const JobSnapshot&, DeviceReport&)> {
+    monitor::DeviceSampler* sampler = options.sampler;
+    int64_t window = -1;
+    int64_t memory_at_start = 0;
+    if (sampler != nullptr) {
+      window = sampler->BeginWindow(job.device);
+      if (std::optional<monitor::DeviceReading> r = sampler->Latest(job.device)) {
+        memory_at_start = r->memory_used_bytes;
+      }
+    }
+    const int64_t rows =
+        dataset.rows - HeldOutRows(job.spec.validation_fraction, dataset.rows);
+    const int64_t batch = std::min<int64_t>(job.spec.batch_size, std::max<int64_t>(rows, 1));
+    // A TorchScript module's cost is unknown (its spec is empty).
+    const double flops = model.layers.empty()
+                             ? 0.0
+                             : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
+    const int64_t layers = static_cast<int64_t>(model.layers.size());
+    return [this, sampler, window, memory_at_start, rows, batch, flops, layers](
+               const JobSnapshot& ended, DeviceReport& report) {
+      if (window >= 0) {
+        const monitor::WindowStats stats = sampler->EndWindow(window);
+        report.utilization_average = stats.utilization_average;
+        report.utilization_peak = stats.utilization_peak;
+        // The CPU has no allocator peak: the process's resident growth stands in for it.
+        if (report.peak_memory_bytes == 0 && ended.device == "cpu") {
+          report.peak_memory_bytes =
+              std::max<int64_t>(0, stats.peak_memory_used_bytes - memory_at_start);
+        }
+      }
+      report.flops_per_step = flops;
+      SpeedFigures figures;
+      figures.device = ended.device;
+      figures.queue_seconds = report.queue_seconds;
+      figures.data_seconds = report.data_seconds;
+      figures.compute_seconds = report.compute_seconds;
+      figures.host_transfer_seconds = report.host_transfer_seconds;
+      figures.steps = ended.steps;
+      figures.batch_size = batch;
+      figures.training_rows = rows;
+      figures.epochs_done = static_cast<int32_t>(ended.epochs.size());
+      figures.flops_per_step = flops;
+      figures.layers = layers;
+      if (std::optional<Diagnosis> diagnosis = CachedDiagnosis()) {
+        for (const DeviceDiagnosis& d : diagnosis->devices) {
+          if (d.device == ended.device) {
+            figures.peak_flops_per_second = d.matmul_flops_per_second;
+            figures.launch_seconds = d.launch_seconds;
+          }
+          if (d.device == "cpu") {
+            figures.cpu_peak_flops_per_second = d.matmul_flops_per_second;
+            figures.cpu_launch_seconds = d.launch_seconds;
+          }
+        }
+      }
+      const SpeedVerdict verdict = JudgeSpeed(figures);
+      report.achieved_flops_per_second = verdict.achieved_flops_per_second;
+      report.peak_fraction = verdict.peak_fraction;
+      report.overhead_fraction = verdict.overhead_fraction;
+      report.bound = verdict.bound;
+      report.verdict = verdict.line;
+    };
+  };
+  return hooks;
+}
 
 void Engine::IoLoop() {
   while (true) {

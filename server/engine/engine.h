@@ -4,13 +4,20 @@
 // not see LibTorch's include directories (its bundled protobuf headers clash with Debian's).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/engine/diagnosis_types.h"
 #include "server/engine/types.h"
+
+namespace trainerd::monitor {
+class DeviceSampler;
+}  // namespace trainerd::monitor
 
 namespace trainerd::engine {
 
@@ -22,7 +29,35 @@ struct EngineOptions {
   std::string device = "auto";
   // The largest dataset payload accepted, in bytes; 0 means no limit.
   int64_t max_dataset_bytes = int64_t{16} << 30;
+  // Receives every job's events, in order per job (the Prometheus metrics). Optional.
+  std::shared_ptr<JobEventSink> observer;
+  // Samples the devices for job reports (utilization, CPU memory) and ListDevices. Optional (the
+  // reports then lack utilization); not owned, must outlive the engine.
+  monitor::DeviceSampler* sampler = nullptr;
+  // Measure every device (Diagnose) on a background thread at start, so that the first jobs'
+  // verdicts have the peak and launch figures. The daemon turns it on; tests leave it off.
+  bool diagnose_at_start = false;
 };
+
+// One device as ListDevices reports it (proto DeviceStatus).
+struct DeviceStatusInfo {
+  std::string device;  // "cpu" or "cuda:N"
+  std::string name;
+  std::string uuid;
+  std::optional<double> utilization;
+  int64_t memory_used_bytes = 0;
+  int64_t memory_total_bytes = 0;
+  std::vector<std::string> datasets;
+  int64_t dataset_bytes = 0;
+  std::vector<std::string> running_jobs;
+  int32_t queued_jobs = 0;
+  bool is_default = false;
+};
+
+// LibTorch's version ("2.11.0") and the CUDA version it was built with ("13.0"; "" without CUDA),
+// for callers that do not see LibTorch (the daemon's build_info metric).
+std::string LibTorchVersionString();
+std::string CudaVersionString();
 
 // Thread-safe. Every call returns quickly: training runs on the device workers and dataset commits
 // on the engine's I/O thread.
@@ -42,6 +77,15 @@ class Engine {
   std::string default_device() const;
   // Every device a job may name: "cpu" and each CUDA device.
   std::vector<std::string> devices() const;
+  // Each device with its last sample (when the engine has a sampler), resident datasets and jobs.
+  std::vector<DeviceStatusInfo> ListDevices() const;
+  // The seed's checks on every device (matrix-product FLOP/s, host-to-device bandwidth, launch and
+  // sync costs, utilization during the products). The first call measures (seconds); later calls
+  // return the cached figures unless `refresh`. One measurement at a time: a concurrent call waits
+  // and shares it.
+  absl::StatusOr<Diagnosis> Diagnose(bool refresh);
+  // Bytes copied from the host to a device since the process started.
+  int64_t host_to_device_bytes() const;
 
   // --- Datasets ---
   // Validates the header and reserves the name (see DatasetRegistry::BeginUpload).

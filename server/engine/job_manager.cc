@@ -50,6 +50,14 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
   order_.push_back(snap.id);
   jobs_[snap.id] = std::move(record);
   worker->cv.Signal();
+  if (hooks_.observer) {
+    // Under mu_, so that the QUEUED event precedes the job's first event from its worker (which
+    // needs mu_ to take the job); the observer only counts.
+    JobEvent event;
+    event.job_id = copy.id;
+    event.job = copy;
+    hooks_.observer->Push(event);
+  }
   return copy;
 }
 
@@ -96,19 +104,20 @@ std::string JobManager::JobUsingDataset(const std::string& dataset) const {
   return "";
 }
 
-void JobManager::Publish(Record* record, JobEvent::Kind kind, const EpochResult& epoch,
+void JobManager::Publish(Record* record, JobEvent event,
                          const std::function<void(JobSnapshot&)>& mutate) {
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
-  JobEvent event;
-  event.kind = kind;
-  event.epoch = epoch;
   {
     absl::MutexLock lock(&mu_);
     mutate(record->snap);
-    if (kind == JobEvent::Kind::kState) event.job = record->snap;
+    event.job_id = record->snap.id;
+    if (event.kind == JobEvent::Kind::kState) event.job = record->snap;
   }
+  // The observer first, so that whoever sees the event through a sink (a Watch) then finds it
+  // counted in the metrics.
+  if (hooks_.observer) hooks_.observer->Push(event);
   for (const auto& sink : record->sinks) sink->Push(event);
-  if (kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
+  if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
@@ -130,7 +139,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
     auto& queue = workers_.at(record->snap.device)->queue;
     queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
   }
-  Publish(record, JobEvent::Kind::kState, {}, [](JobSnapshot& snap) {
+  Publish(record, StateEvent(), [](JobSnapshot& snap) {
     snap.state = JobState::kCancelled;
     snap.end_time = absl::Now();
   });
@@ -192,9 +201,12 @@ void JobManager::WorkerLoop(const std::string& device_name) {
 }
 
 void JobManager::RunJob(Record* record) {
-  Publish(record, JobEvent::Kind::kState, {}, [](JobSnapshot& snap) {
+  JobSnapshot started;
+  Publish(record, StateEvent(), [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
     snap.start_time = absl::Now();
+    snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
+    started = snap;
   });
   TrainingRun run;
   {
@@ -210,16 +222,27 @@ void JobManager::RunJob(Record* record) {
   // Throughput counts the rows trained on, not the ones held out for validation.
   const int64_t rows =
       run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
-  run.on_epoch = [this, record, rows](const EpochResult& epoch, int64_t steps, int64_t syncs) {
-    Publish(record, JobEvent::Kind::kEpoch, epoch, [&](JobSnapshot& snap) {
+  const int32_t planned = run.spec.epochs;
+  run.on_epoch = [this, record, rows, planned](const EpochResult& epoch, int64_t steps,
+                                               int64_t syncs) {
+    JobEvent event;
+    event.kind = JobEvent::Kind::kEpoch;
+    event.epoch = epoch;
+    event.steps = steps;
+    event.host_syncs = syncs;
+    event.rows_per_epoch = rows;
+    event.epochs_planned = planned;
+    if (epoch.elapsed_seconds > 0) {
+      event.samples_per_second = static_cast<double>(rows) * epoch.epoch / epoch.elapsed_seconds;
+    }
+    Publish(record, event, [&](JobSnapshot& snap) {
       snap.epochs.push_back(epoch);
       snap.final_loss = epoch.loss;
       snap.steps = steps;
       snap.host_syncs = syncs;
       snap.wall_seconds = epoch.elapsed_seconds;
-      if (epoch.elapsed_seconds > 0) {
-        snap.samples_per_second = static_cast<double>(rows) * epoch.epoch / epoch.elapsed_seconds;
-      }
+      snap.samples_per_second = event.samples_per_second;
+      snap.report.host_syncs = syncs;
     });
   };
   if (!data_dir_.empty()) {
@@ -237,6 +260,10 @@ void JobManager::RunJob(Record* record) {
       absl::MutexLock lock(&mu_);
       record->snap.checkpoints.push_back(std::move(checkpoint));
     };
+  }
+  std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
+  if (hooks_.start_report) {
+    finish_report = hooks_.start_report(started, run.model, run.dataset->meta);
   }
   TrainingOutcome outcome = RunTraining(run);
   run.dataset.reset();
@@ -259,7 +286,29 @@ void JobManager::RunJob(Record* record) {
     absl::MutexLock lock(&mu_);
     stop_reason = stop_reason_;
   }
-  Publish(record, JobEvent::Kind::kState, {}, [&](JobSnapshot& snap) {
+  // The report: times and counts from the run, then (outside the engine's locks) what the
+  // engine's samplers and measurements add (utilization, FLOPs, the verdict).
+  DeviceReport report;
+  report.queue_seconds = started.report.queue_seconds;
+  report.data_seconds = outcome.data_seconds;
+  report.compute_seconds = std::max(
+      0.0, outcome.loop_seconds - outcome.loop_host_transfer_seconds - outcome.checkpoint_seconds);
+  report.host_transfer_seconds = outcome.host_transfer_seconds;
+  report.steps_per_second = report.compute_seconds > 0
+                                ? static_cast<double>(outcome.steps) / report.compute_seconds
+                                : 0.0;
+  report.host_syncs = outcome.host_syncs;
+  report.host_to_device_bytes = outcome.host_to_device_bytes;
+  report.peak_memory_bytes = outcome.peak_memory_bytes;
+  if (finish_report) {
+    JobSnapshot ended = started;
+    ended.state = outcome.state;
+    ended.steps = outcome.steps;
+    ended.epochs.resize(outcome.epochs_done);  // only the count matters here
+    ended.wall_seconds = outcome.wall_seconds;
+    finish_report(ended, report);
+  }
+  Publish(record, StateEvent(), [&](JobSnapshot& snap) {
     snap.state = outcome.state;
     snap.error = outcome.error;
     if (outcome.state == JobState::kCancelled && !stop_reason.empty()) snap.error = stop_reason;
@@ -273,6 +322,7 @@ void JobManager::RunJob(Record* record) {
     snap.parameters = std::move(outcome.parameters);
     snap.stopped_early = outcome.stopped_early;
     snap.end_time = absl::Now();
+    snap.report = report;
   });
   absl::MutexLock lock(&mu_);
   record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
@@ -297,7 +347,7 @@ void JobManager::Shutdown(const std::string& reason) {
     }
   }
   for (Record* record : queued) {
-    Publish(record, JobEvent::Kind::kState, {}, [&](JobSnapshot& snap) {
+    Publish(record, StateEvent(), [&](JobSnapshot& snap) {
       snap.state = JobState::kCancelled;
       snap.error = reason;
       snap.end_time = absl::Now();

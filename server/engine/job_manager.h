@@ -22,6 +22,20 @@
 
 namespace trainerd::engine {
 
+// What the engine adds to a job's life beyond training it: an observer of every job's events (the
+// metrics) and the report's device figures. All optional.
+struct JobHooks {
+  // Receives every job's events, in order per job (QUEUED from Enqueue too), like a job's own
+  // sinks: Push must not block or call back into the engine.
+  std::shared_ptr<JobEventSink> observer;
+  // Called on the worker as a job starts (its snapshot RUNNING, its model, its dataset); returns
+  // what the worker calls when the job has ended, with the ended job and the report whose times,
+  // counts and memory are filled in, to add utilization, FLOPs and the verdict.
+  std::function<std::function<void(const JobSnapshot&, DeviceReport&)>(
+      const JobSnapshot&, const ModelSpec&, const DatasetMeta&)>
+      start_report;
+};
+
 // Owns every job and one worker thread per device, created when the device gets its first job.
 // A worker runs one job at a time; the others wait in that device's FIFO queue. Thread-safe: calls
 // take a short lock and never wait for training. Owned by the Engine.
@@ -31,8 +45,10 @@ class JobManager {
   // means models are not kept. A job's checkpoints (JobSpec::checkpoint_every) go to
   // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; empty means none are
   // written.
-  explicit JobManager(std::string models_dir = "", std::string data_dir = "")
-      : models_dir_(std::move(models_dir)), data_dir_(std::move(data_dir)) {}
+  explicit JobManager(std::string models_dir = "", std::string data_dir = "", JobHooks hooks = {})
+      : models_dir_(std::move(models_dir)),
+        data_dir_(std::move(data_dir)),
+        hooks_(std::move(hooks)) {}
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -95,12 +111,15 @@ class JobManager {
   void WorkerLoop(const std::string& device_name);
   void RunJob(Record* record);
   // Applies `mutate` to the job under mu_ and delivers the resulting event to its sinks, in order.
-  void Publish(Record* record, JobEvent::Kind kind, const EpochResult& epoch,
-               const std::function<void(JobSnapshot&)>& mutate);
+  // `event` comes with its kind and, for an epoch, the epoch and running totals; Publish adds the
+  // job's id and, for a state change, the snapshot.
+  void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate);
+  static JobEvent StateEvent() { return JobEvent{}; }
   std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string models_dir_;
   const std::string data_dir_;  // for checkpoints; empty = none
+  const JobHooks hooks_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first

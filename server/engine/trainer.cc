@@ -32,17 +32,25 @@ std::mutex& InitMutex() {
 }
 
 // Every copy from the device to the host goes through here, so host_syncs is an exact count.
+// It also times them: on a GPU a copy waits for the kernels queued before it, so the time is
+// an upper bound on the copy itself (DeviceReport says so).
 class HostTransfers {
  public:
   torch::Tensor ToHost(const torch::Tensor& t) {
     ++count_;
-    return t.to(torch::kCPU);
+    const auto start = std::chrono::steady_clock::now();
+    torch::Tensor out = t.to(torch::kCPU);
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return out;
   }
   void CountCrossDeviceCopy() { ++count_; }
+  void AddSeconds(double seconds) { seconds_ += seconds; }
   int64_t count() const { return count_; }
+  double seconds() const { return seconds_; }
 
  private:
   int64_t count_ = 0;
+  double seconds_ = 0.0;
 };
 
 // The job's generator on its device (shuffling, dropout). The CPU gets a generator of its own; a
@@ -153,6 +161,26 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   TrainingOutcome outcome;
   HostTransfers host;
   const auto start = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> loop_start;
+  double loop_end_seconds = -1;  // since start; < 0 while the loop runs
+  ResetPeakMemory(run.device);
+  const int64_t allocated_at_start = AllocatedBytes(run.device);
+  // Called wherever the run ends (every return below goes through `finish`).
+  auto finish = [&](TrainingOutcome& o) -> TrainingOutcome& {
+    o.wall_seconds = SecondsSince(start);
+    o.host_syncs = host.count();
+    o.host_transfer_seconds = host.seconds();
+    if (loop_start) {
+      o.data_seconds = std::chrono::duration<double>(*loop_start - start).count();
+      const double end = loop_end_seconds >= 0 ? loop_end_seconds : o.wall_seconds;
+      o.loop_seconds = std::max(0.0, end - o.data_seconds);
+    } else {
+      o.data_seconds = o.wall_seconds;
+    }
+    if (o.loop_host_transfer_seconds == 0) o.loop_host_transfer_seconds = host.seconds();
+    o.peak_memory_bytes = std::max<int64_t>(0, PeakAllocatedBytes(run.device) - allocated_at_start);
+    return o;
+  };
   const JobSpec& spec = run.spec;
   const uint64_t seed = spec.seed.value_or(0);
   try {
@@ -194,6 +222,9 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       host.CountCrossDeviceCopy();
       features = features.to(run.device);
       targets = targets.to(run.device);
+      if (!run.device.is_cpu()) {
+        outcome.host_to_device_bytes += features.nbytes() + targets.nbytes();
+      }
     }
     const auto index_options = torch::TensorOptions(torch::kInt64).device(run.device);
     const auto sum_options = torch::TensorOptions(torch::kFloat64).device(run.device);
@@ -226,6 +257,9 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         host.CountCrossDeviceCopy();
         val_features = val_features.to(run.device);
         val_targets = val_targets.to(run.device);
+        if (!run.device.is_cpu()) {
+          outcome.host_to_device_bytes += val_features.nbytes() + val_targets.nbytes();
+        }
       }
       val_rows = val_features.size(0);
     }
@@ -245,10 +279,10 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     auto cancelled = [&] {
       if (run.cancel == nullptr || !run.cancel->load(std::memory_order_relaxed)) return false;
       outcome.state = JobState::kCancelled;
-      outcome.wall_seconds = SecondsSince(start);
-      outcome.host_syncs = host.count();
       return true;
     };
+    CountHostToDeviceBytes(outcome.host_to_device_bytes);
+    loop_start = std::chrono::steady_clock::now();
 
     for (int32_t epoch = 1; epoch <= spec.epochs; ++epoch) {
       // The schedule is host arithmetic on the epoch number: no device value is read.
@@ -265,7 +299,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       loss_sum.zero_();
       if (scaler) scaler->ResetSkippedSteps();
       for (int64_t begin = 0; begin < rows; begin += batch) {
-        if (cancelled()) return outcome;
+        if (cancelled()) return finish(outcome);
         const int64_t len = std::min(batch, rows - begin);
         auto [x, y] = Batch(features, targets, order, begin, len);
         optimizer->zero_grad();
@@ -305,7 +339,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         val_correct.zero_();
         const int64_t val_batch = std::min<int64_t>(spec.batch_size, val_rows);
         for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
-          if (cancelled()) return outcome;
+          if (cancelled()) return finish(outcome);
           const int64_t len = std::min(val_batch, val_rows - begin);
           auto [x, y] = Batch(val_features, val_targets, val_index, begin, len);
           torch::Tensor output = forward(x);
@@ -340,9 +374,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         outcome.error =
             absl::StrCat("loss became ", std::isnan(mean_loss) ? "NaN" : "infinite", " at epoch ",
                          epoch, "; try a smaller learning rate (", spec.learning_rate, ")");
-        outcome.wall_seconds = SecondsSince(start);
-        outcome.host_syncs = host.count();
-        return outcome;
+        return finish(outcome);
       }
       EpochResult result;
       result.epoch = epoch;
@@ -360,9 +392,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           outcome.error =
               absl::StrCat("validation loss became ", std::isnan(val_loss) ? "NaN" : "infinite",
                            " at epoch ", epoch, " (training loss ", mean_loss, ")");
-          outcome.wall_seconds = SecondsSince(start);
-          outcome.host_syncs = host.count();
-          return outcome;
+          return finish(outcome);
         }
         result.validation_loss = val_loss;
         if (val_accuracy_at >= 0) result.validation_accuracy = value[val_accuracy_at];
@@ -393,6 +423,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
             archive.write(b.name, b.value, /*is_buffer=*/true);
           }
         };
+        const auto checkpoint_start = std::chrono::steady_clock::now();
         absl::StatusOr<int64_t> size = WriteCheckpoint(
             absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, epoch, seed,
             scaler ? [&](torch::serialize::OutputArchive& a) { scaler->Save(a); }
@@ -401,10 +432,9 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           outcome.state = JobState::kFailed;
           outcome.error = absl::StrCat("cannot write checkpoint at epoch ", epoch, ": ",
                                        size.status().message());
-          outcome.wall_seconds = SecondsSince(start);
-          outcome.host_syncs = host.count();
-          return outcome;
+          return finish(outcome);
         }
+        outcome.checkpoint_seconds += SecondsSince(checkpoint_start);
         if (run.on_checkpoint) run.on_checkpoint(epoch, file_name, *size);
       }
       if (run.on_epoch) run.on_epoch(result, outcome.steps, host.count());
@@ -415,6 +445,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       }
     }
 
+    loop_end_seconds = SecondsSince(start);
+    outcome.loop_host_transfer_seconds = host.seconds();
     // The trained state on the host, for the parameter read-back and the TorchScript export
     // (DownloadModel). After the last epoch, so never an in-epoch sync. Off the CPU it is one
     // device-to-host transfer, counted here; it also serves the read-back, so a small model still
@@ -428,17 +460,15 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       if (!archive.ok()) {
         outcome.state = JobState::kFailed;
         outcome.error = std::string(archive.status().message());
-        outcome.wall_seconds = SecondsSince(start);
-        outcome.host_syncs = host.count();
-        return outcome;
+        return finish(outcome);
       }
       outcome.model_archive = *std::move(archive);
       outcome.state = JobState::kSucceeded;
-      outcome.wall_seconds = SecondsSince(start);
-      outcome.host_syncs = host.count();
-      return outcome;
+      return finish(outcome);
     }
+    const auto copy_start = std::chrono::steady_clock::now();
     const HostModelState state = CopyModelStateToHost(model);
+    if (!run.device.is_cpu()) host.AddSeconds(SecondsSince(copy_start));
     if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
     for (const auto& [name, value] : state.parameters) outcome.parameter_count += value.numel();
     if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
@@ -457,9 +487,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     if (!archive.ok()) {
       outcome.state = JobState::kFailed;
       outcome.error = std::string(archive.status().message());
-      outcome.wall_seconds = SecondsSince(start);
-      outcome.host_syncs = host.count();
-      return outcome;
+      return finish(outcome);
     }
     outcome.model_archive = *std::move(archive);
     outcome.state = JobState::kSucceeded;
@@ -475,9 +503,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     what = what.substr(0, what.find('\n'));
     outcome.error = absl::StrCat("training failed at epoch ", outcome.epochs_done + 1, ": ", what);
   }
-  outcome.wall_seconds = SecondsSince(start);
-  outcome.host_syncs = host.count();
-  return outcome;
+  return finish(outcome);
 }
 
 }  // namespace trainerd::engine

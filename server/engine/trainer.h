@@ -56,6 +56,18 @@ struct TrainingOutcome {
   double wall_seconds = 0.0;
   int64_t parameter_count = 0;
   std::vector<ParameterValues> parameters;  // when parameter_count <= kMaxReportedParameters
+  // Where the time went (DeviceReport): start to the first step; the epoch loop (first step to
+  // the end of the last epoch); the device-to-host copies (all of them, and those inside the
+  // loop); checkpoint writing. Bytes the job copied to its device (a dataset resident
+  // elsewhere), and a CUDA device's allocator peak while the job ran less what was allocated
+  // when it started (0 on the CPU).
+  double data_seconds = 0.0;
+  double loop_seconds = 0.0;
+  double host_transfer_seconds = 0.0;
+  double loop_host_transfer_seconds = 0.0;
+  double checkpoint_seconds = 0.0;
+  int64_t host_to_device_bytes = 0;
+  int64_t peak_memory_bytes = 0;
   // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
   // manager writes to the models folder; empty otherwise.
   std::string model_archive;

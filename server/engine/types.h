@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/table.h"
+#include "server/engine/speed_report.h"
 
 namespace trainerd::engine {
 
@@ -140,6 +141,27 @@ struct CheckpointInfo {
   absl::Time create_time = absl::InfinitePast();
 };
 
+// Where a job's time went and what bounded its speed (proto DeviceReport). Times and counts are
+// filled in as the job runs; utilization, memory, FLOPs and the verdict when it ends.
+struct DeviceReport {
+  double queue_seconds = 0.0;          // create to start
+  double data_seconds = 0.0;           // start to the first step
+  double compute_seconds = 0.0;        // the epochs, less host transfers and checkpoint writes
+  double host_transfer_seconds = 0.0;  // inside the job's device-to-host copies
+  std::optional<double> utilization_average;  // 0..1, sampled while the job ran
+  std::optional<double> utilization_peak;
+  int64_t peak_memory_bytes = 0;
+  double steps_per_second = 0.0;  // per second of compute
+  int64_t host_syncs = 0;
+  int64_t host_to_device_bytes = 0;
+  double flops_per_step = 0.0;  // 0: unknown (TorchScript)
+  double achieved_flops_per_second = 0.0;
+  std::optional<double> peak_fraction;
+  std::optional<double> overhead_fraction;
+  SpeedBound bound = SpeedBound::kUnspecified;
+  std::string verdict;  // one line; empty until the job ends
+};
+
 // Everything the engine knows about a job, copied out under its lock.
 struct JobSnapshot {
   std::string id;
@@ -157,6 +179,7 @@ struct JobSnapshot {
   int64_t parameter_count = 0;
   bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
   std::vector<CheckpointInfo> checkpoints;  // oldest first
+  DeviceReport report;
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended
@@ -169,8 +192,15 @@ inline constexpr int64_t kMaxReportedParameters = 1000;
 struct JobEvent {
   enum class Kind { kEpoch, kState };
   Kind kind = Kind::kState;
+  std::string job_id;
   EpochResult epoch;  // kEpoch
   JobSnapshot job;    // kState: the job after the change
+  // kEpoch: the job's running totals after this epoch (so that observers need no snapshot).
+  int64_t steps = 0;
+  int64_t host_syncs = 0;
+  int32_t epochs_planned = 0;
+  int64_t rows_per_epoch = 0;  // training rows (validation rows excluded)
+  double samples_per_second = 0.0;
 };
 
 // One dataset upload in progress (see Engine::BeginUpload). Not thread-safe: one upload stream
