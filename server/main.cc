@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "server/engine/log.h"
 #include "server/service/server.h"
 
@@ -21,6 +22,16 @@ ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda or cuda:N");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{16} << 30,
           "largest dataset payload accepted, in bytes; 0 for no limit");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9400",
+          "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; empty "
+          "turns the endpoint off");
+ABSL_FLAG(absl::Duration, metrics_job_series_ttl, absl::Minutes(5),
+          "how long a job's own series (trainerd_job_*) stay after it ends");
+ABSL_FLAG(bool, diagnose_at_start, true,
+          "measure every device at start (matrix-product peak, launch and sync costs) so that "
+          "job reports can say what bounds a job; takes a few seconds in the background");
+ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
+          "NVML library loaded at run time for GPU metrics; empty for none");
 
 int main(int argc, char** argv) {
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
@@ -32,7 +43,8 @@ int main(int argc, char** argv) {
 
   absl::SetProgramUsageMessage(
       "trainerd: a training daemon that keeps datasets resident on the GPU.\n"
-      "Usage: trainerd [--listen=HOST:PORT] [--data_dir=DIR] [--device=auto|cpu|cuda[:N]]");
+      "Usage: trainerd [--listen=HOST:PORT] [--data_dir=DIR] [--device=auto|cpu|cuda[:N]]\n"
+      "                [--metrics_listen=HOST:PORT] [--diagnose_at_start=true|false]");
   absl::ParseCommandLine(argc, argv);
 
   trainerd::service::ServerOptions options;
@@ -40,6 +52,13 @@ int main(int argc, char** argv) {
   options.engine.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.engine.device = absl::GetFlag(FLAGS_device);
   options.engine.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
+  options.engine.diagnose_at_start = absl::GetFlag(FLAGS_diagnose_at_start);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.metrics.job_series_ttl = absl::GetFlag(FLAGS_metrics_job_series_ttl);
+  options.metrics.version = TRAINERD_VERSION;
+  options.metrics.libtorch_version = trainerd::engine::LibTorchVersionString();
+  options.metrics.cuda_version = trainerd::engine::CudaVersionString();
+  options.nvml_library = absl::GetFlag(FLAGS_nvml_library);
 
   auto server = trainerd::service::Server::BuildAndStart(options);
   if (!server.ok()) {
@@ -49,6 +68,10 @@ int main(int argc, char** argv) {
   // One line on stdout that scripts can wait for (the port matters when --listen used port 0).
   std::cout << "trainerd listening on " << (*server)->address() << " (device "
             << (*server)->engine()->default_device() << ")" << std::endl;
+  if (!(*server)->metrics_address().empty()) {
+    std::cout << "trainerd metrics on http://" << (*server)->metrics_address() << "/metrics"
+              << std::endl;
+  }
 
   int signal = 0;
   sigwait(&stop_signals, &signal);

@@ -292,6 +292,91 @@ v1::JobState ToProto(engine::JobState state) {
   return v1::JOB_STATE_UNSPECIFIED;
 }
 
+v1::DeviceReport ToProto(const engine::DeviceReport& r) {
+  v1::DeviceReport out;
+  out.set_queue_seconds(r.queue_seconds);
+  out.set_data_seconds(r.data_seconds);
+  out.set_compute_seconds(r.compute_seconds);
+  out.set_host_transfer_seconds(r.host_transfer_seconds);
+  if (r.utilization_average) out.set_utilization_average(*r.utilization_average);
+  if (r.utilization_peak) out.set_utilization_peak(*r.utilization_peak);
+  out.set_peak_memory_bytes(r.peak_memory_bytes);
+  out.set_steps_per_second(r.steps_per_second);
+  out.set_host_syncs(r.host_syncs);
+  out.set_host_to_device_bytes(r.host_to_device_bytes);
+  out.set_flops_per_step(r.flops_per_step);
+  out.set_achieved_flops_per_second(r.achieved_flops_per_second);
+  if (r.peak_fraction) out.set_peak_fraction(*r.peak_fraction);
+  if (r.overhead_fraction) out.set_overhead_fraction(*r.overhead_fraction);
+  switch (r.bound) {
+    case engine::SpeedBound::kUnspecified:
+      out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
+      break;
+    case engine::SpeedBound::kLaunchBound:
+      out.set_bound(v1::DeviceReport::LAUNCH_BOUND);
+      break;
+    case engine::SpeedBound::kComputeBound:
+      out.set_bound(v1::DeviceReport::COMPUTE_BOUND);
+      break;
+    case engine::SpeedBound::kTransferBound:
+      out.set_bound(v1::DeviceReport::TRANSFER_BOUND);
+      break;
+    case engine::SpeedBound::kDataBound:
+      out.set_bound(v1::DeviceReport::DATA_BOUND);
+      break;
+    case engine::SpeedBound::kBalanced:
+      out.set_bound(v1::DeviceReport::BALANCED);
+      break;
+  }
+  out.set_verdict(r.verdict);
+  return out;
+}
+
+v1::DeviceStatus ToProto(const engine::DeviceStatusInfo& d) {
+  v1::DeviceStatus out;
+  out.set_device(d.device);
+  out.set_name(d.name);
+  out.set_uuid(d.uuid);
+  if (d.utilization) out.set_utilization(*d.utilization);
+  out.set_memory_used_bytes(d.memory_used_bytes);
+  out.set_memory_total_bytes(d.memory_total_bytes);
+  for (const std::string& name : d.datasets) out.add_datasets(name);
+  out.set_dataset_bytes(d.dataset_bytes);
+  for (const std::string& id : d.running_jobs) out.add_running_jobs(id);
+  out.set_queued_jobs(d.queued_jobs);
+  out.set_is_default(d.is_default);
+  return out;
+}
+
+v1::DiagnoseResponse ToProto(const engine::Diagnosis& d) {
+  v1::DiagnoseResponse out;
+  out.set_libtorch_version(d.libtorch_version);
+  out.set_cuda_version(d.cuda_version);
+  out.set_driver_version(d.driver_version);
+  for (const engine::DeviceDiagnosis& dd : d.devices) {
+    v1::DeviceDiagnosis* o = out.add_devices();
+    o->set_device(dd.device);
+    o->set_name(dd.name);
+    o->set_memory_total_bytes(dd.memory_total_bytes);
+    o->set_matmul_size(dd.matmul_size);
+    o->set_matmul_flops_per_second(dd.matmul_flops_per_second);
+    o->set_host_to_device_bytes_per_second(dd.host_to_device_bytes_per_second);
+    o->set_launch_seconds(dd.launch_seconds);
+    o->set_sync_seconds(dd.sync_seconds);
+    if (dd.utilization_during_matmul) {
+      o->set_utilization_during_matmul(*dd.utilization_during_matmul);
+    }
+    if (dd.sm_activity_during_matmul) {
+      o->set_sm_activity_during_matmul(*dd.sm_activity_during_matmul);
+    }
+  }
+  if (d.measure_time != absl::InfinitePast()) {
+    SetTimestamp(d.measure_time, out.mutable_measure_time());
+  }
+  out.set_cached(d.cached);
+  return out;
+}
+
 v1::Job ToProto(const engine::JobSnapshot& job) {
   v1::Job out;
   out.set_id(job.id);
@@ -313,6 +398,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   }
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
+  *out.mutable_report() = ToProto(job.report);
   for (const auto& c : job.checkpoints) {
     v1::Checkpoint* checkpoint = out.add_checkpoints();
     checkpoint->set_epoch(c.epoch);

@@ -10,14 +10,26 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
+#include "server/metrics/metrics.h"
+#include "server/monitor/sampler.h"
 #include "server/service/dataset_service.h"
 #include "server/service/job_service.h"
+#include "server/service/system_service.h"
 
 namespace trainerd::service {
 
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (read it back with Server::port()).
   std::string listen = "127.0.0.1:50051";
+  // host:port to serve Prometheus's /metrics on; port 0 picks a free port (metrics_address());
+  // empty turns the endpoint off (the metrics are still kept).
+  std::string metrics_listen;
+  metrics::MetricsOptions metrics;
+  // How often the device sampler reads the GPUs (NVML) and the process; and the NVML library to
+  // load ("" for none: CPU only).
+  absl::Duration sample_interval = absl::Milliseconds(500);
+  std::string nvml_library = "libnvidia-ml.so.1";
+  // The engine's options; the server sets its observer and sampler.
   engine::EngineOptions engine;
 };
 
@@ -34,6 +46,10 @@ class Server {
   // The bound port.
   int port() const { return port_; }
   std::string address() const { return address_; }
+  // "host:port" of /metrics; empty when the endpoint is off.
+  std::string metrics_address() const { return metrics_address_; }
+  metrics::Metrics* metrics() { return metrics_.get(); }
+  monitor::DeviceSampler* sampler() { return sampler_.get(); }
   engine::Engine* engine() { return engine_.get(); }
   // A channel to this server that does not go through the network stack.
   std::shared_ptr<grpc::Channel> InProcessChannel();
@@ -48,9 +64,14 @@ class Server {
  private:
   Server() = default;
 
+  // Declared before the engine so that they outlive it (the engine reports to them).
+  std::unique_ptr<monitor::DeviceSampler> sampler_;
+  std::unique_ptr<metrics::Metrics> metrics_;
+  std::string metrics_address_;
   std::unique_ptr<engine::Engine> engine_;
   std::unique_ptr<DatasetServiceImpl> dataset_service_;
   std::unique_ptr<JobServiceImpl> job_service_;
+  std::unique_ptr<SystemServiceImpl> system_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

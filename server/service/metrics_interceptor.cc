@@ -1,0 +1,96 @@
+#include "server/service/metrics_interceptor.h"
+
+#include <chrono>
+#include <string>
+
+namespace trainerd::service {
+namespace {
+
+using grpc::experimental::InterceptionHookPoints;
+
+// One per RPC: created when the call arrives, observes once when the status is sent. An RPC that
+// ends without sending a status (the client went away first) is not counted.
+class MetricsInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(grpc::experimental::ServerRpcInfo* info, metrics::Metrics* metrics)
+      : metrics_(metrics),
+        method_(info->method() == nullptr ? "" : info->method()),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_STATUS)) {
+      const grpc::Status status = methods->GetSendStatus();
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      metrics_->ObserveRpc(method_, StatusCodeName(status.error_code()), seconds);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  metrics::Metrics* const metrics_;
+  const std::string method_;
+  const std::chrono::steady_clock::time_point start_;
+};
+
+class Factory final : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit Factory(metrics::Metrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new MetricsInterceptor(info, metrics_);
+  }
+
+ private:
+  metrics::Metrics* const metrics_;
+};
+
+}  // namespace
+
+absl::string_view StatusCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MetricsInterceptorFactory(
+    metrics::Metrics* metrics) {
+  return std::make_unique<Factory>(metrics);
+}
+
+}  // namespace trainerd::service

@@ -1,0 +1,22 @@
+// A server interceptor that counts every finished RPC and its latency in the metrics
+// (trainerd_grpc_requests_total, trainerd_grpc_request_duration_seconds).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <grpcpp/support/server_interceptor.h>
+
+#include "absl/strings/string_view.h"
+#include "server/metrics/metrics.h"
+
+namespace trainerd::service {
+
+// "OK", "NOT_FOUND", ... as gRPC's documentation spells the codes.
+absl::string_view StatusCodeName(grpc::StatusCode code);
+
+// For ServerBuilder::experimental().SetInterceptorCreators. `metrics` must outlive the server.
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MetricsInterceptorFactory(
+    metrics::Metrics* metrics);
+
+}  // namespace trainerd::service

@@ -1,0 +1,125 @@
+// SystemService (ListDevices, Diagnose), the job's device report and the gRPC metrics through a
+// real server on loopback.
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+#include "trainerd/v1/system.grpc.pb.h"
+
+namespace trainerd::service::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class SystemServiceTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    system_ = v1::SystemService::NewStub(channel_);
+  }
+
+  grpc::Status Diagnose(bool refresh, v1::DiagnoseResponse* response) {
+    grpc::ClientContext context;
+    v1::DiagnoseRequest request;
+    request.set_refresh(refresh);
+    return system_->Diagnose(&context, request, response);
+  }
+
+  std::unique_ptr<v1::SystemService::Stub> system_;
+};
+
+TEST_F(SystemServiceTest, ListDevicesShowsTheDefaultCpuWithItsResidentDataset) {
+  UploadSeed();
+  grpc::ClientContext context;
+  v1::ListDevicesResponse response;
+  ASSERT_TRUE(system_->ListDevices(&context, v1::ListDevicesRequest(), &response).ok());
+  ASSERT_GE(response.devices_size(), 1);
+  const v1::DeviceStatus& cpu = response.devices(0);
+  EXPECT_EQ(cpu.device(), "cpu");
+  EXPECT_TRUE(cpu.is_default());
+  EXPECT_THAT(cpu.datasets(), ::testing::ElementsAre("seed"));
+  EXPECT_EQ(cpu.dataset_bytes(), 800 * 8);
+  EXPECT_TRUE(cpu.running_jobs().empty());
+  EXPECT_EQ(cpu.queued_jobs(), 0);
+  // The sampler reads the process: its resident memory and the machine's total.
+  EXPECT_GT(cpu.memory_used_bytes(), 0);
+  EXPECT_GT(cpu.memory_total_bytes(), cpu.memory_used_bytes());
+}
+
+TEST_F(SystemServiceTest, DiagnoseMeasuresTheCpuOnceAndThenAnswersFromTheCache) {
+  v1::DiagnoseResponse first;
+  ASSERT_TRUE(Diagnose(/*refresh=*/false, &first).ok());
+  EXPECT_THAT(first.libtorch_version(), ::testing::StartsWith("2.11"));
+  EXPECT_FALSE(first.cached());
+  ASSERT_GE(first.devices_size(), 1);
+  const v1::DeviceDiagnosis& cpu = first.devices(0);
+  EXPECT_EQ(cpu.device(), "cpu");
+  EXPECT_GT(cpu.matmul_size(), 0);
+  EXPECT_GT(cpu.matmul_flops_per_second(), 1e8);  // any CPU of this century
+  EXPECT_GT(cpu.host_to_device_bytes_per_second(), 1e8);
+  EXPECT_GT(cpu.launch_seconds(), 0);
+  EXPECT_EQ(cpu.sync_seconds(), 0);
+
+  v1::DiagnoseResponse second;
+  ASSERT_TRUE(Diagnose(/*refresh=*/false, &second).ok());
+  EXPECT_TRUE(second.cached());
+  EXPECT_EQ(second.measure_time().seconds(), first.measure_time().seconds());
+  EXPECT_EQ(second.devices(0).matmul_flops_per_second(), cpu.matmul_flops_per_second());
+}
+
+TEST_F(SystemServiceTest, FinishedJobCarriesItsDeviceReportAndAVerdictAfterDiagnose) {
+  UploadSeed();
+  v1::DiagnoseResponse diagnosis;
+  ASSERT_TRUE(Diagnose(/*refresh=*/false, &diagnosis).ok());
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(LinearSpec("seed", /*epochs=*/3), &job).ok());
+  ASSERT_TRUE(Watch(job.id())->Finish().ok());
+  v1::Job ended;
+  ASSERT_TRUE(GetJob(job.id(), &ended).ok());
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  const v1::DeviceReport& report = ended.report();
+  EXPECT_GE(report.queue_seconds(), 0);
+  EXPECT_GT(report.compute_seconds(), 0);
+  EXPECT_EQ(report.host_syncs(), 3 + 1);
+  EXPECT_EQ(report.host_to_device_bytes(), 0);  // the dataset was resident on the job's device
+  EXPECT_GT(report.flops_per_step(), 0);
+  EXPECT_NEAR(report.steps_per_second() * report.compute_seconds(),
+              static_cast<double>(ended.steps()), 1e-6 * ended.steps());
+  ASSERT_TRUE(report.has_peak_fraction());
+  EXPECT_NEAR(report.peak_fraction(),
+              report.achieved_flops_per_second() / diagnosis.devices(0).matmul_flops_per_second(),
+              1e-9);
+  EXPECT_NE(report.bound(), v1::DeviceReport::BOUND_UNSPECIFIED);
+  EXPECT_FALSE(report.verdict().empty());
+}
+
+TEST_F(SystemServiceTest, RpcsAreCountedInTheMetricsByMethodAndCode) {
+  v1::Job job;
+  EXPECT_EQ(GetJob("job-000000000000", &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(GetJob("job-000000000000", &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  const std::string text = server_->metrics()->Render();
+  EXPECT_THAT(text, HasSubstr("trainerd_grpc_requests_total{code=\"NOT_FOUND\",method=\"/trainerd."
+                              "v1.JobService/GetJob\"} 2"));
+  EXPECT_THAT(text, HasSubstr("trainerd_grpc_request_duration_seconds_count{method=\"/trainerd.v1."
+                              "JobService/GetJob\"} 2"));
+}
+
+TEST_F(SystemServiceTest, JobEventsReachTheMetrics) {
+  UploadSeed();
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(LinearSpec("seed", /*epochs=*/2), &job).ok());
+  ASSERT_TRUE(Watch(job.id())->Finish().ok());
+  const std::string text = server_->metrics()->Render();
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_jobs_submitted_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_jobs_finished_total{state=\"succeeded\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_epochs_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_host_syncs_total 3\n"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("trainerd_job_epoch{job_id=\"", job.id(), "\"} 2")));
+  EXPECT_THAT(text, HasSubstr("trainerd_datasets{device=\"cpu\"} 1"));
+  EXPECT_THAT(text, HasSubstr("trainerd_dataset_resident_bytes{device=\"cpu\"} 6400"));
+}
+
+}  // namespace
+}  // namespace trainerd::service::testing
