@@ -100,6 +100,49 @@ absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& value) {
       absl::StrCat("unknown output format '", value, "' (expected table or json)"));
 }
 
+// The command named by the words in argv[first...] that complete `*group` (the group word seen
+// so far, if any), skipping flags and the values of the global flags that take one. Null when no
+// command word follows; `*group` is set when only a group word does. INVALID_ARGUMENT for an
+// unknown command, as without --help.
+absl::StatusOr<const CommandSpec*> CommandAfterHelpFlag(const std::vector<std::string>& argv,
+                                                        size_t first, bool only_words,
+                                                        std::string* group) {
+  for (size_t i = first; i < argv.size(); ++i) {
+    const std::string& token = argv[i];
+    if (!only_words && token == "--") {
+      only_words = true;
+      continue;
+    }
+    if (!only_words && token.size() >= 2 && token[0] == '-') {
+      // Skip the separate value of a global flag ("--addr HOST"); command flags are not known
+      // before the command, and a word after them is taken as a command word.
+      const bool takes_value = token == "--addr" || token == "--address" || token == "-o" ||
+                               token == "--output" || token == "--timeout";
+      if (takes_value) ++i;
+      continue;
+    }
+    if (!group->empty()) {
+      const CommandSpec* command = FindCommand(absl::StrCat(*group, " ", token));
+      if (command == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown command '", *group, " ", token,
+                                                       "' (see 'trainctl ", *group, " --help')"));
+      }
+      return command;
+    }
+    if (IsGroup(token)) {
+      *group = token;
+      continue;
+    }
+    const CommandSpec* command = FindCommand(token);
+    if (command == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown command '", token, "'", UsageHint(nullptr)));
+    }
+    return command;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 const std::vector<CommandSpec>& Commands() {
@@ -167,7 +210,8 @@ const std::vector<CommandSpec>& Commands() {
        "      --optimizer adam --lr 0.01 --epochs 100 --watch\n"
        "  trainctl submit --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
        "      --optimizer adamw --lr 0.01 --schedule cosine --warmup-epochs 5 --clip-grad-norm 1\n"
-       "  trainctl submit --dataset digits --model linear:64,relu,linear:10 --loss cross_entropy \\\n"
+       "  trainctl submit --dataset digits --model linear:64,relu,linear:10 --loss cross_entropy "
+       "\\\n"
        "      --optimizer adam --epochs 100 --validation-fraction 0.2 --early-stop-patience 5\n"
        "  trainctl submit --dataset digits --torchscript net.pt --loss cross_entropy --watch\n",
        {{"dataset", "NAME", "the resident dataset to train on (required)"},
@@ -281,6 +325,45 @@ const std::vector<CommandSpec>& Commands() {
        "\n"
        "  trainctl job model job-0123456789ab -o model.pt\n",
        {{"output-file", "FILE", "where to write the model (required; also -o FILE)"}}},
+      {"devices",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "List the daemon's devices and what is on them",
+       "Lists every device trainerd can train on: its utilization (the last sample; '-' when it\n"
+       "cannot be sampled), memory in use, the datasets resident on it, the job running on it and\n"
+       "how many wait. The daemon's default device is marked with '*'.\n",
+       {}},
+      {"top",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "Show devices and running jobs, refreshed until Ctrl-C",
+       "Shows the devices (as 'trainctl devices') and the progress of the running jobs, and\n"
+       "refreshes every --interval seconds until Ctrl-C (which exits 0). On a terminal the screen\n"
+       "is redrawn in place; otherwise each refresh follows the previous one after a blank line.\n"
+       "With -o json, prints one JSON object per refresh: {\"devices\": [...], \"jobs\": [...]}\n"
+       "with the running jobs.\n"
+       "\n"
+       "  trainctl top --interval 5\n"
+       "  trainctl top --iterations 1 > snapshot.txt\n",
+       {{"interval", "SECONDS", "time between refreshes, at least 0.1 (default 2)"},
+        {"iterations", "N", "refresh N times, then exit 0 (default: until Ctrl-C)"}}},
+      {"diagnose",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "Measure what each device can do",
+       "Runs trainerd's checks on every device: a large float32 matrix product (the peak that\n"
+       "'job get' compares a job's FLOP/s with), host-to-device copies from pinned memory, the\n"
+       "cost of a kernel launch and of a host synchronisation, and the utilization while the\n"
+       "products ran. The first run takes a few seconds; later runs print the cached results\n"
+       "unless --refresh is given. The checks share the devices with running jobs, so figures\n"
+       "taken on a busy daemon are low. The deadline is 120 s unless --timeout is given.\n",
+       {{"refresh", "", "measure again instead of printing cached results"}}},
       {"health",
        "",
        "[SERVICE]",
@@ -420,6 +503,14 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
 
     if (name == "h" || name == "help") {
       invocation.show_help = true;
+      // "trainctl --help submit" asks about submit as "trainctl submit --help" does: the command
+      // words may still follow.
+      if (command == nullptr) {
+        absl::StatusOr<const CommandSpec*> later =
+            CommandAfterHelpFlag(argv, i + 1, only_words, &group);
+        if (!later.ok()) return later.status();
+        command = *later;
+      }
       break;
     }
     if (name == "addr" || name == "address") {
@@ -451,6 +542,7 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
       absl::StatusOr<absl::Duration> timeout = ParseTimeout(*value);
       if (!timeout.ok()) return timeout.status();
       invocation.global.timeout = *timeout;
+      invocation.global.timeout_given = true;
     } else if (const FlagSpec* flag = command == nullptr ? nullptr : FindFlag(*command, name);
                flag != nullptr && absl::StartsWith(token, "--")) {
       if (flag->value_name.empty()) {
@@ -553,8 +645,8 @@ std::string TopLevelUsage() {
       ")\n"
       "  -o, --output FORMAT         table (default) or json ('job model' takes -o FILE as\n"
       "                              the file to write; --output still picks the format)\n"
-      "  --timeout SECONDS           deadline of each request (default 30; uploads get at\n"
-      "                              least 10 minutes, watching has none)\n"
+      "  --timeout SECONDS           deadline of each request (default 30; diagnose 120,\n"
+      "                              uploads at least 10 minutes, watching none)\n"
       "  -h, --help                  show help\n"
       "\n"
       "Exit status: 0 success; 1 trainerd reported an error or could not be reached, or the\n"

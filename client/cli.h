@@ -31,6 +31,9 @@ struct GlobalOptions {
   OutputFormat output = OutputFormat::kTable;
   // Deadline of each unary call; always > 0.
   absl::Duration timeout = kDefaultTimeout;
+  // --timeout was given: commands whose calls are slow by nature (diagnose) use their own longer
+  // default only when the user did not pick one.
+  bool timeout_given = false;
 };
 
 struct FlagSpec {

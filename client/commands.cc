@@ -3,14 +3,17 @@
 // a table or JSON. Errors from trainerd become one line on stderr and exit 1.
 #include "client/commands.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/connection.h"
 #include "client/health_check.h"
 #include "client/output.h"
@@ -342,6 +347,122 @@ int JobModel(const CommandContext& context) {
   return PrintText(absl::StrCat("wrote model of ", id, " to ", path, " (", written, " bytes)\n"));
 }
 
+// Diagnose measures every device for seconds on first use (or with --refresh) and may wait for
+// a measurement already running, so the usual 30 s would cut it off; --timeout still wins.
+constexpr absl::Duration kDiagnoseTimeout = absl::Seconds(120);
+
+// How `top` polls for Ctrl-C while it waits between refreshes.
+constexpr absl::Duration kTopPollStep = absl::Milliseconds(50);
+
+// "\x1b[H\x1b[2J": cursor home, clear the screen. Only written to a terminal.
+constexpr absl::string_view kClearScreen = "\x1b[H\x1b[2J";
+
+// Set by SIGINT while `top` runs; read between refreshes.
+volatile std::sig_atomic_t stop_requested = 0;
+
+extern "C" void OnInterrupt(int /*signal*/) { stop_requested = 1; }
+
+grpc::Status ListDevices(const CommandContext& context, v1::ListDevicesResponse* response) {
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  return context.connection.system().ListDevices(&call, v1::ListDevicesRequest(), response);
+}
+
+int Devices(const CommandContext& context) {
+  v1::ListDevicesResponse response;
+  grpc::Status status = ListDevices(context, &response);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  return context.json ? PrintJson(response, /*pretty=*/true) : PrintText(DeviceListTable(response));
+}
+
+int Diagnose(const CommandContext& context) {
+  v1::DiagnoseRequest request;
+  request.set_refresh(context.invocation.Has("refresh"));
+  const absl::Duration timeout = context.invocation.global.timeout_given
+                                     ? context.invocation.global.timeout
+                                     : kDiagnoseTimeout;
+  grpc::ClientContext call;
+  Connection::SetDeadline(&call, timeout);
+  v1::DiagnoseResponse response;
+  grpc::Status status = context.connection.system().Diagnose(&call, request, &response);
+  if (!status.ok()) return RpcFailure(context, status, timeout);
+  return context.json ? PrintJson(response, /*pretty=*/true) : PrintText(DiagnoseTable(response));
+}
+
+// Refreshes the devices and the running jobs every --interval until Ctrl-C (exit 0) or
+// --iterations refreshes; a failed call ends it with exit 1, as any other command.
+int Top(const CommandContext& context) {
+  absl::StatusOr<double> interval = context.invocation.GetDouble("interval", 2.0);
+  if (!interval.ok()) return UsageFailure(interval.status());
+  if (*interval < 0.1) {
+    return UsageFailure(absl::InvalidArgumentError(
+        absl::StrCat("--interval must be at least 0.1 seconds, got ", *interval)));
+  }
+  absl::StatusOr<int64_t> iterations =
+      context.invocation.GetInt("iterations", 0, 1, std::numeric_limits<int64_t>::max());
+  if (!iterations.ok()) return UsageFailure(iterations.status());
+
+  // Ctrl-C ends the loop rather than the process, so that the screen is left whole and the exit
+  // status is 0: stopping top is its normal end.
+  stop_requested = 0;
+  struct sigaction action = {};
+  action.sa_handler = OnInterrupt;
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous = {};
+  sigaction(SIGINT, &action, &previous);
+  struct RestoreOnExit {
+    struct sigaction* previous;
+    ~RestoreOnExit() { sigaction(SIGINT, previous, nullptr); }
+  } restore{&previous};
+
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  for (int64_t refresh = 0; *iterations == 0 || refresh < *iterations; ++refresh) {
+    if (refresh > 0) {
+      // Sleep in short steps so that Ctrl-C is answered at once.
+      const absl::Time until = absl::Now() + absl::Seconds(*interval);
+      while (!stop_requested && absl::Now() < until) {
+        absl::SleepFor(std::min(kTopPollStep, until - absl::Now()));
+      }
+    }
+    if (stop_requested) break;
+    v1::ListDevicesResponse devices;
+    grpc::Status status = ListDevices(context, &devices);
+    if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
+    v1::ListJobsResponse jobs;
+    grpc::ClientContext call;
+    context.connection.SetUnaryDeadline(&call);
+    status = context.connection.jobs().ListJobs(&call, v1::ListJobsRequest(), &jobs);
+    if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
+    if (stop_requested) break;
+
+    if (context.json) {
+      // No message holds both; one JSON object per line (JSON Lines) as `job watch -o json`.
+      absl::StatusOr<std::string> devices_json = ToJson(devices, /*pretty=*/false);
+      absl::StatusOr<std::string> jobs_json = ToJson(RunningJobs(jobs), /*pretty=*/false);
+      if (!devices_json.ok() || !jobs_json.ok()) {
+        PrintError(!devices_json.ok() ? devices_json.status().message()
+                                      : jobs_json.status().message());
+        return kExitFailure;
+      }
+      // {"devices":[...]} and {"jobs":[...]} merged into one object.
+      std::cout << devices_json->substr(0, devices_json->size() - 1) << "," << jobs_json->substr(1)
+                << std::endl;
+      continue;
+    }
+    std::string screen = TopScreen(devices, jobs);
+    if (tty) {
+      screen = absl::StrCat(kClearScreen, "trainerd at ", context.connection.address(), "  ",
+                            absl::FormatTime("%H:%M:%S", absl::Now(), absl::LocalTimeZone()),
+                            "  (every ", absl::StrFormat("%g", *interval), " s; Ctrl-C quits)\n\n",
+                            screen);
+    } else if (refresh > 0) {
+      screen = absl::StrCat("\n", screen);
+    }
+    std::cout << screen << std::flush;
+  }
+  return kExitOk;
+}
+
 int Health(const CommandContext& context) {
   const std::string service = context.invocation.args.empty() ? "" : context.invocation.args[0];
   grpc::ClientContext call;
@@ -383,6 +504,9 @@ int RunCommand(const Invocation& invocation) {
       {"job watch", JobWatch},
       {"job cancel", JobCancel},
       {"job model", JobModel},
+      {"devices", Devices},
+      {"top", Top},
+      {"diagnose", Diagnose},
       {"health", Health},
   };
   Connection connection({invocation.global.address, invocation.global.timeout});

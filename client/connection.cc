@@ -84,7 +84,8 @@ Connection::Connection(ConnectionOptions options)
     : options_(std::move(options)),
       channel_(CreateChannel(options_.address)),
       datasets_(v1::DatasetService::NewStub(channel_)),
-      jobs_(v1::JobService::NewStub(channel_)) {}
+      jobs_(v1::JobService::NewStub(channel_)),
+      system_(v1::SystemService::NewStub(channel_)) {}
 
 void Connection::SetUnaryDeadline(grpc::ClientContext* context) const {
   SetDeadline(context, options_.timeout);

@@ -12,6 +12,7 @@
 #include "grpcpp/support/status.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
+#include "trainerd/v1/system.grpc.pb.h"
 
 namespace trainerd::client {
 
@@ -29,7 +30,7 @@ struct ConnectionOptions {
 // Connects lazily, on the first call.
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address);
 
-// The channel and the two service stubs. Owned by the command being run; gRPC stubs are
+// The channel and the three service stubs. Owned by the command being run; gRPC stubs are
 // thread-safe, but trainctl uses one thread.
 class Connection {
  public:
@@ -38,6 +39,7 @@ class Connection {
   const std::string& address() const { return options_.address; }
   v1::DatasetService::Stub& datasets() { return *datasets_; }
   v1::JobService::Stub& jobs() { return *jobs_; }
+  v1::SystemService::Stub& system() { return *system_; }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
   // Sets the deadline of a unary call (--timeout from now).
@@ -57,6 +59,7 @@ class Connection {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::DatasetService::Stub> datasets_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::SystemService::Stub> system_;
 };
 
 }  // namespace trainerd::client

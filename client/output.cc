@@ -8,7 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "client/progress_bar.h"
 #include "common/table.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -157,6 +159,33 @@ std::string ParameterLine(const v1::Parameter& parameter) {
   return text;
 }
 
+// A fraction (0..1) as a percentage: "34.5%" (report) or "35%" (tables).
+std::string Percent(double fraction, int decimals) {
+  return absl::StrFormat("%.*f%%", decimals, 100.0 * fraction);
+}
+
+// Microseconds for the diagnose table: "4.2 µs", "-" for 0 (nothing measured, or the CPU's sync,
+// which has no queue to wait for).
+std::string Microseconds(double seconds) {
+  if (seconds <= 0 || !std::isfinite(seconds)) return "-";
+  return absl::StrFormat("%.1f µs", seconds * 1e6);
+}
+
+// Cuts `text` to `width` columns, ending in "..." when cut. Names only (ASCII in practice).
+std::string Truncate(const std::string& text, size_t width) {
+  if (text.size() <= width) return text;
+  return absl::StrCat(text.substr(0, width - 3), "...");
+}
+
+// Model names of CPUs run long ("AMD EPYC 7763 64-Core Processor"); the tables cut them so that a
+// row stays within about 100 columns. -o json has them whole.
+constexpr size_t kMaxDeviceNameColumn = 24;
+constexpr size_t kMaxDiagnoseNameColumn = 22;  // its other columns are wider
+// Dataset names are listed in `devices` only while they fit this many columns.
+constexpr size_t kMaxDatasetNames = 24;
+// Cells inside the epoch bar of `top`.
+constexpr int kTopBarWidth = 20;
+
 }  // namespace
 
 TextTable::TextTable(std::vector<std::string> headers) { rows_.push_back(std::move(headers)); }
@@ -170,26 +199,33 @@ std::string TextTable::Render() const {
   std::vector<size_t> widths;
   for (const auto& row : rows_) {
     widths.resize(std::max(widths.size(), row.size()), 0);
-    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
   }
   std::string text;
   for (const auto& row : rows_) {
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       absl::StrAppend(&line, row[i]);
-      if (i + 1 < row.size()) line.append(widths[i] - row[i].size() + 2, ' ');
+      if (i + 1 < row.size()) line.append(widths[i] - DisplayWidth(row[i]) + 2, ' ');
     }
     absl::StrAppend(&text, absl::StripTrailingAsciiWhitespace(line), "\n");
   }
   return text;
 }
 
+size_t DisplayWidth(absl::string_view text) {
+  // UTF-8 continuation bytes (10xxxxxx) add no column; "µs" is two columns, not three.
+  return static_cast<size_t>(std::count_if(text.begin(), text.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  }));
+}
+
 std::string KeyValueLines(const std::vector<std::pair<std::string, std::string>>& lines) {
   size_t width = 0;
-  for (const auto& [key, value] : lines) width = std::max(width, key.size());
+  for (const auto& [key, value] : lines) width = std::max(width, DisplayWidth(key));
   std::string text;
   for (const auto& [key, value] : lines) {
-    absl::StrAppend(&text, key, ":", std::string(width - key.size() + 2, ' '), value, "\n");
+    absl::StrAppend(&text, key, ":", std::string(width - DisplayWidth(key) + 2, ' '), value, "\n");
   }
   return text;
 }
@@ -433,6 +469,8 @@ std::string JobDetails(const v1::Job& job) {
                                              checkpoint.path(), checkpoint.size_bytes()));
     }
   }
+  // Last, so that the verdict ends the view where the eye lands.
+  if (job.has_report()) absl::StrAppend(&text, DeviceReportSection(job.report()));
   return text;
 }
 
@@ -473,6 +511,195 @@ std::string JobOutcomeLine(const v1::Job& job) {
       break;
   }
   return text;
+}
+
+std::string FormatSi(double value, absl::string_view unit) {
+  if (!std::isfinite(value)) return "-";
+  constexpr const char* kPrefixes[] = {"", "k", "M", "G", "T", "P"};
+  int prefix = 0;
+  double scaled = value;
+  while (std::fabs(scaled) >= 999.5 && prefix < 5) {
+    scaled /= 1000;
+    ++prefix;
+  }
+  // Three significant digits: enough to compare, short enough for a table cell.
+  const double magnitude = std::fabs(scaled);
+  const int decimals = magnitude == 0 || magnitude >= 99.95 ? 0 : magnitude >= 9.995 ? 1 : 2;
+  return absl::StrFormat("%.*f %s%s", decimals, scaled, kPrefixes[prefix], unit);
+}
+
+std::string BoundName(v1::DeviceReport::Bound bound) {
+  switch (bound) {
+    case v1::DeviceReport::LAUNCH_BOUND:
+      return "launch-bound";
+    case v1::DeviceReport::COMPUTE_BOUND:
+      return "compute-bound";
+    case v1::DeviceReport::TRANSFER_BOUND:
+      return "transfer-bound";
+    case v1::DeviceReport::DATA_BOUND:
+      return "data-bound";
+    case v1::DeviceReport::BALANCED:
+      return "balanced";
+    case v1::DeviceReport::BOUND_UNSPECIFIED:
+      return "-";
+    default:
+      return absl::StrCat("unknown(", static_cast<int>(bound), ")");
+  }
+}
+
+std::string DeviceReportSection(const v1::DeviceReport& report) {
+  // A report the daemon never filled in (a job still queued) would be all zeros: say nothing.
+  if (report.ByteSizeLong() == 0) return "";
+  const double times[] = {report.queue_seconds(), report.data_seconds(), report.compute_seconds(),
+                          report.host_transfer_seconds()};
+  const char* const names[] = {"queue", "data", "compute", "host transfer"};
+  double total = 0;
+  for (const double seconds : times) total += seconds;
+  std::vector<std::pair<std::string, std::string>> lines;
+  for (int i = 0; i < 4; ++i) {
+    std::string value = absl::StrFormat("%.2f s", times[i]);
+    if (total > 0) absl::StrAppend(&value, " (", Percent(times[i] / total, 1), ")");
+    lines.push_back({names[i], value});
+  }
+  if (report.has_utilization_average() || report.has_utilization_peak()) {
+    std::vector<std::string> parts;
+    if (report.has_utilization_average()) {
+      parts.push_back(absl::StrCat("average ", Percent(report.utilization_average(), 1)));
+    }
+    if (report.has_utilization_peak()) {
+      parts.push_back(absl::StrCat("peak ", Percent(report.utilization_peak(), 1)));
+    }
+    lines.push_back({"utilization", absl::StrJoin(parts, ", ")});
+  }
+  lines.push_back({"peak memory",
+                   report.peak_memory_bytes() > 0 ? FormatBytes(report.peak_memory_bytes()) : "-"});
+  lines.push_back({"steps/s", absl::StrFormat("%.1f", report.steps_per_second())});
+  lines.push_back({"host syncs", absl::StrCat(report.host_syncs())});
+  lines.push_back({"host→device", FormatBytes(report.host_to_device_bytes())});
+  // FLOPs are unknown (0) for TorchScript modules; a dash says so rather than "0 FLOP".
+  if (report.flops_per_step() > 0) {
+    lines.push_back({"FLOPs/step", FormatSi(report.flops_per_step(), "FLOP")});
+    std::string achieved = FormatSi(report.achieved_flops_per_second(), "FLOP/s");
+    if (report.has_peak_fraction()) {
+      absl::StrAppend(&achieved, " (", Percent(report.peak_fraction(), 1), " of measured peak)");
+    }
+    lines.push_back({"achieved", achieved});
+  } else {
+    lines.push_back({"FLOPs/step", "- (unknown for this model)"});
+  }
+  if (report.has_overhead_fraction()) {
+    lines.push_back(
+        {"overhead", absl::StrCat(Percent(report.overhead_fraction(), 1), " of step time")});
+  }
+  std::string text = "report:\n";
+  for (absl::string_view line : absl::StrSplit(KeyValueLines(lines), '\n', absl::SkipEmpty())) {
+    absl::StrAppend(&text, "  ", line, "\n");
+  }
+  // The verdict carries its own bound ("launch-bound: ..."); the bound alone is the fallback.
+  if (!report.verdict().empty()) {
+    absl::StrAppend(&text, "verdict:  ", report.verdict(), "\n");
+  } else if (report.bound() != v1::DeviceReport::BOUND_UNSPECIFIED) {
+    absl::StrAppend(&text, "verdict:  ", BoundName(report.bound()), "\n");
+  }
+  return text;
+}
+
+std::string DeviceListTable(const v1::ListDevicesResponse& response) {
+  TextTable table({"DEVICE", "NAME", "UTIL", "MEMORY", "DATASETS", "RUNNING", "QUEUED"});
+  for (const v1::DeviceStatus& device : response.devices()) {
+    std::string memory = "-";
+    if (device.memory_total_bytes() > 0) {
+      memory = absl::StrCat(FormatBytes(device.memory_used_bytes()), "/",
+                            FormatBytes(device.memory_total_bytes()));
+    } else if (device.memory_used_bytes() > 0) {
+      memory = FormatBytes(device.memory_used_bytes());
+    }
+    std::string datasets = "-";
+    if (device.datasets_size() > 0) {
+      datasets = absl::StrCat(device.datasets_size(), ", ", FormatBytes(device.dataset_bytes()));
+      const std::string names = absl::StrJoin(device.datasets(), ",");
+      if (names.size() <= kMaxDatasetNames) absl::StrAppend(&datasets, " (", names, ")");
+    }
+    table.AddRow({absl::StrCat(device.device(), device.is_default() ? "*" : ""),
+                  OrDash(Truncate(device.name(), kMaxDeviceNameColumn)),
+                  device.has_utilization() ? Percent(device.utilization(), 0) : "-", memory,
+                  datasets,
+                  device.running_jobs_size() > 0 ? absl::StrJoin(device.running_jobs(), ",") : "-",
+                  absl::StrCat(device.queued_jobs())});
+  }
+  return table.Render();
+}
+
+std::string DiagnoseTable(const v1::DiagnoseResponse& response) {
+  std::string measured = FormatTimestamp(response.measure_time());
+  if (response.cached()) absl::StrAppend(&measured, " (cached; --refresh measures again)");
+  std::vector<std::pair<std::string, std::string>> header = {
+      {"libtorch",
+       absl::StrCat(OrDash(response.libtorch_version()),
+                    response.cuda_version().empty()
+                        ? " (CPU-only build)"
+                        : absl::StrCat(" (built with CUDA ", response.cuda_version(), ")"))},
+  };
+  if (!response.driver_version().empty()) {
+    header.push_back({"driver", absl::StrCat("CUDA ", response.driver_version())});
+  }
+  header.push_back({"measured", measured});
+
+  // A row per device rather than a block per device: rows let the devices be compared at a
+  // glance. The units sit in the cells so that the headers stay short, and NAME is last (and cut)
+  // because CPU model names are long; the figures keep their columns whatever the name.
+  TextTable table({"DEVICE", "MEMORY", "MATMUL", "H2D", "LAUNCH", "SYNC", "UTIL", "SM", "NAME"});
+  for (const v1::DeviceDiagnosis& device : response.devices()) {
+    std::string matmul = "-";
+    if (device.matmul_flops_per_second() > 0) {
+      matmul = FormatSi(device.matmul_flops_per_second(), "FLOP/s");
+      if (device.matmul_size() > 0) absl::StrAppend(&matmul, " n=", device.matmul_size());
+    }
+    table.AddRow(
+        {device.device(),
+         device.memory_total_bytes() > 0 ? FormatBytes(device.memory_total_bytes()) : "-", matmul,
+         device.host_to_device_bytes_per_second() > 0
+             ? absl::StrFormat("%.1f GB/s", device.host_to_device_bytes_per_second() / 1e9)
+             : "-",
+         Microseconds(device.launch_seconds()), Microseconds(device.sync_seconds()),
+         device.has_utilization_during_matmul() ? Percent(device.utilization_during_matmul(), 0)
+                                                : "-",
+         device.has_sm_activity_during_matmul() ? Percent(device.sm_activity_during_matmul(), 0)
+                                                : "-",
+         OrDash(Truncate(device.name(), kMaxDiagnoseNameColumn))});
+  }
+  return absl::StrCat(
+      KeyValueLines(header), "\n", table.Render(),
+      "\nMATMUL: float32 n x n matrix product (2n^3 FLOPs); H2D: copies from pinned host memory\n"
+      "(a memcpy on the cpu); LAUNCH: an empty kernel (the smallest op on the cpu); SYNC: one "
+      "host\n"
+      "synchronisation; UTIL, SM: utilization and SM activity during the matrix products.\n");
+}
+
+v1::ListJobsResponse RunningJobs(const v1::ListJobsResponse& response) {
+  v1::ListJobsResponse running;
+  for (const v1::Job& job : response.jobs()) {
+    if (job.state() == v1::JOB_STATE_RUNNING) *running.add_jobs() = job;
+  }
+  return running;
+}
+
+std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobsResponse& jobs) {
+  std::string text = DeviceListTable(devices);
+  const v1::ListJobsResponse running = RunningJobs(jobs);
+  if (running.jobs_size() == 0) return absl::StrCat(text, "\nno running jobs\n");
+  TextTable table({"JOB", "DEVICE", "EPOCH", "LOSS", "SAMPLES/S", "PROGRESS"});
+  for (const v1::Job& job : running.jobs()) {
+    const int32_t planned = job.spec().epochs();
+    const double fraction =
+        planned > 0 ? static_cast<double>(job.epochs_size()) / static_cast<double>(planned) : 0.0;
+    table.AddRow(
+        {job.id(), JobDevice(job), EpochProgress(job),
+         job.epochs_size() > 0 ? FormatLoss(job.epochs(job.epochs_size() - 1).loss()) : "-",
+         absl::StrFormat("%.1f", job.samples_per_second()),
+         ProgressBar::Bar(fraction, kTopBarWidth)});
+  }
+  return absl::StrCat(text, "\n", table.Render());
 }
 
 }  // namespace trainerd::client

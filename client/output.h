@@ -8,10 +8,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
 #include "trainerd/v1/datasets.pb.h"
 #include "trainerd/v1/jobs.pb.h"
+#include "trainerd/v1/system.pb.h"
 
 namespace trainerd::client {
 
@@ -28,6 +30,9 @@ class TextTable {
  private:
   std::vector<std::vector<std::string>> rows_;  // rows_[0] holds the headers
 };
+
+// Columns a UTF-8 string takes on a terminal: its code points (no wide characters are used).
+size_t DisplayWidth(absl::string_view text);
 
 // "key:  value" lines with the values aligned, each ending in "\n".
 std::string KeyValueLines(const std::vector<std::pair<std::string, std::string>>& lines);
@@ -60,6 +65,30 @@ std::string DatasetDetails(const v1::Dataset& dataset);
 inline constexpr int kShownParameterValues = 10;
 std::string JobListTable(const v1::ListJobsResponse& response);
 std::string JobDetails(const v1::Job& job);
+
+// A quantity with a decimal prefix and three significant digits: "512 FLOP", "1.23 GFLOP/s",
+// "45.6 TFLOP/s" (prefixes k, M, G, T, P); "-" for a non-finite value.
+std::string FormatSi(double value, absl::string_view unit);
+
+// "launch-bound", "compute-bound", ...; "-" for BOUND_UNSPECIFIED.
+std::string BoundName(v1::DeviceReport::Bound bound);
+
+// The "report:" section of `job get` (indented key-value lines: time split, utilization, memory,
+// speed, FLOPs) followed by the "verdict:" line. "" for a report with nothing set.
+std::string DeviceReportSection(const v1::DeviceReport& report);
+
+// `trainctl devices`: one row per device, the default one marked with "*".
+std::string DeviceListTable(const v1::ListDevicesResponse& response);
+
+// `trainctl diagnose`: versions and measure time, then one row per device.
+std::string DiagnoseTable(const v1::DiagnoseResponse& response);
+
+// The RUNNING jobs of `response`, in its order.
+v1::ListJobsResponse RunningJobs(const v1::ListJobsResponse& response);
+
+// One screen of `trainctl top`: the devices table, then the running jobs with their epoch
+// progress ("no running jobs" when there are none).
+std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobsResponse& jobs);
 
 // `job watch`: "epoch 12/100  loss 0.012345" (without "/N" when planned_epochs <= 0), followed by
 // "  val_loss 0.023456  val_acc 97.25%" when the epoch carries them, and the closing line, e.g.

@@ -2,6 +2,7 @@
 #include "client/progress_bar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,10 +41,7 @@ void ProgressBar::Finish() {
 std::string ProgressBar::Render(int64_t done_bytes, int64_t total_bytes) {
   const double fraction =
       total_bytes <= 0 ? 1.0 : std::clamp(static_cast<double>(done_bytes) / total_bytes, 0.0, 1.0);
-  const int filled = static_cast<int>(fraction * kBarWidth);
-  std::string bar =
-      absl::StrFormat("[%s%s] %3d%% ", std::string(filled, '#'),
-                      std::string(kBarWidth - filled, ' '), static_cast<int>(fraction * 100));
+  const std::string bar = absl::StrCat(Bar(fraction, kBarWidth), " ");
   // One unit for both numbers, picked by the total.
   if (total_bytes < 1024) return absl::StrCat(bar, done_bytes, "/", total_bytes, " B");
   constexpr const char* kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -55,6 +53,13 @@ std::string ProgressBar::Render(int64_t done_bytes, int64_t total_bytes) {
   }
   return absl::StrCat(
       bar, absl::StrFormat("%.1f/%.1f %s", done_bytes / scale, total_bytes / scale, kUnits[unit]));
+}
+
+std::string ProgressBar::Bar(double fraction, int width) {
+  fraction = std::isnan(fraction) ? 0.0 : std::clamp(fraction, 0.0, 1.0);
+  const int filled = static_cast<int>(fraction * width);
+  return absl::StrFormat("[%s%s] %3d%%", std::string(filled, '#'), std::string(width - filled, ' '),
+                         static_cast<int>(fraction * 100));
 }
 
 }  // namespace trainerd::client

@@ -23,6 +23,9 @@ class ProgressBar {
 
   // The bar's text for `done` of `total` bytes, without "\r".
   static std::string Render(int64_t done_bytes, int64_t total_bytes);
+  // The bar alone, `width` cells inside the brackets, and the percentage: "[###       ]  30%".
+  // `fraction` is clamped to [0, 1]. Also used for the epochs of `trainctl top`.
+  static std::string Bar(double fraction, int width);
 
  private:
   int64_t total_bytes_;

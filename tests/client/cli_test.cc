@@ -210,7 +210,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ArgumentCounts{{"dataset", "rm"}, 1, 1}, ArgumentCounts{{"submit"}, 0, 0},
                       ArgumentCounts{{"job", "list"}, 0, 0}, ArgumentCounts{{"job", "get"}, 1, 1},
                       ArgumentCounts{{"job", "watch"}, 1, 1},
-                      ArgumentCounts{{"job", "cancel"}, 1, 1}, ArgumentCounts{{"health"}, 0, 1}));
+                      ArgumentCounts{{"job", "cancel"}, 1, 1}, ArgumentCounts{{"health"}, 0, 1},
+                      ArgumentCounts{{"devices"}, 0, 0}, ArgumentCounts{{"top"}, 0, 0},
+                      ArgumentCounts{{"diagnose"}, 0, 0}));
 
 INSTANTIATE_TEST_SUITE_P(CommandsWithArguments, RequiredArgumentsTest,
                          ::testing::Values(ArgumentCounts{{"dataset", "upload"}, 2, 2},
@@ -228,10 +230,9 @@ TEST(ParseCommandLineTest, DatasetUploadWithoutFileSaysNameAndFileAreNeeded) {
 TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   std::vector<std::string> paths;
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
-  EXPECT_THAT(paths,
-              ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
-                          "job list", "job get", "job watch", "job cancel", "job model", "health",
-                          "help"));
+  EXPECT_THAT(paths, ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm",
+                                 "submit", "job list", "job get", "job watch", "job cancel",
+                                 "job model", "devices", "top", "diagnose", "health", "help"));
 }
 
 TEST(ParseCommandLineTest, DatasetLsIsAnAliasOfDatasetList) {
@@ -481,6 +482,98 @@ TEST(ParseCommandLineTest, HelpCommandForGroupListsTheGroupsCommands) {
 
 TEST(ParseCommandLineTest, HelpForUnknownCommandIsRejected) {
   EXPECT_EQ(ParseError({"help", "frob"}), "unknown command 'frob' (see 'trainctl --help')");
+}
+
+// "trainctl --help submit" is "trainctl submit --help", whatever global flags come between.
+TEST(ParseCommandLineTest, HelpFlagBeforeCommandShowsCommandUsage) {
+  const absl::StatusOr<Invocation> after = Parse({"submit", "--help"});
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (const std::vector<std::string>& words : std::vector<std::vector<std::string>>{
+           {"--help", "submit"},
+           {"-h", "submit"},
+           {"--help", "--addr", "host:1", "-o", "json", "--timeout", "5", "submit"},
+           {"--help", "--", "submit"}}) {
+    const absl::StatusOr<Invocation> before = Parse(words);
+    ASSERT_TRUE(before.ok()) << before.status();
+    EXPECT_TRUE(before->show_help);
+    ASSERT_NE(before->command, nullptr);
+    EXPECT_EQ(before->command->path, "submit");
+    EXPECT_EQ(before->help_text, after->help_text);
+  }
+}
+
+TEST(ParseCommandLineTest, HelpFlagBeforeTwoWordCommandShowsItsUsage) {
+  for (const std::vector<std::string>& words :
+       std::vector<std::vector<std::string>>{{"--help", "job", "get"}, {"job", "--help", "get"}}) {
+    const absl::StatusOr<Invocation> invocation = Parse(words);
+    ASSERT_TRUE(invocation.ok()) << invocation.status();
+    EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl job get ID\n"));
+  }
+}
+
+TEST(ParseCommandLineTest, HelpFlagBeforeGroupListsTheGroupsCommands) {
+  const absl::StatusOr<Invocation> invocation = Parse({"--help", "dataset"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->command, nullptr);
+  EXPECT_THAT(invocation->help_text, StartsWith("Usage: trainctl dataset SUBCOMMAND"));
+}
+
+TEST(ParseCommandLineTest, HelpFlagBeforeUnknownCommandIsRejected) {
+  EXPECT_EQ(ParseError({"--help", "frob"}), "unknown command 'frob' (see 'trainctl --help')");
+  EXPECT_EQ(ParseError({"--help", "job", "frob"}),
+            "unknown command 'job frob' (see 'trainctl job --help')");
+}
+
+// ---- devices, top, diagnose ------------------------------------------------------------------
+
+TEST(ParseCommandLineTest, DiagnoseTakesRefresh) {
+  const absl::StatusOr<Invocation> invocation = Parse({"diagnose", "--refresh"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->command->path, "diagnose");
+  EXPECT_TRUE(invocation->Has("refresh"));
+  EXPECT_FALSE(invocation->global.timeout_given);
+  EXPECT_EQ(ParseError({"diagnose", "--refresh=yes"}), "flag --refresh takes no value");
+}
+
+TEST(ParseCommandLineTest, TimeoutGivenIsRecordedForDiagnosesLongerDefault) {
+  const absl::StatusOr<Invocation> invocation = Parse({"diagnose", "--timeout", "300"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_TRUE(invocation->global.timeout_given);
+  EXPECT_EQ(invocation->global.timeout, absl::Seconds(300));
+}
+
+TEST(ParseCommandLineTest, TopTakesIntervalAndIterations) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"top", "--interval", "0.5", "--iterations=3"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->command->path, "top");
+  EXPECT_THAT(invocation->flags, ElementsAre(Pair("interval", "0.5"), Pair("iterations", "3")));
+  EXPECT_EQ(*invocation->GetDouble("interval", 2), 0.5);
+  EXPECT_EQ(*invocation->GetInt("iterations", 0, 1, 100), 3);
+}
+
+TEST(ParseCommandLineTest, DevicesTakesNoFlags) {
+  const absl::StatusOr<Invocation> invocation = Parse({"-o", "json", "devices"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->command->path, "devices");
+  EXPECT_EQ(invocation->global.output, OutputFormat::kJson);
+  EXPECT_EQ(ParseError({"devices", "--refresh"}),
+            "unknown flag '--refresh' for 'devices' (see 'trainctl devices --help')");
+}
+
+TEST(ParseCommandLineTest, HelpCommandShowsTheNewCommands) {
+  const absl::StatusOr<Invocation> diagnose = Parse({"help", "diagnose"});
+  ASSERT_TRUE(diagnose.ok()) << diagnose.status();
+  EXPECT_THAT(diagnose->help_text, StartsWith("Usage: trainctl diagnose [FLAGS]\n"));
+  EXPECT_THAT(diagnose->help_text, HasSubstr("\n  --refresh  "));
+  EXPECT_THAT(diagnose->help_text, HasSubstr("120 s unless --timeout"));
+  const absl::StatusOr<Invocation> top = Parse({"top", "--help"});
+  ASSERT_TRUE(top.ok()) << top.status();
+  EXPECT_THAT(top->help_text, HasSubstr("\n  --interval SECONDS  "));
+  EXPECT_THAT(top->help_text, HasSubstr("\n  --iterations N  "));
+  const absl::StatusOr<Invocation> devices = Parse({"help", "devices"});
+  ASSERT_TRUE(devices.ok()) << devices.status();
+  EXPECT_THAT(devices->help_text, StartsWith("Usage: trainctl devices\n"));
 }
 
 TEST(UsageTest, TopLevelUsageListsEveryCommandSummary) {

@@ -45,6 +45,12 @@ TEST(ProgressBarRenderTest, OvershootIsClampedToFull) {
   EXPECT_EQ(ProgressBar::Render(4096, 2048), "[" + std::string(30, '#') + "] 100% 4.0/2.0 KiB");
 }
 
+TEST(ProgressBarBarTest, FillsByFractionAndClamps) {
+  EXPECT_EQ(ProgressBar::Bar(0.3, 10), "[###       ]  30%");
+  EXPECT_EQ(ProgressBar::Bar(-1, 4), "[    ]   0%");
+  EXPECT_EQ(ProgressBar::Bar(2, 4), "[####] 100%");
+}
+
 // A temporary file for the bar to draw on; Contents() reads back what was written.
 class ProgressBarDrawTest : public ::testing::Test {
  protected:
