@@ -24,7 +24,7 @@ trap cleanup EXIT
 step() { printf '\n== %s\n' "$*"; }
 
 step "starting trainerd (device $DEVICE, data in a temporary folder)"
-"$TRAINERD" --listen=127.0.0.1:0 --data_dir="$work/data" --device="$DEVICE" \
+"$TRAINERD" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --data_dir="$work/data" --device="$DEVICE" \
   >"$work/trainerd.out" 2>"$work/trainerd.log" &
 daemon_pid=$!
 # trainerd prints "trainerd listening on HOST:PORT (device ...)" once it serves.
@@ -62,6 +62,23 @@ print(f"learned  y = {params['0.bias'][0]:.4f} + {params['0.weight'][0]:.4f} x  
 print(f"final loss {job['final_loss']:.6f} after {epochs} epochs on {job['device']}")
 print(f"{int(job['steps'])} steps in {job['wall_seconds']:.2f} s ({job['samples_per_second']:.0f} samples/s), "
       f"{int(job['host_syncs'])} host syncs ({epochs} epochs + 1 parameter read-back)")
+PY
+
+step "why it ran at that speed (the job's device report)"
+"$TRAINCTL" job get "$job_id" | sed -n '/^report:/,$p'
+
+step "the daemon's devices, measured at start (trainctl diagnose)"
+"$TRAINCTL" diagnose
+
+metrics="$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$work/trainerd.out")"
+step "Prometheus metrics at $metrics (a few of them)"
+"$PYTHON" - "$metrics" <<'PY'
+import sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+for line in text.splitlines():
+    if line.startswith(("trainerd_jobs_finished_total", "trainerd_epochs_total",
+                        "trainerd_host_syncs_total", "trainerd_steps_total")):
+        print(line)
 PY
 
 step "stopping trainerd"

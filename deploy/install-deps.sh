@@ -2,7 +2,9 @@
 # Installs everything trainerd needs to build and test on Debian 12, idempotently.
 #
 #   - Debian packages: the toolchain (when missing), gRPC, Protobuf, Abseil, prometheus-cpp,
-#     GoogleTest/GoogleMock. `apt-get update` runs only when something is missing.
+#     GoogleTest/GoogleMock, and Prometheus itself (`prometheus` and `promtool`, which the
+#     end-to-end test runs; the package's service is not started). `apt-get update` runs only when
+#     something is missing.
 #   - LibTorch, from PyPI's CUDA-enabled `torch` wheel (one pinned version), in a virtual
 #     environment outside the clone so that every clone and CI run reuses it:
 #       $TRAINERD_TORCH_VENV, default ${XDG_CACHE_HOME:-$HOME/.cache}/trainerd/torch-<version>
@@ -32,6 +34,7 @@ APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config python3 python3-venv libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libgtest-dev libgmock-dev
+  prometheus
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -41,8 +44,30 @@ for p in "${APT_PACKAGES[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
+  # The `prometheus` package is here only for its binaries (tests/e2e/prometheus_test.cc starts
+  # its own server on a free loopback port): its postinst would start (and, under systemd, enable)
+  # a system-wide server on :9090. A policy-rc.d that denies every action keeps invoke-rc.d and
+  # deb-systemd-invoke from starting anything during this install; an administrator's own
+  # policy-rc.d, if any, is left alone.
+  POLICY_RC=/usr/sbin/policy-rc.d
+  own_policy=""
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ ! -e "$POLICY_RC" ]; then
+    printf '#!/bin/sh\n# Written by trainerd deploy/install-deps.sh for the duration of one install.\nexit 101\n' |
+      $SUDO tee "$POLICY_RC" >/dev/null
+    $SUDO chmod 755 "$POLICY_RC"
+    own_policy=1
+    trap '$SUDO rm -f "$POLICY_RC"' EXIT
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  if [ -n "$own_policy" ]; then
+    $SUDO rm -f "$POLICY_RC"
+    trap - EXIT
+    # Under systemd the postinst also enabled the unit: keep it from starting at the next boot.
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+      $SUDO systemctl disable prometheus.service >/dev/null 2>&1 || true
+    fi
+  fi
 fi
 
 # --- LibTorch from PyPI's torch wheel ------------------------------------------------------------

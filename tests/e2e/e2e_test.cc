@@ -77,7 +77,8 @@ class EndToEndTest : public ::testing::Test {
   void StartDaemon() {
     daemon_ = std::make_unique<Daemon>(std::vector<std::string>{
         TRAINERD_BIN, "--listen=127.0.0.1:0", "--data_dir=" + (dir_ / "data").string(),
-        "--device=cpu"});
+        "--device=cpu", "--metrics_listen=127.0.0.1:0",
+        std::string("--diagnose_at_start=") + (diagnose_at_start_ ? "true" : "false")});
     std::string line;
     ASSERT_TRUE(daemon_->ReadLine(&line)) << "trainerd exited: " << daemon_->Stderr();
     const std::string marker = "listening on ";
@@ -98,6 +99,9 @@ class EndToEndTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  // Off by default: the start-up measurement costs a second of both cores, which the other
+  // tests running alongside should not pay for.
+  bool diagnose_at_start_ = false;
   std::unique_ptr<Daemon> daemon_;
   std::string addr_;
 };
@@ -545,6 +549,59 @@ TEST_F(EndToEndTest, SmallCnnOnImagesTrainsAndDownloadedModelMatchesDaemon) {
                 "print(repr(loss / len(y)), repr(correct / len(y)))\n",
                 model, val_x, val_y, batch_size}),
       "python");
+}
+
+// Issue 4 through the binaries: a daemon that measured its devices at start gives the seed job a
+// verdict; diagnose, devices and top print them.
+class ObservabilityEndToEndTest : public EndToEndTest {
+ protected:
+  void SetUp() override {
+    diagnose_at_start_ = true;
+    EndToEndTest::SetUp();
+  }
+};
+
+TEST_F(ObservabilityEndToEndTest, SeedJobGetsAReportWithAVerdictAndDiagnoseShowsTheCpu) {
+  // Diagnose waits for the start-up measurement, so the verdict below has its figures.
+  RunResult diagnose = Ctl({"diagnose"});
+  ASSERT_EQ(diagnose.exit_code, 0) << diagnose.err;
+  EXPECT_THAT(diagnose.out, HasSubstr("libtorch:  2.11.0"));
+  EXPECT_THAT(diagnose.out, HasSubstr("(cached; --refresh measures again)"));
+  EXPECT_THAT(diagnose.out, ::testing::ContainsRegex("\ncpu +[0-9.]+ [KMGT]iB +[0-9.]+ GFLOP/s"));
+
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                       "--batch-size", "16", "--epochs", "20", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  const v1::DeviceReport& report = job.report();
+  EXPECT_EQ(report.host_syncs(), 21);
+  EXPECT_GT(report.compute_seconds(), 0);
+  EXPECT_GT(report.steps_per_second(), 0);
+  EXPECT_DOUBLE_EQ(report.flops_per_step(), 96);  // 16 rows x 2 FLOPs x (forward + 2 backward)
+  ASSERT_TRUE(report.has_peak_fraction());
+  EXPECT_LT(report.peak_fraction(), 0.01);
+  // Two parameters per step are nothing next to the per-step overhead, on any device.
+  EXPECT_EQ(report.bound(), v1::DeviceReport::LAUNCH_BOUND) << report.verdict();
+  EXPECT_THAT(report.verdict(), ::testing::StartsWith("launch-bound: "));
+
+  RunResult table = Ctl({"job", "get", id});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("\nverdict:  launch-bound: "));
+}
+
+TEST_F(ObservabilityEndToEndTest, DevicesAndTopShowTheCpuWithItsDatasets) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult devices = Ctl({"devices"});
+  ASSERT_EQ(devices.exit_code, 0) << devices.err;
+  EXPECT_THAT(devices.out, ::testing::ContainsRegex("\ncpu\\* .*1, [0-9.]+ KiB \\(seed\\)"));
+  RunResult top = Ctl({"top", "--iterations", "2", "--interval", "0.1"});
+  ASSERT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_THAT(top.out, HasSubstr("no running jobs"));
 }
 
 }  // namespace
