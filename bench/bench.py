@@ -42,13 +42,16 @@ class Daemon:
         self.ctl = os.path.join(build_dir, 'client', 'trainctl')
         self.proc = subprocess.Popen(
             [os.path.join(build_dir, 'server', 'trainerd'), '--listen=127.0.0.1:0',
-             f'--data_dir={work}/data', f'--device={device}'],
+             '--metrics_listen=127.0.0.1:0', f'--data_dir={work}/data', f'--device={device}'],
             stdout=subprocess.PIPE, stderr=open(os.path.join(work, 'trainerd.log'), 'w'), text=True)
         line = self.proc.stdout.readline()
         m = re.search(r'listening on (\S+)', line)
         if not m:
             raise RuntimeError(f'trainerd did not start: {line!r}')
         self.addr = m.group(1)
+        # Waits for the start-up measurement (peak, launch cost), so that it neither overlaps a
+        # timed job nor leaves the jobs' verdicts without figures; kept in the results.
+        self.diagnosis = self.ctl_json('diagnose')
 
     def ctl_json(self, *args):
         out = run([self.ctl, '--addr', self.addr, '-o', 'json', *args]).stdout
@@ -76,7 +79,8 @@ def trainerd_run(daemon, workload, device, epochs, work, uploaded):
     steps = int(job['steps'])
     return dict(seconds=job['wall_seconds'], us_per_step=job['wall_seconds'] / steps * 1e6,
                 samples_per_s=job['samples_per_second'], final_loss=job['final_loss'],
-                host_syncs=int(job['host_syncs']), steps=steps)
+                host_syncs=int(job['host_syncs']), steps=steps,
+                verdict=job.get('report', {}).get('verdict', ''))
 
 
 def pytorch_run(seed_script, workload, style, device, epochs):
@@ -126,6 +130,9 @@ def main():
                         print(f"{workload:5} {device:7} {name:18} {r['seconds']:8.3f} s "
                               f"{r['us_per_step']:9.1f} us/step {r['samples_per_s']:12.0f} samples/s "
                               f"loss {r['final_loss']:.6f}", flush=True)
+                        if r.get('verdict'):
+                            print(f"      verdict: {r['verdict']}", flush=True)
+                meta.setdefault('diagnosis', {})[device] = daemon.diagnosis
             finally:
                 daemon.stop()
     if a.results_dir:

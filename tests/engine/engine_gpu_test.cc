@@ -200,6 +200,29 @@ TEST(ClipGradNormGpuTest, ClippingAndAStepOnCudaNeverSynchroniseWithTheHost) {
   EXPECT_NEAR(norm, 1.3, 1e-5);
 }
 
+// Issue 4's acceptance on a GPU: after the device is measured, the seed job (two parameters,
+// batches of 16) is launch-bound, and the verdict says so with a recommendation.
+TEST_F(EngineGpuTest, SeedJobOnCudaIsLaunchBoundAfterDiagnose) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  std::unique_ptr<Engine> engine = StartEngine("cuda");
+  ASSERT_NE(engine, nullptr);
+  absl::StatusOr<Diagnosis> diagnosis = engine->Diagnose(/*refresh=*/false);
+  ASSERT_TRUE(diagnosis.ok()) << diagnosis.status();
+  ASSERT_GE(diagnosis->devices.size(), 2u);  // cpu and cuda:0
+  ASSERT_TRUE(Upload(*engine, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.device = "cuda:0";
+
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine, spec);
+
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  EXPECT_EQ(job->report.bound, SpeedBound::kLaunchBound) << job->report.verdict;
+  EXPECT_THAT(job->report.verdict, ::testing::StartsWith("launch-bound: "));
+  EXPECT_THAT(job->report.verdict, ::testing::HasSubstr("too small for cuda:0"));
+  EXPECT_EQ(job->report.host_syncs, 100 + 1);
+}
+
 // Mixed precision on CUDA: the seed job in bf16 and fp16 learns the line with exactly the host
 // transfers of an fp32 job (fp16's scale and skips ride on the epoch's transfer).
 class MixedPrecisionGpuTest : public EngineGpuTest,
