@@ -4,7 +4,8 @@
 # times second, a short table last:
 #   1. environment: nvidia-smi, torch and CUDA versions, missing libraries;
 #   2. correctness: the GPU tests (seed job on cuda converges like on the CPU, host_syncs);
-#   3. timings: bench/bench.py on cpu and cuda (trainerd vs the seed's PyTorch loops).
+#   3. observability: Diagnose, devices, the seed job's report and /metrics (NVML's GPU series);
+#   4. timings: bench/bench.py on cpu and cuda (trainerd vs the seed's PyTorch loops).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 RESULTS_DIR="${RESULTS_DIR:-/tmp/trainerd-gpu-results}"
@@ -27,6 +28,31 @@ status=0
   tee "$RESULTS_DIR/gpu_test.txt" | tail -5 || status=1
 
 # bench.py expects the build layout (server/trainerd, client/trainctl).
+# Issue 4 on real hardware: NVML through dlopen, Diagnose on cuda:0, /metrics with GPU series.
+obs="$RESULTS_DIR/observability"
+mkdir -p "$obs"
+"$DEPS/bin/trainerd" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --device=cuda \
+  --data_dir="$(mktemp -d)" >"$obs/trainerd.out" 2>"$obs/trainerd.log" &
+obs_pid=$!
+for _ in $(seq 100); do grep -q 'metrics on' "$obs/trainerd.out" 2>/dev/null && break; sleep 0.1; done
+obs_addr="$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$obs/trainerd.out")"
+obs_metrics="$(sed -n 's/.*metrics on \(http[^ ]*\).*/\1/p' "$obs/trainerd.out")"
+if [ -n "$obs_addr" ]; then
+  ctl() { "$DEPS/bin/trainctl" --addr "$obs_addr" "$@"; }
+  ctl diagnose 2>&1 | tee "$obs/diagnose.txt"
+  ctl devices 2>&1 | tee "$obs/devices.txt"
+  "$PY" bench/seed_data.py "$obs/seed.csv" >/dev/null && ctl dataset upload seed "$obs/seed.csv" >/dev/null
+  ctl submit --dataset seed --model linear:1 --lr 0.1 --batch-size 16 --epochs 100 --seed 42 \
+    --watch >"$obs/watch.txt" 2>&1
+  ctl job get "$(head -1 "$obs/watch.txt")" 2>&1 | tee "$obs/job.txt" | sed -n '/^report:/,$p'
+  "$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+    "$obs_metrics" >"$obs/metrics.txt" 2>&1 || status=1
+  grep -E '^trainerd_gpu_' "$obs/metrics.txt" || echo "no trainerd_gpu_ series (see $obs/trainerd.log)"
+else
+  echo "observability: trainerd did not start" | tee -a "$obs/trainerd.log"; status=1
+fi
+kill -TERM "$obs_pid" 2>/dev/null; wait "$obs_pid" 2>/dev/null
+
 mkdir -p "$DEPS/build/server" "$DEPS/build/client"
 ln -sf "$DEPS/bin/trainerd" "$DEPS/build/server/trainerd"
 ln -sf "$DEPS/bin/trainctl" "$DEPS/build/client/trainctl"
