@@ -113,6 +113,13 @@ SpeedVerdict JudgeSpeed(const SpeedFigures& f) {
   if (f.launch_seconds.has_value() && std::isfinite(*f.launch_seconds) &&
       *f.launch_seconds >= 0.0) {
     overhead_seconds = static_cast<double>(kernels) * *f.launch_seconds;
+    // A step that does almost no arithmetic spends the time its work at peak does not explain on
+    // per-step costs (launches and dispatch the kernel estimate does not count, the allocator,
+    // the loop): that time is the overhead, whatever the estimate says.
+    if (verdict.peak_fraction.has_value() && *verdict.peak_fraction < kTinyWorkPeakFraction) {
+      overhead_seconds =
+          std::max(overhead_seconds, step_seconds * (1.0 - *verdict.peak_fraction));
+    }
     verdict.overhead_fraction = std::min(1.0, overhead_seconds / step_seconds);
   }
 
@@ -133,11 +140,8 @@ SpeedVerdict JudgeSpeed(const SpeedFigures& f) {
 
   const bool below_compute_bound =
       !verdict.peak_fraction.has_value() || *verdict.peak_fraction < kComputeBoundPeakFraction;
-  const bool tiny_work =
-      verdict.peak_fraction.has_value() && *verdict.peak_fraction < kTinyWorkPeakFraction;
   if (verdict.overhead_fraction.has_value() && below_compute_bound &&
-      (*verdict.overhead_fraction >= kLaunchBoundOverheadFraction ||
-       (tiny_work && *verdict.overhead_fraction >= kTinyWorkOverheadFraction))) {
+      *verdict.overhead_fraction >= kLaunchBoundOverheadFraction) {
     verdict.bound = SpeedBound::kLaunchBound;
     const bool on_cpu = f.device == "cpu";
     const std::optional<int64_t> batch = SuggestBatch(f, step_seconds, overhead_seconds);

@@ -61,11 +61,10 @@ inline constexpr double kDataBoundShare = 0.30;
 inline constexpr double kTransferBoundShare = 0.30;
 // Share of the step time that is fixed per-step overhead from which a job is launch-bound.
 inline constexpr double kLaunchBoundOverheadFraction = 0.5;
-// A step that does almost no arithmetic (under 2% of the measured peak) is launch-bound from 20%
-// estimated overhead: the kernel count per step is a lower-bound estimate (6 per layer + 10), and
-// the rest of such a step is the dispatch of small ops that the estimate does not count, not work.
+// A step that does almost no arithmetic (under 2% of the measured peak): its overhead is the step
+// time less its work at peak, not just the kernel estimate (6 per layer + 10 launches, a lower
+// bound that misses dispatch, the allocator and the loop itself), so such a step is launch-bound.
 inline constexpr double kTinyWorkPeakFraction = 0.02;
-inline constexpr double kTinyWorkOverheadFraction = 0.2;
 // Fraction of the device's measured peak from which a job is compute-bound.
 inline constexpr double kComputeBoundPeakFraction = 0.5;
 // Kernels per training step: kKernelsPerLayer * layers + kKernelsPerStepFixed.
