@@ -2,6 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace trainerd::engine {
@@ -126,6 +127,23 @@ void LossScaler::Step(torch::optim::Optimizer& optimizer,
   skipped_.add_(found_inf_);
   at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor,
                          options_.backoff_factor, options_.growth_interval);
+}
+
+void LossScaler::CorrectStepCounters(torch::optim::Optimizer& optimizer, int64_t skipped) {
+  if (skipped <= 0) return;
+  auto wind_back = [skipped](auto* state) {
+    state->step(std::max<int64_t>(0, state->step() - skipped));
+  };
+  for (auto& [key, state] : optimizer.state()) {
+    (void)key;
+    if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(state.get())) {
+      wind_back(s);
+    } else if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
+      wind_back(s);
+    } else if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(state.get())) {
+      wind_back(s);
+    }
+  }
 }
 
 void LossScaler::Save(torch::serialize::OutputArchive& archive) const {

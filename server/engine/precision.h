@@ -45,9 +45,11 @@ class AutocastGuard {
 //    produced NaN; state created by this step is reset to zeros, its value before a first step),
 //  - updates the scale on the device (_amp_update_scale_: halve on overflow, double after
 //    growth_interval clean steps) and counts the skipped step.
-// One known difference from a true skip: LibTorch's Adam, AdamW and RMSprop keep their step
-// counters on the host, so a skipped step still advances them (Adam's bias correction then
-// assumes one more step than was taken; negligible after the first few hundred steps).
+// One difference from a true skip: LibTorch's Adam, AdamW and RMSprop keep their step counters on
+// the host, so a skipped step still advances them (Adam's bias correction then assumes one more
+// step than was taken). The trainer learns each epoch's skips from the epoch's one transfer and
+// winds the counters back (CorrectStepCounters), so they are exact at every epoch boundary (and
+// in every checkpoint); within an epoch they run ahead by that epoch's skips so far.
 // Not thread-safe (one job's worker thread).
 class LossScaler {
  public:
@@ -74,6 +76,9 @@ class LossScaler {
   // 0-d float64 on the device: steps skipped since the last ResetSkippedSteps().
   const torch::Tensor& skipped_steps() const { return skipped_; }
   void ResetSkippedSteps() { skipped_.zero_(); }
+  // Winds the host-side step counters of `optimizer`'s Adam, AdamW or RMSprop state back by
+  // `skipped` steps (never below 0); SGD keeps none. Host arithmetic only.
+  static void CorrectStepCounters(torch::optim::Optimizer& optimizer, int64_t skipped);
 
   // The scale and the growth tracker ("scale", "growth_tracker"), as GradScaler's state_dict keeps
   // them; Load puts saved values back (on this scaler's device). Load throws c10::Error when the

@@ -384,6 +384,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       if (loss_scale_at >= 0) {
         result.loss_scale = value[loss_scale_at];
         result.skipped_steps = std::llround(value[loss_scale_at + 1]);
+        // Before any checkpoint of this epoch, so that saved step counts are the true ones.
+        LossScaler::CorrectStepCounters(*optimizer, result.skipped_steps);
       }
       if (val_rows > 0) {
         const double val_loss = value[val_loss_at];

@@ -266,5 +266,31 @@ TEST_F(CheckpointTest, Fp16CheckpointHoldsTheLossScaleOfItsEpoch) {
   EXPECT_FALSE(plain_archive.try_read(kCheckpointLossScalerKey, unused));
 }
 
+// The host step counters of Adam are wound back by the epoch's skipped steps before the
+// checkpoint: a resumed job's bias correction counts only the steps that were taken.
+TEST_F(CheckpointTest, Fp16AdamCheckpointCountsOnlyTheStepsTaken) {
+  JobSpec spec = CheckpointSpec();
+  spec.precision = Precision::kFp16;
+  spec.optimizer = OptimizerKind::kAdam;
+  spec.momentum = 0;
+  spec.learning_rate = 0.01;
+  const absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  const CheckpointInfo& checkpoint = job->checkpoints.front();  // end of epoch 2
+  int64_t skipped = 0;
+  for (int32_t e = 0; e < checkpoint.epoch; ++e) skipped += job->epochs[e].skipped_steps;
+  ASSERT_GT(skipped, 0);  // the seed job overflows 2^16 at first
+  const int64_t steps_per_epoch = job->steps / static_cast<int64_t>(job->epochs.size());
+
+  Loaded loaded = LoadCheckpoint(dir_.path() + "/" + checkpoint.path, spec);
+  ASSERT_FALSE(loaded.optimizer->state().empty());
+  for (const auto& [key, state] : loaded.optimizer->state()) {
+    (void)key;
+    const auto& adam = static_cast<const torch::optim::AdamParamState&>(*state);
+    EXPECT_EQ(adam.step(), steps_per_epoch * checkpoint.epoch - skipped);
+  }
+}
+
 }  // namespace
 }  // namespace trainerd::engine

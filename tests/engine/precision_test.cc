@@ -195,6 +195,36 @@ TEST(LossScalerTest, SkippedFirstStepThenCleanStepEqualsOneCleanStep) {
   EXPECT_TRUE(Identical(a[0], b[0]));
 }
 
+// Adam counts steps on the host, so a skipped step advances its counter; once the skips are
+// known (the epoch's transfer), CorrectStepCounters winds it back, and the state equals that of a
+// run that never had the skipped step: same moments, same step count.
+TEST(LossScalerTest, CorrectStepCountersUndoesSkippedStepsInAdamsHostCounter) {
+  torch::Tensor skipped_first = kStart.clone().set_requires_grad(true);
+  auto optimizer_a = Optimizer(OptimizerKind::kAdam, skipped_first);
+  LossScaler scaler_a(kCpu, LossScaler::Options{});
+  ScaledStep(scaler_a, *optimizer_a, skipped_first, kX, /*poison=*/true);
+  ScaledStep(scaler_a, *optimizer_a, skipped_first, kX, /*poison=*/false);
+  auto step_of = [](torch::optim::Optimizer& o, const torch::Tensor& p) {
+    return static_cast<torch::optim::AdamParamState&>(*o.state().at(p.unsafeGetTensorImpl()))
+        .step();
+  };
+  EXPECT_EQ(step_of(*optimizer_a, skipped_first), 2);
+  LossScaler::CorrectStepCounters(*optimizer_a, /*skipped=*/1);
+  EXPECT_EQ(step_of(*optimizer_a, skipped_first), 1);
+
+  torch::Tensor clean = kStart.clone().set_requires_grad(true);
+  auto optimizer_b = Optimizer(OptimizerKind::kAdam, clean);
+  LossScaler scaler_b(kCpu, LossScaler::Options{});
+  ScaledStep(scaler_b, *optimizer_b, clean, kX, /*poison=*/false);
+  const std::vector<torch::Tensor> a = StateOf(*optimizer_a, skipped_first);
+  const std::vector<torch::Tensor> b = StateOf(*optimizer_b, clean);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(Identical(a[i], b[i])) << "moment " << i;
+  EXPECT_EQ(step_of(*optimizer_b, clean), 1);
+  LossScaler::CorrectStepCounters(*optimizer_b, /*skipped=*/5);  // never below zero
+  EXPECT_EQ(step_of(*optimizer_b, clean), 0);
+}
+
 TEST(LossScalerTest, ScaleGrowsAfterGrowthIntervalCleanStepsAndBacksOffOnOverflow) {
   torch::Tensor p = kStart.clone().set_requires_grad(true);
   auto optimizer = Optimizer(OptimizerKind::kSgd, p);
