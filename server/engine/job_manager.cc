@@ -301,10 +301,13 @@ void JobManager::RunJob(Record* record) {
   report.host_to_device_bytes = outcome.host_to_device_bytes;
   report.peak_memory_bytes = outcome.peak_memory_bytes;
   if (finish_report) {
-    JobSnapshot ended = started;
+    JobSnapshot ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = record->snap;  // with every epoch published so far
+    }
     ended.state = outcome.state;
     ended.steps = outcome.steps;
-    ended.epochs.resize(outcome.epochs_done);  // only the count matters here
     ended.wall_seconds = outcome.wall_seconds;
     finish_report(ended, report);
   }
