@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/checked_size.h"
 #include "common/status_macros.h"
 
 namespace trainerd {
@@ -67,15 +68,6 @@ std::string ShapeText(const std::vector<int64_t>& shape) { return absl::StrJoin(
 // "784", "1x28x28" or "a scalar".
 std::string DescribeShape(const std::vector<int64_t>& shape) {
   return shape.empty() ? "a scalar" : ShapeText(shape);
-}
-
-// The product of the dimensions (1 for a scalar); false on overflow.
-bool CheckedProduct(const std::vector<int64_t>& shape, int64_t* product) {
-  *product = 1;
-  for (int64_t dim : shape) {
-    if (__builtin_mul_overflow(*product, dim, product)) return false;
-  }
-  return true;
 }
 
 // Parses a decimal integer with an optional '-'; nullopt when `text` is not one. Values beyond
@@ -329,13 +321,13 @@ absl::StatusOr<std::vector<int64_t>> LayerOutputShape(const LayerSpec& layer, si
     }
     case LayerKind::kFlatten: {
       if (shape.empty()) return needs("at least one input dimension");
-      int64_t size = 0;
-      if (!CheckedProduct(shape, &size)) {
+      const absl::StatusOr<int64_t> size = CheckedShapeElements(shape, "the input");
+      if (!size.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(LayerNameWithArgs(index, layer),
                                                        " cannot flatten ", ShapeText(shape),
                                                        ": too many values per row"));
       }
-      return std::vector<int64_t>{size};
+      return std::vector<int64_t>{*size};
     }
     case LayerKind::kBatchNorm:
       if (shape.size() != 1 && shape.size() != 3) {
@@ -471,30 +463,37 @@ absl::StatusOr<int64_t> CountParameters(const ModelSpec& spec,
   // Validates the spec against the shape once; the loop below then cannot fail on shapes.
   TRAINERD_ASSIGN_OR_RETURN(const std::vector<std::vector<int64_t>> shapes,
                             InferLayerShapes(spec, input_shape));
+  const std::string what = absl::StrCat("the parameter count of '", spec.ToString(),
+                                        "' for input shape ", ShapeText(input_shape));
   int64_t total = 0;
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer = spec.layers[i];
     const std::vector<int64_t>& in = shapes[i];
-    // layer_parameters = weights_in * weights_out + biases, and the layer's biases are `biases`.
-    int64_t weights_in = 0;
-    int64_t weights_out = 0;
-    int64_t biases = 0;
-    bool overflow = false;
+    int64_t weights = 0;  // the layer's weight values
+    int64_t biases = 0;   // and its other parameters
     switch (layer.kind) {
-      case LayerKind::kLinear:  // weight (N x in) plus bias (N)
-        weights_in = in.back();
-        weights_out = biases = layer.args[0];
+      case LayerKind::kLinear: {  // weight (N x in) plus bias (N)
+        TRAINERD_ASSIGN_OR_RETURN(weights, CheckedMul(in.back(), layer.args[0], what));
+        biases = layer.args[0];
         break;
-      case LayerKind::kConv2d:  // weight (C x C_in x K x K) plus bias (C)
-        overflow = __builtin_mul_overflow(in[0], layer.args[1] * layer.args[1], &weights_in);
-        weights_out = biases = layer.args[0];
+      }
+      case LayerKind::kConv2d: {  // weight (C x C_in x K x K) plus bias (C)
+        TRAINERD_ASSIGN_OR_RETURN(
+            const int64_t per_channel,
+            CheckedShapeElements({in[0], layer.args[1], layer.args[1]}, what));
+        TRAINERD_ASSIGN_OR_RETURN(weights, CheckedMul(per_channel, layer.args[0], what));
+        biases = layer.args[0];
         break;
-      case LayerKind::kBatchNorm:  // weight and bias per channel (feature)
-        biases = 2 * in[0];
+      }
+      case LayerKind::kBatchNorm: {  // weight and bias per channel (feature)
+        TRAINERD_ASSIGN_OR_RETURN(biases, CheckedMul(in[0], 2, what));
         break;
-      case LayerKind::kLayerNorm:  // weight and bias per value of the row
-        overflow = !CheckedProduct(in, &biases) || __builtin_mul_overflow(biases, 2, &biases);
+      }
+      case LayerKind::kLayerNorm: {  // weight and bias per value of the row
+        TRAINERD_ASSIGN_OR_RETURN(const int64_t values, CheckedShapeElements(in, what));
+        TRAINERD_ASSIGN_OR_RETURN(biases, CheckedMul(values, 2, what));
         break;
+      }
       case LayerKind::kMaxPool2d:
       case LayerKind::kAvgPool2d:
       case LayerKind::kFlatten:
@@ -507,14 +506,8 @@ absl::StatusOr<int64_t> CountParameters(const ModelSpec& spec,
       case LayerKind::kLogSoftmax:
         break;
     }
-    int64_t layer_parameters = 0;
-    if (overflow || __builtin_mul_overflow(weights_in, weights_out, &layer_parameters) ||
-        __builtin_add_overflow(layer_parameters, biases, &layer_parameters) ||
-        __builtin_add_overflow(total, layer_parameters, &total)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the model '", spec.ToString(), "' has too many parameters to count for input shape ",
-          ShapeText(input_shape)));
-    }
+    TRAINERD_ASSIGN_OR_RETURN(total, CheckedAdd(total, weights, what));
+    TRAINERD_ASSIGN_OR_RETURN(total, CheckedAdd(total, biases, what));
   }
   return total;
 }

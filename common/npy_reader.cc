@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/checked_size.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 
@@ -57,18 +58,8 @@ absl::Status MalformedHeader(absl::string_view reason, absl::string_view header)
 // The byte size of the array's data by its shape and dtype; an error for a negative dimension or
 // a size that overflows int64.
 absl::StatusOr<int64_t> DataBytes(const NpyArray& array, absl::string_view what) {
-  int64_t bytes = static_cast<int64_t>(ItemSize(array.dtype));
-  for (int64_t dim : array.shape) {
-    if (dim < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " shape ", PythonShape(array.shape), " has a negative dimension"));
-    }
-    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, " shape ", PythonShape(array.shape), " is too large"));
-    }
-  }
-  return bytes;
+  return CheckedByteSize(/*rows=*/1, array.shape, static_cast<int64_t>(ItemSize(array.dtype)),
+                         absl::StrCat(what, " shape"));
 }
 
 // (Plain members with flags rather than std::optional: GCC 12 warns falsely about optional
@@ -370,12 +361,6 @@ absl::Status CheckHasRows(const NpyArray& array, const char* name) {
 
 }  // namespace
 
-int64_t NpyArray::elements() const {
-  int64_t elements = 1;
-  for (int64_t dim : shape) elements *= dim;
-  return elements;
-}
-
 absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
   // Debian's Abseil has its own absl::string_view (not std::string_view): convert once.
   const absl::string_view bytes(std_bytes.data(), std_bytes.size());
@@ -456,8 +441,11 @@ absl::StatusOr<Table> TableFromNpy(const NpyArray& features, const std::optional
     } else if (options.target_dtype == TargetDType::kFloat32) {
       table.target_shape = {1};
     }  // else a 1-D int64 target array: one scalar class index per row.
-    const int64_t feature_stride = ShapeElements(table.feature_shape);
-    const int64_t target_stride = ShapeElements(table.target_shape);
+    // Both shapes passed CheckHasRows, whose byte size check covers their products.
+    TRAINERD_ASSIGN_OR_RETURN(const int64_t feature_stride,
+                              CheckedShapeElements(table.feature_shape, "the feature shape"));
+    TRAINERD_ASSIGN_OR_RETURN(const int64_t target_stride,
+                              CheckedShapeElements(table.target_shape, "the target shape"));
     TRAINERD_RETURN_IF_ERROR(AppendFloat32(
         {&features, "features", table.rows, feature_stride, 0, feature_stride}, &table.features));
     TRAINERD_RETURN_IF_ERROR(

@@ -19,8 +19,6 @@ struct NpyArray {
   std::vector<int64_t> shape;
   NpyDType dtype = NpyDType::kFloat32;
   std::vector<char> data;  // raw little-endian values, C order
-
-  int64_t elements() const;
 };
 
 // Parses the bytes of a .npy file. INVALID_ARGUMENT with a reason for a bad magic, an unsupported

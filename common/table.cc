@@ -10,6 +10,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_size.h"
+#include "common/status_macros.h"
 
 namespace trainerd {
 namespace {
@@ -25,27 +27,6 @@ bool IsDatasetNameChar(char c) {
          c == '_' || c == '-';
 }
 
-// rows * prod(shape), or an error when a dimension is negative or the product overflows int64.
-absl::Status CheckedValueCount(int64_t rows, const std::vector<int64_t>& shape, const char* what,
-                               int64_t* count) {
-  for (int64_t dim : shape) {
-    if (dim < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the ", what, " shape ", absl::StrJoin(shape, "x"), " has a negative dimension"));
-    }
-  }
-  int64_t total = rows;
-  for (int64_t dim : shape) {
-    if (__builtin_mul_overflow(total, dim, &total)) {
-      return absl::InvalidArgumentError(absl::StrCat("the table's ", what, " (", rows, " rows of ",
-                                                     ShapeToString(shape),
-                                                     ") have too many values"));
-    }
-  }
-  *count = total;
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const char* TargetDTypeName(TargetDType dtype) {
@@ -58,12 +39,6 @@ const char* TargetDTypeName(TargetDType dtype) {
   return "unknown";
 }
 
-int64_t ShapeElements(const std::vector<int64_t>& shape) {
-  int64_t elements = 1;
-  for (int64_t dim : shape) elements *= dim;
-  return elements;
-}
-
 std::string ShapeToString(const std::vector<int64_t>& shape) {
   if (shape.empty()) return "scalar";
   return absl::StrJoin(shape, "x");
@@ -74,19 +49,18 @@ absl::Status ValidateTable(const Table& table) {
     return absl::InvalidArgumentError(
         absl::StrCat("the table has a negative row count (", table.rows, ")"));
   }
-  int64_t feature_values = 0;
-  absl::Status status =
-      CheckedValueCount(table.rows, table.feature_shape, "feature", &feature_values);
-  if (!status.ok()) return status;
+  TRAINERD_ASSIGN_OR_RETURN(
+      const int64_t feature_values,
+      CheckedByteSize(table.rows, table.feature_shape, 1, "the feature shape"));
   if (static_cast<int64_t>(table.features.size()) != feature_values) {
     return absl::InvalidArgumentError(
         absl::StrCat("the table has ", table.rows, " rows of ", ShapeToString(table.feature_shape),
                      " features (", feature_values, " values) but holds ", table.features.size(),
                      " feature values"));
   }
-  int64_t target_values = 0;
-  status = CheckedValueCount(table.rows, table.target_shape, "target", &target_values);
-  if (!status.ok()) return status;
+  TRAINERD_ASSIGN_OR_RETURN(
+      const int64_t target_values,
+      CheckedByteSize(table.rows, table.target_shape, 1, "the target shape"));
 
   const bool is_f32 = table.target_dtype == TargetDType::kFloat32;
   const size_t active = is_f32 ? table.targets_f32.size() : table.targets_i64.size();

@@ -30,9 +30,6 @@ struct Table {
   std::vector<int64_t> targets_i64;  // rows * prod(target_shape) when kInt64
 };
 
-// Product of the dimensions; 1 for an empty shape.
-int64_t ShapeElements(const std::vector<int64_t>& shape);
-
 // "1x28x28"; "scalar" for an empty shape.
 std::string ShapeToString(const std::vector<int64_t>& shape);
 

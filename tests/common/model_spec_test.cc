@@ -227,8 +227,8 @@ TEST(CountParametersTest, RejectsOverflow) {
       CountParameters(Parse("linear:1048576"), {int64_t{1} << 62});
   EXPECT_EQ(count.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(count.status().message(),
-            "the model 'linear:1048576' has too many parameters to count for input shape "
-            "4611686018427387904");
+            "the parameter count of 'linear:1048576' for input shape 4611686018427387904 is too "
+            "large (4611686018427387904 x 1048576 overflows a 64-bit count)");
 }
 
 // --- Layers beyond linear and the activations. ---
@@ -497,8 +497,9 @@ TEST(CountParametersTest, RejectsConvolutionOverflow) {
       CountParameters(Parse("conv2d:65536:1048576"), {int64_t{1} << 40, 1048576, 1048576});
   EXPECT_EQ(count.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(count.status().message(),
-            "the model 'conv2d:65536:1048576' has too many parameters to count for input shape "
-            "1099511627776x1048576x1048576");
+            "the parameter count of 'conv2d:65536:1048576' for input shape "
+            "1099511627776x1048576x1048576 1099511627776x1048576x1048576 has too many values (the "
+            "product overflows)");
 }
 
 }  // namespace

@@ -30,13 +30,6 @@ TEST(TargetDTypeNameTest, NamesBothDTypes) {
   EXPECT_STREQ(TargetDTypeName(TargetDType::kInt64), "int64");
 }
 
-TEST(ShapeElementsTest, EmptyShapeHasOneElement) { EXPECT_EQ(ShapeElements({}), 1); }
-
-TEST(ShapeElementsTest, MultipliesDimensions) {
-  EXPECT_EQ(ShapeElements({1, 28, 28}), 784);
-  EXPECT_EQ(ShapeElements({5, 0}), 0);
-}
-
 TEST(ShapeToStringTest, JoinsDimensionsWithX) {
   EXPECT_EQ(ShapeToString({1, 28, 28}), "1x28x28");
   EXPECT_EQ(ShapeToString({4}), "4");
@@ -115,7 +108,7 @@ TEST(ValidateTableTest, RejectsNegativeDimension) {
 TEST(ValidateTableTest, RejectsShapeWhoseSizeOverflows) {
   Table table = FloatTable();
   table.feature_shape = {int64_t{1} << 40, int64_t{1} << 40};
-  EXPECT_THAT(ValidateTable(table).message(), HasSubstr("have too many values"));
+  EXPECT_THAT(ValidateTable(table).message(), HasSubstr("has too many values"));
 }
 
 TEST(EncodePayloadTest, WritesFeaturesThenFloatTargetsLittleEndian) {

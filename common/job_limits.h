@@ -1,0 +1,57 @@
+// The limits every job submission is held to, in one place so that trainctl (before it sends) and
+// trainerd (at Submit) apply the same ones, and the memory estimate of a text model spec that two
+// of them bound. Everything is computed with common/checked_size.h's checked arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/model_spec.h"
+
+namespace trainerd {
+
+// Epochs per job.
+inline constexpr int64_t kMaxEpochs = 1000000;
+// Checkpoints one job may write (epochs / checkpoint_every): each is a file the size of the
+// model and its optimizer state.
+inline constexpr int64_t kMaxCheckpointsPerJob = 1000;
+// Trainable values in one model (2^31: 8 GiB of float32 weights, before gradients and optimizer
+// state).
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 31;
+// A job's estimated working set (EstimateTrainingMemory): 1 TiB, more than any one device holds.
+inline constexpr int64_t kMaxJobMemoryBytes = int64_t{1} << 40;
+// A TorchScript module sent with a job (the largest gRPC message trainerd accepts is this plus
+// the spec).
+inline constexpr int64_t kMaxTorchScriptBytes = int64_t{64} << 20;
+
+// INVALID_ARGUMENT unless 1 <= epochs <= kMaxEpochs, checkpoint_every is 0 (off) or in
+// [1, epochs], and the job writes at most kMaxCheckpointsPerJob checkpoints.
+absl::Status CheckEpochsAndCheckpoints(int64_t epochs, int64_t checkpoint_every);
+
+// What a job built from a text spec holds on its device while it trains, in bytes (float32).
+struct MemoryEstimate {
+  int64_t parameters = 0;        // trainable values
+  int64_t parameter_bytes = 0;   // the weights
+  int64_t gradient_bytes = 0;    // one gradient per weight
+  int64_t optimizer_bytes = 0;   // optimizer_slots values per weight
+  int64_t activation_bytes = 0;  // one batch: its gathered features, every layer's output kept
+                                 // for the backward pass, and the largest output's gradient
+  int64_t total_bytes = 0;
+};
+
+// Estimates a spec-built model's working set for `batch` rows shaped `feature_shape`.
+// `optimizer_slots` is the optimizer's float32 state per parameter (sgd 0, or 1 with momentum;
+// rmsprop 1, or 2 with momentum; adam and adamw 2). INVALID_ARGUMENT when the spec does not fit
+// the shape or a size overflows.
+absl::StatusOr<MemoryEstimate> EstimateTrainingMemory(const ModelSpec& spec,
+                                                      const std::vector<int64_t>& feature_shape,
+                                                      int64_t batch, int64_t optimizer_slots);
+
+// RESOURCE_EXHAUSTED naming the figures when the model has more than kMaxModelParameters values
+// or its estimate exceeds kMaxJobMemoryBytes; `model` names it in the sentence.
+absl::Status CheckModelSize(const MemoryEstimate& estimate, absl::string_view model);
+
+}  // namespace trainerd
