@@ -2,7 +2,9 @@
 # Installs everything trainerd needs to build and test on Debian 12, idempotently.
 #
 #   - Debian packages: the toolchain (when missing), gRPC, Protobuf, Abseil, prometheus-cpp,
-#     GoogleTest/GoogleMock, and Prometheus itself (`prometheus` and `promtool`, which the
+#     libmicrohttpd (the /metrics endpoint), GoogleTest/GoogleMock, openssl (the security tests
+#     make certificates with it), clang with its sanitizer and libFuzzer runtimes (make fuzz) and
+#     llvm's symbolizer (sanitizer reports), and Prometheus itself (`prometheus` and `promtool`, which the
 #     end-to-end test runs; the package's service is not started). `apt-get update` runs only when
 #     something is missing.
 #   - LibTorch, from PyPI's CUDA-enabled `torch` wheel (one pinned version), in a virtual
@@ -33,8 +35,9 @@ fi
 APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config python3 python3-venv libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libgtest-dev libgmock-dev
-  prometheus
+  prometheus-cpp-dev libgtest-dev libgmock-dev libmicrohttpd-dev
+  prometheus openssl
+  clang libclang-rt-14-dev llvm
 )
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

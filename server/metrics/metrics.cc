@@ -6,7 +6,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
-#include "server/metrics/http_endpoint.h"
 #include "server/engine/engine.h"
 #include "server/monitor/process_stats.h"
 #include "server/monitor/sampler.h"
@@ -408,9 +407,10 @@ void Metrics::SetEngine(const engine::Engine* engine) { scrape_->SetEngine(engin
 
 void Metrics::SetSampler(const monitor::DeviceSampler* sampler) { scrape_->SetSampler(sampler); }
 
-absl::StatusOr<int> Metrics::Serve(const std::string& address) {
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-      HttpEndpoint::Start(address, "/metrics", [this] { return Render(); });
+absl::StatusOr<int> Metrics::Serve(const std::string& address, http::HttpEndpointOptions options) {
+  options.path = "/metrics";
+  absl::StatusOr<std::unique_ptr<http::HttpEndpoint>> endpoint =
+      http::HttpEndpoint::Start(address, std::move(options), [this] { return Render(); });
   if (!endpoint.ok()) {
     return absl::Status(endpoint.status().code(),
                         absl::StrCat("cannot serve metrics: ", endpoint.status().message()));

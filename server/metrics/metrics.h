@@ -1,8 +1,8 @@
 // trainerd's Prometheus metrics (docs/METRICS.md): counters and histograms driven by the engine's
 // job events and by the gRPC interceptor, gauges read at scrape time from the engine (datasets,
 // host-to-device bytes), the device sampler (GPUs through NVML, the process) and the build, all
-// served in the text exposition format (prometheus-cpp's TextSerializer) by HttpEndpoint. LibTorch-free: it sees the
-// engine only through engine.h and types.h.
+// served in the text exposition format (prometheus-cpp's TextSerializer) by http::HttpEndpoint
+// (server/http). LibTorch-free: it sees the engine only through engine.h and types.h.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "server/engine/types.h"
+#include "server/http/http_endpoint.h"
 
 namespace trainerd::engine {
 class Engine;
@@ -34,8 +35,6 @@ class DeviceSampler;
 }  // namespace trainerd::monitor
 
 namespace trainerd::metrics {
-
-class HttpEndpoint;
 
 struct MetricsOptions {
   // Per-job series (trainerd_job_*) stay this long after their job ends, so that a scrape after
@@ -69,10 +68,11 @@ class Metrics {
   void SetEngine(const engine::Engine* engine);
   void SetSampler(const monitor::DeviceSampler* sampler);
 
-  // Serves /metrics on `address` ("host:port"; port 0 picks a free one) from a thread of its own
-  // (see http_endpoint.h for why not prometheus-cpp's exposer). Returns the bound port.
-  // UNAVAILABLE when it cannot listen.
-  absl::StatusOr<int> Serve(const std::string& address);
+  // Serves /metrics on `address` ("host:port"; port 0 picks a free one) from libmicrohttpd's
+  // thread, with `options`' limits and bearer token (their path is ignored: always /metrics; see
+  // server/http/http_endpoint.h for why not prometheus-cpp's exposer). Returns the bound port.
+  // UNAVAILABLE when it cannot listen, INVALID_ARGUMENT for a bad address or options.
+  absl::StatusOr<int> Serve(const std::string& address, http::HttpEndpointOptions options = {});
 
   // The exposition text of everything, as /metrics serves it (tests, and `trainerd --help`-free
   // debugging).
@@ -87,7 +87,7 @@ class Metrics {
   std::shared_ptr<ScrapeCollector> scrape_;
   prometheus::Family<prometheus::Counter>* grpc_requests_;
   prometheus::Family<prometheus::Histogram>* grpc_duration_;
-  std::unique_ptr<HttpEndpoint> endpoint_;
+  std::unique_ptr<http::HttpEndpoint> endpoint_;
 };
 
 // The label an RPC's method gets (see ObserveRpc).

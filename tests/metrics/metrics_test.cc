@@ -1,18 +1,12 @@
 // Tests for server/metrics: the job counters and per-job series driven by engine events (fed
-// here by hand, as the engine's observer would), their expiry, the RPC labels, and the HTTP
-// endpoint over a real loopback socket.
+// here by hand, as the engine's observer would), their expiry, and the RPC labels. The HTTP
+// endpoint has its own tests (tests/http).
 #include "server/metrics/metrics.h"
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics/http_endpoint.h"
 
 namespace trainerd::metrics {
 namespace {
@@ -137,53 +131,6 @@ TEST(MetricsTest, BuildInfoAndProcessSeriesArePresentWithoutEngineOrSampler) {
   EXPECT_THAT(text, HasSubstr("\n# TYPE process_cpu_seconds_total counter\n"));
   EXPECT_THAT(text, HasSubstr("\nprocess_resident_memory_bytes "));
   EXPECT_THAT(text, Not(HasSubstr("trainerd_gpu_")));
-}
-
-// One HTTP request over loopback; returns the whole response.
-std::string HttpRequest(int port, const std::string& request) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(send(fd, request.data(), request.size(), 0), static_cast<ssize_t>(request.size()));
-  std::string response;
-  char buffer[4096];
-  ssize_t n;
-  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) response.append(buffer, n);
-  close(fd);
-  return response;
-}
-
-TEST(HttpEndpointTest, ServesTheBodyOnItsPathAndRefusesTheRest) {
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
-      HttpEndpoint::Start("127.0.0.1:0", "/metrics", [] { return std::string("up 1\n"); });
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  const int port = (*endpoint)->port();
-  ASSERT_GT(port, 0);
-
-  const std::string ok = HttpRequest(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
-  EXPECT_THAT(ok, ::testing::StartsWith("HTTP/1.1 200 OK\r\n"));
-  EXPECT_THAT(ok, HasSubstr("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"));
-  EXPECT_THAT(ok, HasSubstr("Content-Length: 5\r\n"));
-  EXPECT_THAT(ok, ::testing::EndsWith("\r\n\r\nup 1\n"));
-  EXPECT_THAT(HttpRequest(port, "GET /other HTTP/1.1\r\n\r\n"),
-              ::testing::StartsWith("HTTP/1.1 404 Not Found"));
-  EXPECT_THAT(HttpRequest(port, "POST /metrics HTTP/1.1\r\n\r\n"),
-              ::testing::StartsWith("HTTP/1.1 405 Method Not Allowed"));
-  EXPECT_THAT(HttpRequest(port, "nonsense\r\n\r\n"), ::testing::StartsWith("HTTP/1.1 400"));
-}
-
-TEST(HttpEndpointTest, AnAddressInUseOrMalformedIsAnError) {
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> first =
-      HttpEndpoint::Start("127.0.0.1:0", "/metrics", [] { return std::string(); });
-  ASSERT_TRUE(first.ok()) << first.status();
-  absl::StatusOr<std::unique_ptr<HttpEndpoint>> second = HttpEndpoint::Start(
-      absl::StrCat("127.0.0.1:", (*first)->port()), "/metrics", [] { return std::string(); });
-  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(HttpEndpoint::Start("no-port", "/metrics", [] { return std::string(); }).status().code(),
-            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
