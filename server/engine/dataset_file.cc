@@ -8,10 +8,12 @@
 #include <fstream>
 #include <map>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/dataset_header.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -42,7 +44,7 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   if (text.empty()) return shape;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int64_t d = 0;
-    if (!absl::SimpleAtoi(part, &d) || d < 1) return absl::DataLossError("bad shape");
+    if (!absl::SimpleAtoi(part, &d)) return absl::DataLossError("bad shape");
     shape.push_back(d);
   }
   return shape;
@@ -59,7 +61,8 @@ absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta,
       TargetDTypeName(meta.target_dtype), "\n", "rows=", meta.rows, "\n",
       "size_bytes=", meta.size_bytes, "\n", "sha256=", meta.sha256, "\n",
       "create_time_unix_nanos=", absl::ToUnixNanos(meta.create_time), "\n",
-      "target_min=", meta.target_min, "\n", "target_max=", meta.target_max, "\n\n");
+      "target_min=", meta.target_min, "\n", "target_max=", meta.target_max, "\n",
+      "owner=", absl::CEscape(meta.owner), "\n\n");
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Errno("cannot create", tmp);
@@ -88,46 +91,77 @@ absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path)
   auto damaged = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("dataset file '", path, "' is damaged: ", why));
   };
+  // The header is a few hundred bytes; a file whose header runs past this is not ours.
+  constexpr size_t kMaxHeaderLine = 4096;
+  constexpr int kMaxHeaderLines = 64;
   std::string line;
-  if (!std::getline(in, line) || line != kMagic) return damaged("bad magic line");
+  auto read_line = [&]() -> bool {
+    line.clear();
+    char c = 0;
+    while (in.get(c) && c != '\n') {
+      if (line.size() == kMaxHeaderLine) return false;
+      line.push_back(c);
+    }
+    return static_cast<bool>(in);
+  };
+  if (!read_line() || line != kMagic) return damaged("bad magic line");
   std::map<std::string, std::string> fields;
-  while (std::getline(in, line) && !line.empty()) {
+  int lines = 0;
+  bool ended = false;  // by the blank line
+  while (read_line()) {
+    if (line.empty()) {
+      ended = true;
+      break;
+    }
     const size_t eq = line.find('=');
-    if (eq == std::string::npos) return damaged(absl::StrCat("bad header line '", line, "'"));
+    if (eq == std::string::npos || ++lines > kMaxHeaderLines) {
+      return damaged(absl::StrCat("bad header line '", absl::CHexEscape(line.substr(0, 80)), "'"));
+    }
     fields[line.substr(0, eq)] = line.substr(eq + 1);
   }
-  if (!in) return damaged("truncated header");
+  if (!ended) return damaged("truncated header");
   DatasetFileHeader header;
   header.payload_offset = static_cast<int64_t>(in.tellg());
   DatasetMeta& m = header.meta;
   int64_t nanos = 0;
-  m.name = fields["name"];
   auto fshape = ParseShape(fields["feature_shape"]);
   auto tshape = ParseShape(fields["target_shape"]);
-  if (!fshape.ok() || !tshape.ok() || fshape->empty()) return damaged("bad shape");
-  m.feature_shape = *fshape;
-  m.target_shape = *tshape;
+  if (!fshape.ok() || !tshape.ok()) return damaged("bad shape");
+  DatasetHeader declared;
+  declared.name = fields["name"];
+  declared.feature_shape = *fshape;
+  declared.target_shape = *tshape;
   if (fields["target_dtype"] == "float32") {
-    m.target_dtype = TargetDType::kFloat32;
+    declared.target_dtype = TargetDType::kFloat32;
   } else if (fields["target_dtype"] == "int64") {
-    m.target_dtype = TargetDType::kInt64;
+    declared.target_dtype = TargetDType::kInt64;
   } else {
     return damaged("bad target_dtype");
   }
-  if (!absl::SimpleAtoi(fields["rows"], &m.rows) || m.rows < 1 ||
+  if (!absl::SimpleAtoi(fields["rows"], &declared.rows) ||
       !absl::SimpleAtoi(fields["size_bytes"], &m.size_bytes) ||
       !absl::SimpleAtoi(fields["create_time_unix_nanos"], &nanos) ||
       !absl::SimpleAtoi(fields["target_min"], &m.target_min) ||
       !absl::SimpleAtoi(fields["target_max"], &m.target_max)) {
     return damaged("bad numeric field");
   }
-  m.sha256 = fields["sha256"];
+  declared.sha256 = fields["sha256"];
+  // The same checks as an upload's header (no size limit: the daemon accepted it once).
+  const absl::StatusOr<DatasetLayout> layout = CheckDatasetHeader(declared, /*max_dataset_bytes=*/0);
+  if (!layout.ok()) return damaged(std::string(layout.status().message()));
+  if (declared.sha256.empty()) return damaged("no sha256");
+  if (m.size_bytes != layout->total_bytes) return damaged("size_bytes does not match the shapes");
+  std::string owner;
+  if (!absl::CUnescape(fields["owner"], &owner)) return damaged("bad owner");
+  m.name = declared.name;
+  m.feature_shape = declared.feature_shape;
+  m.target_shape = declared.target_shape;
+  m.target_dtype = declared.target_dtype;
+  m.rows = declared.rows;
+  m.sha256 = declared.sha256;
+  m.feature_bytes = layout->feature_bytes;
+  m.owner = std::move(owner);
   m.create_time = absl::FromUnixNanos(nanos);
-  const int64_t target_item = m.target_dtype == TargetDType::kInt64 ? 8 : 4;
-  if (m.size_bytes != m.rows * (ShapeElements(m.feature_shape) * 4 +
-                                ShapeElements(m.target_shape) * target_item)) {
-    return damaged("size_bytes does not match the shapes");
-  }
   in.seekg(0, std::ios::end);
   if (static_cast<int64_t>(in.tellg()) != header.payload_offset + m.size_bytes) {
     return damaged("payload size does not match the header");

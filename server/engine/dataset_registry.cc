@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/dataset_header.h"
 #include "common/status_macros.h"
 #include "server/engine/dataset_file.h"
 #include "server/engine/device.h"
@@ -16,27 +19,6 @@
 
 namespace trainerd::engine {
 namespace {
-
-constexpr int64_t kMaxDims = 8;
-
-int64_t TargetItemSize(TargetDType dtype) { return dtype == TargetDType::kInt64 ? 8 : 4; }
-
-absl::Status CheckShape(const std::vector<int64_t>& shape, const char* what, bool allow_empty) {
-  if (shape.empty() && !allow_empty) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " needs at least one dimension"));
-  }
-  if (static_cast<int64_t>(shape.size()) > kMaxDims) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " has ", shape.size(), " dimensions; at most ", kMaxDims));
-  }
-  for (int64_t d : shape) {
-    if (d < 1 || d > (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " ", ShapeToString(shape), " is invalid: every dimension must be at least 1"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // Views `bytes` (uint8) as a tensor of `dtype` shaped [rows, shape...].
 torch::Tensor ViewAs(const torch::Tensor& bytes, torch::ScalarType dtype, int64_t rows,
@@ -49,14 +31,28 @@ torch::Tensor ViewAs(const torch::Tensor& bytes, torch::ScalarType dtype, int64_
 }  // namespace
 
 DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
-                             std::string expected_sha256, torch::Tensor staging)
-    : registry_(registry),
-      meta_(std::move(meta)),
-      expected_sha256_(std::move(expected_sha256)),
-      staging_(std::move(staging)) {}
+                             std::string expected_sha256)
+    : registry_(registry), meta_(std::move(meta)), expected_sha256_(std::move(expected_sha256)) {}
 
 DatasetUpload::~DatasetUpload() {
+  blocks_.clear();
+  registry_->ReleaseStaging(capacity_);
   if (!committed_) registry_->ReleaseName(meta_.name);
+}
+
+absl::Status DatasetUpload::AddBlock() {
+  const int64_t size = std::min(kStagingBlockBytes, meta_.size_bytes - capacity_);
+  TRAINERD_RETURN_IF_ERROR(registry_->ReserveStaging(size, meta_.name));
+  try {
+    blocks_.push_back(torch::empty({size}, torch::kUInt8));
+  } catch (const std::exception& e) {
+    registry_->ReleaseStaging(size);
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", size,
+                                                     " bytes of staging memory for dataset '",
+                                                     meta_.name, "'"));
+  }
+  capacity_ += size;
+  return absl::OkStatus();
 }
 
 absl::Status DatasetUpload::Append(std::string_view chunk) {
@@ -65,14 +61,49 @@ absl::Status DatasetUpload::Append(std::string_view chunk) {
         "dataset '", meta_.name, "': the payload is larger than the header declares (",
         meta_.size_bytes, " bytes for ", meta_.rows, " rows)"));
   }
-  std::memcpy(static_cast<char*>(staging_.data_ptr()) + received_, chunk.data(), chunk.size());
   sha256_.Update(chunk);
-  received_ += static_cast<int64_t>(chunk.size());
+  while (!chunk.empty()) {
+    if (received_ == capacity_) TRAINERD_RETURN_IF_ERROR(AddBlock());
+    // The block holding byte received_: every block but the last is kStagingBlockBytes long.
+    torch::Tensor& block = blocks_[received_ / kStagingBlockBytes];
+    const int64_t offset = received_ % kStagingBlockBytes;
+    const int64_t n = std::min<int64_t>(block.numel() - offset, chunk.size());
+    std::memcpy(static_cast<char*>(block.data_ptr()) + offset, chunk.data(), n);
+    chunk.remove_prefix(n);
+    received_ += n;
+  }
   return absl::OkStatus();
 }
 
-DatasetRegistry::DatasetRegistry(std::string dir, torch::Device device, int64_t max_dataset_bytes)
-    : dir_(std::move(dir)), device_(device), max_dataset_bytes_(max_dataset_bytes) {}
+absl::StatusOr<torch::Tensor> DatasetUpload::Gather() {
+  torch::Tensor all;
+  try {
+    all = torch::empty({meta_.size_bytes},
+                       torch::TensorOptions(torch::kUInt8)
+                           .pinned_memory(registry_->device().is_cuda()));
+  } catch (const std::exception& e) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", meta_.size_bytes,
+                                                     " bytes to gather dataset '", meta_.name,
+                                                     "'"));
+  }
+  int64_t offset = 0;
+  for (torch::Tensor& block : blocks_) {
+    std::memcpy(static_cast<char*>(all.data_ptr()) + offset, block.data_ptr(), block.numel());
+    offset += block.numel();
+    block = torch::Tensor();  // freed now, so the peak stays one block over the payload
+  }
+  blocks_.clear();
+  registry_->ReleaseStaging(capacity_);
+  capacity_ = 0;
+  return all;
+}
+
+DatasetRegistry::DatasetRegistry(std::string dir, torch::Device device, int64_t max_dataset_bytes,
+                                 int64_t max_staged_bytes)
+    : dir_(std::move(dir)),
+      device_(device),
+      max_dataset_bytes_(max_dataset_bytes),
+      max_staged_bytes_(max_staged_bytes) {}
 
 std::string DatasetRegistry::PathFor(const std::string& name) const {
   return absl::StrCat(dir_, "/", name, kDatasetFileExtension);
@@ -83,39 +114,43 @@ void DatasetRegistry::ReleaseName(const std::string& name) {
   reserved_.erase(name);
 }
 
-absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
-    const DatasetHeader& header) {
-  TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(header.name));
-  TRAINERD_RETURN_IF_ERROR(CheckShape(header.feature_shape, "feature shape", false));
-  TRAINERD_RETURN_IF_ERROR(CheckShape(header.target_shape, "target shape", true));
-  if (header.rows < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset '", header.name, "' must have at least one row"));
-  }
-  if (!header.sha256.empty()) {
-    const bool hex = header.sha256.size() == 64 &&
-                     header.sha256.find_first_not_of("0123456789abcdef") == std::string::npos;
-    if (!hex) {
-      return absl::InvalidArgumentError("sha256 must be 64 lower-case hex digits");
-    }
-  }
-  const int64_t row_bytes = ShapeElements(header.feature_shape) * 4 +
-                            ShapeElements(header.target_shape) * TargetItemSize(header.target_dtype);
-  if (header.rows > (int64_t{1} << 62) / row_bytes ||
-      (max_dataset_bytes_ > 0 && header.rows * row_bytes > max_dataset_bytes_)) {
+absl::Status DatasetRegistry::ReserveStaging(int64_t bytes, const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  if (max_staged_bytes_ > 0 && staged_bytes_ + bytes > max_staged_bytes_) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "dataset '%s' would take %d bytes per row x %d rows; this daemon accepts at most %d "
-        "bytes per dataset",
-        header.name, row_bytes, header.rows, max_dataset_bytes_));
+        "dataset '%s': the uploads in progress already stage %d bytes and this one needs %d more; "
+        "this daemon stages at most %d bytes at once (--max_upload_bytes_in_flight); retry when "
+        "other uploads have finished",
+        name, staged_bytes_, bytes, max_staged_bytes_));
   }
+  staged_bytes_ += bytes;
+  return absl::OkStatus();
+}
+
+void DatasetRegistry::ReleaseStaging(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  staged_bytes_ -= bytes;
+}
+
+int64_t DatasetRegistry::staged_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return staged_bytes_;
+}
+
+absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
+    const DatasetHeader& header, const std::string& owner) {
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetLayout layout,
+                            CheckDatasetHeader(header, max_dataset_bytes_));
   DatasetMeta meta;
   meta.name = header.name;
   meta.feature_shape = header.feature_shape;
   meta.target_shape = header.target_shape;
   meta.target_dtype = header.target_dtype;
   meta.rows = header.rows;
-  meta.size_bytes = header.rows * row_bytes;
+  meta.size_bytes = layout.total_bytes;
+  meta.feature_bytes = layout.feature_bytes;
   meta.device = DeviceName(device_);
+  meta.owner = owner;
   {
     absl::MutexLock lock(&mu_);
     if (datasets_.count(header.name) || reserved_.count(header.name)) {
@@ -123,24 +158,13 @@ absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
     }
     reserved_.insert(header.name);
   }
-  torch::Tensor staging;
-  try {
-    staging = torch::empty({meta.size_bytes},
-                           torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
-  } catch (const std::exception& e) {
-    ReleaseName(header.name);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", meta.size_bytes, " bytes of staging memory for dataset '",
-        header.name, "'"));
-  }
-  return std::unique_ptr<DatasetUpload>(
-      new DatasetUpload(this, std::move(meta), header.sha256, std::move(staging)));
+  return std::unique_ptr<DatasetUpload>(new DatasetUpload(this, std::move(meta), header.sha256));
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::MakeResident(
     const DatasetMeta& meta, const torch::Tensor& payload) {
   try {
-    const int64_t fbytes = meta.feature_bytes();
+    const int64_t fbytes = meta.feature_bytes;
     torch::Tensor fbytes_t = payload.narrow(0, 0, fbytes);
     torch::Tensor tbytes_t = payload.narrow(0, fbytes, meta.size_bytes - fbytes);
     auto dataset = std::make_shared<Dataset>();
@@ -173,6 +197,11 @@ absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::MakeResident(
 
 absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUpload> upload) {
   DatasetMeta meta = upload->meta_;
+  const auto cancelled_error = [&] {
+    return absl::CancelledError(
+        absl::StrCat("the upload of dataset '", meta.name, "' was cancelled; nothing was kept"));
+  };
+  if (upload->cancelled_->load()) return cancelled_error();
   if (upload->received_ != meta.size_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "dataset '%s': received %d payload bytes; the header declares %d (%d rows)", meta.name,
@@ -184,14 +213,14 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
                                             "': the payload's sha256 is ", meta.sha256,
                                             "; the header says ", upload->expected_sha256_));
   }
-  const torch::Tensor& staging = upload->staging_;
+  TRAINERD_ASSIGN_OR_RETURN(const torch::Tensor staging, upload->Gather());
   try {
-    const int64_t fbytes = meta.feature_bytes();
+    const int64_t fbytes = meta.feature_bytes;
     torch::Tensor features = staging.narrow(0, 0, fbytes).view(torch::kFloat32);
     torch::Tensor finite = torch::isfinite(features);
     if (!finite.all().item<bool>()) {
       const int64_t first = torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
-      const int64_t per_row = ShapeElements(meta.feature_shape);
+      const int64_t per_row = meta.feature_bytes / 4 / meta.rows;  // float32 values per row
       return absl::InvalidArgumentError(absl::StrFormat(
           "dataset '%s': row %d has a non-finite feature value (NaN or Inf)", meta.name,
           first / per_row + 1));
@@ -204,7 +233,7 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
         const int64_t first = torch::nonzero(tfinite.logical_not())[0][0].item<int64_t>();
         return absl::InvalidArgumentError(absl::StrFormat(
             "dataset '%s': row %d has a non-finite target value (NaN or Inf)", meta.name,
-            first / ShapeElements(meta.target_shape) + 1));
+            first / ((meta.size_bytes - meta.feature_bytes) / 4 / meta.rows) + 1));
       }
     } else {
       torch::Tensor t = tbytes.view(torch::kInt64);
@@ -223,6 +252,11 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
     return resident.status();
   }
   absl::MutexLock lock(&mu_);
+  // The last moment to honour a cancellation: after this the dataset is visible.
+  if (upload->cancelled_->load()) {
+    std::remove(PathFor(meta.name).c_str());
+    return cancelled_error();
+  }
   reserved_.erase(meta.name);
   upload->committed_ = true;
   datasets_[meta.name] = *std::move(resident);

@@ -1,5 +1,7 @@
 #include "server/engine/engine.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "common/flops.h"
+#include "common/job_limits.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/diagnose.h"
 #include "server/engine/device.h"
@@ -27,12 +30,22 @@ struct Engine::Impl {
   Impl(const EngineOptions& options, torch::Device device)
       : options(options),
         device(device),
-        datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes),
-        jobs(options.data_dir + "/models", options.data_dir, Hooks()) {}
+        datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
+                 options.max_upload_bytes_in_flight),
+        jobs(options.data_dir + "/models", options.data_dir, Hooks(), options.max_queued_jobs) {}
 
   // The job manager's hooks: the observer, and the report's device figures (sampler window,
   // FLOPs from the model spec, the verdict against this device's cached Diagnose figures).
   JobHooks Hooks();
+  // Submit's steps: the spec's defaults and the module's size and permission; admission (the
+  // checks against the dataset, the limits, the queue) under admission_mu, with `module` when the
+  // job brings one (then `checked_against` is the dataset it was checked against, which must not
+  // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
+  absl::StatusOr<JobSpec> Prepare(JobSpec spec);
+  absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
+                                    std::optional<LoadedTorchScript> module,
+                                    const DatasetMeta* checked_against);
+  absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;
   absl::StatusOr<Diagnosis> Measure();
@@ -61,7 +74,25 @@ struct Engine::Impl {
   std::deque<std::function<void()>> io_tasks;  // guarded by io_mu
   bool io_stopping = false;                     // guarded by io_mu
   std::thread io_thread;
+
+  // The module-check threads run Submit's checks of TorchScript modules (a separate process each,
+  // seconds at most), off gRPC's threads and without the admission lock. Set `check_stop` to end
+  // the checks in progress at shutdown.
+  std::mutex check_mu;
+  std::condition_variable check_cv;
+  std::deque<std::function<void()>> check_tasks;  // guarded by check_mu
+  bool check_stopping = false;                     // guarded by check_mu
+  std::atomic<bool> check_stop{false};
+  std::vector<std::thread> check_threads;
 };
+
+namespace {
+
+// Module checks that run at once, and that may wait for a thread beyond those.
+constexpr int kModuleCheckThreads = 2;
+constexpr size_t kMaxWaitingModuleChecks = 8;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
@@ -76,6 +107,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   impl_->io_thread = std::thread([this] { IoLoop(); });
+  for (int i = 0; i < kModuleCheckThreads; ++i) {
+    impl_->check_threads.emplace_back([this] { CheckLoop(); });
+  }
   if (impl_->options.diagnose_at_start) {
     impl_->diagnose_thread = std::thread([impl = impl_.get()] {
       absl::MutexLock lock(&impl->diagnose_mu);
@@ -93,6 +127,16 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
 Engine::~Engine() { Shutdown(); }
 
 void Engine::Shutdown() {
+  // Module checks in progress end at once (their clients get UNAVAILABLE); waiting ones too.
+  impl_->check_stop.store(true);
+  {
+    std::lock_guard<std::mutex> lock(impl_->check_mu);
+    impl_->check_stopping = true;
+  }
+  impl_->check_cv.notify_all();
+  for (std::thread& t : impl_->check_threads) {
+    if (t.joinable()) t.join();
+  }
   if (impl_->diagnose_thread.joinable()) impl_->diagnose_thread.join();
   impl_->jobs.Shutdown();
   {
@@ -282,11 +326,29 @@ void Engine::IoLoop() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const DatasetHeader& header) {
+void Engine::CheckLoop() {
+  while (true) {
+    std::function<void()> task;
+    {
+      std::unique_lock<std::mutex> lock(impl_->check_mu);
+      impl_->check_cv.wait(lock,
+                           [this] { return impl_->check_stopping || !impl_->check_tasks.empty(); });
+      if (impl_->check_tasks.empty()) return;
+      task = std::move(impl_->check_tasks.front());
+      impl_->check_tasks.pop_front();
+    }
+    task();  // after check_stop is set, a task ends quickly with UNAVAILABLE
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const DatasetHeader& header,
+                                                                   const CallContext& caller) {
   TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<DatasetUpload> upload,
-                            impl_->datasets.BeginUpload(header));
+                            impl_->datasets.BeginUpload(header, caller.owner));
   return std::unique_ptr<UploadSession>(std::move(upload));
 }
+
+int64_t Engine::staged_upload_bytes() const { return impl_->datasets.staged_bytes(); }
 
 absl::StatusOr<DatasetMeta> Engine::CommitUpload(std::unique_ptr<UploadSession> session) {
   // Every UploadSession comes from BeginUpload, which makes DatasetUploads.
@@ -335,52 +397,159 @@ absl::Status Engine::DeleteDataset(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec) {
-  torch::Device device = impl_->device;
-  if (!spec.device.empty()) {
-    TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(spec.device));
+namespace {
+
+// The optimizer's float32 state per parameter, for the memory estimate.
+int64_t OptimizerSlots(const JobSpec& spec) {
+  switch (spec.optimizer) {
+    case OptimizerKind::kSgd:
+      return spec.momentum > 0 ? 1 : 0;
+    case OptimizerKind::kRmsprop:
+      return spec.momentum > 0 ? 2 : 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      return 2;
   }
-  spec.device = DeviceName(device);
-  if (!spec.seed.has_value()) {
-    std::random_device random;
-    spec.seed = (static_cast<uint64_t>(random()) << 32) | random();
+  return 2;
+}
+
+}  // namespace
+
+absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
+                                                std::optional<LoadedTorchScript> module,
+                                                const DatasetMeta* checked_against) {
+  absl::MutexLock lock(&admission_mu);
+  TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(spec.dataset));
+  if (checked_against != nullptr && (dataset->meta.sha256 != checked_against->sha256 ||
+                                     dataset->meta.create_time != checked_against->create_time)) {
+    return absl::AbortedError(absl::StrCat("dataset '", spec.dataset,
+                                           "' was replaced while the module was checked; submit "
+                                           "the job again"));
   }
-  absl::MutexLock lock(&impl_->admission_mu);
-  TRAINERD_ASSIGN_OR_RETURN(auto dataset, impl_->datasets.Get(spec.dataset));
-  TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, CheckJobSpec(spec, dataset->meta));
-  // Bring your own model: load and check the module now (see LoadTorchScriptModule), then keep
-  // only a description in the spec, which every snapshot of the job copies.
-  std::shared_ptr<torch::jit::Module> torchscript;
-  std::vector<int64_t> torchscript_output;
-  if (!spec.torchscript.empty()) {
-    spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
-    TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
-                              LoadTorchScriptModule(spec, dataset->meta));
-    torchscript = std::move(loaded.module);
-    torchscript_output = std::move(loaded.output_shape);
-    spec.torchscript.clear();
-    spec.torchscript.shrink_to_fit();
+  ModelSpec model;  // stays empty for a TorchScript job
+  if (!module.has_value()) {
+    // (A TorchScript job's spec passed CheckJobSpec before its module's check, against this
+    // same dataset.)
+    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset->meta));
+    const int64_t training_rows =
+        dataset->meta.rows - HeldOutRows(spec.validation_fraction, dataset->meta.rows);
+    const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
+    TRAINERD_ASSIGN_OR_RETURN(const MemoryEstimate estimate,
+                              EstimateTrainingMemory(model, dataset->meta.feature_shape, batch,
+                                                     OptimizerSlots(spec)));
+    TRAINERD_RETURN_IF_ERROR(CheckModelSize(estimate, spec.model));
   }
   // The validation dataset is looked up under the same admission lock, so that it cannot be
   // deleted before the job holds it (JobUsingDataset counts it as in use).
   std::shared_ptr<const Dataset> validation;
   if (!spec.validation_dataset.empty()) {
-    auto found = impl_->datasets.Get(spec.validation_dataset);
+    auto found = datasets.Get(spec.validation_dataset);
     if (!found.ok()) {
       return absl::Status(found.status().code(),
                           absl::StrCat("validation ", found.status().message()));
     }
     validation = *std::move(found);
     TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset->meta, validation->meta,
-                                                    torchscript ? &torchscript_output : nullptr));
+                                                    module ? &module->output_shape : nullptr));
   }
-  TRAINERD_ASSIGN_OR_RETURN(JobSnapshot job,
-                            impl_->jobs.Enqueue(std::move(spec), std::move(model), dataset,
-                                                std::move(validation), device,
-                                                std::move(torchscript)));
+  torch::Device device = this->device;
+  if (!spec.device.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(spec.device));
+  }
+  TRAINERD_ASSIGN_OR_RETURN(
+      JobSnapshot job,
+      jobs.Enqueue(std::move(spec), std::move(model), dataset, std::move(validation), device,
+                   module ? std::move(module->module) : nullptr, caller.owner));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
-                       " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs"));
+                       " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
+                       job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
   return job;
+}
+
+absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
+  torch::Device resolved = device;
+  if (!spec.device.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(resolved, ResolveDevice(spec.device));
+  }
+  spec.device = DeviceName(resolved);
+  if (!spec.seed.has_value()) {
+    std::random_device random;
+    spec.seed = (static_cast<uint64_t>(random()) << 32) | random();
+  }
+  if (!spec.torchscript.empty() && !options.allow_torchscript) {
+    return absl::PermissionDeniedError(
+        "this daemon does not accept TorchScript modules (it runs with --allow_torchscript=false); "
+        "describe the model with a text spec instead");
+  }
+  if (static_cast<int64_t>(spec.torchscript.size()) > kMaxTorchScriptBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the TorchScript module has ",
+                                                     spec.torchscript.size(),
+                                                     " bytes; at most ", kMaxTorchScriptBytes,
+                                                     " are accepted"));
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
+                                                           const CallContext& caller) {
+  // The cheap checks first, so that a spec that cannot work fails before a process starts; then
+  // the module's check without any lock; then admission, which finds the dataset again.
+  DatasetMeta checked_against;
+  {
+    absl::MutexLock lock(&admission_mu);
+    TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(spec.dataset));
+    TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, dataset->meta).status());
+    checked_against = dataset->meta;
+  }
+  spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
+  TRAINERD_ASSIGN_OR_RETURN(
+      LoadedTorchScript loaded,
+      LoadTorchScriptModule(spec, checked_against, options.module_checker, caller.deadline,
+                            &check_stop));
+  // Only a description stays in the spec, which every snapshot of the job copies.
+  spec.torchscript.clear();
+  spec.torchscript.shrink_to_fit();
+  return Admit(std::move(spec), caller, std::move(loaded), &checked_against);
+}
+
+absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
+  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
+  return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
+}
+
+void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
+                            std::function<void(absl::StatusOr<JobSnapshot>)> done) {
+  absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec));
+  if (!prepared.ok() || prepared->torchscript.empty()) {
+    done(prepared.ok() ? impl_->Admit(*std::move(prepared), caller, std::nullopt, nullptr)
+                       : absl::StatusOr<JobSnapshot>(prepared.status()));
+    return;
+  }
+  // std::function needs a copyable callable: the spec (with its module bytes) moves into a holder.
+  auto holder = std::make_shared<JobSpec>(*std::move(prepared));
+  {
+    std::lock_guard<std::mutex> lock(impl_->check_mu);
+    if (impl_->check_stopping) {
+      // Below, outside the lock.
+    } else if (impl_->check_tasks.size() >= kMaxWaitingModuleChecks) {
+      // Below, outside the lock.
+      holder.reset();
+    } else {
+      impl_->check_tasks.push_back([impl = impl_.get(), holder, caller, done = std::move(done)] {
+        done(impl->SubmitWithModule(std::move(*holder), caller));
+      });
+      impl_->check_cv.notify_one();
+      return;
+    }
+  }
+  if (holder == nullptr) {
+    done(absl::ResourceExhaustedError(absl::StrCat(
+        kMaxWaitingModuleChecks, " TorchScript module checks are already waiting; submit again "
+                                 "in a few seconds")));
+  } else {
+    done(absl::UnavailableError("the daemon is shutting down"));
+  }
 }
 
 absl::StatusOr<JobSnapshot> Engine::GetJob(const std::string& id) const {

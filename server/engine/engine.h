@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/engine/diagnosis_types.h"
+#include "server/engine/module_sandbox.h"
 #include "server/engine/types.h"
 
 namespace trainerd::monitor {
@@ -29,6 +31,18 @@ struct EngineOptions {
   std::string device = "auto";
   // The largest dataset payload accepted, in bytes; 0 means no limit.
   int64_t max_dataset_bytes = int64_t{16} << 30;
+  // The most host memory that all dataset uploads in progress may stage together, in bytes; 0
+  // means no bound. Staging grows with the bytes received, so this bounds what clients have
+  // actually sent, whatever their headers declare.
+  int64_t max_upload_bytes_in_flight = 0;
+  // The most jobs that may wait in the queues at once; 0 means no bound.
+  int64_t max_queued_jobs = 0;
+  // Accept TorchScript modules with jobs (bring your own model); false refuses them with
+  // PERMISSION_DENIED.
+  bool allow_torchscript = true;
+  // The separate process that loads and tries a submitted module first (module_sandbox.h), with
+  // its time and memory limits. An empty program refuses modules with FAILED_PRECONDITION.
+  ModuleCheckerOptions module_checker;
   // Receives every job's events, in order per job (the Prometheus metrics). Optional.
   std::shared_ptr<JobEventSink> observer;
   // Samples the devices for job reports (utilization, CPU memory) and ListDevices. Optional (the
@@ -59,8 +73,19 @@ struct DeviceStatusInfo {
 std::string LibTorchVersionString();
 std::string CudaVersionString();
 
-// Thread-safe. Every call returns quickly: training runs on the device workers and dataset commits
-// on the engine's I/O thread.
+// Who calls, and until when: what the service layer knows of a request that the engine records or
+// honours.
+struct CallContext {
+  // The caller's name (a token's name, a client certificate's subject), recorded on the jobs and
+  // datasets it creates; empty without authentication.
+  std::string owner;
+  // The caller's deadline: work done for the call (a module check) stops there.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+// Thread-safe. Every call returns quickly (training runs on the device workers, dataset commits
+// on the engine's I/O thread, module checks on the engine's check threads), except the blocking
+// forms that say so: CommitUpload, Diagnose, and SubmitJob for a job with a TorchScript module.
 class Engine {
  public:
   // Resolves the device, creates the data folder and reloads the datasets kept there.
@@ -88,8 +113,10 @@ class Engine {
   int64_t host_to_device_bytes() const;
 
   // --- Datasets ---
-  // Validates the header and reserves the name (see DatasetRegistry::BeginUpload).
-  absl::StatusOr<std::unique_ptr<UploadSession>> BeginUpload(const DatasetHeader& header);
+  // Validates the header and reserves the name (see DatasetRegistry::BeginUpload); allocates
+  // nothing until bytes arrive.
+  absl::StatusOr<std::unique_ptr<UploadSession>> BeginUpload(const DatasetHeader& header,
+                                                             const CallContext& caller = {});
   // Runs the blocking part of an upload (checks, durable file, host-to-device copy) on the I/O
   // thread and calls `done` there with the result. `upload` must come from BeginUpload.
   void CommitUploadAsync(std::unique_ptr<UploadSession> upload,
@@ -100,11 +127,22 @@ class Engine {
   std::vector<DatasetMeta> ListDatasets() const;
   // FAILED_PRECONDITION while a queued or running job uses it.
   absl::Status DeleteDataset(const std::string& name);
+  // Host memory staged by the uploads in progress, in bytes.
+  int64_t staged_upload_bytes() const;
 
   // --- Jobs ---
-  // Checks the spec against the dataset (INVALID_ARGUMENT / NOT_FOUND), fills in the seed and
-  // device, and queues it. Returns the job QUEUED.
-  absl::StatusOr<JobSnapshot> SubmitJob(JobSpec spec);
+  // Checks the spec against the dataset (INVALID_ARGUMENT / NOT_FOUND; RESOURCE_EXHAUSTED for a
+  // model over the limits of common/job_limits.h or a full queue), fills in the seed and device,
+  // and queues it. Returns the job QUEUED. A job with a TorchScript module first has the module
+  // checked as code (torchscript_module.h: PERMISSION_DENIED for refused operators,
+  // DEADLINE_EXCEEDED when its check runs past its limit or `caller.deadline`), which blocks for
+  // as long as the check runs.
+  absl::StatusOr<JobSnapshot> SubmitJob(JobSpec spec, const CallContext& caller = {});
+  // The same without blocking: `done` is called exactly once, on the calling thread for a
+  // spec-built job and on one of the engine's module-check threads for a TorchScript job (at most
+  // a few checks wait for those threads; beyond that RESOURCE_EXHAUSTED at once).
+  void SubmitJobAsync(JobSpec spec, CallContext caller,
+                      std::function<void(absl::StatusOr<JobSnapshot>)> done);
   absl::StatusOr<JobSnapshot> GetJob(const std::string& id) const;
   std::vector<JobSnapshot> ListJobs() const;
   absl::StatusOr<JobSnapshot> CancelJob(const std::string& id);
@@ -123,6 +161,7 @@ class Engine {
   struct Impl;
   explicit Engine(std::unique_ptr<Impl> impl);
   void IoLoop();
+  void CheckLoop();
 
   std::unique_ptr<Impl> impl_;
 };

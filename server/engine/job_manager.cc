@@ -23,9 +23,19 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
                                                 std::shared_ptr<const Dataset> dataset,
                                                 std::shared_ptr<const Dataset> validation_dataset,
                                                 torch::Device device,
-                                                std::shared_ptr<torch::jit::Module> torchscript) {
+                                                std::shared_ptr<torch::jit::Module> torchscript,
+                                                std::string owner) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+  if (max_queued_jobs_ > 0) {
+    int64_t queued = 0;
+    for (const auto& [name, worker] : workers_) queued += static_cast<int64_t>(worker->queue.size());
+    if (queued >= max_queued_jobs_) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          queued, " jobs are already queued; this daemon queues at most ", max_queued_jobs_,
+          " (--max_queued_jobs); submit again when some have started"));
+    }
+  }
   auto record = std::make_unique<Record>();
   record->model = std::move(model);
   record->dataset = std::move(dataset);
@@ -36,6 +46,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
   snap.id = NewId();
   snap.spec = std::move(spec);
   snap.state = JobState::kQueued;
+  snap.owner = std::move(owner);
   snap.device = DeviceName(device);
   snap.create_time = absl::Now();
   JobSnapshot copy = snap;

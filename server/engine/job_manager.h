@@ -45,10 +45,13 @@ class JobManager {
   // means models are not kept. A job's checkpoints (JobSpec::checkpoint_every) go to
   // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; empty means none are
   // written.
-  explicit JobManager(std::string models_dir = "", std::string data_dir = "", JobHooks hooks = {})
+  // `max_queued_jobs` bounds the jobs waiting in all queues together (0 = no bound).
+  explicit JobManager(std::string models_dir = "", std::string data_dir = "", JobHooks hooks = {},
+                      int64_t max_queued_jobs = 0)
       : models_dir_(std::move(models_dir)),
         data_dir_(std::move(data_dir)),
-        hooks_(std::move(hooks)) {}
+        hooks_(std::move(hooks)),
+        max_queued_jobs_(max_queued_jobs) {}
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
@@ -56,13 +59,14 @@ class JobManager {
   // Queues a checked job (spec with seed and device filled in) and returns it QUEUED.
   // `validation_dataset` is spec.validation_dataset's dataset, or null when it names none.
   // `torchscript` is a TorchScript job's checked module (then `model` is empty), trained in place;
-  // null for a spec-built model.
-  // FAILED_PRECONDITION after Shutdown.
+  // null for a spec-built model. `owner` is recorded on the job (JobSnapshot::owner).
+  // UNAVAILABLE after Shutdown; RESOURCE_EXHAUSTED when max_queued_jobs jobs already wait.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model,
                                       std::shared_ptr<const Dataset> dataset,
                                       std::shared_ptr<const Dataset> validation_dataset,
                                       torch::Device device,
-                                      std::shared_ptr<torch::jit::Module> torchscript = nullptr);
+                                      std::shared_ptr<torch::jit::Module> torchscript = nullptr,
+                                      std::string owner = "");
 
   // NOT_FOUND for an unknown id.
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
@@ -120,6 +124,7 @@ class JobManager {
   const std::string models_dir_;
   const std::string data_dir_;  // for checkpoints; empty = none
   const JobHooks hooks_;
+  const int64_t max_queued_jobs_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_limits.h"
 #include "common/status_macros.h"
 #include "server/engine/loss.h"
 #include "server/engine/optimizer.h"
@@ -119,15 +120,7 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
     return absl::InvalidArgumentError(
         absl::StrCat("batch size must be at least 1; got ", spec.batch_size));
   }
-  if (spec.epochs < 1 || spec.epochs > 1000000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("epochs must be between 1 and 1000000; got ", spec.epochs));
-  }
-  if (spec.checkpoint_every < 0 || spec.checkpoint_every > spec.epochs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("checkpoint every must be 0 (off) or between 1 and the epochs (", spec.epochs,
-                     "); got ", spec.checkpoint_every));
-  }
+  TRAINERD_RETURN_IF_ERROR(CheckEpochsAndCheckpoints(spec.epochs, spec.checkpoint_every));
   TRAINERD_RETURN_IF_ERROR(CheckValidationOptions(spec, dataset));
   if (!spec.torchscript.empty()) {
     // "torchscript" is accepted as well as "", so that a spec can say what it trains.

@@ -1,4 +1,4 @@
-// LoadTorchScriptModule: a user's TorchScript module, loaded and checked at Submit.
+// ProbeTorchScriptModule (the checker process's side) and LoadTorchScriptModule (the daemon's).
 #include "server/engine/torchscript_module.h"
 
 #include <exception>
@@ -8,8 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_limits.h"
 #include "common/table.h"
 #include "server/engine/loss.h"
+#include "server/engine/module_check.h"
 
 namespace trainerd::engine {
 namespace {
@@ -26,45 +28,67 @@ std::string BatchShape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-}  // namespace
-
-absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(const JobSpec& spec,
-                                                        const DatasetMeta& dataset) {
-  LoadedTorchScript loaded;
+// torch::jit::load from memory onto the CPU, whatever device the module was saved from. Runs no
+// code of the module when CheckTorchScriptArchive passed (no __setstate__, no custom classes).
+absl::StatusOr<std::shared_ptr<torch::jit::Module>> LoadArchive(std::string_view archive) {
   try {
-    std::istringstream in(spec.torchscript);
-    // On the CPU whatever device it was saved from: the worker moves it to the job's device.
-    loaded.module = std::make_shared<torch::jit::Module>(torch::jit::load(in, torch::kCPU));
+    std::istringstream in{std::string(archive)};
+    return std::make_shared<torch::jit::Module>(torch::jit::load(in, torch::kCPU));
   } catch (const std::exception& e) {  // c10::Error, and anything the archive reader throws
     return absl::InvalidArgumentError(
         absl::StrCat("the TorchScript module cannot be loaded: ", FirstLine(e.what())));
   }
-  std::vector<int64_t> batch_shape = {kCheckRows};
-  batch_shape.insert(batch_shape.end(), dataset.feature_shape.begin(),
-                     dataset.feature_shape.end());
+}
+
+absl::StatusOr<int64_t> CountModuleParameters(const torch::jit::Module& module) {
+  int64_t count = 0;
   try {
-    for (const torch::Tensor& p : loaded.module->parameters()) {
-      loaded.parameter_count += p.numel();
-    }
-    if (loaded.parameter_count == 0) {
-      return absl::InvalidArgumentError(
-          "the TorchScript module has no parameters to train; register its weights as "
-          "parameters (nn.Parameter), not buffers");
-    }
-    // A copy in eval mode: the check must not change the job's module (its training flag, a
+    for (const torch::Tensor& p : module.parameters()) count += p.numel();
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the TorchScript module cannot be checked: ", FirstLine(e.what())));
+  }
+  if (count == 0) {
+    return absl::InvalidArgumentError(
+        "the TorchScript module has no parameters to train; register its weights as "
+        "parameters (nn.Parameter), not buffers");
+  }
+  return count;
+}
+
+}  // namespace
+
+absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
+                                                   const std::vector<int64_t>& feature_shape,
+                                                   const std::string& dataset_name) {
+  absl::Status archive_ok = CheckTorchScriptArchive(archive);
+  if (!archive_ok.ok()) return archive_ok;
+  absl::StatusOr<std::shared_ptr<torch::jit::Module>> module = LoadArchive(archive);
+  if (!module.ok()) return module.status();
+  absl::Status operators = CheckModuleOperators(**module);
+  if (!operators.ok()) return operators;
+  ModuleProbe probe;
+  absl::StatusOr<int64_t> parameters = CountModuleParameters(**module);
+  if (!parameters.ok()) return parameters.status();
+  probe.parameter_count = *parameters;
+  std::vector<int64_t> batch_shape = {kCheckRows};
+  batch_shape.insert(batch_shape.end(), feature_shape.begin(), feature_shape.end());
+  try {
+    // A copy in eval mode: the check must not change the module (its training flag, a
     // batchnorm's running statistics). Zeros are enough to check shapes.
     torch::NoGradGuard no_grad;
-    torch::jit::Module copy = loaded.module->clone();
+    torch::jit::Module copy = (*module)->clone();
     copy.eval();
     const torch::Tensor x = torch::zeros(batch_shape, torch::kFloat32);
     torch::jit::IValue out;
     try {
       out = copy.forward({x});
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the TorchScript module's forward does not accept a batch of shape ",
-          BatchShape(batch_shape), " (dataset '", dataset.name, "' has ",
-          ShapeToString(dataset.feature_shape), " features per row): ", FirstLine(e.what())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("the TorchScript module's forward does not accept a batch of shape ",
+                       BatchShape(batch_shape), " (dataset '", dataset_name, "' has ",
+                       ShapeToString(feature_shape), " features per row): ",
+                       FirstLine(e.what())));
     }
     if (!out.isTensor()) {
       return absl::InvalidArgumentError(
@@ -78,11 +102,38 @@ absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(const JobSpec& spec,
           "of shape ", BatchShape(batch_shape), " gave an output of shape ",
           BatchShape(y.sizes().vec())));
     }
-    loaded.output_shape.assign(y.sizes().begin() + 1, y.sizes().end());
+    probe.output_shape.assign(y.sizes().begin() + 1, y.sizes().end());
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("the TorchScript module cannot be checked: ", FirstLine(e.what())));
   }
+  return probe;
+}
+
+absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(
+    const JobSpec& spec, const DatasetMeta& dataset, const ModuleCheckerOptions& checker,
+    absl::Time deadline, const std::atomic<bool>* stop) {
+  absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
+      checker, spec.torchscript, dataset.feature_shape, dataset.name, deadline, stop);
+  if (!probe.ok()) return probe.status();
+  // The checker's word is not trusted for safety: the same checks on the daemon's own copy.
+  absl::Status archive_ok = CheckTorchScriptArchive(spec.torchscript);
+  if (!archive_ok.ok()) return archive_ok;
+  LoadedTorchScript loaded;
+  absl::StatusOr<std::shared_ptr<torch::jit::Module>> module = LoadArchive(spec.torchscript);
+  if (!module.ok()) return module.status();
+  loaded.module = *std::move(module);
+  absl::Status operators = CheckModuleOperators(*loaded.module);
+  if (!operators.ok()) return operators;
+  absl::StatusOr<int64_t> parameters = CountModuleParameters(*loaded.module);
+  if (!parameters.ok()) return parameters.status();
+  loaded.parameter_count = *parameters;
+  if (loaded.parameter_count > kMaxModelParameters) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the TorchScript module has ", loaded.parameter_count,
+                     " parameters; at most ", kMaxModelParameters, " are allowed"));
+  }
+  loaded.output_shape = probe->output_shape;
   // The caller has set spec.model to the module's description, which CheckLoss's sentences name.
   absl::Status loss = CheckLoss(spec, loaded.output_shape, dataset);
   if (!loss.ok()) return loss;

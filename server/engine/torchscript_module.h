@@ -1,6 +1,13 @@
 // "Bring your own model": a TorchScript module uploaded with a job (JobSpec::torchscript, the bytes
-// torch.jit.save writes) is loaded and checked against the dataset at Submit, so that a module
-// that cannot train on the dataset fails there with INVALID_ARGUMENT rather than at epoch 1.
+// torch.jit.save writes) is checked as code and against the dataset at Submit, so that a module
+// that may not run here, or cannot train on the dataset, fails there rather than at epoch 1.
+//
+// The check has two halves. ProbeTorchScriptModule is what the separate checker process
+// (trainerd-module-check, run by module_sandbox.h under a time limit) does with the untrusted
+// bytes: the archive check, the first load, the operator allow-list (module_check.h), and a trial
+// forward. LoadTorchScriptModule is the daemon's side: it runs that process, then repeats the
+// security checks on its own load (which runs no code of the module once the archive check
+// passed) and checks the loss against the output shape the probe found.
 #pragma once
 
 #include <torch/script.h>
@@ -8,9 +15,12 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/engine/module_sandbox.h"
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
@@ -25,16 +35,24 @@ struct LoadedTorchScript {
   int64_t parameter_count = 0;        // values in all parameters
 };
 
-// Loads spec.torchscript (torch::jit::load from memory, on the CPU) and checks it against the
-// dataset: at least one parameter; its forward, in eval mode under NoGradGuard on a copy of the
-// module, takes a float32 batch of 2 rows shaped like the dataset's features and returns one
-// tensor with the batch dimension first; the loss fits that per-row output (CheckLoss).
-// INVALID_ARGUMENT with a sentence otherwise. Never throws.
-//
-// It runs on the Submit call: quick for the small modules a 64 MiB request can carry. Large
-// modules (a streaming upload is a later issue) would move the load and the check to the engine's
-// I/O thread, as dataset commits do.
-absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(const JobSpec& spec,
-                                                        const DatasetMeta& dataset);
+// The checker's work on an untrusted archive, for rows shaped `feature_shape`:
+// CheckTorchScriptArchive, torch::jit::load from memory onto the CPU, CheckModuleOperators, at
+// least one parameter, and a forward of an eval-mode copy under NoGradGuard on zeros shaped
+// [2, *feature_shape] that returns one tensor with the batch dimension first. INVALID_ARGUMENT or
+// PERMISSION_DENIED with a sentence otherwise. Never throws.
+// `dataset_name` only names the dataset in sentences.
+absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
+                                                   const std::vector<int64_t>& feature_shape,
+                                                   const std::string& dataset_name);
+
+// The daemon's side: runs the checker (RunModuleChecker with `checker`, until `deadline` at the
+// latest), then CheckTorchScriptArchive, torch::jit::load (on the CPU; the worker moves the module
+// to the job's device), CheckModuleOperators, the parameter count against kMaxModelParameters
+// (RESOURCE_EXHAUSTED) and the loss against the probe's output shape (CheckLoss). Blocks for as
+// long as the checker runs (`stop`, when set, ends it with UNAVAILABLE): call it off the gRPC
+// threads. Never throws.
+absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(
+    const JobSpec& spec, const DatasetMeta& dataset, const ModuleCheckerOptions& checker,
+    absl::Time deadline, const std::atomic<bool>* stop = nullptr);
 
 }  // namespace trainerd::engine

@@ -2,7 +2,9 @@
 // None of them is thread-safe by itself; the engine hands out copies (snapshots).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,20 +12,14 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/dataset_header.h"
 #include "common/table.h"
 #include "server/engine/speed_report.h"
 
 namespace trainerd::engine {
 
-// What a client declares before streaming a dataset's payload.
-struct DatasetHeader {
-  std::string name;
-  std::vector<int64_t> feature_shape;  // per row
-  std::vector<int64_t> target_shape;   // per row; empty = scalar
-  TargetDType target_dtype = TargetDType::kFloat32;
-  int64_t rows = 0;
-  std::string sha256;  // optional, lower-case hex of the payload
-};
+// What a client declares before streaming a dataset's payload (common/dataset_header.h).
+using ::trainerd::DatasetHeader;
 
 // A registered dataset, as listed.
 struct DatasetMeta {
@@ -38,8 +34,9 @@ struct DatasetMeta {
   absl::Time create_time = absl::UnixEpoch();
   int64_t target_min = 0;       // int64 targets only: smallest class index
   int64_t target_max = 0;       // int64 targets only: largest class index
-
-  int64_t feature_bytes() const { return rows * ShapeElements(feature_shape) * 4; }
+  int64_t feature_bytes = 0;    // the features' part of the payload (CheckDatasetHeader)
+  std::string owner;            // who uploaded it: a token's name or a certificate's subject;
+                                // empty when the daemon runs without authentication
 };
 
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
@@ -166,6 +163,8 @@ struct DeviceReport {
 struct JobSnapshot {
   std::string id;
   JobSpec spec;  // as accepted, defaults filled in
+  std::string owner;  // who submitted it: a token's name or a certificate's subject; empty when
+                      // the daemon runs without authentication
   JobState state = JobState::kQueued;
   std::string error;  // FAILED (and CANCELLED by shutdown): a sentence
   std::vector<EpochResult> epochs;
@@ -204,14 +203,24 @@ struct JobEvent {
 };
 
 // One dataset upload in progress (see Engine::BeginUpload). Not thread-safe: one upload stream
-// owns it. Destroying it without committing releases the name and the staging memory.
+// owns it (only the flag from cancellation() may be set from elsewhere). Destroying it without
+// committing releases the name and the staging memory.
 class UploadSession {
  public:
   virtual ~UploadSession() = default;
-  // Appends the next payload bytes; INVALID_ARGUMENT past the size the header declared.
+  // Appends the next payload bytes. INVALID_ARGUMENT past the size the header declared;
+  // RESOURCE_EXHAUSTED when the staging memory it needs would take the uploads in flight past
+  // the daemon's bound (EngineOptions::max_upload_bytes_in_flight) or cannot be allocated.
   virtual absl::Status Append(std::string_view chunk) = 0;
   virtual int64_t received_bytes() const = 0;
   virtual int64_t expected_bytes() const = 0;
+  // Host memory staged for this upload now: it grows with the bytes received (geometrically, up
+  // to the declared size), never with what the header declared.
+  virtual int64_t staged_bytes() const = 0;
+  // Set it when the client cancelled the stream or went away: a commit that finds it set
+  // discards the upload (CANCELLED) instead of registering it. Shared, so that it can be set
+  // while the session is being committed on another thread.
+  virtual std::shared_ptr<std::atomic<bool>> cancellation() const = 0;
 };
 
 // Receives a job's events in order. Push is called from engine threads (workers, or the thread

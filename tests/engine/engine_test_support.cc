@@ -217,6 +217,7 @@ EngineOptions EngineFixture::Options() const {
   EngineOptions options;
   options.data_dir = dir_.path();
   options.device = "cpu";
+  options.module_checker.program = TRAINERD_MODULE_CHECKER;
   return options;
 }
 

@@ -1,0 +1,362 @@
+// Tests for TorchScript modules as code: the operator allow-list and the graph walk
+// (server/engine/module_check.h), the archive check, the checker process with its time limit
+// (server/engine/module_sandbox.h), and Submit's use of them through the Engine. Modules are built
+// in C++ with define(), as a user's scripted module would be saved.
+#include "server/engine/module_check.h"
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <future>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "server/engine/module_sandbox.h"
+#include "server/engine/torchscript_module.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace trainerd::engine {
+namespace {
+
+using test_support::EngineFixture;
+using test_support::SeedSpec;
+using test_support::SeedTable;
+using test_support::Upload;
+using ::testing::HasSubstr;
+
+// A module "Net" with parameters w [1, 1] and b [1] and the given methods (TorchScript source).
+torch::jit::Module MakeModule(const std::string& source) {
+  torch::jit::Module m("Net");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w", torch::ones({1, 1}), /*is_buffer=*/false);
+  m.register_parameter("b", torch::zeros({1}), /*is_buffer=*/false);
+  m.define(source);
+  return m;
+}
+
+std::string Save(const torch::jit::Module& m) {
+  std::ostringstream out;
+  m.save(out);
+  return out.str();
+}
+
+const char kLinearForward[] =
+    "def forward(self, x):\n"
+    "  return torch.linear(x, self.w, self.b)\n";
+
+// Reads a file through torch.from_file: the attack of the issue.
+const char kFromFileForward[] =
+    "def forward(self, x):\n"
+    "  t = torch.from_file('/etc/hostname', False, 1)\n"
+    "  return torch.linear(x, self.w, self.b) + t.sum()\n";
+
+// The same call hidden in a helper method that forward calls.
+const char kHelperFromFile[] =
+    "def leak(self) -> Tensor:\n"
+    "  return torch.from_file('/etc/hostname', False, 1)\n"
+    "def forward(self, x):\n"
+    "  return torch.linear(x, self.w, self.b) + self.leak().sum()\n";
+
+// Never returns.
+const char kHangingForward[] =
+    "def forward(self, x):\n"
+    "  i = 0\n"
+    "  while i >= 0:\n"
+    "    i = i + 1\n"
+    "  return torch.linear(x, self.w, self.b)\n";
+
+// __setstate__ runs while torch::jit::load unpickles the module.
+const char kSetstate[] =
+    "def __getstate__(self) -> Tuple[Tensor, Tensor, bool]:\n"
+    "  return (self.w, self.b, self.training)\n"
+    "def __setstate__(self, state: Tuple[Tensor, Tensor, bool]) -> None:\n"
+    "  self.w = state[0]\n"
+    "  self.b = state[1]\n"
+    "  self.training = state[2]\n"
+    "def forward(self, x):\n"
+    "  return torch.linear(x, self.w, self.b)\n";
+
+// ---- The allow-list and the graph walk ------------------------------------------------------
+
+TEST(AllowListTest, TensorOperationsAreAllowedAndFileAccessIsNot) {
+  EXPECT_TRUE(IsAllowedOperator("aten::linear"));
+  EXPECT_TRUE(IsAllowedOperator("aten::conv2d"));
+  EXPECT_TRUE(IsAllowedOperator("prim::If"));
+  EXPECT_TRUE(IsAllowedOperator("prim::GetAttr"));
+  EXPECT_FALSE(IsAllowedOperator("aten::from_file"));
+  EXPECT_FALSE(IsAllowedOperator("aten::as_strided"));
+  EXPECT_FALSE(IsAllowedOperator("aten::set_"));
+  EXPECT_FALSE(IsAllowedOperator("aten::manual_seed"));
+  EXPECT_FALSE(IsAllowedOperator("prim::Print"));
+  EXPECT_FALSE(IsAllowedOperator("prim::PythonOp"));
+  EXPECT_FALSE(IsAllowedOperator("my_ops::anything"));
+}
+
+TEST(CheckGraphOperatorsTest, CustomOperatorIsRefusedByName) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::Value* x = graph->addInput("x");
+  torch::jit::Node* custom =
+      graph->create(c10::Symbol::fromQualString("my_ops::exfiltrate"), {x}, /*num_outputs=*/1);
+  graph->appendNode(custom);
+  graph->registerOutput(custom->output());
+  const absl::Status status = CheckGraphOperators(*graph, "Net.forward");
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("operator 'my_ops::exfiltrate' (in Net.forward)"));
+}
+
+// A refused operator deep inside nested blocks is found, and the walk does not recurse (10,000
+// levels would overflow a recursive walker's stack).
+TEST(CheckGraphOperatorsTest, RefusedOperatorInDeeplyNestedBlocksIsFound) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::Value* condition = graph->addInput("c");
+  torch::jit::Block* block = graph->block();
+  for (int depth = 0; depth < 10000; ++depth) {
+    torch::jit::Node* branch = graph->create(torch::jit::prim::If, {condition}, 0);
+    block->appendNode(branch);
+    branch->addBlock();
+    branch->addBlock();
+    block = branch->blocks()[0];
+  }
+  block->appendNode(graph->create(c10::Symbol::fromQualString("aten::from_file"), 0));
+  const absl::Status status = CheckGraphOperators(*graph, "deep");
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("aten::from_file"));
+}
+
+TEST(CheckModuleOperatorsTest, ALinearModuleIsAllowed) {
+  EXPECT_TRUE(CheckModuleOperators(MakeModule(kLinearForward)).ok());
+}
+
+TEST(CheckModuleOperatorsTest, FromFileInForwardIsRefused) {
+  const absl::Status status = CheckModuleOperators(MakeModule(kFromFileForward));
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("operator 'aten::from_file' (in __torch__.Net.forward)"));
+}
+
+TEST(CheckModuleOperatorsTest, FromFileInAHelperMethodIsRefused) {
+  const absl::Status status = CheckModuleOperators(MakeModule(kHelperFromFile));
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("aten::from_file"));
+}
+
+TEST(CheckModuleOperatorsTest, PrintIsRefused) {
+  const absl::Status status = CheckModuleOperators(MakeModule(
+      "def forward(self, x):\n  print(x)\n  return torch.linear(x, self.w, self.b)\n"));
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("prim::Print"));
+}
+
+// ---- The archive check ----------------------------------------------------------------------
+
+TEST(CheckTorchScriptArchiveTest, ASavedModuleIsAccepted) {
+  EXPECT_TRUE(CheckTorchScriptArchive(Save(MakeModule(kLinearForward))).ok());
+}
+
+TEST(CheckTorchScriptArchiveTest, SetstateIsRefusedBeforeAnythingLoads) {
+  const absl::Status status = CheckTorchScriptArchive(Save(MakeModule(kSetstate)));
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("__setstate__"));
+}
+
+TEST(CheckTorchScriptArchiveTest, BytesThatAreNoArchiveAreInvalid) {
+  EXPECT_EQ(CheckTorchScriptArchive("not a zip archive").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckTorchScriptArchive("").code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---- The checker's protocol -------------------------------------------------------------------
+
+TEST(ModuleProbeTest, EncodedResultsDecodeToThemselves) {
+  ModuleProbe probe;
+  probe.parameter_count = 12;
+  probe.output_shape = {3, 4};
+  const absl::StatusOr<ModuleProbe> back = DecodeModuleProbe(EncodeModuleProbe(probe));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->parameter_count, 12);
+  EXPECT_EQ(back->output_shape, (std::vector<int64_t>{3, 4}));
+
+  ModuleProbe scalar;
+  scalar.parameter_count = 1;
+  const absl::StatusOr<ModuleProbe> scalar_back = DecodeModuleProbe(EncodeModuleProbe(scalar));
+  ASSERT_TRUE(scalar_back.ok()) << scalar_back.status();
+  EXPECT_TRUE(scalar_back->output_shape.empty());
+
+  const absl::StatusOr<ModuleProbe> refused = DecodeModuleProbe(
+      EncodeModuleProbe(absl::PermissionDeniedError("operator 'x'\nis refused")));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(refused.status().message(), "operator 'x' is refused");
+}
+
+TEST(ModuleProbeTest, MalformedOrUnexpectedOutputIsInternal) {
+  EXPECT_EQ(DecodeModuleProbe("").status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(DecodeModuleProbe("ok\nparameters -1\noutput\n").status().code(),
+            absl::StatusCode::kInternal);
+  EXPECT_EQ(DecodeModuleProbe("ok\nparameters 1\noutput x\n").status().code(),
+            absl::StatusCode::kInternal);
+  // Only a check's verdicts pass through; OK or NOT_FOUND from the checker is its failure.
+  EXPECT_EQ(DecodeModuleProbe("error 5\nmissing\n").status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(DecodeModuleProbe("error 0\nfine\n").status().code(), absl::StatusCode::kInternal);
+}
+
+// ---- The checker process --------------------------------------------------------------------
+
+ModuleCheckerOptions Checker(absl::Duration timeout = absl::Seconds(30)) {
+  ModuleCheckerOptions options;
+  options.program = TRAINERD_MODULE_CHECKER;
+  options.timeout = timeout;
+  return options;
+}
+
+TEST(RunModuleCheckerTest, AGoodModuleReportsItsParametersAndOutputShape) {
+  const absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
+      Checker(), Save(MakeModule(kLinearForward)), {1}, "seed", absl::InfiniteFuture());
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->parameter_count, 2);
+  EXPECT_EQ(probe->output_shape, (std::vector<int64_t>{1}));
+}
+
+TEST(RunModuleCheckerTest, ARefusedOperatorIsPermissionDenied) {
+  const absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
+      Checker(), Save(MakeModule(kFromFileForward)), {1}, "seed", absl::InfiniteFuture());
+  EXPECT_EQ(probe.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(probe.status().message(), HasSubstr("aten::from_file"));
+}
+
+TEST(RunModuleCheckerTest, AModuleThatHangsIsKilledAtTheTimeout) {
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<ModuleProbe> probe =
+      RunModuleChecker(Checker(absl::Seconds(2)), Save(MakeModule(kHangingForward)), {1}, "seed",
+                       absl::InfiniteFuture());
+  EXPECT_EQ(probe.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(probe.status().message(), HasSubstr("did not finish within 2 s"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+TEST(RunModuleCheckerTest, TheCallersDeadlineShortensTheTimeout) {
+  const absl::StatusOr<ModuleProbe> probe =
+      RunModuleChecker(Checker(absl::Seconds(60)), Save(MakeModule(kHangingForward)), {1},
+                       "seed", absl::Now() + absl::Seconds(1));
+  EXPECT_EQ(probe.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(RunModuleCheckerTest, StopEndsTheCheckWithUnavailable) {
+  std::atomic<bool> stop{false};
+  std::thread stopper([&stop] {
+    absl::SleepFor(absl::Milliseconds(300));
+    stop.store(true);
+  });
+  const absl::StatusOr<ModuleProbe> probe =
+      RunModuleChecker(Checker(absl::Seconds(60)), Save(MakeModule(kHangingForward)), {1},
+                       "seed", absl::InfiniteFuture(), &stop);
+  stopper.join();
+  EXPECT_EQ(probe.status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(RunModuleCheckerTest, AModuleThatAllocatesWithoutBoundFailsInsideItsLimit) {
+  ModuleCheckerOptions options = Checker();
+  options.memory_limit_bytes = int64_t{1} << 30;
+  const absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
+      options,
+      Save(MakeModule("def forward(self, x):\n"
+                      "  big = torch.ones([1 << 34])\n"
+                      "  return torch.linear(x, self.w, self.b) + big.sum()\n")),
+      {1}, "seed", absl::InfiniteFuture());
+  EXPECT_EQ(probe.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RunModuleCheckerTest, WithoutACheckerModulesCannotBeAccepted) {
+  ModuleCheckerOptions none;
+  EXPECT_EQ(RunModuleChecker(none, "x", {1}, "seed", absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ModuleCheckerOptions missing;
+  missing.program = "/nonexistent/trainerd-module-check";
+  EXPECT_EQ(RunModuleChecker(missing, "x", {1}, "seed", absl::InfiniteFuture()).status().code(),
+            absl::StatusCode::kInternal);
+}
+
+// ---- Submit -----------------------------------------------------------------------------------
+
+class SubmitModuleTest : public EngineFixture {
+ protected:
+  void SetUp() override {
+    EngineFixture::SetUp();
+    ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  }
+  JobSpec ModuleSpec(const std::string& bytes) const {
+    JobSpec spec = SeedSpec("seed");
+    spec.model = "";
+    spec.torchscript = bytes;
+    return spec;
+  }
+};
+
+TEST_F(SubmitModuleTest, AModuleThatReadsFilesIsRefusedNamingTheOperator) {
+  const absl::StatusOr<JobSnapshot> job =
+      engine_->SubmitJob(ModuleSpec(Save(MakeModule(kFromFileForward))));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(job.status().message(), HasSubstr("aten::from_file"));
+  EXPECT_TRUE(engine_->ListJobs().empty());
+}
+
+TEST_F(SubmitModuleTest, AModuleWithSetstateIsRefused) {
+  const absl::StatusOr<JobSnapshot> job =
+      engine_->SubmitJob(ModuleSpec(Save(MakeModule(kSetstate))));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(job.status().message(), HasSubstr("__setstate__"));
+}
+
+TEST_F(SubmitModuleTest, ModulesCanBeTurnedOff) {
+  EngineOptions options = Options();
+  options.allow_torchscript = false;
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+  const absl::StatusOr<JobSnapshot> job =
+      engine_->SubmitJob(ModuleSpec(Save(MakeModule(kLinearForward))));
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(job.status().message(), HasSubstr("--allow_torchscript=false"));
+}
+
+TEST_F(SubmitModuleTest, TheCallerIsRecordedOnTheJob) {
+  CallContext caller;
+  caller.owner = "alice";
+  const absl::StatusOr<JobSnapshot> job =
+      engine_->SubmitJob(ModuleSpec(Save(MakeModule(kLinearForward))), caller);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->owner, "alice");
+  EXPECT_EQ(job->spec.model, absl::StrCat("torchscript (",
+                                          Save(MakeModule(kLinearForward)).size(), " bytes)"));
+  ASSERT_TRUE(engine_->CancelJob(job->id).ok());
+}
+
+// A module whose check hangs holds no lock that other requests need: while it runs, a spec-built
+// job is submitted and a dataset deleted at once; the module is then refused DEADLINE_EXCEEDED.
+TEST_F(SubmitModuleTest, AHangingModuleTimesOutWithoutHoldingUpOtherRequests) {
+  EngineOptions options = Options();
+  options.module_checker.timeout = absl::Seconds(3);
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);  // "seed" came back from the folder
+  ASSERT_TRUE(Upload(*engine_, "other", SeedTable()).ok());
+  std::promise<absl::StatusOr<JobSnapshot>> hung;
+  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), CallContext(),
+                          [&hung](absl::StatusOr<JobSnapshot> job) { hung.set_value(job); });
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<JobSnapshot> plain = engine_->SubmitJob(SeedSpec("seed"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(engine_->DeleteDataset("other").ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  const absl::StatusOr<JobSnapshot> refused = hung.get_future().get();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(test_support::WaitForEnd(*engine_, plain->id).ok());
+}
+
+}  // namespace
+}  // namespace trainerd::engine
