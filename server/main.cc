@@ -1,9 +1,12 @@
 // trainerd: keeps uploaded datasets resident on a device and trains jobs submitted over gRPC.
 // Flags go into ServerOptions; Server::BuildAndStart does the rest; SIGINT/SIGTERM stop it.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -14,7 +17,9 @@
 #include "server/service/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
-          "host:port to serve gRPC on; port 0 picks a free port (printed at start)");
+          "host:port to serve gRPC on (port 0 picks a free port, printed at start), or unix:PATH "
+          "for a Unix socket (mode 0660); an address other machines can reach needs "
+          "--auth_token_file or mutual TLS, or --insecure");
 ABSL_FLAG(std::string, data_dir, "./trainerd-data",
           "folder where uploaded datasets are kept across restarts");
 ABSL_FLAG(std::string, device, "auto",
@@ -32,6 +37,49 @@ ABSL_FLAG(bool, diagnose_at_start, true,
           "job reports can say what bounds a job; takes a few seconds in the background");
 ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
           "NVML library loaded at run time for GPU metrics; empty for none");
+// Who may call (docs/SECURITY.md).
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file of bearer tokens, one per line, optionally NAME:TOKEN; every RPC but health checks "
+          "must send 'authorization: Bearer <token>'; re-read when it changes");
+ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate (chain) to serve gRPC over TLS");
+ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
+ABSL_FLAG(std::string, tls_client_ca_file, "",
+          "PEM CA certificate(s): require client certificates signed by it (mutual TLS); a "
+          "certificate's subject names its caller");
+ABSL_FLAG(absl::Duration, tls_reload_interval, absl::Seconds(10),
+          "how often the TLS files are re-read, so that certificates rotate without a restart");
+ABSL_FLAG(bool, insecure, false,
+          "serve an address other machines can reach without a token or mutual TLS");
+ABSL_FLAG(std::string, metrics_auth_token_file, "",
+          "file holding the bearer token that /metrics requires (Prometheus' authorization "
+          "setting); empty: no token");
+// Bounds on what requests may cost.
+ABSL_FLAG(int64_t, max_upload_bytes_in_flight, int64_t{8} << 30,
+          "most host memory all uploads in progress may stage together, in bytes; 0 for no bound");
+ABSL_FLAG(absl::Duration, upload_idle_timeout, absl::Seconds(60),
+          "an upload stream that sends nothing for this long is ended and discarded");
+ABSL_FLAG(int64_t, max_queued_jobs, 1000,
+          "most jobs waiting in the queues at once; 0 for no bound");
+ABSL_FLAG(bool, allow_torchscript, true,
+          "accept TorchScript modules with jobs (each is checked as code before it runs)");
+ABSL_FLAG(std::string, module_checker, "",
+          "the trainerd-module-check program that first loads and tries submitted modules; empty: "
+          "the one next to this executable");
+ABSL_FLAG(absl::Duration, torchscript_check_timeout, absl::Seconds(30),
+          "how long a submitted module's load and trial forward may take");
+
+namespace {
+
+// The directory of this executable, where trainerd-module-check is installed beside it.
+std::string ExecutableDirectory() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) return ".";
+  const std::string self(path, static_cast<size_t>(n));
+  return self.substr(0, self.rfind('/'));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
@@ -43,8 +91,10 @@ int main(int argc, char** argv) {
 
   absl::SetProgramUsageMessage(
       "trainerd: a training daemon that keeps datasets resident on the GPU.\n"
-      "Usage: trainerd [--listen=HOST:PORT] [--data_dir=DIR] [--device=auto|cpu|cuda[:N]]\n"
-      "                [--metrics_listen=HOST:PORT] [--diagnose_at_start=true|false]");
+      "Usage: trainerd [--listen=HOST:PORT|unix:PATH] [--data_dir=DIR] [--device=auto|cpu|cuda[:N]]\n"
+      "                [--auth_token_file=FILE] [--tls_cert_file=FILE --tls_key_file=FILE\n"
+      "                [--tls_client_ca_file=FILE]] [--metrics_listen=HOST:PORT]\n"
+      "                [--flagfile=FILE]   (see docs/SECURITY.md and README.md)");
   absl::ParseCommandLine(argc, argv);
 
   trainerd::service::ServerOptions options;
@@ -59,6 +109,30 @@ int main(int argc, char** argv) {
   options.metrics.libtorch_version = trainerd::engine::LibTorchVersionString();
   options.metrics.cuda_version = trainerd::engine::CudaVersionString();
   options.nvml_library = absl::GetFlag(FLAGS_nvml_library);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
+  options.tls.reload_interval = absl::GetFlag(FLAGS_tls_reload_interval);
+  options.insecure = absl::GetFlag(FLAGS_insecure);
+  options.metrics_token_file = absl::GetFlag(FLAGS_metrics_auth_token_file);
+  options.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
+  options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
+  options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);
+  options.engine.module_checker.program = absl::GetFlag(FLAGS_module_checker);
+  if (options.engine.module_checker.program.empty()) {
+    options.engine.module_checker.program = ExecutableDirectory() + "/trainerd-module-check";
+  }
+  options.engine.module_checker.timeout = absl::GetFlag(FLAGS_torchscript_check_timeout);
+  if (options.engine.allow_torchscript &&
+      access(options.engine.module_checker.program.c_str(), X_OK) != 0) {
+    std::cerr << "trainerd: the module checker '" << options.engine.module_checker.program
+              << "' cannot be run; install trainerd-module-check beside trainerd, give "
+                 "--module_checker, or start with --allow_torchscript=false"
+              << std::endl;
+    return 1;
+  }
 
   auto server = trainerd::service::Server::BuildAndStart(options);
   if (!server.ok()) {

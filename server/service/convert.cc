@@ -112,6 +112,7 @@ v1::Dataset ToProto(const engine::DatasetMeta& meta) {
   SetTimestamp(meta.create_time, out.mutable_create_time());
   out.set_target_min(meta.target_min);
   out.set_target_max(meta.target_max);
+  out.set_owner(meta.owner);
   return out;
 }
 
@@ -380,6 +381,7 @@ v1::DiagnoseResponse ToProto(const engine::Diagnosis& d) {
 v1::Job ToProto(const engine::JobSnapshot& job) {
   v1::Job out;
   out.set_id(job.id);
+  out.set_owner(job.owner);
   *out.mutable_spec() = ToProto(job.spec);
   out.set_state(ToProto(job.state));
   out.set_error(job.error);

@@ -1,17 +1,36 @@
 // trainerd.v1.DatasetService over the engine, on gRPC's callback API. Each method converts the
 // request, makes one non-blocking engine call and finishes; an upload's blocking commit runs on
-// the engine's I/O thread.
+// the engine's I/O thread. An upload stream that goes idle is ended by the service's watchdog, and
+// one that the client cancels or ends early is discarded.
 #pragma once
 
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "absl/time/time.h"
 #include "server/engine/engine.h"
+#include "server/service/auth.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 
 namespace trainerd::service {
 
-// Thread-safe (stateless over the engine, which must outlive it).
+class UploadReactor;
+
+struct DatasetServiceOptions {
+  // An upload stream that delivers nothing for this long ends DEADLINE_EXCEEDED and is discarded.
+  absl::Duration upload_idle_timeout = absl::Seconds(60);
+};
+
+// Thread-safe. The engine and the authenticator (may be null: no caller names) must outlive it.
+// Owns the watchdog thread that ends idle uploads; the destructor joins it.
 class DatasetServiceImpl final : public v1::DatasetService::CallbackService {
  public:
-  explicit DatasetServiceImpl(engine::Engine* engine) : engine_(engine) {}
+  DatasetServiceImpl(engine::Engine* engine, Authenticator* authenticator = nullptr,
+                     DatasetServiceOptions options = {});
+  ~DatasetServiceImpl() override;
 
   grpc::ServerReadReactor<v1::UploadDatasetRequest>* UploadDataset(
       grpc::CallbackServerContext* context, v1::Dataset* response) override;
@@ -25,8 +44,23 @@ class DatasetServiceImpl final : public v1::DatasetService::CallbackService {
                                           const v1::DeleteDatasetRequest* request,
                                           v1::DeleteDatasetResponse* response) override;
 
+  // Uploads whose streams are open (for tests and metrics).
+  size_t open_uploads() const;
+
  private:
+  friend class UploadReactor;
+  void Register(UploadReactor* upload);
+  void Unregister(UploadReactor* upload);
+  void WatchdogLoop();
+
   engine::Engine* const engine_;
+  Authenticator* const authenticator_;
+  const DatasetServiceOptions options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<UploadReactor*> uploads_;  // guarded by mu_; a reactor leaves in its OnDone
+  bool stopping_ = false;             // guarded by mu_
+  std::thread watchdog_;
 };
 
 }  // namespace trainerd::service

@@ -1,16 +1,32 @@
 #include "server/service/job_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <fstream>
 #include <memory>
 #include <mutex>
 
+#include "absl/time/time.h"
 #include "server/service/convert.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
 namespace {
+
+// A watcher that reads more slowly than its job produces events keeps at most this many unsent
+// events; beyond it the queued epoch events are dropped and the job as it stands is sent instead
+// (JobEvent.skipped says so).
+constexpr size_t kMaxPendingEvents = 256;
+
+// The call's deadline; InfiniteFuture when the client set none.
+absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
+  const std::chrono::system_clock::time_point deadline = context.deadline();
+  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
 
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const absl::Status& status) {
@@ -118,7 +134,41 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     pending_.push_back(std::move(event));
+    if (pending_.size() > kMaxPendingEvents) SkipToLatestLocked();
     WriteNextLocked();
+  }
+
+  // Drops the queued epoch events, keeping the state changes; unless a terminal state is among
+  // them, the job as it stands (every epoch in Job.epochs) follows the notice.
+  void SkipToLatestLocked() {
+    std::deque<v1::JobEvent> kept;
+    int64_t dropped = 0;
+    bool terminal = false;
+    for (v1::JobEvent& event : pending_) {
+      if (event.has_epoch()) {
+        ++dropped;
+        continue;
+      }
+      terminal = terminal || (event.has_job() && IsTerminalState(event.job().state()));
+      kept.push_back(std::move(event));
+    }
+    pending_.clear();
+    v1::JobEvent notice;
+    notice.mutable_skipped()->set_epochs(dropped);
+    pending_.push_back(std::move(notice));
+    if (!terminal) {
+      if (absl::StatusOr<engine::JobSnapshot> job = engine_->GetJob(id_); job.ok()) {
+        v1::JobEvent now;
+        *now.mutable_job() = ToProto(*job);
+        pending_.push_back(std::move(now));
+      }
+    }
+    for (v1::JobEvent& event : kept) pending_.push_back(std::move(event));
+  }
+
+  static bool IsTerminalState(v1::JobState state) {
+    return state == v1::JOB_STATE_SUCCEEDED || state == v1::JOB_STATE_FAILED ||
+           state == v1::JOB_STATE_CANCELLED;
   }
 
   void WriteNextLocked() {
@@ -133,9 +183,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     }
     current_ = std::move(pending_.front());
     pending_.pop_front();
-    if (current_.has_job() && (current_.job().state() == v1::JOB_STATE_SUCCEEDED ||
-                               current_.job().state() == v1::JOB_STATE_FAILED ||
-                               current_.job().state() == v1::JOB_STATE_CANCELLED)) {
+    if (current_.has_job() && IsTerminalState(current_.job().state())) {
       terminal_written_ = true;
       pending_.clear();  // nothing follows a terminal state
     }
@@ -233,9 +281,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   auto spec = FromProto(request->spec());
   if (!spec.ok()) return FinishWith(context, spec.status());
   spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
-  auto job = engine_->SubmitJob(*std::move(spec));
-  if (job.ok()) *response = ToProto(*job);
-  return FinishWith(context, job.status());
+  engine::CallContext caller;
+  caller.owner = CallerName(context, authenticator_);
+  caller.deadline = CallDeadline(*context);
+  // A spec-built job is answered here; a TorchScript job from a module-check thread once its
+  // module was checked (seconds at most, bounded by the caller's deadline).
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  engine_->SubmitJobAsync(*std::move(spec), std::move(caller),
+                          [reactor, response](absl::StatusOr<engine::JobSnapshot> job) {
+                            if (job.ok()) *response = ToProto(*job);
+                            reactor->Finish(ToGrpcStatus(job.status()));
+                          });
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,

@@ -4,14 +4,17 @@
 #pragma once
 
 #include "server/engine/engine.h"
+#include "server/service/auth.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 
 namespace trainerd::service {
 
-// Thread-safe (stateless over the engine, which must outlive it and its streams).
+// Thread-safe (stateless over the engine and the authenticator, which must outlive it and its
+// streams; a null authenticator records no caller names).
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(engine::Engine* engine) : engine_(engine) {}
+  explicit JobServiceImpl(engine::Engine* engine, Authenticator* authenticator = nullptr)
+      : engine_(engine), authenticator_(authenticator) {}
 
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
@@ -33,6 +36,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
  private:
   engine::Engine* const engine_;
+  Authenticator* const authenticator_;
 };
 
 }  // namespace trainerd::service

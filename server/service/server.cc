@@ -3,15 +3,85 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "server/engine/log.h"
 #include "server/service/metrics_interceptor.h"
 
 namespace trainerd::service {
 
+namespace {
+
+// The metrics endpoint's token: the first token of its file (ParseTokenFile's format; a name is
+// allowed and ignored).
+absl::StatusOr<std::string> ReadMetricsToken(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("--metrics_auth_token_file: ", text.status().message()));
+  }
+  std::string token;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#') continue;
+    const size_t colon = line.find(':');
+    token = std::string(colon == absl::string_view::npos ? line : line.substr(colon + 1));
+    break;
+  }
+  if (token.size() < kMinTokenLength) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics_auth_token_file '", path, "' needs a token of at least ", kMinTokenLength,
+        " characters"));
+  }
+  return token;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOptions& options) {
+  // Security first: nothing starts when the settings would leave the daemon open by accident.
+  TRAINERD_RETURN_IF_ERROR(CheckTlsFiles(options.tls));
+  const bool local = IsLocalAddress(options.listen);
+  const bool authenticated = !options.auth_token_file.empty() || options.tls.mutual();
+  if (!local && !authenticated && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "refusing to serve on ", options.listen,
+        ", which other machines can reach, without authentication: give --auth_token_file or "
+        "mutual TLS (--tls_cert_file, --tls_key_file, --tls_client_ca_file), or --insecure to "
+        "let anyone who can reach it train, read and delete"));
+  }
+  AuthOptions auth_options;
+  auth_options.token_file = options.auth_token_file;
+  auth_options.client_certificates = options.tls.mutual();
+  TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<Authenticator> authenticator,
+                            Authenticator::Create(auth_options));
+  http::HttpEndpointOptions metrics_http;
+  if (!options.metrics_token_file.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(metrics_http.bearer_token,
+                              ReadMetricsToken(options.metrics_token_file));
+  }
+  if (!local && !options.tls.enabled() && !options.auth_token_file.empty()) {
+    engine::LogWarning(absl::StrCat(
+        "serving on ", options.listen,
+        " without TLS: bearer tokens cross the network in clear text; give --tls_cert_file and "
+        "--tls_key_file unless TLS ends in front of trainerd"));
+  }
+  if (!local && !authenticated) {
+    engine::LogWarning(absl::StrCat("--insecure: anyone who can reach ", options.listen,
+                                    " may train, read and delete"));
+  }
+
   std::unique_ptr<Server> server(new Server());
+  server->authenticator_ = authenticator;
   monitor::DeviceSampler::Options sampler_options;
   sampler_options.interval = options.sample_interval;
   sampler_options.nvml_library = options.nvml_library;
@@ -27,11 +97,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   engine_options.sampler = server->sampler_.get();
   TRAINERD_ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(engine_options));
   server->metrics_->SetEngine(server->engine_.get());
-  server->dataset_service_ = std::make_unique<DatasetServiceImpl>(server->engine_.get());
-  server->job_service_ = std::make_unique<JobServiceImpl>(server->engine_.get());
+  DatasetServiceOptions dataset_options;
+  dataset_options.upload_idle_timeout = options.upload_idle_timeout;
+  server->dataset_service_ = std::make_unique<DatasetServiceImpl>(
+      server->engine_.get(), authenticator.get(), dataset_options);
+  server->job_service_ = std::make_unique<JobServiceImpl>(server->engine_.get(), authenticator.get());
   server->system_service_ = std::make_unique<SystemServiceImpl>(server->engine_.get());
   if (!options.metrics_listen.empty()) {
-    absl::StatusOr<int> port = server->metrics_->Serve(options.metrics_listen);
+    absl::StatusOr<int> port = server->metrics_->Serve(options.metrics_listen, metrics_http);
     if (!port.ok()) return port.status();
     const std::string host = options.metrics_listen.substr(0, options.metrics_listen.rfind(':'));
     server->metrics_address_ = absl::StrCat(host, ":", *port);
@@ -40,7 +113,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(options.listen, MakeServerCredentials(options.tls, authenticator),
+                           &server->port_);
   builder.RegisterService(server->dataset_service_.get());
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->system_service_.get());
@@ -51,12 +125,23 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   // one message; dataset chunks are 1 MiB. Larger modules wait for a streaming upload.
   builder.SetMaxReceiveMessageSize(64 << 20);
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  const bool unix_socket = absl::StartsWith(options.listen, "unix:");
+  if (server->server_ == nullptr || (server->port_ == 0 && !unix_socket)) {
     return absl::UnavailableError(absl::StrCat("cannot listen on '", options.listen,
                                                "' (address in use or not valid)"));
   }
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  server->address_ = absl::StrCat(host, ":", server->port_);
+  if (unix_socket) {
+    // The owner and its group may connect; nobody else (gRPC creates it with the umask's mode).
+    const std::string path = options.listen.substr(5);
+    if (::chmod(path.c_str(), 0660) != 0) {
+      return absl::UnavailableError(absl::StrCat("cannot make the socket '", path,
+                                                 "' mode 0660: ", std::strerror(errno)));
+    }
+    server->address_ = options.listen;
+  } else {
+    const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+    server->address_ = absl::StrCat(host, ":", server->port_);
+  }
   // Only now that the server is up does it report SERVING.
   grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
   health->SetServingStatus("", true);

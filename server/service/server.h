@@ -12,6 +12,8 @@
 #include "server/engine/engine.h"
 #include "server/metrics/metrics.h"
 #include "server/monitor/sampler.h"
+#include "server/service/auth.h"
+#include "server/service/credentials.h"
 #include "server/service/dataset_service.h"
 #include "server/service/job_service.h"
 #include "server/service/system_service.h"
@@ -19,8 +21,20 @@
 namespace trainerd::service {
 
 struct ServerOptions {
-  // host:port to listen on; port 0 picks a free port (read it back with Server::port()).
+  // host:port to listen on, port 0 picking a free port (read it back with Server::port()); or
+  // unix:PATH for a Unix socket (mode 0660).
   std::string listen = "127.0.0.1:50051";
+  // Who may call (docs/SECURITY.md): a token file; TLS and mutual TLS. On an address that other
+  // machines can reach (not IsLocalAddress) the server refuses to start without a token file or
+  // mutual TLS unless `insecure` is set.
+  std::string auth_token_file;
+  TlsOptions tls;
+  bool insecure = false;
+  // A token file for /metrics (one token; Prometheus sends it as "Authorization: Bearer"). Empty:
+  // no token.
+  std::string metrics_token_file;
+  // An upload stream that delivers nothing for this long is ended and discarded.
+  absl::Duration upload_idle_timeout = absl::Seconds(60);
   // host:port to serve Prometheus's /metrics on; port 0 picks a free port (metrics_address());
   // empty turns the endpoint off (the metrics are still kept).
   std::string metrics_listen;
@@ -37,9 +51,10 @@ struct ServerOptions {
 // or more.
 class Server {
  public:
-  // Creates the engine (which reloads persisted datasets), registers the services and starts
-  // listening; health turns SERVING only after the server started. UNAVAILABLE when the address
-  // cannot be bound.
+  // Checks the security settings (FAILED_PRECONDITION, with one sentence, for an open address
+  // without authentication; INVALID_ARGUMENT for unusable token or TLS files), creates the engine
+  // (which reloads persisted datasets), registers the services and starts listening; health turns
+  // SERVING only after the server started. UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> BuildAndStart(const ServerOptions& options);
   ~Server();  // Shutdown(absl::Seconds(5))
 
@@ -51,6 +66,7 @@ class Server {
   metrics::Metrics* metrics() { return metrics_.get(); }
   monitor::DeviceSampler* sampler() { return sampler_.get(); }
   engine::Engine* engine() { return engine_.get(); }
+  DatasetServiceImpl* dataset_service() { return dataset_service_.get(); }
   // A channel to this server that does not go through the network stack.
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
@@ -69,6 +85,7 @@ class Server {
   std::unique_ptr<metrics::Metrics> metrics_;
   std::string metrics_address_;
   std::unique_ptr<engine::Engine> engine_;
+  std::shared_ptr<Authenticator> authenticator_;
   std::unique_ptr<DatasetServiceImpl> dataset_service_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<SystemServiceImpl> system_service_;

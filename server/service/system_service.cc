@@ -1,18 +1,93 @@
 #include "server/service/system_service.h"
 
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
 #include "server/service/convert.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
+namespace {
+
+// One Diagnose call, finished exactly once: by the worker with the result, or at once when the
+// client cancels or its deadline passes (OnCancel). The claim is made under the call's mutex and
+// Finish is the claimant's last use of the reactor (gRPC may delete it, through OnDone, inside
+// Finish). The worker holds the call's state, not the reactor: a reactor that OnCancel finished
+// may be gone when the measurement ends, and the state then says so.
+class DiagnoseReactor final : public grpc::ServerUnaryReactor {
+ public:
+  struct Call {
+    std::mutex mu;
+    bool finished = false;                      // guarded by mu
+    DiagnoseReactor* reactor = nullptr;         // valid until finished
+    v1::DiagnoseResponse* response = nullptr;   // likewise
+  };
+
+  explicit DiagnoseReactor(v1::DiagnoseResponse* response) : call_(std::make_shared<Call>()) {
+    call_->reactor = this;
+    call_->response = response;
+  }
+
+  const std::shared_ptr<Call>& call() const { return call_; }
+
+  // Finishes the call with the measurement (or a shutdown status), unless it was finished.
+  static void Complete(const std::shared_ptr<Call>& call,
+                       const absl::StatusOr<engine::Diagnosis>& diagnosis) {
+    DiagnoseReactor* reactor = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(call->mu);
+      if (call->finished) return;
+      call->finished = true;
+      if (diagnosis.ok()) *call->response = ToProto(*diagnosis);
+      reactor = call->reactor;
+    }
+    reactor->Finish(ToGrpcStatus(diagnosis.status()));
+  }
+
+  void OnCancel() override {
+    {
+      std::lock_guard<std::mutex> lock(call_->mu);
+      if (call_->finished) return;
+      call_->finished = true;
+    }
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the call was cancelled or its deadline passed; the measurement goes on "
+                        "and a later call gets it from the cache"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  const std::shared_ptr<Call> call_;
+};
+
+}  // namespace
+
+SystemServiceImpl::SystemServiceImpl(engine::Engine* engine) : engine_(engine) {
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
 
 SystemServiceImpl::~SystemServiceImpl() {
-  std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    threads.swap(threads_);
+    stopping_ = true;
   }
-  for (std::thread& t : threads) {
-    if (t.joinable()) t.join();
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void SystemServiceImpl::WorkerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stopping_ || !waiting_.empty(); });
+    if (waiting_.empty()) return;
+    std::function<void(bool)> call = std::move(waiting_.front());
+    waiting_.pop_front();
+    const bool run = !stopping_;
+    lock.unlock();
+    call(run);
+    lock.lock();
   }
 }
 
@@ -30,19 +105,32 @@ grpc::ServerUnaryReactor* SystemServiceImpl::ListDevices(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* SystemServiceImpl::Diagnose(grpc::CallbackServerContext* context,
                                                       const v1::DiagnoseRequest* request,
                                                       v1::DiagnoseResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  auto* reactor = new DiagnoseReactor(response);
+  std::shared_ptr<DiagnoseReactor::Call> call = reactor->call();
   const bool refresh = request->refresh();
-  std::lock_guard<std::mutex> lock(mu_);
-  // Diagnose calls are rare; their threads are joined when the service is destroyed.
-  threads_.emplace_back([this, reactor, refresh, response] {
-    absl::StatusOr<engine::Diagnosis> diagnosis = engine_->Diagnose(refresh);
-    if (!diagnosis.ok()) {
-      reactor->Finish(ToGrpcStatus(diagnosis.status()));
-      return;
+  bool stopping = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping = stopping_;
+    if (!stopping_ && waiting_.size() < kMaxWaitingDiagnoses) {
+      waiting_.push_back([this, call, refresh](bool run) {
+        if (!run) {
+          DiagnoseReactor::Complete(call, absl::UnavailableError("the daemon is shutting down"));
+          return;
+        }
+        absl::StatusOr<engine::Diagnosis> diagnosis = engine_->Diagnose(refresh);
+        DiagnoseReactor::Complete(call, diagnosis);
+      });
+      cv_.notify_one();
+      return reactor;
     }
-    *response = ToProto(*diagnosis);
-    reactor->Finish(grpc::Status::OK);
-  });
+  }
+  DiagnoseReactor::Complete(
+      call, stopping ? absl::UnavailableError("the daemon is shutting down")
+                     : absl::ResourceExhaustedError(absl::StrCat(
+                           kMaxWaitingDiagnoses,
+                           " Diagnose calls are already waiting for the measurement; try again "
+                           "when they have finished")));
   return reactor;
 }
 

@@ -1,20 +1,29 @@
 // trainerd.v1.SystemService over the engine: ListDevices (quick) and Diagnose (seconds of device
-// work on first use, so it runs on a thread of its own rather than on gRPC's callback threads).
+// work on first use). Diagnose runs on the service's one worker thread, never on gRPC's callback
+// threads; a few calls may wait for it (beyond them RESOURCE_EXHAUSTED), and a call whose deadline
+// passes or whose client goes away is answered at once while the measurement goes on.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "server/engine/engine.h"
 #include "trainerd/v1/system.grpc.pb.h"
 
 namespace trainerd::service {
 
-// Thread-safe. The engine must outlive it; the destructor joins Diagnose's threads.
+// Diagnose calls that may wait for the worker (besides the one it runs).
+inline constexpr size_t kMaxWaitingDiagnoses = 4;
+
+// Thread-safe. The engine must outlive it; the destructor answers waiting calls UNAVAILABLE and
+// joins the worker.
 class SystemServiceImpl final : public v1::SystemService::CallbackService {
  public:
-  explicit SystemServiceImpl(engine::Engine* engine) : engine_(engine) {}
+  explicit SystemServiceImpl(engine::Engine* engine);
   ~SystemServiceImpl() override;
 
   grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* context,
@@ -25,9 +34,14 @@ class SystemServiceImpl final : public v1::SystemService::CallbackService {
                                      v1::DiagnoseResponse* response) override;
 
  private:
+  void WorkerLoop();
+
   engine::Engine* const engine_;
   std::mutex mu_;
-  std::vector<std::thread> threads_;  // guarded by mu_; one per Diagnose call, joined at the end
+  std::condition_variable cv_;
+  std::deque<std::function<void(bool run)>> waiting_;  // guarded by mu_; run=false: shutting down
+  bool stopping_ = false;                              // guarded by mu_
+  std::thread worker_;
 };
 
 }  // namespace trainerd::service

@@ -189,7 +189,7 @@ std::vector<RejectedUpload> RejectedUploads() {
                      chunk->resize(chunk->size() - 4);
                      return messages;
                    },
-                   grpc::StatusCode::INVALID_ARGUMENT, "received 6396 payload bytes"});
+                   grpc::StatusCode::INVALID_ARGUMENT, "ended after 6396 of the 6400 payload bytes"});
   cases.push_back({"BytesOverHeader",
                    [](const std::string& dataset) {
                      auto messages = SeedMessages(dataset);

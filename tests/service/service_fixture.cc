@@ -47,9 +47,11 @@ std::string ToString(const grpc::ByteBuffer& buffer) {
 // A ServerReflectionInfo call that sends one request, half-closes and collects every reply.
 class ReflectionCall final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  ReflectionCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& request)
+  ReflectionCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& request,
+                 const std::string& token)
       : stub_(channel), request_(ToByteBuffer(request)) {
     SetDeadline(&context_);
+    if (!token.empty()) context_.AddMetadata("authorization", absl::StrCat("Bearer ", token));
     stub_.PrepareBidiStreamingCall(&context_, kReflectionMethod, grpc::StubOptions(), this);
     StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&response_);
@@ -202,14 +204,14 @@ grpc::Status CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const st
 }
 
 grpc::Status ListReflectedServices(const std::shared_ptr<grpc::Channel>& channel,
-                                   std::vector<std::string>* services) {
+                                   std::vector<std::string>* services, const std::string& token) {
   // ServerReflectionRequest { list_services = 7 (string, in a oneof: sent even when empty) }.
   google::protobuf::UnknownFieldSet request_fields;
   request_fields.AddLengthDelimited(/*number=*/7, "");
   std::string request;
   request_fields.SerializeToString(&request);
 
-  ReflectionCall call(channel, request);
+  ReflectionCall call(channel, request, token);
   grpc::Status status = call.Await();
   if (!status.ok()) return status;
   // ServerReflectionResponse { list_services_response = 6 { repeated service = 1 { name = 1 } } }.
@@ -326,11 +328,18 @@ void ServiceTest::TearDown() {
   RemoveTree(data_dir_);
 }
 
-void ServiceTest::StartServer() {
+ServerOptions ServiceTest::Options() const {
   ServerOptions options;
   options.listen = "127.0.0.1:0";
   options.engine.data_dir = data_dir_;
   options.engine.device = "cpu";
+  options.engine.module_checker.program = TRAINERD_MODULE_CHECKER;
+  return options;
+}
+
+void ServiceTest::StartServer() { StartServer(Options()); }
+
+void ServiceTest::StartServer(const ServerOptions& options) {
   absl::StatusOr<std::unique_ptr<Server>> server = Server::BuildAndStart(options);
   ASSERT_TRUE(server.ok()) << server.status();
   server_ = *std::move(server);

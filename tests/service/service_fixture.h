@@ -49,8 +49,10 @@ grpc::Status CheckHealth(const std::shared_ptr<grpc::Channel>& channel, const st
 
 // Lists the services that grpc.reflection.v1alpha.ServerReflection reports, with hand-encoded
 // messages on a generic bidi stream (Debian ships no generated reflection stubs).
+// With a `token`, the call carries "authorization: Bearer <token>".
 grpc::Status ListReflectedServices(const std::shared_ptr<grpc::Channel>& channel,
-                                   std::vector<std::string>* services);
+                                   std::vector<std::string>* services,
+                                   const std::string& token = "");
 
 // One WatchJob stream, read on the calling thread. Not thread-safe.
 class JobWatch {
@@ -87,8 +89,13 @@ class ServiceTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
-  // Starts a server on 127.0.0.1:0 over data_dir_ and connects the stubs to it.
+  // The options StartServer uses: 127.0.0.1:0, data_dir_, the CPU, the test build's module
+  // checker.
+  ServerOptions Options() const;
+  // Starts a server on 127.0.0.1:0 over data_dir_ and connects the stubs to it (plaintext,
+  // without credentials).
   void StartServer();
+  void StartServer(const ServerOptions& options);
   // Shuts the server down and destroys it.
   void StopServer();
 

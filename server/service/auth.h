@@ -1,0 +1,101 @@
+// Who may call trainerd. Callers prove who they are with a bearer token from --auth_token_file
+// (metadata "authorization: Bearer <token>") or, with mutual TLS, with a client certificate
+// signed by --tls_client_ca_file. The decision is made once per call by gRPC's auth metadata
+// processor (credentials.h installs Authenticator::Processor on the server's credentials), before
+// any handler runs, so that no handler checks a token itself; handlers only ask CallerName for
+// the name to record on what the call creates. The gRPC health service stays open to everyone
+// (Kubernetes' gRPC probes cannot send metadata); every other method, reflection included, needs
+// a caller.
+#pragma once
+
+#include <grpc/grpc_security.h>
+#include <grpcpp/server_context.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace trainerd::service {
+
+// The shortest token accepted: 16 characters (openssl rand -hex 32 makes 64).
+inline constexpr size_t kMinTokenLength = 16;
+
+// One accepted token: the name recorded on what its caller creates, and the token's SHA-256
+// (only digests are kept, and compared in constant time).
+struct TokenEntry {
+  std::string name;
+  std::string sha256;  // lower-case hex
+};
+
+// Parses a token file: one token per line, "NAME:TOKEN" or just "TOKEN"; blank lines and lines
+// starting with '#' are skipped; surrounding whitespace is ignored. NAME matches
+// [A-Za-z0-9._@-]{1,64}; an unnamed token is named "token-" plus the first 8 hex digits of its
+// SHA-256. INVALID_ARGUMENT (naming the line, never the token) for a token shorter than
+// kMinTokenLength or with whitespace inside, a duplicate token, or a file with no token.
+absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(absl::string_view text);
+
+struct AuthOptions {
+  // A token file (ParseTokenFile), re-read when it changes on disk (checked at most once per
+  // `reload_interval`; a file that no longer parses is logged and the previous tokens stay).
+  // Empty: no tokens.
+  std::string token_file;
+  absl::Duration reload_interval = absl::Seconds(1);
+  // Mutual TLS: a client certificate verified against the client CA identifies its caller by
+  // its subject.
+  bool client_certificates = false;
+};
+
+// Decides each call. Thread-safe.
+class Authenticator {
+ public:
+  // Reads the token file (errors name the file). Without tokens and client certificates every
+  // caller is let in and named "".
+  static absl::StatusOr<std::shared_ptr<Authenticator>> Create(const AuthOptions& options);
+
+  // Whether calls need a caller at all.
+  bool required() const { return required_; }
+
+  // The caller of a call to `method` ("/trainerd.v1.JobService/SubmitJob") that carried
+  // `authorization` (the metadata value, "" when absent) over a connection whose verified client
+  // certificate has `certificate_subject` ("" when none). A token, when sent, must be valid and
+  // names the caller; otherwise the certificate does. UNAUTHENTICATED with a sentence that says
+  // what to send. Health checks are always let in.
+  absl::StatusOr<std::string> Authenticate(absl::string_view method,
+                                           absl::string_view authorization,
+                                           absl::string_view certificate_subject);
+
+  // The C-core processor that calls Authenticate for every call, holding a reference to this.
+  grpc_auth_metadata_processor Processor();
+
+  // Calls refused so far (for the metrics).
+  int64_t rejected_calls() const { return rejected_.load(); }
+
+ private:
+  explicit Authenticator(const AuthOptions& options) : options_(options) {}
+  // Re-reads the token file when it changed on disk and reload_interval has passed.
+  void MaybeReload();
+  absl::Status Load();
+
+  const AuthOptions options_;
+  bool required_ = false;
+  std::atomic<int64_t> rejected_{0};
+  absl::Mutex mu_;
+  std::vector<TokenEntry> tokens_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::string file_signature_ ABSL_GUARDED_BY(mu_);  // inode, size, mtime of the token file
+  std::weak_ptr<Authenticator> self_;
+};
+
+// The name of the caller of a call the server let in: the token's name or the certificate's
+// subject; "" when the server has no authenticator or calls need no caller.
+std::string CallerName(grpc::ServerContextBase* context, Authenticator* authenticator);
+
+}  // namespace trainerd::service
