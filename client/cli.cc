@@ -117,7 +117,10 @@ absl::StatusOr<const CommandSpec*> CommandAfterHelpFlag(const std::vector<std::s
       // Skip the separate value of a global flag ("--addr HOST"); command flags are not known
       // before the command, and a word after them is taken as a command word.
       const bool takes_value = token == "--addr" || token == "--address" || token == "-o" ||
-                               token == "--output" || token == "--timeout";
+                               token == "--output" || token == "--timeout" ||
+                               token == "--token-file" || token == "--tls-ca" ||
+                               token == "--tls-cert" || token == "--tls-key" ||
+                               token == "--tls-server-name";
       if (takes_value) ++i;
       continue;
     }
@@ -536,6 +539,19 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
         continue;
       }
       invocation.global.output = *format;
+    } else if (name == "token-file" || name == "tls-ca" || name == "tls-cert" ||
+               name == "tls-key" || name == "tls-server-name") {
+      absl::StatusOr<std::string> value = take_value();
+      if (!value.ok()) return value.status();
+      if (value->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+      std::string* field = name == "token-file"  ? &invocation.global.token_file
+                           : name == "tls-ca"    ? &invocation.global.tls_ca
+                           : name == "tls-cert"  ? &invocation.global.tls_cert
+                           : name == "tls-key"   ? &invocation.global.tls_key
+                                                 : &invocation.global.tls_server_name;
+      *field = *value;
     } else if (name == "timeout") {
       absl::StatusOr<std::string> value = take_value();
       if (!value.ok()) return value.status();
@@ -619,7 +635,9 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
 
 std::string TopLevelUsage() {
   std::string text =
-      "Usage: trainctl [--addr HOST:PORT] [-o table|json] [--timeout SECONDS] COMMAND [ARGS...]\n"
+      "Usage: trainctl [--addr HOST:PORT|unix:PATH] [-o table|json] [--timeout SECONDS]\n"
+      "                [--token-file FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+      "                COMMAND [ARGS...]\n"
       "\n"
       "trainctl is the command-line client of trainerd, a daemon that trains models on datasets\n"
       "kept resident on the GPU.\n"
@@ -647,6 +665,14 @@ std::string TopLevelUsage() {
       "                              the file to write; --output still picks the format)\n"
       "  --timeout SECONDS           deadline of each request (default 30; diagnose 120,\n"
       "                              uploads at least 10 minutes, watching none)\n"
+      "  --token-file FILE           send the bearer token in FILE with every call (default:\n"
+      "                              $TRAINERD_TOKEN, the token itself, when set)\n"
+      "  --tls-ca FILE               use TLS; trust trainerd's certificate if FILE (PEM)\n"
+      "                              signed it (without it: TLS with the system's CAs when\n"
+      "                              another --tls flag is given)\n"
+      "  --tls-cert FILE, --tls-key FILE\n"
+      "                              client certificate and key (PEM) for mutual TLS\n"
+      "  --tls-server-name NAME      the name to check trainerd's certificate against\n"
       "  -h, --help                  show help\n"
       "\n"
       "Exit status: 0 success; 1 trainerd reported an error or could not be reached, or the\n"
@@ -676,8 +702,9 @@ std::string CommandUsage(const CommandSpec& command) {
     }
   }
   absl::StrAppend(&text,
-                  "\nGlobal flags: --addr HOST:PORT, -o table|json, --timeout SECONDS (see "
-                  "'trainctl --help').\n");
+                  "\nGlobal flags: --addr HOST:PORT, -o table|json, --timeout SECONDS, --token-file "
+                  "FILE,\n--tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME "
+                  "(see 'trainctl --help').\n");
   return text;
 }
 

@@ -34,6 +34,14 @@ struct GlobalOptions {
   // --timeout was given: commands whose calls are slow by nature (diagnose) use their own longer
   // default only when the user did not pick one.
   bool timeout_given = false;
+  // Security (docs/SECURITY.md): a file holding the bearer token (else $TRAINERD_TOKEN); TLS
+  // files (PEM): the CA that signed trainerd's certificate, and a client certificate and key for
+  // mutual TLS; the name to check trainerd's certificate against. Any TLS flag turns TLS on.
+  std::string token_file;
+  std::string tls_ca;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_server_name;
 };
 
 struct FlagSpec {

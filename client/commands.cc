@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -179,6 +180,13 @@ int WatchJob(const CommandContext& context, const std::string& id) {
     }
     if (event.has_epoch()) {
       if (!context.json) print_epoch(event.epoch());
+    } else if (event.has_skipped()) {
+      // The daemon dropped epoch events this reader was too slow for; the job follows with every
+      // epoch, so the lines below still miss none.
+      if (!context.json) {
+        PrintError(absl::StrCat("reading fell behind the job; ", event.skipped().epochs(),
+                                " epochs arrive together"));
+      }
     } else if (event.has_job()) {
       const v1::Job& job = event.job();
       planned_epochs = job.spec().epochs();
@@ -509,7 +517,13 @@ int RunCommand(const Invocation& invocation) {
       {"diagnose", Diagnose},
       {"health", Health},
   };
-  Connection connection({invocation.global.address, invocation.global.timeout});
+  absl::StatusOr<ClientSecurity> security =
+      LoadClientSecurity(invocation.global, std::getenv("TRAINERD_TOKEN"));
+  if (!security.ok()) {
+    PrintError(security.status().message());
+    return kExitUsage;
+  }
+  Connection connection({invocation.global.address, invocation.global.timeout, *security});
   const CommandContext context{invocation, connection,
                                invocation.global.output == OutputFormat::kJson};
   for (const auto& [path, handler] : kHandlers) {

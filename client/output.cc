@@ -358,7 +358,7 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
   if (dataset.target_dtype() == v1::DTYPE_INT64) {
     absl::StrAppend(&targets, " (classes ", dataset.target_min(), "..", dataset.target_max(), ")");
   }
-  return KeyValueLines({
+  std::vector<std::pair<std::string, std::string>> lines = {
       {"name", dataset.name()},
       {"rows", absl::StrCat(dataset.row_count())},
       {"features", absl::StrCat(ShapeToString(ToVector(dataset.feature_shape())), " float32")},
@@ -369,7 +369,10 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
       {"sha256", OrDash(dataset.sha256())},
       {"device", OrDash(dataset.device())},
       {"created", FormatTimestamp(dataset.create_time())},
-  });
+  };
+  // Only a daemon with authentication records who uploaded it.
+  if (!dataset.owner().empty()) lines.push_back({"owner", dataset.owner()});
+  return KeyValueLines(lines);
 }
 
 std::string JobListTable(const v1::ListJobsResponse& response) {
@@ -392,6 +395,7 @@ std::string JobDetails(const v1::Job& job) {
       {"state", JobStateName(job.state())},
   };
   if (!job.error().empty()) lines.push_back({"error", job.error()});
+  if (!job.owner().empty()) lines.push_back({"owner", job.owner()});
   std::string model = spec.model();
   if (job.parameter_count() > 0)
     absl::StrAppend(&model, " (", job.parameter_count(), " parameters)");

@@ -399,6 +399,26 @@ TEST(ParseCommandLineTest, BooleanFlagWithValueIsRejected) {
 
 // ---- Help ----------------------------------------------------------------------------------
 
+TEST(ParseCommandLineTest, SecurityFlagsAreGlobalBeforeOrAfterTheCommand) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"--token-file", "/t", "dataset", "list", "--tls-ca=/ca.crt", "--tls-cert", "/c.crt",
+             "--tls-key", "/c.key", "--tls-server-name", "gpu-node-1"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->global.token_file, "/t");
+  EXPECT_EQ(invocation->global.tls_ca, "/ca.crt");
+  EXPECT_EQ(invocation->global.tls_cert, "/c.crt");
+  EXPECT_EQ(invocation->global.tls_key, "/c.key");
+  EXPECT_EQ(invocation->global.tls_server_name, "gpu-node-1");
+  EXPECT_EQ(Parse({"dataset", "list", "--token-file"}).status().message(),
+            "flag --token-file needs a value");
+  EXPECT_EQ(Parse({"dataset", "list", "--tls-ca="}).status().message(),
+            "--tls-ca needs a value");
+  // Their values are not taken for command words by "--help".
+  const absl::StatusOr<Invocation> help = Parse({"--token-file", "dataset", "--help", "submit"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  EXPECT_EQ(help->command->path, "submit");
+}
+
 TEST(ParseCommandLineTest, HelpFlagAloneShowsTopLevelUsage) {
   const absl::StatusOr<Invocation> invocation = Parse({"--help"});
   ASSERT_TRUE(invocation.ok()) << invocation.status();
@@ -406,8 +426,9 @@ TEST(ParseCommandLineTest, HelpFlagAloneShowsTopLevelUsage) {
   EXPECT_EQ(invocation->command, nullptr);
   EXPECT_EQ(invocation->help_text, TopLevelUsage());
   EXPECT_THAT(invocation->help_text,
-              StartsWith("Usage: trainctl [--addr HOST:PORT] [-o table|json] [--timeout SECONDS] "
-                         "COMMAND [ARGS...]\n"));
+              StartsWith("Usage: trainctl [--addr HOST:PORT|unix:PATH] [-o table|json] [--timeout "
+                         "SECONDS]\n                [--token-file FILE] [--tls-ca FILE] [--tls-cert "
+                         "FILE --tls-key FILE]\n                COMMAND [ARGS...]\n"));
 }
 
 TEST(ParseCommandLineTest, ShortHelpFlagShowsTopLevelUsage) {
@@ -590,8 +611,9 @@ TEST(UsageTest, CommandUsageEndsWithGlobalFlagsLine) {
     const std::string usage = CommandUsage(command);
     EXPECT_THAT(usage, StartsWith("Usage: trainctl " + std::string(command.path))) << command.path;
     EXPECT_THAT(usage, ::testing::EndsWith(
-                           "Global flags: --addr HOST:PORT, -o table|json, --timeout SECONDS "
-                           "(see 'trainctl --help').\n"));
+                           "Global flags: --addr HOST:PORT, -o table|json, --timeout SECONDS, "
+                           "--token-file FILE,\n--tls-ca FILE, --tls-cert FILE, --tls-key FILE, "
+                           "--tls-server-name NAME (see 'trainctl --help').\n"));
   }
 }
 

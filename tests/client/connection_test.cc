@@ -4,7 +4,10 @@
 // in-process gRPC server on 127.0.0.1:0 whose JobService implements nothing.
 #include "client/connection.h"
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -166,6 +169,137 @@ TEST_F(ConnectedDescribeErrorTest, DeadlineWhileConnectedSaysTrainerdDidNotAnswe
                 grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "Deadline Exceeded"),
                 absl::Seconds(30)),
             "trainerd did not answer within 30 s (--timeout sets the limit)");
+}
+
+// ---- Authentication ---------------------------------------------------------------------------
+
+TEST_F(DescribeErrorTest, UnauthenticatedSaysWhichFlagsToSet) {
+  EXPECT_EQ(Describe(grpc::StatusCode::UNAUTHENTICATED,
+                     "this trainerd requires a bearer token ('authorization: Bearer <token>')"),
+            "trainerd at 127.0.0.1:1 refused the call: this trainerd requires a bearer token "
+            "('authorization: Bearer <token>'); set --token-file FILE or $TRAINERD_TOKEN (or "
+            "--tls-cert and --tls-key for a client certificate)");
+}
+
+TEST(DescribeUnauthenticatedTest, WithATokenItSaysToCheckIt) {
+  ClientSecurity security;
+  security.token = "0123456789abcdef0123";
+  Connection connection({"127.0.0.1:1", absl::Seconds(5), security});
+  EXPECT_THAT(connection.DescribeError(
+                  grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "not valid"), absl::Seconds(5)),
+              EndsWith("; check the token of --token-file or $TRAINERD_TOKEN"));
+}
+
+TEST(DescribeHandshakeTest, AFailedHandshakeSuggestsTheTlsFlags) {
+  ClientSecurity security;
+  security.use_tls = true;
+  Connection tls({"127.0.0.1:1", absl::Seconds(5), security});
+  EXPECT_THAT(tls.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                             "failed to connect: Ssl handshake failed"),
+                                absl::Seconds(5)),
+              EndsWith("(check --tls-ca, --tls-server-name and, for mutual TLS, --tls-cert and "
+                       "--tls-key)"));
+  Connection plain({"127.0.0.1:1", absl::Seconds(5)});
+  EXPECT_THAT(plain.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                               "Ssl handshake failed"),
+                                  absl::Seconds(5)),
+              EndsWith("(if trainerd serves TLS, give --tls-ca)"));
+}
+
+class LoadClientSecurityTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = ::testing::TempDir() + "/trainctl-" + std::to_string(::getpid()) +
+                             "-" + name;
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    paths_.push_back(path);
+    return path;
+  }
+  void TearDown() override {
+    for (const std::string& path : paths_) std::remove(path.c_str());
+  }
+  std::vector<std::string> paths_;
+};
+
+TEST_F(LoadClientSecurityTest, TheTokenFileWinsOverTheVariableAndMayNameItsToken) {
+  GlobalOptions global;
+  global.token_file = Write("token", "# mine\n\nci:abcdef0123456789abcdef\n");
+  const absl::StatusOr<ClientSecurity> security = LoadClientSecurity(global, "from-env-token");
+  ASSERT_TRUE(security.ok()) << security.status();
+  EXPECT_EQ(security->token, "abcdef0123456789abcdef");
+  EXPECT_FALSE(security->use_tls);
+  const absl::StatusOr<ClientSecurity> from_env =
+      LoadClientSecurity(GlobalOptions(), " from-env-token\n");
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_EQ(from_env->token, "from-env-token");
+  EXPECT_EQ(LoadClientSecurity(GlobalOptions(), nullptr)->token, "");
+}
+
+TEST_F(LoadClientSecurityTest, UnreadableOrEmptyFilesAreUsageErrorsNamingTheFlag) {
+  GlobalOptions global;
+  global.token_file = "/nonexistent/token";
+  EXPECT_THAT(LoadClientSecurity(global, nullptr).status().message(), HasSubstr("--token-file"));
+  global.token_file = Write("empty", "# nothing here\n");
+  EXPECT_THAT(LoadClientSecurity(global, nullptr).status().message(), HasSubstr("holds no token"));
+  GlobalOptions half;
+  half.tls_cert = Write("cert", "PEM");
+  EXPECT_EQ(LoadClientSecurity(half, nullptr).status().message(),
+            "a client certificate needs both --tls-cert and --tls-key");
+  GlobalOptions ca;
+  ca.tls_ca = "/nonexistent/ca.crt";
+  EXPECT_THAT(LoadClientSecurity(ca, nullptr).status().message(), HasSubstr("--tls-ca"));
+}
+
+TEST_F(LoadClientSecurityTest, AnyTlsFlagTurnsTlsOn) {
+  GlobalOptions global;
+  global.tls_server_name = "gpu-node-1";
+  const absl::StatusOr<ClientSecurity> name_only = LoadClientSecurity(global, nullptr);
+  ASSERT_TRUE(name_only.ok());
+  EXPECT_TRUE(name_only->use_tls);
+  EXPECT_EQ(name_only->server_name, "gpu-node-1");
+  global.tls_ca = Write("ca", "CA PEM");
+  global.tls_cert = Write("cert", "CERT PEM");
+  global.tls_key = Write("key", "KEY PEM");
+  const absl::StatusOr<ClientSecurity> all = LoadClientSecurity(global, nullptr);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->ca_pem, "CA PEM");
+  EXPECT_EQ(all->cert_pem, "CERT PEM");
+  EXPECT_EQ(all->key_pem, "KEY PEM");
+}
+
+// The token reaches the server on every call, as "authorization: Bearer <token>".
+class RecordingJobService final : public v1::JobService::Service {
+ public:
+  grpc::Status ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
+                        v1::ListJobsResponse*) override {
+    const auto it = context->client_metadata().find("authorization");
+    if (it != context->client_metadata().end()) {
+      authorization = std::string(it->second.data(), it->second.size());
+    }
+    return grpc::Status::OK;
+  }
+  std::string authorization;
+};
+
+TEST(BearerTokenTest, EveryCallCarriesTheToken) {
+  RecordingJobService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ClientSecurity security;
+  security.token = "0123456789abcdef0123";
+  Connection connection({"127.0.0.1:" + std::to_string(port), absl::Seconds(5), security});
+  grpc::ClientContext context;
+  Connection::SetDeadline(&context, absl::Seconds(5));
+  v1::ListJobsResponse response;
+  ASSERT_TRUE(connection.jobs().ListJobs(&context, v1::ListJobsRequest(), &response).ok());
+  EXPECT_EQ(service.authorization, "Bearer 0123456789abcdef0123");
+  server->Shutdown();
 }
 
 // ---- Health check messages -----------------------------------------------------------------
