@@ -81,6 +81,9 @@ int DatasetUpload(const CommandContext& context) {
   if (!input.ok()) return UsageFailure(input.status());
   absl::StatusOr<Table> table = ReadUploadInput(*input);
   if (!table.ok()) return UsageFailure(table.status());
+  if (absl::Status limits = CheckUploadAgainstLimits(name, *table); !limits.ok()) {
+    return UsageFailure(limits);
+  }
 
   const std::string payload = EncodePayload(*table);
   v1::UploadDatasetRequest request;

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
+#include "common/job_limits.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -174,8 +175,8 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
                                              const ClientSecurity& security) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(kMaxReceiveMessageBytes);
-  // The server's receive limit: a SubmitJobRequest with a TorchScript module of up to 64 MiB.
-  arguments.SetMaxSendMessageSize(64 * 1024 * 1024);
+  // The server's receive limit: a SubmitJobRequest with a TorchScript module.
+  arguments.SetMaxSendMessageSize(static_cast<int>(kMaxRequestMessageBytes));
   arguments.SetUserAgentPrefix("trainctl");
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   if (security.use_tls) {

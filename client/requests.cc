@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/csv_reader.h"
+#include "common/dataset_header.h"
 #include "common/file_io.h"
 #include "common/model_spec.h"
 #include "common/npy_reader.h"
@@ -161,6 +162,10 @@ absl::StatusOr<Table> ReadUploadInput(const UploadInput& input) {
   return table;
 }
 
+absl::Status CheckUploadAgainstLimits(const std::string& name, const Table& table) {
+  return CheckDatasetHeader(HeaderForTable(name, table), /*max_dataset_bytes=*/0).status();
+}
+
 v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
                                     const std::string& sha256_hex) {
   v1::DatasetHeader header;
@@ -302,8 +307,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
       int64_t batch_size,
       invocation.GetInt("batch-size", kDefaultBatchSize, 1, std::numeric_limits<int64_t>::max()));
   spec.set_batch_size(batch_size);
-  TRAINERD_ASSIGN_OR_RETURN(int64_t epochs, invocation.GetInt("epochs", kDefaultEpochs, 1,
-                                                              std::numeric_limits<int32_t>::max()));
+  TRAINERD_ASSIGN_OR_RETURN(int64_t epochs,
+                            invocation.GetInt("epochs", kDefaultEpochs, 1, kMaxEpochs));
   spec.set_epochs(static_cast<int32_t>(epochs));
 
   // The daemon checks these too (and the split against the dataset's rows); checking the flags
@@ -330,9 +335,11 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
         "--validation-dataset NAME");
   }
   spec.set_early_stop_patience(static_cast<int32_t>(patience));
-  // Checked here as well as by the daemon: a checkpoint interval beyond --epochs would never fire.
+  // Checked here as well as by the daemon, with the same limits (common/job_limits.h): a
+  // checkpoint interval beyond --epochs would never fire, and a small one writes too many files.
   TRAINERD_ASSIGN_OR_RETURN(int64_t checkpoint_every,
                             invocation.GetInt("checkpoint-every", 0, 0, epochs));
+  TRAINERD_RETURN_IF_ERROR(CheckEpochsAndCheckpoints(epochs, checkpoint_every));
   spec.set_checkpoint_every(static_cast<int32_t>(checkpoint_every));
 
   TRAINERD_ASSIGN_OR_RETURN(v1::Precision precision,

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/cli.h"
+#include "common/job_limits.h"
 #include "common/table.h"
 #include "trainerd/v1/datasets.pb.h"
 #include "trainerd/v1/jobs.pb.h"
@@ -35,6 +36,11 @@ absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation);
 // Reads and checks the file(s); the readers' messages name the file and, for CSV, the line.
 absl::StatusOr<Table> ReadUploadInput(const UploadInput& input);
 
+// The daemon's checks of an upload's header (common/dataset_header.h: the name, at most 8
+// dimensions of 1 to 2^31, sizes that do not overflow), run before anything is sent. The size
+// limit is the daemon's to apply (it is a flag of trainerd).
+absl::Status CheckUploadAgainstLimits(const std::string& name, const Table& table);
+
 // The first message of the upload stream.
 v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
                                     const std::string& sha256_hex);
@@ -45,12 +51,9 @@ v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
 // With --torchscript FILE instead of --model (not both), the spec's model is "torchscript".
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation);
 
-// The largest TorchScript module `submit --torchscript` sends: the daemon's message limit (one
-// SubmitJobRequest), less room for the spec.
-inline constexpr int64_t kMaxTorchScriptBytes = (int64_t{64} << 20) - (int64_t{64} << 10);
-
 // The bytes of --torchscript FILE for SubmitJobRequest.torchscript_module; "" without the flag.
-// The file's reader errors, or INVALID_ARGUMENT when it is empty or over kMaxTorchScriptBytes.
+// The file's reader errors, or INVALID_ARGUMENT when it is empty or over kMaxTorchScriptBytes
+// (common/job_limits.h, the daemon's own limit).
 absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation);
 
 }  // namespace trainerd::client

@@ -32,6 +32,16 @@ absl::Status CheckShape(const std::vector<int64_t>& shape, const char* what, boo
 
 int64_t TargetItemBytes(TargetDType dtype) { return dtype == TargetDType::kInt64 ? 8 : 4; }
 
+DatasetHeader HeaderForTable(const std::string& name, const Table& table) {
+  DatasetHeader header;
+  header.name = name;
+  header.feature_shape = table.feature_shape;
+  header.target_shape = table.target_shape;
+  header.target_dtype = table.target_dtype;
+  header.rows = table.rows;
+  return header;
+}
+
 absl::StatusOr<DatasetLayout> CheckDatasetHeader(const DatasetHeader& header,
                                                  int64_t max_dataset_bytes) {
   TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(header.name));

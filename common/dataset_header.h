@@ -36,6 +36,9 @@ struct DatasetLayout {
   int64_t total_bytes = 0;    // the payload: features then targets
 };
 
+// The header that describes `table` uploaded as `name` (no sha256).
+DatasetHeader HeaderForTable(const std::string& name, const Table& table);
+
 // 4 for float32, 8 for int64.
 int64_t TargetItemBytes(TargetDType dtype);
 

@@ -23,9 +23,11 @@ inline constexpr int64_t kMaxCheckpointsPerJob = 1000;
 inline constexpr int64_t kMaxModelParameters = int64_t{1} << 31;
 // A job's estimated working set (EstimateTrainingMemory): 1 TiB, more than any one device holds.
 inline constexpr int64_t kMaxJobMemoryBytes = int64_t{1} << 40;
-// A TorchScript module sent with a job (the largest gRPC message trainerd accepts is this plus
-// the spec).
-inline constexpr int64_t kMaxTorchScriptBytes = int64_t{64} << 20;
+// The largest gRPC message trainerd accepts (and trainctl sends): one SubmitJobRequest with a
+// TorchScript module.
+inline constexpr int64_t kMaxRequestMessageBytes = int64_t{64} << 20;
+// A TorchScript module sent with a job: the message limit less room for the spec.
+inline constexpr int64_t kMaxTorchScriptBytes = kMaxRequestMessageBytes - (int64_t{64} << 10);
 
 // INVALID_ARGUMENT unless 1 <= epochs <= kMaxEpochs, checkpoint_every is 0 (off) or in
 // [1, epochs], and the job writes at most kMaxCheckpointsPerJob checkpoints.

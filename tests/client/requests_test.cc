@@ -450,9 +450,18 @@ TEST(JobSpecFromFlagsTest, ZeroBatchSizeIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--batch-size", "0"})), "--batch-size must be at least 1, got 0");
 }
 
-TEST(JobSpecFromFlagsTest, EpochsBeyondInt32AreRejected) {
+// The daemon's limits (common/job_limits.h), checked before anything is sent.
+TEST(JobSpecFromFlagsTest, EpochsBeyondTheDaemonsLimitAreRejected) {
   EXPECT_EQ(SpecError(Submit({"--epochs", "2147483648"})),
-            "--epochs must be at most 2147483647, got 2147483648");
+            "--epochs must be at most 1000000, got 2147483648");
+  EXPECT_EQ(SpecError(Submit({"--epochs", "1000001"})),
+            "--epochs must be at most 1000000, got 1000001");
+}
+
+TEST(JobSpecFromFlagsTest, TooManyCheckpointsAreRejected) {
+  EXPECT_THAT(SpecError(Submit({"--epochs", "5000", "--checkpoint-every", "1"})),
+              StartsWith("a checkpoint every 1 epochs over 5000 epochs writes 5000 checkpoints; at "
+                         "most 1000 are allowed"));
 }
 
 TEST(JobSpecFromFlagsTest, NegativeSeedIsRejected) {
@@ -471,6 +480,19 @@ Invocation Upload(const std::string& file, const std::vector<std::string>& more 
   std::vector<std::string> words = {"dataset", "upload", "data", file};
   words.insert(words.end(), more.begin(), more.end());
   return Parse(words);
+}
+
+// The daemon's header checks run before anything is sent: a name it would refuse, and shapes
+// whose byte size overflows (a table whose vectors were never filled, as an NPY header may
+// declare).
+TEST(CheckUploadAgainstLimitsTest, RefusesWhatTheDaemonWouldBeforeSending) {
+  Table table;
+  table.feature_shape = {4};
+  table.rows = 10;
+  EXPECT_TRUE(CheckUploadAgainstLimits("iris", table).ok());
+  EXPECT_THAT(CheckUploadAgainstLimits("../iris", table).message(), HasSubstr("is invalid"));
+  table.feature_shape = {int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31};
+  EXPECT_THAT(CheckUploadAgainstLimits("iris", table).message(), HasSubstr("overflow"));
 }
 
 TEST(UploadInputFromFlagsTest, CsvFileWithDefaults) {

@@ -145,12 +145,7 @@ Table ClassTable(int64_t rows, int64_t first, int64_t last) {
 }
 
 DatasetHeader HeaderFor(const std::string& name, const Table& table) {
-  DatasetHeader header;
-  header.name = name;
-  header.feature_shape = table.feature_shape;
-  header.target_shape = table.target_shape;
-  header.target_dtype = table.target_dtype;
-  header.rows = table.rows;
+  DatasetHeader header = HeaderForTable(name, table);
   header.sha256 = Sha256Hex(EncodePayload(table));
   return header;
 }
