@@ -275,6 +275,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     absl::MutexLock lock(&mu_);
     sampler_ = sampler;
   }
+  void SetAuthRejections(std::function<int64_t()> read) {
+    absl::MutexLock lock(&mu_);
+    auth_rejections_ = std::move(read);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     observer_->Expire(absl::Now());
@@ -289,6 +293,14 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     absl::MutexLock lock(&mu_);
     if (engine_ != nullptr) CollectEngine(out);
     if (sampler_ != nullptr) CollectDevices(out);
+    if (auth_rejections_) {
+      MetricFamily rejected = Family(
+          "trainerd_auth_rejected_total",
+          "Calls refused UNAUTHENTICATED: no valid bearer token or client certificate.",
+          MetricType::Counter);
+      rejected.metric.push_back(Value(static_cast<double>(auth_rejections_())));
+      out.push_back(std::move(rejected));
+    }
     CollectProcess(out);
     return out;
   }
@@ -324,6 +336,12 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
                               MetricType::Counter);
     h2d.metric.push_back(Value(static_cast<double>(engine_->host_to_device_bytes())));
     out.push_back(std::move(h2d));
+    MetricFamily staged = Family("trainerd_upload_staged_bytes",
+                                 "Host memory staged by the dataset uploads in progress (bounded "
+                                 "by --max_upload_bytes_in_flight).",
+                                 MetricType::Gauge);
+    staged.metric.push_back(Value(static_cast<double>(engine_->staged_upload_bytes())));
+    out.push_back(std::move(staged));
   }
 
   void CollectDevices(std::vector<MetricFamily>& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -377,6 +395,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   mutable absl::Mutex mu_;
   const engine::Engine* engine_ ABSL_GUARDED_BY(mu_) = nullptr;
   const monitor::DeviceSampler* sampler_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::function<int64_t()> auth_rejections_ ABSL_GUARDED_BY(mu_);
 };
 
 Metrics::Metrics(MetricsOptions options)
@@ -406,6 +425,10 @@ void Metrics::ObserveRpc(absl::string_view method, absl::string_view code, doubl
 void Metrics::SetEngine(const engine::Engine* engine) { scrape_->SetEngine(engine); }
 
 void Metrics::SetSampler(const monitor::DeviceSampler* sampler) { scrape_->SetSampler(sampler); }
+
+void Metrics::SetAuthRejections(std::function<int64_t()> read) {
+  scrape_->SetAuthRejections(std::move(read));
+}
 
 absl::StatusOr<int> Metrics::Serve(const std::string& address, http::HttpEndpointOptions options) {
   options.path = "/metrics";

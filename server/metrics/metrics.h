@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -67,6 +68,9 @@ class Metrics {
   // outlive this object or be detached (set to null) first.
   void SetEngine(const engine::Engine* engine);
   void SetSampler(const monitor::DeviceSampler* sampler);
+  // Calls refused for want of a valid token or certificate so far (trainerd_auth_rejected_total);
+  // empty: the series is absent.
+  void SetAuthRejections(std::function<int64_t()> read);
 
   // Serves /metrics on `address` ("host:port"; port 0 picks a free one) from libmicrohttpd's
   // thread, with `options`' limits and bearer token (their path is ignored: always /metrics; see

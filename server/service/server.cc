@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
+#include "common/job_limits.h"
 #include "common/status_macros.h"
 #include "server/engine/log.h"
 #include "server/service/metrics_interceptor.h"
@@ -92,6 +93,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   server->sampler_->Start();
   server->metrics_ = std::make_unique<metrics::Metrics>(options.metrics);
   server->metrics_->SetSampler(server->sampler_.get());
+  if (authenticator->required()) {
+    // The metrics outlive nothing they read: the server detaches them before the authenticator
+    // goes (~Server).
+    server->metrics_->SetAuthRejections(
+        [auth = authenticator.get()] { return auth->rejected_calls(); });
+  }
   engine::EngineOptions engine_options = options.engine;
   engine_options.observer = server->metrics_->job_observer();
   engine_options.sampler = server->sampler_.get();
@@ -121,9 +128,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MetricsInterceptorFactory(server->metrics_.get()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  // A SubmitJobRequest may carry a TorchScript module (bring your own model) of up to 64 MiB in
-  // one message; dataset chunks are 1 MiB. Larger modules wait for a streaming upload.
-  builder.SetMaxReceiveMessageSize(64 << 20);
+  // A SubmitJobRequest may carry a TorchScript module (bring your own model) of up to
+  // kMaxTorchScriptBytes in one message; dataset chunks are 1 MiB. Larger modules wait for a
+  // streaming upload.
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxRequestMessageBytes));
   server->server_ = builder.BuildAndStart();
   const bool unix_socket = absl::StartsWith(options.listen, "unix:");
   if (server->server_ == nullptr || (server->port_ == 0 && !unix_socket)) {
@@ -157,6 +165,7 @@ Server::~Server() {
   if (metrics_ != nullptr) {
     metrics_->SetEngine(nullptr);
     metrics_->SetSampler(nullptr);
+    metrics_->SetAuthRejections(nullptr);
   }
   // The services before the engine they use (Diagnose's threads are joined here).
   system_service_.reset();
