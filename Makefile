@@ -5,14 +5,31 @@ BUILD_TYPE ?= Release
 BUILD_DIR  ?= build/$(shell echo $(BUILD_TYPE) | tr A-Z a-z)
 DEPS_ENV   := build/deps.env
 JOBS       ?= 2
+# The sanitizer and fuzzing builds live beside the main one and are incremental too.
+ASAN_BUILD_DIR ?= build/asan
+FUZZ_BUILD_DIR ?= build/fuzz
+FUZZ_SECONDS   ?= 30
 
-.PHONY: all deps configure build test test-gpu demo bench clean help
+# cmake's arguments for LibTorch and the CUDA toolkit, from deps.env (sourced in the same shell).
+TORCH_CMAKE_ARGS = -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
+	    -DCUDAToolkit_ROOT="$$TRAINERD_CUDA_ROOT" -DCUDA_TOOLKIT_ROOT_DIR="$$TRAINERD_CUDA_ROOT" \
+	    -DCMAKE_CUDA_COMPILER="$$TRAINERD_CUDA_ROOT/bin/nvcc" -DTORCH_CUDA_ARCH_LIST="9.0"
+
+# What the sanitizer build runs: the unit and service (integration) tests, and what they start.
+ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metrics_test \
+	service_test trainerd_module_check
+FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
+	module_check_fuzz
+
+.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench clean help
 
 all: build
 
 help:
 	@echo "make demo     run the seed scenario on a real daemon and client"
 	@echo "make test     build and run every test (ctest)"
+	@echo "make test-asan  the unit and service tests under AddressSanitizer and UBSan"
+	@echo "make fuzz     build the libFuzzer targets and run each for FUZZ_SECONDS (30)"
 	@echo "make bench    trainerd vs the seed's PyTorch loops (bench/README.md)"
 	@echo "make build    configure and build ($(BUILD_TYPE)) into $(BUILD_DIR)"
 	@echo "make clean    remove $(BUILD_DIR)"
@@ -25,11 +42,7 @@ deps:
 configure: deps
 	@. ./$(DEPS_ENV) && \
 	if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
-	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	    -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
-	    -DCUDAToolkit_ROOT="$$TRAINERD_CUDA_ROOT" -DCUDA_TOOLKIT_ROOT_DIR="$$TRAINERD_CUDA_ROOT" \
-	    -DCMAKE_CUDA_COMPILER="$$TRAINERD_CUDA_ROOT/bin/nvcc" \
-	    -DTORCH_CUDA_ARCH_LIST="9.0" \
+	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(TORCH_CMAKE_ARGS) \
 	    -DTRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" >/dev/null; \
 	fi
 
@@ -39,6 +52,33 @@ build: configure
 test: build
 	@. ./$(DEPS_ENV) && cd $(BUILD_DIR) && TRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 300
+
+# The unit and service tests built with AddressSanitizer and UndefinedBehaviorSanitizer (-O1, so
+# that the build stays quick). Leak checking is off: LibTorch and gRPC keep process-lifetime
+# allocations that LeakSanitizer would report on every test.
+test-asan: deps
+	@. ./$(DEPS_ENV) && \
+	if [ ! -f $(ASAN_BUILD_DIR)/build.ninja ]; then \
+	  cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DTRAINERD_SANITIZE=ON \
+	    $(TORCH_CMAKE_ARGS) >/dev/null; \
+	fi && \
+	ninja -C $(ASAN_BUILD_DIR) -j $(JOBS) $(ASAN_TARGETS) && \
+	cd $(ASAN_BUILD_DIR) && \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_odr_violation=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600 -L 'unit|integration'
+
+# The libFuzzer targets (clang), each run for FUZZ_SECONDS from its seed corpus in tests/fuzz/.
+fuzz: deps
+	@. ./$(DEPS_ENV) && \
+	if [ ! -f $(FUZZ_BUILD_DIR)/build.ninja ]; then \
+	  CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	    -DTRAINERD_FUZZ=ON -DTRAINERD_BUILD_TESTS=OFF -DTRAINERD_WARNINGS_AS_ERRORS=OFF \
+	    $(TORCH_CMAKE_ARGS) >/dev/null; \
+	fi && \
+	ninja -C $(FUZZ_BUILD_DIR) -j $(JOBS) $(FUZZ_TARGETS) && \
+	tests/fuzz/run.sh $(FUZZ_BUILD_DIR)/tests/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Only the GPU-labelled tests (they skip themselves without a CUDA device).
 test-gpu: build
