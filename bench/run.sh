@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # `make bench`: trainerd against the seed's PyTorch loops on this machine's CPU (and GPU when
-# BENCH_DEVICES includes cuda). Results: a table on stdout, bench.json in $RESULTS_DIR (default
-# build/bench). See bench/README.md.
+# BENCH_DEVICES includes cuda), then the load test's latencies (32 concurrent clients for
+# BENCH_LOAD_SECONDS, default 60; 0 skips it). Results: tables on stdout, bench.json and load.txt
+# in $RESULTS_DIR (default build/bench). See bench/README.md.
 set -euo pipefail
 BUILD_DIR="${BUILD_DIR:-build/release}"
 PYTHON="${PYTHON:-python3}"
 RESULTS_DIR="${RESULTS_DIR:-build/bench}"
-exec "$PYTHON" bench/bench.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR" \
+"$PYTHON" bench/bench.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR" \
   --devices "${BENCH_DEVICES:-cpu}" "$@"
+if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
+  mkdir -p "$RESULTS_DIR"
+  TRAINERD_LOAD_SECONDS="${BENCH_LOAD_SECONDS:-60}" TRAINERD_LOAD_REPORT="$RESULTS_DIR/load.txt" \
+    "$BUILD_DIR/tests/e2e/load_test" --gtest_brief=1
+  echo "bench: load figures in $RESULTS_DIR/load.txt"
+fi
