@@ -1,4 +1,4 @@
-// Whole-file reads through POSIX calls, so that errors carry errno's reason.
+// Whole-file reads and atomic writes through POSIX calls, so that errors carry errno's reason.
 #include "common/file_io.h"
 
 #include <fcntl.h>
@@ -35,7 +35,43 @@ class ScopedFd {
   int fd_;
 };
 
+absl::Status Errno(const char* what, const std::string& path) {
+  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
+}
+
 }  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::initializer_list<std::string_view> parts) {
+  const std::string tmp = path + ".tmp";
+  absl::Status status;
+  {
+    ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return Errno("cannot create", tmp);
+    for (std::string_view part : parts) {
+      while (status.ok() && !part.empty()) {
+        const ssize_t n = ::write(fd.get(), part.data(), part.size());
+        if (n < 0) {
+          if (errno != EINTR) status = Errno("cannot write", tmp);
+          continue;
+        }
+        part.remove_prefix(static_cast<size_t>(n));
+      }
+    }
+    if (status.ok() && ::fsync(fd.get()) != 0) status = Errno("cannot fsync", tmp);
+  }
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = Errno("cannot rename", tmp);
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  // Make the rename itself durable.
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  ScopedFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));

@@ -1,7 +1,10 @@
-// Reads a whole file into memory, with the error wording the CSV and NPY readers share.
+// Whole-file reads, with the error wording the CSV and NPY readers share, and the one atomic file
+// writer (datasets, models and checkpoints are written through it).
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 
@@ -10,5 +13,11 @@ namespace trainerd {
 // The file's bytes. NOT_FOUND "cannot open 'path': <reason>" when it cannot be opened (missing,
 // unreadable, a directory); other errors start with "path: ".
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// Writes `parts`, one after the other, as the whole of `path`, so that a reader (or a restart
+// after a crash) finds the old file or the new one and never a part: a temporary name in the
+// same folder, fsync, rename, then an fsync of the folder. INTERNAL naming the step and the file.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::initializer_list<std::string_view> parts);
 
 }  // namespace trainerd

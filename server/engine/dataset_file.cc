@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/dataset_header.h"
+#include "common/file_io.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -21,23 +22,6 @@ namespace trainerd::engine {
 namespace {
 
 constexpr char kMagic[] = "TRAINERD-DATASET 1";
-
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
-}
-
-absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno("cannot write", path);
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
   std::vector<int64_t> shape;
@@ -63,26 +47,8 @@ absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta,
       "create_time_unix_nanos=", absl::ToUnixNanos(meta.create_time), "\n",
       "target_min=", meta.target_min, "\n", "target_max=", meta.target_max, "\n",
       "owner=", absl::CEscape(meta.owner), "\n\n");
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status status = WriteAll(fd, header.data(), header.size(), tmp);
-  if (status.ok()) status = WriteAll(fd, static_cast<const char*>(payload), size, tmp);
-  if (status.ok() && ::fsync(fd) != 0) status = Errno("cannot fsync", tmp);
-  if (::close(fd) != 0 && status.ok()) status = Errno("cannot close", tmp);
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = Errno("cannot rename", tmp);
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  // Make the rename itself durable.
-  const std::string dir = path.substr(0, path.find_last_of('/') + 1);
-  int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(
+      path, {header, std::string_view(static_cast<const char*>(payload), size)});
 }
 
 absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path) {

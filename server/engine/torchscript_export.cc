@@ -19,6 +19,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/log.h"
+#include "common/file_io.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
@@ -43,8 +45,6 @@ std::string ExportName(const std::string& sequential_name) {
   }
   return name;
 }
-
-std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
 
 absl::Status Errno(const std::string& what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
@@ -192,7 +192,7 @@ absl::StatusOr<std::string> ExportTorchScript(const HostModelState& state, const
     return out.str();
   } catch (const std::exception& e) {
     return absl::InternalError(
-        absl::StrCat("cannot export the model as TorchScript: ", FirstLine(e.what())));
+        absl::StrCat("cannot export the model as TorchScript: ", FirstLineOf(e)));
   }
 }
 
@@ -204,7 +204,7 @@ absl::StatusOr<std::string> ExportTorchScript(const torch::nn::Sequential& model
     state = CopyModelStateToHost(model);
   } catch (const std::exception& e) {
     return absl::InternalError(
-        absl::StrCat("cannot copy the model to the host: ", FirstLine(e.what())));
+        absl::StrCat("cannot copy the model to the host: ", FirstLineOf(e)));
   }
   return ExportTorchScript(state, spec, input_shape);
 }
@@ -214,34 +214,7 @@ absl::Status WriteModelArchive(const std::string& path, const std::string& archi
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   // One level is enough: the data folder exists (the engine made it at start).
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("cannot create", dir);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create", tmp);
-  absl::Status status;
-  const char* data = archive.data();
-  size_t left = archive.size();
-  while (status.ok() && left > 0) {
-    const ssize_t n = ::write(fd, data, left);
-    if (n < 0) {
-      if (errno != EINTR) status = Errno("cannot write", tmp);
-      continue;
-    }
-    data += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (status.ok() && ::fsync(fd) != 0) status = Errno("cannot fsync", tmp);
-  if (::close(fd) != 0 && status.ok()) status = Errno("cannot close", tmp);
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = Errno("cannot rename", tmp);
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, {archive});
 }
 
 }  // namespace trainerd::engine
