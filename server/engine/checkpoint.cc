@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/engine/log.h"
 #include "server/engine/torchscript_export.h"
 
 namespace trainerd::engine {
@@ -43,8 +44,7 @@ absl::StatusOr<int64_t> WriteCheckpoint(
     archive.save_to(out);
     bytes = std::move(out).str();
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    return absl::InternalError(what.substr(0, what.find('\n')));
+    return absl::InternalError(FirstLineOf(e));
   }
   const size_t slash = path.find_last_of('/');
   if (slash != std::string::npos) {

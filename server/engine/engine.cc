@@ -218,8 +218,7 @@ absl::StatusOr<Diagnosis> Engine::Impl::Measure() {
       diagnosis.devices.push_back(DiagnoseDevice(d, diagnose_options));
     }
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    return absl::InternalError(absl::StrCat("diagnose failed: ", what.substr(0, what.find('\n'))));
+    return absl::InternalError(absl::StrCat("diagnose failed: ", FirstLineOf(e)));
   }
   diagnosis.measure_time = absl::Now();
   absl::MutexLock lock(&cache_mu);

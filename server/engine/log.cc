@@ -19,4 +19,9 @@ void Log(LogLevel level, std::string_view message) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
+std::string FirstLineOf(const std::exception& e) {
+  const std::string what = e.what();
+  return what.substr(0, what.find('\n'));
+}
+
 }  // namespace trainerd::engine

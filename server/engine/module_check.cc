@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/log.h"
 #include "common/job_limits.h"
 
 namespace trainerd::engine {
@@ -425,8 +426,6 @@ constexpr absl::string_view kCustomClassPrefix = "__torch__.torch.classes.";
 // Debian's Abseil has its own absl::string_view (not std::string_view).
 absl::string_view View(std::string_view text) { return absl::string_view(text.data(), text.size()); }
 
-std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
-
 absl::Status Refused(std::string_view what, std::string_view where) {
   return absl::PermissionDeniedError(absl::StrCat(
       View(what), " (in ", View(where),
@@ -521,7 +520,7 @@ absl::Status CheckModuleOperators(const torch::jit::Module& module) {
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the TorchScript module cannot be inspected: ", FirstLine(e.what())));
+        absl::StrCat("the TorchScript module cannot be inspected: ", FirstLineOf(e)));
   }
   return absl::OkStatus();
 }
@@ -565,7 +564,7 @@ absl::Status CheckTorchScriptArchive(std::string_view archive) {
     }
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the TorchScript module cannot be loaded: ", FirstLine(e.what())));
+        absl::StrCat("the TorchScript module cannot be loaded: ", FirstLineOf(e)));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/log.h"
 #include "absl/strings/str_join.h"
 #include "common/job_limits.h"
 #include "common/table.h"
@@ -21,8 +22,6 @@ namespace {
 // a real batch dimension.
 constexpr int64_t kCheckRows = 2;
 
-std::string FirstLine(const std::string& what) { return what.substr(0, what.find('\n')); }
-
 // "[2, 1, 28, 28]": a batch's shape as PyTorch prints it (ShapeToString's "1x28x28" is per row).
 std::string BatchShape(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -36,7 +35,7 @@ absl::StatusOr<std::shared_ptr<torch::jit::Module>> LoadArchive(std::string_view
     return std::make_shared<torch::jit::Module>(torch::jit::load(in, torch::kCPU));
   } catch (const std::exception& e) {  // c10::Error, and anything the archive reader throws
     return absl::InvalidArgumentError(
-        absl::StrCat("the TorchScript module cannot be loaded: ", FirstLine(e.what())));
+        absl::StrCat("the TorchScript module cannot be loaded: ", FirstLineOf(e)));
   }
 }
 
@@ -46,7 +45,7 @@ absl::StatusOr<int64_t> CountModuleParameters(const torch::jit::Module& module) 
     for (const torch::Tensor& p : module.parameters()) count += p.numel();
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the TorchScript module cannot be checked: ", FirstLine(e.what())));
+        absl::StrCat("the TorchScript module cannot be checked: ", FirstLineOf(e)));
   }
   if (count == 0) {
     return absl::InvalidArgumentError(
@@ -88,7 +87,7 @@ absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
           absl::StrCat("the TorchScript module's forward does not accept a batch of shape ",
                        BatchShape(batch_shape), " (dataset '", dataset_name, "' has ",
                        ShapeToString(feature_shape), " features per row): ",
-                       FirstLine(e.what())));
+                       FirstLineOf(e)));
     }
     if (!out.isTensor()) {
       return absl::InvalidArgumentError(
@@ -105,7 +104,7 @@ absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
     probe.output_shape.assign(y.sizes().begin() + 1, y.sizes().end());
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the TorchScript module cannot be checked: ", FirstLine(e.what())));
+        absl::StrCat("the TorchScript module cannot be checked: ", FirstLineOf(e)));
   }
   return probe;
 }

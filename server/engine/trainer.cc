@@ -12,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/log.h"
 #include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
 #include "server/engine/loss.h"
@@ -500,10 +501,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
                                  "; try a smaller batch size or model");
   } catch (const std::exception& e) {
     outcome.state = JobState::kFailed;
-    std::string what = e.what();
-    // LibTorch appends a C++ backtrace to its messages; the first line is the sentence.
-    what = what.substr(0, what.find('\n'));
-    outcome.error = absl::StrCat("training failed at epoch ", outcome.epochs_done + 1, ": ", what);
+    outcome.error =
+        absl::StrCat("training failed at epoch ", outcome.epochs_done + 1, ": ", FirstLineOf(e));
   }
   return finish(outcome);
 }
