@@ -31,6 +31,13 @@ class DiagnoseReactor final : public grpc::ServerUnaryReactor {
 
   const std::shared_ptr<Call>& call() const { return call_; }
 
+  // Whether the call was already answered (its client went away while it waited): the worker
+  // then skips its measurement.
+  static bool Finished(const std::shared_ptr<Call>& call) {
+    std::lock_guard<std::mutex> lock(call->mu);
+    return call->finished;
+  }
+
   // Finishes the call with the measurement (or a shutdown status), unless it was finished.
   static void Complete(const std::shared_ptr<Call>& call,
                        const absl::StatusOr<engine::Diagnosis>& diagnosis) {
@@ -118,6 +125,7 @@ grpc::ServerUnaryReactor* SystemServiceImpl::Diagnose(grpc::CallbackServerContex
           DiagnoseReactor::Complete(call, absl::UnavailableError("the daemon is shutting down"));
           return;
         }
+        if (DiagnoseReactor::Finished(call)) return;  // nobody waits for this measurement
         absl::StatusOr<engine::Diagnosis> diagnosis = engine_->Diagnose(refresh);
         DiagnoseReactor::Complete(call, diagnosis);
       });

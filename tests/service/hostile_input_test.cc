@@ -5,7 +5,13 @@
 // upload is left open or staged.
 #include <grpcpp/grpcpp.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -171,6 +177,19 @@ TEST_P(HostileInputTest, GetsItsCodeAndLeavesTheDaemonServingWithItsData) {
   const grpc::Status status = attack.run(this);
   EXPECT_EQ(status.error_code(), attack.code) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr(attack.message_part));
+}
+
+// A TorchScript module whose forward reads /etc/hostname through torch.from_file, written by the
+// e2e tests' fixture program (this test never links LibTorch).
+std::string ModuleThatReadsFiles() {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/reads-file-", ::getpid(), ".pt");
+  const std::string command =
+      absl::StrCat("'", MAKE_TORCHSCRIPT_FIXTURE_BIN, "' '", path, "' 1 1 reads-file");
+  if (std::system(command.c_str()) != 0) return "";
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return bytes;
 }
 
 std::vector<Attack> Attacks() {
@@ -419,6 +438,13 @@ std::vector<Attack> Attacks() {
                        return t->Submit(spec, "PK\x03\x04 not really a zip");
                      },
                      kInvalid, "cannot be loaded"});
+  attacks.push_back({"SubmitModuleThatReadsFiles",
+                     [](H* t) {
+                       v1::JobSpec spec = t->Spec();
+                       spec.set_model("");
+                       return t->Submit(spec, ModuleThatReadsFiles());
+                     },
+                     grpc::StatusCode::PERMISSION_DENIED, "operator 'aten::from_file'"});
   attacks.push_back({"SubmitModuleAndModelText",
                      [](H* t) { return t->Submit(t->Spec(), "whatever"); }, kInvalid,
                      "not both"});

@@ -2,6 +2,10 @@
 // real server on loopback.
 #include <grpcpp/grpcpp.h>
 
+#include <future>
+#include <memory>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,6 +71,73 @@ TEST_F(SystemServiceTest, DiagnoseMeasuresTheCpuOnceAndThenAnswersFromTheCache) 
   EXPECT_TRUE(second.cached());
   EXPECT_EQ(second.measure_time().seconds(), first.measure_time().seconds());
   EXPECT_EQ(second.devices(0).matmul_flops_per_second(), cpu.matmul_flops_per_second());
+}
+
+// A Diagnose whose deadline passes while the measurement runs is answered at its deadline; the
+// measurement goes on and a later call gets it from the cache.
+TEST_F(SystemServiceTest, DiagnoseHonoursTheCallersDeadline) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(100)));
+  v1::DiagnoseRequest request;
+  request.set_refresh(true);
+  v1::DiagnoseResponse response;
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(system_->Diagnose(&context, request, &response).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  v1::DiagnoseResponse cached;
+  ASSERT_TRUE(Diagnose(/*refresh=*/false, &cached).ok());
+  EXPECT_EQ(cached.devices(0).device(), "cpu");
+}
+
+// Diagnose runs one measurement at a time; a few calls may wait for it and the rest are refused
+// at once rather than piling up threads.
+TEST_F(SystemServiceTest, TooManyWaitingDiagnosesAreResourceExhausted) {
+  constexpr int kCalls = 2 + static_cast<int>(kMaxWaitingDiagnoses) + 2;
+  struct Call {
+    grpc::ClientContext context;
+    v1::DiagnoseResponse response;
+    grpc::Status status;
+    std::promise<void> done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  v1::DiagnoseRequest request;
+  request.set_refresh(true);
+  for (int i = 0; i < kCalls; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* call = calls.back().get();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    system_->async()->Diagnose(&call->context, &request, &call->response,
+                               [call](grpc::Status status) {
+                                 call->status = std::move(status);
+                                 call->done.set_value();
+                               });
+  }
+  // The refused calls are answered at once, while the others wait for the measurements.
+  std::vector<std::future<void>> futures;
+  for (auto& call : calls) futures.push_back(call->done.get_future());
+  const int expected_refusals = kCalls - 1 - static_cast<int>(kMaxWaitingDiagnoses);
+  int exhausted = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (exhausted < expected_refusals && absl::Now() < give_up) {
+    exhausted = 0;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (futures[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+          calls[i]->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++exhausted;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  // Whether the first call had reached the worker decides whether one more was refused.
+  EXPECT_GE(exhausted, expected_refusals);
+  EXPECT_LE(exhausted, expected_refusals + 1);
+  // The waiting calls' clients give up: they are answered at once, and their measurements are
+  // skipped rather than run for nobody.
+  for (auto& call : calls) call->context.TryCancel();
+  for (auto& future : futures) {
+    EXPECT_EQ(future.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  }
 }
 
 TEST_F(SystemServiceTest, FinishedJobCarriesItsDeviceReportAndAVerdictAfterDiagnose) {
