@@ -1,5 +1,6 @@
 #include "server/metrics/metrics.h"
 
+#include <deque>
 #include <sstream>
 #include <utility>
 
@@ -12,6 +13,10 @@
 
 namespace trainerd::metrics {
 namespace {
+
+// Ended jobs whose per-job series are kept at most (besides their TTL): many short jobs must not
+// grow the label set, or the daemon's memory, without bound.
+constexpr size_t kMaxEndedJobSeries = 1000;
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
@@ -151,15 +156,7 @@ class Metrics::JobObserver final : public engine::JobEventSink {
   // Removes the per-job series of jobs that ended more than the TTL ago.
   void Expire(absl::Time now) {
     absl::MutexLock lock(&mu_);
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      Job& job = it->second;
-      if (job.ended.has_value() && now - *job.ended >= ttl_) {
-        RemoveSeries(job);
-        it = jobs_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    ExpireLocked(now);
   }
 
  private:
@@ -210,7 +207,30 @@ class Metrics::JobObserver final : public engine::JobEventSink {
       job.host_syncs = snap.host_syncs;
     }
     job.ended = absl::Now();
-    if (job.epoch == nullptr) jobs_.erase(it);  // never ran: no series to keep
+    if (job.epoch == nullptr) {
+      jobs_.erase(it);  // never ran: no series to keep
+    } else {
+      ended_.push_back(snap.id);
+    }
+    // Also here, not only at scrape time: a daemon nobody scrapes must not keep every job's
+    // series.
+    ExpireLocked(*job.ended);
+  }
+
+  // Removes the series of jobs that ended ttl_ ago or more, and of the oldest ended jobs beyond
+  // kMaxEndedJobSeries. ended_ is in end order, so this stops at the first job to keep.
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!ended_.empty()) {
+      auto it = jobs_.find(ended_.front());
+      const bool expired = it == jobs_.end() || now - *it->second.ended >= ttl_ ||
+                           ended_.size() > kMaxEndedJobSeries;
+      if (!expired) break;
+      if (it != jobs_.end()) {
+        RemoveSeries(it->second);
+        jobs_.erase(it);
+      }
+      ended_.pop_front();
+    }
   }
 
   void OnEpoch(const engine::JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -245,6 +265,7 @@ class Metrics::JobObserver final : public engine::JobEventSink {
   const absl::Duration ttl_;
   absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);  // not yet ended, or series kept
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);     // ended jobs with series, oldest first
   prometheus::Counter& submitted_;
   prometheus::Family<prometheus::Counter>& finished_;
   prometheus::Gauge& queued_;

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -103,6 +104,20 @@ TEST(MetricsTest, PerJobSeriesAreRemovedOnceTheTtlHasPassed) {
   const std::string text = metrics.Render();
   EXPECT_THAT(text, Not(HasSubstr("job_id=\"job-000000000002\"")));
   EXPECT_THAT(text, HasSubstr("\ntrainerd_epochs_total 2\n"));  // totals stay
+}
+
+// Many short jobs and nobody scraping: only the last 1,000 ended jobs keep their series, and the
+// expiry happens as jobs end (Render is called only at the end).
+TEST(MetricsTest, OnlyTheLastThousandEndedJobsKeepTheirSeries) {
+  Metrics metrics;  // the default TTL of 5 minutes: age alone expires nothing here
+  for (int i = 0; i < 1200; ++i) {
+    RunOneJob(metrics, absl::StrFormat("job-%012d", i));
+  }
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, Not(HasSubstr("job_id=\"job-000000000199\"")));
+  EXPECT_THAT(text, HasSubstr("trainerd_job_loss{job_id=\"job-000000000200\"}"));
+  EXPECT_THAT(text, HasSubstr("trainerd_job_loss{job_id=\"job-000000001199\"}"));
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_epochs_total 2400\n"));  // totals stay
 }
 
 TEST(MetricsTest, RpcsAreCountedByMethodAndCodeAndForeignMethodsBecomeOther) {
