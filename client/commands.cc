@@ -184,10 +184,10 @@ int WatchJob(const CommandContext& context, const std::string& id) {
     if (event.has_epoch()) {
       if (!context.json) print_epoch(event.epoch());
     } else if (event.has_skipped()) {
-      // The daemon dropped epoch events this reader was too slow for; the job follows with every
-      // epoch, so the lines below still miss none.
-      if (!context.json) {
-        PrintError(absl::StrCat("reading fell behind the job; ", event.skipped().epochs(),
+      // A long history, or epochs this reader fell behind on: the job follows with every epoch,
+      // so the lines printed from it still miss none. Said only when it happens mid-stream.
+      if (!context.json && last_printed > 0) {
+        PrintError(absl::StrCat("the watch fell behind the job; ", event.skipped().epochs(),
                                 " epochs arrive together"));
       }
     } else if (event.has_job()) {

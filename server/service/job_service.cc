@@ -54,15 +54,23 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         FinishLocked(ToGrpcStatus(job.status()));
         return;
       }
-      for (const auto& epoch : job->epochs) {
-        v1::JobEvent event;
-        *event.mutable_epoch() = ToProto(epoch);
-        pending_.push_back(std::move(event));
+      // A long history goes as the notice and the job (which carries every epoch), not as one
+      // event per epoch, as it would once the stream had fallen behind.
+      if (job->epochs.size() > kMaxPendingEvents) {
+        v1::JobEvent notice;
+        notice.mutable_skipped()->set_epochs(static_cast<int64_t>(job->epochs.size()));
+        pending_.push_back(std::move(notice));
+      } else {
+        for (const auto& epoch : job->epochs) {
+          v1::JobEvent event;
+          *event.mutable_epoch() = ToProto(epoch);
+          pending_.push_back(std::move(event));
+        }
       }
       v1::JobEvent state;
       *state.mutable_job() = ToProto(*job);
       pending_.push_back(std::move(state));
-      WriteNextLocked();
+      WriteNextLocked(/*may_call_engine=*/true);
     }
     // Events that arrived while the history was queued follow it, in order.
     sink->Attach(this);
@@ -75,7 +83,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the watcher went away"));
       return;
     }
-    WriteNextLocked();
+    WriteNextLocked(/*may_call_engine=*/true);
   }
 
   void OnCancel() override {
@@ -135,11 +143,15 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     if (finished_) return;
     pending_.push_back(std::move(event));
     if (pending_.size() > kMaxPendingEvents) SkipToLatestLocked();
-    WriteNextLocked();
+    // Enqueue runs inside the engine's Push, which must not call back into the engine.
+    WriteNextLocked(/*may_call_engine=*/false);
   }
 
   // Drops the queued epoch events, keeping the state changes; unless a terminal state is among
-  // them, the job as it stands (every epoch in Job.epochs) follows the notice.
+  // them, the job as it stands (every epoch in Job.epochs) follows the notice. The job is fetched
+  // only when it is about to be written (an empty placeholder event stands for it until then),
+  // from a reaction rather than from the engine's Push. A backlog means a write is in flight, so
+  // OnWriteDone is what comes next.
   void SkipToLatestLocked() {
     std::deque<v1::JobEvent> kept;
     int64_t dropped = 0;
@@ -156,13 +168,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     v1::JobEvent notice;
     notice.mutable_skipped()->set_epochs(dropped);
     pending_.push_back(std::move(notice));
-    if (!terminal) {
-      if (absl::StatusOr<engine::JobSnapshot> job = engine_->GetJob(id_); job.ok()) {
-        v1::JobEvent now;
-        *now.mutable_job() = ToProto(*job);
-        pending_.push_back(std::move(now));
-      }
-    }
+    if (!terminal) pending_.push_back(v1::JobEvent());  // the job as it stands, fetched later
     for (v1::JobEvent& event : kept) pending_.push_back(std::move(event));
   }
 
@@ -171,11 +177,22 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
            state == v1::JOB_STATE_CANCELLED;
   }
 
-  void WriteNextLocked() {
+  // `may_call_engine`: false inside the engine's Push (a placeholder for the latest job is then
+  // dropped; by the reasoning above, it never is at the front there).
+  void WriteNextLocked(bool may_call_engine) {
     if (writing_ || finished_) return;
     if (cancelled_) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
+    }
+    while (!pending_.empty() && pending_.front().event_case() == v1::JobEvent::EVENT_NOT_SET) {
+      absl::StatusOr<engine::JobSnapshot> job =
+          may_call_engine ? engine_->GetJob(id_) : absl::UnavailableError("");
+      if (job.ok()) {
+        *pending_.front().mutable_job() = ToProto(*job);
+      } else {
+        pending_.pop_front();
+      }
     }
     if (pending_.empty()) {
       if (terminal_written_) FinishLocked(grpc::Status::OK);

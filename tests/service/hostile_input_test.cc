@@ -610,6 +610,14 @@ TEST_F(HostileStreamTest, ASlowWatcherGetsTheLatestStateAndANoticeOfWhatWasSkipp
   EXPECT_EQ(events.back().job().epochs_size(), kEpochs);
   EXPECT_GT(skipped, 0) << "nothing was skipped: " << epoch_events << " epoch events arrived";
   EXPECT_LE(epoch_events + skipped, kEpochs);
+
+  // A late watcher of a long job gets the same: the notice and the job, not 2,000 events.
+  std::unique_ptr<JobWatch> late = Watch(job.id());
+  ASSERT_TRUE(late->Finish().ok());
+  ASSERT_EQ(late->events().size(), 2u);
+  EXPECT_EQ(late->events()[0].skipped().epochs(), kEpochs);
+  EXPECT_EQ(late->events()[1].job().epochs_size(), kEpochs);
+  EXPECT_EQ(late->events()[1].job().state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace
