@@ -35,7 +35,7 @@ fi
 APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config python3 python3-venv libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libgtest-dev libgmock-dev libmicrohttpd-dev
+  prometheus-cpp-dev libgtest-dev libgmock-dev libmicrohttpd-dev libsqlite3-dev
   prometheus openssl
   clang libclang-rt-14-dev llvm
 )

@@ -1,14 +1,16 @@
-// Conversions between the API's protos (trainerd.v1) and the engine's domain types.
+// Conversions between the API's protos (trainerd.v1) and the engine's domain types, shared by the
+// gRPC services and the job store (which keeps jobs as the API's own messages). LibTorch-free and
+// gRPC-free: the generated messages only.
 #pragma once
 
 #include "absl/status/statusor.h"
+#include "server/engine/engine.h"
 #include "server/engine/types.h"
 #include "trainerd/v1/datasets.pb.h"
-#include "server/engine/engine.h"
 #include "trainerd/v1/jobs.pb.h"
 #include "trainerd/v1/system.pb.h"
 
-namespace trainerd::service {
+namespace trainerd::convert {
 
 // INVALID_ARGUMENT when the target dtype is unspecified.
 absl::StatusOr<engine::DatasetHeader> FromProto(const v1::DatasetHeader& header);
@@ -24,4 +26,12 @@ v1::DeviceStatus ToProto(const engine::DeviceStatusInfo& device);
 v1::DiagnoseResponse ToProto(const engine::Diagnosis& diagnosis);
 v1::JobState ToProto(engine::JobState state);
 
-}  // namespace trainerd::service
+// The reverse of the job's conversions, for the job store (which keeps jobs as v1 messages).
+// INVALID_ARGUMENT when the message is not one ToProto could have written (an unknown state, or
+// a spec FromProto(JobSpec) refuses).
+absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job);
+engine::EpochResult FromProto(const v1::EpochResult& epoch);
+engine::DeviceReport FromProto(const v1::DeviceReport& report);
+absl::StatusOr<engine::JobState> FromProto(v1::JobState state);
+
+}  // namespace trainerd::convert

@@ -1,14 +1,21 @@
-#include "server/service/convert.h"
+#include "server/convert/convert.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 
-namespace trainerd::service {
+namespace trainerd::convert {
 namespace {
 
 void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
   const int64_t nanos = absl::ToUnixNanos(t);
   out->set_seconds(nanos / 1000000000);
   out->set_nanos(static_cast<int32_t>(nanos % 1000000000));
+}
+
+absl::Time FromTimestamp(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixNanos(t.seconds() * 1000000000 + t.nanos());
 }
 
 template <typename Repeated>
@@ -386,6 +393,8 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_state(ToProto(job.state));
   out.set_error(job.error);
   for (const auto& epoch : job.epochs) *out.add_epochs() = ToProto(epoch);
+  out.set_epochs_completed(
+      std::max<int32_t>(job.epochs_completed, static_cast<int32_t>(job.epochs.size())));
   out.set_final_loss(job.final_loss);
   out.set_wall_seconds(job.wall_seconds);
   out.set_steps(job.steps);
@@ -410,6 +419,12 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
       SetTimestamp(c.create_time, checkpoint->mutable_create_time());
     }
   }
+  for (const auto& r : job.restarts) {
+    v1::JobRestart* restart = out.add_restarts();
+    if (r.time != absl::InfinitePast()) SetTimestamp(r.time, restart->mutable_time());
+    restart->set_from_epoch(r.from_epoch);
+    restart->set_previous_state(ToProto(r.previous_state));
+  }
   if (job.create_time != absl::InfinitePast())
     SetTimestamp(job.create_time, out.mutable_create_time());
   if (job.start_time != absl::InfinitePast())
@@ -418,4 +433,127 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   return out;
 }
 
-}  // namespace trainerd::service
+absl::StatusOr<engine::JobState> FromProto(v1::JobState state) {
+  switch (state) {
+    case v1::JOB_STATE_QUEUED:
+      return engine::JobState::kQueued;
+    case v1::JOB_STATE_RUNNING:
+      return engine::JobState::kRunning;
+    case v1::JOB_STATE_SUCCEEDED:
+      return engine::JobState::kSucceeded;
+    case v1::JOB_STATE_FAILED:
+      return engine::JobState::kFailed;
+    case v1::JOB_STATE_CANCELLED:
+      return engine::JobState::kCancelled;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown job state ", static_cast<int>(state)));
+  }
+}
+
+engine::EpochResult FromProto(const v1::EpochResult& epoch) {
+  engine::EpochResult out;
+  out.epoch = epoch.epoch();
+  out.loss = epoch.loss();
+  out.elapsed_seconds = epoch.elapsed_seconds();
+  out.learning_rate = epoch.learning_rate();
+  if (epoch.has_validation_loss()) out.validation_loss = epoch.validation_loss();
+  if (epoch.has_validation_accuracy()) out.validation_accuracy = epoch.validation_accuracy();
+  if (epoch.has_loss_scale()) {
+    out.loss_scale = epoch.loss_scale();
+    out.skipped_steps = epoch.skipped_steps();
+  }
+  return out;
+}
+
+engine::DeviceReport FromProto(const v1::DeviceReport& r) {
+  engine::DeviceReport out;
+  out.queue_seconds = r.queue_seconds();
+  out.data_seconds = r.data_seconds();
+  out.compute_seconds = r.compute_seconds();
+  out.host_transfer_seconds = r.host_transfer_seconds();
+  if (r.has_utilization_average()) out.utilization_average = r.utilization_average();
+  if (r.has_utilization_peak()) out.utilization_peak = r.utilization_peak();
+  out.peak_memory_bytes = r.peak_memory_bytes();
+  out.steps_per_second = r.steps_per_second();
+  out.host_syncs = r.host_syncs();
+  out.host_to_device_bytes = r.host_to_device_bytes();
+  out.flops_per_step = r.flops_per_step();
+  out.achieved_flops_per_second = r.achieved_flops_per_second();
+  if (r.has_peak_fraction()) out.peak_fraction = r.peak_fraction();
+  if (r.has_overhead_fraction()) out.overhead_fraction = r.overhead_fraction();
+  switch (r.bound()) {
+    case v1::DeviceReport::LAUNCH_BOUND:
+      out.bound = engine::SpeedBound::kLaunchBound;
+      break;
+    case v1::DeviceReport::COMPUTE_BOUND:
+      out.bound = engine::SpeedBound::kComputeBound;
+      break;
+    case v1::DeviceReport::TRANSFER_BOUND:
+      out.bound = engine::SpeedBound::kTransferBound;
+      break;
+    case v1::DeviceReport::DATA_BOUND:
+      out.bound = engine::SpeedBound::kDataBound;
+      break;
+    case v1::DeviceReport::BALANCED:
+      out.bound = engine::SpeedBound::kBalanced;
+      break;
+    default:
+      out.bound = engine::SpeedBound::kUnspecified;
+  }
+  out.verdict = r.verdict();
+  return out;
+}
+
+absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
+  engine::JobSnapshot out;
+  out.id = job.id();
+  out.owner = job.owner();
+  absl::StatusOr<engine::JobSpec> spec = FromProto(job.spec());
+  if (!spec.ok()) return spec.status();
+  out.spec = *std::move(spec);
+  absl::StatusOr<engine::JobState> state = FromProto(job.state());
+  if (!state.ok()) return state.status();
+  out.state = *state;
+  out.error = job.error();
+  for (const v1::EpochResult& epoch : job.epochs()) out.epochs.push_back(FromProto(epoch));
+  out.epochs_completed = job.epochs_completed();
+  out.final_loss = job.final_loss();
+  out.wall_seconds = job.wall_seconds();
+  out.steps = job.steps();
+  out.samples_per_second = job.samples_per_second();
+  out.device = job.device();
+  out.host_syncs = job.host_syncs();
+  for (const v1::Parameter& p : job.parameters()) {
+    engine::ParameterValues values;
+    values.name = p.name();
+    values.shape.assign(p.shape().begin(), p.shape().end());
+    values.values.assign(p.values().begin(), p.values().end());
+    out.parameters.push_back(std::move(values));
+  }
+  out.parameter_count = job.parameter_count();
+  out.stopped_early = job.stopped_early();
+  out.report = FromProto(job.report());
+  for (const v1::Checkpoint& c : job.checkpoints()) {
+    engine::CheckpointInfo checkpoint;
+    checkpoint.epoch = c.epoch();
+    checkpoint.path = c.path();
+    checkpoint.size_bytes = c.size_bytes();
+    if (c.has_create_time()) checkpoint.create_time = FromTimestamp(c.create_time());
+    out.checkpoints.push_back(std::move(checkpoint));
+  }
+  for (const v1::JobRestart& r : job.restarts()) {
+    engine::JobRestart restart;
+    if (r.has_time()) restart.time = FromTimestamp(r.time());
+    restart.from_epoch = r.from_epoch();
+    absl::StatusOr<engine::JobState> previous = FromProto(r.previous_state());
+    restart.previous_state = previous.ok() ? *previous : engine::JobState::kQueued;
+    out.restarts.push_back(restart);
+  }
+  if (job.has_create_time()) out.create_time = FromTimestamp(job.create_time());
+  if (job.has_start_time()) out.start_time = FromTimestamp(job.start_time());
+  if (job.has_end_time()) out.end_time = FromTimestamp(job.end_time());
+  return out;
+}
+
+}  // namespace trainerd::convert

@@ -1,0 +1,64 @@
+// Where the engine keeps its job records, so that they outlive the process: the interface the job
+// manager writes through (one call per state change and per epoch, never per step) and reads
+// from for listings, for jobs it no longer holds in memory, and for recovery at start. The
+// implementation (SQLite, server/store/) is given to the engine by the server, so that the engine
+// itself stays free of the database and of the API's protos. LibTorch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/engine/types.h"
+
+namespace trainerd::engine {
+
+// Which jobs a listing returns, and how much of each.
+struct JobQuery {
+  std::optional<JobState> state;  // only jobs in this state; unset: any
+  std::string dataset;            // only jobs on this dataset; empty: any
+  int32_t page_size = 100;        // at most this many (1..kMaxJobPageSize)
+  std::string page_token;         // from the previous page; empty: the first page
+  bool full = false;              // with epochs, parameters and checkpoints; else a summary
+  bool newest_first = false;      // else oldest first
+};
+
+inline constexpr int32_t kMaxJobPageSize = 1000;
+
+struct JobPage {
+  std::vector<JobSnapshot> jobs;
+  std::string next_page_token;  // empty: no more
+};
+
+// Thread-safe. Errors are INTERNAL sentences naming the store (the database file), except where
+// a method says otherwise.
+class JobStore {
+ public:
+  virtual ~JobStore() = default;
+
+  // The job as it stands after a state change or a new checkpoint, without its epochs (which
+  // AppendEpoch adds one by one; job.epochs is not read). Durable when it returns.
+  virtual absl::Status SaveJob(const JobSnapshot& job) = 0;
+  // One finished epoch and the job's figures after it (steps, syncs, final loss...), together.
+  virtual absl::Status AppendEpoch(const JobSnapshot& job, const EpochResult& epoch) = 0;
+  // The job with every epoch. NOT_FOUND for an unknown id.
+  virtual absl::StatusOr<JobSnapshot> LoadJob(const std::string& id) = 0;
+  // A page of jobs in creation order. INVALID_ARGUMENT for a page token this store did not make.
+  virtual absl::StatusOr<JobPage> ListJobs(const JobQuery& query) = 0;
+  // Jobs that were QUEUED or RUNNING when the records were last written, oldest first, with
+  // their epochs: what a restart must take up again.
+  virtual absl::StatusOr<std::vector<JobSnapshot>> LoadUnfinishedJobs() = 0;
+  // Forgets the job and its epochs. NOT_FOUND for an unknown id.
+  virtual absl::Status DeleteJob(const std::string& id) = 0;
+  // Forgets the job's epochs after `epoch` (a resume from an earlier checkpoint runs them again).
+  virtual absl::Status DeleteEpochsAfter(const std::string& id, int32_t epoch) = 0;
+  // Ended jobs beyond the newest `keep` ended ones (keep < 0: none beyond), and ended jobs that
+  // ended before `ended_before`, oldest first: what retention removes.
+  virtual absl::StatusOr<std::vector<std::string>> EndedJobsToPrune(int64_t keep,
+                                                                    absl::Time ended_before) = 0;
+};
+
+}  // namespace trainerd::engine

@@ -1,0 +1,469 @@
+// SqliteJobStore: job records in SQLite (see sqlite_job_store.h).
+#include "server/store/sqlite_job_store.h"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/convert/convert.h"
+#include "trainerd/v1/jobs.pb.h"
+
+namespace trainerd::store {
+namespace {
+
+// Each migration takes the schema from version i to i + 1 (index i - 1 here).
+const char* const kMigrations[] = {
+    // 0 -> 1: jobs (one row each, the record without its epochs) and their epochs.
+    "CREATE TABLE jobs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"  // creation order, and the page token
+    "  id TEXT NOT NULL UNIQUE,"
+    "  state INTEGER NOT NULL,"  // trainerd.v1.JobState
+    "  dataset TEXT NOT NULL,"
+    "  end_time_ns INTEGER,"    // NULL until the job ends
+    "  record BLOB NOT NULL);"  // trainerd.v1.Job without epochs
+    "CREATE INDEX jobs_by_state ON jobs(state, seq);"
+    "CREATE INDEX jobs_by_dataset ON jobs(dataset, seq);"
+    "CREATE INDEX jobs_by_end ON jobs(end_time_ns);"
+    "CREATE TABLE epochs ("
+    "  job_seq INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  result BLOB NOT NULL,"  // trainerd.v1.EpochResult
+    "  PRIMARY KEY (job_seq, epoch)) WITHOUT ROWID;",
+};
+static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kJobStoreSchemaVersion,
+              "one migration per schema version");
+
+// One prepared statement, finalized when it goes out of scope. Not thread-safe.
+class Statement {
+ public:
+  Statement(sqlite3* db, const char* sql) : db_(db) {
+    status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  bool ok() const { return status_ == SQLITE_OK; }
+  Statement& Bind(int index, int64_t value) {
+    if (ok()) status_ = sqlite3_bind_int64(stmt_, index, value);
+    return *this;
+  }
+  Statement& Bind(int index, const std::string& text) {
+    if (ok())
+      status_ = sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()),
+                                  SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& BindBlob(int index, const std::string& bytes) {
+    if (ok())
+      status_ = sqlite3_bind_blob(stmt_, index, bytes.data(), static_cast<int>(bytes.size()),
+                                  SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& BindNull(int index) {
+    if (ok()) status_ = sqlite3_bind_null(stmt_, index);
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE, or an error code.
+  int Step() { return ok() ? sqlite3_step(stmt_) : status_; }
+  int64_t Int(int column) const { return sqlite3_column_int64(stmt_, column); }
+  std::string Blob(int column) const {
+    const void* data = sqlite3_column_blob(stmt_, column);
+    const int size = sqlite3_column_bytes(stmt_, column);
+    return data == nullptr ? std::string() : std::string(static_cast<const char*>(data), size);
+  }
+  std::string Text(int column) const {
+    const unsigned char* text = sqlite3_column_text(stmt_, column);
+    return text == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(text));
+  }
+
+ private:
+  sqlite3* const db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int status_ = SQLITE_OK;
+};
+
+absl::Status Error(sqlite3* db, const std::string& path, const char* what) {
+  return absl::InternalError(
+      absl::StrCat("job records '", path, "': cannot ", what, ": ", sqlite3_errmsg(db)));
+}
+
+absl::Status Exec(sqlite3* db, const std::string& path, const char* sql, const char* what) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &message) != SQLITE_OK) {
+    const std::string text = message != nullptr ? message : "unknown error";
+    sqlite3_free(message);
+    return absl::InternalError(absl::StrCat("job records '", path, "': cannot ", what, ": ", text));
+  }
+  return absl::OkStatus();
+}
+
+// A transaction on the writer: BEGIN IMMEDIATE now, ROLLBACK unless committed.
+class Transaction {
+ public:
+  Transaction(sqlite3* db, const std::string& path) : db_(db), path_(path) {
+    begun_ = Exec(db, path, "BEGIN IMMEDIATE", "begin a transaction");
+  }
+  ~Transaction() {
+    if (begun_.ok() && !committed_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  const absl::Status& begun() const { return begun_; }
+  absl::Status Commit() {
+    absl::Status status = Exec(db_, path_, "COMMIT", "commit");
+    committed_ = status.ok();
+    return status;
+  }
+
+ private:
+  sqlite3* const db_;
+  const std::string& path_;
+  absl::Status begun_;
+  bool committed_ = false;
+};
+
+// A read transaction on the reader: every statement inside it sees one snapshot of the database
+// (a job's record and its epochs agree), and the writer goes on meanwhile (WAL).
+class ReadTransaction {
+ public:
+  explicit ReadTransaction(sqlite3* db) : db_(db) {
+    begun_ = sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~ReadTransaction() {
+    if (begun_) sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
+  }
+  ReadTransaction(const ReadTransaction&) = delete;
+  ReadTransaction& operator=(const ReadTransaction&) = delete;
+
+ private:
+  sqlite3* const db_;
+  bool begun_ = false;
+};
+
+// The job as stored: the v1 message without its epochs (epochs_completed says how many; at least
+// `epochs_completed`, the number of the epoch being appended).
+std::string JobRecord(const engine::JobSnapshot& job, int32_t epochs_completed = 0) {
+  engine::JobSnapshot without = job;
+  without.epochs_completed =
+      std::max({job.epochs_completed, static_cast<int32_t>(job.epochs.size()), epochs_completed});
+  without.epochs.clear();
+  return convert::ToProto(without).SerializeAsString();
+}
+
+int64_t EndTimeNanos(const engine::JobSnapshot& job) {
+  return job.end_time == absl::InfinitePast() ? 0 : absl::ToUnixNanos(job.end_time);
+}
+
+absl::StatusOr<engine::JobSnapshot> ParseRecord(const std::string& bytes, const std::string& path) {
+  v1::Job job;
+  if (!job.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("job records '", path, "': a job record is damaged"));
+  }
+  absl::StatusOr<engine::JobSnapshot> snapshot = convert::FromProto(job);
+  if (!snapshot.ok()) {
+    return absl::DataLossError(absl::StrCat("job records '", path, "': job '", job.id(),
+                                            "' cannot be read: ", snapshot.status().message()));
+  }
+  return snapshot;
+}
+
+// The page token: the creation sequence number of the last job on the previous page.
+std::string PageToken(int64_t seq) { return absl::StrCat("seq-", seq); }
+
+absl::StatusOr<int64_t> ParsePageToken(const std::string& token) {
+  int64_t seq = 0;
+  if (!absl::StartsWith(token, "seq-") || !absl::SimpleAtoi(token.substr(4), &seq) || seq < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page token '", token.substr(0, 64), "' is not one this daemon gave"));
+  }
+  return seq;
+}
+
+absl::StatusOr<sqlite3*> OpenConnection(const std::string& path, bool writer) {
+  sqlite3* db = nullptr;
+  const int flags = (writer ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY) |
+                    SQLITE_OPEN_NOMUTEX;
+  if (sqlite3_open_v2(path.c_str(), &db, flags, nullptr) != SQLITE_OK) {
+    const std::string message = db != nullptr ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open the job records '", path, "': ", message));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  return db;
+}
+
+}  // namespace
+
+SqliteJobStore::SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reader)
+    : path_(std::move(path)), writer_(writer), reader_(reader) {}
+
+SqliteJobStore::~SqliteJobStore() {
+  sqlite3_close(reader_);
+  sqlite3_close(writer_);
+}
+
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::string& path) {
+  absl::StatusOr<sqlite3*> writer = OpenConnection(path, /*writer=*/true);
+  if (!writer.ok()) return writer.status();
+  const auto refuse = [&](const std::string& why) {
+    sqlite3_close(*writer);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job records '", path, "' ", why,
+        "; move the file aside to start with no job history (datasets are kept apart)"));
+  };
+  // WAL: readers do not block the writer; a crash of the process loses no committed transaction.
+  char* message = nullptr;
+  if (sqlite3_exec(*writer, "PRAGMA journal_mode=WAL", nullptr, nullptr, &message) != SQLITE_OK) {
+    const std::string text = message != nullptr ? message : "";
+    sqlite3_free(message);
+    return refuse(absl::StrCat("cannot be used (", text, ")"));
+  }
+  int version = 0;
+  {
+    Statement meta(
+        *writer, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)");
+    if (meta.Step() != SQLITE_DONE) return refuse("is not a trainerd job database");
+    Statement read(*writer, "SELECT value FROM meta WHERE key = 'schema_version'");
+    if (read.Step() == SQLITE_ROW) version = static_cast<int>(read.Int(0));
+  }
+  if (version > kJobStoreSchemaVersion) {
+    return refuse(absl::StrCat("were written by a newer trainerd (schema ", version,
+                               "; this one reads up to ", kJobStoreSchemaVersion, ")"));
+  }
+  for (int next = version; next < kJobStoreSchemaVersion; ++next) {
+    Transaction transaction(*writer, path);
+    if (!transaction.begun().ok()) return refuse("cannot be migrated");
+    if (!Exec(*writer, path, kMigrations[next], "migrate").ok()) {
+      return refuse(absl::StrCat("cannot be migrated to schema ", next + 1));
+    }
+    Statement set(*writer,
+                  "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
+                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+    if (set.Bind(1, next + 1).Step() != SQLITE_DONE || !transaction.Commit().ok()) {
+      return refuse(absl::StrCat("cannot be migrated to schema ", next + 1));
+    }
+  }
+  absl::StatusOr<sqlite3*> reader = OpenConnection(path, /*writer=*/false);
+  if (!reader.ok()) {
+    sqlite3_close(*writer);
+    return reader.status();
+  }
+  return std::unique_ptr<SqliteJobStore>(new SqliteJobStore(path, *writer, *reader));
+}
+
+absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  // A state change is worth an fsync: a job the daemon accepted must survive a power loss.
+  if (absl::Status full = Exec(writer_, path_, "PRAGMA synchronous=FULL", "set durability");
+      !full.ok()) {
+    return full;
+  }
+  Statement upsert(writer_,
+                   "INSERT INTO jobs(id, state, dataset, end_time_ns, record) "
+                   "VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(id) DO UPDATE SET "
+                   "state = excluded.state, dataset = excluded.dataset, "
+                   "end_time_ns = excluded.end_time_ns, record = excluded.record");
+  upsert.Bind(1, job.id).Bind(2, convert::ToProto(job.state)).Bind(3, job.spec.dataset);
+  if (engine::IsTerminal(job.state)) {
+    upsert.Bind(4, EndTimeNanos(job));
+  } else {
+    upsert.BindNull(4);
+  }
+  if (upsert.BindBlob(5, JobRecord(job)).Step() != SQLITE_DONE) {
+    return Error(writer_, path_, "save a job");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::AppendEpoch(const engine::JobSnapshot& job,
+                                         const engine::EpochResult& epoch) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (absl::Status normal = Exec(writer_, path_, "PRAGMA synchronous=NORMAL", "set durability");
+      !normal.ok()) {
+    return normal;
+  }
+  Transaction transaction(writer_, path_);
+  if (!transaction.begun().ok()) return transaction.begun();
+  Statement update(writer_, "UPDATE jobs SET state = ?2, record = ?3 WHERE id = ?1");
+  if (update.Bind(1, job.id)
+          .Bind(2, convert::ToProto(job.state))
+          .BindBlob(3, JobRecord(job, epoch.epoch))
+          .Step() != SQLITE_DONE) {
+    return Error(writer_, path_, "save a job");
+  }
+  Statement insert(writer_,
+                   "INSERT OR REPLACE INTO epochs(job_seq, epoch, result) "
+                   "SELECT seq, ?2, ?3 FROM jobs WHERE id = ?1");
+  if (insert.Bind(1, job.id)
+          .Bind(2, epoch.epoch)
+          .BindBlob(3, convert::ToProto(epoch).SerializeAsString())
+          .Step() != SQLITE_DONE) {
+    return Error(writer_, path_, "save an epoch");
+  }
+  return transaction.Commit();
+}
+
+namespace {
+
+// Reads the epochs of the job with sequence number `seq` into `job`.
+absl::Status LoadEpochs(sqlite3* db, const std::string& path, int64_t seq,
+                        engine::JobSnapshot* job) {
+  Statement select(db, "SELECT result FROM epochs WHERE job_seq = ?1 ORDER BY epoch");
+  select.Bind(1, seq);
+  int step = 0;
+  job->epochs.clear();
+  while ((step = select.Step()) == SQLITE_ROW) {
+    v1::EpochResult epoch;
+    if (!epoch.ParseFromString(select.Blob(0))) {
+      return absl::DataLossError(
+          absl::StrCat("job records '", path, "': an epoch of job '", job->id, "' is damaged"));
+    }
+    job->epochs.push_back(convert::FromProto(epoch));
+  }
+  if (step != SQLITE_DONE) return Error(db, path, "read epochs");
+  job->epochs_completed = static_cast<int32_t>(job->epochs.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<engine::JobSnapshot> SqliteJobStore::LoadJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  ReadTransaction snapshot(reader_);
+  Statement select(reader_, "SELECT seq, record FROM jobs WHERE id = ?1");
+  select.Bind(1, id);
+  const int step = select.Step();
+  if (step == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  if (step != SQLITE_ROW) return Error(reader_, path_, "read a job");
+  absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_);
+  if (!job.ok()) return job.status();
+  if (absl::Status epochs = LoadEpochs(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
+    return epochs;
+  }
+  return job;
+}
+
+absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery& query) {
+  int64_t after = query.newest_first ? INT64_MAX : 0;
+  if (!query.page_token.empty()) {
+    absl::StatusOr<int64_t> seq = ParsePageToken(query.page_token);
+    if (!seq.ok()) return seq.status();
+    after = *seq;
+  }
+  const int64_t size = std::clamp<int64_t>(query.page_size, 1, engine::kMaxJobPageSize);
+  const std::string sql = absl::StrCat(
+      "SELECT seq, record FROM jobs WHERE (?1 < 0 OR state = ?1) AND (?2 = '' OR dataset = ?2) "
+      "AND seq ",
+      query.newest_first ? "<" : ">", " ?3 ORDER BY seq ", query.newest_first ? "DESC" : "ASC",
+      " LIMIT ?4");
+  std::lock_guard<std::mutex> lock(read_mu_);
+  ReadTransaction snapshot(reader_);
+  Statement select(reader_, sql.c_str());
+  select
+      .Bind(1, query.state.has_value() ? static_cast<int64_t>(convert::ToProto(*query.state))
+                                       : int64_t{-1})
+      .Bind(2, query.dataset)
+      .Bind(3, after)
+      .Bind(4, size + 1);  // one more tells whether another page follows
+  engine::JobPage page;
+  int64_t last_seq = 0;
+  int step = 0;
+  while ((step = select.Step()) == SQLITE_ROW) {
+    if (static_cast<int64_t>(page.jobs.size()) == size) {
+      page.next_page_token = PageToken(last_seq);
+      break;
+    }
+    absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_);
+    if (!job.ok()) return job.status();
+    last_seq = select.Int(0);
+    if (query.full) {
+      if (absl::Status epochs = LoadEpochs(reader_, path_, last_seq, &*job); !epochs.ok()) {
+        return epochs;
+      }
+    } else {
+      // The basic view: what a listing needs (AIP-157), not every value of every epoch.
+      job->parameters.clear();
+      job->checkpoints.clear();
+    }
+    page.jobs.push_back(*std::move(job));
+  }
+  if (step != SQLITE_ROW && step != SQLITE_DONE) return Error(reader_, path_, "list jobs");
+  return page;
+}
+
+absl::StatusOr<std::vector<engine::JobSnapshot>> SqliteJobStore::LoadUnfinishedJobs() {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  ReadTransaction snapshot(reader_);
+  Statement select(reader_, "SELECT seq, record FROM jobs WHERE state IN (?1, ?2) ORDER BY seq");
+  select.Bind(1, v1::JOB_STATE_QUEUED).Bind(2, v1::JOB_STATE_RUNNING);
+  std::vector<engine::JobSnapshot> jobs;
+  int step = 0;
+  while ((step = select.Step()) == SQLITE_ROW) {
+    absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_);
+    if (!job.ok()) return job.status();
+    if (absl::Status epochs = LoadEpochs(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
+      return epochs;
+    }
+    jobs.push_back(*std::move(job));
+  }
+  if (step != SQLITE_DONE) return Error(reader_, path_, "read unfinished jobs");
+  return jobs;
+}
+
+absl::Status SqliteJobStore::DeleteJob(const std::string& id) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Transaction transaction(writer_, path_);
+  if (!transaction.begun().ok()) return transaction.begun();
+  Statement epochs(writer_,
+                   "DELETE FROM epochs WHERE job_seq = (SELECT seq FROM jobs WHERE id = ?1)");
+  if (epochs.Bind(1, id).Step() != SQLITE_DONE) return Error(writer_, path_, "delete epochs");
+  Statement job(writer_, "DELETE FROM jobs WHERE id = ?1");
+  if (job.Bind(1, id).Step() != SQLITE_DONE) return Error(writer_, path_, "delete a job");
+  if (sqlite3_changes(writer_) == 0) {
+    return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  }
+  return transaction.Commit();
+}
+
+absl::Status SqliteJobStore::DeleteEpochsAfter(const std::string& id, int32_t epoch) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  Statement erase(writer_,
+                  "DELETE FROM epochs WHERE epoch > ?2 AND "
+                  "job_seq = (SELECT seq FROM jobs WHERE id = ?1)");
+  if (erase.Bind(1, id).Bind(2, epoch).Step() != SQLITE_DONE) {
+    return Error(writer_, path_, "delete epochs");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> SqliteJobStore::EndedJobsToPrune(int64_t keep,
+                                                                          absl::Time ended_before) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  // Newest ended first: the first `keep` stay, unless they ended before `ended_before`.
+  Statement select(reader_,
+                   "SELECT id, end_time_ns FROM jobs WHERE end_time_ns IS NOT NULL "
+                   "ORDER BY end_time_ns DESC, seq DESC");
+  const int64_t cutoff =
+      ended_before == absl::InfinitePast() ? INT64_MIN : absl::ToUnixNanos(ended_before);
+  std::vector<std::string> doomed;
+  int64_t kept = 0;
+  int step = 0;
+  while ((step = select.Step()) == SQLITE_ROW) {
+    const bool too_old = select.Int(1) < cutoff;
+    if (!too_old && (keep < 0 || kept < keep)) {
+      ++kept;
+      continue;
+    }
+    doomed.push_back(select.Text(0));
+  }
+  if (step != SQLITE_DONE) return Error(reader_, path_, "list ended jobs");
+  std::reverse(doomed.begin(), doomed.end());  // oldest first
+  return doomed;
+}
+
+}  // namespace trainerd::store

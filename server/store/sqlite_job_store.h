@@ -1,0 +1,63 @@
+// The engine's job records in an embedded SQLite database (Debian's libsqlite3), kept as
+// <data_dir>/jobs.db in WAL mode. A job is one row holding the API's own trainerd.v1.Job message
+// (without its epochs) plus the columns that listings filter and order on; each epoch is a row of
+// its own holding a trainerd.v1.EpochResult, so that an epoch costs one small insert and a job's
+// history is never rewritten. The API's messages are the storage format because they already
+// carry every field and evolve compatibly (new fields get new numbers; old records read as before).
+//
+// Durability: state changes are committed with synchronous=FULL (a job the daemon accepted
+// survives a power loss); epochs with synchronous=NORMAL (WAL: safe against a crash of the
+// process; a power loss may lose the last epochs, which a resume from the last checkpoint runs
+// again). The schema carries a version in the `meta` table and migrates forward at open.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/engine/job_store.h"
+
+struct sqlite3;
+
+namespace trainerd::store {
+
+// The schema this build writes; Open migrates older databases to it and refuses newer ones.
+inline constexpr int kJobStoreSchemaVersion = 1;
+
+// Thread-safe: one connection for writes and one for reads, each behind its own mutex, so that a
+// listing never waits for (or holds up) a write beyond SQLite's own WAL locking.
+class SqliteJobStore final : public engine::JobStore {
+ public:
+  // Opens (creating if missing) the database at `path` and migrates it. FAILED_PRECONDITION for
+  // a file that is not a trainerd job database or was written by a newer schema, naming the file
+  // and what to do.
+  static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const std::string& path);
+  ~SqliteJobStore() override;
+  SqliteJobStore(const SqliteJobStore&) = delete;
+  SqliteJobStore& operator=(const SqliteJobStore&) = delete;
+
+  absl::Status SaveJob(const engine::JobSnapshot& job) override;
+  absl::Status AppendEpoch(const engine::JobSnapshot& job,
+                           const engine::EpochResult& epoch) override;
+  absl::StatusOr<engine::JobSnapshot> LoadJob(const std::string& id) override;
+  absl::StatusOr<engine::JobPage> ListJobs(const engine::JobQuery& query) override;
+  absl::StatusOr<std::vector<engine::JobSnapshot>> LoadUnfinishedJobs() override;
+  absl::Status DeleteJob(const std::string& id) override;
+  absl::Status DeleteEpochsAfter(const std::string& id, int32_t epoch) override;
+  absl::StatusOr<std::vector<std::string>> EndedJobsToPrune(int64_t keep,
+                                                            absl::Time ended_before) override;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reader);
+
+  const std::string path_;
+  std::mutex write_mu_;
+  sqlite3* const writer_;  // guarded by write_mu_
+  std::mutex read_mu_;
+  sqlite3* const reader_;  // guarded by read_mu_
+};
+
+}  // namespace trainerd::store

@@ -1,0 +1,351 @@
+// SqliteJobStore on real database files: records round-trip with their epochs, listings page and
+// filter, retention picks the right jobs, the schema is versioned, and damaged or foreign files are
+// refused with a sentence instead of being overwritten.
+#include "server/store/sqlite_job_store.h"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainerd::store {
+namespace {
+
+using engine::EpochResult;
+using engine::JobQuery;
+using engine::JobSnapshot;
+using engine::JobState;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string ScratchFile(const std::string& name) {
+  static int counter = 0;
+  const std::string path = absl::StrCat(::testing::TempDir(), "trainerd-store-", name, "-",
+                                        ::getpid(), "-", counter++, ".db");
+  std::remove(path.c_str());
+  std::remove((path + "-wal").c_str());
+  std::remove((path + "-shm").c_str());
+  return path;
+}
+
+JobSnapshot MakeJob(const std::string& id, const std::string& dataset,
+                    JobState state = JobState::kQueued) {
+  JobSnapshot job;
+  job.id = id;
+  job.spec.dataset = dataset;
+  job.spec.model = "mlp:4-8-1";
+  job.spec.learning_rate = 0.05;
+  job.spec.batch_size = 16;
+  job.spec.epochs = 5;
+  job.spec.seed = 42;
+  job.spec.device = "cpu";
+  job.spec.checkpoint_every = 2;
+  job.owner = "alice";
+  job.state = state;
+  job.device = "cpu";
+  job.create_time = absl::FromUnixSeconds(1'700'000'000);
+  return job;
+}
+
+EpochResult MakeEpoch(int32_t epoch, double loss) {
+  EpochResult result;
+  result.epoch = epoch;
+  result.loss = loss;
+  result.elapsed_seconds = 0.25 * epoch;
+  result.learning_rate = 0.05;
+  result.validation_loss = loss * 2;
+  return result;
+}
+
+std::unique_ptr<SqliteJobStore> OpenOrDie(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(path);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? *std::move(store) : nullptr;
+}
+
+std::vector<std::string> Ids(const engine::JobPage& page) {
+  std::vector<std::string> ids;
+  for (const JobSnapshot& job : page.jobs) ids.push_back(job.id);
+  return ids;
+}
+
+TEST(SqliteJobStoreTest, JobAndEpochsRoundTripAcrossReopen) {
+  const std::string path = ScratchFile("roundtrip");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    JobSnapshot job = MakeJob("job-1", "xor");
+    ASSERT_TRUE(store->SaveJob(job).ok());
+    job.state = JobState::kRunning;
+    job.start_time = absl::FromUnixSeconds(1'700'000'010);
+    ASSERT_TRUE(store->SaveJob(job).ok());
+    job.steps = 4;
+    job.final_loss = 0.5;
+    ASSERT_TRUE(store->AppendEpoch(job, MakeEpoch(1, 0.5)).ok());
+    job.steps = 8;
+    job.final_loss = 0.25;
+    engine::CheckpointInfo checkpoint;
+    checkpoint.epoch = 2;
+    checkpoint.path = "checkpoints/job-1/epoch-000002.pt";
+    checkpoint.size_bytes = 1234;
+    checkpoint.create_time = absl::FromUnixSeconds(1'700'000'020);
+    job.checkpoints.push_back(checkpoint);
+    ASSERT_TRUE(store->AppendEpoch(job, MakeEpoch(2, 0.25)).ok());
+  }
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  absl::StatusOr<JobSnapshot> loaded = store->LoadJob("job-1");
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->state, JobState::kRunning);
+  EXPECT_EQ(loaded->spec.dataset, "xor");
+  EXPECT_EQ(loaded->spec.model, "mlp:4-8-1");
+  EXPECT_EQ(loaded->spec.seed, 42u);
+  EXPECT_EQ(loaded->spec.checkpoint_every, 2);
+  EXPECT_EQ(loaded->owner, "alice");
+  EXPECT_EQ(loaded->steps, 8);
+  EXPECT_DOUBLE_EQ(loaded->final_loss, 0.25);
+  EXPECT_EQ(loaded->create_time, absl::FromUnixSeconds(1'700'000'000));
+  EXPECT_EQ(loaded->start_time, absl::FromUnixSeconds(1'700'000'010));
+  EXPECT_EQ(loaded->end_time, absl::InfinitePast());
+  ASSERT_EQ(loaded->epochs.size(), 2u);
+  EXPECT_EQ(loaded->epochs_completed, 2);
+  EXPECT_EQ(loaded->epochs[0].epoch, 1);
+  EXPECT_DOUBLE_EQ(loaded->epochs[0].loss, 0.5);
+  EXPECT_DOUBLE_EQ(*loaded->epochs[1].validation_loss, 0.5);
+  ASSERT_EQ(loaded->checkpoints.size(), 1u);
+  EXPECT_EQ(loaded->checkpoints[0].path, "checkpoints/job-1/epoch-000002.pt");
+  EXPECT_EQ(loaded->checkpoints[0].size_bytes, 1234);
+
+  EXPECT_EQ(store->LoadJob("job-2").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(SqliteJobStoreTest, ListsPageByPageWithFiltersAndViews) {
+  auto store = OpenOrDie(ScratchFile("list"));
+  ASSERT_NE(store, nullptr);
+  for (int i = 1; i <= 5; ++i) {
+    JobSnapshot job = MakeJob(absl::StrCat("job-", i), i % 2 == 0 ? "even" : "odd",
+                              i <= 3 ? JobState::kSucceeded : JobState::kQueued);
+    job.end_time = i <= 3 ? absl::FromUnixSeconds(1'700'000'100 + i) : absl::InfinitePast();
+    ASSERT_TRUE(store->SaveJob(job).ok());
+    ASSERT_TRUE(store->AppendEpoch(job, MakeEpoch(1, 1.0 / i)).ok());
+  }
+
+  JobQuery query;
+  query.page_size = 2;
+  absl::StatusOr<engine::JobPage> page = store->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(Ids(*page), ElementsAre("job-1", "job-2"));
+  ASSERT_FALSE(page->next_page_token.empty());
+  // The summary view: no epochs, but how many there are.
+  EXPECT_TRUE(page->jobs[0].epochs.empty());
+  EXPECT_EQ(page->jobs[0].epochs_completed, 1);
+
+  query.page_token = page->next_page_token;
+  page = store->ListJobs(query);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-3", "job-4"));
+  query.page_token = page->next_page_token;
+  page = store->ListJobs(query);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-5"));
+  EXPECT_TRUE(page->next_page_token.empty());
+
+  JobQuery newest;
+  newest.newest_first = true;
+  newest.page_size = 3;
+  page = store->ListJobs(newest);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-5", "job-4", "job-3"));
+  newest.page_token = page->next_page_token;
+  page = store->ListJobs(newest);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-2", "job-1"));
+
+  JobQuery by_state;
+  by_state.state = JobState::kQueued;
+  by_state.full = true;
+  page = store->ListJobs(by_state);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-4", "job-5"));
+  ASSERT_EQ(page->jobs[0].epochs.size(), 1u);  // the full view
+  EXPECT_DOUBLE_EQ(page->jobs[0].epochs[0].loss, 0.25);
+
+  JobQuery by_dataset;
+  by_dataset.dataset = "even";
+  page = store->ListJobs(by_dataset);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-2", "job-4"));
+
+  JobQuery bad;
+  bad.page_token = "not-a-token";
+  EXPECT_EQ(store->ListJobs(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SqliteJobStoreTest, UnfinishedJobsComeBackOldestFirstWithTheirEpochs) {
+  auto store = OpenOrDie(ScratchFile("unfinished"));
+  ASSERT_NE(store, nullptr);
+  JobSnapshot done = MakeJob("job-a", "d", JobState::kSucceeded);
+  JobSnapshot running = MakeJob("job-b", "d", JobState::kRunning);
+  JobSnapshot queued = MakeJob("job-c", "d", JobState::kQueued);
+  for (const JobSnapshot* job : {&done, &running, &queued}) ASSERT_TRUE(store->SaveJob(*job).ok());
+  ASSERT_TRUE(store->AppendEpoch(running, MakeEpoch(1, 0.9)).ok());
+  ASSERT_TRUE(store->AppendEpoch(running, MakeEpoch(2, 0.8)).ok());
+  ASSERT_TRUE(store->AppendEpoch(running, MakeEpoch(3, 0.7)).ok());
+
+  absl::StatusOr<std::vector<JobSnapshot>> unfinished = store->LoadUnfinishedJobs();
+  ASSERT_TRUE(unfinished.ok()) << unfinished.status();
+  ASSERT_EQ(unfinished->size(), 2u);
+  EXPECT_EQ((*unfinished)[0].id, "job-b");
+  EXPECT_EQ((*unfinished)[0].epochs.size(), 3u);
+  EXPECT_EQ((*unfinished)[1].id, "job-c");
+
+  // A resume from the checkpoint of epoch 2 runs epoch 3 again.
+  ASSERT_TRUE(store->DeleteEpochsAfter("job-b", 2).ok());
+  absl::StatusOr<JobSnapshot> b = store->LoadJob("job-b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->epochs.size(), 2u);
+  EXPECT_EQ(b->epochs.back().epoch, 2);
+}
+
+TEST(SqliteJobStoreTest, DeleteForgetsTheJobAndItsEpochs) {
+  const std::string path = ScratchFile("delete");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  JobSnapshot job = MakeJob("job-x", "d", JobState::kSucceeded);
+  ASSERT_TRUE(store->SaveJob(job).ok());
+  ASSERT_TRUE(store->AppendEpoch(job, MakeEpoch(1, 0.5)).ok());
+  ASSERT_TRUE(store->DeleteJob("job-x").ok());
+  EXPECT_EQ(store->LoadJob("job-x").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store->DeleteJob("job-x").code(), absl::StatusCode::kNotFound);
+
+  // No orphaned epoch rows stay behind.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* count = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM epochs", -1, &count, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(count), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(count, 0), 0);
+  sqlite3_finalize(count);
+  sqlite3_close(db);
+}
+
+TEST(SqliteJobStoreTest, RetentionPicksTheOldestEndedJobs) {
+  auto store = OpenOrDie(ScratchFile("prune"));
+  ASSERT_NE(store, nullptr);
+  // job-1..job-4 ended at t+1..t+4; job-5 still runs.
+  const absl::Time t = absl::FromUnixSeconds(1'700'000'000);
+  for (int i = 1; i <= 5; ++i) {
+    JobSnapshot job =
+        MakeJob(absl::StrCat("job-", i), "d", i <= 4 ? JobState::kFailed : JobState::kRunning);
+    if (i <= 4) job.end_time = t + absl::Seconds(i);
+    ASSERT_TRUE(store->SaveJob(job).ok());
+  }
+  absl::StatusOr<std::vector<std::string>> doomed =
+      store->EndedJobsToPrune(2, absl::InfinitePast());
+  ASSERT_TRUE(doomed.ok()) << doomed.status();
+  EXPECT_THAT(*doomed, ElementsAre("job-1", "job-2"));
+
+  doomed = store->EndedJobsToPrune(-1, t + absl::Seconds(3));  // ended before t+3
+  ASSERT_TRUE(doomed.ok());
+  EXPECT_THAT(*doomed, ElementsAre("job-1", "job-2"));
+
+  doomed = store->EndedJobsToPrune(3, t + absl::Seconds(2));  // both limits: the union
+  ASSERT_TRUE(doomed.ok());
+  EXPECT_THAT(*doomed, ElementsAre("job-1"));
+
+  doomed = store->EndedJobsToPrune(0, absl::InfinitePast());
+  ASSERT_TRUE(doomed.ok());
+  EXPECT_THAT(*doomed, ElementsAre("job-1", "job-2", "job-3", "job-4"));
+}
+
+TEST(SqliteJobStoreTest, RefusesANewerSchemaAndForeignFiles) {
+  const std::string newer = ScratchFile("newer");
+  { ASSERT_NE(OpenOrDie(newer), nullptr); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(newer.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value = 99 WHERE key = 'schema_version'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = SqliteJobStore::Open(newer);
+  ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr("newer trainerd (schema 99"));
+
+  const std::string garbage = ScratchFile("garbage");
+  {
+    std::ofstream out(garbage, std::ios::binary);
+    out << std::string(8192, 'x');
+  }
+  store = SqliteJobStore::Open(garbage);
+  ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), HasSubstr(garbage));
+  // Refused, not overwritten.
+  std::ifstream in(garbage, std::ios::binary);
+  std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(contents, std::string(8192, 'x'));
+}
+
+TEST(SqliteJobStoreTest, ReopeningKeepsTheSchemaVersion) {
+  const std::string path = ScratchFile("version");
+  { ASSERT_NE(OpenOrDie(path), nullptr); }
+  { ASSERT_NE(OpenOrDie(path), nullptr); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* read = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &read,
+                               nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(read), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(read, 0), kJobStoreSchemaVersion);
+  sqlite3_finalize(read);
+  // WAL mode sticks to the file.
+  sqlite3_stmt* mode = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &mode, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(mode), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(mode, 0)), "wal");
+  sqlite3_finalize(mode);
+  sqlite3_close(db);
+}
+
+TEST(SqliteJobStoreTest, ListingsReadWhileEpochsAreWritten) {
+  auto store = OpenOrDie(ScratchFile("concurrent"));
+  ASSERT_NE(store, nullptr);
+  JobSnapshot job = MakeJob("job-w", "d", JobState::kRunning);
+  ASSERT_TRUE(store->SaveJob(job).ok());
+  std::atomic<bool> failed{false};
+  std::thread writer([&] {
+    for (int epoch = 1; epoch <= 200; ++epoch) {
+      job.steps = epoch;
+      if (!store->AppendEpoch(job, MakeEpoch(epoch, 1.0 / epoch)).ok()) failed = true;
+    }
+  });
+  int32_t last_seen = 0;
+  for (int i = 0; i < 200; ++i) {
+    JobQuery query;
+    query.full = true;
+    absl::StatusOr<engine::JobPage> page = store->ListJobs(query);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_EQ(page->jobs.size(), 1u);
+    const JobSnapshot& seen = page->jobs[0];
+    // A reader sees whole transactions: the record's steps match the epochs it has.
+    EXPECT_EQ(seen.steps, static_cast<int64_t>(seen.epochs.size()));
+    EXPECT_GE(static_cast<int32_t>(seen.epochs.size()), last_seen);
+    last_seen = static_cast<int32_t>(seen.epochs.size());
+  }
+  writer.join();
+  EXPECT_FALSE(failed);
+  absl::StatusOr<JobSnapshot> loaded = store->LoadJob("job-w");
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->epochs.size(), 200u);
+}
+
+}  // namespace
+}  // namespace trainerd::store
