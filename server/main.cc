@@ -65,6 +65,20 @@ ABSL_FLAG(bool, allow_torchscript, true,
 ABSL_FLAG(std::string, module_checker, "",
           "the trainerd-module-check program that first loads and tries submitted modules; empty: "
           "the one next to this executable");
+// Job records (docs/ARCHITECTURE.md, "Job records").
+ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(60),
+          "at SIGTERM or SIGINT, how long running jobs may take to finish their epoch and write a "
+          "checkpoint; past it they stop at a step boundary and resume from their last checkpoint "
+          "at the next start");
+ABSL_FLAG(int32_t, keep_checkpoints, 0,
+          "keep only each job's last N checkpoints (older files are deleted as new ones are "
+          "written); 0 keeps all");
+ABSL_FLAG(int64_t, max_finished_jobs, 0,
+          "keep the records, models and checkpoints of at most this many ended jobs, deleting "
+          "the oldest; 0 for no bound");
+ABSL_FLAG(absl::Duration, job_retention, absl::ZeroDuration(),
+          "delete ended jobs (record, model, checkpoints) this long after they ended, e.g. 720h; "
+          "0 keeps them");
 ABSL_FLAG(absl::Duration, torchscript_check_timeout, absl::Seconds(30),
           "how long a submitted module's load and trial forward may take");
 
@@ -119,6 +133,16 @@ int main(int argc, char** argv) {
   options.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
   options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  options.engine.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.engine.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
+  options.engine.job_retention = absl::GetFlag(FLAGS_job_retention);
+  if (options.engine.keep_checkpoints < 0 || options.engine.max_finished_jobs < 0 ||
+      options.engine.job_retention < absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_shutdown_timeout) < absl::ZeroDuration()) {
+    std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --job_retention and "
+                 "--shutdown_timeout must not be negative\n";
+    return 2;
+  }
   options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);
   options.engine.module_checker.program = absl::GetFlag(FLAGS_module_checker);
   if (options.engine.module_checker.program.empty()) {
@@ -150,7 +174,8 @@ int main(int argc, char** argv) {
   int signal = 0;
   sigwait(&stop_signals, &signal);
   trainerd::engine::LogInfo(absl::StrCat("received ", strsignal(signal), "; shutting down"));
-  (*server)->Shutdown(absl::Seconds(5));
+  // Drain: running jobs finish their epoch and checkpoint, then resume at the next start.
+  (*server)->Drain(absl::GetFlag(FLAGS_shutdown_timeout), absl::Seconds(5));
   server->reset();
   return 0;
 }

@@ -2,17 +2,18 @@
 // later resume needs, written atomically under <data_dir>/checkpoints/<job-id>/.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
-#include <torch/torch.h>
 
 namespace trainerd::engine {
 
-// The folder under the data folder that holds one sub-folder of checkpoints per job. Job.checkpoints
-// lists paths relative to the data folder, so they start with this.
+// The folder under the data folder that holds one sub-folder of checkpoints per job.
+// Job.checkpoints lists paths relative to the data folder, so they start with this.
 inline constexpr char kCheckpointsFolder[] = "checkpoints";
 
 // "epoch-000010.pt": zero-padded so that a folder listing sorts by epoch (resume picks the last).
@@ -20,8 +21,8 @@ std::string CheckpointFileName(int32_t epoch);
 
 // The archive's top-level entries. A checkpoint is a torch::serialize::OutputArchive holding
 // three sub-archives: kCheckpointModelKey (Module::save: parameters and buffers by name),
-// kCheckpointOptimizerKey (Optimizer::save: per-parameter state and the param groups' options) and
-// kCheckpointMetaKey (int64 scalars "epoch" and "seed", the seed's 64 bits stored as int64).
+// kCheckpointOptimizerKey (Optimizer::save: per-parameter state, step counters included, and the
+// param groups' options) and kCheckpointMetaKey (the LoopState below, scalars by name).
 inline constexpr char kCheckpointModelKey[] = "model";
 inline constexpr char kCheckpointOptimizerKey[] = "optimizer";
 inline constexpr char kCheckpointMetaKey[] = "meta";
@@ -29,7 +30,24 @@ inline constexpr char kCheckpointMetaKey[] = "meta";
 // job keeps its settled scale instead of overflowing its way down from 2^16 again.
 inline constexpr char kCheckpointLossScalerKey[] = "loss_scaler";
 
-// Serialises `model`, `optimizer`, `epoch` and `seed` into one archive and writes it to `path`
+// What a job's future depends on besides its model, optimizer and loss scaler: with them, a job
+// resumed from epoch k trains exactly as if it had never stopped.
+struct LoopState {
+  int32_t epoch = 0;           // the last finished epoch (1-based)
+  uint64_t seed = 0;           // the job's seed (kept as int64 bits: the archive has no uint64)
+  int64_t steps = 0;           // optimizer steps taken so far
+  int64_t host_syncs = 0;      // device-to-host copies so far
+  double elapsed_seconds = 0;  // running time so far, earlier runs of the job included
+  double loss = 0;             // the mean training loss of `epoch`
+  // The job's generator on its device (at::Generator::get_state) at the end of `epoch`: the next
+  // epoch's shuffle and dropout masks draw from it. Undefined in checkpoints of older builds.
+  torch::Tensor generator_state;
+  // Early stopping: the best validation loss so far (+inf before any) and the epochs since.
+  double best_validation_loss = 0;
+  int32_t epochs_without_improvement = 0;
+};
+
+// Serialises `model`, `optimizer` and `state` into one archive and writes it to `path`
 // atomically (temporary file, fsync, rename, fsync of the folder; the folder and its parents are
 // created when missing). Returns the file's size. Device tensors are copied to the host by the
 // archive; the caller counts that as one host synchronisation off the CPU. Never throws: LibTorch
@@ -40,7 +58,17 @@ inline constexpr char kCheckpointLossScalerKey[] = "loss_scaler";
 absl::StatusOr<int64_t> WriteCheckpoint(
     const std::string& path,
     const std::function<void(torch::serialize::OutputArchive&)>& save_model,
-    const torch::optim::Optimizer& optimizer, int32_t epoch, uint64_t seed,
+    const torch::optim::Optimizer& optimizer, const LoopState& state,
     const std::function<void(torch::serialize::OutputArchive&)>& save_loss_scaler = nullptr);
+
+// The reverse, for a resume: reads `path` (its tensors onto `device`) into a model, optimizer and
+// loss scaler already built for the job, through `load_model` and `load_loss_scaler` (set when the
+// job has one), and returns the loop state. Never throws: a missing, damaged or mismatched
+// checkpoint is FAILED_PRECONDITION naming the file and the reason.
+absl::StatusOr<LoopState> ReadCheckpoint(
+    const std::string& path, const torch::Device& device,
+    const std::function<void(torch::serialize::InputArchive&)>& load_model,
+    torch::optim::Optimizer& optimizer,
+    const std::function<void(torch::serialize::InputArchive&)>& load_loss_scaler = nullptr);
 
 }  // namespace trainerd::engine

@@ -4,19 +4,23 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "common/status_macros.h"
+#include "common/file_io.h"
 #include "common/flops.h"
 #include "common/job_limits.h"
+#include "common/status_macros.h"
 #include "server/engine/dataset_registry.h"
-#include "server/engine/diagnose.h"
 #include "server/engine/device.h"
+#include "server/engine/diagnose.h"
 #include "server/engine/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/model.h"
@@ -32,7 +36,23 @@ struct Engine::Impl {
         device(device),
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
                  options.max_upload_bytes_in_flight),
-        jobs(options.data_dir + "/models", options.data_dir, Hooks(), options.max_queued_jobs) {}
+        jobs(JobOptions(options)) {}
+
+  JobManagerOptions JobOptions(const EngineOptions& options) {
+    JobManagerOptions out;
+    out.models_dir = options.data_dir + "/models";
+    out.data_dir = options.data_dir;
+    out.hooks = Hooks();
+    out.max_queued_jobs = options.max_queued_jobs;
+    out.store = options.job_store;
+    out.keep_checkpoints = options.keep_checkpoints;
+    out.max_finished_jobs = options.max_finished_jobs;
+    out.job_retention = options.job_retention;
+    return out;
+  }
+  // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last
+  // checkpoint (or epoch 0), and records those that cannot run any more as FAILED.
+  absl::Status Recover();
 
   // The job manager's hooks: the observer, and the report's device figures (sampler window,
   // FLOPs from the model spec, the verdict against this device's cached Diagnose figures).
@@ -44,7 +64,8 @@ struct Engine::Impl {
   absl::StatusOr<JobSpec> Prepare(JobSpec spec);
   absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
                                     std::optional<LoadedTorchScript> module,
-                                    const DatasetMeta* checked_against);
+                                    const DatasetMeta* checked_against,
+                                    std::string_view module_bytes = {});
   absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;
@@ -59,20 +80,26 @@ struct Engine::Impl {
   absl::Mutex diagnose_mu;  // held while measuring
   mutable absl::Mutex cache_mu;
   std::optional<Diagnosis> cache ABSL_GUARDED_BY(cache_mu);
-  std::thread diagnose_thread;  // diagnose_at_start
+  std::thread diagnose_thread;          // diagnose_at_start
   absl::Notification startup_measured;  // notified when diagnose_thread is done (or never ran)
 
   JobManager jobs;
+
+  // disk_usage(): the last figures and when they were measured.
+  mutable absl::Mutex disk_mu;
+  DiskUsage disk ABSL_GUARDED_BY(disk_mu);
+  absl::Time disk_measured ABSL_GUARDED_BY(disk_mu) = absl::InfinitePast();
 
   // Serialises Submit's dataset lookup with Delete's in-use check, so that a dataset cannot be
   // deleted between a job's admission and its registration.
   absl::Mutex admission_mu;
 
-  // The I/O thread runs dataset commits (file writes and host-to-device copies), off gRPC's threads.
+  // The I/O thread runs dataset commits (file writes and host-to-device copies), off gRPC's
+  // threads.
   std::mutex io_mu;
   std::condition_variable io_cv;
   std::deque<std::function<void()>> io_tasks;  // guarded by io_mu
-  bool io_stopping = false;                     // guarded by io_mu
+  bool io_stopping = false;                    // guarded by io_mu
   std::thread io_thread;
 
   // The module-check threads run Submit's checks of TorchScript modules (a separate process each,
@@ -81,7 +108,7 @@ struct Engine::Impl {
   std::mutex check_mu;
   std::condition_variable check_cv;
   std::deque<std::function<void()>> check_tasks;  // guarded by check_mu
-  bool check_stopping = false;                     // guarded by check_mu
+  bool check_stopping = false;                    // guarded by check_mu
   std::atomic<bool> check_stop{false};
   std::vector<std::thread> check_threads;
 };
@@ -102,6 +129,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   const size_t loaded = impl->datasets.List().size();
   LogInfo(absl::StrCat("engine ready on ", DeviceName(device), " with ", loaded,
                        " resident dataset", loaded == 1 ? "" : "s", " from ", options.data_dir));
+  TRAINERD_RETURN_IF_ERROR(impl->Recover());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -125,6 +153,12 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
 }
 
 Engine::~Engine() { Shutdown(); }
+
+void Engine::Drain(absl::Duration timeout) {
+  // New submissions are refused at once; the module checks in flight end with Shutdown below.
+  impl_->jobs.Drain(timeout);
+  Shutdown();
+}
 
 void Engine::Shutdown() {
   // Module checks in progress end at once (their clients get UNAVAILABLE); waiting ones too.
@@ -156,11 +190,54 @@ std::string CudaVersionString() { return CudaBuildVersion(); }
 
 int64_t Engine::host_to_device_bytes() const { return HostToDeviceBytesTotal(); }
 
+namespace {
+
+// Bytes of the regular files under `dir` (recursively); 0 when it does not exist.
+int64_t FolderBytes(const std::string& dir) {
+  std::error_code ec;
+  int64_t total = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const uintmax_t size = it->file_size(size_ec);
+      if (!size_ec) total += static_cast<int64_t>(size);
+    }
+  }
+  return total;
+}
+
+int64_t FileBytes(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : static_cast<int64_t>(size);
+}
+
+}  // namespace
+
+DiskUsage Engine::disk_usage() const {
+  constexpr absl::Duration kRefresh = absl::Seconds(10);
+  absl::MutexLock lock(&impl_->disk_mu);
+  const absl::Time now = absl::Now();
+  if (now - impl_->disk_measured < kRefresh) return impl_->disk;
+  const std::string& dir = impl_->options.data_dir;
+  DiskUsage usage;
+  usage.datasets = FolderBytes(dir + "/datasets");
+  usage.models = FolderBytes(dir + "/models");
+  usage.checkpoints = FolderBytes(dir + "/checkpoints");
+  usage.modules = FolderBytes(dir + "/modules");
+  usage.records = FileBytes(dir + "/jobs.db") + FileBytes(dir + "/jobs.db-wal") +
+                  FileBytes(dir + "/jobs.db-shm");
+  impl_->disk = usage;
+  impl_->disk_measured = now;
+  return usage;
+}
+
 std::vector<DeviceStatusInfo> Engine::ListDevices() const {
   std::vector<DeviceStatusInfo> out;
   const std::string default_name = DeviceName(impl_->device);
   const std::vector<DatasetMeta> datasets = impl_->datasets.List();
-  const std::vector<JobSnapshot> jobs = impl_->jobs.List();
+  const std::vector<JobSnapshot> jobs = impl_->jobs.ActiveJobs();
   for (const std::string& name : AvailableDeviceNames()) {
     DeviceStatusInfo info;
     info.device = name;
@@ -242,9 +319,9 @@ absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
 JobHooks Engine::Impl::Hooks() {
   JobHooks hooks;
   hooks.observer = options.observer;
-  hooks.start_report = [this](const JobSnapshot& job, const ModelSpec& model,
-                              const DatasetMeta& dataset)
-      -> std::function<void(const JobSnapshot&, DeviceReport&)> {
+  hooks.start_report =
+      [this](const JobSnapshot& job, const ModelSpec& model,
+             const DatasetMeta& dataset) -> std::function<void(const JobSnapshot&, DeviceReport&)> {
     monitor::DeviceSampler* sampler = options.sampler;
     int64_t window = -1;
     int64_t memory_at_start = 0;
@@ -254,8 +331,7 @@ JobHooks Engine::Impl::Hooks() {
         memory_at_start = r->memory_used_bytes;
       }
     }
-    const int64_t rows =
-        dataset.rows - HeldOutRows(job.spec.validation_fraction, dataset.rows);
+    const int64_t rows = dataset.rows - HeldOutRows(job.spec.validation_fraction, dataset.rows);
     const int64_t batch = std::min<int64_t>(job.spec.batch_size, std::max<int64_t>(rows, 1));
     // A TorchScript module's cost is unknown (its spec is empty).
     const double flops = model.layers.empty()
@@ -416,7 +492,8 @@ int64_t OptimizerSlots(const JobSpec& spec) {
 
 absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
                                                 std::optional<LoadedTorchScript> module,
-                                                const DatasetMeta* checked_against) {
+                                                const DatasetMeta* checked_against,
+                                                std::string_view module_bytes) {
   absl::MutexLock lock(&admission_mu);
   TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(spec.dataset));
   if (checked_against != nullptr && (dataset->meta.sha256 != checked_against->sha256 ||
@@ -433,9 +510,9 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
     const int64_t training_rows =
         dataset->meta.rows - HeldOutRows(spec.validation_fraction, dataset->meta.rows);
     const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
-    TRAINERD_ASSIGN_OR_RETURN(const MemoryEstimate estimate,
-                              EstimateTrainingMemory(model, dataset->meta.feature_shape, batch,
-                                                     OptimizerSlots(spec)));
+    TRAINERD_ASSIGN_OR_RETURN(
+        const MemoryEstimate estimate,
+        EstimateTrainingMemory(model, dataset->meta.feature_shape, batch, OptimizerSlots(spec)));
     TRAINERD_RETURN_IF_ERROR(CheckModelSize(estimate, spec.model));
   }
   // The validation dataset is looked up under the same admission lock, so that it cannot be
@@ -458,14 +535,104 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   TRAINERD_ASSIGN_OR_RETURN(
       JobSnapshot job,
       jobs.Enqueue(std::move(spec), std::move(model), dataset, std::move(validation), device,
-                   module ? std::move(module->module) : nullptr, caller.owner));
+                   module ? std::move(module->module) : nullptr, caller.owner, module_bytes));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
                        job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
   return job;
 }
 
+absl::Status Engine::Impl::Recover() {
+  if (options.job_store == nullptr) return absl::OkStatus();
+  TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> unfinished,
+                            options.job_store->LoadUnfinishedJobs());
+  int resumed = 0;
+  for (JobSnapshot& job : unfinished) {
+    const JobState previous = job.state;
+    // From the last checkpoint the records list whose file is there (a checkpoint is written
+    // before its epoch's record, so a crash between the two leaves the earlier one listed).
+    ResumePoint resume;
+    for (auto it = job.checkpoints.rbegin(); it != job.checkpoints.rend(); ++it) {
+      const std::string path = absl::StrCat(options.data_dir, "/", it->path);
+      if (std::ifstream(path).good()) {
+        resume.checkpoint_path = path;
+        resume.epoch = it->epoch;
+        break;
+      }
+    }
+    const int32_t from = resume.epoch;
+    job.epochs.erase(std::remove_if(job.epochs.begin(), job.epochs.end(),
+                                    [from](const EpochResult& e) { return e.epoch > from; }),
+                     job.epochs.end());
+    job.checkpoints.erase(
+        std::remove_if(job.checkpoints.begin(), job.checkpoints.end(),
+                       [from](const CheckpointInfo& c) { return c.epoch > from; }),
+        job.checkpoints.end());
+    job.final_loss = job.epochs.empty() ? 0.0 : job.epochs.back().loss;
+    if (from == 0) {
+      job.steps = 0;
+      job.host_syncs = 0;
+      job.wall_seconds = 0;
+      job.samples_per_second = 0;
+    }
+    job.restarts.push_back(JobRestart{absl::Now(), from, previous});
+
+    // What it needs to run again, checked as at Submit.
+    auto take_up = [&]() -> absl::Status {
+      TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(job.spec.dataset));
+      std::shared_ptr<const Dataset> validation;
+      if (!job.spec.validation_dataset.empty()) {
+        TRAINERD_ASSIGN_OR_RETURN(validation, datasets.Get(job.spec.validation_dataset));
+      }
+      TRAINERD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(job.spec.device));
+      ModelSpec model;
+      std::shared_ptr<torch::jit::Module> module;
+      if (absl::StartsWith(job.spec.model, "torchscript")) {
+        JobSpec spec_with_module = job.spec;
+        TRAINERD_ASSIGN_OR_RETURN(spec_with_module.torchscript,
+                                  ReadFileToString(jobs.ModuleFilePath(job.id)));
+        // Checked again as code, as at Submit: the file is the job's, but a newer build may refuse
+        // what an older one let through.
+        TRAINERD_ASSIGN_OR_RETURN(
+            LoadedTorchScript loaded,
+            LoadTorchScriptModule(spec_with_module, dataset->meta, options.module_checker,
+                                  absl::InfiniteFuture(), &check_stop));
+        module = std::move(loaded.module);
+      } else {
+        TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(job.spec, dataset->meta));
+      }
+      const std::string id = job.id;
+      TRAINERD_RETURN_IF_ERROR(jobs.Requeue(std::move(job), std::move(model), std::move(dataset),
+                                            std::move(validation), device, std::move(module),
+                                            resume));
+      LogInfo(absl::StrCat(
+          "job '", id, "' (", JobStateName(previous), " when the daemon stopped) ",
+          from > 0 ? absl::StrCat("resumes after epoch ", from) : std::string("starts over"),
+          from > 0 ? " from its last checkpoint" : ""));
+      return absl::OkStatus();
+    };
+    JobSnapshot copy = job;  // take_up moves `job` once it cannot fail any more
+    absl::Status taken = take_up();
+    if (taken.ok()) {
+      ++resumed;
+      continue;
+    }
+    const std::string reason =
+        absl::StrCat("cannot run again after the daemon restarted: ", taken.message());
+    LogWarning(absl::StrCat("job '", copy.id, "' ", reason));
+    TRAINERD_RETURN_IF_ERROR(jobs.FailUnrecoverable(std::move(copy), reason));
+  }
+  if (!unfinished.empty()) {
+    LogInfo(absl::StrCat(resumed, " of ", unfinished.size(),
+                         " unfinished job(s) taken up again from the records"));
+  }
+  jobs.PruneEndedJobs();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
+  // Draining or stopped: said first, whatever else is wrong with the spec.
+  if (!jobs.accepting()) return absl::UnavailableError("the daemon is shutting down");
   torch::Device resolved = device;
   if (!spec.device.empty()) {
     TRAINERD_ASSIGN_OR_RETURN(resolved, ResolveDevice(spec.device));
@@ -482,9 +649,8 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
   }
   if (static_cast<int64_t>(spec.torchscript.size()) > kMaxTorchScriptBytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the TorchScript module has ",
-                                                     spec.torchscript.size(),
-                                                     " bytes; at most ", kMaxTorchScriptBytes,
-                                                     " are accepted"));
+                                                     spec.torchscript.size(), " bytes; at most ",
+                                                     kMaxTorchScriptBytes, " are accepted"));
   }
   return spec;
 }
@@ -501,14 +667,14 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
     checked_against = dataset->meta;
   }
   spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
-  TRAINERD_ASSIGN_OR_RETURN(
-      LoadedTorchScript loaded,
-      LoadTorchScriptModule(spec, checked_against, options.module_checker, caller.deadline,
-                            &check_stop));
-  // Only a description stays in the spec, which every snapshot of the job copies.
+  TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
+                            LoadTorchScriptModule(spec, checked_against, options.module_checker,
+                                                  caller.deadline, &check_stop));
+  // Only a description stays in the spec, which every snapshot of the job copies; the bytes are
+  // kept in a file of their own while the job may run (a restart loads them again).
+  const std::string module_bytes = std::move(spec.torchscript);
   spec.torchscript.clear();
-  spec.torchscript.shrink_to_fit();
-  return Admit(std::move(spec), caller, std::move(loaded), &checked_against);
+  return Admit(std::move(spec), caller, std::move(loaded), &checked_against, module_bytes);
 }
 
 absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
@@ -543,9 +709,10 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     }
   }
   if (holder == nullptr) {
-    done(absl::ResourceExhaustedError(absl::StrCat(
-        kMaxWaitingModuleChecks, " TorchScript module checks are already waiting; submit again "
-                                 "in a few seconds")));
+    done(absl::ResourceExhaustedError(
+        absl::StrCat(kMaxWaitingModuleChecks,
+                     " TorchScript module checks are already waiting; submit again "
+                     "in a few seconds")));
   } else {
     done(absl::UnavailableError("the daemon is shutting down"));
   }
@@ -555,7 +722,11 @@ absl::StatusOr<JobSnapshot> Engine::GetJob(const std::string& id) const {
   return impl_->jobs.Get(id);
 }
 
-std::vector<JobSnapshot> Engine::ListJobs() const { return impl_->jobs.List(); }
+absl::StatusOr<JobPage> Engine::ListJobs(const JobQuery& query) const {
+  return impl_->jobs.List(query);
+}
+
+absl::Status Engine::DeleteJob(const std::string& id) { return impl_->jobs.Delete(id); }
 
 absl::StatusOr<JobSnapshot> Engine::CancelJob(const std::string& id) {
   return impl_->jobs.Cancel(id);

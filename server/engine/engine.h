@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/diagnosis_types.h"
+#include "server/engine/job_store.h"
 #include "server/engine/module_sandbox.h"
 #include "server/engine/types.h"
 
@@ -37,6 +38,18 @@ struct EngineOptions {
   int64_t max_upload_bytes_in_flight = 0;
   // The most jobs that may wait in the queues at once; 0 means no bound.
   int64_t max_queued_jobs = 0;
+  // Where job records outlive the process (the daemon's SQLite database, server/store). With one,
+  // Create takes up the jobs the records hold as QUEUED or RUNNING (from their last checkpoint),
+  // and Shutdown leaves running jobs to resume at the next start instead of cancelling them.
+  // Null: job records live in memory only.
+  std::shared_ptr<JobStore> job_store;
+  // > 0: each job keeps only its last N checkpoints; 0 keeps all.
+  int32_t keep_checkpoints = 0;
+  // Retention of ended jobs (with a job store): the newest `max_finished_jobs` are kept (0 = no
+  // bound) and none that ended more than `job_retention` ago (zero = no limit); the rest are
+  // deleted with their models and checkpoints.
+  int64_t max_finished_jobs = 0;
+  absl::Duration job_retention = absl::ZeroDuration();
   // Accept TorchScript modules with jobs (bring your own model); false refuses them with
   // PERMISSION_DENIED.
   bool allow_torchscript = true;
@@ -68,6 +81,15 @@ struct DeviceStatusInfo {
   bool is_default = false;
 };
 
+// What the data folder holds on disk, in bytes (the disk-use metric).
+struct DiskUsage {
+  int64_t datasets = 0;     // datasets/
+  int64_t models = 0;       // models/: trained models
+  int64_t checkpoints = 0;  // checkpoints/
+  int64_t modules = 0;      // modules/: TorchScript modules kept for restarts
+  int64_t records = 0;      // jobs.db and its write-ahead log
+};
+
 // LibTorch's version ("2.11.0") and the CUDA version it was built with ("13.0"; "" without CUDA),
 // for callers that do not see LibTorch (the daemon's build_info metric).
 std::string LibTorchVersionString();
@@ -94,9 +116,14 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Stops accepting work, cancels queued and running jobs (they end CANCELLED at a step boundary),
-  // finishes pending dataset commits and joins the threads. Idempotent.
+  // Stops accepting work, stops queued and running jobs, finishes pending dataset commits and
+  // joins the threads. Without a job store the jobs end CANCELLED (at a step boundary); with one
+  // they stay QUEUED or RUNNING in the records and resume at the next start. Idempotent.
   void Shutdown();
+  // SIGTERM's graceful form (with a job store): new jobs are refused at once (UNAVAILABLE), each
+  // running job finishes its current epoch and writes a checkpoint, and past `timeout` the rest
+  // stop at a step boundary; then Shutdown. Blocks until done.
+  void Drain(absl::Duration timeout);
 
   // The default device, e.g. "cuda:0".
   std::string default_device() const;
@@ -111,6 +138,9 @@ class Engine {
   absl::StatusOr<Diagnosis> Diagnose(bool refresh);
   // Bytes copied from the host to a device since the process started.
   int64_t host_to_device_bytes() const;
+  // The data folder's use of the disk: measured (a walk of its folders) at most every 10 s, the
+  // figures cached in between, so that a scrape never walks a large folder often.
+  DiskUsage disk_usage() const;
 
   // --- Datasets ---
   // Validates the header and reserves the name (see DatasetRegistry::BeginUpload); allocates
@@ -144,7 +174,12 @@ class Engine {
   void SubmitJobAsync(JobSpec spec, CallContext caller,
                       std::function<void(absl::StatusOr<JobSnapshot>)> done);
   absl::StatusOr<JobSnapshot> GetJob(const std::string& id) const;
-  std::vector<JobSnapshot> ListJobs() const;
+  // A page of jobs, filtered, in the summary view unless `query.full` (job_store.h); jobs from
+  // before a restart included. INVALID_ARGUMENT for a page token the engine did not give.
+  absl::StatusOr<JobPage> ListJobs(const JobQuery& query = {}) const;
+  // Forgets a job that ended, with its model and checkpoints. NOT_FOUND for an unknown id;
+  // FAILED_PRECONDITION while it is queued or running.
+  absl::Status DeleteJob(const std::string& id);
   absl::StatusOr<JobSnapshot> CancelJob(const std::string& id);
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
   // no event is missed or delivered twice. A job that already ended gets no events.

@@ -1,7 +1,17 @@
 #include "server/engine/job_manager.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_io.h"
 #include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
 #include "server/engine/log.h"
@@ -9,14 +19,119 @@
 #include "server/engine/trainer.h"
 
 namespace trainerd::engine {
+namespace {
+
+constexpr char kModulesFolder[] = "modules";
+
+// A copy of `snap` without its epochs and parameters (epochs_completed says how many): what
+// listings and the store's per-state records need, at a cost that does not grow with the job.
+JobSnapshot SummaryOf(JobSnapshot& snap) {
+  std::vector<EpochResult> epochs = std::move(snap.epochs);
+  std::vector<ParameterValues> parameters = std::move(snap.parameters);
+  JobSnapshot copy;
+  try {
+    copy = snap;
+  } catch (...) {
+    snap.epochs = std::move(epochs);
+    snap.parameters = std::move(parameters);
+    throw;
+  }
+  snap.epochs = std::move(epochs);
+  snap.parameters = std::move(parameters);
+  copy.epochs_completed = std::max(snap.epochs_completed, static_cast<int32_t>(snap.epochs.size()));
+  return copy;
+}
+
+// The in-memory listing's page token: the position after the previous page's last job.
+absl::StatusOr<size_t> MemoryPageStart(const std::string& token) {
+  if (token.empty()) return 0;
+  size_t start = 0;
+  if (token.rfind("mem-", 0) != 0 || !absl::SimpleAtoi(token.substr(4), &start)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page token '", token.substr(0, 64), "' is not one this daemon gave"));
+  }
+  return start;
+}
+
+// Removes a file, quietly when it is already gone; logs other failures.
+void RemoveFile(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    LogWarning(absl::StrCat("cannot delete '", path, "': ", std::strerror(errno)));
+  }
+}
+
+// Removes a job's flat checkpoint folder (std::filesystem::remove_all misbehaves in binaries that
+// link LibTorch; the folder holds files only).
+void RemoveFlatFolder(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    files.push_back(entry.path().string());
+  }
+  if (ec) return;  // missing: nothing to do
+  for (const std::string& file : files) RemoveFile(file);
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    LogWarning(absl::StrCat("cannot delete '", dir, "': ", std::strerror(errno)));
+  }
+}
+
+// What an exception says, for logs and a failed job's error.
+std::string ExceptionText(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    return "out of host memory (std::bad_alloc)";
+  } catch (const std::exception& ex) {
+    return FirstLineOf(ex);
+  } catch (...) {
+    return "an unknown exception";
+  }
+}
+
+}  // namespace
+
+JobManager::JobManager(JobManagerOptions options)
+    : options_(std::move(options)), store_(options_.store.get()) {}
 
 JobManager::~JobManager() { Shutdown(); }
 
 std::string JobManager::NewId() {
   while (true) {
-    std::string id = absl::StrFormat("job-%012x", rng_() & 0xffffffffffffULL);
-    if (!jobs_.count(id)) return id;
+    std::string id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = absl::StrFormat("job-%012x", rng_() & 0xffffffffffffULL);
+      if (jobs_.count(id)) continue;
+    }
+    // A job from before a restart may have it (48 random bits: rare, but records are kept).
+    if (store_ != nullptr && store_->LoadJob(id).status().code() != absl::StatusCode::kNotFound) {
+      continue;
+    }
+    return id;
   }
+}
+
+std::shared_ptr<JobManager::Record> JobManager::FindLocked(const std::string& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : it->second;
+}
+
+std::string JobManager::ModuleFilePath(const std::string& id) const {
+  if (options_.data_dir.empty()) return "";
+  return absl::StrCat(options_.data_dir, "/", kModulesFolder, "/", id, ".pt");
+}
+
+void JobManager::QueueLocked(std::shared_ptr<Record> record) {
+  const std::string device_name = record->snap.device;
+  std::unique_ptr<Worker>& worker = workers_[device_name];
+  if (!worker) {
+    worker = std::make_unique<Worker>();
+    worker->thread = std::thread([this, device_name] { WorkerLoop(device_name); });
+  }
+  worker->queue.push_back(record->snap.id);
+  order_.push_back(record->snap.id);
+  jobs_[record->snap.id] = std::move(record);
+  worker->cv.Signal();
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
@@ -24,19 +139,25 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
                                                 std::shared_ptr<const Dataset> validation_dataset,
                                                 torch::Device device,
                                                 std::shared_ptr<torch::jit::Module> torchscript,
-                                                std::string owner) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return absl::UnavailableError("the daemon is shutting down");
-  if (max_queued_jobs_ > 0) {
-    int64_t queued = 0;
-    for (const auto& [name, worker] : workers_) queued += static_cast<int64_t>(worker->queue.size());
-    if (queued >= max_queued_jobs_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          queued, " jobs are already queued; this daemon queues at most ", max_queued_jobs_,
-          " (--max_queued_jobs); submit again when some have started"));
+                                                std::string owner, std::string_view module_bytes) {
+  // Admission first (cheap, under the lock), then the durable writes without it, then the queue.
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+    if (options_.max_queued_jobs > 0) {
+      int64_t queued = pending_enqueues_;
+      for (const auto& [name, worker] : workers_) {
+        queued += static_cast<int64_t>(worker->queue.size());
+      }
+      if (queued >= options_.max_queued_jobs) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            queued, " jobs are already queued; this daemon queues at most ",
+            options_.max_queued_jobs, " (--max_queued_jobs); submit again when some have started"));
+      }
     }
+    ++pending_enqueues_;
   }
-  auto record = std::make_unique<Record>();
+  auto record = std::make_shared<Record>();
   record->model = std::move(model);
   record->dataset = std::move(dataset);
   record->validation_dataset = std::move(validation_dataset);
@@ -49,60 +170,172 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
   snap.owner = std::move(owner);
   snap.device = DeviceName(device);
   snap.create_time = absl::Now();
-  JobSnapshot copy = snap;
 
-  const std::string device_name = snap.device;
-  std::unique_ptr<Worker>& worker = workers_[device_name];
-  if (!worker) {
-    worker = std::make_unique<Worker>();
-    worker->thread = std::thread([this, device_name] { WorkerLoop(device_name); });
+  absl::Status recorded = absl::OkStatus();
+  if (!module_bytes.empty() && !options_.data_dir.empty()) {
+    // Before the record, so that a job the records hold always finds its module at a restart.
+    std::error_code ec;
+    std::filesystem::create_directories(absl::StrCat(options_.data_dir, "/", kModulesFolder), ec);
+    recorded = WriteFileAtomically(ModuleFilePath(snap.id), {module_bytes});
   }
-  worker->queue.push_back(snap.id);
-  order_.push_back(snap.id);
-  jobs_[snap.id] = std::move(record);
-  worker->cv.Signal();
-  if (hooks_.observer) {
+  if (recorded.ok() && store_ != nullptr) recorded = store_->SaveJob(snap);
+
+  absl::MutexLock lock(&mu_);
+  --pending_enqueues_;
+  if (recorded.ok() && stopping_) {
+    recorded = absl::UnavailableError("the daemon is shutting down");
+    if (store_ != nullptr) (void)store_->DeleteJob(snap.id);
+  }
+  if (!recorded.ok()) {
+    if (!module_bytes.empty()) RemoveFile(ModuleFilePath(snap.id));
+    if (recorded.code() == absl::StatusCode::kUnavailable) return recorded;
+    return absl::InternalError(absl::StrCat("cannot record the job: ", recorded.message()));
+  }
+  JobSnapshot copy = snap;
+  QueueLocked(std::move(record));
+  if (options_.hooks.observer) {
     // Under mu_, so that the QUEUED event precedes the job's first event from its worker (which
     // needs mu_ to take the job); the observer only counts.
     JobEvent event;
     event.job_id = copy.id;
     event.job = copy;
-    hooks_.observer->Push(event);
+    try {
+      options_.hooks.observer->Push(event);
+    } catch (...) {
+      LogWarning(absl::StrCat("job '", copy.id, "': an event observer failed: ",
+                              ExceptionText(std::current_exception())));
+    }
   }
   return copy;
 }
 
-absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-  return it->second->snap;
+absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model,
+                                 std::shared_ptr<const Dataset> dataset,
+                                 std::shared_ptr<const Dataset> validation_dataset,
+                                 torch::Device device,
+                                 std::shared_ptr<torch::jit::Module> torchscript,
+                                 ResumePoint resume) {
+  job.state = JobState::kQueued;
+  job.end_time = absl::InfinitePast();
+  job.epochs_completed = static_cast<int32_t>(job.epochs.size());
+  if (store_ != nullptr) {
+    // The epochs after the checkpoint run again: their old results go first, so that each epoch
+    // is reported once.
+    if (absl::Status erased = store_->DeleteEpochsAfter(job.id, resume.epoch); !erased.ok()) {
+      return erased;
+    }
+    if (absl::Status saved = store_->SaveJob(job); !saved.ok()) return saved;
+  }
+  auto record = std::make_shared<Record>();
+  record->model = std::move(model);
+  record->dataset = std::move(dataset);
+  record->validation_dataset = std::move(validation_dataset);
+  record->torchscript = std::move(torchscript);
+  record->device = device;
+  record->resume = std::move(resume);
+  record->snap = std::move(job);
+  JobSnapshot copy;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+    copy = SummaryOf(record->snap);
+    QueueLocked(std::move(record));
+    if (options_.hooks.observer) {
+      JobEvent event;
+      event.job_id = copy.id;
+      event.job = copy;
+      try {
+        options_.hooks.observer->Push(event);
+      } catch (...) {
+        LogWarning(absl::StrCat("job '", copy.id, "': an event observer failed: ",
+                                ExceptionText(std::current_exception())));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
-std::vector<JobSnapshot> JobManager::List() const {
+absl::Status JobManager::FailUnrecoverable(JobSnapshot job, const std::string& reason) {
+  job.state = JobState::kFailed;
+  job.error = reason;
+  job.end_time = absl::Now();
+  if (store_ != nullptr) return store_->SaveJob(job);
+  return absl::OkStatus();
+}
+
+bool JobManager::accepting() const {
+  absl::MutexLock lock(&mu_);
+  return !stopping_;
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::shared_ptr<Record> record = FindLocked(id)) return record->snap;
+  }
+  if (store_ != nullptr) return store_->LoadJob(id);
+  return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+}
+
+absl::StatusOr<JobPage> JobManager::List(const JobQuery& query) const {
+  if (store_ != nullptr) return store_->ListJobs(query);
+  // Records in memory only: the same paging over the ids in creation order.
+  absl::StatusOr<size_t> start = MemoryPageStart(query.page_token);
+  if (!start.ok()) return start.status();
+  const size_t size = static_cast<size_t>(std::clamp(query.page_size, 1, kMaxJobPageSize));
+  JobPage page;
+  absl::MutexLock lock(&mu_);
+  const size_t n = order_.size();
+  size_t i = *start;
+  for (; i < n && page.jobs.size() < size; ++i) {
+    const std::string& id = order_[query.newest_first ? n - 1 - i : i];
+    JobSnapshot& snap = jobs_.at(id)->snap;
+    if (query.state.has_value() && snap.state != *query.state) continue;
+    if (!query.dataset.empty() && snap.spec.dataset != query.dataset) continue;
+    if (query.full) {
+      page.jobs.push_back(snap);
+    } else {
+      page.jobs.push_back(SummaryOf(snap));
+      page.jobs.back().checkpoints.clear();
+    }
+  }
+  if (i < n) page.next_page_token = absl::StrCat("mem-", i);
+  return page;
+}
+
+std::vector<JobSnapshot> JobManager::ActiveJobs() const {
   absl::MutexLock lock(&mu_);
   std::vector<JobSnapshot> out;
-  out.reserve(order_.size());
-  for (const std::string& id : order_) out.push_back(jobs_.at(id)->snap);
+  for (const std::string& id : order_) {
+    JobSnapshot& snap = jobs_.at(id)->snap;
+    if (!IsTerminal(snap.state)) out.push_back(SummaryOf(snap));
+  }
   return out;
 }
 
 absl::StatusOr<std::string> JobManager::ModelPath(const std::string& id) const {
-  absl::MutexLock lock(&mu_);
-  auto it = jobs_.find(id);
-  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-  const JobState state = it->second->snap.state;
-  if (state != JobState::kSucceeded) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' is ", JobStateName(state),
-                     IsTerminal(state) ? "; only a job that succeeded has a model"
-                                       : "; its model is available once it succeeds"));
+  std::optional<JobState> state;
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::shared_ptr<Record> record = FindLocked(id)) state = record->snap.state;
   }
-  if (models_dir_.empty()) {
+  if (!state.has_value()) {
+    if (store_ == nullptr) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
+    if (!stored.ok()) return stored.status();
+    state = stored->state;
+  }
+  if (*state != JobState::kSucceeded) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' is ", JobStateName(*state),
+                     IsTerminal(*state) ? "; only a job that succeeded has a model"
+                                        : "; its model is available once it succeeds"));
+  }
+  if (options_.models_dir.empty()) {
     return absl::FailedPreconditionError("this daemon does not keep trained models");
   }
   // Written before the job was published SUCCEEDED, so the file is complete.
-  return absl::StrCat(models_dir_, "/", id, ".pt");
+  return absl::StrCat(options_.models_dir, "/", id, ".pt");
 }
 
 std::string JobManager::JobUsingDataset(const std::string& dataset) const {
@@ -118,57 +351,205 @@ std::string JobManager::JobUsingDataset(const std::string& dataset) const {
 void JobManager::Publish(Record* record, JobEvent event,
                          const std::function<void(JobSnapshot&)>& mutate) {
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobSnapshot summary;  // an epoch's record for the store
   {
     absl::MutexLock lock(&mu_);
     mutate(record->snap);
     event.job_id = record->snap.id;
-    if (event.kind == JobEvent::Kind::kState) event.job = record->snap;
+    if (event.kind == JobEvent::Kind::kState) {
+      event.job = record->snap;
+    } else if (store_ != nullptr) {
+      summary = SummaryOf(record->snap);
+    }
+  }
+  // Written through before anyone hears of it, so that whoever sees the event can read it back.
+  if (store_ != nullptr) {
+    const absl::Status written = event.kind == JobEvent::Kind::kState
+                                     ? store_->SaveJob(event.job)
+                                     : store_->AppendEpoch(summary, event.epoch);
+    if (!written.ok()) {
+      LogWarning(absl::StrCat("job '", event.job_id, "': ", written.message()));
+    } else if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) {
+      record->recorded_end = true;
+    }
   }
   // The observer first, so that whoever sees the event through a sink (a Watch) then finds it
-  // counted in the metrics.
-  if (hooks_.observer) hooks_.observer->Push(event);
-  for (const auto& sink : record->sinks) sink->Push(event);
+  // counted in the metrics. One that throws does not keep the event from the others; the first
+  // exception is rethrown at the end, so that a worker fails the job (FailAfterException).
+  std::exception_ptr failure;
+  auto deliver = [&](JobEventSink& sink) {
+    try {
+      sink.Push(event);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  if (options_.hooks.observer) deliver(*options_.hooks.observer);
+  for (const auto& sink : record->sinks) deliver(*sink);
   if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
+  if (failure) std::rethrow_exception(failure);
+}
+
+void JobManager::PublishOutsideWorker(Record* record, JobEvent event,
+                                      const std::function<void(JobSnapshot&)>& mutate) {
+  try {
+    Publish(record, std::move(event), mutate);
+  } catch (...) {
+    // The change is made and recorded; only an observer failed.
+    LogWarning(absl::StrCat("job '", record->snap.id, "': an event observer failed: ",
+                            ExceptionText(std::current_exception())));
+  }
+}
+
+void JobManager::EndWatches(Record* record) {
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobEvent event;
+  event.kind = JobEvent::Kind::kInterrupted;
+  event.job_id = record->snap.id;
+  for (const auto& sink : record->sinks) {
+    try {
+      sink->Push(event);
+    } catch (...) {
+      // Its stream ends with the server anyway.
+    }
+  }
+  record->sinks.clear();
+}
+
+void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {
+  {
+    std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+    if (store_ == nullptr || !record->recorded_end) return;  // memory keeps it
+  }
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(record->snap.id);
+  order_.erase(std::remove(order_.begin(), order_.end(), record->snap.id), order_.end());
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
-  Record* record = nullptr;
+  std::shared_ptr<Record> record;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-    record = it->second.get();
-    const JobState state = record->snap.state;
-    if (IsTerminal(state)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job '", id, "' already ended ", JobStateName(state)));
+    record = FindLocked(id);
+    if (record == nullptr && store_ == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
     }
-    record->cancel.store(true);
-    // A running job (or one its worker has just taken) stops before its next step.
-    if (state == JobState::kRunning || record->claimed) return record->snap;
-    // Queued: take it out of its device's queue; it never runs.
-    auto& queue = workers_.at(record->snap.device)->queue;
-    queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
+    if (record != nullptr) {
+      const JobState state = record->snap.state;
+      if (IsTerminal(state)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job '", id, "' already ended ", JobStateName(state)));
+      }
+      record->cancel.store(true);
+      // A running job (or one its worker has just taken) stops before its next step.
+      if (state == JobState::kRunning || record->claimed) return record->snap;
+      // Queued: take it out of its device's queue; it never runs.
+      auto& queue = workers_.at(record->snap.device)->queue;
+      queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
+    }
   }
-  Publish(record, StateEvent(), [](JobSnapshot& snap) {
+  if (record == nullptr) {
+    // Not in memory: it ended (the store has it) or never existed.
+    absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
+    if (!stored.ok()) return stored.status();
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", id, "' already ended ", JobStateName(stored->state)));
+  }
+  PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
     snap.state = JobState::kCancelled;
     snap.end_time = absl::Now();
   });
-  absl::MutexLock lock(&mu_);
-  record->dataset.reset();
-  record->validation_dataset.reset();
-  record->torchscript.reset();
-  return record->snap;
+  JobSnapshot out;
+  {
+    absl::MutexLock lock(&mu_);
+    record->dataset.reset();
+    record->validation_dataset.reset();
+    record->torchscript.reset();
+    out = record->snap;
+  }
+  RemoveFile(ModuleFilePath(id));
+  ForgetEnded(record);
+  PruneEndedJobs();
+  return out;
+}
+
+void JobManager::DeleteJobFiles(const std::string& id) const {
+  if (!options_.models_dir.empty()) RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".pt"));
+  if (!options_.data_dir.empty()) {
+    RemoveFlatFolder(absl::StrCat(options_.data_dir, "/", kCheckpointsFolder, "/", id));
+    RemoveFile(ModuleFilePath(id));
+  }
+}
+
+absl::Status JobManager::Delete(const std::string& id) {
+  {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<Record> record = FindLocked(id);
+    if (record != nullptr) {
+      const JobState state = record->snap.state;
+      if (!IsTerminal(state)) {
+        return absl::FailedPreconditionError(absl::StrCat("job '", id, "' is ", JobStateName(state),
+                                                          "; cancel it first (trainctl job cancel ",
+                                                          id, ") or wait for it to end"));
+      }
+      if (store_ == nullptr) {
+        jobs_.erase(id);
+        order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+      }
+    } else if (store_ == nullptr) {
+      return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    }
+  }
+  if (store_ != nullptr) {
+    absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
+    if (!stored.ok()) return stored.status();
+    if (!IsTerminal(stored->state)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job '", id, "' is ", JobStateName(stored->state),
+                       "; cancel it first (trainctl job cancel ", id, ") or wait for it to end"));
+    }
+    // The record first: a job whose record is gone is gone, whatever files a crash leaves.
+    if (absl::Status deleted = store_->DeleteJob(id); !deleted.ok()) return deleted;
+    absl::MutexLock lock(&mu_);
+    jobs_.erase(id);
+    order_.erase(std::remove(order_.begin(), order_.end(), id), order_.end());
+  }
+  DeleteJobFiles(id);
+  LogInfo(absl::StrCat("job '", id, "' deleted with its model and checkpoints"));
+  return absl::OkStatus();
+}
+
+void JobManager::PruneEndedJobs() {
+  if (store_ == nullptr) return;
+  if (options_.max_finished_jobs <= 0 && options_.job_retention <= absl::ZeroDuration()) return;
+  std::lock_guard<std::mutex> one_at_a_time(prune_mu_);
+  const absl::Time ended_before = options_.job_retention > absl::ZeroDuration()
+                                      ? absl::Now() - options_.job_retention
+                                      : absl::InfinitePast();
+  absl::StatusOr<std::vector<std::string>> doomed = store_->EndedJobsToPrune(
+      options_.max_finished_jobs > 0 ? options_.max_finished_jobs : -1, ended_before);
+  if (!doomed.ok()) {
+    LogWarning(absl::StrCat("retention: ", doomed.status().message()));
+    return;
+  }
+  for (const std::string& id : *doomed) {
+    if (absl::Status deleted = Delete(id); !deleted.ok() && !absl::IsNotFound(deleted)) {
+      LogWarning(absl::StrCat("retention: ", deleted.message()));
+    }
+  }
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
                                                   std::shared_ptr<JobEventSink> sink) {
-  Record* record = nullptr;
+  std::shared_ptr<Record> record;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-    record = it->second.get();  // records live as long as the manager
+    record = FindLocked(id);
+  }
+  if (record == nullptr) {
+    // Ended before this Watch (or before a restart): its whole history, no events to follow.
+    if (store_ != nullptr) return store_->LoadJob(id);
+    return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
   }
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
   JobSnapshot snap;
@@ -181,42 +562,89 @@ absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
 }
 
 void JobManager::Unsubscribe(const std::string& id, const JobEventSink* sink) {
-  Record* record = nullptr;
+  std::shared_ptr<Record> record;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(id);
-    if (it == jobs_.end()) return;
-    record = it->second.get();
+    record = FindLocked(id);
   }
+  if (record == nullptr) return;
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
   auto& sinks = record->sinks;
-  sinks.erase(std::remove_if(sinks.begin(), sinks.end(),
-                             [sink](const auto& s) { return s.get() == sink; }),
-              sinks.end());
+  sinks.erase(
+      std::remove_if(sinks.begin(), sinks.end(), [sink](const auto& s) { return s.get() == sink; }),
+      sinks.end());
 }
 
 void JobManager::WorkerLoop(const std::string& device_name) {
   while (true) {
-    Record* record = nullptr;
+    std::shared_ptr<Record> record;
+    Worker* worker = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      Worker* worker = workers_.at(device_name).get();
-      while (!stopping_ && worker->queue.empty()) worker->cv.Wait(&mu_);
-      if (stopping_) return;
-      record = jobs_.at(worker->queue.front()).get();
+      worker = workers_.at(device_name).get();
+      while (!stopped_ && !stopping_ && worker->queue.empty()) worker->cv.Wait(&mu_);
+      if (stopped_ || stopping_) return;
+      record = jobs_.at(worker->queue.front());
       record->claimed = true;
       worker->queue.pop_front();
+      ++worker->running;
     }
-    RunJob(record);
+    try {
+      RunJob(record);
+    } catch (...) {
+      FailAfterException(record, ExceptionText(std::current_exception()));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      --worker->running;
+    }
+    ForgetEnded(record);
+    PruneEndedJobs();
   }
 }
 
-void JobManager::RunJob(Record* record) {
+void JobManager::FailAfterException(const std::shared_ptr<Record>& record,
+                                    const std::string& what) {
+  LogWarning(absl::StrCat("job '", record->snap.id, "' failed on an exception: ", what));
+  bool ended = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ended = IsTerminal(record->snap.state);
+  }
+  if (ended) return;
+  PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kFailed;
+    snap.error = absl::StrCat("the job's worker failed: ", what);
+    snap.end_time = absl::Now();
+  });
+  absl::MutexLock lock(&mu_);
+  record->dataset.reset();
+  record->validation_dataset.reset();
+  record->torchscript.reset();
+}
+
+std::vector<std::string> JobManager::TrimCheckpoints(
+    std::vector<CheckpointInfo>& checkpoints) const {
+  std::vector<std::string> doomed;
+  const size_t keep = static_cast<size_t>(options_.keep_checkpoints);
+  if (keep == 0 || checkpoints.size() <= keep) return doomed;
+  const size_t drop = checkpoints.size() - keep;
+  for (size_t i = 0; i < drop; ++i) {
+    doomed.push_back(absl::StrCat(options_.data_dir, "/", checkpoints[i].path));
+  }
+  checkpoints.erase(checkpoints.begin(), checkpoints.begin() + static_cast<ptrdiff_t>(drop));
+  return doomed;
+}
+
+void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
+  Record* record = shared.get();
   JobSnapshot started;
-  Publish(record, StateEvent(), [&](JobSnapshot& snap) {
+  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
-    snap.start_time = absl::Now();
-    snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
+    if (snap.start_time == absl::InfinitePast()) {
+      snap.start_time = absl::Now();
+      snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
+    }
     started = snap;
   });
   TrainingRun run;
@@ -230,12 +658,18 @@ void JobManager::RunJob(Record* record) {
   run.torchscript = std::move(record->torchscript);  // the run owns it; freed when it ends
   run.device = record->device;
   run.cancel = &record->cancel;
+  run.drain = &record->drain;
+  run.interrupt = &record->interrupt;
+  run.resume_from = record->resume.checkpoint_path;
   // Throughput counts the rows trained on, not the ones held out for validation.
   const int64_t rows =
       run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
   const int32_t planned = run.spec.epochs;
-  run.on_epoch = [this, record, rows, planned](const EpochResult& epoch, int64_t steps,
-                                               int64_t syncs) {
+  // keep_checkpoints: files dropped from the list, deleted once the epoch whose record no longer
+  // lists them is written (until then a restart may still resume from them). Training thread only.
+  auto trimmed = std::make_shared<std::vector<std::string>>();
+  run.on_epoch = [this, record, rows, planned, trimmed](const EpochResult& epoch, int64_t steps,
+                                                        int64_t syncs) {
     JobEvent event;
     event.kind = JobEvent::Kind::kEpoch;
     event.epoch = epoch;
@@ -248,6 +682,7 @@ void JobManager::RunJob(Record* record) {
     }
     Publish(record, event, [&](JobSnapshot& snap) {
       snap.epochs.push_back(epoch);
+      snap.epochs_completed = static_cast<int32_t>(snap.epochs.size());
       snap.final_loss = epoch.loss;
       snap.steps = steps;
       snap.host_syncs = syncs;
@@ -255,13 +690,16 @@ void JobManager::RunJob(Record* record) {
       snap.samples_per_second = event.samples_per_second;
       snap.report.host_syncs = syncs;
     });
+    for (const std::string& path : *trimmed) RemoveFile(path);
+    trimmed->clear();
   };
-  if (!data_dir_.empty()) {
+  if (!options_.data_dir.empty()) {
     const std::string job_folder = absl::StrCat(kCheckpointsFolder, "/", record->snap.id);
-    run.checkpoint_dir = absl::StrCat(data_dir_, "/", job_folder);
-    // Listed before the epoch that wrote it is published, under the same ordering lock.
-    run.on_checkpoint = [this, record, job_folder](int32_t epoch, const std::string& file_name,
-                                                   int64_t size_bytes) {
+    run.checkpoint_dir = absl::StrCat(options_.data_dir, "/", job_folder);
+    // Listed before the epoch that wrote it is published (and recorded with it), under the same
+    // ordering lock. keep_checkpoints deletes the oldest files only after the new one is listed.
+    run.on_checkpoint = [this, record, job_folder, trimmed](
+                            int32_t epoch, const std::string& file_name, int64_t size_bytes) {
       CheckpointInfo checkpoint;
       checkpoint.epoch = epoch;
       checkpoint.path = absl::StrCat(job_folder, "/", file_name);
@@ -269,19 +707,39 @@ void JobManager::RunJob(Record* record) {
       checkpoint.create_time = absl::Now();
       std::lock_guard<std::mutex> order(record->publish_mu);
       absl::MutexLock lock(&mu_);
-      record->snap.checkpoints.push_back(std::move(checkpoint));
+      std::vector<CheckpointInfo>& list = record->snap.checkpoints;
+      // A checkpoint written again (an epoch run again after a restart) replaces its entry.
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [&](const CheckpointInfo& c) { return c.epoch >= epoch; }),
+                 list.end());
+      list.push_back(std::move(checkpoint));
+      std::vector<std::string> doomed = TrimCheckpoints(list);
+      trimmed->insert(trimmed->end(), doomed.begin(), doomed.end());
     };
   }
   std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
-  if (hooks_.start_report) {
-    finish_report = hooks_.start_report(started, run.model, run.dataset->meta);
+  if (options_.hooks.start_report) {
+    finish_report = options_.hooks.start_report(started, run.model, run.dataset->meta);
   }
   TrainingOutcome outcome = RunTraining(run);
   run.dataset.reset();
+  if (outcome.interrupted) {
+    // Drain or shutdown: the job is not over. Its records stay RUNNING (with every epoch and
+    // checkpoint published so far) and the next start takes it up again.
+    run.validation_dataset.reset();
+    run.torchscript.reset();
+    absl::MutexLock lock(&mu_);
+    record->dataset.reset();
+    record->validation_dataset.reset();
+    LogInfo(absl::StrCat("job '", record->snap.id, "' stopped after epoch ",
+                         record->snap.epochs_completed, "; it resumes at the next start"));
+    EndWatches(record);
+    return;
+  }
   // The model file is complete before the job is published SUCCEEDED, so a download never sees
   // a partial archive. A model that cannot be kept fails the job: a SUCCEEDED job promises one.
-  if (outcome.state == JobState::kSucceeded && !models_dir_.empty()) {
-    const std::string path = absl::StrCat(models_dir_, "/", record->snap.id, ".pt");
+  if (outcome.state == JobState::kSucceeded && !options_.models_dir.empty()) {
+    const std::string path = absl::StrCat(options_.models_dir, "/", record->snap.id, ".pt");
     const absl::Status written = WriteModelArchive(path, outcome.model_archive);
     if (!written.ok()) {
       outcome.state = JobState::kFailed;
@@ -305,9 +763,10 @@ void JobManager::RunJob(Record* record) {
   report.compute_seconds = std::max(
       0.0, outcome.loop_seconds - outcome.loop_host_transfer_seconds - outcome.checkpoint_seconds);
   report.host_transfer_seconds = outcome.host_transfer_seconds;
-  report.steps_per_second = report.compute_seconds > 0
-                                ? static_cast<double>(outcome.steps) / report.compute_seconds
-                                : 0.0;
+  // This run's steps over this run's compute (a resumed job's earlier steps ran before it).
+  const int64_t run_steps = std::max<int64_t>(0, outcome.steps - outcome.resumed_steps);
+  report.steps_per_second =
+      report.compute_seconds > 0 ? static_cast<double>(run_steps) / report.compute_seconds : 0.0;
   report.host_syncs = outcome.host_syncs;
   report.host_to_device_bytes = outcome.host_to_device_bytes;
   report.peak_memory_bytes = outcome.peak_memory_bytes;
@@ -315,14 +774,14 @@ void JobManager::RunJob(Record* record) {
     JobSnapshot ended;
     {
       absl::MutexLock lock(&mu_);
-      ended = record->snap;  // with every epoch published so far
+      ended = SummaryOf(record->snap);
     }
     ended.state = outcome.state;
     ended.steps = outcome.steps;
     ended.wall_seconds = outcome.wall_seconds;
     finish_report(ended, report);
   }
-  Publish(record, StateEvent(), [&](JobSnapshot& snap) {
+  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = outcome.state;
     snap.error = outcome.error;
     if (outcome.state == JobState::kCancelled && !stop_reason.empty()) snap.error = stop_reason;
@@ -338,30 +797,76 @@ void JobManager::RunJob(Record* record) {
     snap.end_time = absl::Now();
     snap.report = report;
   });
+  RemoveFile(ModuleFilePath(record->snap.id));  // the job never runs again
   absl::MutexLock lock(&mu_);
   record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
   record->validation_dataset.reset();
 }
 
+void JobManager::Drain(absl::Duration timeout) {
+  if (store_ == nullptr) {
+    Shutdown();
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;  // no new jobs; workers take no queued job
+    for (auto& [name, worker] : workers_) worker->cv.SignalAll();
+    for (auto& [id, record] : jobs_) {
+      if (record->claimed && !IsTerminal(record->snap.state)) {
+        record->drain.store(true);
+      }
+    }
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    for (const auto& [name, worker] : workers_) {
+      if (worker->running > 0) return false;
+    }
+    return true;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithDeadline(absl::Condition(&idle), deadline)) {
+      LogWarning(absl::StrCat("jobs still run after --shutdown_timeout (",
+                              absl::FormatDuration(timeout),
+                              "); they stop now and resume from their last checkpoint"));
+    }
+  }
+  Shutdown();
+}
+
 void JobManager::Shutdown(const std::string& reason) {
-  std::vector<Record*> queued;
+  std::vector<std::shared_ptr<Record>> queued;
   std::vector<std::thread> threads;
   {
     absl::MutexLock lock(&mu_);
-    if (stopping_ && workers_.empty()) return;
+    if (stopped_ && workers_.empty()) return;
     stopping_ = true;
+    stopped_ = true;
     stop_reason_ = reason;
     for (auto& [name, worker] : workers_) {
-      for (const std::string& id : worker->queue) queued.push_back(jobs_.at(id).get());
+      // With a store the queued jobs stay QUEUED in the records (the next start runs them); only
+      // their watches end.
+      for (const std::string& id : worker->queue) queued.push_back(jobs_.at(id));
       worker->queue.clear();
       worker->cv.SignalAll();
     }
     for (auto& [id, record] : jobs_) {
-      if (!IsTerminal(record->snap.state)) record->cancel.store(true);
+      if (IsTerminal(record->snap.state)) continue;
+      if (store_ == nullptr) {
+        record->cancel.store(true);
+      } else {
+        record->interrupt.store(true);
+      }
     }
   }
-  for (Record* record : queued) {
-    Publish(record, StateEvent(), [&](JobSnapshot& snap) {
+  for (const auto& record : queued) {
+    if (store_ != nullptr) {
+      EndWatches(record.get());
+      continue;
+    }
+    PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
       snap.state = JobState::kCancelled;
       snap.error = reason;
       snap.end_time = absl::Now();

@@ -1,5 +1,9 @@
-// Job records, the per-device queues and workers, and each job's ordered event stream.
+// Job records, the per-device queues and workers, and each job's ordered event stream; with a job
+// store, the records outlive the process (job_store.h) and jobs left unfinished are taken up again.
 #pragma once
+
+#include <torch/script.h>
+#include <torch/torch.h>
 
 #include <atomic>
 #include <deque>
@@ -14,11 +18,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/model_spec.h"
 #include "server/engine/dataset_registry.h"
+#include "server/engine/job_store.h"
 #include "server/engine/types.h"
-#include <torch/script.h>
-#include <torch/torch.h>
 
 namespace trainerd::engine {
 
@@ -36,49 +40,96 @@ struct JobHooks {
       start_report;
 };
 
-// Owns every job and one worker thread per device, created when the device gets its first job.
-// A worker runs one job at a time; the others wait in that device's FIFO queue. Thread-safe: calls
-// take a short lock and never wait for training. Owned by the Engine.
+struct JobManagerOptions {
+  // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath); empty
+  // means models are not kept.
+  std::string models_dir;
+  // A job's checkpoints (JobSpec::checkpoint_every, and the one a drain writes) go to
+  // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; a TorchScript job's
+  // module is kept as <data_dir>/modules/<job-id>.pt while the job may still run, so that a
+  // restart can take the job up again. Empty: neither is written.
+  std::string data_dir;
+  JobHooks hooks;
+  // Bounds the jobs waiting in all queues together (0 = no bound).
+  int64_t max_queued_jobs = 0;
+  // Where the records are kept. With a store, a job is written through on every state change and
+  // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
+  // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next
+  // start). Null: records live in memory only and die with the process.
+  std::shared_ptr<JobStore> store;
+  // > 0: a job keeps only its last N checkpoints (older files are deleted as new ones are
+  // written); 0 keeps them all.
+  int32_t keep_checkpoints = 0;
+  // Retention of ended jobs (with a store): beyond the newest `max_finished_jobs` (0 = no
+  // bound), and those that ended more than `job_retention` ago (zero = kept), are deleted with
+  // their models and checkpoints, after each job ends and at PruneEndedJobs.
+  int64_t max_finished_jobs = 0;
+  absl::Duration job_retention = absl::ZeroDuration();
+};
+
+// Where a job taken up again at start goes on from.
+struct ResumePoint {
+  std::string checkpoint_path;  // absolute; empty: from epoch 0
+  int32_t epoch = 0;            // the checkpoint's epoch; 0 without one
+};
+
+// Owns the jobs in memory and one worker thread per device, created when the device gets its
+// first job. A worker runs one job at a time; the others wait in that device's FIFO queue.
+// Thread-safe: calls take a short lock and never wait for training. Owned by the Engine.
 class JobManager {
  public:
-  // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath); empty
-  // means models are not kept. A job's checkpoints (JobSpec::checkpoint_every) go to
-  // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; empty means none are
-  // written.
-  // `max_queued_jobs` bounds the jobs waiting in all queues together (0 = no bound).
-  explicit JobManager(std::string models_dir = "", std::string data_dir = "", JobHooks hooks = {},
-                      int64_t max_queued_jobs = 0)
-      : models_dir_(std::move(models_dir)),
-        data_dir_(std::move(data_dir)),
-        hooks_(std::move(hooks)),
-        max_queued_jobs_(max_queued_jobs) {}
+  explicit JobManager(JobManagerOptions options = {});
   ~JobManager();  // Shutdown()
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
-  // Queues a checked job (spec with seed and device filled in) and returns it QUEUED.
-  // `validation_dataset` is spec.validation_dataset's dataset, or null when it names none.
-  // `torchscript` is a TorchScript job's checked module (then `model` is empty), trained in place;
-  // null for a spec-built model. `owner` is recorded on the job (JobSnapshot::owner).
-  // UNAVAILABLE after Shutdown; RESOURCE_EXHAUSTED when max_queued_jobs jobs already wait.
+  // Queues a checked job (spec with seed and device filled in) and returns it QUEUED; with a
+  // store, the job is durable when this returns. `validation_dataset` is
+  // spec.validation_dataset's dataset, or null when it names none. `torchscript` is a TorchScript
+  // job's checked module (then `model` is empty), trained in place, and `module_bytes` its archive
+  // (kept for a restart); null and empty for a spec-built model. `owner` is recorded on the job.
+  // UNAVAILABLE after Shutdown or Drain; RESOURCE_EXHAUSTED when max_queued_jobs jobs already
+  // wait; INTERNAL when the job cannot be recorded.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model,
                                       std::shared_ptr<const Dataset> dataset,
                                       std::shared_ptr<const Dataset> validation_dataset,
                                       torch::Device device,
                                       std::shared_ptr<torch::jit::Module> torchscript = nullptr,
-                                      std::string owner = "");
+                                      std::string owner = "", std::string_view module_bytes = {});
+  // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
+  // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
+  // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by
+  // max_queued_jobs: the daemon had accepted it.
+  absl::Status Requeue(JobSnapshot job, ModelSpec model, std::shared_ptr<const Dataset> dataset,
+                       std::shared_ptr<const Dataset> validation_dataset, torch::Device device,
+                       std::shared_ptr<torch::jit::Module> torchscript, ResumePoint resume);
+  // Records a job that cannot be taken up again as FAILED with `reason` (at start).
+  absl::Status FailUnrecoverable(JobSnapshot job, const std::string& reason);
+
+  // False once Drain or Shutdown began: Enqueue refuses new jobs.
+  bool accepting() const;
 
   // NOT_FOUND for an unknown id.
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
-  // Oldest first.
-  std::vector<JobSnapshot> List() const;
+  // A page of jobs (job_store.h), from the store when there is one: never a copy of every job's
+  // epochs under the lock that training takes. INVALID_ARGUMENT for a page token not given here.
+  absl::StatusOr<JobPage> List(const JobQuery& query) const;
+  // The queued and running jobs, without their epochs and parameters.
+  std::vector<JobSnapshot> ActiveJobs() const;
   // A queued job ends CANCELLED at once; a running one stops before its next step. Returns the
   // job as it stands. FAILED_PRECONDITION when the job already ended.
   absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
+  // Forgets a job that ended: its record, model, checkpoints and module. NOT_FOUND for an unknown
+  // id; FAILED_PRECONDITION while it is queued or running.
+  absl::Status Delete(const std::string& id);
+  // Applies the retention options (with a store). Logs what it deletes.
+  void PruneEndedJobs();
 
   // The file of a SUCCEEDED job's TorchScript model. NOT_FOUND for an unknown id;
   // FAILED_PRECONDITION while the job has not succeeded, or when models are not kept.
   absl::StatusOr<std::string> ModelPath(const std::string& id) const;
+  // Where a TorchScript job's module is kept for a restart ("" without a data folder).
+  std::string ModuleFilePath(const std::string& id) const;
 
   // The id of a queued or running job that uses the dataset (to train or to validate on), or ""
   // when none does.
@@ -89,49 +140,80 @@ class JobManager {
   absl::StatusOr<JobSnapshot> Subscribe(const std::string& id, std::shared_ptr<JobEventSink> sink);
   void Unsubscribe(const std::string& id, const JobEventSink* sink);
 
-  // Cancels queued and running jobs (they end CANCELLED with `reason`) and joins the workers.
-  // Idempotent.
+  // Stops the daemon's jobs and joins the workers. Without a store, queued and running jobs end
+  // CANCELLED with `reason`. With a store nothing is cancelled: running jobs stop at a step
+  // boundary and stay RUNNING in the records, queued ones stay QUEUED, and the next start takes
+  // them up again (from their last checkpoint). Idempotent.
   void Shutdown(const std::string& reason = "the daemon shut down");
+  // SIGTERM's graceful stop (with a store; without one, Shutdown): refuses new jobs at once;
+  // each running job finishes its current epoch and writes a checkpoint, then stops; past
+  // `timeout` the jobs still running stop at a step boundary (they resume from their last
+  // checkpoint). Then Shutdown.
+  void Drain(absl::Duration timeout);
 
  private:
   struct Record {
     JobSnapshot snap;  // guarded by JobManager::mu_
     ModelSpec model;
-    std::shared_ptr<const Dataset> dataset;  // released when the job ends
+    std::shared_ptr<const Dataset> dataset;             // released when the job ends
     std::shared_ptr<const Dataset> validation_dataset;  // likewise; null when none
     std::shared_ptr<torch::jit::Module> torchscript;    // likewise; null for a spec-built model
     torch::Device device = torch::kCPU;
-    std::atomic<bool> cancel{false};
-    bool claimed = false;  // taken off the queue by its worker; guarded by JobManager::mu_
+    ResumePoint resume;                  // a job taken up again: where it goes on from
+    std::atomic<bool> cancel{false};     // job cancel: stop before the next step, CANCELLED
+    std::atomic<bool> drain{false};      // finish the epoch, checkpoint, stop (stays RUNNING)
+    std::atomic<bool> interrupt{false};  // stop before the next step (stays RUNNING)
+    bool claimed = false;   // taken off the queue by its worker; guarded by JobManager::mu_
     std::mutex publish_mu;  // orders the job's events; lock order: publish_mu, then mu_
     std::vector<std::shared_ptr<JobEventSink>> sinks;  // guarded by publish_mu
+    bool recorded_end = false;  // its terminal state is in the store; guarded by publish_mu
   };
   struct Worker {
     std::deque<std::string> queue;
     std::thread thread;
     absl::CondVar cv;
+    int running = 0;  // jobs this worker runs now (0 or 1); guarded by JobManager::mu_
   };
 
   void WorkerLoop(const std::string& device_name);
-  void RunJob(Record* record);
-  // Applies `mutate` to the job under mu_ and delivers the resulting event to its sinks, in order.
-  // `event` comes with its kind and, for an epoch, the epoch and running totals; Publish adds the
-  // job's id and, for a state change, the snapshot.
+  void RunJob(const std::shared_ptr<Record>& record);
+  // Fails a job whose worker threw (std::bad_alloc, an observer's exception): the daemon goes on.
+  void FailAfterException(const std::shared_ptr<Record>& record, const std::string& what);
+  // Applies `mutate` to the job under mu_, writes the result through to the store, then delivers
+  // the event to its sinks, in order. `event` comes with its kind and, for an epoch, the epoch and
+  // running totals; Publish adds the job's id and, for a state change, the snapshot.
+  // Rethrows the first exception of an observer or sink (after delivering to the others).
   void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate);
-  static JobEvent StateEvent() { return JobEvent{}; }
-  std::string NewId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same off the job's worker (cancel, shutdown, a failed job): an observer's exception is
+  // logged, the change stands.
+  void PublishOutsideWorker(Record* record, JobEvent event,
+                            const std::function<void(JobSnapshot&)>& mutate);
+  // Tells the job's sinks that the daemon stopped before the job ended, and drops them.
+  void EndWatches(Record* record);
+  // After a job's terminal event: with a store, it leaves memory once its end is recorded.
+  void ForgetEnded(const std::shared_ptr<Record>& record);
+  // Puts a queued record on its device's queue and starts the device's worker if needed.
+  void QueueLocked(std::shared_ptr<Record> record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Record> FindLocked(const std::string& id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A new id, unknown to memory and to the store.
+  std::string NewId();
+  // Deletes a job's model, checkpoints and module from disk (what Delete and retention remove).
+  void DeleteJobFiles(const std::string& id) const;
+  // keep_checkpoints: the files of all but the last N of `checkpoints`, removed from the list.
+  std::vector<std::string> TrimCheckpoints(std::vector<CheckpointInfo>& checkpoints) const;
 
-  const std::string models_dir_;
-  const std::string data_dir_;  // for checkpoints; empty = none
-  const JobHooks hooks_;
-  const int64_t max_queued_jobs_;
+  const JobManagerOptions options_;
+  JobStore* const store_;  // options_.store.get(); null without one
   mutable absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first
+  std::map<std::string, std::shared_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in memory, oldest first
   std::map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t pending_enqueues_ ABSL_GUARDED_BY(mu_) = 0;  // admitted, being recorded
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;         // refuses new jobs (Drain, Shutdown)
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;          // workers told to exit (Shutdown)
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
+  std::mutex prune_mu_;  // one retention pass at a time
 };
 
 }  // namespace trainerd::engine

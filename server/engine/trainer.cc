@@ -1,20 +1,21 @@
 #include "server/engine/trainer.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <optional>
 #include <sstream>
 #include <utility>
-#include <optional>
 #include <vector>
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include "absl/strings/str_cat.h"
-#include "server/engine/log.h"
 #include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
+#include "server/engine/log.h"
 #include "server/engine/loss.h"
 #include "server/engine/model.h"
 #include "server/engine/optimizer.h"
@@ -45,6 +46,8 @@ class HostTransfers {
     return out;
   }
   void CountCrossDeviceCopy() { ++count_; }
+  // A resumed job's copies before this run.
+  void AddEarlierCount(int64_t count) { count_ += count; }
   void AddSeconds(double seconds) { seconds_ += seconds; }
   int64_t count() const { return count_; }
   double seconds() const { return seconds_; }
@@ -164,6 +167,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   const auto start = std::chrono::steady_clock::now();
   std::optional<std::chrono::steady_clock::time_point> loop_start;
   double loop_end_seconds = -1;  // since start; < 0 while the loop runs
+  double earlier_seconds = 0;    // a resumed job's running time before this run
   ResetPeakMemory(run.device);
   const int64_t allocated_at_start = AllocatedBytes(run.device);
   // Called wherever the run ends (every return below goes through `finish`).
@@ -180,6 +184,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     }
     if (o.loop_host_transfer_seconds == 0) o.loop_host_transfer_seconds = host.seconds();
     o.peak_memory_bytes = std::max<int64_t>(0, PeakAllocatedBytes(run.device) - allocated_at_start);
+    o.wall_seconds += earlier_seconds;  // the job's running time, earlier runs included
     return o;
   };
   const JobSpec& spec = run.spec;
@@ -230,6 +235,49 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     const auto index_options = torch::TensorOptions(torch::kInt64).device(run.device);
     const auto sum_options = torch::TensorOptions(torch::kFloat64).device(run.device);
 
+    // A job taken up again: the checkpoint's model, optimizer, loss scaler and counters, read
+    // into what was just built (its tensors straight onto the device). Its generator state is
+    // put back below, after the validation split, which is drawn afresh from the seed as at the
+    // job's first start.
+    int32_t first_epoch = 1;
+    LoopState resumed;
+    if (!run.resume_from.empty()) {
+      auto load_model = [&](torch::serialize::InputArchive& archive) {
+        if (!net.is_torchscript()) {
+          model->load(archive);
+          return;
+        }
+        torch::NoGradGuard no_grad;
+        for (const auto& p : net.script().named_parameters()) {
+          torch::Tensor value;
+          archive.read(p.name, value);
+          p.value.copy_(value);
+        }
+        for (const auto& b : net.script().named_buffers()) {
+          torch::Tensor value;
+          archive.read(b.name, value, /*is_buffer=*/true);
+          b.value.copy_(value);
+        }
+      };
+      absl::StatusOr<LoopState> state =
+          ReadCheckpoint(run.resume_from, run.device, load_model, *optimizer,
+                         scaler ? [&](torch::serialize::InputArchive& a) { scaler->Load(a); }
+                                : std::function<void(torch::serialize::InputArchive&)>());
+      if (!state.ok()) {
+        outcome.state = JobState::kFailed;
+        outcome.error = std::string(state.status().message());
+        return finish(outcome);
+      }
+      resumed = *std::move(state);
+      first_epoch = resumed.epoch + 1;
+      outcome.steps = resumed.steps;
+      outcome.resumed_steps = resumed.steps;
+      outcome.epochs_done = resumed.epoch;
+      outcome.final_loss = resumed.loss;
+      host.AddEarlierCount(resumed.host_syncs);
+      earlier_seconds = resumed.elapsed_seconds;
+    }
+
     // Validation rows: a fixed held-out part of the dataset, or a second dataset.
     //  - A fraction is split once per job, not per epoch, so that validation rows never train.
     //    The split is one permutation drawn from the job's generator before the first epoch's
@@ -276,8 +324,26 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     // Early stopping is decided on the host from values that the epoch's one transfer brought.
     double best_val_loss = std::numeric_limits<double>::infinity();
     int32_t epochs_without_improvement = 0;
+    if (!run.resume_from.empty()) {
+      best_val_loss = resumed.best_validation_loss;
+      epochs_without_improvement = resumed.epochs_without_improvement;
+      if (resumed.generator_state.defined()) {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(resumed.generator_state);
+      }
+      // Stopped early at the checkpoint's epoch, before the daemon stopped.
+      if (patience > 0 && epochs_without_improvement >= patience && resumed.epoch < spec.epochs) {
+        outcome.stopped_early = true;
+        first_epoch = spec.epochs + 1;
+      }
+    }
 
     auto cancelled = [&] {
+      if (run.interrupt != nullptr && run.interrupt->load(std::memory_order_relaxed)) {
+        outcome.interrupted = true;
+        outcome.state = JobState::kRunning;
+        return true;
+      }
       if (run.cancel == nullptr || !run.cancel->load(std::memory_order_relaxed)) return false;
       outcome.state = JobState::kCancelled;
       return true;
@@ -285,7 +351,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     CountHostToDeviceBytes(outcome.host_to_device_bytes);
     loop_start = std::chrono::steady_clock::now();
 
-    for (int32_t epoch = 1; epoch <= spec.epochs; ++epoch) {
+    for (int32_t epoch = first_epoch; epoch <= spec.epochs; ++epoch) {
       // The schedule is host arithmetic on the epoch number: no device value is read.
       const double learning_rate = LearningRateForEpoch(spec, epoch);
       SetLearningRate(*optimizer, learning_rate);
@@ -380,7 +446,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       EpochResult result;
       result.epoch = epoch;
       result.loss = mean_loss;
-      result.elapsed_seconds = SecondsSince(start);
+      result.elapsed_seconds = earlier_seconds + SecondsSince(start);
       result.learning_rate = learning_rate;
       if (loss_scale_at >= 0) {
         result.loss_scale = value[loss_scale_at];
@@ -411,8 +477,14 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       // list agree when a watcher sees the epoch. Serialising copies the device's parameters,
       // buffers and optimizer state to the host: off the CPU that is one more host sync per
       // checkpoint (host_syncs = epochs + 1 + checkpoints on a GPU); on the CPU nothing crosses.
-      if (spec.checkpoint_every > 0 && epoch % spec.checkpoint_every == 0 &&
-          !run.checkpoint_dir.empty()) {
+      // A drain stops the job after this epoch (unless it was the last, or an early stop): it
+      // gets a checkpoint now, whatever checkpoint_every says, and resumes from it.
+      const bool stops_early =
+          patience > 0 && epochs_without_improvement >= patience && epoch < spec.epochs;
+      const bool draining = run.drain != nullptr && run.drain->load(std::memory_order_relaxed) &&
+                            epoch < spec.epochs && !stops_early && !run.checkpoint_dir.empty();
+      if (!run.checkpoint_dir.empty() &&
+          (draining || (spec.checkpoint_every > 0 && epoch % spec.checkpoint_every == 0))) {
         const std::string file_name = CheckpointFileName(epoch);
         if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
         // A TorchScript job has no Sequential: its parameters and buffers go in by flat name.
@@ -427,8 +499,21 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           }
         };
         const auto checkpoint_start = std::chrono::steady_clock::now();
+        LoopState state;
+        state.epoch = epoch;
+        state.seed = seed;
+        state.steps = outcome.steps;
+        state.host_syncs = host.count();
+        state.elapsed_seconds = result.elapsed_seconds;
+        state.loss = mean_loss;
+        {
+          std::lock_guard<std::mutex> lock(gen.mutex());
+          state.generator_state = gen.get_state();
+        }
+        state.best_validation_loss = best_val_loss;
+        state.epochs_without_improvement = epochs_without_improvement;
         absl::StatusOr<int64_t> size = WriteCheckpoint(
-            absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, epoch, seed,
+            absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, state,
             scaler ? [&](torch::serialize::OutputArchive& a) { scaler->Save(a); }
                    : std::function<void(torch::serialize::OutputArchive&)>());
         if (!size.ok()) {
@@ -441,8 +526,13 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         if (run.on_checkpoint) run.on_checkpoint(epoch, file_name, *size);
       }
       if (run.on_epoch) run.on_epoch(result, outcome.steps, host.count());
+      if (draining) {
+        outcome.interrupted = true;
+        outcome.state = JobState::kRunning;
+        return finish(outcome);
+      }
       // Stopping after the last planned epoch is no early stop.
-      if (patience > 0 && epochs_without_improvement >= patience && epoch < spec.epochs) {
+      if (stops_early) {
         outcome.stopped_early = true;
         break;
       }
@@ -458,8 +548,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     if (net.is_torchscript()) {
       // Bring your own model: the download is the trained module itself, on the CPU and in eval
       // mode (as a spec-built model's export is), saved with its own code, parameters and buffers.
-      absl::StatusOr<std::string> archive = FinishTorchScriptModule(net.script(), run.device, host,
-                                                                    outcome);
+      absl::StatusOr<std::string> archive =
+          FinishTorchScriptModule(net.script(), run.device, host, outcome);
       if (!archive.ok()) {
         outcome.state = JobState::kFailed;
         outcome.error = std::string(archive.status().message());
@@ -497,8 +587,11 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   } catch (const c10::OutOfMemoryError& e) {
     outcome.state = JobState::kFailed;
     outcome.error = absl::StrCat("out of memory on ", DeviceName(run.device), " at epoch ",
-                                 outcome.epochs_done + 1,
-                                 "; try a smaller batch size or model");
+                                 outcome.epochs_done + 1, "; try a smaller batch size or model");
+  } catch (const std::bad_alloc&) {
+    outcome.state = JobState::kFailed;
+    outcome.error = absl::StrCat("out of host memory (std::bad_alloc) at epoch ",
+                                 outcome.epochs_done + 1, "; try a smaller batch size or model");
   } catch (const std::exception& e) {
     outcome.state = JobState::kFailed;
     outcome.error =

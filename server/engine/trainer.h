@@ -33,6 +33,15 @@ struct TrainingRun {
   torch::Device device = torch::kCPU;
   // Set by another thread to stop before the next step (a host flag: no device sync).
   const std::atomic<bool>* cancel = nullptr;
+  // Set by another thread to stop without ending the job (outcome.interrupted): `drain` after the
+  // current epoch, with a checkpoint of it (written even when checkpoint_every would not, given a
+  // checkpoint_dir); `interrupt` before the next step, to resume from the last checkpoint.
+  const std::atomic<bool>* drain = nullptr;
+  const std::atomic<bool>* interrupt = nullptr;
+  // A job taken up again: the checkpoint it resumes from (model, optimizer, loss scaler, the
+  // generator and the loop's counters), so that it goes on exactly as if it had never stopped.
+  // Empty: from epoch 1.
+  std::string resume_from;
   // Called on the training thread after each epoch's single host transfer, with the running
   // totals of steps and host synchronisations.
   std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;
@@ -40,13 +49,20 @@ struct TrainingRun {
   // created when the first checkpoint is written; empty means checkpoints are not written.
   std::string checkpoint_dir;
   // Called on the training thread after each checkpoint file is complete (before that epoch's
-  // on_epoch), with the epoch, the file's name within checkpoint_dir and its size.
+  // on_epoch), with the epoch, the file's name within checkpoint_dir and its size. The totals
+  // passed to on_epoch (steps, host syncs) and EpochResult::elapsed_seconds include a resumed
+  // job's earlier runs.
   std::function<void(int32_t epoch, const std::string& file_name, int64_t size_bytes)>
       on_checkpoint;
 };
 
 struct TrainingOutcome {
   JobState state = JobState::kFailed;  // kSucceeded, kFailed or kCancelled
+  // Stopped by `drain` or `interrupt`: the job is not over (state stays kRunning) and resumes
+  // from its last checkpoint.
+  bool interrupted = false;
+  // A resumed job: the steps taken before this run (from the checkpoint), included in `steps`.
+  int64_t resumed_steps = 0;
   std::string error;                   // kFailed: a sentence
   int64_t steps = 0;
   int64_t host_syncs = 0;

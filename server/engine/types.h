@@ -159,6 +159,13 @@ struct DeviceReport {
   std::string verdict;  // one line; empty until the job ends
 };
 
+// A job taken up again at a daemon's start (proto JobRestart).
+struct JobRestart {
+  absl::Time time = absl::InfinitePast();
+  int32_t from_epoch = 0;  // the checkpoint's epoch; 0: started over
+  JobState previous_state = JobState::kQueued;
+};
+
 // Everything the engine knows about a job, copied out under its lock.
 struct JobSnapshot {
   std::string id;
@@ -168,6 +175,8 @@ struct JobSnapshot {
   JobState state = JobState::kQueued;
   std::string error;  // FAILED (and CANCELLED by shutdown): a sentence
   std::vector<EpochResult> epochs;
+  int32_t epochs_completed = 0;  // epochs finished; equals epochs.size() unless a summary (a job
+                                 // store's listing) left the epochs out
   double final_loss = 0.0;
   double wall_seconds = 0.0;
   int64_t steps = 0;
@@ -179,6 +188,7 @@ struct JobSnapshot {
   bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
   std::vector<CheckpointInfo> checkpoints;  // oldest first
   DeviceReport report;
+  std::vector<JobRestart> restarts;  // oldest first
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended
@@ -187,9 +197,11 @@ struct JobSnapshot {
 // Models with at most this many parameter values report them in the Job.
 inline constexpr int64_t kMaxReportedParameters = 1000;
 
-// One event of a job's stream: an epoch finished, or the job changed state.
+// One event of a job's stream: an epoch finished, or the job changed state; or, to a job's own
+// sinks only (never the observer), kInterrupted: the daemon stopped before the job ended (it stays
+// QUEUED or RUNNING in the records and resumes at the next start), so nothing more follows.
 struct JobEvent {
-  enum class Kind { kEpoch, kState };
+  enum class Kind { kEpoch, kState, kInterrupted };
   Kind kind = Kind::kState;
   std::string job_id;
   EpochResult epoch;  // kEpoch

@@ -141,7 +141,8 @@ class Metrics::JobObserver final : public engine::JobEventSink {
                             "job.")
                       .Register(registry)) {
     // Every final state is present from the start, so that rate() sees the first job.
-    for (const char* state : {"succeeded", "failed", "cancelled"}) finished_.Add({{"state", state}});
+    for (const char* state : {"succeeded", "failed", "cancelled"})
+      finished_.Add({{"state", state}});
   }
 
   void Push(const engine::JobEvent& event) override {
@@ -197,8 +198,7 @@ class Metrics::JobObserver final : public engine::JobEventSink {
     if (previous == engine::JobState::kRunning) running_.Decrement();
     finished_.Add({{"state", StateLabel(snap.state)}}).Increment();
     if (snap.start_time != absl::InfinitePast()) {
-      duration_
-          .Add({{"state", StateLabel(snap.state)}}, kJobDurationBuckets)
+      duration_.Add({{"state", StateLabel(snap.state)}}, kJobDurationBuckets)
           .Observe(snap.wall_seconds);
     }
     // The syncs after the last epoch (the parameter read-back at the end).
@@ -265,7 +265,7 @@ class Metrics::JobObserver final : public engine::JobEventSink {
   const absl::Duration ttl_;
   absl::Mutex mu_;
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);  // not yet ended, or series kept
-  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);     // ended jobs with series, oldest first
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);    // ended jobs with series, oldest first
   prometheus::Counter& submitted_;
   prometheus::Family<prometheus::Counter>& finished_;
   prometheus::Gauge& queued_;
@@ -304,8 +304,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   std::vector<MetricFamily> Collect() const override {
     observer_->Expire(absl::Now());
     std::vector<MetricFamily> out;
-    MetricFamily build = Family("trainerd_build_info", "What is running; the value is 1.",
-                                MetricType::Gauge);
+    MetricFamily build =
+        Family("trainerd_build_info", "What is running; the value is 1.", MetricType::Gauge);
     build.metric.push_back(Value(1, {{"cuda_version", options_.cuda_version},
                                      {"libtorch_version", options_.libtorch_version},
                                      {"version", options_.version}}));
@@ -315,10 +315,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     if (engine_ != nullptr) CollectEngine(out);
     if (sampler_ != nullptr) CollectDevices(out);
     if (auth_rejections_) {
-      MetricFamily rejected = Family(
-          "trainerd_auth_rejected_total",
-          "Calls refused UNAUTHENTICATED: no valid bearer token or client certificate.",
-          MetricType::Counter);
+      MetricFamily rejected =
+          Family("trainerd_auth_rejected_total",
+                 "Calls refused UNAUTHENTICATED: no valid bearer token or client certificate.",
+                 MetricType::Counter);
       rejected.metric.push_back(Value(static_cast<double>(auth_rejections_())));
       out.push_back(std::move(rejected));
     }
@@ -336,8 +336,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
       bytes += meta.size_bytes;
     }
     MetricFamily datasets = Family("trainerd_datasets", "Resident datasets.", MetricType::Gauge);
-    MetricFamily bytes = Family("trainerd_dataset_resident_bytes",
-                                "Bytes of resident datasets.", MetricType::Gauge);
+    MetricFamily bytes =
+        Family("trainerd_dataset_resident_bytes", "Bytes of resident datasets.", MetricType::Gauge);
     MetricFamily evictions =
         Family("trainerd_dataset_evictions_total",
                "Datasets dropped from device memory to make room (device-memory budgets; "
@@ -363,6 +363,20 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
                                  MetricType::Gauge);
     staged.metric.push_back(Value(static_cast<double>(engine_->staged_upload_bytes())));
     out.push_back(std::move(staged));
+    const engine::DiskUsage disk = engine_->disk_usage();
+    MetricFamily usage = Family("trainerd_disk_usage_bytes",
+                                "Bytes the data folder holds on disk, by kind (measured at most "
+                                "every 10 s).",
+                                MetricType::Gauge);
+    for (const auto& [kind, value] :
+         std::vector<std::pair<const char*, int64_t>>{{"datasets", disk.datasets},
+                                                      {"models", disk.models},
+                                                      {"checkpoints", disk.checkpoints},
+                                                      {"modules", disk.modules},
+                                                      {"records", disk.records}}) {
+      usage.metric.push_back(Value(static_cast<double>(value), {{"kind", kind}}));
+    }
+    out.push_back(std::move(usage));
   }
 
   void CollectDevices(std::vector<MetricFamily>& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -375,12 +389,11 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
                              MetricType::Gauge);
     MetricFamily used = Family("trainerd_gpu_memory_used_bytes",
                                "Device memory in use (all processes).", MetricType::Gauge);
-    MetricFamily total = Family("trainerd_gpu_memory_total_bytes", "Device memory.",
-                                MetricType::Gauge);
-    MetricFamily power = Family("trainerd_gpu_power_watts", "Board power draw.",
-                                MetricType::Gauge);
-    MetricFamily temperature = Family("trainerd_gpu_temperature_celsius",
-                                      "GPU core temperature.", MetricType::Gauge);
+    MetricFamily total =
+        Family("trainerd_gpu_memory_total_bytes", "Device memory.", MetricType::Gauge);
+    MetricFamily power = Family("trainerd_gpu_power_watts", "Board power draw.", MetricType::Gauge);
+    MetricFamily temperature =
+        Family("trainerd_gpu_temperature_celsius", "GPU core temperature.", MetricType::Gauge);
     for (const monitor::DeviceReading& r : sampler_->Latest()) {
       if (r.device == "cpu") continue;
       const std::vector<ClientMetric::Label> labels = {
@@ -390,7 +403,8 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
       used.metric.push_back(Value(static_cast<double>(r.memory_used_bytes), labels));
       total.metric.push_back(Value(static_cast<double>(r.memory_total_bytes), labels));
       if (r.power_watts) power.metric.push_back(Value(*r.power_watts, labels));
-      if (r.temperature_celsius) temperature.metric.push_back(Value(*r.temperature_celsius, labels));
+      if (r.temperature_celsius)
+        temperature.metric.push_back(Value(*r.temperature_celsius, labels));
     }
     for (MetricFamily* f : {&util, &sm, &used, &total, &power, &temperature}) {
       if (!f->metric.empty()) out.push_back(std::move(*f));
@@ -400,9 +414,9 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   static void CollectProcess(std::vector<MetricFamily>& out) {
     absl::StatusOr<monitor::ProcessStats> stats = monitor::ReadProcessStats();
     if (!stats.ok()) return;
-    MetricFamily cpu = Family("process_cpu_seconds_total",
-                              "Total user and system CPU time spent in seconds.",
-                              MetricType::Counter);
+    MetricFamily cpu =
+        Family("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.",
+               MetricType::Counter);
     cpu.metric.push_back(Value(stats->cpu_seconds));
     MetricFamily rss = Family("process_resident_memory_bytes", "Resident memory size in bytes.",
                               MetricType::Gauge);

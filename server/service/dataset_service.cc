@@ -6,10 +6,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "server/service/convert.h"
+#include "server/convert/convert.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
+
+using convert::FromProto;
+using convert::ToProto;
+
 namespace {
 
 constexpr size_t kMaxChunkBytes = 1 << 20;  // 1 MiB, as the API documents

@@ -6,12 +6,18 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "server/service/convert.h"
+#include "server/convert/convert.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
+
+using convert::FromProto;
+using convert::ToProto;
+
 namespace {
 
 // A watcher that reads more slowly than its job produces events keeps at most this many unsent
@@ -104,6 +110,14 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   class Sink final : public engine::JobEventSink {
    public:
     void Push(const engine::JobEvent& event) override {
+      if (event.kind == engine::JobEvent::Kind::kInterrupted) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (detached_) return;
+        // Before Attach: the history is queued but the reactor not yet attached; it ends then.
+        interrupted_ = true;
+        if (reactor_ != nullptr) reactor_->EndInterrupted();
+        return;
+      }
       v1::JobEvent proto;
       if (event.kind == engine::JobEvent::Kind::kEpoch) {
         *proto.mutable_epoch() = ToProto(event.epoch);
@@ -124,6 +138,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
       for (auto& event : backlog_) reactor->Enqueue(std::move(event));
       backlog_.clear();
       reactor_ = reactor;
+      if (interrupted_) reactor->EndInterrupted();
     }
     void Detach() {
       std::lock_guard<std::mutex> lock(mu_);
@@ -133,10 +148,21 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
 
    private:
     std::mutex mu_;
-    WatchReactor* reactor_ = nullptr;  // guarded by mu_
-    bool detached_ = false;            // guarded by mu_
+    WatchReactor* reactor_ = nullptr;   // guarded by mu_
+    bool detached_ = false;             // guarded by mu_
+    bool interrupted_ = false;          // guarded by mu_
     std::deque<v1::JobEvent> backlog_;  // guarded by mu_
   };
+
+  // The daemon stopped before the job ended: once what is queued is written, the stream ends with
+  // UNAVAILABLE (the job resumes at the daemon's next start; watch it again then).
+  void EndInterrupted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    end_status_ = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               "the daemon is shutting down; job '" + id_ +
+                                   "' resumes when it starts again (watch it again then)");
+    WriteNextLocked(/*may_call_engine=*/false);
+  }
 
   void Enqueue(v1::JobEvent event) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -195,7 +221,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
       }
     }
     if (pending_.empty()) {
-      if (terminal_written_) FinishLocked(grpc::Status::OK);
+      if (terminal_written_) {
+        FinishLocked(grpc::Status::OK);
+      } else if (end_status_.has_value()) {
+        FinishLocked(*end_status_);
+      }
       return;
     }
     current_ = std::move(pending_.front());
@@ -218,12 +248,13 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   const std::string id_;
   const std::shared_ptr<Sink> sink_;
   std::mutex mu_;
-  std::deque<v1::JobEvent> pending_;  // guarded by mu_
-  v1::JobEvent current_;              // the write in flight
-  bool writing_ = false;              // guarded by mu_
-  bool terminal_written_ = false;     // guarded by mu_
-  bool cancelled_ = false;            // guarded by mu_
-  bool finished_ = false;             // guarded by mu_
+  std::deque<v1::JobEvent> pending_;        // guarded by mu_
+  v1::JobEvent current_;                    // the write in flight
+  bool writing_ = false;                    // guarded by mu_
+  bool terminal_written_ = false;           // guarded by mu_
+  bool cancelled_ = false;                  // guarded by mu_
+  bool finished_ = false;                   // guarded by mu_
+  std::optional<grpc::Status> end_status_;  // guarded by mu_: how the stream ends, untimely
 };
 
 // Streams a succeeded job's TorchScript archive from <data_dir>/models/<id>.pt in chunks of at
@@ -323,8 +354,51 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* context,
                                                    const v1::ListJobsRequest* request,
                                                    v1::ListJobsResponse* response) {
-  for (const auto& job : engine_->ListJobs()) *response->add_jobs() = ToProto(job);
-  return FinishWith(context, absl::OkStatus());
+  if (request->page_size() < 0) {
+    return FinishWith(context, absl::InvalidArgumentError(absl::StrCat(
+                                   "page_size must be 0 (the default, 100) or more, not ",
+                                   request->page_size())));
+  }
+  engine::JobQuery query;
+  query.page_size = request->page_size() == 0
+                        ? 100
+                        : std::min<int32_t>(request->page_size(), engine::kMaxJobPageSize);
+  query.page_token = request->page_token();
+  if (request->state() != v1::JOB_STATE_UNSPECIFIED) {
+    absl::StatusOr<engine::JobState> state = FromProto(request->state());
+    if (!state.ok()) {
+      return FinishWith(context, absl::InvalidArgumentError(absl::StrCat(
+                                     "state ", static_cast<int>(request->state()),
+                                     " is not a job state (QUEUED, RUNNING, SUCCEEDED, FAILED "
+                                     "or CANCELLED)")));
+    }
+    query.state = *state;
+  }
+  query.dataset = request->dataset();
+  switch (request->view()) {
+    case v1::JOB_VIEW_UNSPECIFIED:
+    case v1::JOB_VIEW_BASIC:
+      break;
+    case v1::JOB_VIEW_FULL:
+      query.full = true;
+      break;
+    default:
+      return FinishWith(context,
+                        absl::InvalidArgumentError("view must be JOB_VIEW_BASIC or JOB_VIEW_FULL"));
+  }
+  query.newest_first = request->newest_first();
+  absl::StatusOr<engine::JobPage> page = engine_->ListJobs(query);
+  if (page.ok()) {
+    for (const engine::JobSnapshot& job : page->jobs) *response->add_jobs() = ToProto(job);
+    response->set_next_page_token(page->next_page_token);
+  }
+  return FinishWith(context, page.status());
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* context,
+                                                    const v1::DeleteJobRequest* request,
+                                                    v1::DeleteJobResponse* /*response*/) {
+  return FinishWith(context, engine_->DeleteJob(request->id()));
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,

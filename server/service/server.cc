@@ -2,11 +2,12 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
-
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -17,6 +18,7 @@
 #include "common/status_macros.h"
 #include "server/engine/log.h"
 #include "server/service/metrics_interceptor.h"
+#include "server/store/sqlite_job_store.h"
 
 namespace trainerd::service {
 
@@ -39,9 +41,9 @@ absl::StatusOr<std::string> ReadMetricsToken(const std::string& path) {
     break;
   }
   if (token.size() < kMinTokenLength) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics_auth_token_file '", path, "' needs a token of at least ", kMinTokenLength,
-        " characters"));
+    return absl::InvalidArgumentError(absl::StrCat("--metrics_auth_token_file '", path,
+                                                   "' needs a token of at least ", kMinTokenLength,
+                                                   " characters"));
   }
   return token;
 }
@@ -100,6 +102,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
         [auth = authenticator.get()] { return auth->rejected_calls(); });
   }
   engine::EngineOptions engine_options = options.engine;
+  if (options.keep_job_records && engine_options.job_store == nullptr) {
+    std::error_code ec;
+    std::filesystem::create_directories(engine_options.data_dir, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the data folder '", engine_options.data_dir, "': ", ec.message()));
+    }
+    TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteJobStore> job_store,
+                              store::SqliteJobStore::Open(engine_options.data_dir + "/jobs.db"));
+    engine_options.job_store = std::move(job_store);
+  }
   engine_options.observer = server->metrics_->job_observer();
   engine_options.sampler = server->sampler_.get();
   TRAINERD_ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(engine_options));
@@ -108,7 +121,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   dataset_options.upload_idle_timeout = options.upload_idle_timeout;
   server->dataset_service_ = std::make_unique<DatasetServiceImpl>(
       server->engine_.get(), authenticator.get(), dataset_options);
-  server->job_service_ = std::make_unique<JobServiceImpl>(server->engine_.get(), authenticator.get());
+  server->job_service_ =
+      std::make_unique<JobServiceImpl>(server->engine_.get(), authenticator.get());
   server->system_service_ = std::make_unique<SystemServiceImpl>(server->engine_.get());
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<int> port = server->metrics_->Serve(options.metrics_listen, metrics_http);
@@ -135,15 +149,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   server->server_ = builder.BuildAndStart();
   const bool unix_socket = absl::StartsWith(options.listen, "unix:");
   if (server->server_ == nullptr || (server->port_ == 0 && !unix_socket)) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on '", options.listen,
-                                               "' (address in use or not valid)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on '", options.listen, "' (address in use or not valid)"));
   }
   if (unix_socket) {
     // The owner and its group may connect; nobody else (gRPC creates it with the umask's mode).
     const std::string path = options.listen.substr(5);
     if (::chmod(path.c_str(), 0660) != 0) {
-      return absl::UnavailableError(absl::StrCat("cannot make the socket '", path,
-                                                 "' mode 0660: ", std::strerror(errno)));
+      return absl::UnavailableError(
+          absl::StrCat("cannot make the socket '", path, "' mode 0660: ", std::strerror(errno)));
     }
     server->address_ = options.listen;
   } else {
@@ -186,6 +200,19 @@ void Server::Shutdown(absl::Duration deadline) {
   engine_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));
   engine::LogInfo("server stopped");
+}
+
+void Server::Drain(absl::Duration drain_timeout, absl::Duration deadline) {
+  {
+    std::lock_guard<std::mutex> lock(shutdown_mu_);
+    if (shut_down_ || server_ == nullptr) return;
+    // Load balancers and Kubernetes stop sending work; the API still answers meanwhile.
+    server_->GetHealthCheckService()->Shutdown();
+  }
+  engine::LogInfo(absl::StrCat("draining: running jobs finish their epoch and checkpoint (at most ",
+                               absl::FormatDuration(drain_timeout), ")"));
+  engine_->Drain(drain_timeout);
+  Shutdown(deadline);
 }
 
 void Server::Wait() { server_->Wait(); }

@@ -43,8 +43,11 @@ struct ServerOptions {
   // load ("" for none: CPU only).
   absl::Duration sample_interval = absl::Milliseconds(500);
   std::string nvml_library = "libnvidia-ml.so.1";
-  // The engine's options; the server sets its observer and sampler.
+  // The engine's options; the server sets its observer, sampler and job store.
   engine::EngineOptions engine;
+  // Keep job records in <engine.data_dir>/jobs.db (SQLite), so that jobs outlive the process and
+  // unfinished ones resume at the next start. Off only in tests that want the in-memory engine.
+  bool keep_job_records = true;
 };
 
 // Owns the engine and the gRPC server. Thread-safe: Shutdown may be called from any thread, once
@@ -70,10 +73,14 @@ class Server {
   // A channel to this server that does not go through the network stack.
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
-  // Health turns NOT_SERVING, the engine stops (running jobs end CANCELLED at a step boundary and
-  // their watchers receive that), then the gRPC server stops, cancelling calls still open after
-  // `deadline`.
+  // Health turns NOT_SERVING, the engine stops (with job records, running jobs stop at a step
+  // boundary and resume at the next start; without, they end CANCELLED and their watchers receive
+  // that), then the gRPC server stops, cancelling calls still open after `deadline`.
   void Shutdown(absl::Duration deadline);
+  // SIGTERM: health turns NOT_SERVING and new jobs get UNAVAILABLE at once, while the API keeps
+  // answering; each running job finishes its epoch and writes a checkpoint (Engine::Drain, at
+  // most `drain_timeout`); then Shutdown(deadline).
+  void Drain(absl::Duration drain_timeout, absl::Duration deadline);
   // Blocks until the server has shut down.
   void Wait();
 

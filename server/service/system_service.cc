@@ -4,10 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "server/service/convert.h"
+#include "server/convert/convert.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
+
+using convert::FromProto;
+using convert::ToProto;
+
 namespace {
 
 // One Diagnose call, finished exactly once: by the worker with the result, or at once when the

@@ -50,7 +50,7 @@ class JobSubmitTest : public EngineFixture {
   std::string Rejection(const JobSpec& spec, absl::StatusCode code) {
     absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(spec);
     EXPECT_EQ(job.status().code(), code) << job.status();
-    EXPECT_THAT(engine_->ListJobs(), IsEmpty());
+    EXPECT_THAT(engine_->ListJobs()->jobs, IsEmpty());
     return std::string(job.status().message());
   }
 };
@@ -61,8 +61,8 @@ TEST_F(JobSubmitTest, ValidJobIsQueuedWithAnId) {
   EXPECT_EQ(job->state, JobState::kQueued);
   EXPECT_FALSE(job->id.empty());
   EXPECT_THAT(job->epochs, IsEmpty());
-  ASSERT_THAT(engine_->ListJobs(), SizeIs(1));
-  EXPECT_EQ(engine_->ListJobs()[0].id, job->id);
+  ASSERT_THAT(engine_->ListJobs()->jobs, SizeIs(1));
+  EXPECT_EQ(engine_->ListJobs()->jobs[0].id, job->id);
 }
 
 TEST_F(JobSubmitTest, MseOnInt64TargetsIsInvalidArgument) {
@@ -419,7 +419,7 @@ TEST_F(JobShutdownTest, SubmitAfterShutdownIsUnavailable) {
 TEST_F(JobShutdownTest, ShutdownTwiceIsHarmless) {
   engine_->Shutdown();
   engine_->Shutdown();
-  EXPECT_THAT(engine_->ListJobs(), IsEmpty());
+  EXPECT_THAT(engine_->ListJobs()->jobs, IsEmpty());
 }
 
 }  // namespace

@@ -124,7 +124,7 @@ TEST_F(EngineLimitsTest, AModelWithTooManyParametersIsResourceExhausted) {
   const absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(spec);
   EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(job.status().message(), HasSubstr("parameters; at most 2147483648 are allowed"));
-  EXPECT_TRUE(engine_->ListJobs().empty());
+  EXPECT_TRUE(engine_->ListJobs()->jobs.empty());
 }
 
 TEST_F(EngineLimitsTest, AModelWhoseWorkingSetIsTooLargeIsResourceExhausted) {
@@ -143,7 +143,7 @@ TEST_F(EngineLimitsTest, AModelWhoseWorkingSetIsTooLargeIsResourceExhausted) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(job.status().message(), HasSubstr("would need about"));
   EXPECT_THAT(job.status().message(), HasSubstr("at most 1024.0 GiB per job is allowed"));
-  EXPECT_TRUE(engine_->ListJobs().empty());
+  EXPECT_TRUE(engine_->ListJobs()->jobs.empty());
 }
 
 TEST_F(EngineLimitsTest, TooManyCheckpointsAreInvalid) {

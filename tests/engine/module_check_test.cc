@@ -302,7 +302,7 @@ TEST_F(SubmitModuleTest, AModuleThatReadsFilesIsRefusedNamingTheOperator) {
       engine_->SubmitJob(ModuleSpec(Save(MakeModule(kFromFileForward))));
   EXPECT_EQ(job.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(job.status().message(), HasSubstr("aten::from_file"));
-  EXPECT_TRUE(engine_->ListJobs().empty());
+  EXPECT_TRUE(engine_->ListJobs()->jobs.empty());
 }
 
 TEST_F(SubmitModuleTest, AModuleWithSetstateIsRefused) {

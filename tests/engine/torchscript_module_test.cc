@@ -117,7 +117,7 @@ TEST_F(TorchScriptModuleTest, ForwardOfWrongWidthIsRefusedAtSubmitNamingTheShape
   EXPECT_THAT(job.status().message(),
               HasSubstr("the TorchScript module's forward does not accept a batch of shape "
                         "[2, 1]"));
-  EXPECT_TRUE(engine_->ListJobs().empty());
+  EXPECT_TRUE(engine_->ListJobs()->jobs.empty());
 }
 
 TEST_F(TorchScriptModuleTest, GarbageBytesAreRefusedAtSubmit) {

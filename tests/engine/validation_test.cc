@@ -362,7 +362,7 @@ class ValidationSubmitTest : public EngineFixture {
                         absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
     absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(spec);
     EXPECT_EQ(job.status().code(), code) << job.status();
-    EXPECT_THAT(engine_->ListJobs(), IsEmpty());
+    EXPECT_THAT(engine_->ListJobs()->jobs, IsEmpty());
     return std::string(job.status().message());
   }
 };

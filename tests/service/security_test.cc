@@ -210,7 +210,7 @@ TEST_F(SecurityTest, EveryMethodButHealthNeedsAToken) {
   v1::Job job;
   EXPECT_EQ(jobs->SubmitJob(&context, request, &job).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_TRUE(server_->engine()->ListJobs().empty());
+  EXPECT_TRUE(server_->engine()->ListJobs()->jobs.empty());
   // Operators see the refusals: the anonymous list, the bad token, reflection and the submit.
   EXPECT_THAT(server_->metrics()->Render(), HasSubstr("\ntrainerd_auth_rejected_total 4\n"));
 }

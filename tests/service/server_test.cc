@@ -55,7 +55,9 @@ TEST_F(ServerTest, ReflectionListsTheApiServices) {
   EXPECT_THAT(services, Contains("trainerd.v1.DatasetService"));
 }
 
-TEST_F(ServerTest, ShutdownCancelsRunningJobAndEndsItsWatch) {
+// With job records (the default), Shutdown leaves a running job to resume at the next start: it
+// is not cancelled, and its watch ends at once with UNAVAILABLE saying so.
+TEST_F(ServerTest, ShutdownLeavesRunningJobToResumeAndEndsItsWatch) {
   UploadSeed();
   v1::Job job;
   ASSERT_TRUE(SubmitJob(LinearSpec("seed", kLongJobEpochs), &job).ok());
@@ -70,6 +72,33 @@ TEST_F(ServerTest, ShutdownCancelsRunningJobAndEndsItsWatch) {
   grpc::Status status = watch_done.get();
 
   EXPECT_LT(took, absl::Seconds(5)) << "Shutdown took " << took;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("resumes when it starts again"));
+  absl::StatusOr<engine::JobSnapshot> stopped = server_->engine()->GetJob(job.id());
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state, engine::JobState::kRunning);
+}
+
+// Without job records nothing could resume it: Shutdown cancels the job, and its watch receives
+// that and ends.
+TEST_F(ServerTest, ShutdownWithoutJobRecordsCancelsRunningJobAndEndsItsWatch) {
+  server_.reset();
+  ServerOptions options = Options();
+  options.keep_job_records = false;
+  StartServer(options);
+  UploadSeed();
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(LinearSpec("seed", kLongJobEpochs), &job).ok());
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->NextEpoch()) << "the stream ended before the first epoch";
+  auto watch_done = std::async(std::launch::async, [&] { return watch->Finish(); });
+
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  const absl::Duration took = absl::Now() - start;
+  grpc::Status status = watch_done.get();
+
+  EXPECT_LT(took, absl::Seconds(5)) << "Shutdown took " << took;
   EXPECT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
   ASSERT_FALSE(watch->events().empty());
   const v1::JobEvent& last = watch->events().back();
@@ -77,6 +106,26 @@ TEST_F(ServerTest, ShutdownCancelsRunningJobAndEndsItsWatch) {
   EXPECT_EQ(v1::JobState_Name(last.job().state()), v1::JobState_Name(v1::JOB_STATE_CANCELLED));
   EXPECT_THAT(last.job().error(), HasSubstr("shut down"));
   EXPECT_LT(last.job().epochs_size(), kLongJobEpochs);
+}
+
+// SIGTERM's path: health turns NOT_SERVING and submissions are refused while the running job
+// finishes its epoch and checkpoints; the job then stays RUNNING, with the drain's checkpoint.
+TEST_F(ServerTest, DrainCheckpointsTheRunningJobAndRefusesNewOnes) {
+  UploadSeed();
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(LinearSpec("seed", kLongJobEpochs), &job).ok());
+  std::unique_ptr<JobWatch> watch = Watch(job.id());
+  ASSERT_TRUE(watch->NextEpoch());
+  server_->Drain(absl::Seconds(30), absl::Seconds(5));
+
+  absl::StatusOr<engine::JobSnapshot> stopped = server_->engine()->GetJob(job.id());
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state, engine::JobState::kRunning);
+  ASSERT_EQ(stopped->checkpoints.size(), 1u);
+  EXPECT_EQ(stopped->checkpoints[0].epoch, stopped->epochs_completed);
+  EXPECT_EQ(server_->engine()->SubmitJob(engine::JobSpec()).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(watch->Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 }  // namespace

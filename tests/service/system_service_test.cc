@@ -2,6 +2,7 @@
 // real server on loopback.
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <vector>
@@ -175,6 +176,36 @@ TEST_F(SystemServiceTest, RpcsAreCountedInTheMetricsByMethodAndCode) {
                               "v1.JobService/GetJob\"} 2"));
   EXPECT_THAT(text, HasSubstr("trainerd_grpc_request_duration_seconds_count{method=\"/trainerd.v1."
                               "JobService/GetJob\"} 2"));
+}
+
+// Bytes of the regular files under `dir`.
+int64_t BytesUnder(const std::string& dir) {
+  int64_t total = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file()) total += static_cast<int64_t>(it->file_size());
+  }
+  return total;
+}
+
+TEST_F(SystemServiceTest, DiskUsageIsReportedByKind) {
+  UploadSeed();
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/2);
+  spec.set_checkpoint_every(1);
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(spec, &job).ok());
+  ASSERT_TRUE(Watch(job.id())->Finish().ok());
+  const std::string text = server_->metrics()->Render();
+  for (const char* kind : {"datasets", "models", "checkpoints"}) {
+    const int64_t bytes = BytesUnder(absl::StrCat(data_dir_, "/", kind));
+    EXPECT_GT(bytes, 0) << kind;
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("trainerd_disk_usage_bytes{kind=\"", kind, "\"} ",
+                                             bytes, "\n")));
+  }
+  EXPECT_THAT(text, HasSubstr("trainerd_disk_usage_bytes{kind=\"modules\"} 0\n"));
+  EXPECT_THAT(text,
+              ::testing::ContainsRegex("trainerd_disk_usage_bytes\\{kind=\"records\"\\} [1-9]"));
 }
 
 TEST_F(SystemServiceTest, JobEventsReachTheMetrics) {

@@ -1,0 +1,507 @@
+// Durable jobs at the engine's level, with the real SQLite job store: records outlive the engine,
+// listings page and filter, deletion and retention remove records and files, and a job that was
+// running or queued when the engine stopped is taken up again at the next start, resuming from its
+// last checkpoint exactly (the same losses, bit for bit, as the same job never interrupted).
+#include <sys/stat.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "server/store/sqlite_job_store.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace trainerd::engine {
+namespace {
+
+using test_support::EngineFixture;
+using test_support::EventRecorder;
+using test_support::kWaitTimeout;
+using test_support::Losses;
+using test_support::RunJob;
+using test_support::SeedSpec;
+using test_support::SeedTable;
+using test_support::Upload;
+using test_support::WaitForEnd;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Holds the job's worker for a moment when the job's `epoch` is published, so that a test can stop
+// the engine while the job is mid-flight (the worker is inside the epoch's event until then).
+class PauseAtEpoch final : public JobEventSink {
+ public:
+  explicit PauseAtEpoch(int32_t epoch, absl::Duration pause = absl::Milliseconds(400))
+      : epoch_(epoch), pause_(pause) {}
+  void Push(const JobEvent& event) override {
+    if (event.kind != JobEvent::Kind::kEpoch || event.epoch.epoch != epoch_) return;
+    reached_.store(true);
+    absl::SleepFor(pause_);
+  }
+  // Waits until the epoch's event arrived; false after kWaitTimeout.
+  bool WaitReached() const {
+    const absl::Time deadline = absl::Now() + kWaitTimeout;
+    while (!reached_.load()) {
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    return true;
+  }
+
+ private:
+  const int32_t epoch_;
+  const absl::Duration pause_;
+  std::atomic<bool> reached_{false};
+};
+
+// A job whose whole future depends on more than its weights: momentum (Adam's moments and step
+// counters), a shuffle per epoch and dropout (the generator), a validation split drawn from the
+// seed, and early-stopping counters; a checkpoint every 2 epochs.
+JobSpec ResumableSpec() {
+  JobSpec spec = SeedSpec("seed");
+  spec.model = "linear:16,relu,dropout:0.2,linear:1";
+  spec.optimizer = OptimizerKind::kAdam;
+  spec.learning_rate = 0.01;
+  spec.epochs = 8;
+  spec.validation_fraction = 0.2;
+  spec.early_stop_patience = 50;
+  spec.checkpoint_every = 2;
+  return spec;
+}
+
+class JobRecordsTest : public EngineFixture {
+ protected:
+  void SetUp() override {
+    EngineFixture::SetUp();
+    engine_.reset();  // the fixture's engine keeps no records; this test's engines do
+    engine_ = StartEngine(DurableOptions());
+    ASSERT_NE(engine_, nullptr);
+    ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  }
+
+  // Options over this test's folder with a job store on <folder>/jobs.db.
+  EngineOptions DurableOptions() const {
+    EngineOptions options = Options();
+    absl::StatusOr<std::unique_ptr<store::SqliteJobStore>> store =
+        store::SqliteJobStore::Open(dir_.path() + "/jobs.db");
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (store.ok()) options.job_store = *std::move(store);
+    return options;
+  }
+
+  // Stops the engine (jobs in flight stay in the records) and starts a new one on the same folder.
+  void Restart(EngineOptions options) {
+    engine_.reset();
+    engine_ = StartEngine(options);
+    ASSERT_NE(engine_, nullptr);
+  }
+  void Restart() { Restart(DurableOptions()); }
+
+  std::string ModelFile(const std::string& id) const {
+    return dir_.path() + "/models/" + id + ".pt";
+  }
+  std::string CheckpointFile(const std::string& id, int epoch) const {
+    char name[32];
+    std::snprintf(name, sizeof(name), "epoch-%06d.pt", epoch);
+    return dir_.path() + "/checkpoints/" + id + "/" + name;
+  }
+
+  // Submits `spec`, pauses its worker at `epoch`, and stops the engine meanwhile (Shutdown, or
+  // Drain when `drain`): the job is left in the records as RUNNING. Returns its id.
+  std::string StartAndStop(const JobSpec& spec, int32_t epoch, bool drain) {
+    absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return "";
+    auto pause = std::make_shared<PauseAtEpoch>(epoch);
+    EXPECT_TRUE(engine_->SubscribeJob(job->id, pause).ok());
+    EXPECT_TRUE(pause->WaitReached());
+    if (drain) {
+      engine_->Drain(absl::Seconds(60));
+    } else {
+      engine_->Shutdown();
+    }
+    return job->id;
+  }
+};
+
+TEST_F(JobRecordsTest, EndedJobsOutliveARestartWithTheirHistoryAndModel) {
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 5;
+  absl::StatusOr<JobSnapshot> ran = RunJob(*engine_, spec);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  ASSERT_EQ(ran->state, JobState::kSucceeded);
+
+  Restart();
+  absl::StatusOr<JobSnapshot> job = engine_->GetJob(ran->id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state, JobState::kSucceeded);
+  EXPECT_EQ(Losses(*job), Losses(*ran));
+  EXPECT_EQ(job->steps, ran->steps);
+  EXPECT_EQ(job->end_time, ran->end_time);
+  ASSERT_EQ(job->parameters.size(), ran->parameters.size());
+  EXPECT_EQ(job->parameters[0].values, ran->parameters[0].values);
+  EXPECT_EQ(job->report.verdict, ran->report.verdict);
+  EXPECT_TRUE(job->restarts.empty());
+
+  absl::StatusOr<std::string> model = engine_->ModelArchivePath(ran->id);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_TRUE(FileExists(*model));
+
+  // A Watch of a job from before the restart replays its history and then ends.
+  auto recorder = std::make_shared<EventRecorder>();
+  absl::StatusOr<JobSnapshot> watched = engine_->SubscribeJob(ran->id, recorder);
+  ASSERT_TRUE(watched.ok());
+  EXPECT_EQ(Losses(*watched), Losses(*ran));
+  EXPECT_TRUE(IsTerminal(watched->state));
+
+  absl::StatusOr<JobPage> page = engine_->ListJobs();
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(1));
+  EXPECT_EQ(page->jobs[0].epochs_completed, 5);
+  EXPECT_TRUE(page->jobs[0].epochs.empty());  // the summary view
+}
+
+TEST_F(JobRecordsTest, ListingsPageAndFilterByStateAndDataset) {
+  ASSERT_TRUE(Upload(*engine_, "other", SeedTable(/*rows=*/64, /*seed=*/7)).ok());
+  JobSpec short_spec = SeedSpec("seed");
+  short_spec.epochs = 2;
+  std::vector<std::string> ids;
+  for (const char* dataset : {"seed", "other", "seed"}) {
+    JobSpec spec = short_spec;
+    spec.dataset = dataset;
+    absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+    ASSERT_TRUE(job.ok());
+    ids.push_back(job->id);
+  }
+  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(test_support::BlockerSpec("seed"));
+  ASSERT_TRUE(blocker.ok());
+  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
+  ASSERT_TRUE(WaitForEnd(*engine_, blocker->id).ok());
+
+  JobQuery query;
+  query.page_size = 2;
+  absl::StatusOr<JobPage> page = engine_->ListJobs(query);
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(2));
+  EXPECT_EQ(page->jobs[0].id, ids[0]);
+  EXPECT_EQ(page->jobs[1].id, ids[1]);
+  query.page_token = page->next_page_token;
+  page = engine_->ListJobs(query);
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(2));
+  EXPECT_EQ(page->jobs[0].id, ids[2]);
+  EXPECT_EQ(page->jobs[1].id, blocker->id);
+  EXPECT_TRUE(page->next_page_token.empty());
+
+  JobQuery cancelled;
+  cancelled.state = JobState::kCancelled;
+  page = engine_->ListJobs(cancelled);
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(1));
+  EXPECT_EQ(page->jobs[0].id, blocker->id);
+
+  JobQuery other;
+  other.dataset = "other";
+  other.full = true;
+  page = engine_->ListJobs(other);
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(1));
+  EXPECT_EQ(page->jobs[0].id, ids[1]);
+  EXPECT_THAT(page->jobs[0].epochs, SizeIs(2));  // the full view
+
+  JobQuery bad;
+  bad.page_token = "garbage";
+  EXPECT_EQ(engine_->ListJobs(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobRecordsTest, DeleteRemovesTheRecordTheModelAndTheCheckpoints) {
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 3;
+  spec.checkpoint_every = 1;
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->state, JobState::kSucceeded);
+  ASSERT_TRUE(FileExists(ModelFile(job->id)));
+  ASSERT_TRUE(FileExists(CheckpointFile(job->id, 3)));
+
+  ASSERT_TRUE(engine_->DeleteJob(job->id).ok());
+  EXPECT_EQ(engine_->GetJob(job->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(FileExists(ModelFile(job->id)));
+  EXPECT_FALSE(FileExists(CheckpointFile(job->id, 3)));
+  EXPECT_FALSE(FileExists(dir_.path() + "/checkpoints/" + job->id));
+  EXPECT_EQ(engine_->DeleteJob(job->id).code(), absl::StatusCode::kNotFound);
+  Restart();
+  EXPECT_EQ(engine_->GetJob(job->id).status().code(), absl::StatusCode::kNotFound);
+
+  // A job that may still run is not deleted.
+  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(test_support::BlockerSpec("seed"));
+  ASSERT_TRUE(blocker.ok());
+  const absl::Status refused = engine_->DeleteJob(blocker->id);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("cancel it first"));
+  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
+  ASSERT_TRUE(WaitForEnd(*engine_, blocker->id).ok());
+  EXPECT_TRUE(engine_->DeleteJob(blocker->id).ok());
+}
+
+TEST_F(JobRecordsTest, RetentionKeepsTheNewestEndedJobs) {
+  EngineOptions options = DurableOptions();
+  options.max_finished_jobs = 2;
+  Restart(options);
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 1;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+    ASSERT_TRUE(job.ok());
+    ids.push_back(job->id);
+  }
+  // Retention runs on the worker right after a job ends: wait for it, not for a time.
+  const absl::Time deadline = absl::Now() + kWaitTimeout;
+  while (engine_->GetJob(ids[0]).ok() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(engine_->GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(FileExists(ModelFile(ids[0])));
+  EXPECT_TRUE(engine_->GetJob(ids[1]).ok());
+  EXPECT_TRUE(engine_->GetJob(ids[2]).ok());
+
+  // A tighter bound applies at the next start.
+  options = DurableOptions();
+  options.max_finished_jobs = 1;
+  Restart(options);
+  EXPECT_EQ(engine_->GetJob(ids[1]).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->GetJob(ids[2]).ok());
+  EXPECT_TRUE(FileExists(ModelFile(ids[2])));
+}
+
+TEST_F(JobRecordsTest, KeepCheckpointsKeepsEachJobsLastN) {
+  EngineOptions options = DurableOptions();
+  options.keep_checkpoints = 2;
+  Restart(options);
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 6;
+  spec.checkpoint_every = 1;
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok());
+  ASSERT_THAT(job->checkpoints, SizeIs(2));
+  EXPECT_EQ(job->checkpoints[0].epoch, 5);
+  EXPECT_EQ(job->checkpoints[1].epoch, 6);
+  for (int epoch = 1; epoch <= 4; ++epoch) {
+    EXPECT_FALSE(FileExists(CheckpointFile(job->id, epoch))) << epoch;
+  }
+  EXPECT_TRUE(FileExists(CheckpointFile(job->id, 5)));
+  EXPECT_TRUE(FileExists(CheckpointFile(job->id, 6)));
+}
+
+TEST_F(JobRecordsTest, JobStoppedMidwayResumesFromItsCheckpointBitForBit) {
+  absl::StatusOr<JobSnapshot> reference = RunJob(*engine_, ResumableSpec());
+  ASSERT_TRUE(reference.ok());
+  ASSERT_EQ(reference->state, JobState::kSucceeded) << reference->error;
+
+  // Stopped while epoch 3's event is out: the checkpoint of epoch 2 is its last.
+  const std::string id = StartAndStop(ResumableSpec(), /*epoch=*/3, /*drain=*/false);
+  ASSERT_FALSE(id.empty());
+  Restart();
+  absl::StatusOr<JobSnapshot> resumed = WaitForEnd(*engine_, id);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ(resumed->state, JobState::kSucceeded) << resumed->error;
+  ASSERT_THAT(resumed->restarts, SizeIs(1));
+  EXPECT_EQ(resumed->restarts[0].from_epoch, 2);
+  EXPECT_EQ(resumed->restarts[0].previous_state, JobState::kRunning);
+  // Every epoch once, with the values of the job that never stopped: losses, validation losses,
+  // learning rates, the trained parameters and the step count.
+  ASSERT_THAT(resumed->epochs, SizeIs(8));
+  for (size_t i = 0; i < resumed->epochs.size(); ++i) {
+    EXPECT_EQ(resumed->epochs[i].epoch, static_cast<int32_t>(i + 1));
+    EXPECT_EQ(resumed->epochs[i].loss, reference->epochs[i].loss) << "epoch " << i + 1;
+    EXPECT_EQ(resumed->epochs[i].validation_loss, reference->epochs[i].validation_loss);
+    EXPECT_EQ(resumed->epochs[i].learning_rate, reference->epochs[i].learning_rate);
+  }
+  EXPECT_EQ(resumed->final_loss, reference->final_loss);
+  EXPECT_EQ(resumed->steps, reference->steps);
+  ASSERT_EQ(resumed->parameters.size(), reference->parameters.size());
+  for (size_t i = 0; i < resumed->parameters.size(); ++i) {
+    EXPECT_EQ(resumed->parameters[i].values, reference->parameters[i].values);
+  }
+  // The records agree after yet another restart.
+  Restart();
+  absl::StatusOr<JobSnapshot> stored = engine_->GetJob(id);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(Losses(*stored), Losses(*reference));
+  EXPECT_THAT(stored->restarts, SizeIs(1));
+}
+
+TEST_F(JobRecordsTest, DrainCheckpointsTheEpochInProgressAndRefusesNewJobs) {
+  JobSpec spec = ResumableSpec();
+  spec.checkpoint_every = 0;  // the drain writes the only checkpoint
+  absl::StatusOr<JobSnapshot> reference = RunJob(*engine_, spec);
+  ASSERT_TRUE(reference.ok());
+
+  const std::string id = StartAndStop(spec, /*epoch=*/3, /*drain=*/true);
+  ASSERT_FALSE(id.empty());
+  // Drained: the engine takes no job any more.
+  EXPECT_EQ(engine_->SubmitJob(SeedSpec("seed")).status().code(), absl::StatusCode::kUnavailable);
+  absl::StatusOr<JobSnapshot> stopped = engine_->GetJob(id);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state, JobState::kRunning);  // not cancelled: it resumes
+  ASSERT_THAT(stopped->checkpoints, SizeIs(1));
+  const int32_t drained_at = stopped->checkpoints[0].epoch;
+  EXPECT_GE(drained_at, 3);
+  EXPECT_LT(drained_at, 8);
+  EXPECT_EQ(stopped->epochs_completed, drained_at);
+
+  Restart();
+  absl::StatusOr<JobSnapshot> resumed = WaitForEnd(*engine_, id);
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_EQ(resumed->state, JobState::kSucceeded) << resumed->error;
+  ASSERT_THAT(resumed->restarts, SizeIs(1));
+  EXPECT_EQ(resumed->restarts[0].from_epoch, drained_at);
+  EXPECT_EQ(Losses(*resumed), Losses(*reference));
+}
+
+TEST_F(JobRecordsTest, JobWithoutCheckpointsStartsOverAndReportsEachEpochOnce) {
+  JobSpec spec = ResumableSpec();
+  spec.checkpoint_every = 0;
+  absl::StatusOr<JobSnapshot> reference = RunJob(*engine_, spec);
+  ASSERT_TRUE(reference.ok());
+
+  const std::string id = StartAndStop(spec, /*epoch=*/3, /*drain=*/false);
+  Restart();
+  absl::StatusOr<JobSnapshot> again = WaitForEnd(*engine_, id);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->state, JobState::kSucceeded);
+  ASSERT_THAT(again->restarts, SizeIs(1));
+  EXPECT_EQ(again->restarts[0].from_epoch, 0);
+  EXPECT_EQ(Losses(*again), Losses(*reference));  // the same seed: the same run
+  std::vector<int32_t> numbers;
+  for (const EpochResult& epoch : again->epochs) numbers.push_back(epoch.epoch);
+  EXPECT_THAT(numbers, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8));
+}
+
+TEST_F(JobRecordsTest, QueuedJobsBehindARunningOneRunAfterARestart) {
+  JobSpec first = ResumableSpec();
+  absl::StatusOr<JobSnapshot> a = engine_->SubmitJob(first);
+  ASSERT_TRUE(a.ok());
+  JobSpec queued = SeedSpec("seed");
+  queued.epochs = 3;
+  absl::StatusOr<JobSnapshot> b = engine_->SubmitJob(queued);
+  absl::StatusOr<JobSnapshot> c = engine_->SubmitJob(queued);
+  ASSERT_TRUE(b.ok() && c.ok());
+  auto pause = std::make_shared<PauseAtEpoch>(3);
+  ASSERT_TRUE(engine_->SubscribeJob(a->id, pause).ok());
+  ASSERT_TRUE(pause->WaitReached());
+  engine_->Shutdown();
+  EXPECT_EQ(engine_->GetJob(b->id)->state, JobState::kQueued);  // not cancelled
+
+  Restart();
+  for (const std::string& id : {a->id, b->id, c->id}) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, id);
+    ASSERT_TRUE(job.ok()) << id;
+    EXPECT_EQ(job->state, JobState::kSucceeded) << id << ": " << job->error;
+    ASSERT_THAT(job->restarts, SizeIs(1));
+  }
+  absl::StatusOr<JobSnapshot> b_done = engine_->GetJob(b->id);
+  EXPECT_EQ(b_done->restarts[0].previous_state, JobState::kQueued);
+  EXPECT_EQ(b_done->restarts[0].from_epoch, 0);
+  EXPECT_THAT(b_done->epochs, SizeIs(3));
+}
+
+TEST_F(JobRecordsTest, JobThatCannotRunAgainFailsWithTheReason) {
+  const std::string id = StartAndStop(ResumableSpec(), /*epoch=*/3, /*drain=*/false);
+  engine_.reset();
+  ASSERT_EQ(std::remove(DatasetPath("seed").c_str()), 0);
+  Restart();
+  absl::StatusOr<JobSnapshot> job = engine_->GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state, JobState::kFailed);
+  EXPECT_THAT(job->error, HasSubstr("cannot run again after the daemon restarted"));
+  EXPECT_THAT(job->error, HasSubstr("seed"));
+}
+
+// An observer that throws once, at the first job's second epoch.
+class ThrowingObserver final : public JobEventSink {
+ public:
+  explicit ThrowingObserver(std::function<void()> thrower) : thrower_(std::move(thrower)) {}
+  void Push(const JobEvent& event) override {
+    if (event.kind == JobEvent::Kind::kEpoch && event.epoch.epoch == 2 && !thrown_.exchange(true)) {
+      thrower_();
+    }
+  }
+
+ private:
+  std::function<void()> thrower_;
+  std::atomic<bool> thrown_{false};
+};
+
+TEST_F(JobRecordsTest, ExceptionInAWorkerFailsThatJobAndTheNextOneRuns) {
+  const std::vector<std::pair<std::function<void()>, std::string>> cases = {
+      {[] { throw std::runtime_error("observer exploded"); }, "observer exploded"},
+      {[] { throw std::bad_alloc(); }, "out of host memory"},
+  };
+  for (const auto& [thrower, expected] : cases) {
+    EngineOptions options = DurableOptions();
+    options.observer = std::make_shared<ThrowingObserver>(thrower);
+    Restart(options);
+    JobSpec spec = SeedSpec("seed");
+    spec.epochs = 4;
+    absl::StatusOr<JobSnapshot> failed = RunJob(*engine_, spec);
+    ASSERT_TRUE(failed.ok());
+    EXPECT_EQ(failed->state, JobState::kFailed);
+    EXPECT_THAT(failed->error, HasSubstr(expected));
+    absl::StatusOr<JobSnapshot> next = RunJob(*engine_, spec);
+    ASSERT_TRUE(next.ok());
+    EXPECT_EQ(next->state, JobState::kSucceeded) << next->error;
+  }
+}
+
+// Without a store (the fixture's engine), listings page over the jobs in memory the same way.
+class InMemoryListingTest : public EngineFixture {};
+
+TEST_F(InMemoryListingTest, PagesAndFiltersWithoutAStore) {
+  ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 1;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+    ASSERT_TRUE(job.ok());
+    ids.push_back(job->id);
+  }
+  JobQuery query;
+  query.page_size = 2;
+  query.newest_first = true;
+  absl::StatusOr<JobPage> page = engine_->ListJobs(query);
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(2));
+  EXPECT_EQ(page->jobs[0].id, ids[2]);
+  EXPECT_EQ(page->jobs[1].id, ids[1]);
+  EXPECT_TRUE(page->jobs[0].epochs.empty());
+  EXPECT_EQ(page->jobs[0].epochs_completed, 1);
+  query.page_token = page->next_page_token;
+  page = engine_->ListJobs(query);
+  ASSERT_TRUE(page.ok());
+  ASSERT_THAT(page->jobs, SizeIs(1));
+  EXPECT_EQ(page->jobs[0].id, ids[0]);
+  EXPECT_TRUE(page->next_page_token.empty());
+  // Deleting works without a store too.
+  EXPECT_TRUE(engine_->DeleteJob(ids[0]).ok());
+  EXPECT_EQ(engine_->GetJob(ids[0]).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace trainerd::engine
