@@ -284,8 +284,16 @@ const std::vector<CommandSpec>& Commands() {
        /*min_args=*/0,
        /*max_args=*/0,
        "List jobs",
-       "Lists the jobs, oldest first.\n",
-       {}},
+       "Lists the newest jobs (50 unless --limit or --all), the newest last, including jobs from\n"
+       "before the daemon's last restart. A note on stderr says when older ones were left out.\n"
+       "\n"
+       "  trainctl job list --state running\n"
+       "  trainctl job list --dataset iris --limit 10\n"
+       "  trainctl job list --all -o json > jobs.json\n",
+       {{"state", "STATE", "only jobs in this state: queued, running, succeeded,\nfailed or cancelled"},
+        {"dataset", "NAME", "only jobs on this dataset"},
+        {"limit", "N", "at most the newest N jobs, 1..1000 (default 50)"},
+        {"all", "", "every job, page by page, oldest first"}}},
       {"job get",
        "",
        "ID",
@@ -312,6 +320,15 @@ const std::vector<CommandSpec>& Commands() {
        /*max_args=*/1,
        "Cancel a queued or running job",
        "Cancels job ID. A running job stops before its next step.\n",
+       {}},
+      {"job rm",
+       "delete",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Delete a job that ended",
+       "Deletes job ID's record, its trained model and its checkpoints from the daemon. Fails\n"
+       "while the job is queued or running: cancel it first.\n",
        {}},
       {"job model",
        "",

@@ -242,13 +242,67 @@ int Submit(const CommandContext& context) {
   return WatchJob(context, job.id());
 }
 
+// The newest --limit jobs (shown oldest first, so that the newest is at the bottom), or with
+// --all every page in creation order; filtered by --state and --dataset on the daemon.
 int JobList(const CommandContext& context) {
+  constexpr int64_t kDefaultLimit = 50;
+  constexpr int32_t kMaxPage = 1000;  // the daemon's largest page
+  absl::StatusOr<int64_t> limit = context.invocation.GetInt("limit", kDefaultLimit, 1, kMaxPage);
+  if (!limit.ok()) return UsageFailure(limit.status());
+  const bool all = context.invocation.Has("all");
+  if (all && context.invocation.Has("limit")) {
+    return UsageFailure(absl::InvalidArgumentError("give --limit or --all, not both"));
+  }
+  v1::ListJobsRequest request;
+  if (context.invocation.Has("state")) {
+    absl::StatusOr<v1::JobState> state = ParseJobState(context.invocation.Get("state"));
+    if (!state.ok()) return UsageFailure(state.status());
+    request.set_state(*state);
+  }
+  request.set_dataset(context.invocation.Get("dataset"));
+  request.set_page_size(all ? kMaxPage : static_cast<int32_t>(*limit));
+  request.set_newest_first(!all);
+  v1::ListJobsResponse response;
+  while (true) {
+    grpc::ClientContext call;
+    context.connection.SetUnaryDeadline(&call);
+    v1::ListJobsResponse page;
+    grpc::Status status = context.connection.jobs().ListJobs(&call, request, &page);
+    if (!status.ok()) return UnaryRpcFailure(context, status);
+    for (v1::Job& job : *page.mutable_jobs()) *response.add_jobs() = std::move(job);
+    if (!all || page.next_page_token().empty()) {
+      response.set_next_page_token(page.next_page_token());
+      break;
+    }
+    request.set_page_token(page.next_page_token());
+  }
+  if (!all) {
+    // Asked newest first; shown (and printed as JSON) oldest first like --all.
+    std::reverse(response.mutable_jobs()->begin(), response.mutable_jobs()->end());
+  }
+  const bool more = !response.next_page_token().empty();
+  response.clear_next_page_token();
+  const int code =
+      context.json ? PrintJson(response, /*pretty=*/true) : PrintText(JobListTable(response));
+  if (more) {
+    std::cout.flush();
+    std::cerr << "trainctl: showing the newest " << response.jobs_size()
+              << " jobs; older ones exist (--limit N, or --all)" << std::endl;
+  }
+  return code;
+}
+
+int JobRemove(const CommandContext& context) {
+  v1::DeleteJobRequest request;
+  request.set_id(context.invocation.args.at(0));
   grpc::ClientContext call;
   context.connection.SetUnaryDeadline(&call);
-  v1::ListJobsResponse response;
-  grpc::Status status = context.connection.jobs().ListJobs(&call, v1::ListJobsRequest(), &response);
+  v1::DeleteJobResponse response;
+  grpc::Status status = context.connection.jobs().DeleteJob(&call, request, &response);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(response, /*pretty=*/true) : PrintText(JobListTable(response));
+  return context.json ? PrintJson(response, /*pretty=*/true)
+                      : PrintText(absl::StrCat("deleted job '", request.id(),
+                                               "' with its model and checkpoints\n"));
 }
 
 int JobGet(const CommandContext& context) {
@@ -442,7 +496,10 @@ int Top(const CommandContext& context) {
     v1::ListJobsResponse jobs;
     grpc::ClientContext call;
     context.connection.SetUnaryDeadline(&call);
-    status = context.connection.jobs().ListJobs(&call, v1::ListJobsRequest(), &jobs);
+    v1::ListJobsRequest running;  // a device runs one job at a time: one page holds them all
+    running.set_state(v1::JOB_STATE_RUNNING);
+    running.set_page_size(1000);
+    status = context.connection.jobs().ListJobs(&call, running, &jobs);
     if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
     if (stop_requested) break;
 
@@ -514,6 +571,7 @@ int RunCommand(const Invocation& invocation) {
       {"job get", JobGet},
       {"job watch", JobWatch},
       {"job cancel", JobCancel},
+      {"job rm", JobRemove},
       {"job model", JobModel},
       {"devices", Devices},
       {"top", Top},

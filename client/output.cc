@@ -36,18 +36,21 @@ std::string JobDevice(const v1::Job& job) {
   return OrDash(job.device().empty() ? job.spec().device() : job.device());
 }
 
+// Epochs finished: a listing's basic view carries the count without the epochs themselves.
+int32_t EpochsCompleted(const v1::Job& job) {
+  return std::max(job.epochs_completed(), job.epochs_size());
+}
+
 std::string EpochProgress(const v1::Job& job) {
-  return absl::StrCat(job.epochs_size(), "/", job.spec().epochs());
+  return absl::StrCat(EpochsCompleted(job), "/", job.spec().epochs());
 }
 
 std::string JobLoss(const v1::Job& job) {
-  return job.epochs_size() > 0 || job.final_loss() != 0 ? FormatLoss(job.final_loss()) : "-";
+  return EpochsCompleted(job) > 0 || job.final_loss() != 0 ? FormatLoss(job.final_loss()) : "-";
 }
 
 // A fraction in [0, 1] as a percentage with two decimals, e.g. "97.25%".
-std::string FormatAccuracy(double accuracy) {
-  return absl::StrFormat("%.2f%%", 100.0 * accuracy);
-}
+std::string FormatAccuracy(double accuracy) { return absl::StrFormat("%.2f%%", 100.0 * accuracy); }
 
 bool HasValidation(const v1::JobSpec& spec) {
   return spec.validation_fraction() > 0 || !spec.validation_dataset().empty();
@@ -113,8 +116,8 @@ std::string PrecisionDescription(const v1::Job& job) {
     int64_t skipped = 0;
     for (const v1::EpochResult& epoch : job.epochs()) skipped += epoch.skipped_steps();
     absl::StrAppend(&text, absl::StrFormat(": scale %g, %d %s skipped",
-                                           job.epochs(job.epochs_size() - 1).loss_scale(),
-                                           skipped, skipped == 1 ? "step" : "steps"));
+                                           job.epochs(job.epochs_size() - 1).loss_scale(), skipped,
+                                           skipped == 1 ? "step" : "steps"));
   }
   return text + ")";
 }
@@ -448,6 +451,17 @@ std::string JobDetails(const v1::Job& job) {
                                 {"started", FormatTimestamp(job.start_time())},
                                 {"ended", FormatTimestamp(job.end_time())},
                             });
+  // Taken up again after the daemon stopped (a crash, a drain): how often, and the last time.
+  if (job.restarts_size() > 0) {
+    const v1::JobRestart& last = job.restarts(job.restarts_size() - 1);
+    lines.push_back(
+        {"restarts",
+         absl::StrCat(job.restarts_size(), " (last ", FormatTimestamp(last.time()),
+                      last.from_epoch() > 0
+                          ? absl::StrCat(", from the checkpoint of epoch ", last.from_epoch())
+                          : std::string(", from the start"),
+                      ")")});
+  }
   if (job.parameters_size() == 0) {
     lines.push_back({"parameters", job.parameter_count() > 0 && IsTerminal(job.state())
                                        ? "not reported (more than 1,000 values)"
@@ -696,12 +710,14 @@ std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobs
   for (const v1::Job& job : running.jobs()) {
     const int32_t planned = job.spec().epochs();
     const double fraction =
-        planned > 0 ? static_cast<double>(job.epochs_size()) / static_cast<double>(planned) : 0.0;
-    table.AddRow(
-        {job.id(), JobDevice(job), EpochProgress(job),
-         job.epochs_size() > 0 ? FormatLoss(job.epochs(job.epochs_size() - 1).loss()) : "-",
-         absl::StrFormat("%.1f", job.samples_per_second()),
-         ProgressBar::Bar(fraction, kTopBarWidth)});
+        planned > 0 ? static_cast<double>(EpochsCompleted(job)) / static_cast<double>(planned)
+                    : 0.0;
+    table.AddRow({job.id(), JobDevice(job), EpochProgress(job),
+                  // The full view's last epoch, else the summary's final loss.
+                  job.epochs_size() > 0 ? FormatLoss(job.epochs(job.epochs_size() - 1).loss())
+                                        : JobLoss(job),
+                  absl::StrFormat("%.1f", job.samples_per_second()),
+                  ProgressBar::Bar(fraction, kTopBarWidth)});
   }
   return absl::StrCat(text, "\n", table.Render());
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -67,8 +68,8 @@ absl::StatusOr<v1::Precision> ParsePrecision(const std::string& text) {
   if (text == "fp32") return v1::PRECISION_FP32;
   if (text == "bf16") return v1::PRECISION_BF16;
   if (text == "fp16") return v1::PRECISION_FP16;
-  return absl::InvalidArgumentError(absl::StrCat("--precision: unknown precision '", text,
-                                                 "' (expected fp32, bf16 or fp16)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--precision: unknown precision '", text, "' (expected fp32, bf16 or fp16)"));
 }
 
 // "--FLAG applies to WHAT only" when the flag was given but does not apply.
@@ -185,8 +186,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   }
   const bool torchscript = invocation.Has("torchscript");
   if (torchscript && invocation.Has("model")) {
-    return absl::InvalidArgumentError(
-        "give either --model SPEC or --torchscript FILE, not both");
+    return absl::InvalidArgumentError("give either --model SPEC or --torchscript FILE, not both");
   }
   if (!torchscript && !invocation.Has("model")) {
     return absl::InvalidArgumentError(
@@ -372,6 +372,17 @@ absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation) {
         kMaxTorchScriptBytes, " bytes can be sent (the daemon's message limit)"));
   }
   return bytes;
+}
+
+absl::StatusOr<v1::JobState> ParseJobState(absl::string_view text) {
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "queued") return v1::JOB_STATE_QUEUED;
+  if (lower == "running") return v1::JOB_STATE_RUNNING;
+  if (lower == "succeeded") return v1::JOB_STATE_SUCCEEDED;
+  if (lower == "failed") return v1::JOB_STATE_FAILED;
+  if (lower == "cancelled" || lower == "canceled") return v1::JOB_STATE_CANCELLED;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--state must be queued, running, succeeded, failed or cancelled, not '", text, "'"));
 }
 
 }  // namespace trainerd::client

@@ -51,6 +51,10 @@ v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
 // With --torchscript FILE instead of --model (not both), the spec's model is "torchscript".
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation);
 
+// "queued", "running", "succeeded", "failed" or "cancelled" (any case) as the API's JobState;
+// INVALID_ARGUMENT naming them otherwise.
+absl::StatusOr<v1::JobState> ParseJobState(absl::string_view text);
+
 // The bytes of --torchscript FILE for SubmitJobRequest.torchscript_module; "" without the flag.
 // The file's reader errors, or INVALID_ARGUMENT when it is empty or over kMaxTorchScriptBytes
 // (common/job_limits.h, the daemon's own limit).

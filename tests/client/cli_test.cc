@@ -220,7 +220,8 @@ INSTANTIATE_TEST_SUITE_P(CommandsWithArguments, RequiredArgumentsTest,
                                            ArgumentCounts{{"dataset", "rm"}, 1, 1},
                                            ArgumentCounts{{"job", "get"}, 1, 1},
                                            ArgumentCounts{{"job", "watch"}, 1, 1},
-                                           ArgumentCounts{{"job", "cancel"}, 1, 1}));
+                                           ArgumentCounts{{"job", "cancel"}, 1, 1},
+                                           ArgumentCounts{{"job", "rm"}, 1, 1}));
 
 TEST(ParseCommandLineTest, DatasetUploadWithoutFileSaysNameAndFileAreNeeded) {
   EXPECT_EQ(ParseError({"dataset", "upload", "iris"}),
@@ -232,7 +233,7 @@ TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
   EXPECT_THAT(paths, ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm",
                                  "submit", "job list", "job get", "job watch", "job cancel",
-                                 "job model", "devices", "top", "diagnose", "health", "help"));
+                                 "job rm", "job model", "devices", "top", "diagnose", "health", "help"));
 }
 
 TEST(ParseCommandLineTest, DatasetLsIsAnAliasOfDatasetList) {

@@ -413,6 +413,24 @@ TEST(JobListTableTest, RowShowsProgressLossAndShortenedModel) {
             "1/10    0.500000  cuda:0  -\n");
 }
 
+TEST(JobDetailsTest, RestartsSayHowOftenAndFromWhere) {
+  v1::Job job;
+  job.set_id("job-000000000002");
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.mutable_spec()->set_epochs(10);
+  job.set_epochs_completed(4);  // a basic view: the count without the epochs
+  job.add_restarts()->set_from_epoch(0);
+  v1::JobRestart* last = job.add_restarts();
+  last->set_from_epoch(4);
+  last->mutable_time()->set_seconds(1'700'000'000);
+  const std::string text = JobDetails(job);
+  EXPECT_THAT(text, HasSubstr("4/10"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("restarts: +2 \\(last .*, from the checkpoint of epoch 4\\)"));
+
+  job.mutable_restarts()->RemoveLast();
+  EXPECT_THAT(JobDetails(job), ::testing::ContainsRegex("restarts: +1 \\(last .*, from the start\\)"));
+}
+
 TEST(TextTableTest, ShortRowIsPaddedAndTrailingSpacesDropped) {
   TextTable table({"A", "LONGER", "C"});
   table.AddRow({"wide value", "x"});
