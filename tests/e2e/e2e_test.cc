@@ -1,4 +1,5 @@
 // End-to-end tests: the real trainerd and trainctl binaries as separate processes on loopback.
+#include <google/protobuf/util/json_util.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -10,8 +11,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -84,7 +83,8 @@ class EndToEndTest : public ::testing::Test {
     const std::string marker = "listening on ";
     const size_t at = line.find(marker);
     ASSERT_NE(at, std::string::npos) << line;
-    addr_ = line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
+    addr_ =
+        line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
   }
 
   RunResult Ctl(std::vector<std::string> args) {
@@ -119,8 +119,8 @@ TEST_F(EndToEndTest, SeedScenarioLearnsWeightAndBias) {
   EXPECT_THAT(up.out, HasSubstr("800"));
 
   RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--loss", "mse",
-                       "--optimizer", "sgd", "--lr", "0.1", "--batch-size", "16", "--epochs",
-                       "100", "--seed", "7", "--watch"});
+                       "--optimizer", "sgd", "--lr", "0.1", "--batch-size", "16", "--epochs", "100",
+                       "--seed", "7", "--watch"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_THAT(run.out, HasSubstr("epoch 1/100"));
   EXPECT_THAT(run.out, HasSubstr("epoch 100/100"));
@@ -149,8 +149,8 @@ TEST_F(EndToEndTest, NpyUploadWithSeparateTargets) {
   const std::vector<int64_t> y = {0, 1, 1};
   const std::string xf = WriteFile("x.npy", Npy("<f4", {3, 2}, x.data(), x.size() * 4));
   const std::string yf = WriteFile("y.npy", Npy("<i8", {3}, y.data(), y.size() * 8));
-  RunResult up = Ctl({"-o", "json", "dataset", "upload", "cls", xf, "--targets", yf,
-                      "--target-dtype", "int64"});
+  RunResult up = Ctl(
+      {"-o", "json", "dataset", "upload", "cls", xf, "--targets", yf, "--target-dtype", "int64"});
   ASSERT_EQ(up.exit_code, 0) << up.err;
   v1::Dataset ds;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(up.out, &ds).ok()) << up.out;
@@ -217,8 +217,8 @@ TEST_F(EndToEndTest, DatasetSurvivesRestart) {
 
 TEST_F(EndToEndTest, SigtermStopsDaemonCleanlyAndCancelsRunningJob) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
-  RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
-                          "--epochs", "1000000"});
+  RunResult submit = Ctl(
+      {"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1", "--epochs", "1000000"});
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   EXPECT_EQ(daemon_->Stop(SIGTERM), 0);
   EXPECT_THAT(daemon_->Stderr(), HasSubstr("shutting down"));
@@ -226,8 +226,8 @@ TEST_F(EndToEndTest, SigtermStopsDaemonCleanlyAndCancelsRunningJob) {
 
 TEST_F(EndToEndTest, CancelledJobEndsCancelled) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
-  RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
-                          "--epochs", "1000000"});
+  RunResult submit = Ctl(
+      {"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1", "--epochs", "1000000"});
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   const std::string id = submit.out.substr(0, submit.out.find('\n'));
   RunResult cancel = Ctl({"job", "cancel", id});
@@ -239,12 +239,47 @@ TEST_F(EndToEndTest, CancelledJobEndsCancelled) {
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
 }
 
+// Job records outlive the daemon: after a restart `job list` (filtered), `job get` and `job model`
+// still work, and `job rm` deletes the job with its model.
+TEST_F(EndToEndTest, JobsOutliveARestartAndRmDeletesThem) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                       "--epochs", "5", "--checkpoint-every", "1", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  EXPECT_EQ(daemon_->Stop(SIGTERM, 60), 0);
+  daemon_.reset();
+  StartDaemon();
+
+  RunResult succeeded = Ctl({"job", "list", "--state", "succeeded"});
+  EXPECT_EQ(succeeded.exit_code, 0) << succeeded.err;
+  EXPECT_THAT(succeeded.out, HasSubstr(id));
+  EXPECT_THAT(succeeded.out, HasSubstr("5/5"));
+  RunResult running = Ctl({"job", "list", "--state", "running"});
+  EXPECT_EQ(running.exit_code, 0) << running.err;
+  EXPECT_THAT(running.out, ::testing::Not(HasSubstr(id)));
+  RunResult get = Ctl({"job", "get", id});
+  EXPECT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_THAT(get.out, HasSubstr("SUCCEEDED"));
+  const std::string model = (dir_ / "model.pt").string();
+  EXPECT_EQ(Ctl({"job", "model", id, "-o", model}).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(model));
+
+  RunResult rm = Ctl({"job", "rm", id});
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "data" / "models" / (id + ".pt")));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "data" / "checkpoints" / id));
+  RunResult gone = Ctl({"job", "get", id});
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_THAT(gone.err, HasSubstr("not found"));
+}
+
 // The Python with torch that checks a downloaded model: $TRAINERD_PYTHON at run time, else the
 // one CMake was configured with (TRAINERD_PYTHON); "" when neither names an existing file.
 std::string TorchPython() {
   const char* env = std::getenv("TRAINERD_PYTHON");
-  for (const std::string& candidate : {std::string(env == nullptr ? "" : env),
-                                      std::string(TRAINERD_PYTHON)}) {
+  for (const std::string& candidate :
+       {std::string(env == nullptr ? "" : env), std::string(TRAINERD_PYTHON)}) {
     if (!candidate.empty() && std::filesystem::exists(candidate)) return candidate;
   }
   return "";
@@ -269,13 +304,30 @@ TEST_F(EndToEndTest, MlpClassifierOnTenClassesReaches95PercentValidationAccuracy
     }
     csv += std::to_string(k) + "\n";
   }
-  ASSERT_EQ(Ctl({"dataset", "upload", "blobs", WriteFile("blobs.csv", csv), "--target-dtype",
-                 "int64"}).exit_code,
-            0);
-  RunResult run = Ctl({"submit", "--dataset", "blobs", "--model", "linear:64,relu,linear:10",
-                       "--loss", "cross_entropy", "--optimizer", "adam", "--lr", "0.01",
-                       "--batch-size", "64", "--epochs", "10", "--seed", "3",
-                       "--validation-fraction", "0.2", "--watch"});
+  ASSERT_EQ(
+      Ctl({"dataset", "upload", "blobs", WriteFile("blobs.csv", csv), "--target-dtype", "int64"})
+          .exit_code,
+      0);
+  RunResult run = Ctl({"submit",
+                       "--dataset",
+                       "blobs",
+                       "--model",
+                       "linear:64,relu,linear:10",
+                       "--loss",
+                       "cross_entropy",
+                       "--optimizer",
+                       "adam",
+                       "--lr",
+                       "0.01",
+                       "--batch-size",
+                       "64",
+                       "--epochs",
+                       "10",
+                       "--seed",
+                       "3",
+                       "--validation-fraction",
+                       "0.2",
+                       "--watch"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string id = run.out.substr(0, run.out.find('\n'));
   RunResult get = Ctl({"-o", "json", "job", "get", id});
@@ -344,8 +396,8 @@ TEST_F(EndToEndTest, DownloadedModelLoadsInPythonAndMatchesReportedParameters) {
 std::string MakeLinearModule(const std::filesystem::path& dir, int inputs, int outputs) {
   const std::string path =
       (dir / ("net-" + std::to_string(inputs) + "x" + std::to_string(outputs) + ".pt")).string();
-  RunResult r = e2e::Run({MAKE_TORCHSCRIPT_FIXTURE_BIN, path, std::to_string(inputs),
-                          std::to_string(outputs)});
+  RunResult r = e2e::Run(
+      {MAKE_TORCHSCRIPT_FIXTURE_BIN, path, std::to_string(inputs), std::to_string(outputs)});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return path;
 }
@@ -385,15 +437,14 @@ TEST_F(EndToEndTest, TorchScriptModuleThatDoesNotFitIsRejectedAtSubmit) {
   const std::string module = MakeLinearModule(dir_, /*inputs=*/3, /*outputs=*/1);
   RunResult r = Ctl({"submit", "--dataset", "seed", "--torchscript", module});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err,
-              HasSubstr("the TorchScript module's forward does not accept a batch of shape "
-                        "[2, 1]"));
+  EXPECT_THAT(r.err, HasSubstr("the TorchScript module's forward does not accept a batch of shape "
+                               "[2, 1]"));
 }
 
 TEST_F(EndToEndTest, ModelOfRunningJobFailsAndWritesNoFile) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
-  RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
-                          "--epochs", "1000000"});
+  RunResult submit = Ctl(
+      {"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1", "--epochs", "1000000"});
   ASSERT_EQ(submit.exit_code, 0) << submit.err;
   const std::string id = submit.out.substr(0, submit.out.find('\n'));
   const std::string path = (dir_ / "model.pt").string();
@@ -459,8 +510,8 @@ TEST_F(EndToEndTest, SmallCnnOnImagesTrainsAndDownloadedModelMatchesDaemon) {
         Npy("<f4", {rows, 1, 28, 28}, images.pixels.data(), images.pixels.size() * sizeof(float)));
     const std::string y = WriteFile(
         name + "-y.npy", Npy("<i8", {rows}, images.labels.data(), rows * sizeof(int64_t)));
-    return Ctl({"-o", "json", "dataset", "upload", name, x, "--targets", y, "--target-dtype",
-                "int64"});
+    return Ctl(
+        {"-o", "json", "dataset", "upload", name, x, "--targets", y, "--target-dtype", "int64"});
   };
   RunResult up = upload("bars", train);
   ASSERT_EQ(up.exit_code, 0) << up.err;
@@ -474,10 +525,26 @@ TEST_F(EndToEndTest, SmallCnnOnImagesTrainsAndDownloadedModelMatchesDaemon) {
   // conv2d:4:3 -> [4, 26, 26], maxpool2d:2 -> [4, 13, 13], flatten -> 676, linear:4: 2,748
   // parameters, a few seconds on two CPU cores.
   const std::string batch_size = "32";
-  RunResult run = Ctl({"submit", "--dataset", "bars", "--validation-dataset", "bars-val",
-                       "--model", "conv2d:4:3,relu,maxpool2d:2,flatten,linear:4", "--loss",
-                       "cross_entropy", "--optimizer", "adam", "--lr", "0.01", "--batch-size",
-                       batch_size, "--epochs", "4", "--seed", "5", "--watch"});
+  RunResult run = Ctl({"submit",
+                       "--dataset",
+                       "bars",
+                       "--validation-dataset",
+                       "bars-val",
+                       "--model",
+                       "conv2d:4:3,relu,maxpool2d:2,flatten,linear:4",
+                       "--loss",
+                       "cross_entropy",
+                       "--optimizer",
+                       "adam",
+                       "--lr",
+                       "0.01",
+                       "--batch-size",
+                       batch_size,
+                       "--epochs",
+                       "4",
+                       "--seed",
+                       "5",
+                       "--watch"});
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   const std::string id = run.out.substr(0, run.out.find('\n'));
   RunResult get = Ctl({"-o", "json", "job", "get", id});

@@ -1,5 +1,7 @@
 // Runs programs as child processes for the end-to-end tests: capture output, or keep a daemon
-// running and read its stdout line by line.
+// running and read its stdout line by line. Every child dies with the test: it gets SIGKILL when
+// the test process ends (PR_SET_PDEATHSIG), however the test ends (a crash, ctest's timeout), and
+// every wait has a timeout, so that no daemon is left training in the background.
 #pragma once
 
 #include <sys/types.h>
@@ -13,10 +15,16 @@ struct RunResult {
   int exit_code = -1;  // -1 when killed by a signal
   std::string out;
   std::string err;
+  bool timed_out = false;  // killed after the timeout
 };
 
-// Runs `argv` to completion (stdin is /dev/null) with `env` added to the environment.
-RunResult Run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
+// How long Run lets a program run, and ReadLine waits for a line, unless told otherwise.
+inline constexpr int kDefaultTimeoutSeconds = 120;
+
+// Runs `argv` to completion (stdin is /dev/null) with `env` added to the environment; killed
+// (SIGKILL) after `timeout_seconds`.
+RunResult Run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+              int timeout_seconds = kDefaultTimeoutSeconds);
 
 // A long-running child whose stdout can be read line by line. Killed (SIGKILL) on destruction if
 // still running. Not thread-safe.
@@ -27,10 +35,12 @@ class Daemon {
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Blocks until a whole line arrives on the child's stdout; false at end of file.
-  bool ReadLine(std::string* line);
-  // Sends `signal` and waits for the child to exit; returns its exit code (-1 if signalled).
-  int Stop(int signal);
+  // Blocks until a whole line arrives on the child's stdout; false at end of file or after
+  // `timeout_seconds`.
+  bool ReadLine(std::string* line, int timeout_seconds = kDefaultTimeoutSeconds);
+  // Sends `signal` and waits for the child to exit; returns its exit code (-1 if signalled). A
+  // child still running after `timeout_seconds` gets SIGKILL (and -1 is returned).
+  int Stop(int signal, int timeout_seconds = kDefaultTimeoutSeconds);
   // The child's stderr so far (it goes to a file).
   std::string Stderr() const;
   pid_t pid() const { return pid_; }
