@@ -176,7 +176,8 @@ class Metrics::JobObserver final : public engine::JobEventSink {
     auto [it, inserted] = jobs_.try_emplace(snap.id);
     Job& job = it->second;
     if (inserted) {
-      submitted_.Increment();
+      // A job taken up again at a restart was submitted before it.
+      if (snap.restarts.empty()) submitted_.Increment();
       queued_.Increment();
       job.state = engine::JobState::kQueued;
       if (snap.state == engine::JobState::kQueued) return;
@@ -206,15 +207,16 @@ class Metrics::JobObserver final : public engine::JobEventSink {
       host_syncs_.Increment(static_cast<double>(snap.host_syncs - job.host_syncs));
       job.host_syncs = snap.host_syncs;
     }
-    job.ended = absl::Now();
+    const absl::Time now = absl::Now();
+    job.ended = now;
     if (job.epoch == nullptr) {
-      jobs_.erase(it);  // never ran: no series to keep
+      jobs_.erase(it);  // never ran: no series to keep (`job` is gone with it)
     } else {
       ended_.push_back(snap.id);
     }
     // Also here, not only at scrape time: a daemon nobody scrapes must not keep every job's
     // series.
-    ExpireLocked(*job.ended);
+    ExpireLocked(now);
   }
 
   // Removes the series of jobs that ended ttl_ ago or more, and of the oldest ended jobs beyond

@@ -96,6 +96,17 @@ TEST(MetricsTest, RunningJobIsCountedAndQueuedJobCancelledLeavesNoSeries) {
   EXPECT_THAT(text, Not(HasSubstr("trainerd_job_duration_seconds_count{state=\"cancelled\"}")));
 }
 
+TEST(MetricsTest, JobTakenUpAgainAtARestartIsQueuedButNotSubmittedAgain) {
+  Metrics metrics;
+  auto observer = metrics.job_observer();
+  engine::JobEvent recovered = State("job-r", engine::JobState::kQueued);
+  recovered.job.restarts.push_back(engine::JobRestart{absl::Now(), 4, engine::JobState::kRunning});
+  observer->Push(recovered);
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_jobs_submitted_total 0\n"));
+  EXPECT_THAT(text, HasSubstr("\ntrainerd_jobs_queued 1\n"));
+}
+
 TEST(MetricsTest, PerJobSeriesAreRemovedOnceTheTtlHasPassed) {
   MetricsOptions options;
   options.job_series_ttl = absl::ZeroDuration();
