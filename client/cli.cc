@@ -276,6 +276,9 @@ const std::vector<CommandSpec>& Commands() {
          "seed for initialisation and shuffling (default: the\n"
          "daemon picks one and reports it in the job)"},
         {"device", "DEVICE", "cpu, cuda or cuda:N (default: the daemon's default device)"},
+        {"priority", "P",
+         "high, normal or low: which queued job its device runs\n"
+         "next (FIFO within a priority; default normal)"},
         {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
         {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}}},
       {"job list",

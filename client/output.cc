@@ -426,6 +426,8 @@ std::string JobDetails(const v1::Job& job) {
     lines.push_back({"checkpoints", absl::StrCat("every ", spec.checkpoint_every(), " epochs, ",
                                                  job.checkpoints_size(), " written")});
   }
+  if (spec.priority() == v1::JOB_PRIORITY_HIGH) lines.push_back({"priority", "high"});
+  if (spec.priority() == v1::JOB_PRIORITY_LOW) lines.push_back({"priority", "low"});
   lines.insert(lines.end(), {
                                 {"batch size", absl::StrCat(spec.batch_size())},
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},

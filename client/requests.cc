@@ -72,6 +72,14 @@ absl::StatusOr<v1::Precision> ParsePrecision(const std::string& text) {
       absl::StrCat("--precision: unknown precision '", text, "' (expected fp32, bf16 or fp16)"));
 }
 
+absl::StatusOr<v1::JobPriority> ParsePriority(const std::string& text) {
+  if (text == "high") return v1::JOB_PRIORITY_HIGH;
+  if (text == "normal") return v1::JOB_PRIORITY_NORMAL;
+  if (text == "low") return v1::JOB_PRIORITY_LOW;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--priority: unknown priority '", text, "' (expected high, normal or low)"));
+}
+
 // "--FLAG applies to WHAT only" when the flag was given but does not apply.
 absl::Status CheckApplies(const Invocation& invocation, absl::string_view flag, bool applies,
                           absl::string_view what) {
@@ -345,6 +353,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(v1::Precision precision,
                             ParsePrecision(invocation.Get("precision", "fp32")));
   spec.set_precision(precision);
+  TRAINERD_ASSIGN_OR_RETURN(v1::JobPriority priority,
+                            ParsePriority(invocation.Get("priority", "normal")));
+  spec.set_priority(priority);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
   if (invocation.Has("seed")) {
     TRAINERD_ASSIGN_OR_RETURN(uint64_t seed, invocation.GetUint("seed", 0));

@@ -65,6 +65,9 @@ ABSL_FLAG(bool, allow_torchscript, true,
 ABSL_FLAG(std::string, module_checker, "",
           "the trainerd-module-check program that first loads and tries submitted modules; empty: "
           "the one next to this executable");
+ABSL_FLAG(int32_t, max_concurrent_jobs, 0,
+          "jobs each device runs at once, each on its own worker (and CUDA stream); 0: 1 on the "
+          "CPU, 4 on a GPU");
 // Job records (docs/ARCHITECTURE.md, "Job records").
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(60),
           "at SIGTERM or SIGINT, how long running jobs may take to finish their epoch and write a "
@@ -133,14 +136,16 @@ int main(int argc, char** argv) {
   options.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
   options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
   options.engine.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.engine.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
   options.engine.job_retention = absl::GetFlag(FLAGS_job_retention);
   if (options.engine.keep_checkpoints < 0 || options.engine.max_finished_jobs < 0 ||
+      options.engine.max_concurrent_jobs < 0 ||
       options.engine.job_retention < absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_shutdown_timeout) < absl::ZeroDuration()) {
-    std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --job_retention and "
-                 "--shutdown_timeout must not be negative\n";
+    std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --max_concurrent_jobs, "
+                 "--job_retention and --shutdown_timeout must not be negative\n";
     return 2;
   }
   options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);

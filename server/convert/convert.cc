@@ -59,6 +59,18 @@ v1::OptimizerKind ToProto(engine::OptimizerKind kind) {
   return v1::OPTIMIZER_KIND_UNSPECIFIED;
 }
 
+v1::JobPriority ToProto(engine::JobPriority priority) {
+  switch (priority) {
+    case engine::JobPriority::kLow:
+      return v1::JOB_PRIORITY_LOW;
+    case engine::JobPriority::kNormal:
+      return v1::JOB_PRIORITY_NORMAL;
+    case engine::JobPriority::kHigh:
+      return v1::JOB_PRIORITY_HIGH;
+  }
+  return v1::JOB_PRIORITY_NORMAL;
+}
+
 v1::Precision ToProto(engine::Precision precision) {
   switch (precision) {
     case engine::Precision::kFp32:
@@ -226,6 +238,22 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
       return absl::InvalidArgumentError(
           "precision must be PRECISION_FP32, PRECISION_BF16 or PRECISION_FP16 (or unset for fp32)");
   }
+  switch (spec.priority()) {
+    case v1::JOB_PRIORITY_UNSPECIFIED:
+    case v1::JOB_PRIORITY_NORMAL:
+      out.priority = engine::JobPriority::kNormal;
+      break;
+    case v1::JOB_PRIORITY_LOW:
+      out.priority = engine::JobPriority::kLow;
+      break;
+    case v1::JOB_PRIORITY_HIGH:
+      out.priority = engine::JobPriority::kHigh;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "priority must be JOB_PRIORITY_HIGH, JOB_PRIORITY_NORMAL or JOB_PRIORITY_LOW (or unset "
+          "for normal)");
+  }
   return out;
 }
 
@@ -264,6 +292,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_early_stop_patience(spec.early_stop_patience);
   out.set_checkpoint_every(spec.checkpoint_every);
   out.set_precision(ToProto(spec.precision));
+  out.set_priority(ToProto(spec.priority));
   return out;
 }
 

@@ -44,6 +44,7 @@ struct Engine::Impl {
     out.data_dir = options.data_dir;
     out.hooks = Hooks();
     out.max_queued_jobs = options.max_queued_jobs;
+    out.max_concurrent_jobs = options.max_concurrent_jobs;
     out.store = options.job_store;
     out.keep_checkpoints = options.keep_checkpoints;
     out.max_finished_jobs = options.max_finished_jobs;

@@ -38,6 +38,8 @@ struct EngineOptions {
   int64_t max_upload_bytes_in_flight = 0;
   // The most jobs that may wait in the queues at once; 0 means no bound.
   int64_t max_queued_jobs = 0;
+  // Jobs each device runs at once; 0: 1 on the CPU, 4 on a GPU (each GPU job on its own stream).
+  int32_t max_concurrent_jobs = 0;
   // Where job records outlive the process (the daemon's SQLite database, server/store). With one,
   // Create takes up the jobs the records hold as QUEUED or RUNNING (from their last checkpoint),
   // and Shutdown leaves running jobs to resume at the next start instead of cancelling them.

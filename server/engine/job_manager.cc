@@ -121,14 +121,33 @@ std::string JobManager::ModuleFilePath(const std::string& id) const {
   return absl::StrCat(options_.data_dir, "/", kModulesFolder, "/", id, ".pt");
 }
 
+std::string JobManager::Worker::PopNext() {
+  for (int p = 2; p >= 0; --p) {
+    if (queues[p].empty()) continue;
+    std::string id = std::move(queues[p].front());
+    queues[p].pop_front();
+    return id;
+  }
+  return "";
+}
+
+void JobManager::Worker::Remove(const std::string& id) {
+  for (auto& queue : queues) queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
+}
+
 void JobManager::QueueLocked(std::shared_ptr<Record> record) {
   const std::string device_name = record->snap.device;
   std::unique_ptr<Worker>& worker = workers_[device_name];
   if (!worker) {
     worker = std::make_unique<Worker>();
-    worker->thread = std::thread([this, device_name] { WorkerLoop(device_name); });
+    const int threads = options_.max_concurrent_jobs > 0 ? options_.max_concurrent_jobs
+                        : device_name == "cpu"           ? 1
+                                                         : 4;
+    for (int i = 0; i < threads; ++i) {
+      worker->threads.emplace_back([this, device_name] { WorkerLoop(device_name); });
+    }
   }
-  worker->queue.push_back(record->snap.id);
+  worker->queues[static_cast<int>(record->snap.spec.priority)].push_back(record->snap.id);
   order_.push_back(record->snap.id);
   jobs_[record->snap.id] = std::move(record);
   worker->cv.Signal();
@@ -147,7 +166,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
     if (options_.max_queued_jobs > 0) {
       int64_t queued = pending_enqueues_;
       for (const auto& [name, worker] : workers_) {
-        queued += static_cast<int64_t>(worker->queue.size());
+        queued += static_cast<int64_t>(worker->queued());
       }
       if (queued >= options_.max_queued_jobs) {
         return absl::ResourceExhaustedError(absl::StrCat(
@@ -444,8 +463,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
       // A running job (or one its worker has just taken) stops before its next step.
       if (state == JobState::kRunning || record->claimed) return record->snap;
       // Queued: take it out of its device's queue; it never runs.
-      auto& queue = workers_.at(record->snap.device)->queue;
-      queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
+      workers_.at(record->snap.device)->Remove(id);
     }
   }
   if (record == nullptr) {
@@ -582,11 +600,10 @@ void JobManager::WorkerLoop(const std::string& device_name) {
     {
       absl::MutexLock lock(&mu_);
       worker = workers_.at(device_name).get();
-      while (!stopped_ && !stopping_ && worker->queue.empty()) worker->cv.Wait(&mu_);
+      while (!stopped_ && !stopping_ && worker->queued() == 0) worker->cv.Wait(&mu_);
       if (stopped_ || stopping_) return;
-      record = jobs_.at(worker->queue.front());
+      record = jobs_.at(worker->PopNext());
       record->claimed = true;
-      worker->queue.pop_front();
       ++worker->running;
     }
     try {
@@ -848,8 +865,10 @@ void JobManager::Shutdown(const std::string& reason) {
     for (auto& [name, worker] : workers_) {
       // With a store the queued jobs stay QUEUED in the records (the next start runs them); only
       // their watches end.
-      for (const std::string& id : worker->queue) queued.push_back(jobs_.at(id));
-      worker->queue.clear();
+      for (auto& queue : worker->queues) {
+        for (const std::string& id : queue) queued.push_back(jobs_.at(id));
+        queue.clear();
+      }
       worker->cv.SignalAll();
     }
     for (auto& [id, record] : jobs_) {
@@ -874,7 +893,9 @@ void JobManager::Shutdown(const std::string& reason) {
   }
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [name, worker] : workers_) threads.push_back(std::move(worker->thread));
+    for (auto& [name, worker] : workers_) {
+      for (std::thread& t : worker->threads) threads.push_back(std::move(t));
+    }
   }
   for (std::thread& t : threads) {
     if (t.joinable()) t.join();

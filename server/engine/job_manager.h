@@ -52,6 +52,9 @@ struct JobManagerOptions {
   JobHooks hooks;
   // Bounds the jobs waiting in all queues together (0 = no bound).
   int64_t max_queued_jobs = 0;
+  // Jobs a device runs at once, each on a worker thread of its own (and on a GPU on a CUDA stream
+  // of its own); 0: 1 on the CPU (whose intra-op threads one job already uses), 4 on a GPU.
+  int32_t max_concurrent_jobs = 0;
   // Where the records are kept. With a store, a job is written through on every state change and
   // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
   // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next
@@ -73,8 +76,9 @@ struct ResumePoint {
   int32_t epoch = 0;            // the checkpoint's epoch; 0 without one
 };
 
-// Owns the jobs in memory and one worker thread per device, created when the device gets its
-// first job. A worker runs one job at a time; the others wait in that device's FIFO queue.
+// Owns the jobs in memory and each device's workers (max_concurrent_jobs threads, created when the
+// device gets its first job). A worker runs one job at a time; the others wait in that device's
+// queue: high priority first, then normal, then low, first come first served within a priority.
 // Thread-safe: calls take a short lock and never wait for training. Owned by the Engine.
 class JobManager {
  public:
@@ -168,11 +172,17 @@ class JobManager {
     std::vector<std::shared_ptr<JobEventSink>> sinks;  // guarded by publish_mu
     bool recorded_end = false;  // its terminal state is in the store; guarded by publish_mu
   };
+  // One device's queue and workers; guarded by JobManager::mu_.
   struct Worker {
-    std::deque<std::string> queue;
-    std::thread thread;
+    std::deque<std::string> queues[3];  // ids by JobPriority (kLow, kNormal, kHigh), FIFO each
+    std::vector<std::thread> threads;
     absl::CondVar cv;
-    int running = 0;  // jobs this worker runs now (0 or 1); guarded by JobManager::mu_
+    int running = 0;  // jobs its threads run now
+
+    size_t queued() const { return queues[0].size() + queues[1].size() + queues[2].size(); }
+    // The next job to run: the oldest of the highest priority. Requires queued() > 0.
+    std::string PopNext();
+    void Remove(const std::string& id);
   };
 
   void WorkerLoop(const std::string& device_name);

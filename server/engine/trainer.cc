@@ -1,6 +1,10 @@
 #include "server/engine/trainer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <chrono>
 #include <cmath>
@@ -57,14 +61,28 @@ class HostTransfers {
   double seconds_ = 0.0;
 };
 
-// The job's generator on its device (shuffling, dropout). The CPU gets a generator of its own; a
-// CUDA device's default generator belongs to that device's single worker thread.
+// The job's own generator on its device (shuffling, dropout): nothing else draws from it (not
+// Diagnose, not the other jobs on the device), so a seed gives the same losses whatever else runs.
 at::Generator JobGenerator(const torch::Device& device, uint64_t seed) {
   if (device.is_cpu()) return at::detail::createCPUGenerator(seed);
-  at::Generator gen = at::globalContext().defaultGenerator(device);
+  at::Generator gen = at::cuda::detail::createCUDAGenerator(device.index());
   std::lock_guard<std::mutex> lock(gen.mutex());
   gen.set_current_seed(seed);
   return gen;
+}
+
+// A GPU job runs on a CUDA stream of its own, so that jobs sharing a device overlap their
+// kernels instead of queueing behind each other on the default stream. The stream first waits
+// (on the device, not the host) for the work queued before it on the default stream, e.g. the
+// copy that made the dataset resident.
+std::optional<c10::cuda::CUDAStream> JobStream(const torch::Device& device) {
+  if (!device.is_cuda()) return std::nullopt;
+  c10::cuda::CUDAStream stream =
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index());
+  at::cuda::CUDAEvent ready;
+  ready.record(c10::cuda::getDefaultCUDAStream(device.index()));
+  ready.block(stream);
+  return stream;
 }
 
 // The model a job trains: a Sequential built from the spec, or a user's TorchScript module. The
@@ -190,6 +208,11 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   const JobSpec& spec = run.spec;
   const uint64_t seed = spec.seed.value_or(0);
   try {
+    // Everything the job queues on a GPU goes on its own stream (until the function returns).
+    std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+    if (std::optional<c10::cuda::CUDAStream> stream = JobStream(run.device)) {
+      stream_guard.emplace(*stream);
+    }
     // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
     at::Generator gen = JobGenerator(run.device, seed);
     // A TorchScript job brings its initial weights; `model` stays empty for it.

@@ -48,6 +48,18 @@ const char* ScheduleKindName(ScheduleKind kind) {
   return "unknown";
 }
 
+const char* JobPriorityName(JobPriority priority) {
+  switch (priority) {
+    case JobPriority::kLow:
+      return "low";
+    case JobPriority::kNormal:
+      return "normal";
+    case JobPriority::kHigh:
+      return "high";
+  }
+  return "normal";
+}
+
 const char* PrecisionName(Precision precision) {
   switch (precision) {
     case Precision::kFp32:

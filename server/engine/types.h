@@ -44,11 +44,15 @@ enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop };
 enum class ScheduleKind { kConstant, kStep, kCosine };
 // The precision of a job's forward passes (see proto/trainerd/v1/jobs.proto, enum Precision).
 enum class Precision { kFp32, kBf16, kFp16 };
+// Which queued job a device runs next (proto JobPriority): high, then normal, then low; FIFO
+// within a priority.
+enum class JobPriority { kLow, kNormal, kHigh };
 
 const char* LossKindName(LossKind loss);            // "mse", "cross_entropy", "l1", ...
 const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam", "adamw", "rmsprop"
 const char* ScheduleKindName(ScheduleKind kind);    // "constant", "step", "cosine"
 const char* PrecisionName(Precision precision);     // "fp32", "bf16", "fp16"
+const char* JobPriorityName(JobPriority priority);  // "low", "normal", "high"
 
 // The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
 struct ScheduleSpec {
@@ -96,6 +100,7 @@ struct JobSpec {
   // Forward passes under autocast in bf16 or fp16 (parameters, optimizer state and losses stay
   // float32); fp16 adds dynamic loss scaling. kFp32: no autocast.
   Precision precision = Precision::kFp32;
+  JobPriority priority = JobPriority::kNormal;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
 };

@@ -780,5 +780,19 @@ TEST(JobSpecFromFlagsTest, UnknownPrecisionNamesTheChoices) {
             "--precision: unknown precision 'fp8' (expected fp32, bf16 or fp16)");
 }
 
+TEST(JobSpecFromFlagsTest, PriorityReachesTheSpecAndDefaultsToNormal) {
+  const absl::StatusOr<v1::JobSpec> plain = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->priority(), v1::JOB_PRIORITY_NORMAL);
+  for (const auto& [flag, priority] : std::vector<std::pair<std::string, v1::JobPriority>>{
+           {"high", v1::JOB_PRIORITY_HIGH}, {"low", v1::JOB_PRIORITY_LOW}}) {
+    const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--priority", flag}));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->priority(), priority) << flag;
+  }
+  EXPECT_EQ(SpecError(Submit({"--priority", "urgent"})),
+            "--priority: unknown priority 'urgent' (expected high, normal or low)");
+}
+
 }  // namespace
 }  // namespace trainerd::client

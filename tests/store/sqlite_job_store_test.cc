@@ -48,6 +48,7 @@ JobSnapshot MakeJob(const std::string& id, const std::string& dataset,
   job.spec.seed = 42;
   job.spec.device = "cpu";
   job.spec.checkpoint_every = 2;
+  job.spec.priority = engine::JobPriority::kHigh;
   job.owner = "alice";
   job.state = state;
   job.device = "cpu";
@@ -109,6 +110,7 @@ TEST(SqliteJobStoreTest, JobAndEpochsRoundTripAcrossReopen) {
   EXPECT_EQ(loaded->spec.model, "mlp:4-8-1");
   EXPECT_EQ(loaded->spec.seed, 42u);
   EXPECT_EQ(loaded->spec.checkpoint_every, 2);
+  EXPECT_EQ(loaded->spec.priority, engine::JobPriority::kHigh);
   EXPECT_EQ(loaded->owner, "alice");
   EXPECT_EQ(loaded->steps, 8);
   EXPECT_DOUBLE_EQ(loaded->final_loss, 0.25);
