@@ -122,6 +122,7 @@ TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   spec.set_device("cpu");
   spec.set_shuffle(true);
   spec.set_precision(v1::PRECISION_BF16);
+  spec.set_priority(v1::JOB_PRIORITY_HIGH);
 
   const v1::Job job = Submit(spec);
 
