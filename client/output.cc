@@ -344,13 +344,21 @@ bool IsTerminal(v1::JobState state) {
          state == v1::JOB_STATE_CANCELLED;
 }
 
+// The device, and "(on disk)" when the dataset is not resident now (it loads when used).
+std::string DatasetWhere(const v1::Dataset& dataset) {
+  std::string where = OrDash(dataset.device());
+  if (dataset.location() == v1::DATASET_LOCATION_DISK) absl::StrAppend(&where, " (on disk)");
+  if (dataset.location() == v1::DATASET_LOCATION_HOST) absl::StrAppend(&where, " (in host memory)");
+  return where;
+}
+
 std::string DatasetListTable(const v1::ListDatasetsResponse& response) {
   TextTable table({"NAME", "ROWS", "FEATURES", "TARGETS", "SIZE", "DEVICE", "CREATED"});
   for (const v1::Dataset& dataset : response.datasets()) {
     table.AddRow({dataset.name(), absl::StrCat(dataset.row_count()),
                   ShapeToString(ToVector(dataset.feature_shape())),
                   TensorDescription(dataset.target_shape(), dataset.target_dtype()),
-                  FormatBytes(dataset.size_bytes()), OrDash(dataset.device()),
+                  FormatBytes(dataset.size_bytes()), DatasetWhere(dataset),
                   FormatTimestamp(dataset.create_time())});
   }
   return table.Render();
@@ -370,7 +378,7 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
                                            : absl::StrCat(FormatBytes(dataset.size_bytes()), " (",
                                                           dataset.size_bytes(), " bytes)")},
       {"sha256", OrDash(dataset.sha256())},
-      {"device", OrDash(dataset.device())},
+      {"device", DatasetWhere(dataset)},
       {"created", FormatTimestamp(dataset.create_time())},
   };
   // Only a daemon with authentication records who uploaded it.

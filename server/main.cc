@@ -27,6 +27,13 @@ ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda or cuda:N");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{16} << 30,
           "largest dataset payload accepted, in bytes; 0 for no limit");
+ABSL_FLAG(std::string, device_memory_budget, "0",
+          "memory of the default device that resident datasets and running jobs' estimated "
+          "working sets may use together: bytes (12GiB, 500MB) or a share of the device (80%; "
+          "host RAM for the CPU); idle datasets are evicted to make room; 0 for no budget");
+ABSL_FLAG(bool, preload, false,
+          "load every dataset kept on disk at start (in the background, while they fit the "
+          "budget) instead of when a job first needs it");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9400",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; empty "
           "turns the endpoint off");
@@ -108,7 +115,8 @@ int main(int argc, char** argv) {
 
   absl::SetProgramUsageMessage(
       "trainerd: a training daemon that keeps datasets resident on the GPU.\n"
-      "Usage: trainerd [--listen=HOST:PORT|unix:PATH] [--data_dir=DIR] [--device=auto|cpu|cuda[:N]]\n"
+      "Usage: trainerd [--listen=HOST:PORT|unix:PATH] [--data_dir=DIR] "
+      "[--device=auto|cpu|cuda[:N]]\n"
       "                [--auth_token_file=FILE] [--tls_cert_file=FILE --tls_key_file=FILE\n"
       "                [--tls_client_ca_file=FILE]] [--metrics_listen=HOST:PORT]\n"
       "                [--flagfile=FILE]   (see docs/SECURITY.md and README.md)");
@@ -119,6 +127,16 @@ int main(int argc, char** argv) {
   options.engine.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.engine.device = absl::GetFlag(FLAGS_device);
   options.engine.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
+  {
+    absl::StatusOr<trainerd::MemorySize> budget =
+        trainerd::ParseMemorySize(absl::GetFlag(FLAGS_device_memory_budget));
+    if (!budget.ok()) {
+      std::cerr << "trainerd: --device_memory_budget: " << budget.status().message() << std::endl;
+      return 2;
+    }
+    options.engine.device_memory_budget = *budget;
+  }
+  options.engine.preload = absl::GetFlag(FLAGS_preload);
   options.engine.diagnose_at_start = absl::GetFlag(FLAGS_diagnose_at_start);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics.job_series_ttl = absl::GetFlag(FLAGS_metrics_job_series_ttl);

@@ -128,6 +128,17 @@ v1::Dataset ToProto(const engine::DatasetMeta& meta) {
   out.set_size_bytes(meta.size_bytes);
   out.set_sha256(meta.sha256);
   out.set_device(meta.device);
+  switch (meta.location) {
+    case engine::DatasetLocation::kDevice:
+      out.set_location(v1::DATASET_LOCATION_DEVICE);
+      break;
+    case engine::DatasetLocation::kHost:
+      out.set_location(v1::DATASET_LOCATION_HOST);
+      break;
+    case engine::DatasetLocation::kDisk:
+      out.set_location(v1::DATASET_LOCATION_DISK);
+      break;
+  }
   SetTimestamp(meta.create_time, out.mutable_create_time());
   out.set_target_min(meta.target_min);
   out.set_target_max(meta.target_max);
@@ -438,6 +449,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   }
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
+  out.set_estimated_memory_bytes(job.estimated_memory_bytes);
   *out.mutable_report() = ToProto(job.report);
   for (const auto& c : job.checkpoints) {
     v1::Checkpoint* checkpoint = out.add_checkpoints();
@@ -562,6 +574,7 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   }
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
+  out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.report = FromProto(job.report());
   for (const v1::Checkpoint& c : job.checkpoints()) {
     engine::CheckpointInfo checkpoint;

@@ -1,9 +1,16 @@
-// The datasets resident on the engine's device: upload (staging, checks, durable file, one
-// host-to-device copy), lookup, listing, deletion, and reloading from disk at start.
+// The engine's datasets and the device memory they share with running jobs: upload (staging,
+// checks, durable file, one host-to-device copy), lookup, listing, deletion, the registration of
+// the files kept on disk at start, and the device memory budget: resident datasets plus the
+// running jobs' working sets stay inside it, idle datasets are evicted (least recently used
+// first) to make room and loaded back when a job needs them.
 #pragma once
 
+#include <torch/torch.h>
+
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <string_view>
@@ -14,12 +21,12 @@
 #include "absl/synchronization/mutex.h"
 #include "common/sha256.h"
 #include "server/engine/types.h"
-#include <torch/torch.h>
 
 namespace trainerd::engine {
 
-// A registered dataset: metadata plus its tensors on the device. Immutable once registered and
-// shared by the jobs that use it, so it stays valid while a job holds it.
+// A dataset's tensors on the device, with its metadata. Immutable once loaded and shared by the
+// jobs that use it, so it stays valid while a job holds it (eviction only drops the registry's
+// reference to an idle one).
 struct Dataset {
   DatasetMeta meta;
   torch::Tensor features;  // [rows, feature_shape...], float32, on the device
@@ -66,11 +73,17 @@ class DatasetUpload final : public UploadSession {
   DatasetMeta meta_;
   std::string expected_sha256_;
   std::vector<torch::Tensor> blocks_;  // uint8, host, filled in order
-  int64_t capacity_ = 0;  // bytes in blocks_, counted against the in-flight bound
+  int64_t capacity_ = 0;               // bytes in blocks_, counted against the in-flight bound
   int64_t received_ = 0;
   Sha256 sha256_;
   bool committed_ = false;
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
+};
+
+// What a job holds while it runs (DatasetRegistry::AcquireForJob).
+struct JobDatasets {
+  std::shared_ptr<const Dataset> dataset;
+  std::shared_ptr<const Dataset> validation_dataset;  // null when the job names none
 };
 
 // Thread-safe. Owned by the Engine.
@@ -79,12 +92,23 @@ class DatasetRegistry {
   // `dir`: where dataset files live (created if missing). `device`: where tensors are resident.
   // `max_dataset_bytes`: the largest payload accepted (0 = no limit). `max_staged_bytes`: the
   // most host memory all uploads in progress may stage together (0 = no limit).
+  // `memory_budget`: the bytes of `device` that resident datasets and running jobs' working sets
+  // may use together (0 = no budget).
   DatasetRegistry(std::string dir, torch::Device device, int64_t max_dataset_bytes,
-                  int64_t max_staged_bytes = 0);
+                  int64_t max_staged_bytes = 0, int64_t memory_budget = 0);
 
-  // Loads every dataset file in the folder onto the device. A damaged file is logged, renamed to
-  // <file>.damaged and skipped, so one bad file never keeps the daemon from starting.
+  // Tells the registry which datasets queued or running jobs use: eviction takes the others
+  // first. Set once, before any job.
+  void SetInUse(std::function<bool(const std::string& name)> in_use);
+
+  // Registers every dataset file in the folder from its header, without loading it (the daemon
+  // serves at once; a dataset is loaded when a job first needs it, or by Preload). A damaged file
+  // is logged, renamed to <file>.damaged and skipped, so one bad file never keeps the daemon from
+  // starting.
   absl::Status LoadFromDisk();
+  // Loads the datasets that are on disk only, most recently created first, while they fit the
+  // budget without evicting anything. Blocking (file reads, copies): the engine's I/O thread.
+  void Preload();
 
   // Checks the header (CheckDatasetHeader) and reserves the name; allocates nothing. The dataset
   // will record `owner` (who uploads it; may be empty). INVALID_ARGUMENT (name, shapes, dtype,
@@ -102,10 +126,31 @@ class DatasetRegistry {
   // Host memory staged by the uploads in progress, in bytes.
   int64_t staged_bytes() const;
 
-  // NOT_FOUND when absent.
-  absl::StatusOr<std::shared_ptr<const Dataset>> Get(const std::string& name) const;
+  // NOT_FOUND when absent. The metadata says where the dataset is now (DatasetMeta::location).
+  absl::StatusOr<DatasetMeta> GetMeta(const std::string& name) const;
   // Sorted by name.
   std::vector<DatasetMeta> List() const;
+
+  // A job about to run on `job_device`: its dataset and validation dataset (empty: none) loaded
+  // onto the device (evicting datasets no running job holds, least recently used first, those no
+  // queued job needs before the others) and, when the job runs on this registry's device, its
+  // working set reserved, all inside the budget. UNAVAILABLE when it does not fit now because
+  // running jobs hold the memory (try again when one ends); RESOURCE_EXHAUSTED, with the numbers,
+  // when it cannot fit even with nothing else running; NOT_FOUND for a missing dataset; the
+  // error of a load that failed. Blocking while a dataset loads.
+  absl::StatusOr<JobDatasets> AcquireForJob(const std::string& job_id, const std::string& dataset,
+                                            const std::string& validation_dataset,
+                                            int64_t working_set_bytes,
+                                            const torch::Device& job_device);
+  // Gives back what AcquireForJob reserved for the job (its datasets stay resident, now idle).
+  void ReleaseJob(const std::string& job_id);
+
+  // The budget (0: none), the bytes resident datasets use, the bytes running jobs' working sets
+  // reserve, and the datasets evicted so far.
+  int64_t memory_budget() const { return budget_; }
+  int64_t resident_bytes() const;
+  int64_t reserved_bytes() const;
+  int64_t evictions() const;
   // Removes it from the registry and deletes its file. NOT_FOUND when absent. The caller checks
   // that no job uses it (the Engine does, under its admission lock).
   absl::Status Delete(const std::string& name);
@@ -122,16 +167,52 @@ class DatasetRegistry {
   std::string PathFor(const std::string& name) const;
   absl::StatusOr<std::shared_ptr<const Dataset>> MakeResident(const DatasetMeta& meta,
                                                               const torch::Tensor& payload);
+  // Reads a registered dataset's file and makes it resident (no lock held).
+  absl::StatusOr<std::shared_ptr<const Dataset>> LoadFile(const DatasetMeta& meta);
+
+  struct Entry {
+    DatasetMeta meta;                         // location kept current
+    std::shared_ptr<const Dataset> resident;  // null: on disk only
+    absl::Time last_used = absl::InfinitePast();
+    int running = 0;       // running jobs holding it (never evicted while > 0)
+    bool loading = false;  // a load is under way (its bytes are in loading_bytes_)
+  };
+  // The bytes the budget has left (budget - resident - reserved - loading); INT64_MAX without one.
+  int64_t FreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The bytes that running jobs hold (their working sets and the datasets they hold).
+  int64_t HeldByRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Evicts idle datasets (none in `keep`, none a running job holds), least recently used first
+  // and those no queued job needs before the others, until `bytes` are free. False when they
+  // cannot be freed (nothing is evicted then).
+  // A dataset whose file turned out damaged when it was loaded (a flipped byte, a truncated
+  // payload): its file is renamed *.damaged and the dataset is forgotten, as a start would have
+  // done had it read the payload; the name is free again.
+  void Forget(const DatasetMeta& meta, const absl::Status& why);
+  bool MakeRoomLocked(int64_t bytes, const std::set<std::string>& keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string dir_;
   const torch::Device device_;
   const int64_t max_dataset_bytes_;
   const int64_t max_staged_bytes_;
+  const int64_t budget_;
+  std::function<bool(const std::string&)> in_use_;  // set before jobs run
 
   mutable absl::Mutex mu_;
-  std::map<std::string, std::shared_ptr<const Dataset>> datasets_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Entry> datasets_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);  // uploads in progress
   int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t loading_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Running jobs' reservations: working set bytes and the datasets they hold.
+  struct Hold {
+    int64_t bytes = 0;
+    std::vector<std::string> datasets;
+  };
+  std::map<std::string, Hold> holds_ ABSL_GUARDED_BY(mu_);
+  int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
+  std::mutex acquire_mu_;  // serialises AcquireForJob
 };
 
 }  // namespace trainerd::engine

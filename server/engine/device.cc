@@ -1,13 +1,15 @@
 #include "server/engine/device.h"
 
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <unistd.h>
+
 #include <atomic>
 
-#include <c10/cuda/CUDACachingAllocator.h>
-
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 
 namespace trainerd::engine {
 
@@ -44,8 +46,8 @@ absl::StatusOr<torch::Device> ResolveDevice(const std::string& text) {
   }
   if (index >= count) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "device '", text, "' is not available here; available: ",
-        absl::StrJoin(AvailableDeviceNames(), ", ")));
+        "device '", text,
+        "' is not available here; available: ", absl::StrJoin(AvailableDeviceNames(), ", ")));
   }
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
 }
@@ -66,6 +68,19 @@ const c10::CachingDeviceAllocator::Stat& AggregateAllocated(
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
 }
 }  // namespace
+
+int64_t DeviceTotalMemory(const torch::Device& device) {
+  if (device.is_cuda()) {
+    return static_cast<int64_t>(at::cuda::getDeviceProperties(device.index())->totalGlobalMem);
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<int64_t>(pages) * page_size : 0;
+}
+
+void ReleaseCachedMemory(const torch::Device& device) {
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
 
 int64_t AllocatedBytes(const torch::Device& device) {
   if (!device.is_cuda()) return 0;

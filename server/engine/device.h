@@ -31,4 +31,11 @@ int64_t PeakAllocatedBytes(const torch::Device& device);
 void ResetPeakMemory(const torch::Device& device);
 int64_t HostToDeviceBytesTotal();
 
+// The device's memory in bytes: a CUDA device's global memory, or the host's physical memory for
+// the CPU (what a percentage --device_memory_budget is of).
+int64_t DeviceTotalMemory(const torch::Device& device);
+// Gives a CUDA device's cached, unused blocks back to the driver (after a job ran out of memory,
+// so that the next job starts from a clean slate); nothing on the CPU.
+void ReleaseCachedMemory(const torch::Device& device);
+
 }  // namespace trainerd::engine

@@ -12,6 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/file_io.h"
@@ -24,6 +25,7 @@
 #include "server/engine/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/model.h"
+#include "server/engine/placement.h"
 #include "server/engine/speed_report.h"
 #include "server/engine/torchscript_module.h"
 #include "server/monitor/sampler.h"
@@ -31,12 +33,15 @@
 namespace trainerd::engine {
 
 struct Engine::Impl {
-  Impl(const EngineOptions& options, torch::Device device)
+  Impl(const EngineOptions& options, torch::Device device, int64_t memory_budget)
       : options(options),
         device(device),
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
-                 options.max_upload_bytes_in_flight),
-        jobs(JobOptions(options)) {}
+                 options.max_upload_bytes_in_flight, memory_budget),
+        jobs(JobOptions(options)) {
+    datasets.SetInUse(
+        [this](const std::string& name) { return !jobs.JobUsingDataset(name).empty(); });
+  }
 
   JobManagerOptions JobOptions(const EngineOptions& options) {
     JobManagerOptions out;
@@ -63,6 +68,9 @@ struct Engine::Impl {
   // job brings one (then `checked_against` is the dataset it was checked against, which must not
   // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
   absl::StatusOr<JobSpec> Prepare(JobSpec spec);
+  // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
+  // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
+  torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);
   absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
                                     std::optional<LoadedTorchScript> module,
                                     const DatasetMeta* checked_against,
@@ -125,17 +133,27 @@ constexpr size_t kMaxWaitingModuleChecks = 8;
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("data_dir must not be empty");
   TRAINERD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(options.device));
-  auto impl = std::make_unique<Impl>(options, device);
+  const int64_t budget = options.device_memory_budget.Resolve(DeviceTotalMemory(device));
+  auto impl = std::make_unique<Impl>(options, device, budget);
+  if (budget > 0) {
+    LogInfo(absl::StrCat("device memory budget on ", DeviceName(device), ": ", budget, " bytes"));
+  }
   TRAINERD_RETURN_IF_ERROR(impl->datasets.LoadFromDisk());
-  const size_t loaded = impl->datasets.List().size();
-  LogInfo(absl::StrCat("engine ready on ", DeviceName(device), " with ", loaded,
-                       " resident dataset", loaded == 1 ? "" : "s", " from ", options.data_dir));
+  const size_t registered = impl->datasets.List().size();
+  LogInfo(absl::StrCat("engine ready on ", DeviceName(device), " with ", registered, " dataset",
+                       registered == 1 ? "" : "s", " from ", options.data_dir,
+                       options.preload ? " (preloading them)" : " (each loads when first used)"));
   TRAINERD_RETURN_IF_ERROR(impl->Recover());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   impl_->io_thread = std::thread([this] { IoLoop(); });
+  if (impl_->options.preload) {
+    std::lock_guard<std::mutex> lock(impl_->io_mu);
+    impl_->io_tasks.push_back([impl = impl_.get()] { impl->datasets.Preload(); });
+    impl_->io_cv.notify_one();
+  }
   for (int i = 0; i < kModuleCheckThreads; ++i) {
     impl_->check_threads.emplace_back([this] { CheckLoop(); });
   }
@@ -190,6 +208,16 @@ std::string LibTorchVersionString() { return LibTorchVersion(); }
 std::string CudaVersionString() { return CudaBuildVersion(); }
 
 int64_t Engine::host_to_device_bytes() const { return HostToDeviceBytesTotal(); }
+
+Engine::MemoryAccount Engine::memory_account() const {
+  MemoryAccount account;
+  account.device = DeviceName(impl_->device);
+  account.budget_bytes = impl_->datasets.memory_budget();
+  account.resident_dataset_bytes = impl_->datasets.resident_bytes();
+  account.reserved_job_bytes = impl_->datasets.reserved_bytes();
+  account.evictions = impl_->datasets.evictions();
+  return account;
+}
 
 namespace {
 
@@ -254,7 +282,7 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
       }
     }
     for (const DatasetMeta& meta : datasets) {
-      if (meta.device != name) continue;
+      if (meta.device != name || meta.location != DatasetLocation::kDevice) continue;
       info.datasets.push_back(meta.name);
       info.dataset_bytes += meta.size_bytes;
     }
@@ -320,6 +348,12 @@ absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
 JobHooks Engine::Impl::Hooks() {
   JobHooks hooks;
   hooks.observer = options.observer;
+  hooks.acquire = [this](const JobSnapshot& job) -> absl::StatusOr<JobDatasets> {
+    TRAINERD_ASSIGN_OR_RETURN(torch::Device job_device, ResolveDevice(job.device));
+    return datasets.AcquireForJob(job.id, job.spec.dataset, job.spec.validation_dataset,
+                                  job.estimated_memory_bytes, job_device);
+  };
+  hooks.release = [this](const std::string& id) { datasets.ReleaseJob(id); };
   hooks.start_report =
       [this](const JobSnapshot& job, const ModelSpec& model,
              const DatasetMeta& dataset) -> std::function<void(const JobSnapshot&, DeviceReport&)> {
@@ -455,8 +489,7 @@ void Engine::CommitUploadAsync(std::unique_ptr<UploadSession> upload,
 }
 
 absl::StatusOr<DatasetMeta> Engine::GetDataset(const std::string& name) const {
-  TRAINERD_ASSIGN_OR_RETURN(auto dataset, impl_->datasets.Get(name));
-  return dataset->meta;
+  return impl_->datasets.GetMeta(name);
 }
 
 std::vector<DatasetMeta> Engine::ListDatasets() const { return impl_->datasets.List(); }
@@ -474,6 +507,27 @@ absl::Status Engine::DeleteDataset(const std::string& name) {
 }
 
 namespace {
+
+// A TorchScript module's working set, roughly: its parameters, their gradients and the
+// optimizer's state exactly (from the parameter count); for activations, which depend on code
+// the daemon does not read, four times one batch's inputs and outputs.
+MemoryEstimate EstimateModuleMemory(int64_t parameter_count, const DatasetMeta& dataset,
+                                    const std::vector<int64_t>& output_shape, int64_t batch,
+                                    int64_t optimizer_slots) {
+  MemoryEstimate estimate;
+  estimate.parameters = parameter_count;
+  estimate.parameter_bytes = parameter_count * 4;
+  estimate.gradient_bytes = parameter_count * 4;
+  estimate.optimizer_bytes = parameter_count * 4 * optimizer_slots;
+  int64_t row_inputs = 1;
+  for (int64_t d : dataset.feature_shape) row_inputs *= d;
+  int64_t row_outputs = 1;
+  for (int64_t d : output_shape) row_outputs *= d;
+  estimate.activation_bytes = 4 * batch * (row_inputs + row_outputs) * 4;
+  estimate.total_bytes = estimate.parameter_bytes + estimate.gradient_bytes +
+                         estimate.optimizer_bytes + estimate.activation_bytes;
+  return estimate;
+}
 
 // The optimizer's float32 state per parameter, for the memory estimate.
 int64_t OptimizerSlots(const JobSpec& spec) {
@@ -496,51 +550,101 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                                                 const DatasetMeta* checked_against,
                                                 std::string_view module_bytes) {
   absl::MutexLock lock(&admission_mu);
-  TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(spec.dataset));
-  if (checked_against != nullptr && (dataset->meta.sha256 != checked_against->sha256 ||
-                                     dataset->meta.create_time != checked_against->create_time)) {
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(spec.dataset));
+  if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
+                                     dataset.create_time != checked_against->create_time)) {
     return absl::AbortedError(absl::StrCat("dataset '", spec.dataset,
                                            "' was replaced while the module was checked; submit "
                                            "the job again"));
   }
   ModelSpec model;  // stays empty for a TorchScript job
+  const int64_t training_rows = dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
+  const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
+  MemoryEstimate estimate;
   if (!module.has_value()) {
     // (A TorchScript job's spec passed CheckJobSpec before its module's check, against this
     // same dataset.)
-    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset->meta));
-    const int64_t training_rows =
-        dataset->meta.rows - HeldOutRows(spec.validation_fraction, dataset->meta.rows);
-    const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
-    TRAINERD_ASSIGN_OR_RETURN(
-        const MemoryEstimate estimate,
-        EstimateTrainingMemory(model, dataset->meta.feature_shape, batch, OptimizerSlots(spec)));
+    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset));
+    TRAINERD_ASSIGN_OR_RETURN(estimate, EstimateTrainingMemory(model, dataset.feature_shape, batch,
+                                                               OptimizerSlots(spec)));
     TRAINERD_RETURN_IF_ERROR(CheckModelSize(estimate, spec.model));
+  } else {
+    estimate = EstimateModuleMemory(module->parameter_count, dataset, module->output_shape, batch,
+                                    OptimizerSlots(spec));
   }
   // The validation dataset is looked up under the same admission lock, so that it cannot be
   // deleted before the job holds it (JobUsingDataset counts it as in use).
-  std::shared_ptr<const Dataset> validation;
+  int64_t validation_bytes = 0;
   if (!spec.validation_dataset.empty()) {
-    auto found = datasets.Get(spec.validation_dataset);
-    if (!found.ok()) {
-      return absl::Status(found.status().code(),
-                          absl::StrCat("validation ", found.status().message()));
+    auto validation = datasets.GetMeta(spec.validation_dataset);
+    if (!validation.ok()) {
+      return absl::Status(validation.status().code(),
+                          absl::StrCat("validation ", validation.status().message()));
     }
-    validation = *std::move(found);
-    TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset->meta, validation->meta,
+    validation_bytes = spec.validation_dataset == spec.dataset ? 0 : validation->size_bytes;
+    TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset, *validation,
                                                     module ? &module->output_shape : nullptr));
   }
   torch::Device device = this->device;
   if (!spec.device.empty()) {
     TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(spec.device));
+  } else {
+    device = Place(spec, dataset, estimate.total_bytes);
+    spec.device = DeviceName(device);
   }
-  TRAINERD_ASSIGN_OR_RETURN(
-      JobSnapshot job,
-      jobs.Enqueue(std::move(spec), std::move(model), dataset, std::move(validation), device,
-                   module ? std::move(module->module) : nullptr, caller.owner, module_bytes));
+  // A job that could never fit the device's budget, even alone, is refused now rather than
+  // failing later.
+  const int64_t budget = datasets.memory_budget();
+  if (budget > 0 && device == this->device) {
+    const int64_t need = estimate.total_bytes + dataset.size_bytes + validation_bytes;
+    if (need > budget) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the job needs about %d bytes on %s: an estimated working set of %d (parameters %d, "
+          "gradients %d, optimizer state %d, activations for a batch of %d rows %d) and its "
+          "datasets' %d; the device memory budget is %d bytes (--device_memory_budget)",
+          need, DeviceName(device), estimate.total_bytes, estimate.parameter_bytes,
+          estimate.gradient_bytes, estimate.optimizer_bytes, batch, estimate.activation_bytes,
+          dataset.size_bytes + validation_bytes, budget));
+    }
+  }
+  TRAINERD_ASSIGN_OR_RETURN(JobSnapshot job,
+                            jobs.Enqueue(std::move(spec), std::move(model), device,
+                                         module ? std::move(module->module) : nullptr, caller.owner,
+                                         module_bytes, estimate.total_bytes));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
                        job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
   return job;
+}
+
+torch::Device Engine::Impl::Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need) {
+  const int count = static_cast<int>(torch::cuda::device_count());
+  std::vector<PlacementCandidate> candidates;
+  bool validation_resident = true;
+  if (!spec.validation_dataset.empty() && spec.validation_dataset != spec.dataset) {
+    auto validation = datasets.GetMeta(spec.validation_dataset);
+    validation_resident = validation.ok() && validation->location == DatasetLocation::kDevice;
+  }
+  const int64_t budget = datasets.memory_budget();
+  for (int i = 0; i < count; ++i) {
+    const torch::Device candidate(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    PlacementCandidate c;
+    c.device = DeviceName(candidate);
+    // Datasets are resident on the daemon's device (--device); the others copy them per job.
+    const bool home = candidate == device;
+    c.holds_datasets = home && dataset.location == DatasetLocation::kDevice && validation_resident;
+    c.jobs = jobs.DeviceLoad(c.device);
+    if (home && budget > 0) {
+      c.free_memory =
+          std::max<int64_t>(0, budget - datasets.resident_bytes() - datasets.reserved_bytes());
+    }
+    candidates.push_back(std::move(c));
+  }
+  const size_t chosen = ChooseDevice(candidates, need);
+  LogInfo(absl::StrCat(
+      "job on dataset '", spec.dataset, "' placed on ", candidates[chosen].device,
+      candidates[chosen].holds_datasets ? " (it holds the dataset)" : " (the least loaded GPU)"));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(chosen));
 }
 
 absl::Status Engine::Impl::Recover() {
@@ -580,10 +684,9 @@ absl::Status Engine::Impl::Recover() {
 
     // What it needs to run again, checked as at Submit.
     auto take_up = [&]() -> absl::Status {
-      TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(job.spec.dataset));
-      std::shared_ptr<const Dataset> validation;
+      TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(job.spec.dataset));
       if (!job.spec.validation_dataset.empty()) {
-        TRAINERD_ASSIGN_OR_RETURN(validation, datasets.Get(job.spec.validation_dataset));
+        TRAINERD_RETURN_IF_ERROR(datasets.GetMeta(job.spec.validation_dataset).status());
       }
       TRAINERD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(job.spec.device));
       ModelSpec model;
@@ -596,16 +699,15 @@ absl::Status Engine::Impl::Recover() {
         // what an older one let through.
         TRAINERD_ASSIGN_OR_RETURN(
             LoadedTorchScript loaded,
-            LoadTorchScriptModule(spec_with_module, dataset->meta, options.module_checker,
+            LoadTorchScriptModule(spec_with_module, dataset, options.module_checker,
                                   absl::InfiniteFuture(), &check_stop));
         module = std::move(loaded.module);
       } else {
-        TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(job.spec, dataset->meta));
+        TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(job.spec, dataset));
       }
       const std::string id = job.id;
-      TRAINERD_RETURN_IF_ERROR(jobs.Requeue(std::move(job), std::move(model), std::move(dataset),
-                                            std::move(validation), device, std::move(module),
-                                            resume));
+      TRAINERD_RETURN_IF_ERROR(
+          jobs.Requeue(std::move(job), std::move(model), device, std::move(module), resume));
       LogInfo(absl::StrCat(
           "job '", id, "' (", JobStateName(previous), " when the daemon stopped) ",
           from > 0 ? absl::StrCat("resumes after epoch ", from) : std::string("starts over"),
@@ -634,11 +736,12 @@ absl::Status Engine::Impl::Recover() {
 absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
   // Draining or stopped: said first, whatever else is wrong with the spec.
   if (!jobs.accepting()) return absl::UnavailableError("the daemon is shutting down");
-  torch::Device resolved = device;
   if (!spec.device.empty()) {
-    TRAINERD_ASSIGN_OR_RETURN(resolved, ResolveDevice(spec.device));
-  }
-  spec.device = DeviceName(resolved);
+    TRAINERD_ASSIGN_OR_RETURN(torch::Device resolved, ResolveDevice(spec.device));
+    spec.device = DeviceName(resolved);
+  } else if (!device.is_cuda() || torch::cuda::device_count() < 2) {
+    spec.device = DeviceName(device);
+  }  // else Admit places the job, once its estimate is known.
   if (!spec.seed.has_value()) {
     std::random_device random;
     spec.seed = (static_cast<uint64_t>(random()) << 32) | random();
@@ -663,9 +766,8 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
   DatasetMeta checked_against;
   {
     absl::MutexLock lock(&admission_mu);
-    TRAINERD_ASSIGN_OR_RETURN(auto dataset, datasets.Get(spec.dataset));
-    TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, dataset->meta).status());
-    checked_against = dataset->meta;
+    TRAINERD_ASSIGN_OR_RETURN(checked_against, datasets.GetMeta(spec.dataset));
+    TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, checked_against).status());
   }
   spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
   TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,

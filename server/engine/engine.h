@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/memory_size.h"
 #include "server/engine/diagnosis_types.h"
 #include "server/engine/job_store.h"
 #include "server/engine/module_sandbox.h"
@@ -32,6 +33,12 @@ struct EngineOptions {
   std::string device = "auto";
   // The largest dataset payload accepted, in bytes; 0 means no limit.
   int64_t max_dataset_bytes = int64_t{16} << 30;
+  // The default device's memory that resident datasets and running jobs' working sets may use
+  // together: bytes, or a share of the device's memory (host RAM for the CPU). Unset: no budget.
+  MemorySize device_memory_budget;
+  // Load every dataset kept on disk at start (on the I/O thread, while they fit the budget);
+  // otherwise each loads when a job first needs it. The engine serves at once either way.
+  bool preload = false;
   // The most host memory that all dataset uploads in progress may stage together, in bytes; 0
   // means no bound. Staging grows with the bytes received, so this bounds what clients have
   // actually sent, whatever their headers declare.
@@ -140,6 +147,15 @@ class Engine {
   absl::StatusOr<Diagnosis> Diagnose(bool refresh);
   // Bytes copied from the host to a device since the process started.
   int64_t host_to_device_bytes() const;
+  // The default device's memory budget (0: none) and what uses it.
+  struct MemoryAccount {
+    std::string device;
+    int64_t budget_bytes = 0;
+    int64_t resident_dataset_bytes = 0;
+    int64_t reserved_job_bytes = 0;  // running jobs' estimated working sets
+    int64_t evictions = 0;           // datasets evicted so far
+  };
+  MemoryAccount memory_account() const;
   // The data folder's use of the disk: measured (a walk of its folders) at most every 10 s, the
   // figures cached in between, so that a scrape never walks a large folder often.
   DiskUsage disk_usage() const;

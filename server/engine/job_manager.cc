@@ -153,12 +153,10 @@ void JobManager::QueueLocked(std::shared_ptr<Record> record) {
   worker->cv.Signal();
 }
 
-absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
-                                                std::shared_ptr<const Dataset> dataset,
-                                                std::shared_ptr<const Dataset> validation_dataset,
-                                                torch::Device device,
+absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                                 std::shared_ptr<torch::jit::Module> torchscript,
-                                                std::string owner, std::string_view module_bytes) {
+                                                std::string owner, std::string_view module_bytes,
+                                                int64_t estimated_memory_bytes) {
   // Admission first (cheap, under the lock), then the durable writes without it, then the queue.
   {
     absl::MutexLock lock(&mu_);
@@ -178,11 +176,10 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
   }
   auto record = std::make_shared<Record>();
   record->model = std::move(model);
-  record->dataset = std::move(dataset);
-  record->validation_dataset = std::move(validation_dataset);
   record->torchscript = std::move(torchscript);
   record->device = device;
   JobSnapshot& snap = record->snap;
+  snap.estimated_memory_bytes = estimated_memory_bytes;
   snap.id = NewId();
   snap.spec = std::move(spec);
   snap.state = JobState::kQueued;
@@ -228,10 +225,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model,
   return copy;
 }
 
-absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model,
-                                 std::shared_ptr<const Dataset> dataset,
-                                 std::shared_ptr<const Dataset> validation_dataset,
-                                 torch::Device device,
+absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
                                  std::shared_ptr<torch::jit::Module> torchscript,
                                  ResumePoint resume) {
   job.state = JobState::kQueued;
@@ -247,8 +241,6 @@ absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model,
   }
   auto record = std::make_shared<Record>();
   record->model = std::move(model);
-  record->dataset = std::move(dataset);
-  record->validation_dataset = std::move(validation_dataset);
   record->torchscript = std::move(torchscript);
   record->device = device;
   record->resume = std::move(resume);
@@ -355,6 +347,13 @@ absl::StatusOr<std::string> JobManager::ModelPath(const std::string& id) const {
   }
   // Written before the job was published SUCCEEDED, so the file is complete.
   return absl::StrCat(options_.models_dir, "/", id, ".pt");
+}
+
+int64_t JobManager::DeviceLoad(const std::string& device) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(device);
+  if (it == workers_.end()) return 0;
+  return static_cast<int64_t>(it->second->queued()) + it->second->running;
 }
 
 std::string JobManager::JobUsingDataset(const std::string& dataset) const {
@@ -653,8 +652,71 @@ std::vector<std::string> JobManager::TrimCheckpoints(
   return doomed;
 }
 
+bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
+  JobSnapshot job;
+  {
+    absl::MutexLock lock(&mu_);
+    job = SummaryOf(record->snap);
+  }
+  absl::Status why_not = absl::InternalError("no dataset hook");
+  while (options_.hooks.acquire) {
+    if (record->cancel.load()) {
+      PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
+        snap.state = JobState::kCancelled;
+        snap.end_time = absl::Now();
+      });
+      RemoveFile(ModuleFilePath(job.id));
+      return false;
+    }
+    // Draining or stopping: it has not started, so it stays QUEUED and runs at the next start.
+    if (record->drain.load() || record->interrupt.load()) {
+      EndWatches(record.get());
+      return false;
+    }
+    absl::StatusOr<JobDatasets> acquired = options_.hooks.acquire(job);
+    if (acquired.ok()) {
+      absl::MutexLock lock(&mu_);
+      record->dataset = std::move(acquired->dataset);
+      record->validation_dataset = std::move(acquired->validation_dataset);
+      return true;
+    }
+    if (!absl::IsUnavailable(acquired.status())) {
+      why_not = acquired.status();
+      break;
+    }
+    // Running jobs hold the memory it needs: wait until one gives it back (or a while, for a
+    // cancel or a drain to be seen).
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+  }
+  PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kFailed;
+    snap.error = absl::StrCat("cannot start: ", why_not.message());
+    snap.end_time = absl::Now();
+  });
+  RemoveFile(ModuleFilePath(job.id));
+  return false;
+}
+
 void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   Record* record = shared.get();
+  if (!AcquireDatasets(shared)) return;
+  // Whatever way the run ends, the memory goes back and waiting jobs look again: before the
+  // job's terminal state is published (so that whoever sees it end sees its memory free), or at
+  // the latest when RunJob returns.
+  struct Release {
+    JobManager* manager;
+    std::string id;
+    bool done = false;
+    void Now() {
+      if (done) return;
+      done = true;
+      if (manager->options_.hooks.release) manager->options_.hooks.release(id);
+      absl::MutexLock lock(&manager->mu_);
+      manager->memory_released_.SignalAll();
+    }
+    ~Release() { Now(); }
+  } release{this, record->snap.id};
   JobSnapshot started;
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
@@ -767,6 +829,12 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   outcome.model_archive.shrink_to_fit();
   run.validation_dataset.reset();
   run.torchscript.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    record->dataset.reset();
+    record->validation_dataset.reset();
+  }
+  release.Now();
   std::string stop_reason;
   {
     absl::MutexLock lock(&mu_);

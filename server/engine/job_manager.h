@@ -38,6 +38,13 @@ struct JobHooks {
   std::function<std::function<void(const JobSnapshot&, DeviceReport&)>(
       const JobSnapshot&, const ModelSpec&, const DatasetMeta&)>
       start_report;
+  // Called on the worker before a job runs (the job still QUEUED): its datasets, loaded onto the
+  // device if they are not resident, with its working set reserved against the device's memory
+  // budget (DatasetRegistry::AcquireForJob). UNAVAILABLE: not now (running jobs hold the memory;
+  // the worker waits for one to end and asks again); any other error fails the job. Required.
+  std::function<absl::StatusOr<JobDatasets>(const JobSnapshot&)> acquire;
+  // Called once the job stops running (ended or interrupted) with what acquire reserved.
+  std::function<void(const std::string& job_id)> release;
 };
 
 struct JobManagerOptions {
@@ -88,24 +95,22 @@ class JobManager {
   JobManager& operator=(const JobManager&) = delete;
 
   // Queues a checked job (spec with seed and device filled in) and returns it QUEUED; with a
-  // store, the job is durable when this returns. `validation_dataset` is
-  // spec.validation_dataset's dataset, or null when it names none. `torchscript` is a TorchScript
-  // job's checked module (then `model` is empty), trained in place, and `module_bytes` its archive
-  // (kept for a restart); null and empty for a spec-built model. `owner` is recorded on the job.
+  // store, the job is durable when this returns. Its datasets are acquired when it starts
+  // (JobHooks::acquire). `torchscript` is a TorchScript job's checked module (then `model` is
+  // empty), trained in place, and `module_bytes` its archive (kept for a restart); null and empty
+  // for a spec-built model. `owner` is recorded on the job, and `estimated_memory_bytes` (its
+  // working set, as Submit estimated it).
   // UNAVAILABLE after Shutdown or Drain; RESOURCE_EXHAUSTED when max_queued_jobs jobs already
   // wait; INTERNAL when the job cannot be recorded.
-  absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model,
-                                      std::shared_ptr<const Dataset> dataset,
-                                      std::shared_ptr<const Dataset> validation_dataset,
-                                      torch::Device device,
+  absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                       std::shared_ptr<torch::jit::Module> torchscript = nullptr,
-                                      std::string owner = "", std::string_view module_bytes = {});
+                                      std::string owner = "", std::string_view module_bytes = {},
+                                      int64_t estimated_memory_bytes = 0);
   // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
   // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
   // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by
   // max_queued_jobs: the daemon had accepted it.
-  absl::Status Requeue(JobSnapshot job, ModelSpec model, std::shared_ptr<const Dataset> dataset,
-                       std::shared_ptr<const Dataset> validation_dataset, torch::Device device,
+  absl::Status Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
                        std::shared_ptr<torch::jit::Module> torchscript, ResumePoint resume);
   // Records a job that cannot be taken up again as FAILED with `reason` (at start).
   absl::Status FailUnrecoverable(JobSnapshot job, const std::string& reason);
@@ -138,6 +143,8 @@ class JobManager {
   // The id of a queued or running job that uses the dataset (to train or to validate on), or ""
   // when none does.
   std::string JobUsingDataset(const std::string& dataset) const;
+  // The device's queued and running jobs ("cpu", "cuda:N"), for placement.
+  int64_t DeviceLoad(const std::string& device) const;
 
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
   // no event is missed or delivered twice. A job that already ended gets no events.
@@ -159,7 +166,7 @@ class JobManager {
   struct Record {
     JobSnapshot snap;  // guarded by JobManager::mu_
     ModelSpec model;
-    std::shared_ptr<const Dataset> dataset;             // released when the job ends
+    std::shared_ptr<const Dataset> dataset;  // acquired when the job starts, released when it ends
     std::shared_ptr<const Dataset> validation_dataset;  // likewise; null when none
     std::shared_ptr<torch::jit::Module> torchscript;    // likewise; null for a spec-built model
     torch::Device device = torch::kCPU;
@@ -187,6 +194,10 @@ class JobManager {
 
   void WorkerLoop(const std::string& device_name);
   void RunJob(const std::shared_ptr<Record>& record);
+  // Before a job runs: its datasets and memory (JobHooks::acquire), waiting while running jobs
+  // hold the memory. False when the job will not run now: it failed (recorded), was cancelled
+  // (recorded), or the daemon is stopping (it stays QUEUED).
+  bool AcquireDatasets(const std::shared_ptr<Record>& record);
   // Fails a job whose worker threw (std::bad_alloc, an observer's exception): the daemon goes on.
   void FailAfterException(const std::shared_ptr<Record>& record, const std::string& what);
   // Applies `mutate` to the job under mu_, writes the result through to the store, then delivers
@@ -223,7 +234,8 @@ class JobManager {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;          // workers told to exit (Shutdown)
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
-  std::mutex prune_mu_;  // one retention pass at a time
+  std::mutex prune_mu_;            // one retention pass at a time
+  absl::CondVar memory_released_;  // signalled (with mu_) when a job gives back its memory
 };
 
 }  // namespace trainerd::engine

@@ -608,6 +608,9 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     outcome.model_archive = *std::move(archive);
     outcome.state = JobState::kSucceeded;
   } catch (const c10::OutOfMemoryError& e) {
+    // The job's tensors are gone with its scope; the allocator's cache of them goes too, so
+    // that the next job on the device starts from what is really free.
+    ReleaseCachedMemory(run.device);
     outcome.state = JobState::kFailed;
     outcome.error = absl::StrCat("out of memory on ", DeviceName(run.device), " at epoch ",
                                  outcome.epochs_done + 1, "; try a smaller batch size or model");

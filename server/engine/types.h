@@ -21,6 +21,11 @@ namespace trainerd::engine {
 // What a client declares before streaming a dataset's payload (common/dataset_header.h).
 using ::trainerd::DatasetHeader;
 
+// Where a dataset's tensors are now (proto DatasetLocation): resident on its device, or only in
+// its file on disk (not loaded yet at start, or evicted to make room), loaded when a job needs it.
+// kHost is for a later version that keeps evicted GPU datasets in host memory.
+enum class DatasetLocation { kDevice, kHost, kDisk };
+
 // A registered dataset, as listed.
 struct DatasetMeta {
   std::string name;
@@ -30,7 +35,8 @@ struct DatasetMeta {
   int64_t rows = 0;
   int64_t size_bytes = 0;       // payload: features + targets
   std::string sha256;           // of the payload
-  std::string device;           // where it is resident, e.g. "cuda:0"
+  std::string device;           // the device it is (or will be) resident on, e.g. "cuda:0"
+  DatasetLocation location = DatasetLocation::kDevice;
   absl::Time create_time = absl::UnixEpoch();
   int64_t target_min = 0;       // int64 targets only: smallest class index
   int64_t target_max = 0;       // int64 targets only: largest class index
@@ -194,6 +200,8 @@ struct JobSnapshot {
   std::vector<CheckpointInfo> checkpoints;  // oldest first
   DeviceReport report;
   std::vector<JobRestart> restarts;  // oldest first
+  int64_t estimated_memory_bytes = 0;  // the working set Submit estimated (parameters, gradients,
+                                       // optimizer state, one batch's activations)
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended

@@ -333,6 +333,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     std::map<std::string, std::pair<int64_t, int64_t>> by_device;  // count, bytes
     for (const std::string& device : engine_->devices()) by_device[device] = {0, 0};
     for (const engine::DatasetMeta& meta : engine_->ListDatasets()) {
+      if (meta.location != engine::DatasetLocation::kDevice) continue;  // on disk only
       auto& [count, bytes] = by_device[meta.device];
       ++count;
       bytes += meta.size_bytes;
@@ -340,19 +341,38 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     MetricFamily datasets = Family("trainerd_datasets", "Resident datasets.", MetricType::Gauge);
     MetricFamily bytes =
         Family("trainerd_dataset_resident_bytes", "Bytes of resident datasets.", MetricType::Gauge);
+    const engine::Engine::MemoryAccount memory = engine_->memory_account();
     MetricFamily evictions =
         Family("trainerd_dataset_evictions_total",
-               "Datasets dropped from device memory to make room (device-memory budgets; "
-               "trainerd does not evict yet).",
+               "Datasets dropped from device memory to make room under --device_memory_budget "
+               "(they load again when a job needs them).",
                MetricType::Counter);
     for (const auto& [device, figures] : by_device) {
       datasets.metric.push_back(Value(static_cast<double>(figures.first), {{"device", device}}));
       bytes.metric.push_back(Value(static_cast<double>(figures.second), {{"device", device}}));
-      evictions.metric.push_back(Value(0, {{"device", device}}));
+      evictions.metric.push_back(
+          Value(device == memory.device ? static_cast<double>(memory.evictions) : 0.0,
+                {{"device", device}}));
     }
     out.push_back(std::move(datasets));
     out.push_back(std::move(bytes));
     out.push_back(std::move(evictions));
+    if (memory.budget_bytes > 0) {
+      MetricFamily budget = Family("trainerd_device_memory_budget_bytes",
+                                   "The device memory that resident datasets and running jobs' "
+                                   "working sets may use together (--device_memory_budget).",
+                                   MetricType::Gauge);
+      budget.metric.push_back(
+          Value(static_cast<double>(memory.budget_bytes), {{"device", memory.device}}));
+      out.push_back(std::move(budget));
+    }
+    MetricFamily reserved = Family("trainerd_job_memory_reserved_bytes",
+                                   "The estimated working sets of the running jobs on the device, "
+                                   "reserved against its memory budget.",
+                                   MetricType::Gauge);
+    reserved.metric.push_back(
+        Value(static_cast<double>(memory.reserved_job_bytes), {{"device", memory.device}}));
+    out.push_back(std::move(reserved));
     MetricFamily h2d = Family("trainerd_host_to_device_bytes_total",
                               "Bytes copied from the host to a device (dataset uploads to a GPU, "
                               "jobs on a device other than their dataset's).",

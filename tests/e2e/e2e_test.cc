@@ -74,10 +74,15 @@ class EndToEndTest : public ::testing::Test {
   }
 
   void StartDaemon() {
-    daemon_ = std::make_unique<Daemon>(std::vector<std::string>{
-        TRAINERD_BIN, "--listen=127.0.0.1:0", "--data_dir=" + (dir_ / "data").string(),
-        "--device=cpu", "--metrics_listen=127.0.0.1:0",
-        std::string("--diagnose_at_start=") + (diagnose_at_start_ ? "true" : "false")});
+    std::vector<std::string> argv = {
+        TRAINERD_BIN,
+        "--listen=127.0.0.1:0",
+        "--data_dir=" + (dir_ / "data").string(),
+        "--device=cpu",
+        "--metrics_listen=127.0.0.1:0",
+        std::string("--diagnose_at_start=") + (diagnose_at_start_ ? "true" : "false")};
+    argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+    daemon_ = std::make_unique<Daemon>(argv);
     std::string line;
     ASSERT_TRUE(daemon_->ReadLine(&line)) << "trainerd exited: " << daemon_->Stderr();
     const std::string marker = "listening on ";
@@ -102,6 +107,7 @@ class EndToEndTest : public ::testing::Test {
   // Off by default: the start-up measurement costs a second of both cores, which the other
   // tests running alongside should not pay for.
   bool diagnose_at_start_ = false;
+  std::vector<std::string> extra_flags_;  // for the next StartDaemon
   std::unique_ptr<Daemon> daemon_;
   std::string addr_;
 };
@@ -272,6 +278,72 @@ TEST_F(EndToEndTest, JobsOutliveARestartAndRmDeletesThem) {
   RunResult gone = Ctl({"job", "get", id});
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_THAT(gone.err, HasSubstr("not found"));
+}
+
+// The row of `name` in `trainctl dataset list`.
+std::string DatasetRow(const std::string& table, const std::string& name) {
+  std::istringstream lines(table);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + " ", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST_F(EndToEndTest, DeviceMemoryBudgetEvictsIdleDatasetsRefusesWhatCannotFitAndLoadsLazily) {
+  // Room for three 6,400-byte datasets (19,200 bytes), not four.
+  daemon_.reset();
+  extra_flags_ = {"--device_memory_budget=20000"};
+  StartDaemon();
+  const std::string csv = WriteFile("s.csv", SeedCsv());
+  for (const char* name : {"a", "b", "c", "d"}) {
+    RunResult up = Ctl({"dataset", "upload", name, csv});
+    ASSERT_EQ(up.exit_code, 0) << name << ": " << up.err;
+  }
+  // "a", the least recently used, made room for "d" and waits on disk.
+  RunResult list = Ctl({"dataset", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(DatasetRow(list.out, "a"), HasSubstr("cpu (on disk)")) << list.out;
+  for (const char* name : {"b", "c", "d"}) {
+    EXPECT_THAT(DatasetRow(list.out, name), ::testing::Not(HasSubstr("on disk"))) << list.out;
+  }
+
+  // 4,000 rows (32,000 bytes) can never be resident: refused at the header, with the numbers.
+  std::string rows = "x,y\n";
+  for (int i = 0; i < 5; ++i) rows += SeedCsv().substr(4);
+  RunResult huge = Ctl({"dataset", "upload", "huge", WriteFile("huge.csv", rows)});
+  EXPECT_EQ(huge.exit_code, 1);
+  EXPECT_THAT(huge.err, HasSubstr("dataset 'huge' needs 32000 bytes on cpu"));
+  EXPECT_THAT(huge.err, HasSubstr("the device memory budget is 20000 bytes"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "data" / "datasets" / "huge.trds"));
+
+  // A job on "a" loads it back (evicting the least recently used idle dataset) and trains.
+  RunResult run = Ctl({"submit", "--dataset", "a", "--model", "linear:1", "--lr", "0.1", "--epochs",
+                       "2", "--watch"});
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  list = Ctl({"dataset", "list"});
+  EXPECT_THAT(DatasetRow(list.out, "a"), ::testing::Not(HasSubstr("on disk"))) << list.out;
+
+  // A model that could never fit is refused at submit, naming its estimate.
+  RunResult wide = Ctl({"submit", "--dataset", "a", "--model",
+                        "linear:512,relu,linear:512,relu,linear:1", "--epochs", "1"});
+  EXPECT_EQ(wide.exit_code, 1);
+  EXPECT_THAT(wide.err, HasSubstr("an estimated working set of"));
+  EXPECT_THAT(wide.err, HasSubstr("--device_memory_budget"));
+
+  // After a restart every dataset is registered from its header and loads when first used.
+  EXPECT_EQ(daemon_->Stop(SIGTERM, 60), 0);
+  daemon_.reset();
+  StartDaemon();
+  list = Ctl({"dataset", "list"});
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  for (const char* name : {"a", "b", "c", "d"}) {
+    EXPECT_THAT(DatasetRow(list.out, name), HasSubstr("(on disk)")) << list.out;
+  }
+  EXPECT_EQ(Ctl({"submit", "--dataset", "d", "--model", "linear:1", "--epochs", "1", "--watch"})
+                .exit_code,
+            0);
+  list = Ctl({"dataset", "list"});
+  EXPECT_THAT(DatasetRow(list.out, "d"), ::testing::Not(HasSubstr("on disk"))) << list.out;
 }
 
 // The Python with torch that checks a downloaded model: $TRAINERD_PYTHON at run time, else the

@@ -326,6 +326,17 @@ class DatasetPersistenceTest : public EngineFixture {
     ASSERT_NE(engine_, nullptr);
   }
 
+  // Datasets load when first used: a job on `name` makes the engine read its payload. Returns how
+  // the job ended.
+  JobSnapshot RunJobOn(const std::string& name) {
+    absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(SeedSpec(name));
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return {};
+    absl::StatusOr<JobSnapshot> ended = WaitForEnd(*engine_, job->id);
+    EXPECT_TRUE(ended.ok()) << ended.status();
+    return ended.ok() ? *ended : JobSnapshot{};
+  }
+
   // Replaces the file's byte at `offset` (from the end when negative).
   void CorruptByte(const std::string& path, int64_t offset) {
     std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -406,9 +417,15 @@ TEST_F(DatasetPersistenceTest, CorruptedPayloadIsRenamedDamagedAndSkipped) {
   ASSERT_NO_FATAL_FAILURE(CorruptByte(DatasetPath("flipped"), -1));
 
   ASSERT_NO_FATAL_FAILURE(Restart());
+  // The start reads headers only; the payload's checksum is checked when a job first needs it.
+  EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("flipped", "good"));
+  const JobSnapshot job = RunJobOn("flipped");
 
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_THAT(job.error, HasSubstr("cannot load dataset 'flipped'"));
   EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("good"));
   EXPECT_TRUE(std::filesystem::exists(DatasetPath("flipped") + ".damaged"));
+  EXPECT_EQ(RunJobOn("good").state, JobState::kSucceeded);
 }
 
 TEST_F(DatasetPersistenceTest, CorruptedHeaderIsRenamedDamagedAndSkipped) {
@@ -432,6 +449,7 @@ TEST_F(DatasetPersistenceTest, DamagedFileThatCannotBeRenamedDoesNotStopTheStart
   std::filesystem::create_directories(DatasetPath("stuck") + ".damaged/occupied");
 
   ASSERT_NO_FATAL_FAILURE(Restart());
+  EXPECT_EQ(RunJobOn("stuck").state, JobState::kFailed);
 
   EXPECT_THAT(Names(engine_->ListDatasets()), ElementsAre("good"));
   EXPECT_TRUE(std::filesystem::exists(DatasetPath("stuck")));  // left where it was
@@ -453,6 +471,7 @@ TEST_F(DatasetPersistenceTest, DamagedDatasetsNameCanBeUploadedAgain) {
   engine_.reset();
   ASSERT_NO_FATAL_FAILURE(CorruptByte(DatasetPath("seed"), -1));
   ASSERT_NO_FATAL_FAILURE(Restart());
+  EXPECT_EQ(RunJobOn("seed").state, JobState::kFailed);
 
   absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "seed", SeedTable(20));
 
