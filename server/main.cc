@@ -7,12 +7,15 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/flags_from_env.h"
+#include "common/memory_size.h"
 #include "server/engine/log.h"
 #include "server/service/server.h"
 
@@ -119,7 +122,28 @@ int main(int argc, char** argv) {
       "[--device=auto|cpu|cuda[:N]]\n"
       "                [--auth_token_file=FILE] [--tls_cert_file=FILE --tls_key_file=FILE\n"
       "                [--tls_client_ca_file=FILE]] [--metrics_listen=HOST:PORT]\n"
-      "                [--flagfile=FILE]   (see docs/SECURITY.md and README.md)");
+      "                [--flagfile=FILE]   (see docs/SECURITY.md and README.md)\n"
+      "Every flag may also come from the environment: TRAINERD_DATA_DIR=/data is "
+      "--data_dir=/data;\nthe command line wins.");
+  // Settings from TRAINERD_<FLAG> variables first (as a container's environment passes them),
+  // then the command line, which wins.
+  {
+    std::vector<std::string> unknown;
+    const absl::Status from_env = trainerd::ApplyFlagsFromEnvironment(
+        "TRAINERD_", trainerd::ProcessEnvironment(),
+        // What trainctl, the tests and the build scripts read: not the daemon's settings.
+        {"TRAINERD_ADDR", "TRAINERD_TOKEN", "TRAINERD_CONTEXT", "TRAINERD_PYTHON",
+         "TRAINERD_TORCH_VENV", "TRAINERD_TORCH_VERSION", "TRAINERD_LOAD_CLIENTS",
+         "TRAINERD_LOAD_SECONDS", "TRAINERD_LOAD_REPORT"},
+        &unknown);
+    if (!from_env.ok()) {
+      std::cerr << "trainerd: " << from_env.message() << std::endl;
+      return 2;
+    }
+    for (const std::string& name : unknown) {
+      std::cerr << "trainerd: ignoring $" << name << ": trainerd has no such setting" << std::endl;
+    }
+  }
   absl::ParseCommandLine(argc, argv);
 
   trainerd::service::ServerOptions options;

@@ -221,6 +221,34 @@ TEST_F(EndToEndTest, DatasetSurvivesRestart) {
   EXPECT_EQ(b.row_count(), 800);
 }
 
+TEST_F(EndToEndTest, EnvironmentVariablesSetFlagsAndTheCommandLineWins) {
+  // As a container passes settings: TRAINERD_DATA_DIR is --data_dir; TRAINERD_LISTEN names a port
+  // that is taken (1), and the command line's --listen wins over it.
+  daemon_.reset();
+  const std::string data = (dir_ / "from-env").string();
+  daemon_ = std::make_unique<Daemon>(std::vector<std::string>{
+      "/usr/bin/env", "TRAINERD_DATA_DIR=" + data, "TRAINERD_LISTEN=127.0.0.1:1",
+      "TRAINERD_DIAGNOSE_AT_START=false", "TRAINERD_METRICS_LISTEN=", TRAINERD_BIN, "--device=cpu",
+      "--listen=127.0.0.1:0"});
+  std::string line;
+  ASSERT_TRUE(daemon_->ReadLine(&line)) << "trainerd exited: " << daemon_->Stderr();
+  const std::string marker = "listening on ";
+  ASSERT_NE(line.find(marker), std::string::npos) << line;
+  addr_ = line.substr(line.find(marker) + marker.size());
+  addr_ = addr_.substr(0, addr_.find(' '));
+  EXPECT_NE(addr_, "127.0.0.1:1");
+
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(data + "/datasets/seed.trds"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "data" / "datasets" / "seed.trds"));
+
+  // A value that does not parse stops the start with the variable's name.
+  RunResult bad = e2e::Run({TRAINERD_BIN, "--device=cpu", "--listen=127.0.0.1:0"},
+                           {"TRAINERD_MAX_QUEUED_JOBS=lots", "TRAINERD_DATA_DIR=" + data + "2"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("TRAINERD_MAX_QUEUED_JOBS='lots'"));
+}
+
 TEST_F(EndToEndTest, SigtermStopsDaemonCleanlyAndCancelsRunningJob) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult submit = Ctl(
