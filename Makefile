@@ -21,7 +21,7 @@ ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metric
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
 	module_check_fuzz
 
-.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench clean help
+.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check clean help
 
 all: build
 
@@ -31,6 +31,7 @@ help:
 	@echo "make test-asan  the unit and service tests under AddressSanitizer and UBSan"
 	@echo "make fuzz     build the libFuzzer targets and run each for FUZZ_SECONDS (30)"
 	@echo "make bench    trainerd vs the seed's PyTorch loops (bench/README.md)"
+	@echo "make deploy-check  lint the Dockerfile, Kubernetes, Compose, systemd and YAML files"
 	@echo "make build    configure and build ($(BUILD_TYPE)) into $(BUILD_DIR)"
 	@echo "make clean    remove $(BUILD_DIR)"
 
@@ -52,6 +53,10 @@ build: configure
 test: build
 	@. ./$(DEPS_ENV) && cd $(BUILD_DIR) && TRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 300
+
+# The deployment files, checked without a container engine (deploy/check.sh).
+deploy-check: build
+	@deploy/check.sh $(BUILD_DIR)/server/trainerd
 
 # The unit and service tests built with AddressSanitizer and UndefinedBehaviorSanitizer (-O1, so
 # that the build stays quick). Leak checking is off: LibTorch and gRPC keep process-lifetime

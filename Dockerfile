@@ -1,0 +1,91 @@
+# syntax=docker/dockerfile:1
+# trainerd for GPU nodes: the daemon, trainctl and the module checker, nothing else.
+#
+#   docker build -t trainerd .
+#   docker run --gpus all -p 50051:50051 -p 9400:9400 -v trainerd-data:/var/lib/trainerd \
+#     -v ./token:/run/secrets/trainerd_token:ro trainerd
+#
+# No CUDA base image: PyPI's CUDA build of torch brings LibTorch and CUDA's runtime libraries
+# (cuBLAS, cuDNN, NCCL, ...), and the NVIDIA Container Toolkit mounts the driver (libcuda, NVML)
+# into the container at run time. See docs/DEPLOY.md.
+
+ARG DEBIAN_IMAGE=debian:bookworm
+ARG RUNTIME_IMAGE=debian:bookworm-slim
+
+# --- build: the project's own recipe (deploy/install-deps.sh, then a Release build) -------------
+FROM ${DEBIAN_IMAGE} AS build
+# The one pinned torch (LibTorch) version; change it here and in deploy/install-deps.sh together.
+ARG TORCH_VERSION=2.11.0
+ARG JOBS=2
+# Behind a TLS-intercepting proxy, pip needs the proxy's CA: pass the bundle's path here and mount
+# it into the build (tests/image/build_and_run.sh does). Empty on an ordinary network.
+ARG PIP_CERT=
+ENV TRAINERD_TORCH_VERSION=${TORCH_VERSION} \
+    TRAINERD_TORCH_VENV=/opt/torch \
+    TRAINERD_DEPS_PROFILE=build \
+    DEBIAN_FRONTEND=noninteractive
+WORKDIR /src
+# The dependencies first, in a layer of their own: a change to the sources does not download
+# torch again.
+COPY deploy/install-deps.sh deploy/install-deps.sh
+RUN deploy/install-deps.sh build/deps.env \
+    && rm -rf /var/lib/apt/lists/* /root/.cache/pip
+COPY . .
+RUN . build/deps.env \
+    && cmake -S . -B build/image -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINERD_BUILD_TESTS=OFF \
+         -DCMAKE_PREFIX_PATH="$TRAINERD_TORCH_PREFIX" -DCUDAToolkit_ROOT="$TRAINERD_CUDA_ROOT" \
+         -DCMAKE_CUDA_COMPILER="$TRAINERD_CUDA_ROOT/bin/nvcc" -DTORCH_CUDA_ARCH_LIST="9.0" \
+    && ninja -C build/image -j "$JOBS" trainerd trainctl trainerd_module_check \
+    && mkdir -p /out/bin /out/lib \
+    && cp build/image/server/trainerd build/image/client/trainctl \
+          build/image/server/module_check/trainerd-module-check /out/bin/ \
+    && strip /out/bin/* \
+    # LibTorch's libraries and the CUDA libraries they load, in the wheel's layout (libtorch_cuda
+    # finds them at $ORIGIN/../../nvidia): no headers, no static libraries, no Python bindings.
+    && site="$(dirname "$(dirname "$TRAINERD_TORCH_LIB")")" \
+    && mkdir -p /out/lib/torch \
+    && cp -a "$TRAINERD_TORCH_LIB" /out/lib/torch/lib \
+    && rm -f /out/lib/torch/lib/libtorch_python.so /out/lib/torch/lib/*.a \
+    && cp -a "$site/nvidia" /out/lib/nvidia \
+    && find /out/lib/nvidia \( -name include -o -name bin -o -name nvvm -o -name '__pycache__' \) \
+         -prune -exec rm -rf {} + \
+    && find /out/lib/nvidia \( -name '*.a' -o -name '*.py' -o -name '*.h' \) -delete
+
+# --- runtime: what runs, and no compiler or Python ----------------------------------------------
+FROM ${RUNTIME_IMAGE}
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update -qq \
+    && apt-get install -y -qq --no-install-recommends \
+         libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-core1.0 libmicrohttpd12 \
+         libsqlite3-0 libssl3 libyaml-cpp0.7 ca-certificates \
+    && rm -rf /var/lib/apt/lists/* \
+    && groupadd --system --gid 10001 trainerd \
+    && useradd --system --uid 10001 --gid trainerd --home-dir /var/lib/trainerd \
+         --shell /usr/sbin/nologin trainerd \
+    && mkdir -p /var/lib/trainerd && chown trainerd:trainerd /var/lib/trainerd
+COPY --from=build /out/lib /opt/trainerd/lib
+COPY --from=build /out/bin /opt/trainerd/bin
+# (DL3064: these name the token's file, not a token.)
+# hadolint ignore=DL3064
+ENV PATH=/opt/trainerd/bin:$PATH \
+    LD_LIBRARY_PATH=/opt/trainerd/lib/torch/lib:/opt/trainerd/lib/nvidia/cu13/lib \
+    # docker run --gpus all: the NVIDIA Container Toolkit mounts the driver, CUDA and NVML.
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    # Settings: every flag is also TRAINERD_<FLAG> (the command line wins). In a container the
+    # daemon listens on every address, so it wants a token: a secret mounted at
+    # /run/secrets/trainerd_token. Without one it refuses to start; TRAINERD_AUTH_TOKEN_FILE= and
+    # TRAINERD_INSECURE=true run it without authentication on purpose.
+    TRAINERD_LISTEN=0.0.0.0:50051 \
+    TRAINERD_METRICS_LISTEN=0.0.0.0:9400 \
+    TRAINERD_DATA_DIR=/var/lib/trainerd \
+    TRAINERD_AUTH_TOKEN_FILE=/run/secrets/trainerd_token
+USER 10001:10001
+WORKDIR /var/lib/trainerd
+VOLUME ["/var/lib/trainerd"]
+EXPOSE 50051 9400
+# The gRPC health service answers without a token (as Kubernetes' gRPC probes need).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["trainctl", "--addr", "127.0.0.1:50051", "--timeout", "4s", "health"]
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["trainerd"]
