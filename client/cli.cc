@@ -17,7 +17,7 @@ namespace trainerd::client {
 namespace {
 
 // The first words of two-word commands.
-constexpr absl::string_view kGroups[] = {"dataset", "job"};
+constexpr absl::string_view kGroups[] = {"dataset", "job", "config"};
 
 // Width of the name column in the usage texts.
 constexpr int kUsageColumn = 28;
@@ -120,7 +120,7 @@ absl::StatusOr<const CommandSpec*> CommandAfterHelpFlag(const std::vector<std::s
                                token == "--output" || token == "--timeout" ||
                                token == "--token-file" || token == "--tls-ca" ||
                                token == "--tls-cert" || token == "--tls-key" ||
-                               token == "--tls-server-name";
+                               token == "--tls-server-name" || token == "--context";
       if (takes_value) ++i;
       continue;
     }
@@ -293,7 +293,8 @@ const std::vector<CommandSpec>& Commands() {
        "  trainctl job list --state running\n"
        "  trainctl job list --dataset iris --limit 10\n"
        "  trainctl job list --all -o json > jobs.json\n",
-       {{"state", "STATE", "only jobs in this state: queued, running, succeeded,\nfailed or cancelled"},
+       {{"state", "STATE",
+         "only jobs in this state: queued, running, succeeded,\nfailed or cancelled"},
         {"dataset", "NAME", "only jobs on this dataset"},
         {"limit", "N", "at most the newest N jobs, 1..1000 (default 50)"},
         {"all", "", "every job, page by page, oldest first"}}},
@@ -356,7 +357,58 @@ const std::vector<CommandSpec>& Commands() {
        "List the daemon's devices and what is on them",
        "Lists every device trainerd can train on: its utilization (the last sample; '-' when it\n"
        "cannot be sampled), memory in use, the datasets resident on it, the job running on it and\n"
-       "how many wait. The daemon's default device is marked with '*'.\n",
+       "how many wait. The daemon's default device is marked with '*'. With --all-contexts, asks\n"
+       "every context of the config file (every node) in turn; one that cannot be reached is\n"
+       "shown with the reason, and the exit status is then 1.\n"
+       "\n"
+       "  trainctl devices --all-contexts\n",
+       {{"all-contexts", "", "every context's daemon, one after another"}}},
+      {"config get-contexts",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "List the contexts of the config file",
+       "Lists the contexts of trainctl's config file ($TRAINCTL_CONFIG, else\n"
+       "$XDG_CONFIG_HOME/trainctl/config.yaml, else ~/.config/trainctl/config.yaml): each a name\n"
+       "for a trainerd node's address and credentials. The current one is marked with '*'.\n",
+       {}},
+      {"config current-context",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "Print the current context's name",
+       "Prints the name of the current context (exit 1 when none is set).\n",
+       {}},
+      {"config use-context",
+       "",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Make a context the current one",
+       "Makes context NAME current: commands without --addr or --context then talk to its\n"
+       "daemon with its credentials (unless $TRAINERD_ADDR names another address).\n",
+       {}},
+      {"config set-context",
+       "",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Create or change a context",
+       "Creates context NAME, or changes it, from the global flags given with it: --addr,\n"
+       "--token-file, --tls-ca, --tls-cert, --tls-key, --tls-server-name (file paths are kept\n"
+       "absolute). The first context made becomes the current one.\n"
+       "\n"
+       "  trainctl config set-context gpu1 --addr gpu-node-1:50051 --token-file ~/gpu1.token\n",
+       {}},
+      {"config delete-context",
+       "",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Remove a context",
+       "Removes context NAME from the config file (and as the current one, if it was).\n",
        {}},
       {"top",
        "",
@@ -460,7 +512,10 @@ absl::StatusOr<double> Invocation::GetDouble(absl::string_view flag, double fall
 absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv,
                                             std::optional<std::string> env_address) {
   Invocation invocation;
-  if (env_address.has_value() && !env_address->empty()) invocation.global.address = *env_address;
+  if (env_address.has_value() && !env_address->empty()) {
+    invocation.global.address = *env_address;
+    invocation.global.address_from_env = true;
+  }
 
   const CommandSpec* command = nullptr;
   // "-o VALUE" seen before the command, where VALUE is not an output format: the path of a
@@ -541,6 +596,12 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
       if (!value.ok()) return value.status();
       if (value->empty()) return absl::InvalidArgumentError("--addr needs a HOST:PORT");
       invocation.global.address = *value;
+      invocation.global.address_given = true;
+    } else if (name == "context") {
+      absl::StatusOr<std::string> value = take_value();
+      if (!value.ok()) return value.status();
+      if (value->empty()) return absl::InvalidArgumentError("--context needs a NAME");
+      invocation.global.context = *value;
     } else if (name == "o" && command != nullptr && FindFlag(*command, "output-file") != nullptr) {
       // A command that writes a file (job model) takes -o as its path, as curl and gcc do; the
       // output format stays reachable as --output.
@@ -566,11 +627,11 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
       if (value->empty()) {
         return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
       }
-      std::string* field = name == "token-file"  ? &invocation.global.token_file
-                           : name == "tls-ca"    ? &invocation.global.tls_ca
-                           : name == "tls-cert"  ? &invocation.global.tls_cert
-                           : name == "tls-key"   ? &invocation.global.tls_key
-                                                 : &invocation.global.tls_server_name;
+      std::string* field = name == "token-file" ? &invocation.global.token_file
+                           : name == "tls-ca"   ? &invocation.global.tls_ca
+                           : name == "tls-cert" ? &invocation.global.tls_cert
+                           : name == "tls-key"  ? &invocation.global.tls_key
+                                                : &invocation.global.tls_server_name;
       *field = *value;
     } else if (name == "timeout") {
       absl::StatusOr<std::string> value = take_value();
@@ -655,8 +716,9 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
 
 std::string TopLevelUsage() {
   std::string text =
-      "Usage: trainctl [--addr HOST:PORT|unix:PATH] [-o table|json] [--timeout SECONDS]\n"
-      "                [--token-file FILE] [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]\n"
+      "Usage: trainctl [--addr HOST:PORT|unix:PATH | --context NAME] [-o table|json]\n"
+      "                [--timeout SECONDS] [--token-file FILE] [--tls-ca FILE]\n"
+      "                [--tls-cert FILE --tls-key FILE]\n"
       "                COMMAND [ARGS...]\n"
       "\n"
       "trainctl is the command-line client of trainerd, a daemon that trains models on datasets\n"
@@ -677,10 +739,13 @@ std::string TopLevelUsage() {
       &text,
       "\n"
       "Global flags (before or after the command):\n"
-      "  --addr HOST:PORT            trainerd's address (default: $TRAINERD_ADDR, else\n"
-      "                              ",
+      "  --addr HOST:PORT            trainerd's address (default: the context's, else\n"
+      "                              $TRAINERD_ADDR, else the current context's, else ",
       kDefaultAddress,
       ")\n"
+      "  --context NAME              a context of the config file ($TRAINCTL_CONFIG, else\n"
+      "                              ~/.config/trainctl/config.yaml): its address and\n"
+      "                              credentials, where no flag gives them (trainctl config)\n"
       "  -o, --output FORMAT         table (default) or json ('job model' takes -o FILE as\n"
       "                              the file to write; --output still picks the format)\n"
       "  --timeout SECONDS           deadline of each request (default 30; diagnose 120,\n"
@@ -722,9 +787,9 @@ std::string CommandUsage(const CommandSpec& command) {
     }
   }
   absl::StrAppend(&text,
-                  "\nGlobal flags: --addr HOST:PORT, -o table|json, --timeout SECONDS, --token-file "
-                  "FILE,\n--tls-ca FILE, --tls-cert FILE, --tls-key FILE, --tls-server-name NAME "
-                  "(see 'trainctl --help').\n");
+                  "\nGlobal flags: --addr HOST:PORT, --context NAME, -o table|json, --timeout "
+                  "SECONDS,\n--token-file FILE, --tls-ca FILE, --tls-cert FILE, --tls-key FILE, "
+                  "--tls-server-name NAME\n(see 'trainctl --help').\n");
   return text;
 }
 

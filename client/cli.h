@@ -42,6 +42,10 @@ struct GlobalOptions {
   std::string tls_cert;
   std::string tls_key;
   std::string tls_server_name;
+  // --context NAME: a context of trainctl's config file (client/contexts.h); "" for none.
+  std::string context;
+  bool address_given = false;     // --addr was on the command line
+  bool address_from_env = false;  // the address came from $TRAINERD_ADDR
 };
 
 struct FlagSpec {

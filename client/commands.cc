@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <limits>
@@ -21,11 +22,13 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/connection.h"
+#include "client/contexts.h"
 #include "client/health_check.h"
 #include "client/output.h"
 #include "client/progress_bar.h"
@@ -559,6 +562,151 @@ void PrintError(absl::string_view message) {
   std::cerr << "trainctl: " << message << std::endl;
 }
 
+// --- Contexts (client/contexts.h): local commands, no connection --------------------------------
+
+// A path as given, made absolute so that the context works from any folder.
+std::string Absolute(const std::string& path) {
+  if (path.empty()) return path;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute.lexically_normal().string();
+}
+
+int ConfigCommand(const Invocation& invocation, ClientConfig config, const std::string& path) {
+  const std::string& command = std::string(invocation.command->path);
+  const std::string name = invocation.args.empty() ? "" : invocation.args[0];
+  const bool json = invocation.global.output == OutputFormat::kJson;
+  if (command == "config get-contexts") {
+    if (json) {
+      std::string out = "[";
+      for (size_t i = 0; i < config.contexts.size(); ++i) {
+        const ClientContext& c = config.contexts[i];
+        absl::StrAppend(&out, i == 0 ? "" : ",", "{\"name\":", JsonString(c.name),
+                        ",\"address\":", JsonString(c.address),
+                        ",\"token_file\":", JsonString(c.token_file),
+                        ",\"tls_ca\":", JsonString(c.tls_ca),
+                        ",\"current\":", c.name == config.current_context ? "true" : "false", "}");
+      }
+      return PrintText(absl::StrCat(out, "]\n"));
+    }
+    if (config.contexts.empty()) {
+      return PrintText(absl::StrCat("no contexts in ", path,
+                                    "; add one with trainctl config set-context NAME --addr "
+                                    "HOST:PORT\n"));
+    }
+    TextTable table({"CURRENT", "NAME", "ADDRESS", "TOKEN-FILE", "TLS"});
+    for (const ClientContext& c : config.contexts) {
+      const bool tls = !c.tls_ca.empty() || !c.tls_cert.empty() || !c.tls_server_name.empty();
+      table.AddRow({c.name == config.current_context ? "*" : "", c.name,
+                    c.address.empty() ? "-" : c.address, c.token_file.empty() ? "-" : c.token_file,
+                    tls ? (c.tls_cert.empty() ? "yes" : "mutual") : "no"});
+    }
+    return PrintText(table.Render());
+  }
+  if (command == "config current-context") {
+    if (config.current_context.empty()) {
+      PrintError(absl::StrCat("no current context in ", path));
+      return kExitFailure;
+    }
+    return PrintText(config.current_context + "\n");
+  }
+  if (command == "config use-context") {
+    if (config.Find(name) == nullptr) {
+      PrintError(
+          absl::StrCat("no context '", name, "' in ", path, " (see trainctl config get-contexts)"));
+      return kExitFailure;
+    }
+    config.current_context = name;
+  } else if (command == "config set-context") {
+    ClientContext* context = config.Find(name);
+    if (context == nullptr) {
+      ClientContext added;
+      added.name = name;
+      config.contexts.push_back(std::move(added));
+      context = &config.contexts.back();
+      if (config.current_context.empty()) config.current_context = name;
+    }
+    const GlobalOptions& g = invocation.global;
+    if (g.address_given) context->address = g.address;
+    if (!g.token_file.empty()) context->token_file = Absolute(g.token_file);
+    if (!g.tls_ca.empty()) context->tls_ca = Absolute(g.tls_ca);
+    if (!g.tls_cert.empty()) context->tls_cert = Absolute(g.tls_cert);
+    if (!g.tls_key.empty()) context->tls_key = Absolute(g.tls_key);
+    if (!g.tls_server_name.empty()) context->tls_server_name = g.tls_server_name;
+  } else if (command == "config delete-context") {
+    auto it = std::find_if(config.contexts.begin(), config.contexts.end(),
+                           [&](const ClientContext& c) { return c.name == name; });
+    if (it == config.contexts.end()) {
+      PrintError(absl::StrCat("no context '", name, "' in ", path));
+      return kExitFailure;
+    }
+    config.contexts.erase(it);
+    if (config.current_context == name) config.current_context.clear();
+  }
+  const absl::Status saved = SaveClientConfig(path, config);
+  if (!saved.ok()) {
+    PrintError(saved.message());
+    return kExitFailure;
+  }
+  std::cerr << "trainctl: " << path << ": " << command.substr(std::string("config ").size()) << " "
+            << name << std::endl;
+  return kExitOk;
+}
+
+// devices --all-contexts: each context's daemon in turn, with its own address and credentials.
+int DevicesAllContexts(const Invocation& invocation, const ClientConfig& config,
+                       const std::string& path) {
+  if (config.contexts.empty()) {
+    PrintError(absl::StrCat("no contexts in ", path, " (see trainctl config set-context)"));
+    return kExitUsage;
+  }
+  const bool json = invocation.global.output == OutputFormat::kJson;
+  int exit_code = kExitOk;
+  std::string json_out = "[";
+  for (size_t i = 0; i < config.contexts.size(); ++i) {
+    const ClientContext& c = config.contexts[i];
+    GlobalOptions global;
+    global.timeout = invocation.global.timeout;
+    global.context = c.name;
+    std::string error;
+    v1::ListDevicesResponse response;
+    if (absl::Status applied = ApplyContext(config, path, global); !applied.ok()) {
+      error = std::string(applied.message());
+    } else if (absl::StatusOr<ClientSecurity> security =
+                   LoadClientSecurity(global, /*env_token=*/nullptr);
+               !security.ok()) {
+      error = std::string(security.status().message());
+    } else {
+      Connection connection({global.address, global.timeout, *security});
+      grpc::ClientContext call;
+      connection.SetUnaryDeadline(&call);
+      const grpc::Status status =
+          connection.system().ListDevices(&call, v1::ListDevicesRequest(), &response);
+      if (!status.ok()) error = connection.DescribeError(status, global.timeout, false);
+    }
+    if (!error.empty()) exit_code = kExitFailure;
+    if (json) {
+      absl::StatusOr<std::string> devices = ToJson(response, /*pretty=*/false);
+      absl::StrAppend(&json_out, i == 0 ? "" : ",", "{\"context\":", JsonString(c.name),
+                      ",\"address\":", JsonString(global.address), ",",
+                      error.empty() ? absl::StrCat("\"devices\":", devices.ok() ? *devices : "{}")
+                                    : absl::StrCat("\"error\":", JsonString(error)),
+                      "}");
+      continue;
+    }
+    std::cout << (i == 0 ? "" : "\n") << "context " << c.name << " (" << global.address << ")"
+              << (c.name == config.current_context ? " *" : "") << ":\n";
+    if (error.empty()) {
+      std::cout << DeviceListTable(response);
+    } else {
+      std::cout << "  unreachable: " << error << "\n";
+    }
+  }
+  if (json) std::cout << json_out << "]" << std::endl;
+  std::cout << std::flush;
+  return exit_code;
+}
+
 int RunCommand(const Invocation& invocation) {
   using Handler = int (*)(const CommandContext&);
   static const std::pair<absl::string_view, Handler> kHandlers[] = {
@@ -578,15 +726,33 @@ int RunCommand(const Invocation& invocation) {
       {"diagnose", Diagnose},
       {"health", Health},
   };
+  // The config file, read only when a context may be wanted: a command with --addr works
+  // whatever state the file is in.
+  const std::string config_path = ConfigPath(std::getenv("TRAINCTL_CONFIG"),
+                                             std::getenv("XDG_CONFIG_HOME"), std::getenv("HOME"));
+  const std::string path =
+      invocation.command == nullptr ? "" : std::string(invocation.command->path);
+  const bool config_command = absl::StartsWith(path, "config ");
+  const bool all_contexts = path == "devices" && invocation.Has("all-contexts");
+  Invocation resolved = invocation;
+  if (config_command || all_contexts || !invocation.global.context.empty() ||
+      (!invocation.global.address_given && !invocation.global.address_from_env)) {
+    absl::StatusOr<ClientConfig> config = LoadClientConfig(config_path);
+    if (!config.ok()) return UsageFailure(config.status());
+    if (config_command) return ConfigCommand(invocation, *std::move(config), config_path);
+    if (all_contexts) return DevicesAllContexts(invocation, *config, config_path);
+    if (absl::Status applied = ApplyContext(*config, config_path, resolved.global); !applied.ok()) {
+      return UsageFailure(applied);
+    }
+  }
   absl::StatusOr<ClientSecurity> security =
-      LoadClientSecurity(invocation.global, std::getenv("TRAINERD_TOKEN"));
+      LoadClientSecurity(resolved.global, std::getenv("TRAINERD_TOKEN"));
   if (!security.ok()) {
     PrintError(security.status().message());
     return kExitUsage;
   }
-  Connection connection({invocation.global.address, invocation.global.timeout, *security});
-  const CommandContext context{invocation, connection,
-                               invocation.global.output == OutputFormat::kJson};
+  Connection connection({resolved.global.address, resolved.global.timeout, *security});
+  const CommandContext context{resolved, connection, resolved.global.output == OutputFormat::kJson};
   for (const auto& [path, handler] : kHandlers) {
     if (invocation.command != nullptr && invocation.command->path == path) return handler(context);
   }

@@ -732,4 +732,31 @@ std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobs
   return absl::StrCat(text, "\n", table.Render());
 }
 
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppend(&out, absl::StrFormat("\\u%04x", static_cast<unsigned char>(c)));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace trainerd::client

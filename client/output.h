@@ -80,6 +80,9 @@ std::string DeviceReportSection(const v1::DeviceReport& report);
 // `trainctl devices`: one row per device, the default one marked with "*".
 std::string DeviceListTable(const v1::ListDevicesResponse& response);
 
+// `text` as a JSON string literal, quotes included (for the few outputs that are not protos).
+std::string JsonString(absl::string_view text);
+
 // `trainctl diagnose`: versions and measure time, then one row per device.
 std::string DiagnoseTable(const v1::DiagnoseResponse& response);
 

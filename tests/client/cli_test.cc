@@ -231,9 +231,12 @@ TEST(ParseCommandLineTest, DatasetUploadWithoutFileSaysNameAndFileAreNeeded) {
 TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   std::vector<std::string> paths;
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
-  EXPECT_THAT(paths, ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm",
-                                 "submit", "job list", "job get", "job watch", "job cancel",
-                                 "job rm", "job model", "devices", "top", "diagnose", "health", "help"));
+  EXPECT_THAT(
+      paths, ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
+                         "job list", "job get", "job watch", "job cancel", "job rm", "job model",
+                         "devices", "config get-contexts", "config current-context",
+                         "config use-context", "config set-context", "config delete-context", "top",
+                         "diagnose", "health", "help"));
 }
 
 TEST(ParseCommandLineTest, DatasetLsIsAnAliasOfDatasetList) {
@@ -412,8 +415,7 @@ TEST(ParseCommandLineTest, SecurityFlagsAreGlobalBeforeOrAfterTheCommand) {
   EXPECT_EQ(invocation->global.tls_server_name, "gpu-node-1");
   EXPECT_EQ(Parse({"dataset", "list", "--token-file"}).status().message(),
             "flag --token-file needs a value");
-  EXPECT_EQ(Parse({"dataset", "list", "--tls-ca="}).status().message(),
-            "--tls-ca needs a value");
+  EXPECT_EQ(Parse({"dataset", "list", "--tls-ca="}).status().message(), "--tls-ca needs a value");
   // Their values are not taken for command words by "--help".
   const absl::StatusOr<Invocation> help = Parse({"--token-file", "dataset", "--help", "submit"});
   ASSERT_TRUE(help.ok()) << help.status();
@@ -427,9 +429,10 @@ TEST(ParseCommandLineTest, HelpFlagAloneShowsTopLevelUsage) {
   EXPECT_EQ(invocation->command, nullptr);
   EXPECT_EQ(invocation->help_text, TopLevelUsage());
   EXPECT_THAT(invocation->help_text,
-              StartsWith("Usage: trainctl [--addr HOST:PORT|unix:PATH] [-o table|json] [--timeout "
-                         "SECONDS]\n                [--token-file FILE] [--tls-ca FILE] [--tls-cert "
-                         "FILE --tls-key FILE]\n                COMMAND [ARGS...]\n"));
+              StartsWith("Usage: trainctl [--addr HOST:PORT|unix:PATH | --context NAME] [-o "
+                         "table|json]\n                [--timeout SECONDS] [--token-file FILE] "
+                         "[--tls-ca FILE]\n                [--tls-cert FILE --tls-key FILE]\n"
+                         "                COMMAND [ARGS...]\n"));
 }
 
 TEST(ParseCommandLineTest, ShortHelpFlagShowsTopLevelUsage) {
@@ -595,7 +598,7 @@ TEST(ParseCommandLineTest, HelpCommandShowsTheNewCommands) {
   EXPECT_THAT(top->help_text, HasSubstr("\n  --iterations N  "));
   const absl::StatusOr<Invocation> devices = Parse({"help", "devices"});
   ASSERT_TRUE(devices.ok()) << devices.status();
-  EXPECT_THAT(devices->help_text, StartsWith("Usage: trainctl devices\n"));
+  EXPECT_THAT(devices->help_text, StartsWith("Usage: trainctl devices [FLAGS]\n"));
 }
 
 TEST(UsageTest, TopLevelUsageListsEveryCommandSummary) {
@@ -607,14 +610,37 @@ TEST(UsageTest, TopLevelUsageListsEveryCommandSummary) {
   EXPECT_THAT(usage, HasSubstr("127.0.0.1:50051"));
 }
 
+TEST(ParseCommandLineTest, ContextAndWhereTheAddressCameFromAreRecorded) {
+  absl::StatusOr<Invocation> named =
+      ParseCommandLine({"trainctl", "--context", "gpu2", "devices"}, std::string("env:1"));
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->global.context, "gpu2");
+  EXPECT_TRUE(named->global.address_from_env);
+  EXPECT_FALSE(named->global.address_given);
+
+  absl::StatusOr<Invocation> flagged =
+      ParseCommandLine({"trainctl", "config", "set-context", "a", "--addr", "h:1"}, std::nullopt);
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_EQ(flagged->command->path, "config set-context");
+  EXPECT_THAT(flagged->args, ElementsAre("a"));
+  EXPECT_TRUE(flagged->global.address_given);
+  EXPECT_EQ(flagged->global.address, "h:1");
+
+  EXPECT_FALSE(ParseCommandLine({"trainctl", "--context=", "devices"}, std::nullopt).ok());
+  absl::StatusOr<Invocation> all =
+      ParseCommandLine({"trainctl", "devices", "--all-contexts"}, std::nullopt);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->Has("all-contexts"));
+}
+
 TEST(UsageTest, CommandUsageEndsWithGlobalFlagsLine) {
   for (const CommandSpec& command : Commands()) {
     const std::string usage = CommandUsage(command);
     EXPECT_THAT(usage, StartsWith("Usage: trainctl " + std::string(command.path))) << command.path;
     EXPECT_THAT(usage, ::testing::EndsWith(
-                           "Global flags: --addr HOST:PORT, -o table|json, --timeout SECONDS, "
-                           "--token-file FILE,\n--tls-ca FILE, --tls-cert FILE, --tls-key FILE, "
-                           "--tls-server-name NAME (see 'trainctl --help').\n"));
+                           "Global flags: --addr HOST:PORT, --context NAME, -o table|json, "
+                           "--timeout SECONDS,\n--token-file FILE, --tls-ca FILE, --tls-cert FILE, "
+                           "--tls-key FILE, --tls-server-name NAME\n(see 'trainctl --help').\n"));
   }
 }
 

@@ -249,6 +249,47 @@ TEST_F(EndToEndTest, EnvironmentVariablesSetFlagsAndTheCommandLineWins) {
   EXPECT_THAT(bad.err, HasSubstr("TRAINERD_MAX_QUEUED_JOBS='lots'"));
 }
 
+TEST_F(EndToEndTest, ContextsPickTheNodeAndDevicesAllContextsAsksEveryOne) {
+  const std::string config = (dir_ / "trainctl" / "config.yaml").string();
+  const auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), TRAINCTL_BIN);
+    return e2e::Run(args, {"TRAINCTL_CONFIG=" + config});
+  };
+  ASSERT_EQ(ctl({"config", "set-context", "here", "--addr", addr_}).exit_code, 0);
+  RunResult gone = ctl({"config", "set-context", "gone", "--addr", "127.0.0.1:1"});
+  ASSERT_EQ(gone.exit_code, 0) << gone.err;
+  EXPECT_EQ(std::filesystem::status(config).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+
+  RunResult list = ctl({"config", "get-contexts"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr(addr_));
+  EXPECT_THAT(list.out, HasSubstr("127.0.0.1:1"));
+  EXPECT_EQ(ctl({"config", "current-context"}).out, "here\n");  // the first one made
+
+  // Without --addr, the current context's daemon answers.
+  RunResult health = ctl({"health", "--timeout", "5"});
+  EXPECT_EQ(health.exit_code, 0) << health.err;
+  EXPECT_THAT(health.out, HasSubstr("SERVING"));
+  EXPECT_EQ(ctl({"--context", "gone", "health", "--timeout", "2"}).exit_code, 1);
+  RunResult unknown = ctl({"--context", "nowhere", "devices"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_THAT(unknown.err, HasSubstr("no context 'nowhere'"));
+
+  // Every node at once: the reachable one's devices, the other's reason, and exit 1.
+  RunResult all = ctl({"devices", "--all-contexts", "--timeout", "3"});
+  EXPECT_EQ(all.exit_code, 1) << all.err;
+  EXPECT_THAT(all.out, HasSubstr("context here (" + addr_ + ") *:"));
+  EXPECT_THAT(all.out, HasSubstr("cpu"));
+  EXPECT_THAT(all.out, HasSubstr("context gone (127.0.0.1:1):\n  unreachable: "));
+
+  ASSERT_EQ(ctl({"config", "use-context", "gone"}).exit_code, 0);
+  EXPECT_EQ(ctl({"config", "current-context"}).out, "gone\n");
+  ASSERT_EQ(ctl({"config", "delete-context", "gone"}).exit_code, 0);
+  EXPECT_EQ(ctl({"config", "current-context"}).exit_code, 1);
+  EXPECT_THAT(ctl({"config", "get-contexts"}).out, ::testing::Not(HasSubstr("127.0.0.1:1")));
+}
+
 TEST_F(EndToEndTest, SigtermStopsDaemonCleanlyAndCancelsRunningJob) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult submit = Ctl(
