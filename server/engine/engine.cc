@@ -558,13 +558,16 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                                            "the job again"));
   }
   ModelSpec model;  // stays empty for a TorchScript job
+  // (A TorchScript job's spec passed CheckJobSpec before its module's check, against this same
+  // dataset.) The batch is worked out only from a checked spec: a validation fraction outside
+  // [0, 1) or NaN must not reach the arithmetic.
+  if (!module.has_value()) {
+    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset));
+  }
   const int64_t training_rows = dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
   const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
   MemoryEstimate estimate;
   if (!module.has_value()) {
-    // (A TorchScript job's spec passed CheckJobSpec before its module's check, against this
-    // same dataset.)
-    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset));
     TRAINERD_ASSIGN_OR_RETURN(estimate, EstimateTrainingMemory(model, dataset.feature_shape, batch,
                                                                OptimizerSlots(spec)));
     TRAINERD_RETURN_IF_ERROR(CheckModelSize(estimate, spec.model));

@@ -89,7 +89,10 @@ const char* JobStateName(JobState state) {
 }
 
 int64_t HeldOutRows(double validation_fraction, int64_t rows) {
-  if (validation_fraction <= 0) return 0;
+  // NaN and fractions outside [0, 1] are refused by CheckJobSpec; here they are only kept from
+  // overflowing (llround of NaN is undefined).
+  if (!(validation_fraction > 0)) return 0;
+  if (validation_fraction >= 1) return rows;
   return std::llround(validation_fraction * static_cast<double>(rows));
 }
 
