@@ -31,14 +31,12 @@ COPY deploy/install-deps.sh deploy/install-deps.sh
 RUN deploy/install-deps.sh build/deps.env \
     && rm -rf /var/lib/apt/lists/* /root/.cache/pip
 COPY . .
-RUN . build/deps.env \
-    && cmake -S . -B build/image -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRAINERD_BUILD_TESTS=OFF \
-         -DCMAKE_PREFIX_PATH="$TRAINERD_TORCH_PREFIX" -DCUDAToolkit_ROOT="$TRAINERD_CUDA_ROOT" \
-         -DCMAKE_CUDA_COMPILER="$TRAINERD_CUDA_ROOT/bin/nvcc" -DTORCH_CUDA_ARCH_LIST="9.0" \
-    && ninja -C build/image -j "$JOBS" trainerd trainctl trainerd_module_check \
+# The Makefile's own build (the same cmake arguments as make test's), without the tests.
+RUN make build BUILD_DIR=build/image CMAKE_ARGS=-DTRAINERD_BUILD_TESTS=OFF JOBS="$JOBS" \
+    && . build/deps.env \
     && mkdir -p /out/bin /out/lib \
     && cp build/image/server/trainerd build/image/client/trainctl \
-          build/image/server/module_check/trainerd-module-check /out/bin/ \
+          build/image/server/trainerd-module-check /out/bin/ \
     && strip /out/bin/* \
     # LibTorch's libraries and the CUDA libraries they load, in the wheel's layout (libtorch_cuda
     # finds them at $ORIGIN/../../nvidia): no headers, no static libraries, no Python bindings.

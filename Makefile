@@ -5,6 +5,8 @@ BUILD_TYPE ?= Release
 BUILD_DIR  ?= build/$(shell echo $(BUILD_TYPE) | tr A-Z a-z)
 DEPS_ENV   := build/deps.env
 JOBS       ?= 2
+# More cmake arguments for the main build, e.g. -DTRAINERD_BUILD_TESTS=OFF (the Dockerfile's).
+CMAKE_ARGS ?=
 # The sanitizer and fuzzing builds live beside the main one and are incremental too.
 ASAN_BUILD_DIR ?= build/asan
 FUZZ_BUILD_DIR ?= build/fuzz
@@ -21,7 +23,7 @@ ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metric
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
 	module_check_fuzz
 
-.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check clean help
+.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check test-image clean help
 
 all: build
 
@@ -32,6 +34,7 @@ help:
 	@echo "make fuzz     build the libFuzzer targets and run each for FUZZ_SECONDS (30)"
 	@echo "make bench    trainerd vs the seed's PyTorch loops (bench/README.md)"
 	@echo "make deploy-check  lint the Dockerfile, Kubernetes, Compose, systemd and YAML files"
+	@echo "make test-image    build the image with podman and run its trainerd and trainctl (root)"
 	@echo "make build    configure and build ($(BUILD_TYPE)) into $(BUILD_DIR)"
 	@echo "make clean    remove $(BUILD_DIR)"
 
@@ -43,7 +46,7 @@ deps:
 configure: deps
 	@. ./$(DEPS_ENV) && \
 	if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
-	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(TORCH_CMAKE_ARGS) \
+	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(TORCH_CMAKE_ARGS) $(CMAKE_ARGS) \
 	    -DTRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" >/dev/null; \
 	fi
 
@@ -57,6 +60,11 @@ test: build
 # The deployment files, checked without a container engine (deploy/check.sh).
 deploy-check: build
 	@deploy/check.sh $(BUILD_DIR)/server/trainerd
+
+# The Dockerfile's image built for real (podman, chroot isolation) and its binaries run
+# (tests/image/build_and_run.sh). Needs root.
+test-image: deps
+	@tests/image/build_and_run.sh
 
 # The unit and service tests built with AddressSanitizer and UndefinedBehaviorSanitizer (-O1, so
 # that the build stays quick). Leak checking is off: LibTorch and gRPC keep process-lifetime

@@ -47,6 +47,8 @@ case "$PROFILE" in
     APT_PACKAGES+=(libgtest-dev libgmock-dev prometheus openssl clang libclang-rt-14-dev llvm)
     # make deploy-check: YAML lint and the Compose schema check (systemd-analyze comes with systemd).
     APT_PACKAGES+=(yamllint docker-compose systemd)
+    # make test-image: the image built for real with podman on a debootstrapped base.
+    APT_PACKAGES+=(podman debootstrap)
     ;;
   *) log "TRAINERD_DEPS_PROFILE must be build or test, not '$PROFILE'"; exit 2 ;;
 esac
