@@ -247,6 +247,22 @@ TEST_F(EndToEndTest, EnvironmentVariablesSetFlagsAndTheCommandLineWins) {
                            {"TRAINERD_MAX_QUEUED_JOBS=lots", "TRAINERD_DATA_DIR=" + data + "2"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("TRAINERD_MAX_QUEUED_JOBS='lots'"));
+
+  // The image's settings (every address, the token from a secret file): without the secret the
+  // daemon refuses to start, saying which file it wanted.
+  const std::vector<std::string> image_env = {
+      "TRAINERD_LISTEN=0.0.0.0:0", "TRAINERD_METRICS_LISTEN=", "TRAINERD_DATA_DIR=" + data + "3",
+      "TRAINERD_AUTH_TOKEN_FILE=" + (dir_ / "no-secret" / "trainerd_token").string()};
+  RunResult no_secret = e2e::Run({TRAINERD_BIN, "--device=cpu"}, image_env);
+  EXPECT_NE(no_secret.exit_code, 0);
+  EXPECT_THAT(no_secret.err, HasSubstr("--auth_token_file: cannot open"));
+  EXPECT_THAT(no_secret.err, HasSubstr("no-secret/trainerd_token"));
+  // Emptied, the daemon still will not serve every address without authentication.
+  std::vector<std::string> emptied = image_env;
+  emptied.back() = "TRAINERD_AUTH_TOKEN_FILE=";
+  RunResult open_bind = e2e::Run({TRAINERD_BIN, "--device=cpu"}, emptied);
+  EXPECT_NE(open_bind.exit_code, 0);
+  EXPECT_THAT(open_bind.err, HasSubstr("refusing to serve on 0.0.0.0:0"));
 }
 
 TEST_F(EndToEndTest, ContextsPickTheNodeAndDevicesAllContextsAsksEveryOne) {
