@@ -54,6 +54,9 @@ absl::StatusOr<ClientConfig> LoadClientConfig(const std::string& path) {
   ClientConfig config;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return config;
+  // Checked before it is read: the file is small by nature, whatever else sits at the path.
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > (1 << 20)) return Malformed(path, "larger than 1 MiB");
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::FailedPreconditionError(absl::StrCat("cannot read config file '", path, "'"));

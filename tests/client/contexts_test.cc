@@ -119,6 +119,13 @@ TEST_F(ContextsTest, MalformedFilesAreRefusedNamingTheFileAndTheProblem) {
   }
 }
 
+TEST_F(ContextsTest, AFileOverOneMebibyteIsRefused) {
+  Write("contexts:\n" + std::string(2 << 20, '#') + "\n");
+  absl::StatusOr<ClientConfig> config = LoadClientConfig(path_);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("larger than 1 MiB"));
+}
+
 TEST_F(ContextsTest, TheCurrentContextFillsWhatNoFlagGives) {
   GlobalOptions global;
   ASSERT_TRUE(ApplyContext(TwoNodes(), path_, global).ok());

@@ -39,8 +39,9 @@ TEST(ParseMemorySizeTest, ShareOfTheDevice) {
 }
 
 TEST(ParseMemorySizeTest, RefusesWhatIsNotASize) {
-  for (const char* text : {"", "-1", "GiB", "12XB", "0%", "101%", "abc%", "99999999999999999999",
-                           "9999999999TiB", "1.5GiB"}) {
+  for (const char* text :
+       {"", "-1", "GiB", "12XB", "0%", "101%", "abc%", "99999999999999999999", "9999999999TiB",
+        "1.5GiB", "nan%", "inf%", "-5%", "1e400%", "12 GiB GiB"}) {
     absl::StatusOr<MemorySize> size = ParseMemorySize(text);
     EXPECT_EQ(size.status().code(), absl::StatusCode::kInvalidArgument) << text;
   }
