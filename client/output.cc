@@ -602,6 +602,9 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   lines.push_back({"peak memory",
                    report.peak_memory_bytes() > 0 ? FormatBytes(report.peak_memory_bytes()) : "-"});
   lines.push_back({"steps/s", absl::StrFormat("%.1f", report.steps_per_second())});
+  if (report.intra_op_threads() > 0) {
+    lines.push_back({"threads", absl::StrCat(report.intra_op_threads(), " intra-op")});
+  }
   lines.push_back({"host syncs", absl::StrCat(report.host_syncs())});
   lines.push_back({"host→device", FormatBytes(report.host_to_device_bytes())});
   // FLOPs are unknown (0) for TorchScript modules; a dash says so rather than "0 FLOP".

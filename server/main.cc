@@ -78,6 +78,13 @@ ABSL_FLAG(std::string, module_checker, "",
 ABSL_FLAG(int32_t, max_concurrent_jobs, 0,
           "jobs each device runs at once, each on its own worker (and CUDA stream); 0: 1 on the "
           "CPU, 4 on a GPU");
+ABSL_FLAG(int32_t, intra_op_threads, 0,
+          "LibTorch intra-op threads of each CPU job; 0: chosen per job from its FLOPs per step "
+          "(one thread for a small model, whose operators are too small to share); the running "
+          "CPU jobs never hold more threads than the usable cores either way");
+ABSL_FLAG(bool, flush_denormal, true,
+          "jobs flush subnormal floats (below 1.2e-38) to zero on their threads: x86 computes "
+          "them up to 100x slower, and a job whose values decay towards zero meets many");
 // Job records (docs/ARCHITECTURE.md, "Job records").
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(60),
           "at SIGTERM or SIGINT, how long running jobs may take to finish their epoch and write a "
@@ -179,15 +186,18 @@ int main(int argc, char** argv) {
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
   options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
+  options.engine.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  options.engine.flush_denormal = absl::GetFlag(FLAGS_flush_denormal);
   options.engine.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.engine.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
   options.engine.job_retention = absl::GetFlag(FLAGS_job_retention);
   if (options.engine.keep_checkpoints < 0 || options.engine.max_finished_jobs < 0 ||
-      options.engine.max_concurrent_jobs < 0 ||
+      options.engine.max_concurrent_jobs < 0 || options.engine.intra_op_threads < 0 ||
       options.engine.job_retention < absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_shutdown_timeout) < absl::ZeroDuration()) {
     std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --max_concurrent_jobs, "
-                 "--job_retention and --shutdown_timeout must not be negative\n";
+                 "--intra_op_threads, --job_retention and --shutdown_timeout must not be "
+                 "negative\n";
     return 2;
   }
   options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);

@@ -356,6 +356,7 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   out.set_achieved_flops_per_second(r.achieved_flops_per_second);
   if (r.peak_fraction) out.set_peak_fraction(*r.peak_fraction);
   if (r.overhead_fraction) out.set_overhead_fraction(*r.overhead_fraction);
+  out.set_intra_op_threads(r.intra_op_threads);
   switch (r.bound) {
     case engine::SpeedBound::kUnspecified:
       out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
@@ -523,6 +524,7 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   out.achieved_flops_per_second = r.achieved_flops_per_second();
   if (r.has_peak_fraction()) out.peak_fraction = r.peak_fraction();
   if (r.has_overhead_fraction()) out.overhead_fraction = r.overhead_fraction();
+  out.intra_op_threads = r.intra_op_threads();
   switch (r.bound()) {
     case v1::DeviceReport::LAUNCH_BOUND:
       out.bound = engine::SpeedBound::kLaunchBound;

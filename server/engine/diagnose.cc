@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "server/engine/cpu_threads.h"
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -90,7 +91,11 @@ void DiagnoseCpu(const DiagnoseOptions& options, DeviceDiagnosis& d) {
   d.name = CpuModelName();
   d.memory_total_bytes = HostMemoryBytes();
 
-  // Matrix products. The warm-up also grows the intra-op thread pool and the allocator.
+  // Matrix products on every usable core (the peak; a job's own threads are chosen per job, and a
+  // thread LibTorch has not seen takes the last count any thread set). The warm-up also grows the
+  // intra-op thread pool and the allocator.
+  const int cores = UsableCores();
+  SetIntraOpThreads(cores);
   const int64_t n = options.matmul_size > 0 ? options.matmul_size : kCpuMatmulSize;
   d.matmul_size = n;
   const torch::Tensor a = torch::randn({n, n}, torch::kFloat);
@@ -107,6 +112,7 @@ void DiagnoseCpu(const DiagnoseOptions& options, DeviceDiagnosis& d) {
   double matmul_seconds = 0.0;
   std::thread worker([&] {
     try {
+      SetIntraOpThreads(cores);
       const Clock::time_point t0 = Clock::now();
       for (int i = 0; i < repeats; ++i) {
         if (i == repeats / 2) halfway.Notify();

@@ -50,6 +50,8 @@ struct Engine::Impl {
     out.hooks = Hooks();
     out.max_queued_jobs = options.max_queued_jobs;
     out.max_concurrent_jobs = options.max_concurrent_jobs;
+    out.intra_op_threads = options.intra_op_threads;
+    out.flush_denormal = options.flush_denormal;
     out.store = options.job_store;
     out.keep_checkpoints = options.keep_checkpoints;
     out.max_finished_jobs = options.max_finished_jobs;

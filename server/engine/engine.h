@@ -47,6 +47,13 @@ struct EngineOptions {
   int64_t max_queued_jobs = 0;
   // Jobs each device runs at once; 0: 1 on the CPU, 4 on a GPU (each GPU job on its own stream).
   int32_t max_concurrent_jobs = 0;
+  // A CPU job's intra-op threads: 0 chooses each job's from its size (one thread for a small
+  // model), N > 0 gives every CPU job N; the running CPU jobs share the usable cores either way
+  // (JobManagerOptions::intra_op_threads).
+  int32_t intra_op_threads = 0;
+  // Jobs flush subnormal floats to zero on their threads (x86 FTZ/DAZ): subnormals cost up to 100x
+  // per operation, and flushing changes only values below 1.2e-38 (cpu_threads.h).
+  bool flush_denormal = true;
   // Where job records outlive the process (the daemon's SQLite database, server/store). With one,
   // Create takes up the jobs the records hold as QUEUED or RUNNING (from their last checkpoint),
   // and Shutdown leaves running jobs to resume at the next start instead of cancelling them.

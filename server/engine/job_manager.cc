@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
+#include "common/flops.h"
 #include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
 #include "server/engine/log.h"
@@ -20,6 +21,24 @@
 
 namespace trainerd::engine {
 namespace {
+
+// The intra-op threads a job would like (cpu_threads.h), from its FLOPs per step at its batch: the
+// model spec's, or for a TorchScript module (whose FLOPs the daemon does not know) 6 per parameter
+// per row, as a stack of linear layers would cost forward and backward.
+int WantedIntraOpThreads(const ModelSpec& model, const torch::jit::Module* torchscript,
+                         const std::vector<int64_t>& feature_shape, int64_t batch, int cores) {
+  double flops = 0.0;
+  if (!model.layers.empty()) {
+    flops = common::TrainingFlopsPerStep(model, feature_shape, batch);
+  } else if (torchscript != nullptr) {
+    double parameters = 0.0;
+    for (const torch::Tensor& p : torchscript->parameters()) {
+      parameters += static_cast<double>(p.numel());
+    }
+    flops = 6.0 * parameters * static_cast<double>(batch);
+  }
+  return IntraOpThreadsFor(flops, cores);
+}
 
 constexpr char kModulesFolder[] = "modules";
 
@@ -91,7 +110,9 @@ std::string ExceptionText(const std::exception_ptr& e) {
 }  // namespace
 
 JobManager::JobManager(JobManagerOptions options)
-    : options_(std::move(options)), store_(options_.store.get()) {}
+    : options_(std::move(options)),
+      store_(options_.store.get()),
+      cpu_threads_(options_.cpu_cores > 0 ? options_.cpu_cores : UsableCores()) {}
 
 JobManager::~JobManager() { Shutdown(); }
 
@@ -652,6 +673,23 @@ std::vector<std::string> JobManager::TrimCheckpoints(
   return doomed;
 }
 
+bool JobManager::StopsBeforeStart(const std::shared_ptr<Record>& record) {
+  if (record->cancel.load()) {
+    PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
+      snap.state = JobState::kCancelled;
+      snap.end_time = absl::Now();
+    });
+    RemoveFile(ModuleFilePath(record->snap.id));
+    return true;
+  }
+  // Draining or stopping: it has not started, so it stays QUEUED and runs at the next start.
+  if (record->drain.load() || record->interrupt.load()) {
+    EndWatches(record.get());
+    return true;
+  }
+  return false;
+}
+
 bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
   JobSnapshot job;
   {
@@ -660,19 +698,7 @@ bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
   }
   absl::Status why_not = absl::InternalError("no dataset hook");
   while (options_.hooks.acquire) {
-    if (record->cancel.load()) {
-      PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
-        snap.state = JobState::kCancelled;
-        snap.end_time = absl::Now();
-      });
-      RemoveFile(ModuleFilePath(job.id));
-      return false;
-    }
-    // Draining or stopping: it has not started, so it stays QUEUED and runs at the next start.
-    if (record->drain.load() || record->interrupt.load()) {
-      EndWatches(record.get());
-      return false;
-    }
+    if (StopsBeforeStart(record)) return false;
     absl::StatusOr<JobDatasets> acquired = options_.hooks.acquire(job);
     if (acquired.ok()) {
       absl::MutexLock lock(&mu_);
@@ -701,25 +727,55 @@ bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
 void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   Record* record = shared.get();
   if (!AcquireDatasets(shared)) return;
-  // Whatever way the run ends, the memory goes back and waiting jobs look again: before the
-  // job's terminal state is published (so that whoever sees it end sees its memory free), or at
-  // the latest when RunJob returns.
+  // Whatever way the run ends, the memory and the CPU threads go back and waiting jobs look again:
+  // before the job's terminal state is published (so that whoever sees it end sees its memory
+  // free), or at the latest when RunJob returns.
   struct Release {
     JobManager* manager;
     std::string id;
+    int cpu_threads = 0;  // taken from cpu_threads_
     bool done = false;
     void Now() {
       if (done) return;
       done = true;
       if (manager->options_.hooks.release) manager->options_.hooks.release(id);
+      if (cpu_threads > 0) manager->cpu_threads_.Release(cpu_threads);
       absl::MutexLock lock(&manager->mu_);
       manager->memory_released_.SignalAll();
     }
     ~Release() { Now(); }
   } release{this, record->snap.id};
+  // A CPU job's intra-op threads, from its size alone (cpu_threads.h), taken from the cores the
+  // running CPU jobs leave; a GPU job's host side needs one.
+  int threads = 1;
+  {
+    JobSpec spec;
+    {
+      absl::MutexLock lock(&mu_);
+      spec = record->snap.spec;
+    }
+    if (record->device.is_cpu()) {
+      const DatasetMeta& meta = record->dataset->meta;
+      const int64_t rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
+      const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(spec.batch_size, rows));
+      const int want = options_.intra_op_threads > 0
+                           ? options_.intra_op_threads
+                           : WantedIntraOpThreads(record->model, record->torchscript.get(),
+                                                  meta.feature_shape, batch, cpu_threads_.cores());
+      threads = std::max(want, 1);
+      // Its threads are free, or it waits (still QUEUED) until running CPU jobs give theirs back.
+      while (!cpu_threads_.TryAcquire(threads)) {
+        if (StopsBeforeStart(shared)) return;
+        absl::MutexLock lock(&mu_);
+        memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+      }
+      release.cpu_threads = threads;
+    }
+  }
   JobSnapshot started;
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
+    snap.report.intra_op_threads = threads;
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
@@ -740,6 +796,8 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   run.drain = &record->drain;
   run.interrupt = &record->interrupt;
   run.resume_from = record->resume.checkpoint_path;
+  run.intra_op_threads = threads;
+  run.flush_denormal = options_.flush_denormal;
   // Throughput counts the rows trained on, not the ones held out for validation.
   const int64_t rows =
       run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
@@ -855,6 +913,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   report.host_syncs = outcome.host_syncs;
   report.host_to_device_bytes = outcome.host_to_device_bytes;
   report.peak_memory_bytes = outcome.peak_memory_bytes;
+  report.intra_op_threads = threads;
   if (finish_report) {
     JobSnapshot ended;
     {

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "server/engine/cpu_threads.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/job_store.h"
 #include "server/engine/types.h"
@@ -62,6 +63,15 @@ struct JobManagerOptions {
   // Jobs a device runs at once, each on a worker thread of its own (and on a GPU on a CUDA stream
   // of its own); 0: 1 on the CPU (whose intra-op threads one job already uses), 4 on a GPU.
   int32_t max_concurrent_jobs = 0;
+  // Intra-op threads of a CPU job (cpu_threads.h): 0 chooses each job's from its FLOPs per step
+  // (one thread for a small model), N > 0 gives every CPU job N. Either way the CPU jobs running
+  // together hold at most `cpu_cores` threads (each at least one). A GPU job's host side runs on
+  // one thread: its operators run on the device.
+  int32_t intra_op_threads = 0;
+  // The cores CPU jobs share; 0: UsableCores() (affinity mask and cgroup quota).
+  int32_t cpu_cores = 0;
+  // Jobs flush subnormal floats to zero on their thread (cpu_threads.h, SetFlushDenormal).
+  bool flush_denormal = true;
   // Where the records are kept. With a store, a job is written through on every state change and
   // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
   // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next
@@ -198,6 +208,9 @@ class JobManager {
   // hold the memory. False when the job will not run now: it failed (recorded), was cancelled
   // (recorded), or the daemon is stopping (it stays QUEUED).
   bool AcquireDatasets(const std::shared_ptr<Record>& record);
+  // Before a job runs: true when it must not start now, having recorded why (cancelled: ended
+  // CANCELLED; the daemon draining or stopping: it stays QUEUED for the next start).
+  bool StopsBeforeStart(const std::shared_ptr<Record>& record);
   // Fails a job whose worker threw (std::bad_alloc, an observer's exception): the daemon goes on.
   void FailAfterException(const std::shared_ptr<Record>& record, const std::string& what);
   // Applies `mutate` to the job under mu_, writes the result through to the store, then delivers
@@ -234,8 +247,10 @@ class JobManager {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;          // workers told to exit (Shutdown)
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
-  std::mutex prune_mu_;            // one retention pass at a time
-  absl::CondVar memory_released_;  // signalled (with mu_) when a job gives back its memory
+  std::mutex prune_mu_;  // one retention pass at a time
+  // Signalled (with mu_) when a job gives back its memory or its CPU threads.
+  absl::CondVar memory_released_;
+  CpuThreadBudget cpu_threads_;  // the running CPU jobs' intra-op threads
 };
 
 }  // namespace trainerd::engine

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -18,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/engine/checkpoint.h"
+#include "server/engine/cpu_threads.h"
 #include "server/engine/device.h"
 #include "server/engine/log.h"
 #include "server/engine/loss.h"
@@ -128,18 +130,53 @@ class TrainableModel {
   std::optional<torch::jit::Module> script_;
 };
 
-// Rows [begin, begin + len) of `order` (or of the tensors as they lie when `order` is undefined),
-// gathered on the device: a view or an index_select, never a host copy.
-std::pair<torch::Tensor, torch::Tensor> Batch(const torch::Tensor& features,
-                                              const torch::Tensor& targets,
-                                              const torch::Tensor& order, int64_t begin,
-                                              int64_t len) {
-  if (!order.defined()) {
-    return {features.narrow(/*dim=*/0, begin, len), targets.narrow(/*dim=*/0, begin, len)};
+// Rows are gathered for a chunk of whole batches at a time, at most this many bytes of features
+// and targets (or one batch, when a batch is larger): a dataset under it is gathered once per
+// epoch. Bounded so that a job on a large dataset holds one more chunk, not a second copy of its
+// data; a few percent of what a job on such a dataset holds anyway.
+constexpr int64_t kGatherChunkBytes = int64_t{16} << 20;
+
+// An epoch's batches in `order` (or as the rows lie, as narrow views, when `order` is undefined),
+// gathered on the device a chunk at a time (kGatherChunkBytes): each batch is then a view of its
+// chunk, so a step costs no gather of its own. Never a host copy. Batches are asked for in order,
+// at multiples of `batch` (the last may be shorter).
+class EpochBatches {
+ public:
+  EpochBatches(const torch::Tensor& features, const torch::Tensor& targets, torch::Tensor order,
+               int64_t batch)
+      : features_(features), targets_(targets), order_(std::move(order)) {
+    const int64_t rows = std::max<int64_t>(features.size(0), 1);
+    const int64_t row_bytes = std::max<int64_t>(1, (features.nbytes() + targets.nbytes()) / rows);
+    const int64_t batches = std::max<int64_t>(1, kGatherChunkBytes / row_bytes / batch);
+    chunk_rows_ = batches * batch;
   }
-  torch::Tensor idx = order.narrow(/*dim=*/0, begin, len);
-  return {features.index_select(/*dim=*/0, idx), targets.index_select(/*dim=*/0, idx)};
-}
+
+  // Rows [begin, begin + len) of the epoch's order.
+  std::pair<torch::Tensor, torch::Tensor> Get(int64_t begin, int64_t len) {
+    if (!order_.defined()) {
+      return {features_.narrow(/*dim=*/0, begin, len), targets_.narrow(/*dim=*/0, begin, len)};
+    }
+    if (!chunk_features_.defined() || begin < chunk_begin_ || begin + len > chunk_end_) {
+      chunk_begin_ = begin;
+      chunk_end_ = std::min(order_.size(0), begin + std::max(chunk_rows_, len));
+      const torch::Tensor idx = order_.narrow(/*dim=*/0, begin, chunk_end_ - begin);
+      chunk_features_ = features_.index_select(/*dim=*/0, idx);
+      chunk_targets_ = targets_.index_select(/*dim=*/0, idx);
+    }
+    return {chunk_features_.narrow(/*dim=*/0, begin - chunk_begin_, len),
+            chunk_targets_.narrow(/*dim=*/0, begin - chunk_begin_, len)};
+  }
+
+ private:
+  torch::Tensor features_;
+  torch::Tensor targets_;
+  torch::Tensor order_;
+  int64_t chunk_rows_ = 0;
+  int64_t chunk_begin_ = 0;
+  int64_t chunk_end_ = 0;
+  torch::Tensor chunk_features_;
+  torch::Tensor chunk_targets_;
+};
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -208,6 +245,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   const JobSpec& spec = run.spec;
   const uint64_t seed = spec.seed.value_or(0);
   try {
+    if (run.intra_op_threads > 0) SetIntraOpThreads(run.intra_op_threads);
+    SetFlushDenormal(run.flush_denormal);
     // Everything the job queues on a GPU goes on its own stream (until the function returns).
     std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
     if (std::optional<c10::cuda::CUDAStream> stream = JobStream(run.device)) {
@@ -388,10 +427,11 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       }
       loss_sum.zero_();
       if (scaler) scaler->ResetSkippedSteps();
+      EpochBatches batches(features, targets, std::move(order), batch);
       for (int64_t begin = 0; begin < rows; begin += batch) {
         if (cancelled()) return finish(outcome);
         const int64_t len = std::min(batch, rows - begin);
-        auto [x, y] = Batch(features, targets, order, begin, len);
+        auto [x, y] = batches.Get(begin, len);
         optimizer->zero_grad();
         torch::Tensor loss = ComputeLoss(spec, forward(x), y);
         if (scaler) {
@@ -428,10 +468,11 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         val_loss_sum.zero_();
         val_correct.zero_();
         const int64_t val_batch = std::min<int64_t>(spec.batch_size, val_rows);
+        EpochBatches val_batches(val_features, val_targets, val_index, val_batch);
         for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
           if (cancelled()) return finish(outcome);
           const int64_t len = std::min(val_batch, val_rows - begin);
-          auto [x, y] = Batch(val_features, val_targets, val_index, begin, len);
+          auto [x, y] = val_batches.Get(begin, len);
           torch::Tensor output = forward(x);
           val_loss_sum.add_(ComputeLoss(spec, output, y), /*alpha=*/static_cast<double>(len));
           if (classification) {

@@ -4,6 +4,9 @@
 // (with the validation loss and accuracy, when the job validates, in the same copy).
 #pragma once
 
+#include <torch/script.h>
+#include <torch/torch.h>
+
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -13,24 +16,28 @@
 #include "common/model_spec.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/types.h"
-#include <torch/script.h>
-#include <torch/torch.h>
 
 namespace trainerd::engine {
 
 struct TrainingRun {
-  JobSpec spec;                             // resolved: seed set
-  ModelSpec model;                          // parsed and checked against the dataset
+  JobSpec spec;     // resolved: seed set
+  ModelSpec model;  // parsed and checked against the dataset
   // Bring your own model: the job's TorchScript module (checked at Submit, on the CPU), trained in
   // place instead of a model built from `model` (then empty). Its parameters are all trained;
   // its buffers are moved to the device and kept (a batchnorm's running statistics update as in
   // PyTorch's training mode). Null for a spec-built model.
   std::shared_ptr<torch::jit::Module> torchscript;
-  std::shared_ptr<const Dataset> dataset;   // resident tensors
+  std::shared_ptr<const Dataset> dataset;  // resident tensors
   // spec.validation_dataset's tensors (same per-row shapes and dtype as `dataset`); null when the
   // job validates on a fraction of `dataset` (spec.validation_fraction) or not at all.
   std::shared_ptr<const Dataset> validation_dataset;
   torch::Device device = torch::kCPU;
+  // > 0: the job's intra-op threads (cpu_threads.h), set on the calling thread before the job's
+  // first operator; 0 leaves the thread's setting as it is.
+  int intra_op_threads = 0;
+  // Subnormal floats flush to zero on the calling thread while the job runs (cpu_threads.h,
+  // SetFlushDenormal); set for every job, so that one job's setting never carries to the next.
+  bool flush_denormal = true;
   // Set by another thread to stop before the next step (a host flag: no device sync).
   const std::atomic<bool>* cancel = nullptr;
   // Set by another thread to stop without ending the job (outcome.interrupted): `drain` after the
@@ -63,7 +70,7 @@ struct TrainingOutcome {
   bool interrupted = false;
   // A resumed job: the steps taken before this run (from the checkpoint), included in `steps`.
   int64_t resumed_steps = 0;
-  std::string error;                   // kFailed: a sentence
+  std::string error;  // kFailed: a sentence
   int64_t steps = 0;
   int64_t host_syncs = 0;
   int32_t epochs_done = 0;

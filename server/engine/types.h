@@ -168,6 +168,7 @@ struct DeviceReport {
   std::optional<double> overhead_fraction;
   SpeedBound bound = SpeedBound::kUnspecified;
   std::string verdict;  // one line; empty until the job ends
+  int32_t intra_op_threads = 0;  // the job's LibTorch intra-op threads; 0 before it starts
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).

@@ -1,0 +1,76 @@
+// How many intra-op threads a CPU job runs its operators on, and the daemon-wide account that keeps
+// the running CPU jobs' threads within the cores the process may use.
+//
+// Why: LibTorch parallelises an operator over its OpenMP team whenever the operator is larger than
+// its grain, and a tiny model's operators (a 32x64 product, a softmax over 32 rows) pay a fork and
+// a join each, after which libgomp's idle workers spin for a while on cores that the training
+// thread, the other jobs and gRPC's threads need. A job whose step is a few MFLOPs runs fastest on
+// one thread; a job of large products gains from more. So each job gets threads from its size, and
+// the jobs running together never hold more threads than there are cores. docs/PERFORMANCE.md has
+// the measurements behind the constants.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace trainerd::engine {
+
+// Model FLOPs per training step below which a job runs on one intra-op thread; each further
+// multiple of it earns one more thread (up to the cores). Measured on a 2-core x86 machine with
+// LibTorch 2.11 (docs/PERFORMANCE.md, "Threads"): one thread ran every MLP up to 40 MFLOPs per
+// step 1.3x to 2.3x faster than two, and the 130 MFLOPs mlp workload about as fast.
+inline constexpr double kFlopsPerIntraOpThread = 100e6;
+
+// The cores this process may run on: the affinity mask (a container's cpuset), further bounded by
+// a cgroup v2 CPU quota (`docker run --cpus`, a Kubernetes CPU limit), rounded up; at least 1.
+int UsableCores();
+
+// The intra-op threads a CPU job would like: 1 for a step below kFlopsPerIntraOpThread FLOPs (or
+// of unknown cost), else one per kFlopsPerIntraOpThread FLOPs, at most `cores`.
+int IntraOpThreadsFor(double flops_per_step, int cores);
+
+// Sets the calling thread's intra-op threads (LibTorch's OpenMP team for this thread, and MKL's).
+// Each job's worker thread calls it before the job's first operator.
+void SetIntraOpThreads(int threads);
+
+// The calling thread's intra-op threads as LibTorch sees them.
+int IntraOpThreads();
+
+// Whether the calling thread's float arithmetic flushes subnormal numbers to zero (x86's FTZ and
+// DAZ; a no-op elsewhere). A job whose values decay towards zero (Adam's moments on a separable
+// problem, a saturated softmax's gradients) otherwise meets subnormals, which x86 computes with
+// micro-code assists, up to 100 times slower: measured 5x on a whole epoch of the mlp workload in
+// PyTorch itself. Flushing changes only values below 1.2e-38, far inside float32 tolerance, as GPUs
+// do. Per thread: a job's worker sets it before its first operator, so it covers a one-thread job
+// wholly and a many-thread job's own thread.
+void SetFlushDenormal(bool on);
+
+// The running CPU jobs' intra-op threads, kept within the cores. A job's threads depend on the job
+// alone (its size and the cores), never on what else runs, so that a seed gives the same losses
+// whether the job runs alone or beside others; a job whose threads are not free waits for them,
+// as it waits for memory. Thread-safe.
+class CpuThreadBudget {
+ public:
+  explicit CpuThreadBudget(int cores) : cores_(cores < 1 ? 1 : cores) {}
+  CpuThreadBudget(const CpuThreadBudget&) = delete;
+  CpuThreadBudget& operator=(const CpuThreadBudget&) = delete;
+
+  // Takes `threads` (at least 1) when they fit beside those taken, or when none are taken (so
+  // that a job asking for more than the cores still runs, alone); false otherwise. Hand them
+  // back with Release.
+  bool TryAcquire(int threads);
+  void Release(int threads);
+
+  int cores() const { return cores_; }
+  int in_use() const;
+
+ private:
+  const int cores_;
+  mutable absl::Mutex mu_;
+  int in_use_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace trainerd::engine
