@@ -24,6 +24,8 @@ missing=$(ldd "$DEPS/bin/trainerd" "$DEPS/bin/trainctl" | grep 'not found' || tr
 if [ -n "$missing" ]; then echo "missing libraries: $missing" | tee -a "$RESULTS_DIR/env.txt"; exit 1; fi
 
 status=0
+# A GPU test that finds no device fails here instead of skipping.
+export REQUIRE_CUDA=1
 "$DEPS/bin/engine_gpu_test" --gtest_output="json:$RESULTS_DIR/gpu_test.json" 2>&1 |
   tee "$RESULTS_DIR/gpu_test.txt" | tail -5 || status=1
 
@@ -47,7 +49,9 @@ if [ -n "$obs_addr" ]; then
   ctl job get "$(head -1 "$obs/watch.txt")" 2>&1 | tee "$obs/job.txt" | sed -n '/^report:/,$p'
   "$PY" -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
     "$obs_metrics" >"$obs/metrics.txt" 2>&1 || status=1
-  grep -E '^trainerd_gpu_' "$obs/metrics.txt" || echo "no trainerd_gpu_ series (see $obs/trainerd.log)"
+  if ! grep -E '^trainerd_gpu_' "$obs/metrics.txt"; then
+    echo "no trainerd_gpu_ series: NVML gave nothing (see $obs/trainerd.log)"; status=1
+  fi
 else
   echo "observability: trainerd did not start" | tee -a "$obs/trainerd.log"; status=1
 fi
@@ -57,5 +61,5 @@ mkdir -p "$DEPS/build/server" "$DEPS/build/client"
 ln -sf "$DEPS/bin/trainerd" "$DEPS/build/server/trainerd"
 ln -sf "$DEPS/bin/trainctl" "$DEPS/build/client/trainctl"
 "$PY" bench/bench.py --build-dir "$DEPS/build" --seed-script "$DEPS/seed_scenario.py" \
-  --devices cpu,cuda --results-dir "$RESULTS_DIR" 2>&1 | tee "$RESULTS_DIR/bench.txt" || status=1
+  --devices cpu,cuda --repeats 3 --results-dir "$RESULTS_DIR" 2>&1 | tee "$RESULTS_DIR/bench.txt" || status=1
 exit $status

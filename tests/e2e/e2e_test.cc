@@ -791,7 +791,7 @@ TEST_F(ObservabilityEndToEndTest, SeedJobGetsAReportWithAVerdictAndDiagnoseShows
   ASSERT_EQ(diagnose.exit_code, 0) << diagnose.err;
   EXPECT_THAT(diagnose.out, HasSubstr("libtorch:  2.11.0"));
   EXPECT_THAT(diagnose.out, HasSubstr("(cached; --refresh measures again)"));
-  EXPECT_THAT(diagnose.out, ::testing::ContainsRegex("\ncpu +[0-9.]+ [KMGT]iB +[0-9.]+ GFLOP/s"));
+  EXPECT_THAT(diagnose.out, ::testing::ContainsRegex("\ncpu +[0-9.]+ [KMGT]iB +[0-9.]+ [kMGTP]?FLOP/s"));
 
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",

@@ -16,6 +16,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -272,7 +273,9 @@ class PrometheusTest : public ::testing::Test {
   void StartDaemon() {
     daemon_ = std::make_unique<Daemon>(std::vector<std::string>{
         TRAINERD_BIN, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
-        "--data_dir=" + (dir_ / "data").string(), "--device=cpu"});
+        "--data_dir=" + (dir_ / "data").string(), "--device=cpu",
+        // Two canned GPUs (tests/monitor/fake_nvml.cc): the GPU series exist on every machine.
+        std::string("--nvml_library=") + FAKE_NVML_PATH});
     // "trainerd listening on HOST:PORT (device X)", then "trainerd metrics on http://H:P/metrics".
     std::string line;
     for (int i = 0; i < 20 && metrics_addr_.empty(); ++i) {
@@ -441,7 +444,11 @@ TEST_F(PrometheusTest, FreshDaemonMetricsPassPromtool) {
   const std::set<std::string> names = ExposedNames(exposition);
   for (const char* name : {"trainerd_build_info", "trainerd_jobs_submitted_total",
                            "trainerd_jobs_queued", "trainerd_jobs_running", "trainerd_epochs_total",
-                           "process_cpu_seconds_total", "process_resident_memory_bytes"}) {
+                           "process_cpu_seconds_total", "process_resident_memory_bytes",
+                           // (SM activity is a rate between two GPM samples: not in the first.)
+                           "trainerd_gpu_utilization_ratio", "trainerd_gpu_memory_used_bytes",
+                           "trainerd_gpu_memory_total_bytes", "trainerd_gpu_power_watts",
+                           "trainerd_gpu_temperature_celsius"}) {
     EXPECT_TRUE(names.count(name)) << name << " missing from a fresh daemon's /metrics";
   }
   // Unknown paths are not the metrics page.
@@ -530,6 +537,29 @@ TEST_F(PrometheusTest, PrometheusScrapesAJobAndTheDashboardMatches) {
   EXPECT_TRUE(WaitForOne(
       watch_latency, [](const std::string& v) { return v == "1"; }, one, &last))
       << watch_latency << " never 1: " << last;
+  // The GPU series, from the fake NVML's two devices (37% and 80% busy, 1 of 80 GiB used,
+  // 123.456 W, 55 C; GPM SM activity 42.5% on the first only), as Prometheus stored them.
+  const std::vector<std::pair<std::string, std::string>> gpu = {
+      {"sum(trainerd_gpu_utilization_ratio)", "1.17"},
+      {"count(trainerd_gpu_utilization_ratio)", "2"},
+      {"count(trainerd_gpu_sm_activity_ratio)", "1"},
+      {"max(trainerd_gpu_sm_activity_ratio)", "0.425"},
+      {"max(trainerd_gpu_memory_total_bytes)", std::to_string(int64_t{80} << 30)},
+      {"max(trainerd_gpu_memory_used_bytes)", std::to_string(int64_t{1} << 30)},
+      {"max(trainerd_gpu_power_watts)", "123.456"},
+      {"max(trainerd_gpu_temperature_celsius)", "55"},
+  };
+  for (const auto& [promql, expected_value] : gpu) {
+    const std::string value = expected_value;
+    EXPECT_TRUE(WaitForOne(
+        promql,
+        [&value](const std::string& v) {
+          return std::fabs(std::strtod(v.c_str(), nullptr) - std::strtod(value.c_str(), nullptr)) <
+                 1e-9 * std::max(1.0, std::strtod(value.c_str(), nullptr));
+        },
+        one, &last))
+        << promql << " never " << value << ": " << last;
+  }
   const auto t_scraped = Clock::now();
 
   // The endpoint after a job (per-job series, histograms with samples) still passes promtool.
@@ -557,16 +587,12 @@ TEST_F(PrometheusTest, PrometheusScrapesAJobAndTheDashboardMatches) {
   EXPECT_GE(used.size(), 20u);
   for (const std::string& name : used) {
     EXPECT_THAT(doc, HasSubstr("`" + name + "`")) << name << " is not in docs/METRICS.md";
-    if (name.rfind("trainerd_gpu_", 0) == 0 && !has_gpu) continue;  // no NVML on this machine
     // "GPM SM activity (Hopper and later) ... unset elsewhere".
     if (name == "trainerd_gpu_sm_activity_ratio" && !exposed.count(name)) continue;
     EXPECT_TRUE(exposed.count(name))
         << "the dashboard uses " << name << ", which trainerd's /metrics does not export";
   }
-  if (!has_gpu) {
-    std::cout << "[ note ] no trainerd_gpu_* series (no NVML here): the dashboard's GPU names "
-                 "were checked against docs/METRICS.md only\n";
-  }
+  EXPECT_TRUE(has_gpu) << "the fake NVML's devices gave no trainerd_gpu_* series";
 
   // Every query of the dashboard runs on this Prometheus (Grafana's variables filled in), and the
   // job-progress panel's vector match finds the job.

@@ -42,14 +42,11 @@ TEST(DiagnoseDeviceTest, CpuFiguresAreSane) {
   EXPECT_FALSE(d.name.empty());
   EXPECT_GT(d.memory_total_bytes, int64_t{64} << 20);
   EXPECT_EQ(d.matmul_size, 256);
+  // Measured figures: present and sane, never judged by how fast this machine is (that is for
+  // `make bench`).
   EXPECT_TRUE(PositiveFinite(d.matmul_flops_per_second));
-  // Anything from a throttled core to a many-core server.
-  EXPECT_GT(d.matmul_flops_per_second, 1e8);
-  EXPECT_LT(d.matmul_flops_per_second, 1e13);
   EXPECT_TRUE(PositiveFinite(d.host_to_device_bytes_per_second));
-  EXPECT_GT(d.host_to_device_bytes_per_second, 1e8);  // 100 MB/s: far below any memcpy
   EXPECT_TRUE(PositiveFinite(d.launch_seconds));
-  EXPECT_LT(d.launch_seconds, 1e-3);  // a dispatch is microseconds
   EXPECT_EQ(d.sync_seconds, 0.0);
   ASSERT_TRUE(d.utilization_during_matmul.has_value());  // what the callback set is kept
   EXPECT_EQ(*d.utilization_during_matmul, 0.75);

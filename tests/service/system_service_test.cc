@@ -62,8 +62,8 @@ TEST_F(SystemServiceTest, DiagnoseMeasuresTheCpuOnceAndThenAnswersFromTheCache) 
   const v1::DeviceDiagnosis& cpu = first.devices(0);
   EXPECT_EQ(cpu.device(), "cpu");
   EXPECT_GT(cpu.matmul_size(), 0);
-  EXPECT_GT(cpu.matmul_flops_per_second(), 1e8);  // any CPU of this century
-  EXPECT_GT(cpu.host_to_device_bytes_per_second(), 1e8);
+  EXPECT_GT(cpu.matmul_flops_per_second(), 0);  // measured: how fast is for `make bench`
+  EXPECT_GT(cpu.host_to_device_bytes_per_second(), 0);
   EXPECT_GT(cpu.launch_seconds(), 0);
   EXPECT_EQ(cpu.sync_seconds(), 0);
 
