@@ -279,6 +279,10 @@ const std::vector<CommandSpec>& Commands() {
         {"priority", "P",
          "high, normal or low: which queued job its device runs\n"
          "next (FIFO within a priority; default normal)"},
+        {"engine", "E",
+         "auto, fused or libtorch: how the steps run; auto takes\n"
+         "the fused path (small MLPs, no per-operator overhead)\n"
+         "when the job qualifies (default auto)"},
         {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
         {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}}},
       {"job list",

@@ -436,6 +436,8 @@ std::string JobDetails(const v1::Job& job) {
   }
   if (spec.priority() == v1::JOB_PRIORITY_HIGH) lines.push_back({"priority", "high"});
   if (spec.priority() == v1::JOB_PRIORITY_LOW) lines.push_back({"priority", "low"});
+  if (spec.engine() == v1::ENGINE_FUSED) lines.push_back({"engine", "fused"});
+  if (spec.engine() == v1::ENGINE_LIBTORCH) lines.push_back({"engine", "libtorch"});
   lines.insert(lines.end(), {
                                 {"batch size", absl::StrCat(spec.batch_size())},
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},
@@ -602,6 +604,12 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   lines.push_back({"peak memory",
                    report.peak_memory_bytes() > 0 ? FormatBytes(report.peak_memory_bytes()) : "-"});
   lines.push_back({"steps/s", absl::StrFormat("%.1f", report.steps_per_second())});
+  if (!report.engine().empty()) {
+    lines.push_back({"engine", report.engine_reason().empty()
+                                   ? report.engine()
+                                   : absl::StrCat(report.engine(),
+                                                  " (not fused: ", report.engine_reason(), ")")});
+  }
   if (report.intra_op_threads() > 0) {
     lines.push_back({"threads", absl::StrCat(report.intra_op_threads(), " intra-op")});
   }

@@ -72,6 +72,14 @@ absl::StatusOr<v1::Precision> ParsePrecision(const std::string& text) {
       absl::StrCat("--precision: unknown precision '", text, "' (expected fp32, bf16 or fp16)"));
 }
 
+absl::StatusOr<v1::Engine> ParseEngine(const std::string& text) {
+  if (text == "auto") return v1::ENGINE_AUTO;
+  if (text == "fused") return v1::ENGINE_FUSED;
+  if (text == "libtorch") return v1::ENGINE_LIBTORCH;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--engine: unknown engine '", text, "' (expected auto, fused or libtorch)"));
+}
+
 absl::StatusOr<v1::JobPriority> ParsePriority(const std::string& text) {
   if (text == "high") return v1::JOB_PRIORITY_HIGH;
   if (text == "normal") return v1::JOB_PRIORITY_NORMAL;
@@ -356,6 +364,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(v1::JobPriority priority,
                             ParsePriority(invocation.Get("priority", "normal")));
   spec.set_priority(priority);
+  TRAINERD_ASSIGN_OR_RETURN(v1::Engine engine, ParseEngine(invocation.Get("engine", "auto")));
+  spec.set_engine(engine);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
   if (invocation.Has("seed")) {
     TRAINERD_ASSIGN_OR_RETURN(uint64_t seed, invocation.GetUint("seed", 0));

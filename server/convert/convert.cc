@@ -59,6 +59,18 @@ v1::OptimizerKind ToProto(engine::OptimizerKind kind) {
   return v1::OPTIMIZER_KIND_UNSPECIFIED;
 }
 
+v1::Engine ToProto(engine::EngineKind kind) {
+  switch (kind) {
+    case engine::EngineKind::kAuto:
+      return v1::ENGINE_AUTO;
+    case engine::EngineKind::kFused:
+      return v1::ENGINE_FUSED;
+    case engine::EngineKind::kLibTorch:
+      return v1::ENGINE_LIBTORCH;
+  }
+  return v1::ENGINE_AUTO;
+}
+
 v1::JobPriority ToProto(engine::JobPriority priority) {
   switch (priority) {
     case engine::JobPriority::kLow:
@@ -265,6 +277,21 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
           "priority must be JOB_PRIORITY_HIGH, JOB_PRIORITY_NORMAL or JOB_PRIORITY_LOW (or unset "
           "for normal)");
   }
+  switch (spec.engine()) {
+    case v1::ENGINE_UNSPECIFIED:
+    case v1::ENGINE_AUTO:
+      out.engine = engine::EngineKind::kAuto;
+      break;
+    case v1::ENGINE_FUSED:
+      out.engine = engine::EngineKind::kFused;
+      break;
+    case v1::ENGINE_LIBTORCH:
+      out.engine = engine::EngineKind::kLibTorch;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "engine must be ENGINE_AUTO, ENGINE_FUSED or ENGINE_LIBTORCH (or unset for auto)");
+  }
   return out;
 }
 
@@ -304,6 +331,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_checkpoint_every(spec.checkpoint_every);
   out.set_precision(ToProto(spec.precision));
   out.set_priority(ToProto(spec.priority));
+  out.set_engine(ToProto(spec.engine));
   return out;
 }
 
@@ -357,6 +385,8 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   if (r.peak_fraction) out.set_peak_fraction(*r.peak_fraction);
   if (r.overhead_fraction) out.set_overhead_fraction(*r.overhead_fraction);
   out.set_intra_op_threads(r.intra_op_threads);
+  out.set_engine(r.engine);
+  out.set_engine_reason(r.engine_reason);
   switch (r.bound) {
     case engine::SpeedBound::kUnspecified:
       out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
@@ -525,6 +555,8 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   if (r.has_peak_fraction()) out.peak_fraction = r.peak_fraction();
   if (r.has_overhead_fraction()) out.overhead_fraction = r.overhead_fraction();
   out.intra_op_threads = r.intra_op_threads();
+  out.engine = r.engine();
+  out.engine_reason = r.engine_reason();
   switch (r.bound()) {
     case v1::DeviceReport::LAUNCH_BOUND:
       out.bound = engine::SpeedBound::kLaunchBound;

@@ -22,6 +22,7 @@
 #include "server/engine/dataset_registry.h"
 #include "server/engine/device.h"
 #include "server/engine/diagnose.h"
+#include "server/engine/fused_path.h"
 #include "server/engine/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/model.h"
@@ -412,12 +413,19 @@ JobHooks Engine::Impl::Hooks() {
           }
         }
       }
+      // The fused path dispatches no operators: the kernel-count estimate of per-step overhead
+      // (speed_report.h) does not apply to it, so its verdict rests on the other figures.
+      const bool fused = report.engine == "fused";
+      if (fused) figures.launch_seconds.reset();
       const SpeedVerdict verdict = JudgeSpeed(figures);
       report.achieved_flops_per_second = verdict.achieved_flops_per_second;
       report.peak_fraction = verdict.peak_fraction;
       report.overhead_fraction = verdict.overhead_fraction;
       report.bound = verdict.bound;
       report.verdict = verdict.line;
+      if (fused && !report.verdict.empty()) {
+        absl::StrAppend(&report.verdict, "; fused path (no per-operator dispatch)");
+      }
     };
   };
   return hooks;
@@ -596,6 +604,15 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   } else {
     device = Place(spec, dataset, estimate.total_bytes);
     spec.device = DeviceName(device);
+  }
+  // engine fused is a promise: a job it cannot take is refused now, saying why.
+  if (spec.engine == EngineKind::kFused) {
+    const std::string why =
+        FusedPathUnsupported(spec, model, dataset.feature_shape, module.has_value(), device);
+    if (!why.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine fused cannot run this job: ", why, " (use engine auto)"));
+    }
   }
   // A job that could never fit the device's budget, even alone, is refused now rather than
   // failing later.

@@ -914,6 +914,8 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   report.host_to_device_bytes = outcome.host_to_device_bytes;
   report.peak_memory_bytes = outcome.peak_memory_bytes;
   report.intra_op_threads = threads;
+  report.engine = outcome.engine;
+  report.engine_reason = outcome.engine_reason;
   if (finish_report) {
     JobSnapshot ended;
     {

@@ -11,9 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
-#include <new>
 #include <optional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -21,47 +19,13 @@
 #include "server/engine/checkpoint.h"
 #include "server/engine/cpu_threads.h"
 #include "server/engine/device.h"
+#include "server/engine/fused_path.h"
 #include "server/engine/log.h"
-#include "server/engine/loss.h"
-#include "server/engine/model.h"
 #include "server/engine/optimizer.h"
-#include "server/engine/precision.h"
-#include "server/engine/torchscript_export.h"
+#include "server/engine/training_path.h"
 
 namespace trainerd::engine {
 namespace {
-
-// Module initialisation draws from LibTorch's process-wide CPU generator. Seeding it and building
-// the model happen under this lock so that concurrent jobs on different devices each get exactly
-// their own seed's initial weights.
-std::mutex& InitMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-
-// Every copy from the device to the host goes through here, so host_syncs is an exact count.
-// It also times them: on a GPU a copy waits for the kernels queued before it, so the time is
-// an upper bound on the copy itself (DeviceReport says so).
-class HostTransfers {
- public:
-  torch::Tensor ToHost(const torch::Tensor& t) {
-    ++count_;
-    const auto start = std::chrono::steady_clock::now();
-    torch::Tensor out = t.to(torch::kCPU);
-    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return out;
-  }
-  void CountCrossDeviceCopy() { ++count_; }
-  // A resumed job's copies before this run.
-  void AddEarlierCount(int64_t count) { count_ += count; }
-  void AddSeconds(double seconds) { seconds_ += seconds; }
-  int64_t count() const { return count_; }
-  double seconds() const { return seconds_; }
-
- private:
-  int64_t count_ = 0;
-  double seconds_ = 0.0;
-};
 
 // The job's own generator on its device (shuffling, dropout): nothing else draws from it (not
 // Diagnose, not the other jobs on the device), so a seed gives the same losses whatever else runs.
@@ -86,49 +50,6 @@ std::optional<c10::cuda::CUDAStream> JobStream(const torch::Device& device) {
   ready.block(stream);
   return stream;
 }
-
-// The model a job trains: a Sequential built from the spec, or a user's TorchScript module. The
-// loop needs only forward, the training flag and the parameters, so one small wrapper keeps it
-// the same for both. Not thread-safe (one job's worker thread).
-class TrainableModel {
- public:
-  explicit TrainableModel(torch::nn::Sequential sequential) : sequential_(std::move(sequential)) {}
-  explicit TrainableModel(torch::jit::Module module) : script_(std::move(module)) {}
-
-  bool is_torchscript() const { return script_.has_value(); }
-  torch::jit::Module& script() { return *script_; }
-
-  torch::Tensor forward(const torch::Tensor& x) {
-    if (script_) return script_->forward({x}).toTensor();
-    return sequential_->forward(x);
-  }
-  void train(bool on = true) {
-    if (script_) {
-      script_->train(on);
-    } else {
-      sequential_->train(on);
-    }
-  }
-  void to(const torch::Device& device) {
-    if (script_) {
-      script_->to(device);  // parameters and buffers, in place (set_data)
-    } else {
-      sequential_->to(device);
-    }
-  }
-  // A TorchScript module's parameters all train: a module assembled in C++ registers tensors
-  // that do not require gradients, and a weight that should stay fixed belongs in a buffer.
-  std::vector<torch::Tensor> parameters() {
-    if (!script_) return sequential_->parameters();
-    std::vector<torch::Tensor> out;
-    for (torch::Tensor p : script_->parameters()) out.push_back(p.requires_grad_(true));
-    return out;
-  }
-
- private:
-  torch::nn::Sequential sequential_{nullptr};
-  std::optional<torch::jit::Module> script_;
-};
 
 // Rows are gathered for a chunk of whole batches at a time, at most this many bytes of features
 // and targets (or one batch, when a batch is larger): a dataset under it is gathered once per
@@ -182,38 +103,6 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The end of a TorchScript job: moves the module to the CPU (after the last epoch; off the CPU that
-// is the job's end-of-job transfer, counted once like a spec-built model's single copy, though
-// LibTorch copies tensor by tensor), reads back a small model's parameters (float32, named as in
-// the module, e.g. "fc.weight") and returns the module's saved archive. Throws c10::Error.
-absl::StatusOr<std::string> FinishTorchScriptModule(torch::jit::Module& module,
-                                                    const torch::Device& device,
-                                                    HostTransfers& host, TrainingOutcome& outcome) {
-  torch::NoGradGuard no_grad;
-  module.to(torch::kCPU);
-  if (!device.is_cpu()) host.CountCrossDeviceCopy();
-  module.eval();
-  std::vector<std::pair<std::string, torch::Tensor>> parameters;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) {
-    parameters.emplace_back(p.name, p.value.detach());
-    outcome.parameter_count += p.value.numel();
-  }
-  if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
-    if (device.is_cpu()) host.CountCrossDeviceCopy();  // as for a spec-built model
-    for (const auto& [name, value] : parameters) {
-      const torch::Tensor values = value.to(torch::kFloat32).contiguous();
-      ParameterValues out;
-      out.name = name;
-      out.shape = values.sizes().vec();
-      out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
-      outcome.parameters.push_back(std::move(out));
-    }
-  }
-  std::ostringstream archive;
-  module.save(archive);
-  return archive.str();
-}
-
 }  // namespace
 
 TrainingOutcome RunTraining(const TrainingRun& run) {
@@ -254,33 +143,27 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     }
     // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
     at::Generator gen = JobGenerator(run.device, seed);
-    // A TorchScript job brings its initial weights; `model` stays empty for it.
-    torch::nn::Sequential model{nullptr};
-    if (run.torchscript == nullptr) {
-      std::lock_guard<std::mutex> lock(InitMutex());
-      // Not under the generator's own mutex: the initialisers below take it themselves.
-      at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
-      cpu_gen.set_current_seed(seed);
-      model = BuildModel(run.model, run.dataset->meta.feature_shape, gen);
+    // The way the job's steps run (training_path.h): its model, built with the job's seed, its
+    // optimizer and its mixed precision. The fused path when the job qualifies, unless it asked
+    // for LibTorch.
+    const DatasetMeta& meta = run.dataset->meta;
+    std::string not_fused = FusedPathUnsupported(spec, run.model, meta.feature_shape,
+                                                 run.torchscript != nullptr, run.device);
+    if (not_fused.empty() && spec.engine == EngineKind::kAuto) {
+      const int64_t train_rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
+      not_fused = FusedPathSlower(run.model, meta.feature_shape,
+                                  std::max<int64_t>(1, std::min(spec.batch_size, train_rows)));
     }
-    TrainableModel net = run.torchscript ? TrainableModel(*run.torchscript) : TrainableModel(model);
-    net.to(run.device);
-    net.train();
-    const std::vector<torch::Tensor> parameters = net.parameters();
-    auto optimizer = MakeOptimizer(spec, parameters);
-    // fp16's narrow range needs loss scaling; bf16 has float32's range and needs none.
-    std::optional<LossScaler> scaler;
-    if (spec.precision == Precision::kFp16) scaler.emplace(run.device, LossScaler::Options{});
-    // The forward pass, under autocast for bf16/fp16. The loss is always computed in float32 (the
-    // output is cast up; autocast's own lists do that for most losses, this makes it all of them).
-    auto forward = [&](const torch::Tensor& x) {
-      torch::Tensor output;
-      {
-        AutocastGuard autocast(run.device, spec.precision);
-        output = net.forward(x);
-      }
-      return output.scalar_type() == torch::kFloat32 ? output : output.to(torch::kFloat32);
-    };
+    const bool fused = spec.engine != EngineKind::kLibTorch && not_fused.empty();
+    outcome.engine = fused ? "fused" : "libtorch";
+    if (!fused && spec.engine == EngineKind::kAuto) outcome.engine_reason = not_fused;
+    if (!fused && spec.engine == EngineKind::kFused) {
+      outcome.state = JobState::kFailed;
+      outcome.error = absl::StrCat("engine fused cannot run this job: ", not_fused);
+      return finish(outcome);
+    }
+    std::unique_ptr<TrainingPath> path =
+        fused ? MakeFusedCpuPath(run, gen) : MakeLibTorchPath(run, gen);
 
     // The dataset normally lives on the job's device already; a job on another device gets one
     // copy at start, never one per batch.
@@ -295,7 +178,6 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       }
     }
     const auto index_options = torch::TensorOptions(torch::kInt64).device(run.device);
-    const auto sum_options = torch::TensorOptions(torch::kFloat64).device(run.device);
 
     // A job taken up again: the checkpoint's model, optimizer, loss scaler and counters, read
     // into what was just built (its tensors straight onto the device). Its generator state is
@@ -304,27 +186,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     int32_t first_epoch = 1;
     LoopState resumed;
     if (!run.resume_from.empty()) {
-      auto load_model = [&](torch::serialize::InputArchive& archive) {
-        if (!net.is_torchscript()) {
-          model->load(archive);
-          return;
-        }
-        torch::NoGradGuard no_grad;
-        for (const auto& p : net.script().named_parameters()) {
-          torch::Tensor value;
-          archive.read(p.name, value);
-          p.value.copy_(value);
-        }
-        for (const auto& b : net.script().named_buffers()) {
-          torch::Tensor value;
-          archive.read(b.name, value, /*is_buffer=*/true);
-          b.value.copy_(value);
-        }
-      };
-      absl::StatusOr<LoopState> state =
-          ReadCheckpoint(run.resume_from, run.device, load_model, *optimizer,
-                         scaler ? [&](torch::serialize::InputArchive& a) { scaler->Load(a); }
-                                : std::function<void(torch::serialize::InputArchive&)>());
+      absl::StatusOr<LoopState> state = path->ReadCheckpoint(run.resume_from);
       if (!state.ok()) {
         outcome.state = JobState::kFailed;
         outcome.error = std::string(state.status().message());
@@ -378,11 +240,6 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     const int32_t patience = spec.early_stop_patience;
 
     const int64_t batch = std::min<int64_t>(spec.batch_size, rows);
-    // Accumulates sum(batch mean loss * batch rows) over the epoch, on the device.
-    torch::Tensor loss_sum = torch::zeros({}, sum_options);
-    // The same for the validation pass, and its count of rows whose argmax is the target.
-    torch::Tensor val_loss_sum = torch::zeros({}, sum_options);
-    torch::Tensor val_correct = torch::zeros({}, index_options);
     // Early stopping is decided on the host from values that the epoch's one transfer brought.
     double best_val_loss = std::numeric_limits<double>::infinity();
     int32_t epochs_without_improvement = 0;
@@ -416,7 +273,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     for (int32_t epoch = first_epoch; epoch <= spec.epochs; ++epoch) {
       // The schedule is host arithmetic on the epoch number: no device value is read.
       const double learning_rate = LearningRateForEpoch(spec, epoch);
-      SetLearningRate(*optimizer, learning_rate);
+      path->SetLearningRate(learning_rate);
       // The epoch's rows in order; undefined means rows 0..rows-1 as they lie (narrow views).
       torch::Tensor order;
       if (spec.shuffle) {
@@ -425,32 +282,13 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       } else if (train_index.defined()) {
         order = train_index;
       }
-      loss_sum.zero_();
-      if (scaler) scaler->ResetSkippedSteps();
+      path->BeginEpoch();
       EpochBatches batches(features, targets, std::move(order), batch);
       for (int64_t begin = 0; begin < rows; begin += batch) {
         if (cancelled()) return finish(outcome);
         const int64_t len = std::min(batch, rows - begin);
         auto [x, y] = batches.Get(begin, len);
-        optimizer->zero_grad();
-        torch::Tensor loss = ComputeLoss(spec, forward(x), y);
-        if (scaler) {
-          scaler->Scale(loss).backward();
-          scaler->Unscale(parameters);  // clipping below sees the true gradients
-        } else {
-          loss.backward();
-        }
-        // Clipping scales the gradients by a device scalar; its norm never reaches the host.
-        if (spec.clip_grad_norm > 0) ClipGradNorm(parameters, spec.clip_grad_norm);
-        if (scaler) {
-          scaler->Step(*optimizer, parameters);  // undone on the device if gradients overflowed
-        } else {
-          optimizer->step();
-        }
-        {
-          torch::NoGradGuard no_grad;
-          loss_sum.add_(loss.detach(), /*alpha=*/static_cast<double>(len));
-        }
+        path->Step(x, y);
         ++outcome.steps;
       }
 
@@ -458,43 +296,35 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       // in batches of batch_size; the loss (the training loss function with the same options)
       // and the correct count are summed on the device like the training loss.
       // Each value's place in the transfer; -1 when the job has no such value.
-      std::vector<torch::Tensor> reduced = {loss_sum / static_cast<double>(rows)};
+      std::vector<torch::Tensor> reduced = {path->loss_sum() / static_cast<double>(rows)};
       int val_loss_at = -1;
       int val_accuracy_at = -1;
-      int loss_scale_at = -1;
       if (val_rows > 0) {
-        torch::NoGradGuard no_grad;
-        net.train(false);
-        val_loss_sum.zero_();
-        val_correct.zero_();
+        path->BeginValidation();
         const int64_t val_batch = std::min<int64_t>(spec.batch_size, val_rows);
         EpochBatches val_batches(val_features, val_targets, val_index, val_batch);
         for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
           if (cancelled()) return finish(outcome);
           const int64_t len = std::min(val_batch, val_rows - begin);
           auto [x, y] = val_batches.Get(begin, len);
-          torch::Tensor output = forward(x);
-          val_loss_sum.add_(ComputeLoss(spec, output, y), /*alpha=*/static_cast<double>(len));
-          if (classification) {
-            val_correct.add_(output.argmax(/*dim=*/1).eq(y.reshape({-1})).sum());
-          }
+          path->ValidateBatch(x, y);
         }
-        net.train();
+        path->EndValidation();
         val_loss_at = static_cast<int>(reduced.size());
-        reduced.push_back(val_loss_sum / static_cast<double>(val_rows));
+        reduced.push_back(path->validation_loss_sum() / static_cast<double>(val_rows));
         if (classification) {
           val_accuracy_at = static_cast<int>(reduced.size());
-          reduced.push_back(val_correct.to(torch::kFloat64) / static_cast<double>(val_rows));
+          reduced.push_back(path->validation_correct().to(torch::kFloat64) /
+                            static_cast<double>(val_rows));
         }
       }
-      if (scaler) {
-        loss_scale_at = static_cast<int>(reduced.size());
-        reduced.push_back(scaler->scale().to(torch::kFloat64));
-        reduced.push_back(scaler->skipped_steps());
+      const int extra_at = static_cast<int>(reduced.size());
+      for (torch::Tensor& value : path->ExtraEpochValues()) {
+        reduced.push_back(value.to(torch::kFloat64));
       }
 
-      // The epoch's one host transfer: training loss, then validation loss and accuracy, then
-      // fp16's loss scale and skipped steps.
+      // The epoch's one host transfer: training loss, then validation loss and accuracy, then the
+      // path's own values (fp16's loss scale and skipped steps).
       const torch::Tensor values = host.ToHost(torch::stack(reduced)).contiguous();
       const double* value = values.data_ptr<double>();
       const double mean_loss = value[0];
@@ -512,12 +342,13 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       result.loss = mean_loss;
       result.elapsed_seconds = earlier_seconds + SecondsSince(start);
       result.learning_rate = learning_rate;
-      if (loss_scale_at >= 0) {
-        result.loss_scale = value[loss_scale_at];
-        result.skipped_steps = std::llround(value[loss_scale_at + 1]);
-        // Before any checkpoint of this epoch, so that saved step counts are the true ones.
-        LossScaler::CorrectStepCounters(*optimizer, result.skipped_steps);
+      if (static_cast<int64_t>(reduced.size()) > extra_at) {
+        // fp16: the loss scale and the epoch's skipped steps; the path corrects its step counts
+        // before any checkpoint of this epoch.
+        result.loss_scale = value[extra_at];
+        result.skipped_steps = std::llround(value[extra_at + 1]);
       }
+      path->AfterTransfer(value + extra_at);
       if (val_rows > 0) {
         const double val_loss = value[val_loss_at];
         if (!std::isfinite(val_loss)) {
@@ -551,17 +382,6 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
           (draining || (spec.checkpoint_every > 0 && epoch % spec.checkpoint_every == 0))) {
         const std::string file_name = CheckpointFileName(epoch);
         if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
-        // A TorchScript job has no Sequential: its parameters and buffers go in by flat name.
-        auto save_model = [&](torch::serialize::OutputArchive& archive) {
-          if (!net.is_torchscript()) {
-            model->save(archive);
-            return;
-          }
-          for (const auto& p : net.script().named_parameters()) archive.write(p.name, p.value);
-          for (const auto& b : net.script().named_buffers()) {
-            archive.write(b.name, b.value, /*is_buffer=*/true);
-          }
-        };
         const auto checkpoint_start = std::chrono::steady_clock::now();
         LoopState state;
         state.epoch = epoch;
@@ -576,10 +396,8 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         }
         state.best_validation_loss = best_val_loss;
         state.epochs_without_improvement = epochs_without_improvement;
-        absl::StatusOr<int64_t> size = WriteCheckpoint(
-            absl::StrCat(run.checkpoint_dir, "/", file_name), save_model, *optimizer, state,
-            scaler ? [&](torch::serialize::OutputArchive& a) { scaler->Save(a); }
-                   : std::function<void(torch::serialize::OutputArchive&)>());
+        absl::StatusOr<int64_t> size =
+            path->WriteCheckpoint(absl::StrCat(run.checkpoint_dir, "/", file_name), state);
         if (!size.ok()) {
           outcome.state = JobState::kFailed;
           outcome.error = absl::StrCat("cannot write checkpoint at epoch ", epoch, ": ",
@@ -604,43 +422,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
 
     loop_end_seconds = SecondsSince(start);
     outcome.loop_host_transfer_seconds = host.seconds();
-    // The trained state on the host, for the parameter read-back and the TorchScript export
-    // (DownloadModel). After the last epoch, so never an in-epoch sync. Off the CPU it is one
-    // device-to-host transfer, counted here; it also serves the read-back, so a small model still
-    // reports epochs + 1. On the CPU nothing crosses a device and only the read-back of a small
-    // model is counted, as it always was.
-    if (net.is_torchscript()) {
-      // Bring your own model: the download is the trained module itself, on the CPU and in eval
-      // mode (as a spec-built model's export is), saved with its own code, parameters and buffers.
-      absl::StatusOr<std::string> archive =
-          FinishTorchScriptModule(net.script(), run.device, host, outcome);
-      if (!archive.ok()) {
-        outcome.state = JobState::kFailed;
-        outcome.error = std::string(archive.status().message());
-        return finish(outcome);
-      }
-      outcome.model_archive = *std::move(archive);
-      outcome.state = JobState::kSucceeded;
-      return finish(outcome);
-    }
-    const auto copy_start = std::chrono::steady_clock::now();
-    const HostModelState state = CopyModelStateToHost(model);
-    if (!run.device.is_cpu()) host.AddSeconds(SecondsSince(copy_start));
-    if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
-    for (const auto& [name, value] : state.parameters) outcome.parameter_count += value.numel();
-    if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
-      if (run.device.is_cpu()) host.CountCrossDeviceCopy();
-      for (const auto& [name, value] : state.parameters) {
-        const torch::Tensor values = value.contiguous();
-        ParameterValues out;
-        out.name = name;
-        out.shape = values.sizes().vec();
-        out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
-        outcome.parameters.push_back(std::move(out));
-      }
-    }
-    absl::StatusOr<std::string> archive =
-        ExportTorchScript(state, run.model, run.dataset->meta.feature_shape);
+    absl::StatusOr<std::string> archive = path->Finish(host, outcome);
     if (!archive.ok()) {
       outcome.state = JobState::kFailed;
       outcome.error = std::string(archive.status().message());

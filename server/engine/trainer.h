@@ -91,6 +91,10 @@ struct TrainingOutcome {
   double checkpoint_seconds = 0.0;
   int64_t host_to_device_bytes = 0;
   int64_t peak_memory_bytes = 0;
+  // The path the steps ran on ("fused" or "libtorch") and, for engine auto on LibTorch, why the
+  // fused path could not take the job.
+  std::string engine;
+  std::string engine_reason;
   // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
   // manager writes to the models folder; empty otherwise.
   std::string model_archive;

@@ -48,6 +48,18 @@ const char* ScheduleKindName(ScheduleKind kind) {
   return "unknown";
 }
 
+const char* EngineKindName(EngineKind engine) {
+  switch (engine) {
+    case EngineKind::kAuto:
+      return "auto";
+    case EngineKind::kFused:
+      return "fused";
+    case EngineKind::kLibTorch:
+      return "libtorch";
+  }
+  return "auto";
+}
+
 const char* JobPriorityName(JobPriority priority) {
   switch (priority) {
     case JobPriority::kLow:

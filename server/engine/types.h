@@ -33,16 +33,16 @@ struct DatasetMeta {
   std::vector<int64_t> target_shape;
   TargetDType target_dtype = TargetDType::kFloat32;
   int64_t rows = 0;
-  int64_t size_bytes = 0;       // payload: features + targets
-  std::string sha256;           // of the payload
-  std::string device;           // the device it is (or will be) resident on, e.g. "cuda:0"
+  int64_t size_bytes = 0;  // payload: features + targets
+  std::string sha256;      // of the payload
+  std::string device;      // the device it is (or will be) resident on, e.g. "cuda:0"
   DatasetLocation location = DatasetLocation::kDevice;
   absl::Time create_time = absl::UnixEpoch();
-  int64_t target_min = 0;       // int64 targets only: smallest class index
-  int64_t target_max = 0;       // int64 targets only: largest class index
-  int64_t feature_bytes = 0;    // the features' part of the payload (CheckDatasetHeader)
-  std::string owner;            // who uploaded it: a token's name or a certificate's subject;
-                                // empty when the daemon runs without authentication
+  int64_t target_min = 0;     // int64 targets only: smallest class index
+  int64_t target_max = 0;     // int64 targets only: largest class index
+  int64_t feature_bytes = 0;  // the features' part of the payload (CheckDatasetHeader)
+  std::string owner;          // who uploaded it: a token's name or a certificate's subject;
+                              // empty when the daemon runs without authentication
 };
 
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
@@ -59,6 +59,12 @@ const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam", "adamw", "
 const char* ScheduleKindName(ScheduleKind kind);    // "constant", "step", "cosine"
 const char* PrecisionName(Precision precision);     // "fp32", "bf16", "fp16"
 const char* JobPriorityName(JobPriority priority);  // "low", "normal", "high"
+
+// How a job's steps run (proto Engine; training_path.h): kAuto takes the fused path when the job
+// qualifies for it (fused_path.h) and LibTorch otherwise; kFused requires it (Submit refuses a job
+// that does not qualify, saying why); kLibTorch always runs on LibTorch.
+enum class EngineKind { kAuto, kFused, kLibTorch };
+const char* EngineKindName(EngineKind engine);  // "auto", "fused", "libtorch"
 
 // The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
 struct ScheduleSpec {
@@ -78,9 +84,9 @@ struct JobSpec {
   std::string torchscript;
   LossKind loss = LossKind::kMse;
   OptimizerKind optimizer = OptimizerKind::kSgd;
-  double learning_rate = 0.0;  // > 0
-  double momentum = 0.0;       // sgd and rmsprop, [0, 1)
-  bool nesterov = false;       // sgd only
+  double learning_rate = 0.0;          // > 0
+  double momentum = 0.0;               // sgd and rmsprop, [0, 1)
+  bool nesterov = false;               // sgd only
   std::optional<double> weight_decay;  // unset: 0 (adamw: 0.01)
   std::optional<double> beta1;         // adam/adamw; unset: 0.9
   std::optional<double> beta2;         // adam/adamw; unset: 0.999
@@ -89,9 +95,9 @@ struct JobSpec {
   double huber_delta = 1.0;            // kHuber: > 0
   double label_smoothing = 0.0;        // kCrossEntropy: [0, 1)
   ScheduleSpec schedule;
-  double clip_grad_norm = 0.0;         // > 0: clip the global gradient norm; 0 = off
-  int64_t batch_size = 0;      // >= 1
-  int32_t epochs = 0;          // >= 1
+  double clip_grad_norm = 0.0;  // > 0: clip the global gradient norm; 0 = off
+  int64_t batch_size = 0;       // >= 1
+  int32_t epochs = 0;           // >= 1
   bool shuffle = true;
   std::optional<uint64_t> seed;  // filled in at Submit when absent
   std::string device;            // "" = the engine's default device; filled in at Submit
@@ -107,6 +113,7 @@ struct JobSpec {
   // float32); fp16 adds dynamic loss scaling. kFp32: no autocast.
   Precision precision = Precision::kFp32;
   JobPriority priority = JobPriority::kNormal;
+  EngineKind engine = EngineKind::kAuto;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
 };
@@ -124,15 +131,15 @@ inline bool IsTerminal(JobState state) {
 }
 
 struct EpochResult {
-  int32_t epoch = 0;  // 1-based
-  double loss = 0.0;  // mean training loss over the epoch's rows
-  double elapsed_seconds = 0.0;  // since the job started running
-  double learning_rate = 0.0;    // used during this epoch
+  int32_t epoch = 0;                          // 1-based
+  double loss = 0.0;                          // mean training loss over the epoch's rows
+  double elapsed_seconds = 0.0;               // since the job started running
+  double learning_rate = 0.0;                 // used during this epoch
   std::optional<double> validation_loss;      // with validation
   std::optional<double> validation_accuracy;  // with validation and a class loss; [0, 1]
-  std::optional<double> loss_scale;  // fp16: the loss scale at the end of the epoch
-  int64_t skipped_steps = 0;         // fp16 (with loss_scale): steps skipped this epoch because
-                                     // the scaled gradients overflowed
+  std::optional<double> loss_scale;           // fp16: the loss scale at the end of the epoch
+  int64_t skipped_steps = 0;  // fp16 (with loss_scale): steps skipped this epoch because
+                              // the scaled gradients overflowed
 };
 
 struct ParameterValues {
@@ -143,8 +150,8 @@ struct ParameterValues {
 
 // A checkpoint a job wrote (JobSpec::checkpoint_every).
 struct CheckpointInfo {
-  int32_t epoch = 0;   // written at the end of this epoch, 1-based
-  std::string path;    // relative to the data folder: "checkpoints/<job-id>/epoch-000010.pt"
+  int32_t epoch = 0;  // written at the end of this epoch, 1-based
+  std::string path;   // relative to the data folder: "checkpoints/<job-id>/epoch-000010.pt"
   int64_t size_bytes = 0;
   absl::Time create_time = absl::InfinitePast();
 };
@@ -167,8 +174,10 @@ struct DeviceReport {
   std::optional<double> peak_fraction;
   std::optional<double> overhead_fraction;
   SpeedBound bound = SpeedBound::kUnspecified;
-  std::string verdict;  // one line; empty until the job ends
+  std::string verdict;           // one line; empty until the job ends
   int32_t intra_op_threads = 0;  // the job's LibTorch intra-op threads; 0 before it starts
+  std::string engine;            // the path its steps ran on: "fused" or "libtorch"
+  std::string engine_reason;     // with engine auto on "libtorch": why not fused
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -181,7 +190,7 @@ struct JobRestart {
 // Everything the engine knows about a job, copied out under its lock.
 struct JobSnapshot {
   std::string id;
-  JobSpec spec;  // as accepted, defaults filled in
+  JobSpec spec;       // as accepted, defaults filled in
   std::string owner;  // who submitted it: a token's name or a certificate's subject; empty when
                       // the daemon runs without authentication
   JobState state = JobState::kQueued;
@@ -197,10 +206,10 @@ struct JobSnapshot {
   int64_t host_syncs = 0;
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
-  bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
+  bool stopped_early = false;               // SUCCEEDED before spec.epochs by early stopping
   std::vector<CheckpointInfo> checkpoints;  // oldest first
   DeviceReport report;
-  std::vector<JobRestart> restarts;  // oldest first
+  std::vector<JobRestart> restarts;    // oldest first
   int64_t estimated_memory_bytes = 0;  // the working set Submit estimated (parameters, gradients,
                                        // optimizer state, one batch's activations)
   absl::Time create_time = absl::InfinitePast();

@@ -791,11 +791,14 @@ TEST_F(ObservabilityEndToEndTest, SeedJobGetsAReportWithAVerdictAndDiagnoseShows
   ASSERT_EQ(diagnose.exit_code, 0) << diagnose.err;
   EXPECT_THAT(diagnose.out, HasSubstr("libtorch:  2.11.0"));
   EXPECT_THAT(diagnose.out, HasSubstr("(cached; --refresh measures again)"));
-  EXPECT_THAT(diagnose.out, ::testing::ContainsRegex("\ncpu +[0-9.]+ [KMGT]iB +[0-9.]+ [kMGTP]?FLOP/s"));
+  EXPECT_THAT(diagnose.out,
+              ::testing::ContainsRegex("\ncpu +[0-9.]+ [KMGT]iB +[0-9.]+ [kMGTP]?FLOP/s"));
 
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
-  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
-                       "--batch-size", "16", "--epochs", "20", "--seed", "7", "--watch"});
+  // On the LibTorch path, which dispatches ~25 operators a step.
+  RunResult run =
+      Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1", "--batch-size",
+           "16", "--epochs", "20", "--seed", "7", "--engine", "libtorch", "--watch"});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string id = run.out.substr(0, run.out.find('\n'));
   RunResult get = Ctl({"-o", "json", "job", "get", id});
@@ -813,9 +816,29 @@ TEST_F(ObservabilityEndToEndTest, SeedJobGetsAReportWithAVerdictAndDiagnoseShows
   EXPECT_EQ(report.bound(), v1::DeviceReport::LAUNCH_BOUND) << report.verdict();
   EXPECT_THAT(report.verdict(), ::testing::StartsWith("launch-bound: "));
 
+  EXPECT_EQ(report.engine(), "libtorch");
+  EXPECT_EQ(report.engine_reason(), "");  // asked for
+
   RunResult table = Ctl({"job", "get", id});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("\nverdict:  launch-bound: "));
+  EXPECT_THAT(table.out, ::testing::ContainsRegex("\n  engine: +libtorch\n"));
+
+  // By default the same job takes the fused path: no per-operator dispatch, so no launch-bound
+  // estimate, and the same losses within float32 tolerance.
+  RunResult fused = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
+                         "--batch-size", "16", "--epochs", "20", "--seed", "7", "--watch"});
+  ASSERT_EQ(fused.exit_code, 0) << fused.err;
+  const std::string fused_id = fused.out.substr(0, fused.out.find('\n'));
+  get = Ctl({"-o", "json", "job", "get", fused_id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job fused_job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &fused_job).ok()) << get.out;
+  EXPECT_EQ(fused_job.report().engine(), "fused");
+  EXPECT_EQ(fused_job.report().host_syncs(), 21);
+  EXPECT_NE(fused_job.report().bound(), v1::DeviceReport::LAUNCH_BOUND);
+  EXPECT_THAT(fused_job.report().verdict(), HasSubstr("fused path"));
+  EXPECT_NEAR(fused_job.final_loss(), job.final_loss(), 1e-6);
 }
 
 TEST_F(ObservabilityEndToEndTest, DevicesAndTopShowTheCpuWithItsDatasets) {

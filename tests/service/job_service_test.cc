@@ -123,6 +123,7 @@ TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   spec.set_shuffle(true);
   spec.set_precision(v1::PRECISION_BF16);
   spec.set_priority(v1::JOB_PRIORITY_HIGH);
+  spec.set_engine(v1::ENGINE_AUTO);  // the echo fills in the default
 
   const v1::Job job = Submit(spec);
 
