@@ -113,13 +113,13 @@ class FusedCpuPath final : public TrainingPath {
 
   void BeginEpoch() override { epoch_loss_ = 0.0; }
 
-  void Step(const torch::Tensor& x, const torch::Tensor& y) override {
-    const int64_t n = x.size(0);
-    CheckBatch(x, y, n);
+  void Step(const BatchView& batch) override {
+    const int64_t n = batch.rows;
+    const float* x = Features(batch);
     Reserve(n);
-    Forward(x.data_ptr<float>(), n);
-    epoch_loss_ += LossAndGradient(y, n, /*gradient=*/true) * static_cast<double>(n);
-    Backward(x.data_ptr<float>(), n);
+    Forward(x, n);
+    epoch_loss_ += LossAndGradient(batch, n, /*gradient=*/true) * static_cast<double>(n);
+    Backward(x, n);
     if (spec_.clip_grad_norm > 0) ClipGradients();
     Update();
   }
@@ -129,15 +129,15 @@ class FusedCpuPath final : public TrainingPath {
     val_correct_count_ = 0;
   }
 
-  void ValidateBatch(const torch::Tensor& x, const torch::Tensor& y) override {
-    const int64_t n = x.size(0);
-    CheckBatch(x, y, n);
+  void ValidateBatch(const BatchView& batch) override {
+    const int64_t n = batch.rows;
+    const float* x = Features(batch);
     Reserve(n);
-    Forward(x.data_ptr<float>(), n);
-    val_loss_ += LossAndGradient(y, n, /*gradient=*/false) * static_cast<double>(n);
+    Forward(x, n);
+    val_loss_ += LossAndGradient(batch, n, /*gradient=*/false) * static_cast<double>(n);
     if (classification_) {
       const float* out = Output();
-      const int64_t* target = y.data_ptr<int64_t>();
+      const int64_t* target = ClassTargets(batch);
       for (int64_t r = 0; r < n; ++r) {
         const float* row = out + r * outputs_;
         const int64_t best = std::max_element(row, row + outputs_) - row;
@@ -195,26 +195,38 @@ class FusedCpuPath final : public TrainingPath {
 
  private:
   // The loops below read raw memory: a batch that does not match the model (a spec that skipped
-  // Submit's checks) is an error here, never an out-of-bounds read. O(batch) for class indices.
-  void CheckBatch(const torch::Tensor& x, const torch::Tensor& y, int64_t n) const {
-    TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.is_cpu() &&
-                    x.numel() == n * layers_.front().in,
-                "the fused path needs ", layers_.front().in, " float32 features per row; got ",
-                x.sizes());
-    if (classification_) {
-      TORCH_CHECK(y.scalar_type() == torch::kInt64 && y.is_contiguous() && y.numel() == n,
-                  "loss cross_entropy needs one int64 class index per row; got ", y.sizes());
-      const int64_t* target = y.data_ptr<int64_t>();
-      for (int64_t r = 0; r < n; ++r) {
-        TORCH_CHECK(target[r] >= 0 && target[r] < outputs_, "class index ", target[r],
-                    " is outside the model's ", outputs_, " outputs");
-      }
-    } else {
-      TORCH_CHECK(
-          y.scalar_type() == torch::kFloat32 && y.is_contiguous() && y.numel() == n * outputs_,
-          "the model outputs ", outputs_, " values per row but the targets have ",
-          y.numel() / std::max<int64_t>(n, 1));
+  // Submit's checks) is an error here, never an out-of-bounds read. Only inline accessors: no
+  // operator is dispatched. O(batch) for class indices.
+  static bool RowsInRange(const torch::Tensor& t, const BatchView& batch) {
+    return t.is_contiguous() && t.device().is_cpu() && t.dim() >= 1 && batch.offset >= 0 &&
+           batch.rows >= 1 && batch.offset + batch.rows <= t.size(0);
+  }
+  const float* Features(const BatchView& batch) const {
+    const torch::Tensor& f = *batch.features;
+    const int64_t in = layers_.front().in;
+    TORCH_CHECK(
+        f.scalar_type() == torch::kFloat32 && RowsInRange(f, batch) && f.numel() == f.size(0) * in,
+        "the fused path needs ", in, " float32 features per row; got ", f.sizes());
+    return f.data_ptr<float>() + batch.offset * in;
+  }
+  const int64_t* ClassTargets(const BatchView& batch) const {
+    const torch::Tensor& t = *batch.targets;
+    TORCH_CHECK(t.scalar_type() == torch::kInt64 && RowsInRange(t, batch) && t.numel() == t.size(0),
+                "loss cross_entropy needs one int64 class index per row; got ", t.sizes());
+    const int64_t* target = t.data_ptr<int64_t>() + batch.offset;
+    for (int64_t r = 0; r < batch.rows; ++r) {
+      TORCH_CHECK(target[r] >= 0 && target[r] < outputs_, "class index ", target[r],
+                  " is outside the model's ", outputs_, " outputs");
     }
+    return target;
+  }
+  const float* ValueTargets(const BatchView& batch) const {
+    const torch::Tensor& t = *batch.targets;
+    TORCH_CHECK(t.scalar_type() == torch::kFloat32 && RowsInRange(t, batch) &&
+                    t.numel() == t.size(0) * outputs_,
+                "the model outputs ", outputs_, " values per row but the targets are shaped ",
+                t.sizes());
+    return t.data_ptr<float>() + batch.offset * outputs_;
   }
 
   // Activations for a batch of `rows`: allocated for the largest batch seen, then reused.
@@ -271,13 +283,13 @@ class FusedCpuPath final : public TrainingPath {
   // The batch's mean loss; with `gradient`, d(mean loss)/d(output) into grad_a_.
   // The value is rounded to float32, as LibTorch's float32 loss is, so that a loss beyond float32's
   // range is infinite on both paths. Element losses are float32 too; sums are double.
-  double LossAndGradient(const torch::Tensor& y, int64_t n, bool gradient) {
+  double LossAndGradient(const BatchView& batch, int64_t n, bool gradient) {
     const int64_t k = outputs_;
     const float* out = Output();
     float* grad = grad_a_.data();
     double total = 0.0;
     if (spec_.loss == LossKind::kCrossEntropy) {
-      const int64_t* target = y.data_ptr<int64_t>();
+      const int64_t* target = ClassTargets(batch);
       const double smoothing = spec_.label_smoothing;
       const double inv_n = 1.0 / static_cast<double>(n);
       for (int64_t r = 0; r < n; ++r) {
@@ -306,7 +318,7 @@ class FusedCpuPath final : public TrainingPath {
     }
     // Element-wise losses: the mean over every output value.
     const int64_t size = n * k;
-    const float* target = y.data_ptr<float>();
+    const float* target = ValueTargets(batch);
     const double inv = 1.0 / static_cast<double>(size);
     const float delta = static_cast<float>(spec_.huber_delta);
     for (int64_t i = 0; i < size; ++i) {

@@ -172,7 +172,9 @@ class LibTorchPath final : public TrainingPath {
     if (scaler_) scaler_->ResetSkippedSteps();
   }
 
-  void Step(const torch::Tensor& x, const torch::Tensor& y) override {
+  void Step(const BatchView& batch) override {
+    const torch::Tensor x = batch.x();
+    const torch::Tensor y = batch.y();
     optimizer_->zero_grad();
     torch::Tensor loss = ComputeLoss(spec_, Forward(x), y);
     if (scaler_) {
@@ -198,7 +200,9 @@ class LibTorchPath final : public TrainingPath {
     val_correct_.zero_();
   }
 
-  void ValidateBatch(const torch::Tensor& x, const torch::Tensor& y) override {
+  void ValidateBatch(const BatchView& batch) override {
+    const torch::Tensor x = batch.x();
+    const torch::Tensor y = batch.y();
     torch::NoGradGuard no_grad;
     torch::Tensor output = Forward(x);
     val_loss_sum_.add_(ComputeLoss(spec_, output, y), /*alpha=*/static_cast<double>(x.size(0)));

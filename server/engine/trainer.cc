@@ -72,11 +72,10 @@ class EpochBatches {
     chunk_rows_ = batches * batch;
   }
 
-  // Rows [begin, begin + len) of the epoch's order.
-  std::pair<torch::Tensor, torch::Tensor> Get(int64_t begin, int64_t len) {
-    if (!order_.defined()) {
-      return {features_.narrow(/*dim=*/0, begin, len), targets_.narrow(/*dim=*/0, begin, len)};
-    }
+  // Rows [begin, begin + len) of the epoch's order, as a range of the chunk that holds them (no
+  // tensor is made for the batch itself: BatchView::x() and y() make the views when asked).
+  BatchView Get(int64_t begin, int64_t len) {
+    if (!order_.defined()) return BatchView{&features_, &targets_, begin, len};
     if (!chunk_features_.defined() || begin < chunk_begin_ || begin + len > chunk_end_) {
       chunk_begin_ = begin;
       chunk_end_ = std::min(order_.size(0), begin + std::max(chunk_rows_, len));
@@ -84,8 +83,7 @@ class EpochBatches {
       chunk_features_ = features_.index_select(/*dim=*/0, idx);
       chunk_targets_ = targets_.index_select(/*dim=*/0, idx);
     }
-    return {chunk_features_.narrow(/*dim=*/0, begin - chunk_begin_, len),
-            chunk_targets_.narrow(/*dim=*/0, begin - chunk_begin_, len)};
+    return BatchView{&chunk_features_, &chunk_targets_, begin - chunk_begin_, len};
   }
 
  private:
@@ -287,8 +285,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
       for (int64_t begin = 0; begin < rows; begin += batch) {
         if (cancelled()) return finish(outcome);
         const int64_t len = std::min(batch, rows - begin);
-        auto [x, y] = batches.Get(begin, len);
-        path->Step(x, y);
+        path->Step(batches.Get(begin, len));
         ++outcome.steps;
       }
 
@@ -306,8 +303,7 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
         for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
           if (cancelled()) return finish(outcome);
           const int64_t len = std::min(val_batch, val_rows - begin);
-          auto [x, y] = val_batches.Get(begin, len);
-          path->ValidateBatch(x, y);
+          path->ValidateBatch(val_batches.Get(begin, len));
         }
         path->EndValidation();
         val_loss_at = static_cast<int>(reduced.size());

@@ -46,6 +46,19 @@ class HostTransfers {
   double seconds_ = 0.0;
 };
 
+// A batch: rows [offset, offset + rows) of `features` and `targets`, which are the epoch's
+// gathered chunk (or the resident tensors themselves, unshuffled), contiguous. A path that reads
+// memory directly takes the range; x() and y() make the views for one that wants tensors.
+struct BatchView {
+  const torch::Tensor* features = nullptr;
+  const torch::Tensor* targets = nullptr;
+  int64_t offset = 0;
+  int64_t rows = 0;
+
+  torch::Tensor x() const { return features->narrow(/*dim=*/0, offset, rows); }
+  torch::Tensor y() const { return targets->narrow(/*dim=*/0, offset, rows); }
+};
+
 // One way of running a job's steps. The loop calls, per epoch: SetLearningRate, BeginEpoch,
 // Step for each batch, then (with validation) BeginValidation, ValidateBatch for each batch,
 // EndValidation; then it stacks EpochValues() into the epoch's one transfer and hands the values
@@ -61,11 +74,11 @@ class TrainingPath {
   // Zeroes the epoch's device-side sums.
   virtual void BeginEpoch() = 0;
   // One optimizer step on a batch; adds its mean loss times its rows to the epoch's loss sum.
-  virtual void Step(const torch::Tensor& x, const torch::Tensor& y) = 0;
+  virtual void Step(const BatchView& batch) = 0;
   // The validation pass: eval mode (dropout off, batchnorm on running statistics), no autograd;
   // each batch adds its loss times its rows, and for a class loss its correct count, to sums.
   virtual void BeginValidation() = 0;
-  virtual void ValidateBatch(const torch::Tensor& x, const torch::Tensor& y) = 0;
+  virtual void ValidateBatch(const BatchView& batch) = 0;
   virtual void EndValidation() = 0;
   // The epoch's device sums (float64 or int64 scalars): the training loss sum, the validation loss
   // sum and correct count (defined after a validation pass).
