@@ -177,20 +177,7 @@ class FusedCpuPath final : public TrainingPath {
   }
 
   absl::StatusOr<std::string> Finish(HostTransfers& host, TrainingOutcome& outcome) override {
-    const HostModelState state = CopyModelStateToHost(sequential_);
-    for (const auto& [name, value] : state.parameters) outcome.parameter_count += value.numel();
-    if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
-      host.CountCrossDeviceCopy();  // as the LibTorch path counts the CPU's read-back
-      for (const auto& [name, value] : state.parameters) {
-        const torch::Tensor values = value.contiguous();
-        ParameterValues out;
-        out.name = name;
-        out.shape = values.sizes().vec();
-        out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
-        outcome.parameters.push_back(std::move(out));
-      }
-    }
-    return ExportTorchScript(state, model_spec_, feature_shape_);
+    return FinishSequential(sequential_, model_spec_, feature_shape_, torch::kCPU, host, outcome);
   }
 
  private:

@@ -118,19 +118,9 @@ std::string FinishTorchScriptModule(torch::jit::Module& module, const torch::Dev
   std::vector<std::pair<std::string, torch::Tensor>> parameters;
   for (const auto& p : module.named_parameters(/*recurse=*/true)) {
     parameters.emplace_back(p.name, p.value.detach());
-    outcome.parameter_count += p.value.numel();
   }
-  if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
-    if (device.is_cpu()) host.CountCrossDeviceCopy();  // as for a spec-built model
-    for (const auto& [name, value] : parameters) {
-      const torch::Tensor values = value.to(torch::kFloat32).contiguous();
-      ParameterValues out;
-      out.name = name;
-      out.shape = values.sizes().vec();
-      out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
-      outcome.parameters.push_back(std::move(out));
-    }
-  }
+  // As for a spec-built model: on the CPU the read-back counts as the copy.
+  if (ReportParameters(parameters, outcome) && device.is_cpu()) host.CountCrossDeviceCopy();
   std::ostringstream archive;
   module.save(archive);
   return archive.str();
@@ -252,26 +242,7 @@ class LibTorchPath final : public TrainingPath {
       // mode (as a spec-built model's export is), saved with its own code, parameters and buffers.
       return FinishTorchScriptModule(net_.script(), device_, host, outcome);
     }
-    const auto copy_start = std::chrono::steady_clock::now();
-    const HostModelState state = CopyModelStateToHost(net_.sequential());
-    if (!device_.is_cpu()) {
-      host.AddSeconds(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count());
-      host.CountCrossDeviceCopy();
-    }
-    for (const auto& [name, value] : state.parameters) outcome.parameter_count += value.numel();
-    if (outcome.parameter_count > 0 && outcome.parameter_count <= kMaxReportedParameters) {
-      if (device_.is_cpu()) host.CountCrossDeviceCopy();
-      for (const auto& [name, value] : state.parameters) {
-        const torch::Tensor values = value.contiguous();
-        ParameterValues out;
-        out.name = name;
-        out.shape = values.sizes().vec();
-        out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
-        outcome.parameters.push_back(std::move(out));
-      }
-    }
-    return ExportTorchScript(state, model_spec_, feature_shape_);
+    return FinishSequential(net_.sequential(), model_spec_, feature_shape_, device_, host, outcome);
   }
 
  private:
@@ -301,6 +272,39 @@ class LibTorchPath final : public TrainingPath {
 };
 
 }  // namespace
+
+bool ReportParameters(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
+                      TrainingOutcome& outcome) {
+  for (const auto& [name, value] : parameters) outcome.parameter_count += value.numel();
+  if (outcome.parameter_count <= 0 || outcome.parameter_count > kMaxReportedParameters) {
+    return false;
+  }
+  for (const auto& [name, value] : parameters) {
+    const torch::Tensor values = value.to(torch::kCPU, torch::kFloat32).contiguous();
+    ParameterValues out;
+    out.name = name;
+    out.shape = values.sizes().vec();
+    out.values.assign(values.data_ptr<float>(), values.data_ptr<float>() + values.numel());
+    outcome.parameters.push_back(std::move(out));
+  }
+  return true;
+}
+
+absl::StatusOr<std::string> FinishSequential(const torch::nn::Sequential& model,
+                                             const ModelSpec& spec,
+                                             const std::vector<int64_t>& feature_shape,
+                                             const torch::Device& device, HostTransfers& host,
+                                             TrainingOutcome& outcome) {
+  const auto copy_start = std::chrono::steady_clock::now();
+  const HostModelState state = CopyModelStateToHost(model);
+  if (!device.is_cpu()) {
+    host.AddSeconds(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - copy_start).count());
+    host.CountCrossDeviceCopy();
+  }
+  if (ReportParameters(state.parameters, outcome) && device.is_cpu()) host.CountCrossDeviceCopy();
+  return ExportTorchScript(state, spec, feature_shape);
+}
 
 torch::nn::Sequential BuildSeededModel(const TrainingRun& run, at::Generator& gen) {
   torch::nn::Sequential model{nullptr};

@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/model_spec.h"
 #include "server/engine/checkpoint.h"
 #include "server/engine/types.h"
 
@@ -104,6 +106,21 @@ class TrainingPath {
 // generator seeded under a process-wide lock; `gen`, the job's generator, for layers that draw),
 // on `run.device`. Every path that trains a spec-built model starts from it.
 torch::nn::Sequential BuildSeededModel(const TrainingRun& run, at::Generator& gen);
+
+// The end of a job, shared by the paths: the parameter count and, for a small model (at most
+// kMaxReportedParameters values), the values of `parameters` as float32 in `outcome`; true when
+// the values were read back.
+bool ReportParameters(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
+                      TrainingOutcome& outcome);
+
+// The end of a spec-built model's job: its state copied to the host (one counted transfer off the
+// CPU; on the CPU the read-back of a small model counts as one), its parameters reported, and its
+// TorchScript export.
+absl::StatusOr<std::string> FinishSequential(const torch::nn::Sequential& model,
+                                             const ModelSpec& spec,
+                                             const std::vector<int64_t>& feature_shape,
+                                             const torch::Device& device, HostTransfers& host,
+                                             TrainingOutcome& outcome);
 
 // The LibTorch eager path (libtorch_path.cc): a Sequential built from the spec, or the job's
 // TorchScript module, with LibTorch's optimizers, autocast and loss scaling. Builds the model on
