@@ -275,7 +275,10 @@ const std::vector<CommandSpec>& Commands() {
         {"seed", "S",
          "seed for initialisation and shuffling (default: the\n"
          "daemon picks one and reports it in the job)"},
-        {"device", "DEVICE", "cpu, cuda or cuda:N (default: the daemon's default device)"},
+        {"device", "DEVICE",
+         "cpu, cuda, cuda:N or auto: the device the cost model\n"
+         "expects to finish first, from Diagnose's figures\n"
+         "(default: the daemon's default device)"},
         {"priority", "P",
          "high, normal or low: which queued job its device runs\n"
          "next (FIFO within a priority; default normal)"},

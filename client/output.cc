@@ -33,7 +33,17 @@ std::string TensorDescription(const google::protobuf::RepeatedField<int64_t>& sh
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
 
 std::string JobDevice(const v1::Job& job) {
-  return OrDash(job.device().empty() ? job.spec().device() : job.device());
+  std::string device = OrDash(job.device().empty() ? job.spec().device() : job.device());
+  // Chosen by device auto: the estimates it was chosen from, e.g. "cpu (auto: cpu 0.02 s,
+  // cuda:0 0.31 s)".
+  if (job.device_estimates_size() > 0) {
+    std::vector<std::string> estimates;
+    for (const v1::DeviceEstimate& e : job.device_estimates()) {
+      estimates.push_back(absl::StrFormat("%s %.3g s", e.device(), e.job_seconds()));
+    }
+    absl::StrAppend(&device, " (auto: ", absl::StrJoin(estimates, ", "), ")");
+  }
+  return device;
 }
 
 // Epochs finished: a listing's basic view carries the count without the epochs themselves.

@@ -481,6 +481,12 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
+  for (const engine::DeviceCostEstimate& e : job.device_estimates) {
+    v1::DeviceEstimate* estimate = out.add_device_estimates();
+    estimate->set_device(e.device);
+    estimate->set_step_seconds(e.step_seconds);
+    estimate->set_job_seconds(e.job_seconds);
+  }
   *out.mutable_report() = ToProto(job.report);
   for (const auto& c : job.checkpoints) {
     v1::Checkpoint* checkpoint = out.add_checkpoints();
@@ -609,6 +615,9 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
   out.estimated_memory_bytes = job.estimated_memory_bytes();
+  for (const v1::DeviceEstimate& e : job.device_estimates()) {
+    out.device_estimates.push_back({e.device(), e.step_seconds(), e.job_seconds()});
+  }
   out.report = FromProto(job.report());
   for (const v1::Checkpoint& c : job.checkpoints()) {
     engine::CheckpointInfo checkpoint;

@@ -74,6 +74,12 @@ struct Engine::Impl {
   // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
   // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
   torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);
+  // A job with device "auto": the cost model's estimate for each device Diagnose measured
+  // (device_cost.h); empty before any measurement.
+  std::vector<DeviceCostEstimate> EstimateDevices(const JobSpec& spec, const ModelSpec& model,
+                                                  bool torchscript, const DatasetMeta& dataset,
+                                                  int64_t dataset_bytes, int64_t training_rows,
+                                                  int64_t batch);
   absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
                                     std::optional<LoadedTorchScript> module,
                                     const DatasetMeta* checked_against,
@@ -599,7 +605,19 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                                                     module ? &module->output_shape : nullptr));
   }
   torch::Device device = this->device;
-  if (!spec.device.empty()) {
+  std::vector<DeviceCostEstimate> estimates;
+  if (spec.device == "auto") {
+    // The cheapest device by the cost model, when Diagnose has measured them; else the first GPU
+    // or the CPU, as ResolveDevice("auto") always was.
+    estimates = EstimateDevices(spec, model, module.has_value(), dataset,
+                                dataset.size_bytes + validation_bytes, training_rows, batch);
+    if (std::optional<size_t> best = Cheapest(estimates)) {
+      TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(estimates[*best].device));
+    } else {
+      TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice("auto"));
+    }
+    spec.device = DeviceName(device);
+  } else if (!spec.device.empty()) {
     TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(spec.device));
   } else {
     device = Place(spec, dataset, estimate.total_bytes);
@@ -632,11 +650,44 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   TRAINERD_ASSIGN_OR_RETURN(JobSnapshot job,
                             jobs.Enqueue(std::move(spec), std::move(model), device,
                                          module ? std::move(module->module) : nullptr, caller.owner,
-                                         module_bytes, estimate.total_bytes));
+                                         module_bytes, estimate.total_bytes, std::move(estimates)));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
                        job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
   return job;
+}
+
+std::vector<DeviceCostEstimate> Engine::Impl::EstimateDevices(
+    const JobSpec& spec, const ModelSpec& model, bool torchscript, const DatasetMeta& dataset,
+    int64_t dataset_bytes, int64_t training_rows, int64_t batch) {
+  const std::optional<Diagnosis> diagnosis = CachedDiagnosis();
+  if (!diagnosis) return {};
+  JobCostInput job;
+  job.flops_per_step = model.layers.empty()
+                           ? 0.0
+                           : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
+  job.layers = std::max<int64_t>(1, static_cast<int64_t>(model.layers.size()));
+  job.steps_per_epoch = (training_rows + batch - 1) / batch;
+  job.epochs = spec.epochs;
+  job.dataset_bytes = dataset_bytes;
+  job.fused_on_cpu =
+      spec.engine != EngineKind::kLibTorch &&
+      FusedPathUnsupported(spec, model, dataset.feature_shape, torchscript, torch::kCPU).empty() &&
+      (spec.engine == EngineKind::kFused ||
+       FusedPathSlower(model, dataset.feature_shape, batch).empty());
+  std::vector<DeviceCostFigures> figures;
+  for (const DeviceDiagnosis& d : diagnosis->devices) {
+    DeviceCostFigures f;
+    f.device = d.device;
+    f.peak_flops_per_second = d.matmul_flops_per_second;
+    f.launch_seconds = d.launch_seconds;
+    f.sync_seconds = d.sync_seconds;
+    f.host_to_device_bytes_per_second = d.host_to_device_bytes_per_second;
+    f.holds_dataset =
+        d.device == DeviceName(device) && dataset.location == DatasetLocation::kDevice;
+    figures.push_back(std::move(f));
+  }
+  return EstimateJobCost(job, figures);
 }
 
 torch::Device Engine::Impl::Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need) {
@@ -758,7 +809,9 @@ absl::Status Engine::Impl::Recover() {
 absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
   // Draining or stopped: said first, whatever else is wrong with the spec.
   if (!jobs.accepting()) return absl::UnavailableError("the daemon is shutting down");
-  if (!spec.device.empty()) {
+  if (spec.device == "auto") {
+    // Chosen by cost in Admit, once the model and the dataset are known (device_cost.h).
+  } else if (!spec.device.empty()) {
     TRAINERD_ASSIGN_OR_RETURN(torch::Device resolved, ResolveDevice(spec.device));
     spec.device = DeviceName(resolved);
   } else if (!device.is_cuda() || torch::cuda::device_count() < 2) {

@@ -177,7 +177,8 @@ void JobManager::QueueLocked(std::shared_ptr<Record> record) {
 absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                                 std::shared_ptr<torch::jit::Module> torchscript,
                                                 std::string owner, std::string_view module_bytes,
-                                                int64_t estimated_memory_bytes) {
+                                                int64_t estimated_memory_bytes,
+                                                std::vector<DeviceCostEstimate> device_estimates) {
   // Admission first (cheap, under the lock), then the durable writes without it, then the queue.
   {
     absl::MutexLock lock(&mu_);
@@ -201,6 +202,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   record->device = device;
   JobSnapshot& snap = record->snap;
   snap.estimated_memory_bytes = estimated_memory_bytes;
+  snap.device_estimates = std::move(device_estimates);
   snap.id = NewId();
   snap.spec = std::move(spec);
   snap.state = JobState::kQueued;

@@ -115,7 +115,8 @@ class JobManager {
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                       std::shared_ptr<torch::jit::Module> torchscript = nullptr,
                                       std::string owner = "", std::string_view module_bytes = {},
-                                      int64_t estimated_memory_bytes = 0);
+                                      int64_t estimated_memory_bytes = 0,
+                                      std::vector<DeviceCostEstimate> device_estimates = {});
   // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
   // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
   // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "common/dataset_header.h"
 #include "common/table.h"
+#include "server/engine/device_cost.h"
 #include "server/engine/speed_report.h"
 
 namespace trainerd::engine {
@@ -212,6 +213,9 @@ struct JobSnapshot {
   std::vector<JobRestart> restarts;    // oldest first
   int64_t estimated_memory_bytes = 0;  // the working set Submit estimated (parameters, gradients,
                                        // optimizer state, one batch's activations)
+  // Submitted with device "auto": each measured device's estimated step and job time
+  // (device_cost.h); the job runs on the cheapest. Empty otherwise.
+  std::vector<DeviceCostEstimate> device_estimates;
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended
