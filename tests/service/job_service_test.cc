@@ -454,6 +454,16 @@ std::vector<InvalidSpec> InvalidSpecs() {
       {"NegativePriority",
        [](v1::JobSpec* spec) { spec->set_priority(static_cast<v1::JobPriority>(-5)); },
        "priority must be"},
+      {"UnknownEngine", [](v1::JobSpec* spec) { spec->set_engine(static_cast<v1::Engine>(9)); },
+       "engine must be"},
+      {"NegativeEngine", [](v1::JobSpec* spec) { spec->set_engine(static_cast<v1::Engine>(-3)); },
+       "engine must be"},
+      {"FusedEngineWithMixedPrecision",
+       [](v1::JobSpec* spec) {
+         spec->set_engine(v1::ENGINE_FUSED);
+         spec->set_precision(v1::PRECISION_BF16);
+       },
+       "engine fused cannot run this job: mixed precision"},
       {"NegativeClipNorm", [](v1::JobSpec* spec) { spec->set_clip_grad_norm(-1); },
        "gradient clipping norm"},
       {"ValidationFractionOne", [](v1::JobSpec* spec) { spec->set_validation_fraction(1); },
