@@ -78,10 +78,12 @@ ABSL_FLAG(std::string, module_checker, "",
 ABSL_FLAG(int32_t, max_concurrent_jobs, 0,
           "jobs each device runs at once, each on its own worker (and CUDA stream); 0: 1 on the "
           "CPU, 4 on a GPU");
-ABSL_FLAG(int32_t, intra_op_threads, 0,
-          "LibTorch intra-op threads of each CPU job; 0: chosen per job from its FLOPs per step "
-          "(one thread for a small model, whose operators are too small to share); the running "
-          "CPU jobs never hold more threads than the usable cores either way");
+ABSL_FLAG(
+    int32_t, intra_op_threads, 0,
+    "LibTorch intra-op threads of each CPU job; 0: chosen per job from its FLOPs per step "
+    "(one thread for a small model, whose operators are too small to share), at most the usable "
+    "cores; the running "
+    "CPU jobs never hold more threads than the usable cores either way");
 ABSL_FLAG(bool, flush_denormal, true,
           "jobs flush subnormal floats (below 1.2e-38) to zero on their threads: x86 computes "
           "them up to 100x slower, and a job whose values decay towards zero meets many");

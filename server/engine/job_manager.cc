@@ -760,8 +760,9 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
       const DatasetMeta& meta = record->dataset->meta;
       const int64_t rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
       const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(spec.batch_size, rows));
+      // An operator's count is capped at the cores: OpenMP would start every thread asked for.
       const int want = options_.intra_op_threads > 0
-                           ? options_.intra_op_threads
+                           ? std::min(options_.intra_op_threads, cpu_threads_.cores())
                            : WantedIntraOpThreads(record->model, record->torchscript.get(),
                                                   meta.feature_shape, batch, cpu_threads_.cores());
       threads = std::max(want, 1);

@@ -163,7 +163,17 @@ TEST_F(JobThreadsTest, TheDaemonSettingGivesEveryCpuJobItsThreads) {
   absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
-  EXPECT_EQ(job->report.intra_op_threads, 2);
+  EXPECT_EQ(job->report.intra_op_threads, std::min(2, UsableCores()));
+
+  // A hostile or mistaken count (a million threads) is capped at the usable cores.
+  options.intra_op_threads = 1000000;
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);  // the dataset is kept in the data folder
+  job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  EXPECT_EQ(job->report.intra_op_threads, UsableCores());
 }
 
 TEST_F(JobThreadsTest, AJobsLossesDoNotDependOnWhatRunsBesideIt) {
