@@ -387,6 +387,7 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   out.set_intra_op_threads(r.intra_op_threads);
   out.set_engine(r.engine);
   out.set_engine_reason(r.engine_reason);
+  out.set_packed_members(r.packed_members);
   switch (r.bound) {
     case engine::SpeedBound::kUnspecified:
       out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
@@ -481,6 +482,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
+  out.set_sweep_id(job.sweep_id);
   for (const engine::DeviceCostEstimate& e : job.device_estimates) {
     v1::DeviceEstimate* estimate = out.add_device_estimates();
     estimate->set_device(e.device);
@@ -563,6 +565,7 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   out.intra_op_threads = r.intra_op_threads();
   out.engine = r.engine();
   out.engine_reason = r.engine_reason();
+  out.packed_members = r.packed_members();
   switch (r.bound()) {
     case v1::DeviceReport::LAUNCH_BOUND:
       out.bound = engine::SpeedBound::kLaunchBound;
@@ -615,6 +618,7 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
   out.estimated_memory_bytes = job.estimated_memory_bytes();
+  out.sweep_id = job.sweep_id();
   for (const v1::DeviceEstimate& e : job.device_estimates()) {
     out.device_estimates.push_back({e.device(), e.step_seconds(), e.job_seconds()});
   }

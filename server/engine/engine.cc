@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/checked_size.h"
 #include "common/file_io.h"
 #include "common/flops.h"
 #include "common/job_limits.h"
@@ -84,6 +85,11 @@ struct Engine::Impl {
                                     std::optional<LoadedTorchScript> module,
                                     const DatasetMeta* checked_against,
                                     std::string_view module_bytes = {});
+  // Admit's checks without the queue: the spec against its dataset and the limits, its device
+  // placed, its estimates. Under admission_mu.
+  absl::StatusOr<SweepMember> CheckLocked(JobSpec spec, const LoadedTorchScript* module,
+                                          const DatasetMeta* checked_against)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
   absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;
@@ -561,11 +567,8 @@ int64_t OptimizerSlots(const JobSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
-                                                std::optional<LoadedTorchScript> module,
-                                                const DatasetMeta* checked_against,
-                                                std::string_view module_bytes) {
-  absl::MutexLock lock(&admission_mu);
+absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const LoadedTorchScript* module,
+                                                      const DatasetMeta* checked_against) {
   TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(spec.dataset));
   if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
                                      dataset.create_time != checked_against->create_time)) {
@@ -577,13 +580,13 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   // (A TorchScript job's spec passed CheckJobSpec before its module's check, against this same
   // dataset.) The batch is worked out only from a checked spec: a validation fraction outside
   // [0, 1) or NaN must not reach the arithmetic.
-  if (!module.has_value()) {
+  if (!(module != nullptr)) {
     TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset));
   }
   const int64_t training_rows = dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
   const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
   MemoryEstimate estimate;
-  if (!module.has_value()) {
+  if (!(module != nullptr)) {
     TRAINERD_ASSIGN_OR_RETURN(estimate, EstimateTrainingMemory(model, dataset.feature_shape, batch,
                                                                OptimizerSlots(spec)));
     TRAINERD_RETURN_IF_ERROR(CheckModelSize(estimate, spec.model));
@@ -609,7 +612,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   if (spec.device == "auto") {
     // The cheapest device by the cost model, when Diagnose has measured them; else the first GPU
     // or the CPU, as ResolveDevice("auto") always was.
-    estimates = EstimateDevices(spec, model, module.has_value(), dataset,
+    estimates = EstimateDevices(spec, model, (module != nullptr), dataset,
                                 dataset.size_bytes + validation_bytes, training_rows, batch);
     if (std::optional<size_t> best = Cheapest(estimates)) {
       TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(estimates[*best].device));
@@ -626,7 +629,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   // engine fused is a promise: a job it cannot take is refused now, saying why.
   if (spec.engine == EngineKind::kFused) {
     const std::string why =
-        FusedPathUnsupported(spec, model, dataset.feature_shape, module.has_value(), device);
+        FusedPathUnsupported(spec, model, dataset.feature_shape, (module != nullptr), device);
     if (!why.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("engine fused cannot run this job: ", why, " (use engine auto)"));
@@ -647,10 +650,28 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
           dataset.size_bytes + validation_bytes, budget));
     }
   }
-  TRAINERD_ASSIGN_OR_RETURN(JobSnapshot job,
-                            jobs.Enqueue(std::move(spec), std::move(model), device,
-                                         module ? std::move(module->module) : nullptr, caller.owner,
-                                         module_bytes, estimate.total_bytes, std::move(estimates)));
+  SweepMember checked;
+  checked.spec = std::move(spec);
+  checked.model = std::move(model);
+  checked.device = device;
+  checked.estimated_memory_bytes = estimate.total_bytes;
+  checked.device_estimates = std::move(estimates);
+  return checked;
+}
+
+absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
+                                                std::optional<LoadedTorchScript> module,
+                                                const DatasetMeta* checked_against,
+                                                std::string_view module_bytes) {
+  absl::MutexLock lock(&admission_mu);
+  TRAINERD_ASSIGN_OR_RETURN(
+      SweepMember checked,
+      CheckLocked(std::move(spec), module ? &*module : nullptr, checked_against));
+  TRAINERD_ASSIGN_OR_RETURN(
+      JobSnapshot job,
+      jobs.Enqueue(std::move(checked.spec), std::move(checked.model), checked.device,
+                   module ? std::move(module->module) : nullptr, caller.owner, module_bytes,
+                   checked.estimated_memory_bytes, std::move(checked.device_estimates)));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
                        job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
@@ -859,6 +880,81 @@ absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& c
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
   if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
   return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
+}
+
+absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes& axes,
+                                                  const CallContext& caller) {
+  if (!spec.torchscript.empty()) {
+    return absl::InvalidArgumentError(
+        "a sweep trains a model described by a text spec; submit a TorchScript module as a job of "
+        "its own");
+  }
+  // The member count before anything is built from it, through the one checked helper.
+  int64_t count = 1;
+  for (const size_t axis : {axes.learning_rates.size(), axes.momenta.size(),
+                            axes.weight_decays.size(), axes.seeds.size()}) {
+    if (axis > static_cast<size_t>(kMaxSweepMembers)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a sweep list has ", axis, " values; at most ", kMaxSweepMembers));
+    }
+    TRAINERD_ASSIGN_OR_RETURN(
+        count, CheckedMul(count, std::max<int64_t>(1, static_cast<int64_t>(axis)), "sweep size"));
+    if (count > kMaxSweepMembers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the sweep has more than ", kMaxSweepMembers,
+                       " members (the product of its lists); split it into smaller sweeps"));
+    }
+  }
+  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  // An empty list keeps the spec's value (a seed Prepare drew when the spec had none: every
+  // member then starts from the same weights).
+  const std::vector<double> lrs =
+      axes.learning_rates.empty() ? std::vector<double>{spec.learning_rate} : axes.learning_rates;
+  const std::vector<double> momenta =
+      axes.momenta.empty() ? std::vector<double>{spec.momentum} : axes.momenta;
+  std::vector<std::optional<double>> decays;
+  for (double d : axes.weight_decays) decays.push_back(d);
+  if (decays.empty()) decays.push_back(spec.weight_decay);
+  const std::vector<uint64_t> seeds =
+      axes.seeds.empty() ? std::vector<uint64_t>{*spec.seed} : axes.seeds;
+  std::vector<SweepMember> members;
+  {
+    absl::MutexLock lock(&impl_->admission_mu);
+    for (double lr : lrs) {
+      for (double momentum : momenta) {
+        for (const std::optional<double>& decay : decays) {
+          for (uint64_t seed : seeds) {
+            JobSpec member = spec;
+            member.learning_rate = lr;
+            member.momentum = momentum;
+            member.weight_decay = decay;
+            member.seed = seed;
+            // One device for the whole sweep: the first member's (placed or chosen by cost).
+            if (!members.empty()) member.device = members.front().spec.device;
+            absl::StatusOr<SweepMember> checked =
+                impl_->CheckLocked(std::move(member), nullptr, nullptr);
+            if (!checked.ok()) {
+              return absl::Status(
+                  checked.status().code(),
+                  absl::StrCat("sweep member ", members.size() + 1, " (learning rate ", lr,
+                               ", momentum ", momentum, ", weight decay ", decay.value_or(0.0),
+                               ", seed ", seed, "): ", checked.status().message()));
+            }
+            members.push_back(*std::move(checked));
+          }
+        }
+      }
+    }
+    TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> jobs,
+                              impl_->jobs.EnqueueSweep(std::move(members), caller.owner));
+    SweepSnapshot sweep;
+    sweep.id = jobs.front().sweep_id;
+    sweep.members = std::move(jobs);
+    LogInfo(absl::StrCat("sweep '", sweep.id, "' queued on ", sweep.members.front().device, ": ",
+                         sweep.members.size(), " members of ", spec.model, " on dataset '",
+                         spec.dataset, "'", caller.owner.empty() ? "" : ", for ", caller.owner));
+    return sweep;
+  }
 }
 
 void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,

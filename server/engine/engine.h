@@ -121,6 +121,23 @@ struct CallContext {
   absl::Time deadline = absl::InfiniteFuture();
 };
 
+// The most members one sweep may have (SubmitSweep).
+inline constexpr int64_t kMaxSweepMembers = 256;
+
+// A sweep's lists (SubmitSweep): each member takes one value of each; an empty list keeps the
+// spec's value.
+struct SweepAxes {
+  std::vector<double> learning_rates;
+  std::vector<double> momenta;
+  std::vector<double> weight_decays;
+  std::vector<uint64_t> seeds;
+};
+
+struct SweepSnapshot {
+  std::string id;
+  std::vector<JobSnapshot> members;  // QUEUED, in product order
+};
+
 // Thread-safe. Every call returns quickly (training runs on the device workers, dataset commits
 // on the engine's I/O thread, module checks on the engine's check threads), except the blocking
 // forms that say so: CommitUpload, Diagnose, and SubmitJob for a job with a TorchScript module.
@@ -198,6 +215,13 @@ class Engine {
   // a few checks wait for those threads; beyond that RESOURCE_EXHAUSTED at once).
   void SubmitJobAsync(JobSpec spec, CallContext caller,
                       std::function<void(absl::StatusOr<JobSnapshot>)> done);
+  // A sweep: the product of `axes` applied to `spec` (learning rates outermost, seeds innermost),
+  // each member checked as SubmitJob checks a job and all queued, or none, on one device. Members
+  // train together as one pack (trainer.h, RunPackedTraining). INVALID_ARGUMENT for a TorchScript
+  // module or more than kMaxSweepMembers members; otherwise SubmitJob's errors, the first failing
+  // member named with its values.
+  absl::StatusOr<SweepSnapshot> SubmitSweep(JobSpec spec, const SweepAxes& axes,
+                                            const CallContext& caller = {});
   absl::StatusOr<JobSnapshot> GetJob(const std::string& id) const;
   // A page of jobs, filtered, in the summary view unless `query.full` (job_store.h); jobs from
   // before a restart included. INVALID_ARGUMENT for a page token the engine did not give.

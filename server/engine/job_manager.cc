@@ -248,6 +248,92 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   return copy;
 }
 
+absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<SweepMember> members,
+                                                                  std::string owner) {
+  const int64_t count = static_cast<int64_t>(members.size());
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+    if (options_.max_queued_jobs > 0) {
+      int64_t queued = pending_enqueues_;
+      for (const auto& [name, worker] : workers_) {
+        queued += static_cast<int64_t>(worker->queued());
+      }
+      if (queued + count > options_.max_queued_jobs) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the sweep's ", count, " members would join ", queued,
+            " queued jobs; this daemon queues at most ", options_.max_queued_jobs,
+            " (--max_queued_jobs); submit a smaller sweep or again when some have started"));
+      }
+    }
+    pending_enqueues_ += count;
+  }
+  std::string sweep_id;
+  {
+    absl::MutexLock lock(&mu_);
+    sweep_id = absl::StrFormat("sweep-%012x", rng_() & 0xffffffffffffULL);
+  }
+  std::vector<std::shared_ptr<Record>> records;
+  auto ids = std::make_shared<std::vector<std::string>>();
+  for (SweepMember& member : members) {
+    std::string id = NewId();
+    while (std::find(ids->begin(), ids->end(), id) != ids->end()) id = NewId();
+    auto record = std::make_shared<Record>();
+    record->model = std::move(member.model);
+    record->device = member.device;
+    JobSnapshot& snap = record->snap;
+    snap.id = id;
+    snap.sweep_id = sweep_id;
+    snap.estimated_memory_bytes = member.estimated_memory_bytes;
+    snap.device_estimates = std::move(member.device_estimates);
+    snap.spec = std::move(member.spec);
+    snap.state = JobState::kQueued;
+    snap.owner = owner;
+    snap.device = DeviceName(member.device);
+    snap.create_time = absl::Now();
+    ids->push_back(std::move(id));
+    records.push_back(std::move(record));
+  }
+  absl::Status recorded = absl::OkStatus();
+  size_t saved = 0;
+  if (store_ != nullptr) {
+    for (; saved < records.size() && recorded.ok(); ++saved) {
+      recorded = store_->SaveJob(records[saved]->snap);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  pending_enqueues_ -= count;
+  if (recorded.ok() && stopping_) recorded = absl::UnavailableError("the daemon is shutting down");
+  if (!recorded.ok()) {
+    // All or none: the members recorded so far are forgotten again.
+    for (size_t i = 0; i < saved && store_ != nullptr; ++i) {
+      (void)store_->DeleteJob(records[i]->snap.id);
+    }
+    if (recorded.code() == absl::StatusCode::kUnavailable) return recorded;
+    return absl::InternalError(absl::StrCat("cannot record the sweep: ", recorded.message()));
+  }
+  std::vector<JobSnapshot> out;
+  for (auto& record : records) {
+    record->pack = ids;
+    out.push_back(record->snap);
+    QueueLocked(std::move(record));
+  }
+  if (options_.hooks.observer) {
+    for (const JobSnapshot& copy : out) {
+      JobEvent event;
+      event.job_id = copy.id;
+      event.job = copy;
+      try {
+        options_.hooks.observer->Push(event);
+      } catch (...) {
+        LogWarning(absl::StrCat("job '", copy.id, "': an event observer failed: ",
+                                ExceptionText(std::current_exception())));
+      }
+    }
+  }
+  return out;
+}
+
 absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
                                  std::shared_ptr<torch::jit::Module> torchscript,
                                  ResumePoint resume) {
@@ -618,6 +704,7 @@ void JobManager::Unsubscribe(const std::string& id, const JobEventSink* sink) {
 void JobManager::WorkerLoop(const std::string& device_name) {
   while (true) {
     std::shared_ptr<Record> record;
+    std::vector<std::shared_ptr<Record>> pack;
     Worker* worker = nullptr;
     {
       absl::MutexLock lock(&mu_);
@@ -627,9 +714,30 @@ void JobManager::WorkerLoop(const std::string& device_name) {
       record = jobs_.at(worker->PopNext());
       record->claimed = true;
       ++worker->running;
+      // A sweep's member takes the members still queued here with it: they train as one pack.
+      if (record->pack != nullptr) {
+        pack.push_back(record);
+        for (const std::string& id : *record->pack) {
+          if (id == record->snap.id) continue;
+          std::shared_ptr<Record> member = FindLocked(id);
+          if (member == nullptr || member->claimed || IsTerminal(member->snap.state) ||
+              member->snap.device != device_name) {
+            continue;
+          }
+          const auto& queue = worker->queues[static_cast<int>(member->snap.spec.priority)];
+          if (std::find(queue.begin(), queue.end(), id) == queue.end()) continue;
+          worker->Remove(id);
+          member->claimed = true;
+          pack.push_back(std::move(member));
+        }
+      }
     }
     try {
-      RunJob(record);
+      if (pack.size() > 1) {
+        RunPack(pack);
+      } else {
+        RunJob(record);
+      }
     } catch (...) {
       FailAfterException(record, ExceptionText(std::current_exception()));
     }
@@ -692,30 +800,25 @@ bool JobManager::StopsBeforeStart(const std::shared_ptr<Record>& record) {
   return false;
 }
 
-bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
+JobManager::Acquired JobManager::TryAcquireDatasets(const std::shared_ptr<Record>& record) {
+  if (StopsBeforeStart(record)) return Acquired::kEnded;
   JobSnapshot job;
   {
     absl::MutexLock lock(&mu_);
     job = SummaryOf(record->snap);
   }
   absl::Status why_not = absl::InternalError("no dataset hook");
-  while (options_.hooks.acquire) {
-    if (StopsBeforeStart(record)) return false;
+  if (options_.hooks.acquire) {
     absl::StatusOr<JobDatasets> acquired = options_.hooks.acquire(job);
     if (acquired.ok()) {
       absl::MutexLock lock(&mu_);
       record->dataset = std::move(acquired->dataset);
       record->validation_dataset = std::move(acquired->validation_dataset);
-      return true;
+      return Acquired::kYes;
     }
-    if (!absl::IsUnavailable(acquired.status())) {
-      why_not = acquired.status();
-      break;
-    }
-    // Running jobs hold the memory it needs: wait until one gives it back (or a while, for a
-    // cancel or a drain to be seen).
-    absl::MutexLock lock(&mu_);
-    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+    // Running jobs hold the memory it needs.
+    if (absl::IsUnavailable(acquired.status())) return Acquired::kNotNow;
+    why_not = acquired.status();
   }
   PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kFailed;
@@ -723,69 +826,80 @@ bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
     snap.end_time = absl::Now();
   });
   RemoveFile(ModuleFilePath(job.id));
-  return false;
+  return Acquired::kEnded;
 }
 
-void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
-  Record* record = shared.get();
-  if (!AcquireDatasets(shared)) return;
-  // Whatever way the run ends, the memory and the CPU threads go back and waiting jobs look again:
-  // before the job's terminal state is published (so that whoever sees it end sees its memory
-  // free), or at the latest when RunJob returns.
-  struct Release {
-    JobManager* manager;
-    std::string id;
-    int cpu_threads = 0;  // taken from cpu_threads_
-    bool done = false;
-    void Now() {
-      if (done) return;
-      done = true;
-      if (manager->options_.hooks.release) manager->options_.hooks.release(id);
-      if (cpu_threads > 0) manager->cpu_threads_.Release(cpu_threads);
-      absl::MutexLock lock(&manager->mu_);
-      manager->memory_released_.SignalAll();
+bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
+  while (true) {
+    switch (TryAcquireDatasets(record)) {
+      case Acquired::kYes:
+        return true;
+      case Acquired::kEnded:
+        return false;
+      case Acquired::kNotNow:
+        break;
     }
-    ~Release() { Now(); }
-  } release{this, record->snap.id};
-  // A CPU job's intra-op threads, from its size alone (cpu_threads.h), taken from the cores the
-  // running CPU jobs leave; a GPU job's host side needs one.
-  int threads = 1;
-  {
-    JobSpec spec;
-    {
-      absl::MutexLock lock(&mu_);
-      spec = record->snap.spec;
-    }
-    if (record->device.is_cpu()) {
-      const DatasetMeta& meta = record->dataset->meta;
-      const int64_t rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
-      const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(spec.batch_size, rows));
-      // An operator's count is capped at the cores: OpenMP would start every thread asked for.
-      const int want = options_.intra_op_threads > 0
-                           ? std::min(options_.intra_op_threads, cpu_threads_.cores())
-                           : WantedIntraOpThreads(record->model, record->torchscript.get(),
-                                                  meta.feature_shape, batch, cpu_threads_.cores());
-      threads = std::max(want, 1);
-      // Its threads are free, or it waits (still QUEUED) until running CPU jobs give theirs back.
-      while (!cpu_threads_.TryAcquire(threads)) {
-        if (StopsBeforeStart(shared)) return;
-        absl::MutexLock lock(&mu_);
-        memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
-      }
-      release.cpu_threads = threads;
-    }
+    // Running jobs hold the memory it needs: wait until one gives it back (or a while, for a
+    // cancel or a drain to be seen).
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
   }
-  JobSnapshot started;
+}
+
+int JobManager::WantedThreads(const std::shared_ptr<Record>& record) {
+  if (!record->device.is_cpu()) return 1;
+  JobSpec spec;
+  {
+    absl::MutexLock lock(&mu_);
+    spec = record->snap.spec;
+  }
+  const DatasetMeta& meta = record->dataset->meta;
+  const int64_t rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
+  const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(spec.batch_size, rows));
+  // An operator's count is capped at the cores: OpenMP would start every thread asked for.
+  const int want = options_.intra_op_threads > 0
+                       ? std::min(options_.intra_op_threads, cpu_threads_.cores())
+                       : WantedIntraOpThreads(record->model, record->torchscript.get(),
+                                              meta.feature_shape, batch, cpu_threads_.cores());
+  return std::max(want, 1);
+}
+
+bool JobManager::AcquireThreads(const std::shared_ptr<Record>& record, int threads) {
+  if (!record->device.is_cpu()) return true;
+  // Its threads are free, or it waits (still QUEUED) until running CPU jobs give theirs back.
+  while (!cpu_threads_.TryAcquire(threads)) {
+    if (StopsBeforeStart(record)) return false;
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+  }
+  return true;
+}
+
+void JobManager::ReleaseResources(const std::string& id, int cpu_threads) {
+  if (!id.empty() && options_.hooks.release) options_.hooks.release(id);
+  if (cpu_threads > 0) cpu_threads_.Release(cpu_threads);
+  absl::MutexLock lock(&mu_);
+  memory_released_.SignalAll();
+}
+
+JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& shared, int threads,
+                                            int32_t packed_members) {
+  Record* record = shared.get();
+  auto started_run = std::make_unique<StartedRunState>();
+  StartedRunState& state = *started_run;
+  state.threads = threads;
+  state.packed_members = packed_members;
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
     snap.report.intra_op_threads = threads;
+    snap.report.packed_members = packed_members;
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
     }
-    started = snap;
+    state.started = snap;
   });
-  TrainingRun run;
+  TrainingRun& run = state.run;
   {
     absl::MutexLock lock(&mu_);
     run.spec = record->snap.spec;
@@ -804,6 +918,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   // Throughput counts the rows trained on, not the ones held out for validation.
   const int64_t rows =
       run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
+  state.rows = rows;
   const int32_t planned = run.spec.epochs;
   // keep_checkpoints: files dropped from the list, deleted once the epoch whose record no longer
   // lists them is written (until then a restart may still resume from them). Training thread only.
@@ -857,11 +972,16 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
       trimmed->insert(trimmed->end(), doomed.begin(), doomed.end());
     };
   }
-  std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
   if (options_.hooks.start_report) {
-    finish_report = options_.hooks.start_report(started, run.model, run.dataset->meta);
+    state.finish_report = options_.hooks.start_report(state.started, run.model, run.dataset->meta);
   }
-  TrainingOutcome outcome = RunTraining(run);
+  return started_run;
+}
+
+void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& state,
+                        TrainingOutcome outcome, const std::function<void()>& release_now) {
+  Record* record = shared.get();
+  TrainingRun& run = state.run;
   run.dataset.reset();
   if (outcome.interrupted) {
     // Drain or shutdown: the job is not over. Its records stay RUNNING (with every epoch and
@@ -895,7 +1015,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
     record->dataset.reset();
     record->validation_dataset.reset();
   }
-  release.Now();
+  release_now();
   std::string stop_reason;
   {
     absl::MutexLock lock(&mu_);
@@ -904,7 +1024,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   // The report: times and counts from the run, then (outside the engine's locks) what the
   // engine's samplers and measurements add (utilization, FLOPs, the verdict).
   DeviceReport report;
-  report.queue_seconds = started.report.queue_seconds;
+  report.queue_seconds = state.started.report.queue_seconds;
   report.data_seconds = outcome.data_seconds;
   report.compute_seconds = std::max(
       0.0, outcome.loop_seconds - outcome.loop_host_transfer_seconds - outcome.checkpoint_seconds);
@@ -916,10 +1036,11 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   report.host_syncs = outcome.host_syncs;
   report.host_to_device_bytes = outcome.host_to_device_bytes;
   report.peak_memory_bytes = outcome.peak_memory_bytes;
-  report.intra_op_threads = threads;
+  report.intra_op_threads = state.threads;
   report.engine = outcome.engine;
   report.engine_reason = outcome.engine_reason;
-  if (finish_report) {
+  report.packed_members = state.packed_members;
+  if (state.finish_report) {
     JobSnapshot ended;
     {
       absl::MutexLock lock(&mu_);
@@ -928,8 +1049,9 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
     ended.state = outcome.state;
     ended.steps = outcome.steps;
     ended.wall_seconds = outcome.wall_seconds;
-    finish_report(ended, report);
+    state.finish_report(ended, report);
   }
+  const int64_t rows = state.rows;
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = outcome.state;
     snap.error = outcome.error;
@@ -950,6 +1072,122 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   absl::MutexLock lock(&mu_);
   record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
   record->validation_dataset.reset();
+}
+
+void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
+  if (!AcquireDatasets(shared)) return;
+  // Whatever way the run ends, the memory and the CPU threads go back and waiting jobs look again:
+  // before the job's terminal state is published (so that whoever sees it end sees its memory
+  // free), or at the latest when RunJob returns.
+  struct Release {
+    JobManager* manager;
+    std::string id;
+    int cpu_threads = 0;  // taken from cpu_threads_
+    bool done = false;
+    void Now() {
+      if (done) return;
+      done = true;
+      manager->ReleaseResources(id, cpu_threads);
+    }
+    ~Release() { Now(); }
+  } release{this, shared->snap.id};
+  // A CPU job's intra-op threads, from its size alone (cpu_threads.h), taken from the cores the
+  // running CPU jobs leave; a GPU job's host side needs one.
+  const int threads = WantedThreads(shared);
+  if (!AcquireThreads(shared, threads)) return;
+  if (shared->device.is_cpu()) release.cpu_threads = threads;
+  StartedRun started = StartRun(shared, threads, /*packed_members=*/0);
+  TrainingOutcome outcome = RunTraining(started->run);
+  EndRun(shared, *started, std::move(outcome), [&] { release.Now(); });
+}
+
+void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
+  // The first member that can start leads: it waits for its datasets and memory like any job.
+  // The others each reserve theirs without waiting; one that must wait goes back to the front of
+  // its queue, and runs (with any others left) once memory is free.
+  std::vector<std::shared_ptr<Record>> acquired;
+  size_t next = 0;
+  while (next < members.size() && acquired.empty()) {
+    if (AcquireDatasets(members[next])) acquired.push_back(members[next]);
+    ++next;
+  }
+  std::vector<std::shared_ptr<Record>> later;
+  for (; next < members.size(); ++next) {
+    switch (TryAcquireDatasets(members[next])) {
+      case Acquired::kYes:
+        acquired.push_back(members[next]);
+        break;
+      case Acquired::kNotNow:
+        later.push_back(members[next]);
+        break;
+      case Acquired::kEnded:
+        break;
+    }
+  }
+  if (!later.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = later.rbegin(); it != later.rend(); ++it) {
+      (*it)->claimed = false;
+      Worker* worker = workers_.at((*it)->snap.device).get();
+      worker->queues[static_cast<int>((*it)->snap.spec.priority)].push_front((*it)->snap.id);
+      worker->cv.Signal();
+    }
+  }
+  if (acquired.empty()) return;
+  // Each member's memory goes back as it ends; the pack's threads when the last one ended.
+  std::vector<bool> released(acquired.size(), false);
+  const int threads = WantedThreads(acquired.front());
+  const bool cpu = acquired.front()->device.is_cpu();
+  auto release_all = [&] {
+    for (size_t i = 0; i < acquired.size(); ++i) {
+      if (!released[i]) ReleaseResources(acquired[i]->snap.id, 0);
+      released[i] = true;
+    }
+  };
+  if (!AcquireThreads(acquired.front(), threads)) {
+    // The lead was cancelled or the daemon stops; the others go the same way one by one.
+    release_all();
+    for (size_t i = 1; i < acquired.size(); ++i) {
+      if (!StopsBeforeStart(acquired[i])) {
+        absl::MutexLock lock(&mu_);
+        acquired[i]->claimed = false;
+        Worker* worker = workers_.at(acquired[i]->snap.device).get();
+        worker->queues[static_cast<int>(acquired[i]->snap.spec.priority)].push_front(
+            acquired[i]->snap.id);
+        worker->cv.Signal();
+      }
+    }
+    return;
+  }
+  struct ThreadRelease {
+    JobManager* manager;
+    int threads;
+    ~ThreadRelease() { manager->ReleaseResources("", threads); }
+  } thread_release{this, cpu ? threads : 0};
+  const int32_t packed = static_cast<int32_t>(acquired.size());
+  std::vector<StartedRun> started;
+  std::vector<const TrainingRun*> runs;
+  for (const auto& member : acquired) {
+    started.push_back(StartRun(member, threads, packed > 1 ? packed : 0));
+    runs.push_back(&started.back()->run);
+  }
+  std::vector<bool> ended(acquired.size(), false);
+  try {
+    RunPackedTraining(runs, [&](size_t i, TrainingOutcome outcome) {
+      ended[i] = true;
+      EndRun(acquired[i], *started[i], std::move(outcome), [&] {
+        if (!released[i]) ReleaseResources(acquired[i]->snap.id, 0);
+        released[i] = true;
+      });
+    });
+  } catch (...) {
+    const std::string what = ExceptionText(std::current_exception());
+    for (size_t i = 0; i < acquired.size(); ++i) {
+      if (!ended[i]) FailAfterException(acquired[i], what);
+    }
+  }
+  release_all();
+  for (const auto& member : acquired) ForgetEnded(member);
 }
 
 void JobManager::Drain(absl::Duration timeout) {

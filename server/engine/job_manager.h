@@ -23,6 +23,7 @@
 #include "server/engine/cpu_threads.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/job_store.h"
+#include "server/engine/trainer.h"
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
@@ -93,6 +94,15 @@ struct ResumePoint {
   int32_t epoch = 0;            // the checkpoint's epoch; 0 without one
 };
 
+// One member of a sweep, checked and placed (Engine::SubmitSweep).
+struct SweepMember {
+  JobSpec spec;
+  ModelSpec model;
+  torch::Device device = torch::kCPU;
+  int64_t estimated_memory_bytes = 0;
+  std::vector<DeviceCostEstimate> device_estimates;
+};
+
 // Owns the jobs in memory and each device's workers (max_concurrent_jobs threads, created when the
 // device gets its first job). A worker runs one job at a time; the others wait in that device's
 // queue: high priority first, then normal, then low, first come first served within a priority.
@@ -117,6 +127,13 @@ class JobManager {
                                       std::string owner = "", std::string_view module_bytes = {},
                                       int64_t estimated_memory_bytes = 0,
                                       std::vector<DeviceCostEstimate> device_estimates = {});
+  // Queues a sweep's checked members as jobs of one sweep (a new sweep id on each), all or none,
+  // and returns them QUEUED in order. Members queued on one device together train as one pack
+  // (RunPackedTraining) when a worker takes the first of them; a member taken up again after a
+  // restart trains alone. The same errors as Enqueue (RESOURCE_EXHAUSTED when the members would
+  // take the queues past max_queued_jobs).
+  absl::StatusOr<std::vector<JobSnapshot>> EnqueueSweep(std::vector<SweepMember> members,
+                                                        std::string owner = "");
   // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
   // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
   // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by
@@ -189,7 +206,22 @@ class JobManager {
     std::mutex publish_mu;  // orders the job's events; lock order: publish_mu, then mu_
     std::vector<std::shared_ptr<JobEventSink>> sinks;  // guarded by publish_mu
     bool recorded_end = false;  // its terminal state is in the store; guarded by publish_mu
+    // A sweep's member: the ids of its sweep's members (shared by them), which a worker takes
+    // together; null for a job submitted alone or taken up again after a restart.
+    std::shared_ptr<const std::vector<std::string>> pack;
   };
+  // A job's run once it started: the TrainingRun with its callbacks, the RUNNING snapshot, the
+  // report's hook, and what its report says of threads and packing.
+  struct StartedRunState {
+    TrainingRun run;
+    JobSnapshot started;
+    std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
+    int threads = 1;
+    int32_t packed_members = 0;
+    int64_t rows = 0;  // training rows (throughput)
+  };
+  using StartedRun = std::unique_ptr<StartedRunState>;
+  enum class Acquired { kYes, kNotNow, kEnded };
   // One device's queue and workers; guarded by JobManager::mu_.
   struct Worker {
     std::deque<std::string> queues[3];  // ids by JobPriority (kLow, kNormal, kHigh), FIFO each
@@ -205,6 +237,26 @@ class JobManager {
 
   void WorkerLoop(const std::string& device_name);
   void RunJob(const std::shared_ptr<Record>& record);
+  // A sweep's members taken off the queue together (claimed): trained as one pack.
+  void RunPack(std::vector<std::shared_ptr<Record>> members);
+  // A job's intra-op threads (1 off the CPU), from its size or --intra_op_threads. Needs its
+  // dataset acquired.
+  int WantedThreads(const std::shared_ptr<Record>& record);
+  // Takes a CPU job's threads from the budget, waiting while running jobs hold them. False when
+  // the job will not run now (StopsBeforeStart).
+  bool AcquireThreads(const std::shared_ptr<Record>& record, int threads);
+  // Gives back a job's memory (JobHooks::release; none for an empty id) and `cpu_threads`
+  // threads, and wakes the jobs waiting for them.
+  void ReleaseResources(const std::string& id, int cpu_threads);
+  // Publishes the job RUNNING and builds its TrainingRun (callbacks, flags, checkpoint folder).
+  StartedRun StartRun(const std::shared_ptr<Record>& record, int threads, int32_t packed_members);
+  // After the run: keeps the model, publishes the terminal state with its report (or, for an
+  // interrupted run, leaves it RUNNING). `release_now` gives back its resources first.
+  void EndRun(const std::shared_ptr<Record>& record, StartedRunState& state,
+              TrainingOutcome outcome, const std::function<void()>& release_now);
+  // One try at AcquireDatasets: kNotNow when running jobs hold the memory it needs; kEnded when it
+  // failed, was cancelled or the daemon stops (recorded as for AcquireDatasets).
+  Acquired TryAcquireDatasets(const std::shared_ptr<Record>& record);
   // Before a job runs: its datasets and memory (JobHooks::acquire), waiting while running jobs
   // hold the memory. False when the job will not run now: it failed (recorded), was cancelled
   // (recorded), or the daemon is stopping (it stays QUEUED).

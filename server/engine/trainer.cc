@@ -101,103 +101,76 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-}  // namespace
+using Clock = std::chrono::steady_clock;
 
-TrainingOutcome RunTraining(const TrainingRun& run) {
-  TrainingOutcome outcome;
-  HostTransfers host;
-  const auto start = std::chrono::steady_clock::now();
-  std::optional<std::chrono::steady_clock::time_point> loop_start;
-  double loop_end_seconds = -1;  // since start; < 0 while the loop runs
-  double earlier_seconds = 0;    // a resumed job's running time before this run
-  ResetPeakMemory(run.device);
-  const int64_t allocated_at_start = AllocatedBytes(run.device);
-  // Called wherever the run ends (every return below goes through `finish`).
-  auto finish = [&](TrainingOutcome& o) -> TrainingOutcome& {
-    o.wall_seconds = SecondsSince(start);
-    o.host_syncs = host.count();
-    o.host_transfer_seconds = host.seconds();
-    if (loop_start) {
-      o.data_seconds = std::chrono::duration<double>(*loop_start - start).count();
-      const double end = loop_end_seconds >= 0 ? loop_end_seconds : o.wall_seconds;
-      o.loop_seconds = std::max(0.0, end - o.data_seconds);
-    } else {
-      o.data_seconds = o.wall_seconds;
-    }
-    if (o.loop_host_transfer_seconds == 0) o.loop_host_transfer_seconds = host.seconds();
-    o.peak_memory_bytes = std::max<int64_t>(0, PeakAllocatedBytes(run.device) - allocated_at_start);
-    o.wall_seconds += earlier_seconds;  // the job's running time, earlier runs included
-    return o;
-  };
-  const JobSpec& spec = run.spec;
-  const uint64_t seed = spec.seed.value_or(0);
-  try {
-    if (run.intra_op_threads > 0) SetIntraOpThreads(run.intra_op_threads);
-    SetFlushDenormal(run.flush_denormal);
-    // Everything the job queues on a GPU goes on its own stream (until the function returns).
-    std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
-    if (std::optional<c10::cuda::CUDAStream> stream = JobStream(run.device)) {
-      stream_guard.emplace(*stream);
-    }
+// One job's epoch loop, cut at the points where a pack of jobs (a sweep's members, trained
+// together) meets: each step, each validation batch, and the epoch's one host transfer. A job
+// alone is a pack of one (RunTraining), so that a packed member runs exactly the code, the
+// generator draws and the arithmetic of the same job run alone. Every method that runs LibTorch
+// code may throw; the driver turns that into the member's failure.
+class MemberLoop {
+ public:
+  MemberLoop(const TrainingRun& run, Clock::time_point start)
+      : run_(run), spec_(run.spec), start_(start) {}
+
+  const TrainingRun& run() const { return run_; }
+  bool ended() const { return ended_; }
+  int32_t epoch() const { return epoch_; }
+  int64_t rows() const { return rows_; }
+  int64_t batch() const { return batch_; }
+  int64_t val_rows() const { return val_rows_; }
+  int64_t val_batch() const { return std::min<int64_t>(spec_.batch_size, val_rows_); }
+  HostTransfers& host() { return host_; }
+  TrainingOutcome& outcome() { return outcome_; }
+  // The epoch the next BeginEpoch starts, past spec.epochs when the loop is done.
+  bool more_epochs() const { return epoch_ + 1 <= spec_.epochs && !stopped_; }
+
+  // Everything before the first epoch: the path (with its model and optimizer), a resumed job's
+  // checkpoint, the validation split. `features` and `targets` are the dataset on the job's device
+  // (the driver made the one cross-device copy, when there was one). False when the job ended
+  // here (its outcome is set).
+  bool Setup(const torch::Tensor& features, const torch::Tensor& targets) {
+    const uint64_t seed = spec_.seed.value_or(0);
     // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
-    at::Generator gen = JobGenerator(run.device, seed);
+    gen_ = JobGenerator(run_.device, seed);
     // The way the job's steps run (training_path.h): its model, built with the job's seed, its
     // optimizer and its mixed precision. The fused path when the job qualifies, unless it asked
     // for LibTorch.
-    const DatasetMeta& meta = run.dataset->meta;
-    std::string not_fused = FusedPathUnsupported(spec, run.model, meta.feature_shape,
-                                                 run.torchscript != nullptr, run.device);
-    if (not_fused.empty() && spec.engine == EngineKind::kAuto) {
-      const int64_t train_rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
-      not_fused = FusedPathSlower(run.model, meta.feature_shape,
-                                  std::max<int64_t>(1, std::min(spec.batch_size, train_rows)));
+    const DatasetMeta& meta = run_.dataset->meta;
+    std::string not_fused = FusedPathUnsupported(spec_, run_.model, meta.feature_shape,
+                                                 run_.torchscript != nullptr, run_.device);
+    if (not_fused.empty() && spec_.engine == EngineKind::kAuto) {
+      const int64_t train_rows = meta.rows - HeldOutRows(spec_.validation_fraction, meta.rows);
+      not_fused = FusedPathSlower(run_.model, meta.feature_shape,
+                                  std::max<int64_t>(1, std::min(spec_.batch_size, train_rows)));
     }
-    const bool fused = spec.engine != EngineKind::kLibTorch && not_fused.empty();
-    outcome.engine = fused ? "fused" : "libtorch";
-    if (!fused && spec.engine == EngineKind::kAuto) outcome.engine_reason = not_fused;
-    if (!fused && spec.engine == EngineKind::kFused) {
-      outcome.state = JobState::kFailed;
-      outcome.error = absl::StrCat("engine fused cannot run this job: ", not_fused);
-      return finish(outcome);
+    const bool fused = spec_.engine != EngineKind::kLibTorch && not_fused.empty();
+    outcome_.engine = fused ? "fused" : "libtorch";
+    if (!fused && spec_.engine == EngineKind::kAuto) outcome_.engine_reason = not_fused;
+    if (!fused && spec_.engine == EngineKind::kFused) {
+      return End(JobState::kFailed, absl::StrCat("engine fused cannot run this job: ", not_fused));
     }
-    std::unique_ptr<TrainingPath> path =
-        fused ? MakeFusedCpuPath(run, gen) : MakeLibTorchPath(run, gen);
-
-    // The dataset normally lives on the job's device already; a job on another device gets one
-    // copy at start, never one per batch.
-    torch::Tensor features = run.dataset->features;
-    torch::Tensor targets = run.dataset->targets;
-    if (features.device() != run.device) {
-      host.CountCrossDeviceCopy();
-      features = features.to(run.device);
-      targets = targets.to(run.device);
-      if (!run.device.is_cpu()) {
-        outcome.host_to_device_bytes += features.nbytes() + targets.nbytes();
-      }
-    }
-    const auto index_options = torch::TensorOptions(torch::kInt64).device(run.device);
+    path_ = fused ? MakeFusedCpuPath(run_, gen_) : MakeLibTorchPath(run_, gen_);
+    features_ = features;
+    targets_ = targets;
+    const auto index_options = torch::TensorOptions(torch::kInt64).device(run_.device);
 
     // A job taken up again: the checkpoint's model, optimizer, loss scaler and counters, read
     // into what was just built (its tensors straight onto the device). Its generator state is
     // put back below, after the validation split, which is drawn afresh from the seed as at the
     // job's first start.
-    int32_t first_epoch = 1;
     LoopState resumed;
-    if (!run.resume_from.empty()) {
-      absl::StatusOr<LoopState> state = path->ReadCheckpoint(run.resume_from);
-      if (!state.ok()) {
-        outcome.state = JobState::kFailed;
-        outcome.error = std::string(state.status().message());
-        return finish(outcome);
-      }
+    if (!run_.resume_from.empty()) {
+      absl::StatusOr<LoopState> state = path_->ReadCheckpoint(run_.resume_from);
+      if (!state.ok()) return End(JobState::kFailed, std::string(state.status().message()));
       resumed = *std::move(state);
-      first_epoch = resumed.epoch + 1;
-      outcome.steps = resumed.steps;
-      outcome.resumed_steps = resumed.steps;
-      outcome.epochs_done = resumed.epoch;
-      outcome.final_loss = resumed.loss;
-      host.AddEarlierCount(resumed.host_syncs);
-      earlier_seconds = resumed.elapsed_seconds;
+      epoch_ = resumed.epoch;
+      outcome_.steps = resumed.steps;
+      outcome_.resumed_steps = resumed.steps;
+      outcome_.epochs_done = resumed.epoch;
+      outcome_.final_loss = resumed.loss;
+      host_.AddEarlierCount(resumed.host_syncs);
+      earlier_seconds_ = resumed.elapsed_seconds;
     }
 
     // Validation rows: a fixed held-out part of the dataset, or a second dataset.
@@ -208,241 +181,502 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
     //    rather than as copies, so the resident dataset is never duplicated on the device.
     //  - Without validation the generator draws exactly what it did before validation existed,
     //    so existing seeds keep their losses.
-    torch::Tensor val_features = features;
-    torch::Tensor val_targets = targets;
-    torch::Tensor train_index;  // fraction only: the rows that train, in split order
-    torch::Tensor val_index;    // fraction only: the rows that validate
-    const int64_t dataset_rows = features.size(0);
-    int64_t rows = dataset_rows;  // training rows
-    int64_t val_rows = 0;
-    if (spec.validation_fraction > 0) {
-      val_rows = HeldOutRows(spec.validation_fraction, dataset_rows);
-      rows = dataset_rows - val_rows;
-      torch::Tensor split = torch::randperm(dataset_rows, gen, index_options);
-      train_index = split.narrow(/*dim=*/0, /*start=*/0, rows);
-      val_index = split.narrow(/*dim=*/0, /*start=*/rows, val_rows);
-    } else if (run.validation_dataset != nullptr) {
-      val_features = run.validation_dataset->features;
-      val_targets = run.validation_dataset->targets;
-      if (val_features.device() != run.device) {
-        host.CountCrossDeviceCopy();
-        val_features = val_features.to(run.device);
-        val_targets = val_targets.to(run.device);
-        if (!run.device.is_cpu()) {
-          outcome.host_to_device_bytes += val_features.nbytes() + val_targets.nbytes();
+    val_features_ = features_;
+    val_targets_ = targets_;
+    const int64_t dataset_rows = features_.size(0);
+    rows_ = dataset_rows;
+    if (spec_.validation_fraction > 0) {
+      val_rows_ = HeldOutRows(spec_.validation_fraction, dataset_rows);
+      rows_ = dataset_rows - val_rows_;
+      torch::Tensor split = torch::randperm(dataset_rows, gen_, index_options);
+      train_index_ = split.narrow(/*dim=*/0, /*start=*/0, rows_);
+      val_index_ = split.narrow(/*dim=*/0, /*start=*/rows_, val_rows_);
+    } else if (run_.validation_dataset != nullptr) {
+      val_features_ = run_.validation_dataset->features;
+      val_targets_ = run_.validation_dataset->targets;
+      if (val_features_.device() != run_.device) {
+        host_.CountCrossDeviceCopy();
+        val_features_ = val_features_.to(run_.device);
+        val_targets_ = val_targets_.to(run_.device);
+        if (!run_.device.is_cpu()) {
+          outcome_.host_to_device_bytes += val_features_.nbytes() + val_targets_.nbytes();
         }
       }
-      val_rows = val_features.size(0);
+      val_rows_ = val_features_.size(0);
     }
-    const bool classification = spec.loss == LossKind::kCrossEntropy || spec.loss == LossKind::kNll;
-    const int32_t patience = spec.early_stop_patience;
-
-    const int64_t batch = std::min<int64_t>(spec.batch_size, rows);
-    // Early stopping is decided on the host from values that the epoch's one transfer brought.
-    double best_val_loss = std::numeric_limits<double>::infinity();
-    int32_t epochs_without_improvement = 0;
-    if (!run.resume_from.empty()) {
-      best_val_loss = resumed.best_validation_loss;
-      epochs_without_improvement = resumed.epochs_without_improvement;
+    classification_ = spec_.loss == LossKind::kCrossEntropy || spec_.loss == LossKind::kNll;
+    batch_ = std::min<int64_t>(spec_.batch_size, rows_);
+    if (!run_.resume_from.empty()) {
+      best_val_loss_ = resumed.best_validation_loss;
+      epochs_without_improvement_ = resumed.epochs_without_improvement;
       if (resumed.generator_state.defined()) {
-        std::lock_guard<std::mutex> lock(gen.mutex());
-        gen.set_state(resumed.generator_state);
+        std::lock_guard<std::mutex> lock(gen_.mutex());
+        gen_.set_state(resumed.generator_state);
       }
       // Stopped early at the checkpoint's epoch, before the daemon stopped.
-      if (patience > 0 && epochs_without_improvement >= patience && resumed.epoch < spec.epochs) {
-        outcome.stopped_early = true;
-        first_epoch = spec.epochs + 1;
+      const int32_t patience = spec_.early_stop_patience;
+      if (patience > 0 && epochs_without_improvement_ >= patience && resumed.epoch < spec_.epochs) {
+        outcome_.stopped_early = true;
+        stopped_ = true;
       }
     }
-
-    auto cancelled = [&] {
-      if (run.interrupt != nullptr && run.interrupt->load(std::memory_order_relaxed)) {
-        outcome.interrupted = true;
-        outcome.state = JobState::kRunning;
-        return true;
-      }
-      if (run.cancel == nullptr || !run.cancel->load(std::memory_order_relaxed)) return false;
-      outcome.state = JobState::kCancelled;
-      return true;
-    };
-    CountHostToDeviceBytes(outcome.host_to_device_bytes);
-    loop_start = std::chrono::steady_clock::now();
-
-    for (int32_t epoch = first_epoch; epoch <= spec.epochs; ++epoch) {
-      // The schedule is host arithmetic on the epoch number: no device value is read.
-      const double learning_rate = LearningRateForEpoch(spec, epoch);
-      path->SetLearningRate(learning_rate);
-      // The epoch's rows in order; undefined means rows 0..rows-1 as they lie (narrow views).
-      torch::Tensor order;
-      if (spec.shuffle) {
-        order = torch::randperm(rows, gen, index_options);
-        if (train_index.defined()) order = train_index.index_select(/*dim=*/0, order);
-      } else if (train_index.defined()) {
-        order = train_index;
-      }
-      path->BeginEpoch();
-      EpochBatches batches(features, targets, std::move(order), batch);
-      for (int64_t begin = 0; begin < rows; begin += batch) {
-        if (cancelled()) return finish(outcome);
-        const int64_t len = std::min(batch, rows - begin);
-        path->Step(batches.Get(begin, len));
-        ++outcome.steps;
-      }
-
-      // Validation: eval mode (dropout off, batchnorm on its running statistics), no autograd,
-      // in batches of batch_size; the loss (the training loss function with the same options)
-      // and the correct count are summed on the device like the training loss.
-      // Each value's place in the transfer; -1 when the job has no such value.
-      std::vector<torch::Tensor> reduced = {path->loss_sum() / static_cast<double>(rows)};
-      int val_loss_at = -1;
-      int val_accuracy_at = -1;
-      if (val_rows > 0) {
-        path->BeginValidation();
-        const int64_t val_batch = std::min<int64_t>(spec.batch_size, val_rows);
-        EpochBatches val_batches(val_features, val_targets, val_index, val_batch);
-        for (int64_t begin = 0; begin < val_rows; begin += val_batch) {
-          if (cancelled()) return finish(outcome);
-          const int64_t len = std::min(val_batch, val_rows - begin);
-          path->ValidateBatch(val_batches.Get(begin, len));
-        }
-        path->EndValidation();
-        val_loss_at = static_cast<int>(reduced.size());
-        reduced.push_back(path->validation_loss_sum() / static_cast<double>(val_rows));
-        if (classification) {
-          val_accuracy_at = static_cast<int>(reduced.size());
-          reduced.push_back(path->validation_correct().to(torch::kFloat64) /
-                            static_cast<double>(val_rows));
-        }
-      }
-      const int extra_at = static_cast<int>(reduced.size());
-      for (torch::Tensor& value : path->ExtraEpochValues()) {
-        reduced.push_back(value.to(torch::kFloat64));
-      }
-
-      // The epoch's one host transfer: training loss, then validation loss and accuracy, then the
-      // path's own values (fp16's loss scale and skipped steps).
-      const torch::Tensor values = host.ToHost(torch::stack(reduced)).contiguous();
-      const double* value = values.data_ptr<double>();
-      const double mean_loss = value[0];
-      outcome.epochs_done = epoch;
-      outcome.final_loss = mean_loss;
-      if (!std::isfinite(mean_loss)) {
-        outcome.state = JobState::kFailed;
-        outcome.error =
-            absl::StrCat("loss became ", std::isnan(mean_loss) ? "NaN" : "infinite", " at epoch ",
-                         epoch, "; try a smaller learning rate (", spec.learning_rate, ")");
-        return finish(outcome);
-      }
-      EpochResult result;
-      result.epoch = epoch;
-      result.loss = mean_loss;
-      result.elapsed_seconds = earlier_seconds + SecondsSince(start);
-      result.learning_rate = learning_rate;
-      if (static_cast<int64_t>(reduced.size()) > extra_at) {
-        // fp16: the loss scale and the epoch's skipped steps; the path corrects its step counts
-        // before any checkpoint of this epoch.
-        result.loss_scale = value[extra_at];
-        result.skipped_steps = std::llround(value[extra_at + 1]);
-      }
-      path->AfterTransfer(value + extra_at);
-      if (val_rows > 0) {
-        const double val_loss = value[val_loss_at];
-        if (!std::isfinite(val_loss)) {
-          outcome.state = JobState::kFailed;
-          outcome.error =
-              absl::StrCat("validation loss became ", std::isnan(val_loss) ? "NaN" : "infinite",
-                           " at epoch ", epoch, " (training loss ", mean_loss, ")");
-          return finish(outcome);
-        }
-        result.validation_loss = val_loss;
-        if (val_accuracy_at >= 0) result.validation_accuracy = value[val_accuracy_at];
-        if (val_loss < best_val_loss) {
-          best_val_loss = val_loss;
-          epochs_without_improvement = 0;
-        } else {
-          ++epochs_without_improvement;
-        }
-      }
-      // Checkpoint at the epoch boundary, after the epoch's one transfer (so a NaN epoch is never
-      // saved) and before its event, so that the epoch's host_syncs and the Job's checkpoint
-      // list agree when a watcher sees the epoch. Serialising copies the device's parameters,
-      // buffers and optimizer state to the host: off the CPU that is one more host sync per
-      // checkpoint (host_syncs = epochs + 1 + checkpoints on a GPU); on the CPU nothing crosses.
-      // A drain stops the job after this epoch (unless it was the last, or an early stop): it
-      // gets a checkpoint now, whatever checkpoint_every says, and resumes from it.
-      const bool stops_early =
-          patience > 0 && epochs_without_improvement >= patience && epoch < spec.epochs;
-      const bool draining = run.drain != nullptr && run.drain->load(std::memory_order_relaxed) &&
-                            epoch < spec.epochs && !stops_early && !run.checkpoint_dir.empty();
-      if (!run.checkpoint_dir.empty() &&
-          (draining || (spec.checkpoint_every > 0 && epoch % spec.checkpoint_every == 0))) {
-        const std::string file_name = CheckpointFileName(epoch);
-        if (!run.device.is_cpu()) host.CountCrossDeviceCopy();
-        const auto checkpoint_start = std::chrono::steady_clock::now();
-        LoopState state;
-        state.epoch = epoch;
-        state.seed = seed;
-        state.steps = outcome.steps;
-        state.host_syncs = host.count();
-        state.elapsed_seconds = result.elapsed_seconds;
-        state.loss = mean_loss;
-        {
-          std::lock_guard<std::mutex> lock(gen.mutex());
-          state.generator_state = gen.get_state();
-        }
-        state.best_validation_loss = best_val_loss;
-        state.epochs_without_improvement = epochs_without_improvement;
-        absl::StatusOr<int64_t> size =
-            path->WriteCheckpoint(absl::StrCat(run.checkpoint_dir, "/", file_name), state);
-        if (!size.ok()) {
-          outcome.state = JobState::kFailed;
-          outcome.error = absl::StrCat("cannot write checkpoint at epoch ", epoch, ": ",
-                                       size.status().message());
-          return finish(outcome);
-        }
-        outcome.checkpoint_seconds += SecondsSince(checkpoint_start);
-        if (run.on_checkpoint) run.on_checkpoint(epoch, file_name, *size);
-      }
-      if (run.on_epoch) run.on_epoch(result, outcome.steps, host.count());
-      if (draining) {
-        outcome.interrupted = true;
-        outcome.state = JobState::kRunning;
-        return finish(outcome);
-      }
-      // Stopping after the last planned epoch is no early stop.
-      if (stops_early) {
-        outcome.stopped_early = true;
-        break;
-      }
-    }
-
-    loop_end_seconds = SecondsSince(start);
-    outcome.loop_host_transfer_seconds = host.seconds();
-    absl::StatusOr<std::string> archive = path->Finish(host, outcome);
-    if (!archive.ok()) {
-      outcome.state = JobState::kFailed;
-      outcome.error = std::string(archive.status().message());
-      return finish(outcome);
-    }
-    outcome.model_archive = *std::move(archive);
-    outcome.state = JobState::kSucceeded;
-  } catch (const c10::OutOfMemoryError& e) {
-    // The job's tensors are gone with its scope; the allocator's cache of them goes too, so
-    // that the next job on the device starts from what is really free.
-    ReleaseCachedMemory(run.device);
-    outcome.state = JobState::kFailed;
-    outcome.error = absl::StrCat("out of memory on ", DeviceName(run.device), " at epoch ",
-                                 outcome.epochs_done + 1, "; try a smaller batch size or model");
-  } catch (const std::bad_alloc&) {
-    outcome.state = JobState::kFailed;
-    outcome.error = absl::StrCat("out of host memory (std::bad_alloc) at epoch ",
-                                 outcome.epochs_done + 1, "; try a smaller batch size or model");
-  } catch (const std::exception& e) {
-    outcome.state = JobState::kFailed;
-    outcome.error =
-        absl::StrCat("training failed at epoch ", outcome.epochs_done + 1, ": ", FirstLineOf(e));
+    return true;
   }
-  return finish(outcome);
+
+  // A cancel or an interrupt seen before a step: ends the member's run (its outcome set).
+  bool Cancelled() {
+    if (run_.interrupt != nullptr && run_.interrupt->load(std::memory_order_relaxed)) {
+      outcome_.interrupted = true;
+      End(JobState::kRunning, "");
+      return true;
+    }
+    if (run_.cancel == nullptr || !run_.cancel->load(std::memory_order_relaxed)) return false;
+    End(JobState::kCancelled, "");
+    return true;
+  }
+
+  void BeginEpoch() {
+    ++epoch_;
+    // The schedule is host arithmetic on the epoch number: no device value is read.
+    learning_rate_ = LearningRateForEpoch(spec_, epoch_);
+    path_->SetLearningRate(learning_rate_);
+    // The epoch's rows in order; undefined means rows 0..rows-1 as they lie (narrow views).
+    torch::Tensor order;
+    if (spec_.shuffle) {
+      const auto index_options = torch::TensorOptions(torch::kInt64).device(run_.device);
+      order = torch::randperm(rows_, gen_, index_options);
+      if (train_index_.defined()) order = train_index_.index_select(/*dim=*/0, order);
+    } else if (train_index_.defined()) {
+      order = train_index_;
+    }
+    path_->BeginEpoch();
+    batches_.emplace(features_, targets_, std::move(order), batch_);
+  }
+
+  void Step(int64_t begin) {
+    path_->Step(batches_->Get(begin, std::min(batch_, rows_ - begin)));
+    ++outcome_.steps;
+  }
+
+  // Validation: eval mode (dropout off, batchnorm on its running statistics), no autograd, in
+  // batches of batch_size; the loss (the training loss function with the same options) and the
+  // correct count are summed on the device like the training loss.
+  void BeginValidation() {
+    path_->BeginValidation();
+    val_batches_.emplace(val_features_, val_targets_, val_index_, val_batch());
+  }
+  void ValidateBatch(int64_t begin) {
+    path_->ValidateBatch(val_batches_->Get(begin, std::min(val_batch(), val_rows_ - begin)));
+  }
+  void EndValidation() { path_->EndValidation(); }
+
+  // The epoch's values for the one transfer (float64 scalars): training loss, then validation loss
+  // and accuracy, then the path's own values (fp16's loss scale and skipped steps).
+  std::vector<torch::Tensor> EpochValues() {
+    batches_.reset();
+    val_batches_.reset();
+    std::vector<torch::Tensor> reduced = {path_->loss_sum() / static_cast<double>(rows_)};
+    val_loss_at_ = -1;
+    val_accuracy_at_ = -1;
+    if (val_rows_ > 0) {
+      val_loss_at_ = static_cast<int>(reduced.size());
+      reduced.push_back(path_->validation_loss_sum() / static_cast<double>(val_rows_));
+      if (classification_) {
+        val_accuracy_at_ = static_cast<int>(reduced.size());
+        reduced.push_back(path_->validation_correct().to(torch::kFloat64) /
+                          static_cast<double>(val_rows_));
+      }
+    }
+    extra_at_ = static_cast<int>(reduced.size());
+    for (torch::Tensor& value : path_->ExtraEpochValues()) {
+      reduced.push_back(value.to(torch::kFloat64));
+    }
+    value_count_ = static_cast<int>(reduced.size());
+    return reduced;
+  }
+
+  // The epoch's values arrived (EpochValues' order). Checks them, checkpoints, publishes the
+  // epoch. False when the member's run ended here (a NaN, a failed checkpoint, a drain); an
+  // early stop ends the loop (more_epochs() false) with the job still to Finish.
+  bool AfterTransfer(const double* value) {
+    const double mean_loss = value[0];
+    outcome_.epochs_done = epoch_;
+    outcome_.final_loss = mean_loss;
+    if (!std::isfinite(mean_loss)) {
+      return End(
+          JobState::kFailed,
+          absl::StrCat("loss became ", std::isnan(mean_loss) ? "NaN" : "infinite", " at epoch ",
+                       epoch_, "; try a smaller learning rate (", spec_.learning_rate, ")"));
+    }
+    EpochResult result;
+    result.epoch = epoch_;
+    result.loss = mean_loss;
+    result.elapsed_seconds = earlier_seconds_ + SecondsSince(start_);
+    result.learning_rate = learning_rate_;
+    if (value_count_ > extra_at_) {
+      // fp16: the loss scale and the epoch's skipped steps; the path corrects its step counts
+      // before any checkpoint of this epoch.
+      result.loss_scale = value[extra_at_];
+      result.skipped_steps = std::llround(value[extra_at_ + 1]);
+    }
+    path_->AfterTransfer(value + extra_at_);
+    if (val_rows_ > 0) {
+      const double val_loss = value[val_loss_at_];
+      if (!std::isfinite(val_loss)) {
+        return End(
+            JobState::kFailed,
+            absl::StrCat("validation loss became ", std::isnan(val_loss) ? "NaN" : "infinite",
+                         " at epoch ", epoch_, " (training loss ", mean_loss, ")"));
+      }
+      result.validation_loss = val_loss;
+      if (val_accuracy_at_ >= 0) result.validation_accuracy = value[val_accuracy_at_];
+      if (val_loss < best_val_loss_) {
+        best_val_loss_ = val_loss;
+        epochs_without_improvement_ = 0;
+      } else {
+        ++epochs_without_improvement_;
+      }
+    }
+    // Checkpoint at the epoch boundary, after the epoch's one transfer (so a NaN epoch is never
+    // saved) and before its event, so that the epoch's host_syncs and the Job's checkpoint
+    // list agree when a watcher sees the epoch. Serialising copies the device's parameters,
+    // buffers and optimizer state to the host: off the CPU that is one more host sync per
+    // checkpoint (host_syncs = epochs + 1 + checkpoints on a GPU); on the CPU nothing crosses.
+    // A drain stops the job after this epoch (unless it was the last, or an early stop): it
+    // gets a checkpoint now, whatever checkpoint_every says, and resumes from it.
+    const int32_t patience = spec_.early_stop_patience;
+    const bool stops_early =
+        patience > 0 && epochs_without_improvement_ >= patience && epoch_ < spec_.epochs;
+    const bool draining = run_.drain != nullptr && run_.drain->load(std::memory_order_relaxed) &&
+                          epoch_ < spec_.epochs && !stops_early && !run_.checkpoint_dir.empty();
+    if (!run_.checkpoint_dir.empty() &&
+        (draining || (spec_.checkpoint_every > 0 && epoch_ % spec_.checkpoint_every == 0))) {
+      const std::string file_name = CheckpointFileName(epoch_);
+      if (!run_.device.is_cpu()) host_.CountCrossDeviceCopy();
+      const auto checkpoint_start = Clock::now();
+      LoopState state;
+      state.epoch = epoch_;
+      state.seed = spec_.seed.value_or(0);
+      state.steps = outcome_.steps;
+      state.host_syncs = host_.count();
+      state.elapsed_seconds = result.elapsed_seconds;
+      state.loss = mean_loss;
+      {
+        std::lock_guard<std::mutex> lock(gen_.mutex());
+        state.generator_state = gen_.get_state();
+      }
+      state.best_validation_loss = best_val_loss_;
+      state.epochs_without_improvement = epochs_without_improvement_;
+      absl::StatusOr<int64_t> size =
+          path_->WriteCheckpoint(absl::StrCat(run_.checkpoint_dir, "/", file_name), state);
+      if (!size.ok()) {
+        return End(JobState::kFailed, absl::StrCat("cannot write checkpoint at epoch ", epoch_,
+                                                   ": ", size.status().message()));
+      }
+      outcome_.checkpoint_seconds += SecondsSince(checkpoint_start);
+      if (run_.on_checkpoint) run_.on_checkpoint(epoch_, file_name, *size);
+    }
+    if (run_.on_epoch) run_.on_epoch(result, outcome_.steps, host_.count());
+    if (draining) {
+      outcome_.interrupted = true;
+      return End(JobState::kRunning, "");
+    }
+    // Stopping after the last planned epoch is no early stop.
+    if (stops_early) {
+      outcome_.stopped_early = true;
+      stopped_ = true;
+    }
+    return true;
+  }
+
+  // After the member's last epoch: the trained model, exported.
+  void Finish() {
+    loop_end_seconds_ = SecondsSince(start_);
+    outcome_.loop_host_transfer_seconds = host_.seconds();
+    absl::StatusOr<std::string> archive = path_->Finish(host_, outcome_);
+    if (!archive.ok()) {
+      End(JobState::kFailed, std::string(archive.status().message()));
+      return;
+    }
+    outcome_.model_archive = *std::move(archive);
+    End(JobState::kSucceeded, "");
+  }
+
+  // Ends the member's run with `state` (kRunning: interrupted) and frees its path; returns false,
+  // so that `return End(...)` reads as "the run ended".
+  bool End(JobState state, std::string error) {
+    if (ended_) return false;
+    ended_ = true;
+    outcome_.state = state;
+    if (!error.empty()) outcome_.error = std::move(error);
+    batches_.reset();
+    val_batches_.reset();
+    path_.reset();
+    return false;
+  }
+  // A LibTorch error or an allocation failure in one of the member's calls.
+  void Fail(std::exception_ptr error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const c10::OutOfMemoryError&) {
+      End(JobState::kFailed, "");  // frees the member's tensors before the cache goes
+      ReleaseCachedMemory(run_.device);
+      outcome_.error =
+          absl::StrCat("out of memory on ", DeviceName(run_.device), " at epoch ",
+                       outcome_.epochs_done + 1, "; try a smaller batch size or model");
+    } catch (const std::bad_alloc&) {
+      End(JobState::kFailed,
+          absl::StrCat("out of host memory (std::bad_alloc) at epoch ", outcome_.epochs_done + 1,
+                       "; try a smaller batch size or model"));
+    } catch (const std::exception& e) {
+      End(JobState::kFailed, absl::StrCat("training failed at epoch ", outcome_.epochs_done + 1,
+                                          ": ", FirstLineOf(e)));
+    } catch (...) {
+      End(JobState::kFailed, absl::StrCat("training failed at epoch ", outcome_.epochs_done + 1));
+    }
+  }
+
+  // The outcome with its times and counts; `loop_start` is when the pack's first step began.
+  TrainingOutcome TakeOutcome(std::optional<Clock::time_point> loop_start, int64_t peak_bytes) {
+    TrainingOutcome& o = outcome_;
+    o.wall_seconds = SecondsSince(start_);
+    o.host_syncs = host_.count();
+    o.host_transfer_seconds = host_.seconds();
+    if (loop_start) {
+      o.data_seconds = std::chrono::duration<double>(*loop_start - start_).count();
+      const double end = loop_end_seconds_ >= 0 ? loop_end_seconds_ : o.wall_seconds;
+      o.loop_seconds = std::max(0.0, end - o.data_seconds);
+    } else {
+      o.data_seconds = o.wall_seconds;
+    }
+    if (o.loop_host_transfer_seconds == 0) o.loop_host_transfer_seconds = host_.seconds();
+    o.peak_memory_bytes = peak_bytes;
+    o.wall_seconds += earlier_seconds_;  // the job's running time, earlier runs included
+    return std::move(outcome_);
+  }
+
+ private:
+  const TrainingRun& run_;
+  const JobSpec& spec_;
+  const Clock::time_point start_;
+  TrainingOutcome outcome_;
+  HostTransfers host_;
+  bool ended_ = false;
+  bool stopped_ = false;          // early stop: no more epochs, the job still to Finish
+  double earlier_seconds_ = 0;    // a resumed job's running time before this run
+  double loop_end_seconds_ = -1;  // since start; < 0 while the loop runs
+  at::Generator gen_;
+  std::unique_ptr<TrainingPath> path_;
+  torch::Tensor features_;
+  torch::Tensor targets_;
+  torch::Tensor val_features_;
+  torch::Tensor val_targets_;
+  torch::Tensor train_index_;  // fraction only: the rows that train, in split order
+  torch::Tensor val_index_;    // fraction only: the rows that validate
+  int64_t rows_ = 0;           // training rows
+  int64_t val_rows_ = 0;
+  int64_t batch_ = 1;
+  bool classification_ = false;
+  int32_t epoch_ = 0;  // the last epoch begun (a resumed job's checkpoint epoch before its first)
+  double learning_rate_ = 0.0;
+  // Early stopping is decided on the host from values that the epoch's one transfer brought.
+  double best_val_loss_ = std::numeric_limits<double>::infinity();
+  int32_t epochs_without_improvement_ = 0;
+  std::optional<EpochBatches> batches_;
+  std::optional<EpochBatches> val_batches_;
+  int val_loss_at_ = -1;  // each value's place in the transfer; -1 when the job has no such value
+  int val_accuracy_at_ = -1;
+  int extra_at_ = 0;
+  int value_count_ = 0;
+};
+
+// Calls `f` on every member still running, in order; a member whose call throws fails alone.
+template <typename F>
+void ForEachRunning(std::vector<std::unique_ptr<MemberLoop>>& members, F f) {
+  for (auto& member : members) {
+    if (member->ended()) continue;
+    try {
+      f(*member);
+    } catch (...) {
+      member->Fail(std::current_exception());
+    }
+  }
+}
+
+// The pack's epoch loop: the members' steps interleaved (member after member within a step), their
+// epoch values in one host transfer. All members have the same rows, batch size, validation rows
+// and epochs (PackUnsupported), and start at the same epoch. `deliver` gets each member's outcome
+// (by its index in `runs`) as soon as that member's run ended, once.
+void RunMembers(const std::vector<const TrainingRun*>& runs,
+                const std::function<void(size_t, TrainingOutcome)>& deliver) {
+  const auto start = Clock::now();
+  const TrainingRun& first = *runs.front();
+  const torch::Device device = first.device;
+  ResetPeakMemory(device);
+  const int64_t allocated_at_start = AllocatedBytes(device);
+  std::vector<std::unique_ptr<MemberLoop>> members;
+  for (const TrainingRun* run : runs) members.push_back(std::make_unique<MemberLoop>(*run, start));
+  std::optional<Clock::time_point> loop_start;
+  std::vector<bool> delivered(members.size(), false);
+  auto deliver_ended = [&] {
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (delivered[i] || !members[i]->ended()) continue;
+      delivered[i] = true;
+      const int64_t peak = std::max<int64_t>(0, PeakAllocatedBytes(device) - allocated_at_start);
+      deliver(i, members[i]->TakeOutcome(loop_start, peak));
+    }
+  };
+  try {
+    if (first.intra_op_threads > 0) SetIntraOpThreads(first.intra_op_threads);
+    SetFlushDenormal(first.flush_denormal);
+    // Everything the pack queues on a GPU goes on its own stream (until the function returns).
+    std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
+    if (std::optional<c10::cuda::CUDAStream> stream = JobStream(device)) {
+      stream_guard.emplace(*stream);
+    }
+    // The dataset normally lives on the job's device already; a job on another device gets one
+    // copy at start (one for the whole pack), never one per batch.
+    torch::Tensor features = first.dataset->features;
+    torch::Tensor targets = first.dataset->targets;
+    int64_t copied_bytes = 0;
+    if (features.device() != device) {
+      features = features.to(device);
+      targets = targets.to(device);
+      if (!device.is_cpu()) copied_bytes = features.nbytes() + targets.nbytes();
+      for (auto& member : members) {
+        member->host().CountCrossDeviceCopy();
+        member->outcome().host_to_device_bytes += copied_bytes;
+      }
+    }
+    ForEachRunning(members, [&](MemberLoop& m) { m.Setup(features, targets); });
+    deliver_ended();
+    CountHostToDeviceBytes(copied_bytes);
+    for (auto& member : members) {
+      if (!member->ended())
+        CountHostToDeviceBytes(member->outcome().host_to_device_bytes - copied_bytes);
+    }
+    loop_start = Clock::now();
+
+    auto any_running = [&] {
+      for (auto& member : members) {
+        if (!member->ended() && member->more_epochs()) return true;
+      }
+      return false;
+    };
+    while (any_running()) {
+      // Members that are done (an early stop) wait for Finish below; the rest run the epoch.
+      std::vector<MemberLoop*> epoch_members;
+      for (auto& member : members) {
+        if (!member->ended() && member->more_epochs()) epoch_members.push_back(member.get());
+      }
+      const MemberLoop& lead = *epoch_members.front();
+      const int64_t rows = lead.rows();
+      const int64_t batch = lead.batch();
+      auto for_each = [&](auto f) {
+        for (MemberLoop* m : epoch_members) {
+          if (m->ended()) continue;
+          try {
+            f(*m);
+          } catch (...) {
+            m->Fail(std::current_exception());
+          }
+        }
+      };
+      for_each([](MemberLoop& m) { m.BeginEpoch(); });
+      for (int64_t begin = 0; begin < rows; begin += batch) {
+        for_each([&](MemberLoop& m) {
+          if (!m.Cancelled()) m.Step(begin);
+        });
+        deliver_ended();  // a cancelled or failed member ends now, not with the pack
+      }
+      if (lead.val_rows() > 0) {
+        const int64_t val_batch = lead.val_batch();
+        for_each([](MemberLoop& m) { m.BeginValidation(); });
+        for (int64_t begin = 0; begin < lead.val_rows(); begin += val_batch) {
+          for_each([&](MemberLoop& m) {
+            if (!m.Cancelled()) m.ValidateBatch(begin);
+          });
+          deliver_ended();
+        }
+        for_each([](MemberLoop& m) { m.EndValidation(); });
+      }
+      // The epoch's one host transfer, for every member of the pack together.
+      std::vector<torch::Tensor> reduced;
+      std::vector<std::pair<MemberLoop*, size_t>> at;
+      for_each([&](MemberLoop& m) {
+        std::vector<torch::Tensor> values = m.EpochValues();
+        at.emplace_back(&m, reduced.size());
+        for (torch::Tensor& v : values) reduced.push_back(std::move(v));
+      });
+      deliver_ended();
+      if (at.empty()) continue;
+      HostTransfers transfer;
+      const torch::Tensor values = transfer.ToHost(torch::stack(reduced)).contiguous();
+      for (auto& [m, offset] : at) {
+        if (m->ended()) continue;
+        m->host().CountShared(transfer.seconds());
+        try {
+          // A member done with its epochs (the last one, or an early stop) finishes now.
+          if (m->AfterTransfer(values.data_ptr<double>() + offset) && !m->more_epochs()) {
+            m->Finish();
+          }
+        } catch (...) {
+          m->Fail(std::current_exception());
+        }
+      }
+      deliver_ended();
+    }
+    ForEachRunning(members, [](MemberLoop& m) { m.Finish(); });
+  } catch (...) {
+    // The pack's own work (its stream, the dataset's copy) failed: every member still running
+    // fails with it.
+    const std::exception_ptr error = std::current_exception();
+    for (auto& member : members) {
+      if (!member->ended()) member->Fail(error);
+    }
+  }
+  deliver_ended();
+}
+
+}  // namespace
+
+TrainingOutcome RunTraining(const TrainingRun& run) {
+  TrainingOutcome outcome;
+  RunMembers({&run}, [&](size_t, TrainingOutcome o) { outcome = std::move(o); });
+  return outcome;
+}
+
+std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) {
+  if (member.torchscript != nullptr || lead.torchscript != nullptr) {
+    return "a TorchScript module trains alone";
+  }
+  if (!member.resume_from.empty() || !lead.resume_from.empty()) {
+    return "a job taken up again from a checkpoint trains alone";
+  }
+  if (member.dataset != lead.dataset || member.validation_dataset != lead.validation_dataset) {
+    return "the members train on different datasets";
+  }
+  if (member.device != lead.device) return "the members run on different devices";
+  const JobSpec& a = lead.spec;
+  const JobSpec& b = member.spec;
+  if (a.model != b.model || a.batch_size != b.batch_size || a.epochs != b.epochs ||
+      a.validation_fraction != b.validation_fraction) {
+    return "the members differ in model, batch size, epochs or validation";
+  }
+  return "";
+}
+
+void RunPackedTraining(const std::vector<const TrainingRun*>& runs,
+                       const std::function<void(size_t, TrainingOutcome)>& deliver) {
+  if (runs.empty()) return;
+  for (const TrainingRun* run : runs) {
+    if (!PackUnsupported(*runs.front(), *run).empty()) {
+      // Not a pack after all: each member alone, one after another.
+      for (size_t i = 0; i < runs.size(); ++i) deliver(i, RunTraining(*runs[i]));
+      return;
+    }
+  }
+  RunMembers(runs, deliver);
 }
 
 }  // namespace trainerd::engine

@@ -104,4 +104,22 @@ struct TrainingOutcome {
 // sentence (out-of-memory named as such).
 TrainingOutcome RunTraining(const TrainingRun& run);
 
+// Why `member` cannot train in one pack with `lead` ("" when it can): packed members share the
+// dataset, the device, the model, the batch size, the epochs and the validation split's size (a
+// sweep's members differ only in learning rate, momentum, weight decay and seed); a TorchScript
+// job and a job taken up again from a checkpoint train alone.
+std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member);
+
+// A sweep's members trained together as one pack on the calling thread: one epoch loop whose
+// steps run every member's step in turn, and whose epochs bring every member's values to the host
+// in one transfer. Each member keeps its own generator (initial weights, shuffle, validation
+// split), optimizer, schedule, cancel flag and callbacks, so that its results are those of the
+// same job run alone (RunTraining is a pack of one). A member that fails (a NaN loss, an error in
+// its step) or is cancelled ends alone; the others go on. `deliver` is called once per member, on
+// the calling thread, with its index in `runs` and its outcome, as soon as that member's run
+// ended. The pack takes runs.front()'s intra-op threads. Members that cannot share a pack
+// (PackUnsupported) run alone one after another.
+void RunPackedTraining(const std::vector<const TrainingRun*>& runs,
+                       const std::function<void(size_t, TrainingOutcome)>& deliver);
+
 }  // namespace trainerd::engine

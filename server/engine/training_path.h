@@ -37,6 +37,12 @@ class HostTransfers {
     return out;
   }
   void CountCrossDeviceCopy() { ++count_; }
+  // A transfer made for several jobs at once (a pack's epoch values), `seconds` long: counted as
+  // one of this job's.
+  void CountShared(double seconds) {
+    ++count_;
+    seconds_ += seconds;
+  }
   // A resumed job's copies before this run.
   void AddEarlierCount(int64_t count) { count_ += count; }
   void AddSeconds(double seconds) { seconds_ += seconds; }

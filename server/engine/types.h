@@ -179,6 +179,9 @@ struct DeviceReport {
   int32_t intra_op_threads = 0;  // the job's LibTorch intra-op threads; 0 before it starts
   std::string engine;            // the path its steps ran on: "fused" or "libtorch"
   std::string engine_reason;     // with engine auto on "libtorch": why not fused
+  // The sweep members that trained together with the job as one pack (the job included); 0 when
+  // it trained alone.
+  int32_t packed_members = 0;
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -216,6 +219,7 @@ struct JobSnapshot {
   // Submitted with device "auto": each measured device's estimated step and job time
   // (device_cost.h); the job runs on the cheapest. Empty otherwise.
   std::vector<DeviceCostEstimate> device_estimates;
+  std::string sweep_id;  // the sweep it is a member of (SubmitSweep); empty for a job alone
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended

@@ -343,6 +343,31 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   return reactor;
 }
 
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContext* context,
+                                                      const v1::SubmitSweepRequest* request,
+                                                      v1::SubmitSweepResponse* response) {
+  auto spec = FromProto(request->spec());
+  if (!spec.ok()) return FinishWith(context, spec.status());
+  engine::SweepAxes axes;
+  axes.learning_rates.assign(request->learning_rates().begin(), request->learning_rates().end());
+  axes.momenta.assign(request->momenta().begin(), request->momenta().end());
+  axes.weight_decays.assign(request->weight_decays().begin(), request->weight_decays().end());
+  axes.seeds.assign(request->seeds().begin(), request->seeds().end());
+  engine::CallContext caller;
+  caller.owner = CallerName(context, authenticator_);
+  caller.deadline = CallDeadline(*context);
+  // Spec-built members only: checked and queued here without blocking on training.
+  absl::StatusOr<engine::SweepSnapshot> sweep =
+      engine_->SubmitSweep(*std::move(spec), axes, caller);
+  if (sweep.ok()) {
+    response->set_sweep_id(sweep->id);
+    for (const engine::JobSnapshot& member : sweep->members) {
+      *response->add_members() = ToProto(member);
+    }
+  }
+  return FinishWith(context, sweep.status());
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {

@@ -16,6 +16,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   explicit JobServiceImpl(engine::Engine* engine, Authenticator* authenticator = nullptr)
       : engine_(engine), authenticator_(authenticator) {}
 
+  grpc::ServerUnaryReactor* SubmitSweep(grpc::CallbackServerContext* context,
+                                        const v1::SubmitSweepRequest* request,
+                                        v1::SubmitSweepResponse* response) override;
   grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* context,
                                       const v1::SubmitJobRequest* request,
                                       v1::Job* response) override;

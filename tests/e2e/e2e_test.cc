@@ -206,6 +206,52 @@ TEST_F(EndToEndTest, DivergingJobFailsAndWatchExitsOne) {
   EXPECT_THAT(r.out + r.err, HasSubstr("loss became"));
 }
 
+// trainctl sweep against the real daemon: the product is submitted as one sweep, watched to the
+// end as a table sorted by loss; a diverging member fails alone (and the watch exits 1), the others
+// succeed as members of one pack with their own ids, records and models.
+TEST_F(EndToEndTest, SweepTrainsItsMembersAsOnePackAndWatchesThemToTheEnd) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult r = Ctl({"sweep", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1,0.03,1e6",
+                     "--seed", "1,2", "--epochs", "20", "--batch-size", "16", "--watch"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // two members diverged
+  const std::string sweep = r.out.substr(0, r.out.find('\n'));
+  ASSERT_THAT(sweep, ::testing::StartsWith("sweep-")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("4 succeeded, 2 failed, 0 cancelled"));
+  // The final table lists the best member first.
+  std::vector<std::string> ids;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(ids.size(), 6u) << r.out;
+  double lowest = 1e300;
+  for (const std::string& id : ids) {
+    RunResult get = Ctl({"-o", "json", "job", "get", id});
+    ASSERT_EQ(get.exit_code, 0) << get.err;
+    v1::Job job;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+    EXPECT_EQ(job.sweep_id(), sweep);
+    EXPECT_EQ(job.report().packed_members(), 6);
+    if (job.spec().optimizer().learning_rate() == 1e6) {
+      EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+      EXPECT_THAT(job.error(), HasSubstr("loss became"));
+    } else {
+      EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+      EXPECT_EQ(job.epochs_size(), 20);
+      EXPECT_LT(job.final_loss(), 0.05);
+      lowest = std::min(lowest, job.final_loss());
+    }
+  }
+  RunResult best = Ctl({"-o", "json", "job", "get", ids.front()});
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(best.out, &job).ok());
+  EXPECT_EQ(job.final_loss(), lowest) << r.out;
+  const std::string model = (dir_ / "best.pt").string();
+  RunResult fetched = Ctl({"job", "model", ids.front(), "-o", model});
+  EXPECT_EQ(fetched.exit_code, 0) << fetched.err;
+  EXPECT_GT(std::filesystem::file_size(model), 0u);
+}
+
 TEST_F(EndToEndTest, DatasetSurvivesRestart) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult before = Ctl({"-o", "json", "dataset", "get", "seed"});

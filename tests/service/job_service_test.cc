@@ -543,5 +543,44 @@ TEST_F(JobServiceTest, UnknownPrecisionIsInvalidArgument) {
   EXPECT_THAT(status.error_message(), HasSubstr("precision must be"));
 }
 
+// SubmitSweep over the wire: every member comes back QUEUED with the sweep's id, and each ends as
+// a Job of its own, packed with the others; a bad list is INVALID_ARGUMENT naming the member.
+TEST_F(JobServiceTest, SubmitSweepQueuesEveryMemberAndEachEndsAsItsOwnJob) {
+  v1::SubmitSweepRequest request;
+  *request.mutable_spec() = LinearSpec("seed", 3);
+  request.add_learning_rates(0.1);
+  request.add_learning_rates(0.05);
+  request.add_seeds(1);
+  request.add_seeds(2);
+  v1::SubmitSweepResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = jobs_->SubmitSweep(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.sweep_id().rfind("sweep-", 0), 0u) << response.sweep_id();
+  ASSERT_EQ(response.members_size(), 4);
+  EXPECT_EQ(response.members(1).spec().seed(), 2u);
+  EXPECT_EQ(response.members(2).spec().optimizer().learning_rate(), 0.05);
+  for (const v1::Job& member : response.members()) {
+    EXPECT_TRUE(IsJobId(member.id()));
+    EXPECT_EQ(member.state(), v1::JOB_STATE_QUEUED);
+    EXPECT_EQ(member.sweep_id(), response.sweep_id());
+    std::unique_ptr<JobWatch> watch = Watch(member.id());
+    ASSERT_TRUE(watch->Finish().ok());
+    ExpectEpochsThenTerminal(watch->events(), 3, v1::JOB_STATE_SUCCEEDED);
+    v1::Job ended;
+    ASSERT_TRUE(GetJob(member.id(), &ended).ok());
+    EXPECT_EQ(ended.report().packed_members(), 4);
+    EXPECT_EQ(ended.sweep_id(), response.sweep_id());
+  }
+
+  request.add_learning_rates(-0.5);
+  v1::SubmitSweepResponse refused;
+  grpc::ClientContext again;
+  status = jobs_->SubmitSweep(&again, request, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("sweep member 5 (learning rate -0.5"));
+  EXPECT_EQ(refused.members_size(), 0);
+}
+
 }  // namespace
 }  // namespace trainerd::service::testing

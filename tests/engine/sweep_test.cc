@@ -1,0 +1,413 @@
+// Sweeps: RunPackedTraining (server/engine/trainer.h) against the same jobs run alone, member by
+// member, on both paths; a member that fails or is cancelled ends alone; and Engine::SubmitSweep's
+// product, its checks and its packed members through the real queue.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "server/engine/trainer.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace trainerd::engine {
+namespace {
+
+using test_support::ClustersTable;
+using test_support::EngineFixture;
+using test_support::Losses;
+using test_support::RunJob;
+using test_support::SeedSpec;
+using test_support::SeedTable;
+using test_support::Upload;
+using test_support::WaitForEnd;
+using ::testing::HasSubstr;
+
+// 96 rows of 4 standard-normal features; 3 classes from the features (so that training learns).
+std::shared_ptr<const Dataset> ClassDataset() {
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "classes";
+  dataset->meta.feature_shape = {4};
+  dataset->meta.rows = 96;
+  dataset->meta.device = "cpu";
+  torch::manual_seed(3);
+  dataset->features = torch::randn({96, 4});
+  dataset->targets = (dataset->features.select(1, 0) > 0).to(torch::kInt64) +
+                     (dataset->features.select(1, 1) > 0.5).to(torch::kInt64);
+  return dataset;
+}
+
+// A member of a sweep over ClassDataset(): an MLP with validation and shuffling.
+TrainingRun Member(const std::shared_ptr<const Dataset>& dataset, EngineKind engine,
+                   OptimizerKind optimizer, double lr, uint64_t seed) {
+  TrainingRun run;
+  run.spec.dataset = "classes";
+  run.spec.model = "linear:16,tanh,linear:3";
+  run.spec.loss = LossKind::kCrossEntropy;
+  run.spec.optimizer = optimizer;
+  run.spec.learning_rate = lr;
+  run.spec.momentum = optimizer == OptimizerKind::kSgd ? 0.9 : 0.0;
+  run.spec.batch_size = 10;  // 77 training rows: a short last batch
+  run.spec.epochs = 4;
+  run.spec.validation_fraction = 0.2;
+  run.spec.seed = seed;
+  run.spec.device = "cpu";
+  run.spec.engine = engine;
+  run.model = *ParseModelSpec(run.spec.model);
+  run.dataset = dataset;
+  return run;
+}
+
+struct Recorded {
+  std::vector<double> losses;
+  std::vector<double> validation_losses;
+};
+
+// Runs `runs` as one pack; every member's epochs (through its own callback) and outcome.
+std::vector<TrainingOutcome> RunPack(std::vector<TrainingRun>& runs, std::vector<Recorded>& seen,
+                                     std::vector<size_t>* delivery_order = nullptr) {
+  seen.assign(runs.size(), Recorded{});
+  std::vector<const TrainingRun*> pointers;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].on_epoch = [&seen, i](const EpochResult& e, int64_t, int64_t) {
+      seen[i].losses.push_back(e.loss);
+      seen[i].validation_losses.push_back(e.validation_loss.value_or(-1));
+    };
+    pointers.push_back(&runs[i]);
+  }
+  std::vector<TrainingOutcome> outcomes(runs.size());
+  RunPackedTraining(pointers, [&](size_t i, TrainingOutcome outcome) {
+    if (delivery_order != nullptr) delivery_order->push_back(i);
+    outcomes[i] = std::move(outcome);
+  });
+  return outcomes;
+}
+
+TEST(PackedTrainingTest, EveryMemberEqualsTheSameJobRunAlone) {
+  const auto dataset = ClassDataset();
+  for (EngineKind engine : {EngineKind::kFused, EngineKind::kLibTorch}) {
+    for (OptimizerKind optimizer : {OptimizerKind::kSgd, OptimizerKind::kAdam}) {
+      SCOPED_TRACE(EngineKindName(engine));
+      SCOPED_TRACE(static_cast<int>(optimizer));
+      std::vector<TrainingRun> runs;
+      for (double lr : {0.05, 0.01}) {
+        for (uint64_t seed : {1u, 2u}) runs.push_back(Member(dataset, engine, optimizer, lr, seed));
+      }
+      std::vector<Recorded> packed;
+      std::vector<TrainingOutcome> outcomes = RunPack(runs, packed);
+      ASSERT_EQ(outcomes.size(), 4u);
+      std::set<double> finals;
+      for (size_t i = 0; i < runs.size(); ++i) {
+        ASSERT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
+        EXPECT_EQ(outcomes[i].engine, EngineKindName(engine));
+        EXPECT_EQ(outcomes[i].epochs_done, 4);
+        EXPECT_EQ(outcomes[i].steps, 4 * 8);       // 77 training rows in batches of 10
+        EXPECT_EQ(outcomes[i].host_syncs, 4 + 1);  // one per epoch, one read-back of the model
+        EXPECT_FALSE(outcomes[i].model_archive.empty());
+        // The same job alone: the same generator draws and arithmetic, so the same values.
+        TrainingRun alone = runs[i];
+        std::vector<double> losses;
+        std::vector<double> validation;
+        alone.on_epoch = [&](const EpochResult& e, int64_t, int64_t) {
+          losses.push_back(e.loss);
+          validation.push_back(e.validation_loss.value_or(-1));
+        };
+        TrainingOutcome solo = RunTraining(alone);
+        ASSERT_EQ(solo.state, JobState::kSucceeded) << solo.error;
+        ASSERT_EQ(packed[i].losses.size(), 4u);
+        for (size_t e = 0; e < losses.size(); ++e) {
+          EXPECT_NEAR(packed[i].losses[e], losses[e], 1e-6 * std::fabs(losses[e]))
+              << "member " << i << " epoch " << e + 1;
+          EXPECT_NEAR(packed[i].validation_losses[e], validation[e],
+                      1e-6 * std::fabs(validation[e]));
+        }
+        ASSERT_EQ(outcomes[i].parameters.size(), solo.parameters.size());
+        for (size_t p = 0; p < solo.parameters.size(); ++p) {
+          ASSERT_EQ(outcomes[i].parameters[p].values.size(), solo.parameters[p].values.size());
+          for (size_t v = 0; v < solo.parameters[p].values.size(); ++v) {
+            EXPECT_NEAR(outcomes[i].parameters[p].values[v], solo.parameters[p].values[v], 1e-5)
+                << solo.parameters[p].name;
+          }
+        }
+        finals.insert(outcomes[i].final_loss);
+      }
+      // The members really differ (learning rate and seed reach their own model).
+      EXPECT_EQ(finals.size(), 4u);
+    }
+  }
+}
+
+TEST(PackedTrainingTest, AMemberThatDivergesFailsAloneAndTheOthersGoOn) {
+  const auto dataset = ClassDataset();
+  std::vector<TrainingRun> runs;
+  runs.push_back(Member(dataset, EngineKind::kAuto, OptimizerKind::kSgd, 0.05, 1));
+  // An infinite step: its weights become infinite, its loss NaN in the first epoch.
+  runs.push_back(Member(dataset, EngineKind::kAuto, OptimizerKind::kSgd,
+                        std::numeric_limits<double>::infinity(), 1));
+  runs.push_back(Member(dataset, EngineKind::kAuto, OptimizerKind::kSgd, 0.01, 1));
+  std::vector<Recorded> seen;
+  std::vector<size_t> order;
+  std::vector<TrainingOutcome> outcomes = RunPack(runs, seen, &order);
+
+  EXPECT_EQ(outcomes[1].state, JobState::kFailed);
+  EXPECT_THAT(outcomes[1].error, HasSubstr("at epoch 1"));
+  EXPECT_THAT(outcomes[1].error, HasSubstr("loss became NaN"));
+  EXPECT_TRUE(seen[1].losses.empty());
+  // It ended first, when its epoch's values arrived, not with the pack.
+  ASSERT_EQ(order.size(), 3u);
+  EXPECT_EQ(order.front(), 1u);
+  for (size_t i : {0u, 2u}) {
+    ASSERT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
+    TrainingRun alone = runs[i];
+    alone.on_epoch = nullptr;
+    TrainingOutcome solo = RunTraining(alone);
+    EXPECT_DOUBLE_EQ(outcomes[i].final_loss, solo.final_loss) << "member " << i;
+    EXPECT_EQ(seen[i].losses.size(), 4u);
+  }
+}
+
+TEST(PackedTrainingTest, CancellingOneMemberLeavesTheOthersRunning) {
+  const auto dataset = ClassDataset();
+  std::vector<TrainingRun> runs;
+  std::atomic<bool> cancel{false};
+  for (double lr : {0.05, 0.02, 0.01}) {
+    runs.push_back(Member(dataset, EngineKind::kAuto, OptimizerKind::kAdam, lr, 4));
+  }
+  runs[1].cancel = &cancel;
+  std::vector<const TrainingRun*> pointers;
+  std::vector<int> epochs(3, 0);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].on_epoch = [&, i](const EpochResult& e, int64_t, int64_t) {
+      ++epochs[i];
+      if (i == 1 && e.epoch == 2) cancel.store(true);  // as CancelJob would, between epochs
+    };
+    pointers.push_back(&runs[i]);
+  }
+  std::vector<TrainingOutcome> outcomes(3);
+  std::vector<size_t> order;
+  RunPackedTraining(pointers, [&](size_t i, TrainingOutcome outcome) {
+    order.push_back(i);
+    outcomes[i] = std::move(outcome);
+  });
+  EXPECT_EQ(outcomes[1].state, JobState::kCancelled);
+  EXPECT_EQ(outcomes[1].epochs_done, 2);
+  EXPECT_EQ(epochs[1], 2);
+  EXPECT_EQ(order.front(), 1u);
+  for (size_t i : {0u, 2u}) {
+    EXPECT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
+    EXPECT_EQ(epochs[i], 4);
+  }
+}
+
+TEST(PackedTrainingTest, EarlyStoppedMemberEndsBeforeThePack) {
+  const auto dataset = ClassDataset();
+  std::vector<TrainingRun> runs;
+  runs.push_back(Member(dataset, EngineKind::kAuto, OptimizerKind::kSgd, 0.05, 1));
+  runs.push_back(Member(dataset, EngineKind::kAuto, OptimizerKind::kSgd, 0.05, 2));
+  for (TrainingRun& run : runs) run.spec.epochs = 30;
+  // Member 0 stops as soon as its validation loss fails to improve once; member 1 never stops.
+  runs[0].spec.early_stop_patience = 1;
+  runs[0].spec.learning_rate = 5.0;  // jumps around: its validation loss soon gets worse
+  std::vector<Recorded> seen;
+  std::vector<size_t> order;
+  std::vector<TrainingOutcome> outcomes = RunPack(runs, seen, &order);
+  ASSERT_EQ(outcomes[0].state, JobState::kSucceeded) << outcomes[0].error;
+  ASSERT_TRUE(outcomes[0].stopped_early);
+  EXPECT_LT(outcomes[0].epochs_done, 30);
+  EXPECT_EQ(order.front(), 0u);
+  TrainingRun alone = runs[0];
+  alone.on_epoch = nullptr;
+  TrainingOutcome solo = RunTraining(alone);
+  EXPECT_EQ(solo.epochs_done, outcomes[0].epochs_done);
+  EXPECT_EQ(outcomes[1].epochs_done, 30);
+}
+
+TEST(PackedTrainingTest, JobsThatCannotShareAPackSayWhy) {
+  const auto dataset = ClassDataset();
+  TrainingRun a = Member(dataset, EngineKind::kAuto, OptimizerKind::kSgd, 0.05, 1);
+  TrainingRun b = a;
+  EXPECT_EQ(PackUnsupported(a, b), "");
+  b.spec.batch_size = 20;
+  EXPECT_THAT(PackUnsupported(a, b), HasSubstr("batch size"));
+  b = a;
+  b.dataset = ClassDataset();
+  EXPECT_THAT(PackUnsupported(a, b), HasSubstr("different datasets"));
+  b = a;
+  b.resume_from = "/nowhere/epoch-1.pt";
+  EXPECT_THAT(PackUnsupported(a, b), HasSubstr("trains alone"));
+}
+
+class SweepTest : public EngineFixture {
+ protected:
+  void SetUp() override {
+    EngineFixture::SetUp();
+    ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  }
+  static JobSpec Base() {
+    JobSpec spec = SeedSpec("seed");
+    spec.epochs = 5;
+    return spec;
+  }
+};
+
+TEST_F(SweepTest, TheProductRunsAsOnePackAndEachMemberEqualsItsJobAlone) {
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.03};
+  axes.momenta = {0.0, 0.5};
+  axes.seeds = {1, 2, 3};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  EXPECT_THAT(sweep->id, ::testing::StartsWith("sweep-"));
+  ASSERT_EQ(sweep->members.size(), 12u);
+  // Product order: learning rates outermost, seeds innermost.
+  EXPECT_EQ(sweep->members[0].spec.learning_rate, 0.1);
+  EXPECT_EQ(sweep->members[0].spec.momentum, 0.0);
+  EXPECT_EQ(*sweep->members[0].spec.seed, 1u);
+  EXPECT_EQ(*sweep->members[1].spec.seed, 2u);
+  EXPECT_EQ(sweep->members[3].spec.momentum, 0.5);
+  EXPECT_EQ(sweep->members[6].spec.learning_rate, 0.03);
+  EXPECT_EQ(*sweep->members[11].spec.seed, 3u);
+  std::set<std::string> ids;
+  for (const JobSnapshot& member : sweep->members) {
+    EXPECT_EQ(member.state, JobState::kQueued);
+    EXPECT_EQ(member.sweep_id, sweep->id);
+    ids.insert(member.id);
+  }
+  EXPECT_EQ(ids.size(), 12u);
+
+  std::vector<JobSnapshot> ended;
+  for (const JobSnapshot& member : sweep->members) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    EXPECT_EQ(job->report.packed_members, 12);
+    EXPECT_EQ(job->epochs.size(), 5u);
+    EXPECT_EQ(job->sweep_id, sweep->id);
+    ASSERT_TRUE(engine_->ModelArchivePath(job->id).ok());
+    ended.push_back(*job);
+  }
+  // Two members run alone, as plain jobs, give the same losses.
+  for (size_t i : {4u, 9u}) {
+    JobSpec alone = ended[i].spec;
+    absl::StatusOr<JobSnapshot> solo = RunJob(*engine_, alone);
+    ASSERT_TRUE(solo.ok());
+    ASSERT_EQ(solo->state, JobState::kSucceeded);
+    EXPECT_EQ(solo->report.packed_members, 0);
+    EXPECT_EQ(Losses(*solo), Losses(ended[i])) << "member " << i;
+  }
+}
+
+TEST_F(SweepTest, WithoutSeedsEveryMemberSharesOneSeed) {
+  JobSpec base = Base();
+  base.seed.reset();
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.05, 0.01};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->members.size(), 3u);
+  ASSERT_TRUE(sweep->members[0].spec.seed.has_value());
+  for (const JobSnapshot& member : sweep->members) {
+    EXPECT_EQ(member.spec.seed, sweep->members[0].spec.seed);
+  }
+  for (const JobSnapshot& member : sweep->members)
+    ASSERT_TRUE(WaitForEnd(*engine_, member.id).ok());
+}
+
+TEST_F(SweepTest, HostileSweepsAreRefusedWithTheirReason) {
+  SweepAxes axes;
+  axes.learning_rates = std::vector<double>(257, 0.1);
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), axes);
+  EXPECT_EQ(sweep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sweep.status().message(), HasSubstr("257 values; at most 256"));
+
+  axes.learning_rates = std::vector<double>(16, 0.1);
+  axes.seeds = std::vector<uint64_t>(17, 1);
+  sweep = engine_->SubmitSweep(Base(), axes);
+  EXPECT_EQ(sweep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sweep.status().message(), HasSubstr("more than 256 members"));
+
+  // One bad member refuses the whole sweep, naming it; nothing is queued.
+  axes.learning_rates = {0.1, -1.0};
+  axes.seeds = {7};
+  sweep = engine_->SubmitSweep(Base(), axes);
+  EXPECT_EQ(sweep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sweep.status().message(), HasSubstr("sweep member 2 (learning rate -1"));
+  absl::StatusOr<JobPage> page = engine_->ListJobs();
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->jobs.empty());
+
+  JobSpec torchscript = Base();
+  torchscript.torchscript = "PK not really a module";
+  sweep = engine_->SubmitSweep(torchscript, SweepAxes{});
+  EXPECT_EQ(sweep.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sweep.status().message(), HasSubstr("text spec"));
+
+  JobSpec missing = Base();
+  missing.dataset = "nope";
+  sweep = engine_->SubmitSweep(missing, SweepAxes{});
+  EXPECT_EQ(sweep.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SweepTest, TheQueueBoundCountsEveryMember) {
+  EngineOptions options = Options();
+  options.max_queued_jobs = 3;
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);  // the dataset is still there
+  SweepAxes axes;
+  axes.seeds = {1, 2, 3, 4};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), axes);
+  EXPECT_EQ(sweep.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(sweep.status().message(), HasSubstr("--max_queued_jobs"));
+  axes.seeds = {1, 2, 3};
+  sweep = engine_->SubmitSweep(Base(), axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  for (const JobSnapshot& member : sweep->members)
+    ASSERT_TRUE(WaitForEnd(*engine_, member.id).ok());
+}
+
+TEST_F(SweepTest, CancellingAMemberOfARunningSweepLeavesTheOthers) {
+  JobSpec base = Base();
+  base.epochs = 1000000;  // runs until cancelled
+  SweepAxes axes;
+  axes.seeds = {1, 2};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  const std::string first = sweep->members[0].id;
+  const std::string second = sweep->members[1].id;
+  // Wait until both run.
+  for (int i = 0; i < 600; ++i) {
+    absl::StatusOr<JobSnapshot> a = engine_->GetJob(first);
+    absl::StatusOr<JobSnapshot> b = engine_->GetJob(second);
+    if (a.ok() && b.ok() && a->epochs_completed > 0 && b->epochs_completed > 0) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(engine_->CancelJob(first).ok());
+  absl::StatusOr<JobSnapshot> cancelled = WaitForEnd(*engine_, first);
+  ASSERT_TRUE(cancelled.ok());
+  EXPECT_EQ(cancelled->state, JobState::kCancelled);
+  absl::StatusOr<JobSnapshot> other = engine_->GetJob(second);
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->state, JobState::kRunning);
+  const int32_t epochs = other->epochs_completed;
+  // It goes on training after its sibling ended.
+  for (int i = 0; i < 600; ++i) {
+    other = engine_->GetJob(second);
+    if (other->epochs_completed > epochs + 2) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_GT(other->epochs_completed, epochs + 2);
+  ASSERT_TRUE(engine_->CancelJob(second).ok());
+  ASSERT_TRUE(WaitForEnd(*engine_, second).ok());
+}
+
+}  // namespace
+}  // namespace trainerd::engine
