@@ -146,6 +146,116 @@ absl::StatusOr<const CommandSpec*> CommandAfterHelpFlag(const std::vector<std::s
   return nullptr;
 }
 
+// The flags of `submit`: the JobSpec's fields. `sweep` takes them too (SweepFlags).
+std::vector<FlagSpec> SubmitFlags() {
+  return {{"dataset", "NAME", "the resident dataset to train on (required)"},
+          {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
+          {"torchscript", "FILE",
+           "train this TorchScript module (torch.jit.script(m)\n"
+           ".save(FILE), at most 64 MiB) instead of --model"},
+          {"loss", "LOSS",
+           "mse, l1, huber or bce_with_logits (float32 targets\n"
+           "shaped like the output), cross_entropy or nll (int64\n"
+           "class targets; nll wants log-probabilities) (default mse)"},
+          {"huber-delta", "D", "huber: where the loss turns linear, > 0 (default 1)"},
+          {"label-smoothing", "S", "cross_entropy: 0 <= S < 1 (default 0)"},
+          {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},
+          {"lr", "RATE", "learning rate, > 0; the peak with a schedule (default 0.01)"},
+          {"momentum", "M", "sgd and rmsprop momentum, 0 <= M < 1 (default 0)"},
+          {"nesterov", "", "sgd: Nesterov momentum (needs --momentum above 0)"},
+          {"weight-decay", "W",
+           "L2 penalty, >= 0; decoupled for adamw (default 0,\n"
+           "adamw 0.01)"},
+          {"beta1", "B", "adam and adamw, 0 <= B < 1 (default 0.9)"},
+          {"beta2", "B", "adam and adamw, 0 <= B < 1 (default 0.999)"},
+          {"eps", "E", "adam, adamw and rmsprop, > 0 (default 1e-8)"},
+          {"alpha", "A", "rmsprop smoothing, 0 < A < 1 (default 0.99)"},
+          {"schedule", "KIND",
+           "learning rate per epoch: constant, step (times --gamma\n"
+           "every --step-epochs) or cosine (down to --min-lr)\n"
+           "(default constant)"},
+          {"step-epochs", "N", "step: epochs between decays, >= 1 (required with step)"},
+          {"gamma", "G", "step: decay factor, 0 < G <= 1 (default 0.1)"},
+          {"min-lr", "RATE", "cosine: the final rate, 0 <= RATE < --lr (default 0)"},
+          {"warmup-epochs", "N",
+           "ramp the rate up linearly over the first N epochs,\n"
+           "N < --epochs (default 0)"},
+          {"clip-grad-norm", "N",
+           "scale the gradients down to a global L2 norm of at\n"
+           "most N, > 0 (default 0: off)"},
+          {"batch-size", "N", "rows per step (default 32)"},
+          {"epochs", "N", "passes over the dataset (default 10)"},
+          {"validation-fraction", "F",
+           "hold out this fraction of the rows (a split fixed by\n"
+           "the seed) and report validation loss and, for\n"
+           "cross_entropy and nll, accuracy each epoch,\n"
+           "0 <= F < 1 (default 0: none)"},
+          {"validation-dataset", "NAME",
+           "validate on this resident dataset instead (same\n"
+           "shapes and target dtype as --dataset)"},
+          {"early-stop-patience", "N",
+           "stop after N epochs without a better validation loss;\n"
+           "needs validation (default 0: off)"},
+          {"checkpoint-every", "N",
+           "save model and optimizer state every N epochs under\n"
+           "the daemon's data folder, 1 <= N <= --epochs\n"
+           "(default 0: off)"},
+          {"precision", "P",
+           "fp32, bf16 or fp16: the forward pass under autocast;\n"
+           "fp16 adds loss scaling (default fp32)"},
+          {"seed", "S",
+           "seed for initialisation and shuffling (default: the\n"
+           "daemon picks one and reports it in the job)"},
+          {"device", "DEVICE",
+           "cpu, cuda, cuda:N or auto: the device the cost model\n"
+           "expects to finish first, from Diagnose's figures\n"
+           "(default: the daemon's default device)"},
+          {"priority", "P",
+           "high, normal or low: which queued job its device runs\n"
+           "next (FIFO within a priority; default normal)"},
+          {"engine", "E",
+           "auto, fused or libtorch: how the steps run; auto takes\n"
+           "the fused path (small MLPs, no per-operator overhead)\n"
+           "when the job qualifies (default auto)"},
+          {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
+          {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}};
+}
+
+// The flags of `sweep`: submit's, taken from SubmitFlags so that a flag added to submit reaches
+// sweeps too, except that the four swept values take lists (client/requests.h,
+// SweepRequestFromFlags) and --torchscript is left out: the members of a sweep share a text
+// model, which is what lets the daemon pack them into one.
+std::vector<FlagSpec> SweepFlags() {
+  std::vector<FlagSpec> flags;
+  for (const FlagSpec& flag : SubmitFlags()) {
+    if (flag.name == "torchscript") continue;
+    if (flag.name == "lr") {
+      flags.push_back({"lr", "RATE,...",
+                       "learning rates, each > 0, e.g. 0.1,0.03,0.01; the peak\n"
+                       "with a schedule (default 0.01)"});
+    } else if (flag.name == "momentum") {
+      flags.push_back({"momentum", "M,...",
+                       "sgd and rmsprop momenta, each 0 <= M < 1, e.g. 0,0.9\n"
+                       "(default 0)"});
+    } else if (flag.name == "weight-decay") {
+      flags.push_back({"weight-decay", "W,...",
+                       "L2 penalties, each >= 0; decoupled for adamw\n"
+                       "(default 0, adamw 0.01)"});
+    } else if (flag.name == "seed") {
+      flags.push_back({"seed", "S,...",
+                       "seeds, whole numbers >= 0, e.g. 1,2,3 (default: one\n"
+                       "seed the daemon picks, the same for every member)"});
+    } else if (flag.name == "watch") {
+      flags.push_back({"watch", "",
+                       "after submitting, show the members sorted by loss,\n"
+                       "refreshed until every member ended"});
+    } else {
+      flags.push_back(flag);
+    }
+  }
+  return flags;
+}
+
 }  // namespace
 
 const std::vector<CommandSpec>& Commands() {
@@ -217,77 +327,33 @@ const std::vector<CommandSpec>& Commands() {
        "\\\n"
        "      --optimizer adam --epochs 100 --validation-fraction 0.2 --early-stop-patience 5\n"
        "  trainctl submit --dataset digits --torchscript net.pt --loss cross_entropy --watch\n",
-       {{"dataset", "NAME", "the resident dataset to train on (required)"},
-        {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
-        {"torchscript", "FILE",
-         "train this TorchScript module (torch.jit.script(m)\n"
-         ".save(FILE), at most 64 MiB) instead of --model"},
-        {"loss", "LOSS",
-         "mse, l1, huber or bce_with_logits (float32 targets\n"
-         "shaped like the output), cross_entropy or nll (int64\n"
-         "class targets; nll wants log-probabilities) (default mse)"},
-        {"huber-delta", "D", "huber: where the loss turns linear, > 0 (default 1)"},
-        {"label-smoothing", "S", "cross_entropy: 0 <= S < 1 (default 0)"},
-        {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},
-        {"lr", "RATE", "learning rate, > 0; the peak with a schedule (default 0.01)"},
-        {"momentum", "M", "sgd and rmsprop momentum, 0 <= M < 1 (default 0)"},
-        {"nesterov", "", "sgd: Nesterov momentum (needs --momentum above 0)"},
-        {"weight-decay", "W",
-         "L2 penalty, >= 0; decoupled for adamw (default 0,\n"
-         "adamw 0.01)"},
-        {"beta1", "B", "adam and adamw, 0 <= B < 1 (default 0.9)"},
-        {"beta2", "B", "adam and adamw, 0 <= B < 1 (default 0.999)"},
-        {"eps", "E", "adam, adamw and rmsprop, > 0 (default 1e-8)"},
-        {"alpha", "A", "rmsprop smoothing, 0 < A < 1 (default 0.99)"},
-        {"schedule", "KIND",
-         "learning rate per epoch: constant, step (times --gamma\n"
-         "every --step-epochs) or cosine (down to --min-lr)\n"
-         "(default constant)"},
-        {"step-epochs", "N", "step: epochs between decays, >= 1 (required with step)"},
-        {"gamma", "G", "step: decay factor, 0 < G <= 1 (default 0.1)"},
-        {"min-lr", "RATE", "cosine: the final rate, 0 <= RATE < --lr (default 0)"},
-        {"warmup-epochs", "N",
-         "ramp the rate up linearly over the first N epochs,\n"
-         "N < --epochs (default 0)"},
-        {"clip-grad-norm", "N",
-         "scale the gradients down to a global L2 norm of at\n"
-         "most N, > 0 (default 0: off)"},
-        {"batch-size", "N", "rows per step (default 32)"},
-        {"epochs", "N", "passes over the dataset (default 10)"},
-        {"validation-fraction", "F",
-         "hold out this fraction of the rows (a split fixed by\n"
-         "the seed) and report validation loss and, for\n"
-         "cross_entropy and nll, accuracy each epoch,\n"
-         "0 <= F < 1 (default 0: none)"},
-        {"validation-dataset", "NAME",
-         "validate on this resident dataset instead (same\n"
-         "shapes and target dtype as --dataset)"},
-        {"early-stop-patience", "N",
-         "stop after N epochs without a better validation loss;\n"
-         "needs validation (default 0: off)"},
-        {"checkpoint-every", "N",
-         "save model and optimizer state every N epochs under\n"
-         "the daemon's data folder, 1 <= N <= --epochs\n"
-         "(default 0: off)"},
-        {"precision", "P",
-         "fp32, bf16 or fp16: the forward pass under autocast;\n"
-         "fp16 adds loss scaling (default fp32)"},
-        {"seed", "S",
-         "seed for initialisation and shuffling (default: the\n"
-         "daemon picks one and reports it in the job)"},
-        {"device", "DEVICE",
-         "cpu, cuda, cuda:N or auto: the device the cost model\n"
-         "expects to finish first, from Diagnose's figures\n"
-         "(default: the daemon's default device)"},
-        {"priority", "P",
-         "high, normal or low: which queued job its device runs\n"
-         "next (FIFO within a priority; default normal)"},
-        {"engine", "E",
-         "auto, fused or libtorch: how the steps run; auto takes\n"
-         "the fused path (small MLPs, no per-operator overhead)\n"
-         "when the job qualifies (default auto)"},
-        {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
-        {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}}},
+       {SubmitFlags()}},
+      {"sweep",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "Submit a hyperparameter sweep (a job per combination)",
+       "Queues one job, a member, per combination of the values given to --lr, --momentum,\n"
+       "--weight-decay and --seed, and prints the sweep's id and a table of its members (the\n"
+       "daemon's answer with -o json). Each of the four takes a comma-separated list or a single\n"
+       "value; members are the product of the lists in order, learning rates outermost and seeds\n"
+       "innermost: at most 256 values per list and 256 members in all. Every other flag is\n"
+       "submit's and applies to every member. Members that share the model and the dataset train\n"
+       "together on the daemon as one packed model ('trainctl job get' shows how many). A sweep\n"
+       "trains a --model spec; --torchscript is for submit only.\n"
+       "\n"
+       "With --watch, a table of the members sorted by loss (lowest first; members without a\n"
+       "finished epoch last) is refreshed until every member ended (on a terminal; otherwise it\n"
+       "is printed once at the end), then a line counts the outcomes and names the best member.\n"
+       "Exits 0 when every member succeeded and 1 when any failed or was cancelled. Ctrl-C stops\n"
+       "watching; the members keep running. With -o json, prints each member as it ends.\n"
+       "\n"
+       "  trainctl sweep --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
+       "      --lr 0.1,0.03,0.01 --momentum 0,0.9 --seed 1,2,3 --epochs 50 --watch\n"
+       "  trainctl sweep --dataset iris --model linear:3 --optimizer adamw --lr 0.01 \\\n"
+       "      --weight-decay 0,0.01,0.1 -o json\n",
+       {SweepFlags()}},
       {"job list",
        "ls",
        "",
@@ -660,6 +726,12 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
         invocation.flags[name] = *value;
       }
     } else {
+      if (command != nullptr && command->path == "sweep" && name == "torchscript") {
+        // Submit's one flag that sweep has not: say why rather than just "unknown".
+        return absl::InvalidArgumentError(
+            "--torchscript is for 'trainctl submit' only: the members of a sweep train a --model "
+            "spec (see 'trainctl sweep --help')");
+      }
       std::string where = command != nullptr ? absl::StrCat(" for '", command->path, "'") : "";
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag '", shown, "'", where, UsageHint(command)));
@@ -735,6 +807,10 @@ std::string TopLevelUsage() {
   for (const CommandSpec& command : Commands()) {
     std::string line = CommandLine(command);
     if (command.path == "submit") line = "submit --dataset NAME --model SPEC";
+    // The example shows the lists, which are what sets sweep apart from submit.
+    if (command.path == "sweep") {
+      line = "sweep --dataset NAME --model SPEC --lr 0.1,0.01 --seed 1,2";
+    }
     if (line.size() >= kUsageColumn) {
       absl::StrAppend(&text, "  ", line, "\n  ", std::string(kUsageColumn, ' '), command.summary,
                       "\n");

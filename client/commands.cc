@@ -4,6 +4,7 @@
 #include "client/commands.h"
 
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -155,6 +157,16 @@ int DatasetRemove(const CommandContext& context) {
                       : PrintText(absl::StrCat("deleted dataset '", request.name(), "'\n"));
 }
 
+// The exit code of a watched sweep whose members all ended: 0 when every one succeeded, else
+// what WatchJob gives a job that failed or was cancelled (kExitFailure for both, so a sweep with
+// failed and cancelled members needs no rule for which one decides).
+int SweepExitCode(const google::protobuf::RepeatedPtrField<v1::Job>& members) {
+  for (const v1::Job& job : members) {
+    if (job.state() != v1::JOB_STATE_SUCCEEDED) return kExitFailure;
+  }
+  return kExitOk;
+}
+
 // Follows job `id` until it ends: epoch lines (history first, each epoch once), then the outcome
 // line; with JSON, every event as one line. Exit 0 when the job succeeded, 1 otherwise. No
 // deadline: a job may train for hours; Ctrl-C ends trainctl and leaves the job running.
@@ -243,6 +255,95 @@ int Submit(const CommandContext& context) {
   }
   if (code != kExitOk || !watch) return code;
   return WatchJob(context, job.id());
+}
+
+// How often `sweep --watch` asks for each member that has not ended: often enough that the table
+// follows the epochs of small jobs, seldom enough that a 256-member sweep costs the daemon little.
+constexpr absl::Duration kSweepPollInterval = absl::Milliseconds(400);
+
+// The terminal's size, for the redrawn table; 0 for what ioctl cannot tell.
+struct TerminalSize {
+  int rows = 0;
+  int columns = 0;
+};
+TerminalSize StdoutTerminalSize() {
+  struct winsize size = {};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0) return {};
+  return {size.ws_row, size.ws_col};
+}
+
+// Follows the members of a sweep until every one ended, asking GetJob about each member that has
+// not ended every kSweepPollInterval (rather than a WatchJob stream per member: a sweep may have
+// 256). On a terminal the table of members (SweepWatchTable) is redrawn in place; elsewhere it is
+// printed once at the end, so that a log gets one table. Then the summary line. With JSON, each
+// member's Job as one line when it ends. Exit code: SweepExitCode. No overall deadline, as for
+// `job watch`; Ctrl-C ends trainctl and leaves the members running.
+int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
+  google::protobuf::RepeatedPtrField<v1::Job>& members = *sweep.mutable_members();
+  const bool live = !context.json && isatty(STDOUT_FILENO) == 1;
+  const TerminalSize terminal = live ? StdoutTerminalSize() : TerminalSize();
+  // Rows for members: the terminal less the header, the "... more" line and the cursor's line.
+  const int max_rows = terminal.rows > 3 ? terminal.rows - 3 : 0;
+  LiveBlock screen(std::cout, terminal.columns);
+  std::vector<bool> printed(members.size(), false);  // JSON: the members already printed
+  while (true) {
+    bool all_ended = true;
+    for (v1::Job& member : members) {
+      if (IsTerminal(member.state())) continue;
+      v1::GetJobRequest request;
+      request.set_id(member.id());
+      grpc::ClientContext call;
+      context.connection.SetUnaryDeadline(&call);
+      v1::Job job;
+      grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
+      if (!status.ok()) return UnaryRpcFailure(context, status);
+      member = std::move(job);
+      if (!IsTerminal(member.state())) all_ended = false;
+    }
+    if (context.json) {
+      for (int i = 0; i < members.size(); ++i) {
+        if (printed[i] || !IsTerminal(members[i].state())) continue;
+        if (int code = PrintJson(members[i], /*pretty=*/false); code != kExitOk) return code;
+        printed[i] = true;
+      }
+    }
+    if (all_ended) break;
+    if (live) screen.Show(SweepWatchTable(members, max_rows));
+    absl::SleepFor(kSweepPollInterval);
+  }
+  if (context.json) return SweepExitCode(members);
+  // The last table whole, over the live one (which fitted the terminal) or alone.
+  const std::string table = SweepWatchTable(members);
+  if (live) {
+    screen.Show(table);
+  } else {
+    std::cout << table;
+  }
+  std::cout << SweepSummaryLine(members) << std::endl;
+  return SweepExitCode(members);
+}
+
+int Sweep(const CommandContext& context) {
+  absl::StatusOr<v1::SubmitSweepRequest> request = SweepRequestFromFlags(context.invocation);
+  if (!request.ok()) return UsageFailure(request.status());
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::SubmitSweepResponse response;
+  grpc::Status status = context.connection.jobs().SubmitSweep(&call, *request, &response);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+
+  const bool watch = context.invocation.Has("watch");
+  if (context.json) {
+    // With --watch the output is JSON Lines throughout, as for submit.
+    const int code = PrintJson(response, /*pretty=*/!watch);
+    if (code != kExitOk || !watch) return code;
+  } else if (!watch) {
+    return PrintText(SweepSubmitTable(response));
+  } else {
+    // The id alone first, as without --watch; the watched table shows the members.
+    std::cout << response.sweep_id() << std::endl;
+  }
+  return WatchSweep(context, std::move(response));
 }
 
 // The newest --limit jobs (shown oldest first, so that the newest is at the bottom), or with
@@ -715,6 +816,7 @@ int RunCommand(const Invocation& invocation) {
       {"dataset get", DatasetGet},
       {"dataset rm", DatasetRemove},
       {"submit", Submit},
+      {"sweep", Sweep},
       {"job list", JobList},
       {"job get", JobGet},
       {"job watch", JobWatch},

@@ -59,6 +59,33 @@ std::string JobLoss(const v1::Job& job) {
   return EpochsCompleted(job) > 0 || job.final_loss() != 0 ? FormatLoss(job.final_loss()) : "-";
 }
 
+// The last epoch's validation loss, "-" when the job has none (no validation, or a listing's
+// basic view without the epochs).
+std::string LastValidationLoss(const v1::Job& job) {
+  if (job.epochs_size() == 0 || !job.epochs(job.epochs_size() - 1).has_validation_loss()) {
+    return "-";
+  }
+  return FormatLoss(job.epochs(job.epochs_size() - 1).validation_loss());
+}
+
+// A sweep member's swept values as table cells: "-" for a momentum its optimizer ignores and for
+// an unset weight decay or seed.
+std::string SweptLearningRate(const v1::Job& job) {
+  return absl::StrFormat("%g", job.spec().optimizer().learning_rate());
+}
+std::string SweptMomentum(const v1::Job& job) {
+  const v1::OptimizerKind kind = job.spec().optimizer().kind();
+  if (kind != v1::OPTIMIZER_KIND_SGD && kind != v1::OPTIMIZER_KIND_RMSPROP) return "-";
+  return absl::StrFormat("%g", job.spec().optimizer().momentum());
+}
+std::string SweptWeightDecay(const v1::Job& job) {
+  if (!job.spec().optimizer().has_weight_decay()) return "-";
+  return absl::StrFormat("%g", job.spec().optimizer().weight_decay());
+}
+std::string SweptSeed(const v1::Job& job) {
+  return job.spec().has_seed() ? absl::StrCat(job.spec().seed()) : "-";
+}
+
 // A fraction in [0, 1] as a percentage with two decimals, e.g. "97.25%".
 std::string FormatAccuracy(double accuracy) { return absl::StrFormat("%.2f%%", 100.0 * accuracy); }
 
@@ -280,6 +307,8 @@ std::string FormatTimestamp(const google::protobuf::Timestamp& timestamp) {
 std::string FormatLoss(double loss) {
   // Fixed six decimals read best for the usual range; tiny, huge and non-finite losses need
   // the exponent (or are NaN / inf, which %f prints as such too).
+  // printf writes a NaN's sign bit ("-nan"), which means nothing to a reader.
+  if (std::isnan(loss)) return "NaN";
   const double magnitude = std::fabs(loss);
   if (loss == 0 || (magnitude >= 1e-3 && magnitude < 1e6) || !std::isfinite(loss)) {
     return absl::StrFormat("%.6f", loss);
@@ -417,6 +446,7 @@ std::string JobDetails(const v1::Job& job) {
   };
   if (!job.error().empty()) lines.push_back({"error", job.error()});
   if (!job.owner().empty()) lines.push_back({"owner", job.owner()});
+  if (!job.sweep_id().empty()) lines.push_back({"sweep", job.sweep_id()});
   std::string model = spec.model();
   if (job.parameter_count() > 0)
     absl::StrAppend(&model, " (", job.parameter_count(), " parameters)");
@@ -512,6 +542,67 @@ std::string JobDetails(const v1::Job& job) {
   // Last, so that the verdict ends the view where the eye lands.
   if (job.has_report()) absl::StrAppend(&text, DeviceReportSection(job.report()));
   return text;
+}
+
+std::string SweepSubmitTable(const v1::SubmitSweepResponse& response) {
+  TextTable table({"ID", "LR", "MOMENTUM", "WEIGHT DECAY", "SEED", "STATE"});
+  for (const v1::Job& job : response.members()) {
+    table.AddRow({job.id(), SweptLearningRate(job), SweptMomentum(job), SweptWeightDecay(job),
+                  SweptSeed(job), JobStateName(job.state())});
+  }
+  return absl::StrCat(response.sweep_id(), "\n", table.Render());
+}
+
+std::string SweepWatchTable(const google::protobuf::RepeatedPtrField<v1::Job>& members,
+                            int max_members) {
+  std::vector<const v1::Job*> order;
+  for (const v1::Job& job : members) order.push_back(&job);
+  // Members without an epoch have no loss yet (final_loss is 0 until the first), and a NaN loss
+  // (a diverged member) compares with nothing: both go after every real loss.
+  auto rank = [](const v1::Job* job) {
+    if (EpochsCompleted(*job) == 0) return 2;
+    return std::isnan(job->final_loss()) ? 1 : 0;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const v1::Job* a, const v1::Job* b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return rank(a) == 0 && a->final_loss() < b->final_loss();
+  });
+  const size_t shown =
+      max_members > 0 ? std::min(order.size(), static_cast<size_t>(max_members)) : order.size();
+  TextTable table({"ID", "LR", "MOMENTUM", "WD", "SEED", "STATE", "EPOCH", "LOSS", "VAL LOSS"});
+  for (size_t i = 0; i < shown; ++i) {
+    const v1::Job& job = *order[i];
+    table.AddRow({job.id(), SweptLearningRate(job), SweptMomentum(job), SweptWeightDecay(job),
+                  SweptSeed(job), JobStateName(job.state()), EpochProgress(job), JobLoss(job),
+                  LastValidationLoss(job)});
+  }
+  std::string text = table.Render();
+  if (shown < order.size()) {
+    absl::StrAppend(&text, "... and ", order.size() - shown, " more\n");
+  }
+  return text;
+}
+
+std::string SweepSummaryLine(const google::protobuf::RepeatedPtrField<v1::Job>& members) {
+  int succeeded = 0;
+  int failed = 0;
+  int cancelled = 0;
+  const v1::Job* best = nullptr;
+  for (const v1::Job& job : members) {
+    if (job.state() == v1::JOB_STATE_FAILED) ++failed;
+    if (job.state() == v1::JOB_STATE_CANCELLED) ++cancelled;
+    if (job.state() != v1::JOB_STATE_SUCCEEDED) continue;
+    ++succeeded;
+    // The first of equal losses, as in the table; a NaN loss is never the best.
+    if (!std::isnan(job.final_loss()) &&
+        (best == nullptr || job.final_loss() < best->final_loss())) {
+      best = &job;
+    }
+  }
+  std::string text =
+      absl::StrFormat("%d succeeded, %d failed, %d cancelled; ", succeeded, failed, cancelled);
+  if (best == nullptr) return absl::StrCat(text, "no member succeeded");
+  return absl::StrCat(text, "best ", best->id(), ", loss ", FormatLoss(best->final_loss()));
 }
 
 std::string EpochLine(const v1::EpochResult& epoch, int32_t planned_epochs) {
@@ -622,6 +713,11 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   }
   if (report.intra_op_threads() > 0) {
     lines.push_back({"threads", absl::StrCat(report.intra_op_threads(), " intra-op")});
+  }
+  // A sweep member trained in a pack: the times and speeds above are the pack's.
+  if (report.packed_members() > 0) {
+    lines.push_back(
+        {"packed", absl::StrCat(report.packed_members(), " sweep members trained as one model")});
   }
   lines.push_back({"host syncs", absl::StrCat(report.host_syncs())});
   lines.push_back({"host→device", FormatBytes(report.host_to_device_bytes())});

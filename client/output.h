@@ -93,6 +93,24 @@ v1::ListJobsResponse RunningJobs(const v1::ListJobsResponse& response);
 // progress ("no running jobs" when there are none).
 std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobsResponse& jobs);
 
+// `sweep`: the sweep's id on a line of its own (first, as submit prints a job's, so that scripts
+// can take it with head -1), then the members in product order: ID, LR, MOMENTUM, WEIGHT DECAY,
+// SEED, STATE. A value the member's optimizer does not use (momentum for adam) or that is unset
+// (weight decay, seed) shows as "-".
+std::string SweepSubmitTable(const v1::SubmitSweepResponse& response);
+
+// `sweep --watch`: the members sorted by loss, lowest final loss first, members without a
+// finished epoch last (ties keep product order), with ID, LR, MOMENTUM, WD, SEED, STATE, EPOCH
+// ("3/20"), LOSS (final loss) and VAL LOSS (the last epoch's, "-" without validation). With
+// `max_members` > 0 and more members than that, only the first max_members rows are shown and a
+// last line says how many more there are (so that a redrawn table fits the terminal).
+std::string SweepWatchTable(const google::protobuf::RepeatedPtrField<v1::Job>& members,
+                            int max_members = 0);
+// The line under the watched table: "4 succeeded, 1 failed, 1 cancelled; best job-0123456789ab,
+// loss 0.012345", the best being the succeeded member with the lowest final loss ("no member
+// succeeded" when none did). No trailing newline.
+std::string SweepSummaryLine(const google::protobuf::RepeatedPtrField<v1::Job>& members);
+
 // `job watch`: "epoch 12/100  loss 0.012345" (without "/N" when planned_epochs <= 0), followed by
 // "  val_loss 0.023456  val_acc 97.25%" when the epoch carries them, and the closing line, e.g.
 // "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.009812" (plus " (stopped early after

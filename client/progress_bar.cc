@@ -1,4 +1,4 @@
-// The upload progress bar of `trainctl dataset upload`.
+// The upload progress bar of `trainctl dataset upload` and the redrawn table of `sweep --watch`.
 #include "client/progress_bar.h"
 
 #include <algorithm>
@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "client/output.h"
 
 namespace trainerd::client {
 namespace {
@@ -60,6 +62,30 @@ std::string ProgressBar::Bar(double fraction, int width) {
   const int filled = static_cast<int>(fraction * width);
   return absl::StrFormat("[%s%s] %3d%%", std::string(filled, '#'), std::string(width - filled, ' '),
                          static_cast<int>(fraction * 100));
+}
+
+void LiveBlock::Show(const std::string& text) {
+  if (shown_ && text == last_) return;
+  std::string out;
+  // The cursor sits at the start of the line below the previous block.
+  if (rows_ > 0) out = absl::StrCat("\x1b[", rows_, "A\r\x1b[J");
+  absl::StrAppend(&out, text);
+  out_ << out << std::flush;
+  rows_ = Rows(text, columns_);
+  last_ = text;
+  shown_ = true;
+}
+
+int LiveBlock::Rows(absl::string_view text, int columns) {
+  int rows = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    // A line that fills the width exactly still takes one row: the terminal wraps only when the
+    // next character comes, and the newline comes first.
+    const int width = static_cast<int>(DisplayWidth(line));
+    rows += columns > 0 && width > columns ? (width + columns - 1) / columns : 1;
+  }
+  // The piece after the last newline is the line the cursor is on, not a row of the block.
+  return text.empty() || text.back() == '\n' ? rows - 1 : rows;
 }
 
 }  // namespace trainerd::client

@@ -1,9 +1,13 @@
-// A one-line upload progress bar, "[#####     ]  45% 12.3/27.0 MiB", redrawn in place with "\r".
+// A one-line upload progress bar, "[#####     ]  45% 12.3/27.0 MiB", redrawn in place with "\r",
+// and a block of lines redrawn in place with ANSI cursor movement.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <ostream>
 #include <string>
+
+#include "absl/strings/string_view.h"
 
 namespace trainerd::client {
 
@@ -32,6 +36,30 @@ class ProgressBar {
   bool enabled_;
   FILE* out_;
   bool drawn_ = false;
+  std::string last_;
+};
+
+// A block of lines redrawn in place on a terminal (the table of `sweep --watch`): each Show
+// moves the cursor back up over the block shown before (ANSI "ESC[nA"), clears from there to the
+// end of the screen ("ESC[J") and writes the new block, so that the block never scrolls. Only
+// for a terminal; not thread-safe.
+class LiveBlock {
+ public:
+  // `columns`: the terminal's width, to count the rows a long line wraps onto; 0 when unknown
+  // (every line one row).
+  LiveBlock(std::ostream& out, int columns) : out_(out), columns_(columns) {}
+
+  // Draws `text` (lines ending in "\n") over the previous block; nothing when it is unchanged.
+  void Show(const std::string& text);
+
+  // The terminal rows `text` takes at `columns` wide (0: one per line).
+  static int Rows(absl::string_view text, int columns);
+
+ private:
+  std::ostream& out_;
+  int columns_;
+  int rows_ = 0;  // of the block on the screen
+  bool shown_ = false;
   std::string last_;
 };
 

@@ -4,8 +4,10 @@
 // meant for "trainctl: <message>" and exit code 2.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "client/cli.h"
@@ -45,11 +47,34 @@ absl::Status CheckUploadAgainstLimits(const std::string& name, const Table& tabl
 v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
                                     const std::string& sha256_hex);
 
-// The spec of `submit`: --dataset and --model are required, the model spec is parsed (and sent
-// in canonical form), and numbers are range-checked. Defaults: mse, sgd, lr 0.01, batch size 32,
-// 10 epochs, momentum 0, shuffle on, seed and device left to the daemon.
-// With --torchscript FILE instead of --model (not both), the spec's model is "torchscript".
+// The spec of `submit` (and of `sweep`, whose messages name it): --dataset and --model are
+// required, the model spec is parsed (and sent in canonical form), and numbers are range-checked.
+// Defaults: mse, sgd, lr 0.01, batch size 32, 10 epochs, momentum 0, shuffle on, seed and device
+// left to the daemon. With --torchscript FILE instead of --model (not both), the spec's model is
+// "torchscript".
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation);
+
+// A sweep's limits, the daemon's too (SubmitSweep): values in each list, and members in all (the
+// product of the lists' sizes).
+inline constexpr int kMaxSweepValues = 256;
+inline constexpr int kMaxSweepMembers = 256;
+
+// The values of a swept flag (--lr, --momentum, --weight-decay; `flag` without dashes names it
+// in messages): a comma-separated list such as "0.1,0.03,0.01", or one value. INVALID_ARGUMENT
+// for an empty element ("0.1,,0.2", a trailing comma), an element that is not a finite number,
+// or more than kMaxSweepValues elements. Ranges are left to SweepRequestFromFlags.
+absl::StatusOr<std::vector<double>> ParseSweepValues(absl::string_view flag,
+                                                     absl::string_view text);
+// --seed's list for a sweep: the same rules, each element a whole number in [0, 2^64).
+absl::StatusOr<std::vector<uint64_t>> ParseSweepSeeds(absl::string_view text);
+
+// The request of `sweep`: submit's flags make the spec (JobSpecFromFlags, with every list at its
+// first value, so the spec alone is the first member), and each of --lr, --momentum,
+// --weight-decay and --seed that is given fills its repeated field with every value in order.
+// Each value is checked as submit checks its flag (its range, and what depends on it, such as
+// --nesterov on the momentum or --min-lr below each rate); the product of the lists may not
+// exceed kMaxSweepMembers. --torchscript is refused: a sweep trains a text model.
+absl::StatusOr<v1::SubmitSweepRequest> SweepRequestFromFlags(const Invocation& invocation);
 
 // "queued", "running", "succeeded", "failed" or "cancelled" (any case) as the API's JobState;
 // INVALID_ARGUMENT naming them otherwise.

@@ -233,8 +233,8 @@ TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
   EXPECT_THAT(
       paths, ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
-                         "job list", "job get", "job watch", "job cancel", "job rm", "job model",
-                         "devices", "config get-contexts", "config current-context",
+                         "sweep", "job list", "job get", "job watch", "job cancel", "job rm",
+                         "job model", "devices", "config get-contexts", "config current-context",
                          "config use-context", "config set-context", "config delete-context", "top",
                          "diagnose", "health", "help"));
 }

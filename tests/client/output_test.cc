@@ -462,7 +462,8 @@ TEST(FormatLossTest, TinyAndHugeLossesUseExponent) {
 }
 
 TEST(FormatLossTest, NonFiniteLossesAreSpelledOut) {
-  EXPECT_EQ(FormatLoss(std::numeric_limits<double>::quiet_NaN()), "nan");
+  EXPECT_EQ(FormatLoss(std::numeric_limits<double>::quiet_NaN()), "NaN");
+  EXPECT_EQ(FormatLoss(-std::numeric_limits<double>::quiet_NaN()), "NaN");
   EXPECT_EQ(FormatLoss(std::numeric_limits<double>::infinity()), "inf");
 }
 
