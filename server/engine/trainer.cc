@@ -22,6 +22,7 @@
 #include "server/engine/fused_path.h"
 #include "server/engine/log.h"
 #include "server/engine/optimizer.h"
+#include "server/engine/stacked_path.h"
 #include "server/engine/training_path.h"
 
 namespace trainerd::engine {
@@ -103,6 +104,21 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 using Clock = std::chrono::steady_clock;
 
+// Whether the job's steps run on the fused path; `reason` says why not when engine auto cannot.
+bool TakesFusedPath(const TrainingRun& run, std::string* reason) {
+  const JobSpec& spec = run.spec;
+  const DatasetMeta& meta = run.dataset->meta;
+  std::string not_fused = FusedPathUnsupported(spec, run.model, meta.feature_shape,
+                                               run.torchscript != nullptr, run.device);
+  if (not_fused.empty() && spec.engine == EngineKind::kAuto) {
+    const int64_t train_rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
+    not_fused = FusedPathSlower(run.model, meta.feature_shape,
+                                std::max<int64_t>(1, std::min(spec.batch_size, train_rows)));
+  }
+  *reason = not_fused;
+  return spec.engine != EngineKind::kLibTorch && not_fused.empty();
+}
+
 // One job's epoch loop, cut at the points where a pack of jobs (a sweep's members, trained
 // together) meets: each step, each validation batch, and the epoch's one host transfer. A job
 // alone is a pack of one (RunTraining), so that a packed member runs exactly the code, the
@@ -129,28 +145,30 @@ class MemberLoop {
   // checkpoint, the validation split. `features` and `targets` are the dataset on the job's device
   // (the driver made the one cross-device copy, when there was one). False when the job ended
   // here (its outcome is set).
-  bool Setup(const torch::Tensor& features, const torch::Tensor& targets) {
+  // `pack` (with the member's index in it): the stacked pack that runs the member's steps when it
+  // is not on the fused path; null for a job alone.
+  bool Setup(const torch::Tensor& features, const torch::Tensor& targets, StackedPack* pack,
+             size_t index) {
     const uint64_t seed = spec_.seed.value_or(0);
     // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
     gen_ = JobGenerator(run_.device, seed);
     // The way the job's steps run (training_path.h): its model, built with the job's seed, its
     // optimizer and its mixed precision. The fused path when the job qualifies, unless it asked
-    // for LibTorch.
-    const DatasetMeta& meta = run_.dataset->meta;
-    std::string not_fused = FusedPathUnsupported(spec_, run_.model, meta.feature_shape,
-                                                 run_.torchscript != nullptr, run_.device);
-    if (not_fused.empty() && spec_.engine == EngineKind::kAuto) {
-      const int64_t train_rows = meta.rows - HeldOutRows(spec_.validation_fraction, meta.rows);
-      not_fused = FusedPathSlower(run_.model, meta.feature_shape,
-                                  std::max<int64_t>(1, std::min(spec_.batch_size, train_rows)));
-    }
-    const bool fused = spec_.engine != EngineKind::kLibTorch && not_fused.empty();
-    outcome_.engine = fused ? "fused" : "libtorch";
+    // for LibTorch; a packed member not on the fused path runs stacked with the others.
+    std::string not_fused;
+    const bool fused = TakesFusedPath(run_, &not_fused);
+    outcome_.engine = fused ? "fused" : pack != nullptr ? "libtorch-stacked" : "libtorch";
     if (!fused && spec_.engine == EngineKind::kAuto) outcome_.engine_reason = not_fused;
     if (!fused && spec_.engine == EngineKind::kFused) {
       return End(JobState::kFailed, absl::StrCat("engine fused cannot run this job: ", not_fused));
     }
-    path_ = fused ? MakeFusedCpuPath(run_, gen_) : MakeLibTorchPath(run_, gen_);
+    if (fused) {
+      path_ = MakeFusedCpuPath(run_, gen_);
+    } else if (pack != nullptr) {
+      path_ = pack->MemberPath(index, gen_);
+    } else {
+      path_ = MakeLibTorchPath(run_, gen_);
+    }
     features_ = features;
     targets_ = targets;
     const auto index_options = torch::TensorOptions(torch::kInt64).device(run_.device);
@@ -514,6 +532,8 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
   const torch::Device device = first.device;
   ResetPeakMemory(device);
   const int64_t allocated_at_start = AllocatedBytes(device);
+  // Declared before the members, so that it outlives their paths (which point into it).
+  std::unique_ptr<StackedPack> pack;
   std::vector<std::unique_ptr<MemberLoop>> members;
   for (const TrainingRun* run : runs) members.push_back(std::make_unique<MemberLoop>(*run, start));
   std::optional<Clock::time_point> loop_start;
@@ -548,7 +568,31 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
         member->outcome().host_to_device_bytes += copied_bytes;
       }
     }
-    ForEachRunning(members, [&](MemberLoop& m) { m.Setup(features, targets); });
+    // Members not on the fused path train stacked: one batched step for all (stacked_path.h).
+    std::string not_fused;
+    if (members.size() > 1 && !TakesFusedPath(first, &not_fused) &&
+        first.spec.engine != EngineKind::kFused && StackedPathUnsupported(first).empty()) {
+      pack = std::make_unique<StackedPack>(runs);
+    }
+    for (size_t i = 0; i < members.size(); ++i) {
+      try {
+        members[i]->Setup(features, targets, pack.get(), i);
+      } catch (...) {
+        members[i]->Fail(std::current_exception());
+      }
+    }
+    // The pack's own step: a failure there fails every member still running.
+    auto pack_step = [&](void (StackedPack::*step)()) {
+      if (pack == nullptr) return;
+      try {
+        ((*pack).*step)();
+      } catch (...) {
+        const std::exception_ptr error = std::current_exception();
+        for (auto& member : members) {
+          if (!member->ended()) member->Fail(error);
+        }
+      }
+    };
     deliver_ended();
     CountHostToDeviceBytes(copied_bytes);
     for (auto& member : members) {
@@ -587,6 +631,7 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
         for_each([&](MemberLoop& m) {
           if (!m.Cancelled()) m.Step(begin);
         });
+        pack_step(&StackedPack::StepAll);
         deliver_ended();  // a cancelled or failed member ends now, not with the pack
       }
       if (lead.val_rows() > 0) {
@@ -596,6 +641,7 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
           for_each([&](MemberLoop& m) {
             if (!m.Cancelled()) m.ValidateBatch(begin);
           });
+          pack_step(&StackedPack::ValidateAll);
           deliver_ended();
         }
         for_each([](MemberLoop& m) { m.EndValidation(); });
@@ -662,6 +708,21 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
   if (a.model != b.model || a.batch_size != b.batch_size || a.epochs != b.epochs ||
       a.validation_fraction != b.validation_fraction) {
     return "the members differ in model, batch size, epochs or validation";
+  }
+  // Everything else but what a sweep varies (learning rate, momentum, weight decay, seed) is the
+  // pack's: one loss, one optimizer kind, one schedule, one clipping norm.
+  const ScheduleSpec& s = a.schedule;
+  const ScheduleSpec& t = b.schedule;
+  if (a.loss != b.loss || a.optimizer != b.optimizer || a.nesterov != b.nesterov ||
+      a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps || a.alpha != b.alpha ||
+      a.huber_delta != b.huber_delta || a.label_smoothing != b.label_smoothing ||
+      s.kind != t.kind || s.step_epochs != t.step_epochs || s.gamma != t.gamma ||
+      s.min_learning_rate != t.min_learning_rate || s.warmup_epochs != t.warmup_epochs ||
+      a.clip_grad_norm != b.clip_grad_norm || a.shuffle != b.shuffle ||
+      a.validation_dataset != b.validation_dataset ||
+      a.early_stop_patience != b.early_stop_patience || a.precision != b.precision ||
+      a.engine != b.engine) {
+    return "the members differ in more than learning rate, momentum, weight decay and seed";
   }
   return "";
 }

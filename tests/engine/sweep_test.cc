@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
@@ -107,7 +108,8 @@ TEST(PackedTrainingTest, EveryMemberEqualsTheSameJobRunAlone) {
       std::set<double> finals;
       for (size_t i = 0; i < runs.size(); ++i) {
         ASSERT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
-        EXPECT_EQ(outcomes[i].engine, EngineKindName(engine));
+        // Members off the fused path train stacked: one batched step for all of them.
+        EXPECT_EQ(outcomes[i].engine, engine == EngineKind::kFused ? "fused" : "libtorch-stacked");
         EXPECT_EQ(outcomes[i].epochs_done, 4);
         EXPECT_EQ(outcomes[i].steps, 4 * 8);       // 77 training rows in batches of 10
         EXPECT_EQ(outcomes[i].host_syncs, 4 + 1);  // one per epoch, one read-back of the model
@@ -142,6 +144,199 @@ TEST(PackedTrainingTest, EveryMemberEqualsTheSameJobRunAlone) {
       // The members really differ (learning rate and seed reach their own model).
       EXPECT_EQ(finals.size(), 4u);
     }
+  }
+}
+
+// A regression dataset for the losses that take float targets: 96 rows, 4 features, 2 outputs;
+// targets in [0, 1] so that bce_with_logits takes them too.
+std::shared_ptr<const Dataset> RegressionDataset() {
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "regression";
+  dataset->meta.feature_shape = {4};
+  dataset->meta.target_shape = {2};
+  dataset->meta.rows = 96;
+  dataset->meta.device = "cpu";
+  torch::manual_seed(5);
+  dataset->features = torch::randn({96, 4});
+  dataset->targets = torch::sigmoid(dataset->features.narrow(1, 0, 2) * 1.5 + 0.2);
+  return dataset;
+}
+
+// Runs the members stacked (engine libtorch) and each alone; expects the same losses and
+// parameters within float32 tolerance (a batched product sums in another order than addmm; the
+// parameters get more room: rmsprop's division by a root mean square amplifies those last bits
+// where a gradient is near zero).
+void ExpectStackedEqualsAlone(std::vector<TrainingRun> runs) {
+  constexpr double kTolerance = 2e-4;
+  constexpr double kParameterTolerance = 1e-3;
+  std::vector<Recorded> packed;
+  std::vector<TrainingOutcome> outcomes = RunPack(runs, packed);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("member ", i));
+    ASSERT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
+    EXPECT_EQ(outcomes[i].engine, "libtorch-stacked");
+    TrainingRun alone = runs[i];
+    std::vector<double> losses;
+    alone.on_epoch = [&](const EpochResult& e, int64_t, int64_t) { losses.push_back(e.loss); };
+    TrainingOutcome solo = RunTraining(alone);
+    ASSERT_EQ(solo.state, JobState::kSucceeded) << solo.error;
+    EXPECT_EQ(solo.engine, "libtorch");
+    ASSERT_EQ(packed[i].losses.size(), losses.size());
+    for (size_t e = 0; e < losses.size(); ++e) {
+      EXPECT_NEAR(packed[i].losses[e], losses[e], kTolerance * std::max(1.0, std::fabs(losses[e])))
+          << "epoch " << e + 1;
+    }
+    ASSERT_EQ(outcomes[i].parameters.size(), solo.parameters.size());
+    for (size_t p = 0; p < solo.parameters.size(); ++p) {
+      for (size_t v = 0; v < solo.parameters[p].values.size(); ++v) {
+        const double want = solo.parameters[p].values[v];
+        EXPECT_NEAR(outcomes[i].parameters[p].values[v], want,
+                    kParameterTolerance * std::max(1.0, std::fabs(want)))
+            << solo.parameters[p].name << "[" << v << "]";
+      }
+    }
+  }
+}
+
+TEST(StackedPathTest, EveryOptimizerWithMixedMomentaAndDecaysEqualsTheJobsAlone) {
+  const auto dataset = ClassDataset();
+  struct Case {
+    OptimizerKind optimizer;
+    bool nesterov;
+  };
+  for (const Case& c : {Case{OptimizerKind::kSgd, false}, Case{OptimizerKind::kSgd, true},
+                        Case{OptimizerKind::kAdam, false}, Case{OptimizerKind::kAdamW, false},
+                        Case{OptimizerKind::kRmsprop, false}}) {
+    const OptimizerKind optimizer = c.optimizer;
+    SCOPED_TRACE(absl::StrCat(OptimizerKindName(optimizer), c.nesterov ? " nesterov" : ""));
+    std::vector<TrainingRun> runs;
+    for (int m = 0; m < 4; ++m) {
+      TrainingRun run = Member(dataset, EngineKind::kLibTorch, optimizer, 0.02 + 0.01 * m, 10 + m);
+      run.spec.model = "linear:8,relu,linear:8,gelu,linear:3";
+      run.model = *ParseModelSpec(run.spec.model);
+      // Members differ in momentum (0 for some: no buffer in their own optimizer; nesterov needs
+      // one in all) and in weight decay.
+      const bool momentum =
+          optimizer == OptimizerKind::kSgd || optimizer == OptimizerKind::kRmsprop;
+      run.spec.momentum = !momentum ? 0.0 : m % 2 == 1 ? 0.8 : c.nesterov ? 0.5 : 0.0;
+      run.spec.nesterov = c.nesterov;  // one setting for the pack
+      if (m >= 2) run.spec.weight_decay = 0.01 * m;
+      run.spec.clip_grad_norm = 0.5;  // each member's own norm is clipped
+      runs.push_back(std::move(run));
+    }
+    ExpectStackedEqualsAlone(std::move(runs));
+  }
+}
+
+TEST(StackedPathTest, EveryLossAndActivationEqualsTheJobsAlone) {
+  const auto regression = RegressionDataset();
+  for (LossKind loss :
+       {LossKind::kMse, LossKind::kL1, LossKind::kHuber, LossKind::kBceWithLogits}) {
+    SCOPED_TRACE(static_cast<int>(loss));
+    std::vector<TrainingRun> runs;
+    for (int m = 0; m < 3; ++m) {
+      TrainingRun run = Member(regression, EngineKind::kLibTorch, OptimizerKind::kSgd, 0.05, m + 1);
+      run.spec.model = "linear:6,tanh,linear:6,sigmoid,linear:2";
+      run.model = *ParseModelSpec(run.spec.model);
+      run.spec.loss = loss;
+      run.spec.huber_delta = 0.3;
+      run.spec.learning_rate = 0.05 * (m + 1);
+      runs.push_back(std::move(run));
+    }
+    ExpectStackedEqualsAlone(std::move(runs));
+  }
+  // Cross-entropy with label smoothing, a cosine schedule with warm-up, and no shuffle.
+  const auto classes = ClassDataset();
+  std::vector<TrainingRun> runs;
+  for (int m = 0; m < 3; ++m) {
+    TrainingRun run =
+        Member(classes, EngineKind::kLibTorch, OptimizerKind::kAdam, 0.01 * (m + 1), 3);
+    run.spec.label_smoothing = 0.1;
+    run.spec.schedule.kind = ScheduleKind::kCosine;
+    run.spec.schedule.warmup_epochs = 1;
+    run.spec.shuffle = false;
+    runs.push_back(std::move(run));
+  }
+  ExpectStackedEqualsAlone(std::move(runs));
+}
+
+// A stacked member's checkpoint holds its own model and LibTorch optimizer state: the member's job
+// taken up alone from it goes on as the pack would have.
+TEST(StackedPathTest, AMembersCheckpointResumesAloneWhereThePackWas) {
+  test_support::ScratchDir dir;
+  const auto dataset = ClassDataset();
+  for (OptimizerKind optimizer :
+       {OptimizerKind::kSgd, OptimizerKind::kAdamW, OptimizerKind::kRmsprop}) {
+    SCOPED_TRACE(static_cast<int>(optimizer));
+    std::vector<TrainingRun> runs;
+    for (int m = 0; m < 2; ++m) {
+      TrainingRun run = Member(dataset, EngineKind::kLibTorch, optimizer, 0.02 * (m + 1), 7 + m);
+      run.spec.epochs = 6;
+      run.spec.checkpoint_every = 3;
+      run.spec.momentum = optimizer == OptimizerKind::kAdamW ? 0.0 : 0.5 * m;
+      run.checkpoint_dir = absl::StrCat(dir.path(), "/", static_cast<int>(optimizer), "-", m);
+      runs.push_back(std::move(run));
+    }
+    std::vector<std::string> third(2);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      runs[i].on_checkpoint = [&third, &runs, i](int32_t epoch, const std::string& file, int64_t) {
+        if (epoch == 3) third[i] = runs[i].checkpoint_dir + "/" + file;
+      };
+    }
+    std::vector<Recorded> packed;
+    std::vector<TrainingOutcome> outcomes = RunPack(runs, packed);
+    for (size_t i = 0; i < runs.size(); ++i) {
+      ASSERT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
+      ASSERT_FALSE(third[i].empty());
+      TrainingRun resumed = runs[i];
+      resumed.checkpoint_dir.clear();
+      resumed.on_checkpoint = nullptr;
+      resumed.resume_from = third[i];
+      std::vector<double> rest;
+      resumed.on_epoch = [&](const EpochResult& e, int64_t, int64_t) { rest.push_back(e.loss); };
+      TrainingOutcome b = RunTraining(resumed);
+      ASSERT_EQ(b.state, JobState::kSucceeded) << b.error;
+      ASSERT_EQ(rest.size(), 3u);
+      for (size_t e = 0; e < 3; ++e) {
+        EXPECT_NEAR(rest[e], packed[i].losses[3 + e], 2e-4 * std::max(1.0, packed[i].losses[3 + e]))
+            << "member " << i << " epoch " << 4 + e;
+      }
+    }
+  }
+}
+
+TEST(StackedPathTest, AMemberThatDivergesOrIsCancelledEndsAloneWhileTheStackGoesOn) {
+  const auto dataset = ClassDataset();
+  std::vector<TrainingRun> runs;
+  std::atomic<bool> cancel{false};
+  runs.push_back(Member(dataset, EngineKind::kLibTorch, OptimizerKind::kSgd, 0.05, 1));
+  runs.push_back(Member(dataset, EngineKind::kLibTorch, OptimizerKind::kSgd,
+                        std::numeric_limits<double>::infinity(), 1));
+  runs.push_back(Member(dataset, EngineKind::kLibTorch, OptimizerKind::kSgd, 0.02, 2));
+  runs.push_back(Member(dataset, EngineKind::kLibTorch, OptimizerKind::kSgd, 0.01, 3));
+  runs[2].cancel = &cancel;
+  std::vector<const TrainingRun*> pointers;
+  std::vector<Recorded> seen(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].on_epoch = [&, i](const EpochResult& e, int64_t, int64_t) {
+      seen[i].losses.push_back(e.loss);
+      if (i == 2 && e.epoch == 1) cancel.store(true);
+    };
+    pointers.push_back(&runs[i]);
+  }
+  std::vector<TrainingOutcome> outcomes(runs.size());
+  RunPackedTraining(pointers, [&](size_t i, TrainingOutcome o) { outcomes[i] = std::move(o); });
+  EXPECT_EQ(outcomes[1].state, JobState::kFailed);
+  EXPECT_THAT(outcomes[1].error, HasSubstr("loss became NaN at epoch 1"));
+  EXPECT_EQ(outcomes[2].state, JobState::kCancelled);
+  EXPECT_EQ(seen[2].losses.size(), 1u);
+  for (size_t i : {0u, 3u}) {
+    ASSERT_EQ(outcomes[i].state, JobState::kSucceeded) << outcomes[i].error;
+    TrainingRun alone = runs[i];
+    alone.on_epoch = nullptr;
+    alone.cancel = nullptr;
+    TrainingOutcome solo = RunTraining(alone);
+    EXPECT_NEAR(outcomes[i].final_loss, solo.final_loss, 2e-4 * solo.final_loss) << i;
   }
 }
 
@@ -240,6 +435,15 @@ TEST(PackedTrainingTest, JobsThatCannotShareAPackSayWhy) {
   b = a;
   b.dataset = ClassDataset();
   EXPECT_THAT(PackUnsupported(a, b), HasSubstr("different datasets"));
+  b = a;
+  b.spec.clip_grad_norm = 1.0;
+  EXPECT_THAT(PackUnsupported(a, b), HasSubstr("differ in more than"));
+  b = a;
+  b.spec.learning_rate = 0.5;
+  b.spec.momentum = 0.3;
+  b.spec.weight_decay = 0.1;
+  b.spec.seed = 99;
+  EXPECT_EQ(PackUnsupported(a, b), "");  // what a sweep varies
   b = a;
   b.resume_from = "/nowhere/epoch-1.pt";
   EXPECT_THAT(PackUnsupported(a, b), HasSubstr("trains alone"));
