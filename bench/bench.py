@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """trainerd against the seed question's own PyTorch loops, on the same data and hyper-parameters.
 
-Workloads (bench/README.md): seed (linear:1 on 800 rows, batch 16), mlp (64-256-256-10 on 20,000
-rows, batch 256) and mlp3 (the small MLP a user asks about: 2-64-64-3 on a 3,000-row spiral, batch
-32). For each workload and device it runs, interleaved (one of each per round, median of
---repeats rounds):
+Workloads (bench/README.md): seed (linear:1 on 800 rows, batch 16), sweep (the seed job over 8
+learning rates x 8 seeds, 64 members), mlp (64-256-256-10 on 20,000 rows, batch 256) and mlp3 (the
+small MLP a user asks about: 2-64-64-3 on a 3,000-row spiral, batch 32). For each workload and
+device it runs, interleaved (one of each per round, median of --repeats rounds):
   pytorch-original   the question's slow loop (../shared/bench/seed_scenario.py --style original;
                      bench/peer_mlp3.py for mlp3): a copy per batch, a loss read per step
   pytorch-optimized  the same script, --style optimized (data on the device, one read per epoch)
@@ -13,11 +13,19 @@ rows, batch 256) and mlp3 (the small MLP a user asks about: 2-64-64-3 on a 3,000
   trainerd-libtorch  the same with --engine libtorch: the LibTorch path alone
   trainerd-e2e       `trainctl submit ... --watch` as a process, timed from outside (the dataset
                      already uploaded): what a user waits for
+and for sweep:
+  pytorch-original-x64, pytorch-optimized-x64
+                     the seed loop (styles as above) run once, its own time x 64: each of the 64
+                     runs is the same loop with another learning rate and seed
+  trainerd-sweep     `trainctl sweep` (one sweep, 64 members): latest member end - earliest member
+                     start (the engine alone)
+  trainerd-sweep-e2e `trainctl sweep ... --watch` as a process, timed from outside
 The peers run on the same torch as trainerd (this Python's) and with the intra-op threads trainerd
 chose for the job (its report's intra_op_threads). Prints a table and the ratios, and writes
 bench.json into --results-dir.
 """
 import argparse
+import calendar
 import json
 import os
 import platform
@@ -38,6 +46,11 @@ WORKLOADS = {
     'mlp3': dict(model='linear:64,relu,linear:64,relu,linear:3', loss='cross_entropy',
                  optimizer='sgd', lr='0.05', batch=32, target_dtype='int64'),
 }
+
+# The sweep workload: the seed job over these learning rates x seeds, one sweep of 64 members.
+SWEEP = dict(base='seed', lrs=['0.2', '0.15', '0.1', '0.07', '0.05', '0.03', '0.02', '0.01'],
+             seeds=[str(s) for s in range(1, 9)])
+SWEEP_MEMBERS = len(SWEEP['lrs']) * len(SWEEP['seeds'])
 
 
 def run(cmd, **kw):
@@ -80,11 +93,28 @@ def upload(daemon, workload, work, uploaded):
     uploaded.add(workload)
 
 
-def submit_args(workload, device, epochs, engine='auto'):
+def submit_args(workload, device, epochs, engine='auto', command='submit', lr=None, seed='42'):
     w = WORKLOADS[workload]
-    return ['submit', '--dataset', workload, '--model', w['model'], '--loss', w['loss'],
-            '--optimizer', w['optimizer'], '--lr', w['lr'], '--batch-size', str(w['batch']),
-            '--epochs', str(epochs), '--seed', '42', '--device', device, '--engine', engine]
+    return [command, '--dataset', workload, '--model', w['model'], '--loss', w['loss'],
+            '--optimizer', w['optimizer'], '--lr', lr or w['lr'], '--batch-size', str(w['batch']),
+            '--epochs', str(epochs), '--seed', seed, '--device', device, '--engine', engine]
+
+
+def sweep_args(device, epochs, engine='auto'):
+    return submit_args(SWEEP['base'], device, epochs, engine=engine, command='sweep',
+                       lr=','.join(SWEEP['lrs']), seed=','.join(SWEEP['seeds']))
+
+
+def rfc3339_ns(t):
+    """'2026-12-01T15:36:17.045241806Z' (or with an offset) -> nanoseconds since the epoch."""
+    m = re.fullmatch(r'(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)', t)
+    if not m:
+        raise ValueError(f'not an RFC 3339 time: {t!r}')
+    secs = calendar.timegm(tuple(int(g) for g in m.group(1, 2, 3, 4, 5, 6)))
+    if m.group(8) != 'Z':
+        sign = 1 if m.group(8)[0] == '+' else -1
+        secs -= sign * (int(m.group(8)[1:3]) * 3600 + int(m.group(8)[4:6]) * 60)
+    return secs * 10**9 + int((m.group(7) or '0')[:9].ljust(9, '0'))
 
 
 def job_result(job):
@@ -122,6 +152,61 @@ def trainerd_e2e_run(daemon, workload, device, epochs):
     return r
 
 
+def sweep_result(members):
+    """A sweep's figures from its ended members (Job objects, as `job get` prints them)."""
+    first = members[0]
+    report = first.get('report', {})
+    ok = [m for m in members if m['state'] == 'JOB_STATE_SUCCEEDED']
+    start = min(rfc3339_ns(m['start_time']) for m in members)
+    end = max(rfc3339_ns(m['end_time']) for m in members)
+    seconds = (end - start) / 1e9
+    steps = sum(int(m['steps']) for m in members)
+    samples = sum(m['samples_per_second'] * m['wall_seconds'] for m in members)
+    # Per step and per sample over all members' steps, as the x64 peers' figures are.
+    return dict(seconds=seconds, engine_seconds=seconds,
+                us_per_step=seconds / steps * 1e6 if steps else 0,
+                samples_per_s=samples / seconds if seconds else 0,
+                final_loss=min((m['final_loss'] for m in ok), default=float('nan')),
+                max_member_wall_seconds=max(m['wall_seconds'] for m in members),
+                members=len(members), succeeded=len(ok), steps=int(first['steps']),
+                packed_members=int(report.get('packed_members', 0)),
+                threads=int(report.get('intra_op_threads', 0)), engine=report.get('engine', ''))
+
+
+def trainerd_sweep_run(daemon, device, epochs, engine='auto'):
+    """The engine alone: from the first member's start to the last member's end."""
+    sweep = daemon.ctl_json(*sweep_args(device, epochs, engine))
+    ids = [m['id'] for m in sweep['members']]
+    for job_id in ids:  # exits 1 for a member that failed: its state tells, below
+        subprocess.run([daemon.ctl, '--addr', daemon.addr, 'job', 'watch', job_id],
+                       capture_output=True)
+    members = [daemon.ctl_json('job', 'get', job_id) for job_id in ids]
+    for m in members:
+        if m['state'] not in ('JOB_STATE_SUCCEEDED', 'JOB_STATE_FAILED', 'JOB_STATE_CANCELLED'):
+            raise RuntimeError(f"sweep member {m['id']} still {m['state']} after job watch")
+    return dict(sweep_result(members), sweep_id=sweep['sweep_id'])
+
+
+def trainerd_sweep_e2e_run(daemon, device, epochs):
+    """What a user waits for: `trainctl sweep ... --watch` from start to exit. With -o json it
+    prints the SubmitSweepResponse on its first line, then each member as it ends."""
+    cmd = [daemon.ctl, '--addr', daemon.addr, '-o', 'json', *sweep_args(device, epochs), '--watch']
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if p.returncode not in (0, 1):  # 1: a member failed or was cancelled
+        raise subprocess.CalledProcessError(p.returncode, cmd, p.stdout, p.stderr)
+    lines = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+    sweep, ended = lines[0], {m['id']: m for m in lines[1:]}
+    ids = [m['id'] for m in sweep['members']]
+    if sorted(ended) != sorted(ids):
+        raise RuntimeError(f'trainctl sweep --watch printed {len(ended)} ended members of {len(ids)}')
+    r = sweep_result([ended[i] for i in ids])
+    r.update(seconds=seconds, us_per_step=r['us_per_step'] * seconds / r['seconds'],
+             samples_per_s=r['samples_per_s'] * r['seconds'] / seconds, sweep_id=sweep['sweep_id'])
+    return r
+
+
 def pytorch_run(a, workload, style, device, epochs, threads):
     script = os.path.join(HERE, 'peer_mlp3.py') if workload == 'mlp3' else a.seed_script
     cmd = [sys.executable, script, '--style', style, '--device', device, '--epochs', str(epochs)]
@@ -132,6 +217,34 @@ def pytorch_run(a, workload, style, device, epochs, threads):
     r = json.loads(run(cmd).stdout.strip().splitlines()[-1])
     return dict(seconds=r['seconds'], us_per_step=r['us_per_step'], samples_per_s=r['samples_per_s'],
                 final_loss=r['final_loss'], threads=threads)
+
+
+def pytorch_x64_run(a, style, device, epochs, threads):
+    """The seed loop run once, its own time x 64 (the sweep's members): each of the 64 runs would
+    be this loop with another learning rate and seed. Per step and per sample stay one run's."""
+    r = pytorch_run(a, SWEEP['base'], style, device, epochs, threads)
+    return dict(r, seconds=r['seconds'] * SWEEP_MEMBERS, one_run_seconds=r['seconds'],
+                scaled_from_one_run=SWEEP_MEMBERS)
+
+
+def runners_for(a, daemon, workload, device, epochs, threads):
+    """The runners of a workload, and which of them the ratios compare: (peers, trainerd's)."""
+    if workload == 'sweep':
+        return {
+            'pytorch-original-x64': lambda: pytorch_x64_run(a, 'original', device, epochs, threads),
+            'pytorch-optimized-x64': lambda: pytorch_x64_run(a, 'optimized', device, epochs, threads),
+            'trainerd-sweep': lambda: trainerd_sweep_run(daemon, device, epochs),
+            'trainerd-sweep-libtorch': lambda: trainerd_sweep_run(daemon, device, epochs, 'libtorch'),
+            'trainerd-sweep-e2e': lambda: trainerd_sweep_e2e_run(daemon, device, epochs),
+        }, (('pytorch-original-x64', 'pytorch-optimized-x64'),
+            ('trainerd-sweep', 'trainerd-sweep-e2e', 'trainerd-sweep-libtorch'))
+    return {
+        'pytorch-original': lambda: pytorch_run(a, workload, 'original', device, epochs, threads),
+        'pytorch-optimized': lambda: pytorch_run(a, workload, 'optimized', device, epochs, threads),
+        'trainerd': lambda: trainerd_run(daemon, workload, device, epochs),
+        'trainerd-libtorch': lambda: trainerd_run(daemon, workload, device, epochs, 'libtorch'),
+        'trainerd-e2e': lambda: trainerd_e2e_run(daemon, workload, device, epochs),
+    }, (('pytorch-original', 'pytorch-optimized'), ('trainerd', 'trainerd-e2e', 'trainerd-libtorch'))
 
 
 def median(results):
@@ -145,8 +258,9 @@ def main():
     ap.add_argument('--seed-script',
                     default=os.path.join(ROOT, '..', 'shared', 'bench', 'seed_scenario.py'))
     ap.add_argument('--devices', default='cpu', help='comma-separated: cpu,cuda')
-    ap.add_argument('--workloads', default='seed,mlp3,mlp')
+    ap.add_argument('--workloads', default='seed,sweep,mlp3,mlp')
     ap.add_argument('--epochs-seed', type=int, default=100)
+    ap.add_argument('--epochs-sweep', type=int, default=100)
     ap.add_argument('--epochs-mlp3', type=int, default=20)
     ap.add_argument('--epochs-mlp', type=int, default=5)
     ap.add_argument('--repeats', type=int, default=5, help='median of this many rounds')
@@ -168,17 +282,13 @@ def main():
             try:
                 for workload in a.workloads.split(','):
                     epochs = getattr(a, f'epochs_{workload}')
-                    upload(daemon, workload, work, uploaded)
+                    data = SWEEP['base'] if workload == 'sweep' else workload
+                    upload(daemon, data, work, uploaded)
                     # A first job settles the daemon (allocator, thread pools) and tells the
                     # thread count the peers get.
-                    threads = trainerd_run(daemon, workload, device, 1)['threads']
-                    runners = {
-                        'pytorch-original': lambda: pytorch_run(a, workload, 'original', device, epochs, threads),
-                        'pytorch-optimized': lambda: pytorch_run(a, workload, 'optimized', device, epochs, threads),
-                        'trainerd': lambda: trainerd_run(daemon, workload, device, epochs),
-                        'trainerd-libtorch': lambda: trainerd_run(daemon, workload, device, epochs, 'libtorch'),
-                        'trainerd-e2e': lambda: trainerd_e2e_run(daemon, workload, device, epochs),
-                    }
+                    threads = trainerd_run(daemon, data, device, 1)['threads']
+                    runners, (peers, ours_all) = runners_for(a, daemon, workload, device, epochs,
+                                                             threads)
                     results = {name: [] for name in runners}
                     for _ in range(a.repeats):  # interleaved: one of each per round
                         for name, fn in runners.items():
@@ -187,18 +297,25 @@ def main():
                     for name, r in medians.items():
                         rows.append(dict(workload=workload, device=device, runner=name, epochs=epochs,
                                          all_seconds=[x['seconds'] for x in results[name]], **r))
-                        print(f"{workload:5} {device:7} {name:18} {r['seconds']:8.3f} s "
+                        notes = [r.get('engine', '')]
+                        if 'scaled_from_one_run' in r:
+                            notes.append(f"(one run x{r['scaled_from_one_run']})")
+                        if 'members' in r:  # the loss is the best member's
+                            notes.append(f"packed {r['packed_members']}, {r['succeeded']}/"
+                                         f"{r['members']} succeeded, lowest loss, slowest member "
+                                         f"{r['max_member_wall_seconds']:.3f} s")
+                        print(f"{workload:5} {device:7} {name:21} {r['seconds']:8.3f} s "
                               f"{r['us_per_step']:9.1f} us/step {r['samples_per_s']:12.0f} samples/s "
                               f"loss {r['final_loss']:.6f} threads {r.get('threads', 0)} "
-                              f"{r.get('engine', '')}", flush=True)
-                    verdict = medians['trainerd'].get('verdict')
+                              + ' '.join(n for n in notes if n), flush=True)
+                    verdict = medians.get('trainerd', {}).get('verdict')
                     if verdict:
                         print(f"      verdict: {verdict}", flush=True)
-                    reason = medians['trainerd'].get('engine_reason')
+                    reason = medians.get('trainerd', {}).get('engine_reason')
                     if reason:
                         print(f"      not fused: {reason}", flush=True)
-                    for peer in ('pytorch-original', 'pytorch-optimized'):
-                        for ours in ('trainerd', 'trainerd-e2e', 'trainerd-libtorch'):
+                    for peer in peers:
+                        for ours in ours_all:
                             ratio = medians[peer]['seconds'] / medians[ours]['seconds']
                             ratios.append(dict(workload=workload, device=device, peer=peer,
                                                trainerd=ours, speedup=round(ratio, 2)))

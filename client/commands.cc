@@ -257,8 +257,11 @@ int Submit(const CommandContext& context) {
   return WatchJob(context, job.id());
 }
 
-// How often `sweep --watch` asks for each member that has not ended: often enough that the table
-// follows the epochs of small jobs, seldom enough that a 256-member sweep costs the daemon little.
+// How often `sweep --watch` asks for each member that has not ended: first after kSweepFirstPoll,
+// then each wait half as long again, up to kSweepPollInterval. A packed sweep of small jobs often
+// ends within a tenth of a second, and its user should not wait a fixed interval longer; a long
+// one settles at a rate that costs a 256-member sweep's daemon little.
+constexpr absl::Duration kSweepFirstPoll = absl::Milliseconds(20);
 constexpr absl::Duration kSweepPollInterval = absl::Milliseconds(400);
 
 // The terminal's size, for the redrawn table; 0 for what ioctl cannot tell.
@@ -273,7 +276,7 @@ TerminalSize StdoutTerminalSize() {
 }
 
 // Follows the members of a sweep until every one ended, asking GetJob about each member that has
-// not ended every kSweepPollInterval (rather than a WatchJob stream per member: a sweep may have
+// not ended at growing intervals up to kSweepPollInterval (rather than a WatchJob stream per member: a sweep may have
 // 256). On a terminal the table of members (SweepWatchTable) is redrawn in place; elsewhere it is
 // printed once at the end, so that a log gets one table. Then the summary line. With JSON, each
 // member's Job as one line when it ends. Exit code: SweepExitCode. No overall deadline, as for
@@ -286,6 +289,7 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
   const int max_rows = terminal.rows > 3 ? terminal.rows - 3 : 0;
   LiveBlock screen(std::cout, terminal.columns);
   std::vector<bool> printed(members.size(), false);  // JSON: the members already printed
+  absl::Duration wait = kSweepFirstPoll;
   while (true) {
     bool all_ended = true;
     for (v1::Job& member : members) {
@@ -309,7 +313,8 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
     }
     if (all_ended) break;
     if (live) screen.Show(SweepWatchTable(members, max_rows));
-    absl::SleepFor(kSweepPollInterval);
+    absl::SleepFor(wait);
+    wait = std::min(wait * 3 / 2, kSweepPollInterval);
   }
   if (context.json) return SweepExitCode(members);
   // The last table whole, over the live one (which fitted the terminal) or alone.
