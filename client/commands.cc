@@ -257,12 +257,35 @@ int Submit(const CommandContext& context) {
   return WatchJob(context, job.id());
 }
 
-// How often `sweep --watch` asks for each member that has not ended: first after kSweepFirstPoll,
-// then each wait half as long again, up to kSweepPollInterval. A packed sweep of small jobs often
-// ends within a tenth of a second, and its user should not wait a fixed interval longer; a long
-// one settles at a rate that costs a 256-member sweep's daemon little.
-constexpr absl::Duration kSweepFirstPoll = absl::Milliseconds(20);
+// How often `sweep --watch` redraws its live table (asking GetJob about every member still
+// running): often enough to follow the epochs, seldom enough that a 256-member sweep costs the
+// daemon little.
 constexpr absl::Duration kSweepPollInterval = absl::Milliseconds(400);
+
+// Blocks until job `id` ended or `timeout` passed (InfiniteDuration: until it ended), on a WatchJob
+// stream: the end of a member is seen the moment the daemon publishes it, not at the next poll
+// (a packed sweep of small jobs may end within a tenth of a second). Returns the ended job, or
+// nullopt when the time ran out first; an RPC error otherwise.
+absl::StatusOr<std::optional<v1::Job>> AwaitJobEnd(const CommandContext& context,
+                                                   const std::string& id, absl::Duration timeout) {
+  v1::WatchJobRequest request;
+  request.set_id(id);
+  grpc::ClientContext call;
+  if (timeout != absl::InfiniteDuration()) Connection::SetDeadline(&call, timeout);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      context.connection.jobs().WatchJob(&call, request);
+  v1::JobEvent event;
+  std::optional<v1::Job> ended;
+  while (reader->Read(&event)) {
+    if (event.has_job() && IsTerminal(event.job().state())) ended = event.job();
+  }
+  const grpc::Status status = reader->Finish();
+  if (ended.has_value()) return ended;
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) return std::nullopt;
+  if (!status.ok())
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  return std::nullopt;
+}
 
 // The terminal's size, for the redrawn table; 0 for what ioctl cannot tell.
 struct TerminalSize {
@@ -276,7 +299,8 @@ TerminalSize StdoutTerminalSize() {
 }
 
 // Follows the members of a sweep until every one ended, asking GetJob about each member that has
-// not ended at growing intervals up to kSweepPollInterval (rather than a WatchJob stream per member: a sweep may have
+// not ended whenever the first of them ended (seen on its WatchJob stream) or, on a terminal,
+// every kSweepPollInterval (rather than a WatchJob stream per member: a sweep may have
 // 256). On a terminal the table of members (SweepWatchTable) is redrawn in place; elsewhere it is
 // printed once at the end, so that a log gets one table. Then the summary line. With JSON, each
 // member's Job as one line when it ends. Exit code: SweepExitCode. No overall deadline, as for
@@ -289,7 +313,6 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
   const int max_rows = terminal.rows > 3 ? terminal.rows - 3 : 0;
   LiveBlock screen(std::cout, terminal.columns);
   std::vector<bool> printed(members.size(), false);  // JSON: the members already printed
-  absl::Duration wait = kSweepFirstPoll;
   while (true) {
     bool all_ended = true;
     for (v1::Job& member : members) {
@@ -313,8 +336,20 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
     }
     if (all_ended) break;
     if (live) screen.Show(SweepWatchTable(members, max_rows));
-    absl::SleepFor(wait);
-    wait = std::min(wait * 3 / 2, kSweepPollInterval);
+    // Wait on the first member still running (a pack's members end together): until it ended, or
+    // on a terminal until the table is due again; then every member is asked again above.
+    for (v1::Job& member : members) {
+      if (IsTerminal(member.state())) continue;
+      absl::StatusOr<std::optional<v1::Job>> ended =
+          AwaitJobEnd(context, member.id(), live ? kSweepPollInterval : absl::InfiniteDuration());
+      if (!ended.ok()) {
+        return UnaryRpcFailure(context,
+                               grpc::Status(static_cast<grpc::StatusCode>(ended.status().code()),
+                                            std::string(ended.status().message())));
+      }
+      if (ended->has_value()) member = **std::move(ended);
+      break;
+    }
   }
   if (context.json) return SweepExitCode(members);
   // The last table whole, over the live one (which fitted the terminal) or alone.

@@ -538,6 +538,31 @@ class FakeSweepJobs final : public v1::JobService::Service {
     return grpc::Status::OK;
   }
 
+  // The member's outcome (as the second GetJob gives it) as the stream's one Job, then the end:
+  // what the daemon sends a watcher of a job that ended.
+  grpc::Status WatchJob(grpc::ServerContext*, const v1::WatchJobRequest* request,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override {
+    v1::JobEvent event;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = members_.find(request->id());
+      if (it == members_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "not found");
+      ++watched_[request->id()];
+      v1::Job* job = event.mutable_job();
+      *job = it->second;
+      auto outcome = outcomes.find(request->id());
+      job->set_state(outcome == outcomes.end() ? v1::JOB_STATE_SUCCEEDED : outcome->second);
+      Train(job, job->spec().epochs(), 0.5 / (request->id().back() - '0'), std::nullopt);
+    }
+    writer->Write(event);
+    return grpc::Status::OK;
+  }
+
+  int Watched(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return watched_[id];
+  }
+
   int Asked(const std::string& id) {
     std::lock_guard<std::mutex> lock(mu_);
     return asked_[id];
@@ -551,6 +576,7 @@ class FakeSweepJobs final : public v1::JobService::Service {
   std::mutex mu_;
   std::map<std::string, v1::Job> members_;
   std::map<std::string, int> asked_;
+  std::map<std::string, int> watched_;
 };
 
 class SweepCommandTest : public ::testing::Test {
@@ -629,9 +655,12 @@ TEST_F(SweepCommandTest, JsonPrintsTheResponse) {
 
 TEST_F(SweepCommandTest, WatchPrintsTheFinalTableOnceAndExitsZeroWhenAllSucceeded) {
   EXPECT_EQ(Run({"--lr", "0.3,0.2,0.1", "--watch"}), kExitOk) << err_;
-  // Each member asked until it ended: RUNNING, then SUCCEEDED.
-  EXPECT_EQ(jobs_.Asked("job-01"), 2);
+  // Every member asked (RUNNING), then the first one's end awaited on its stream, then the others
+  // asked again (SUCCEEDED).
+  EXPECT_EQ(jobs_.Asked("job-01"), 1);
+  EXPECT_EQ(jobs_.Watched("job-01"), 1);
   EXPECT_EQ(jobs_.Asked("job-03"), 2);
+  EXPECT_EQ(jobs_.Watched("job-03"), 0);
   // Into a pipe: the id, one table (the final one, lowest loss first), the summary.
   EXPECT_EQ(out_,
             "sweep-00000000000a\n"
