@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +40,19 @@ torch::Tensor ViewAs(const torch::Tensor& bytes, torch::ScalarType dtype, int64_
   return bytes.view(dtype).view(full);
 }
 
+// True when every value of `values` (float32, 1-D) is finite. A slice at a time through one
+// reduction (a NaN makes the min and max NaN, an infinity is the min or the max), so that checking
+// a large upload needs no temporary the size of the payload (isfinite's would be a quarter of it).
+bool AllFinite(const torch::Tensor& values) {
+  constexpr int64_t kSlice = int64_t{4} << 20;  // values: 16 MiB
+  const int64_t n = values.numel();
+  for (int64_t begin = 0; begin < n; begin += kSlice) {
+    const auto [lo, hi] = torch::aminmax(values.narrow(0, begin, std::min(kSlice, n - begin)));
+    if (!std::isfinite(lo.item<float>()) || !std::isfinite(hi.item<float>())) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
@@ -46,7 +60,7 @@ DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
     : registry_(registry), meta_(std::move(meta)), expected_sha256_(std::move(expected_sha256)) {}
 
 DatasetUpload::~DatasetUpload() {
-  blocks_.clear();
+  buffer_ = torch::Tensor();
   registry_->ReleaseStaging(capacity_);
   if (!committed_) registry_->ReleaseName(meta_.name);
 }
@@ -54,18 +68,29 @@ DatasetUpload::~DatasetUpload() {
 absl::Status DatasetUpload::AddBlock() {
   const int64_t size = std::min(kStagingBlockBytes, meta_.size_bytes - capacity_);
   TRAINERD_RETURN_IF_ERROR(registry_->ReserveStaging(size, meta_.name));
-  try {
-    blocks_.push_back(torch::empty({size}, torch::kUInt8));
-  } catch (const std::exception& e) {
-    registry_->ReleaseStaging(size);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", size, " bytes of staging memory for dataset '", meta_.name, "'"));
+  if (!buffer_.defined()) {
+    // The declared size was checked against the daemon's limits when the upload began; this
+    // reserves address space, and the pages are committed as the bytes are written.
+    try {
+      buffer_ = torch::empty({meta_.size_bytes}, torch::kUInt8);
+    } catch (const std::exception& e) {
+      registry_->ReleaseStaging(size);
+      return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", meta_.size_bytes,
+                                                       " bytes of staging memory for dataset '",
+                                                       meta_.name, "'"));
+    }
   }
   capacity_ += size;
   return absl::OkStatus();
 }
 
 absl::Status DatasetUpload::Append(std::string_view chunk) {
+  if (trailing_sha256_given_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", meta_.name,
+                     "': a chunk came after the payload's sha256, which "
+                     "must be the last message"));
+  }
   if (static_cast<int64_t>(chunk.size()) > meta_.size_bytes - received_) {
     return absl::InvalidArgumentError(
         absl::StrCat("dataset '", meta_.name, "': the payload is larger than the header declares (",
@@ -74,34 +99,37 @@ absl::Status DatasetUpload::Append(std::string_view chunk) {
   sha256_.Update(chunk);
   while (!chunk.empty()) {
     if (received_ == capacity_) TRAINERD_RETURN_IF_ERROR(AddBlock());
-    // The block holding byte received_: every block but the last is kStagingBlockBytes long.
-    torch::Tensor& block = blocks_[received_ / kStagingBlockBytes];
-    const int64_t offset = received_ % kStagingBlockBytes;
-    const int64_t n = std::min<int64_t>(block.numel() - offset, chunk.size());
-    std::memcpy(static_cast<char*>(block.data_ptr()) + offset, chunk.data(), n);
+    const int64_t n = std::min<int64_t>(capacity_ - received_, chunk.size());
+    std::memcpy(static_cast<char*>(buffer_.data_ptr()) + received_, chunk.data(), n);
     chunk.remove_prefix(n);
     received_ += n;
   }
   return absl::OkStatus();
 }
 
+absl::Status DatasetUpload::SetTrailingSha256(const std::string& sha256) {
+  if (!expected_sha256_.empty() || trailing_sha256_given_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", meta_.name,
+                     "': the payload's sha256 was given already (send it in the "
+                     "header or as the last message, once)"));
+  }
+  const bool hex = sha256.size() == 64 && std::all_of(sha256.begin(), sha256.end(), [](char c) {
+                     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+                   });
+  if (!hex) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dataset '", meta_.name, "': the payload's sha256 must be 64 lower-case hex digits"));
+  }
+  expected_sha256_ = sha256;
+  trailing_sha256_given_ = true;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<torch::Tensor> DatasetUpload::Gather() {
-  torch::Tensor all;
-  try {
-    all = torch::empty(
-        {meta_.size_bytes},
-        torch::TensorOptions(torch::kUInt8).pinned_memory(registry_->device().is_cuda()));
-  } catch (const std::exception& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate ", meta_.size_bytes, " bytes to gather dataset '", meta_.name, "'"));
-  }
-  int64_t offset = 0;
-  for (torch::Tensor& block : blocks_) {
-    std::memcpy(static_cast<char*>(all.data_ptr()) + offset, block.data_ptr(), block.numel());
-    offset += block.numel();
-    block = torch::Tensor();  // freed now, so the peak stays one block over the payload
-  }
-  blocks_.clear();
+  torch::Tensor all = std::move(buffer_);
+  buffer_ = torch::Tensor();
+  if (!all.defined()) all = torch::empty({0}, torch::kUInt8);
   registry_->ReleaseStaging(capacity_);
   capacity_ = 0;
   return all;
@@ -310,8 +338,8 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
   try {
     const int64_t fbytes = meta.feature_bytes;
     torch::Tensor features = staging.narrow(0, 0, fbytes).view(torch::kFloat32);
-    torch::Tensor finite = torch::isfinite(features);
-    if (!finite.all().item<bool>()) {
+    if (!AllFinite(features)) {
+      const torch::Tensor finite = torch::isfinite(features);
       const int64_t first = torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
       const int64_t per_row = meta.feature_bytes / 4 / meta.rows;  // float32 values per row
       return absl::InvalidArgumentError(
@@ -321,8 +349,8 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
     torch::Tensor tbytes = staging.narrow(0, fbytes, meta.size_bytes - fbytes).clone();
     if (meta.target_dtype == TargetDType::kFloat32) {
       torch::Tensor t = tbytes.view(torch::kFloat32);
-      torch::Tensor tfinite = torch::isfinite(t);
-      if (!tfinite.all().item<bool>()) {
+      if (!AllFinite(t)) {
+        const torch::Tensor tfinite = torch::isfinite(t);
         const int64_t first = torch::nonzero(tfinite.logical_not())[0][0].item<int64_t>();
         return absl::InvalidArgumentError(absl::StrFormat(
             "dataset '%s': row %d has a non-finite target value (NaN or Inf)", meta.name,

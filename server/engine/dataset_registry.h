@@ -53,6 +53,7 @@ class DatasetUpload final : public UploadSession {
   DatasetUpload& operator=(const DatasetUpload&) = delete;
 
   absl::Status Append(std::string_view chunk) override;
+  absl::Status SetTrailingSha256(const std::string& sha256) override;
   int64_t received_bytes() const override { return received_; }
   int64_t expected_bytes() const override { return meta_.size_bytes; }
   int64_t staged_bytes() const override { return capacity_; }
@@ -62,20 +63,25 @@ class DatasetUpload final : public UploadSession {
  private:
   friend class DatasetRegistry;
   DatasetUpload(DatasetRegistry* registry, DatasetMeta meta, std::string expected_sha256);
-  // Adds a block for the bytes after capacity_ (at most kStagingBlockBytes, at most what the
-  // header has left).
+  // Counts the next block of staging (at most kStagingBlockBytes, at most what the header has
+  // left) against the bound on uploads in flight; the first allocates the payload's buffer.
   absl::Status AddBlock();
-  // The whole payload as one uint8 tensor (pinned for a GPU), the blocks freed as they are
-  // copied. RESOURCE_EXHAUSTED when it cannot be allocated.
+  // The whole payload as one uint8 tensor: the staging buffer itself (no copy), its staging
+  // account given back.
   absl::StatusOr<torch::Tensor> Gather();
 
   DatasetRegistry* registry_;
   DatasetMeta meta_;
   std::string expected_sha256_;
-  std::vector<torch::Tensor> blocks_;  // uint8, host, filled in order
-  int64_t capacity_ = 0;               // bytes in blocks_, counted against the in-flight bound
+  // The payload's bytes, in order: one uint8 host buffer of the declared size, allocated at the
+  // first chunk but only reserved address space until written (the kernel commits its pages as
+  // bytes arrive), so that resident memory grows with what the client sent, as capacity_ counts
+  // it. Becomes the resident dataset on the CPU: received once, never copied.
+  torch::Tensor buffer_;
+  int64_t capacity_ = 0;  // bytes received or about to be, counted against the in-flight bound
   int64_t received_ = 0;
   Sha256 sha256_;
+  bool trailing_sha256_given_ = false;
   bool committed_ = false;
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };

@@ -255,6 +255,10 @@ class UploadSession {
   // RESOURCE_EXHAUSTED when the staging memory it needs would take the uploads in flight past
   // the daemon's bound (EngineOptions::max_upload_bytes_in_flight) or cannot be allocated.
   virtual absl::Status Append(std::string_view chunk) = 0;
+  // The payload's SHA-256 (lower-case hex) sent after the last chunk, for a client that checksums
+  // a file as it streams it: verified at commit like the header's. INVALID_ARGUMENT when the
+  // header carried one, when one was given already, or when it is not 64 lower-case hex digits.
+  virtual absl::Status SetTrailingSha256(const std::string& sha256) = 0;
   virtual int64_t received_bytes() const = 0;
   virtual int64_t expected_bytes() const = 0;
   // Host memory staged for this upload now: it grows with the bytes received (geometrically, up

@@ -75,11 +75,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
     }
     if (to_commit != nullptr) {
       // (The callback may run at once, on this thread, when the engine is shutting down.)
-      service_->engine_->CommitUploadAsync(
-          std::move(to_commit), [this](absl::StatusOr<engine::DatasetMeta> meta) {
-            if (meta.ok()) *response_ = ToProto(*meta);
-            FinishOnce(ToGrpcStatus(meta.status()));
-          });
+      service_->engine_->CommitUploadAsync(std::move(to_commit),
+                                           [this](absl::StatusOr<engine::DatasetMeta> meta) {
+                                             if (meta.ok()) *response_ = ToProto(*meta);
+                                             FinishOnce(ToGrpcStatus(meta.status()));
+                                           });
       return;
     }
     // Outside mu_: a reaction must not hold a lock that another reaction (OnCancel) needs while it
@@ -154,11 +154,14 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
     if (upload_ == nullptr) {
       return absl::InvalidArgumentError("the first message of an upload must be the header");
     }
+    if (request_.data_case() == v1::UploadDatasetRequest::kSha256) {
+      return upload_->SetTrailingSha256(request_.sha256());
+    }
     const std::string& chunk = request_.chunk();
     if (chunk.size() > kMaxChunkBytes) {
       return absl::InvalidArgumentError(absl::StrCat("a chunk of ", chunk.size(),
-                                                     " bytes is over the limit of ",
-                                                     kMaxChunkBytes, " bytes (1 MiB)"));
+                                                     " bytes is over the limit of ", kMaxChunkBytes,
+                                                     " bytes (1 MiB)"));
     }
     return upload_->Append(chunk);
   }
@@ -169,11 +172,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
   engine::CallContext caller_;
   v1::UploadDatasetRequest request_;  // the read in flight
   std::mutex mu_;
-  std::unique_ptr<engine::UploadSession> upload_;          // guarded by mu_
-  std::shared_ptr<std::atomic<bool>> cancellation_;         // guarded by mu_; set when committing
-  absl::Time last_activity_;                                // guarded by mu_
-  bool committing_ = false;                                 // guarded by mu_
-  bool finished_ = false;                                   // guarded by mu_
+  std::unique_ptr<engine::UploadSession> upload_;    // guarded by mu_
+  std::shared_ptr<std::atomic<bool>> cancellation_;  // guarded by mu_; set when committing
+  absl::Time last_activity_;                         // guarded by mu_
+  bool committing_ = false;                          // guarded by mu_
+  bool finished_ = false;                            // guarded by mu_
 };
 
 DatasetServiceImpl::DatasetServiceImpl(engine::Engine* engine, Authenticator* authenticator,
@@ -208,8 +211,8 @@ size_t DatasetServiceImpl::open_uploads() const {
 
 void DatasetServiceImpl::WatchdogLoop() {
   // Checks a few times per timeout, at least every second.
-  const absl::Duration period =
-      std::min(absl::Seconds(1), std::max(absl::Milliseconds(10), options_.upload_idle_timeout / 4));
+  const absl::Duration period = std::min(
+      absl::Seconds(1), std::max(absl::Milliseconds(10), options_.upload_idle_timeout / 4));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     cv_.wait_for(lock, absl::ToChronoMilliseconds(period));
@@ -250,9 +253,9 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::GetDataset(grpc::CallbackServerCon
   return reactor;
 }
 
-grpc::ServerUnaryReactor* DatasetServiceImpl::DeleteDataset(
-    grpc::CallbackServerContext* context, const v1::DeleteDatasetRequest* request,
-    v1::DeleteDatasetResponse* response) {
+grpc::ServerUnaryReactor* DatasetServiceImpl::DeleteDataset(grpc::CallbackServerContext* context,
+                                                            const v1::DeleteDatasetRequest* request,
+                                                            v1::DeleteDatasetResponse* response) {
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(engine_->DeleteDataset(request->name())));
   return reactor;

@@ -42,6 +42,22 @@ TEST_F(DatasetServiceTest, UploadOfSeedDataReturnsResidentDataset) {
   EXPECT_GT(dataset.create_time().seconds(), 0);
 }
 
+TEST_F(DatasetServiceTest, UploadWithTheSha256AsTheLastMessageIsVerifiedAndKept) {
+  const Table table = SeedTable();
+  const std::string payload = EncodePayload(table);
+  v1::DatasetHeader header = HeaderFor("trailed", table);
+  header.clear_sha256();
+  std::vector<v1::UploadDatasetRequest> messages = UploadMessages(header, payload);
+  v1::UploadDatasetRequest trailer;
+  trailer.set_sha256(Sha256Hex(payload));
+  messages.push_back(trailer);
+  v1::Dataset dataset;
+  grpc::Status status = Upload(messages, &dataset);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(dataset.sha256(), Sha256Hex(payload));
+  EXPECT_EQ(dataset.row_count(), table.rows);
+}
+
 TEST_F(DatasetServiceTest, UploadedDatasetIsListedAndFound) {
   v1::Dataset uploaded;
   ASSERT_TRUE(UploadTable("seed", SeedTable(), &uploaded).ok());
@@ -189,7 +205,8 @@ std::vector<RejectedUpload> RejectedUploads() {
                      chunk->resize(chunk->size() - 4);
                      return messages;
                    },
-                   grpc::StatusCode::INVALID_ARGUMENT, "ended after 6396 of the 6400 payload bytes"});
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "ended after 6396 of the 6400 payload bytes"});
   cases.push_back({"BytesOverHeader",
                    [](const std::string& dataset) {
                      auto messages = SeedMessages(dataset);
@@ -222,6 +239,41 @@ std::vector<RejectedUpload> RejectedUploads() {
                      return messages;
                    },
                    grpc::StatusCode::DATA_LOSS, "sha256"});
+  // The payload's sha256 as the last message (a client that checksums a file as it streams it).
+  auto trailed = [](const std::string& dataset, const std::string& sha256) {
+    auto messages = SeedMessages(dataset);
+    messages[0].mutable_header()->clear_sha256();
+    v1::UploadDatasetRequest trailer;
+    trailer.set_sha256(sha256);
+    messages.push_back(trailer);
+    return messages;
+  };
+  cases.push_back(
+      {"WrongTrailingSha256",
+       [trailed](const std::string& dataset) { return trailed(dataset, Sha256Hex("other bytes")); },
+       grpc::StatusCode::DATA_LOSS, "the payload's sha256 is"});
+  cases.push_back(
+      {"TrailingSha256NotHex",
+       [trailed](const std::string& dataset) { return trailed(dataset, std::string(64, 'Z')); },
+       grpc::StatusCode::INVALID_ARGUMENT, "64 lower-case hex digits"});
+  cases.push_back({"TrailingSha256AfterTheHeaders",
+                   [](const std::string& dataset) {
+                     auto messages = SeedMessages(dataset);
+                     const std::string sha256 = Sha256Hex(EncodePayload(SeedTable()));
+                     messages[0].mutable_header()->set_sha256(sha256);
+                     v1::UploadDatasetRequest trailer;
+                     trailer.set_sha256(sha256);
+                     messages.push_back(trailer);
+                     return messages;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT, "was given already"});
+  cases.push_back({"ChunkAfterTrailingSha256",
+                   [trailed](const std::string& dataset) {
+                     auto messages = trailed(dataset, std::string(64, 'a'));
+                     std::swap(messages[messages.size() - 1], messages[messages.size() - 2]);
+                     return messages;
+                   },
+                   grpc::StatusCode::INVALID_ARGUMENT, "came after the payload's sha256"});
   return cases;
 }
 
