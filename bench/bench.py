@@ -247,6 +247,74 @@ def runners_for(a, daemon, workload, device, epochs, threads):
     }, (('pytorch-original', 'pytorch-optimized'), ('trainerd', 'trainerd-e2e', 'trainerd-libtorch'))
 
 
+UPLOAD_ROWS = 4 << 20     # rows of the upload workload: 4 Mi rows x 64 float32 values = 1 GiB
+UPLOAD_FEATURES = 63      # features per row, plus one float32 target
+
+
+def make_upload_files(work):
+    """The 1 GiB upload: x.npy (4 Mi x 63 float32) and y.npy (4 Mi float32), written in slices."""
+    import numpy as np
+    x_path, y_path = os.path.join(work, 'upload_x.npy'), os.path.join(work, 'upload_y.npy')
+    rng = np.random.default_rng(0)
+    x = np.lib.format.open_memmap(x_path, mode='w+', dtype=np.float32,
+                                  shape=(UPLOAD_ROWS, UPLOAD_FEATURES))
+    step = 1 << 18
+    for begin in range(0, UPLOAD_ROWS, step):
+        x[begin:begin + step] = rng.standard_normal((step, UPLOAD_FEATURES), dtype=np.float32)
+    x.flush()
+    del x
+    np.save(y_path, rng.standard_normal(UPLOAD_ROWS, dtype=np.float32))
+    return x_path, y_path
+
+
+def vm_kb(pid, field):
+    with open(f'/proc/{pid}/status') as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1])
+    return 0
+
+
+def upload_run(a, device, work, files, round_no):
+    """One upload of the 1 GiB dataset into a fresh daemon: throughput and both sides' peak RSS."""
+    daemon = Daemon(a.build_dir, device, os.path.join(work, f'upload-{round_no}'))
+    try:
+        baseline_kb = vm_kb(daemon.proc.pid, 'VmRSS')
+        t0 = time.perf_counter()
+        child = subprocess.Popen([daemon.ctl, '--addr', daemon.addr, 'dataset', 'upload', 'big',
+                                  files[0], '--targets', files[1]],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - t0
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RuntimeError(f'upload failed: {child.stderr.read().decode()}')
+        daemon_peak_kb = vm_kb(daemon.proc.pid, 'VmHWM')
+    finally:
+        daemon.stop()
+        subprocess.run(['rm', '-rf', os.path.join(work, f'upload-{round_no}')])
+    payload = UPLOAD_ROWS * (UPLOAD_FEATURES + 1) * 4
+    return dict(seconds=seconds, mb_per_s=payload / seconds / 1e6, payload_bytes=payload,
+                client_peak_rss_mb=usage.ru_maxrss / 1024,
+                daemon_peak_rss_mb=daemon_peak_kb / 1024,
+                daemon_growth_mb=(daemon_peak_kb - baseline_kb) / 1024)
+
+
+def upload_bench(a, device, work, rows):
+    files = make_upload_files(work)
+    try:
+        results = [upload_run(a, device, work, files, i) for i in range(a.repeats)]
+    finally:
+        for f in files:
+            os.remove(f)
+    r = median(results)
+    rows.append(dict(workload='upload', device=device, runner='trainctl-upload',
+                     all_seconds=[x['seconds'] for x in results], **r))
+    print(f"upload {device:7} trainctl-upload      {r['seconds']:8.3f} s {r['mb_per_s']:8.0f} MB/s "
+          f"trainctl peak {r['client_peak_rss_mb']:.0f} MB, trainerd peak "
+          f"{r['daemon_peak_rss_mb']:.0f} MB ({r['daemon_growth_mb']:+.0f} MB over its start) "
+          f"for a {r['payload_bytes'] / 2**30:.2f} GiB payload", flush=True)
+
+
 def median(results):
     results = sorted(results, key=lambda r: r['seconds'])
     return results[len(results) // 2]
@@ -258,7 +326,7 @@ def main():
     ap.add_argument('--seed-script',
                     default=os.path.join(ROOT, '..', 'shared', 'bench', 'seed_scenario.py'))
     ap.add_argument('--devices', default='cpu', help='comma-separated: cpu,cuda')
-    ap.add_argument('--workloads', default='seed,sweep,mlp3,mlp')
+    ap.add_argument('--workloads', default='seed,sweep,mlp3,mlp,upload')
     ap.add_argument('--epochs-seed', type=int, default=100)
     ap.add_argument('--epochs-sweep', type=int, default=100)
     ap.add_argument('--epochs-mlp3', type=int, default=20)
@@ -281,6 +349,8 @@ def main():
             uploaded = set()
             try:
                 for workload in a.workloads.split(','):
+                    if workload == 'upload':  # fresh daemons of its own, below
+                        continue
                     epochs = getattr(a, f'epochs_{workload}')
                     data = SWEEP['base'] if workload == 'sweep' else workload
                     upload(daemon, data, work, uploaded)
@@ -323,6 +393,8 @@ def main():
                 meta.setdefault('diagnosis', {})[device] = daemon.diagnosis
             finally:
                 daemon.stop()
+            if 'upload' in a.workloads.split(','):
+                upload_bench(a, device, work, rows)
     if a.results_dir:
         os.makedirs(a.results_dir, exist_ok=True)
         with open(os.path.join(a.results_dir, 'bench.json'), 'w') as f:
