@@ -765,7 +765,9 @@ std::string DeviceListTable(const v1::ListDevicesResponse& response) {
       const std::string names = absl::StrJoin(device.datasets(), ",");
       if (names.size() <= kMaxDatasetNames) absl::StrAppend(&datasets, " (", names, ")");
     }
-    table.AddRow({absl::StrCat(device.device(), device.is_default() ? "*" : ""),
+    // A GPU NVML sees but the daemon cannot use is marked; `-o json` carries the reason.
+    table.AddRow({absl::StrCat(device.device(), device.is_default() ? "*" : "",
+                               device.unusable_reason().empty() ? "" : " (unusable)"),
                   OrDash(Truncate(device.name(), kMaxDeviceNameColumn)),
                   device.has_utilization() ? Percent(device.utilization(), 0) : "-", memory,
                   datasets,

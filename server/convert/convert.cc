@@ -425,6 +425,7 @@ v1::DeviceStatus ToProto(const engine::DeviceStatusInfo& d) {
   for (const std::string& id : d.running_jobs) out.add_running_jobs(id);
   out.set_queued_jobs(d.queued_jobs);
   out.set_is_default(d.is_default);
+  out.set_unusable_reason(d.unusable_reason);
   return out;
 }
 

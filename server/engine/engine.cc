@@ -308,6 +308,29 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
     }
     out.push_back(std::move(info));
   }
+  // GPUs that NVML samples but LibTorch does not see: listed with their readings, so that an
+  // operator sees the GPU and why no job can use it.
+  if (impl_->options.sampler != nullptr) {
+    const std::vector<std::string> usable = AvailableDeviceNames();
+    for (const monitor::DeviceReading& r : impl_->options.sampler->Latest()) {
+      if (r.device == "cpu" || std::find(usable.begin(), usable.end(), r.device) != usable.end()) {
+        continue;
+      }
+      DeviceStatusInfo info;
+      info.device = r.device;
+      info.name = r.name.empty() ? r.device : r.name;
+      info.uuid = r.uuid;
+      info.utilization = r.utilization;
+      info.memory_used_bytes = r.memory_used_bytes;
+      info.memory_total_bytes = r.memory_total_bytes;
+      info.unusable_reason =
+          torch::cuda::device_count() == 0
+              ? "NVML sees this GPU but LibTorch sees no CUDA device (check the driver, the "
+                "container's GPU runtime and CUDA_VISIBLE_DEVICES)"
+              : "NVML sees this GPU but LibTorch does not (CUDA_VISIBLE_DEVICES hides it)";
+      out.push_back(std::move(info));
+    }
+  }
   return out;
 }
 

@@ -95,6 +95,9 @@ struct DeviceStatusInfo {
   std::vector<std::string> running_jobs;
   int32_t queued_jobs = 0;
   bool is_default = false;
+  // Set for a GPU that the sampler's NVML sees but LibTorch cannot use: why (proto
+  // DeviceStatus.unusable_reason). Empty for a usable device.
+  std::string unusable_reason;
 };
 
 // What the data folder holds on disk, in bytes (the disk-use metric).

@@ -275,6 +275,21 @@ TEST(DeviceListTableTest, MarksTheDefaultAndDashesWhatIsMissing) {
             "                          -                 0\n");
 }
 
+TEST(DeviceListTableTest, AGpuTheDaemonCannotUseIsMarked) {
+  v1::ListDevicesResponse response;
+  v1::DeviceStatus* cpu = response.add_devices();
+  cpu->set_device("cpu");
+  cpu->set_is_default(true);
+  v1::DeviceStatus* gpu = response.add_devices();
+  gpu->set_device("cuda:0");
+  gpu->set_name("NVIDIA H200");
+  gpu->set_utilization(0.0);
+  gpu->set_unusable_reason("NVML sees this GPU but LibTorch sees no CUDA device");
+  const std::string table = DeviceListTable(response);
+  EXPECT_THAT(table, HasSubstr("\ncpu*  "));
+  EXPECT_THAT(table, HasSubstr("\ncuda:0 (unusable)  NVIDIA H200"));
+}
+
 TEST(DeviceListTableTest, LongDatasetNameListsShowOnlyCountAndBytes) {
   v1::ListDevicesResponse response;
   v1::DeviceStatus* gpu = response.add_devices();

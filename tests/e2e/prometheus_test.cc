@@ -33,9 +33,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/subprocess.h"
+#include "trainerd/v1/system.pb.h"
 
 namespace trainerd::e2e {
 namespace {
@@ -494,6 +496,31 @@ TEST_F(PrometheusTest, PrometheusScrapesAJobAndTheDashboardMatches) {
   if (host_syncs.empty()) host_syncs = Field(job, "host_syncs").string_value();
   EXPECT_EQ(steps, std::to_string(kEpochs * 50));  // 800 rows in batches of 16
   EXPECT_FALSE(host_syncs.empty());
+
+  // ListDevices shows the fake NVML's GPUs, which this CPU-only LibTorch cannot use: marked, with
+  // their readings and the reason.
+  RunResult devices = Ctl({"-o", "json", "devices"});
+  ASSERT_EQ(devices.exit_code, 0) << devices.err;
+  v1::ListDevicesResponse listed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(devices.out, &listed).ok())
+      << devices.out;
+  ASSERT_EQ(listed.devices_size(), 3) << devices.out;
+  EXPECT_EQ(listed.devices(0).device(), "cpu");
+  EXPECT_EQ(listed.devices(0).unusable_reason(), "");
+  for (int i = 1; i <= 2; ++i) {
+    const v1::DeviceStatus& gpu = listed.devices(i);
+    EXPECT_EQ(gpu.device(), absl::StrCat("cuda:", i - 1));
+    EXPECT_EQ(gpu.name(), absl::StrCat("Fake GPU ", i - 1));
+    EXPECT_THAT(gpu.unusable_reason(), HasSubstr("LibTorch sees no CUDA device"));
+    EXPECT_EQ(gpu.memory_total_bytes(), int64_t{80} << 30);
+    EXPECT_EQ(gpu.memory_used_bytes(), int64_t{1} << 30);
+    ASSERT_TRUE(gpu.has_utilization());
+    EXPECT_DOUBLE_EQ(gpu.utilization(), i == 1 ? 0.37 : 0.80);
+  }
+  RunResult table = Ctl({"devices"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("cuda:0 (unusable)"));
+  EXPECT_THAT(table.out, HasSubstr("Fake GPU 1"));
 
   // What Prometheus scraped: everything within one minute of the job's end.
   const auto one = in(60);
