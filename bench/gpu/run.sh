@@ -61,5 +61,6 @@ mkdir -p "$DEPS/build/server" "$DEPS/build/client"
 ln -sf "$DEPS/bin/trainerd" "$DEPS/build/server/trainerd"
 ln -sf "$DEPS/bin/trainctl" "$DEPS/build/client/trainctl"
 "$PY" bench/bench.py --build-dir "$DEPS/build" --seed-script "$DEPS/seed_scenario.py" \
-  --devices cpu,cuda --repeats 3 --results-dir "$RESULTS_DIR" 2>&1 | tee "$RESULTS_DIR/bench.txt" || status=1
+  --devices cpu,cuda --repeats 3 --workloads seed,sweep,mlp3,mlp \
+  --results-dir "$RESULTS_DIR" 2>&1 | tee "$RESULTS_DIR/bench.txt" || status=1
 exit $status

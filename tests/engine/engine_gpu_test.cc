@@ -2,20 +2,25 @@
 // device. On a GPU they check that training on the device matches the CPU's result, that the
 // host transfers are still counted exactly (with clipping and schedules too), that clipping never
 // synchronises with the host, and that datasets are resident on the device.
+#include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
 #include "server/engine/optimizer.h"
 #include "server/engine/precision.h"
+#include "server/engine/stacked_path.h"
+#include "server/engine/trainer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {
@@ -212,6 +217,77 @@ TEST(ClipGradNormGpuTest, ClippingAndAStepOnCudaNeverSynchroniseWithTheHost) {
   const double norm =
       std::sqrt(a.grad().pow(2).sum().item<double>() + b.grad().pow(2).sum().item<double>());
   EXPECT_NEAR(norm, 1.3, 1e-5);
+}
+
+// A sweep's members on a GPU train stacked (stacked_path.h): each member's losses are its job's
+// alone on the same device, each keeps one transfer per epoch (plus the read-back), and a stacked
+// step, with a learning-rate change, never synchronises the host with the device.
+TEST(StackedPathGpuTest, MembersOnCudaEqualTheirJobsAloneWithoutHostSyncsInAStep) {
+  TRAINERD_SKIP_WITHOUT_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "classes";
+  dataset->meta.feature_shape = {4};
+  dataset->meta.rows = 256;
+  dataset->meta.device = "cuda:0";
+  torch::manual_seed(3);
+  torch::Tensor x = torch::randn({256, 4});
+  dataset->features = x.to(cuda);
+  dataset->targets =
+      ((x.select(1, 0) > 0).to(torch::kInt64) + (x.select(1, 1) > 0.5).to(torch::kInt64)).to(cuda);
+  std::vector<TrainingRun> runs(3);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    TrainingRun& run = runs[i];
+    run.spec.model = "linear:16,relu,linear:3";
+    run.spec.loss = LossKind::kCrossEntropy;
+    run.spec.optimizer = OptimizerKind::kAdamW;
+    run.spec.learning_rate = 0.01 * static_cast<double>(i + 1);
+    run.spec.schedule.kind = ScheduleKind::kCosine;
+    run.spec.clip_grad_norm = 1.0;
+    run.spec.batch_size = 32;
+    run.spec.epochs = 4;
+    run.spec.seed = 10 + i;
+    run.spec.device = "cuda:0";
+    run.spec.engine = EngineKind::kLibTorch;
+    run.model = *ParseModelSpec(run.spec.model);
+    run.dataset = dataset;
+    run.device = cuda;
+  }
+  std::vector<const TrainingRun*> pointers;
+  for (const TrainingRun& run : runs) pointers.push_back(&run);
+  std::vector<TrainingOutcome> packed(runs.size());
+  RunPackedTraining(pointers, [&](size_t i, TrainingOutcome o) { packed[i] = std::move(o); });
+  for (size_t i = 0; i < runs.size(); ++i) {
+    ASSERT_EQ(packed[i].state, JobState::kSucceeded) << packed[i].error;
+    EXPECT_EQ(packed[i].engine, "libtorch-stacked");
+    EXPECT_EQ(packed[i].host_syncs, 4 + 1);
+    TrainingOutcome alone = RunTraining(runs[i]);
+    ASSERT_EQ(alone.state, JobState::kSucceeded) << alone.error;
+    EXPECT_NEAR(packed[i].final_loss, alone.final_loss, 1e-3 * std::max(1.0, alone.final_loss));
+  }
+
+  // The stacked step itself, under sync-debug mode: a learning-rate change, a step, validation.
+  StackedPack pack(pointers);
+  std::vector<std::unique_ptr<TrainingPath>> paths;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    at::Generator gen = at::cuda::detail::createCUDAGenerator(0);
+    paths.push_back(pack.MemberPath(i, gen));
+  }
+  for (auto& path : paths) path->BeginEpoch();
+  const torch::Tensor targets = dataset->targets;
+  const BatchView batch{&dataset->features, &targets, 0, 32};
+  {
+    SyncDebugModeScope no_syncs(c10::cuda::SyncDebugMode::L_ERROR);
+    for (int step = 0; step < 3; ++step) {
+      for (size_t i = 0; i < paths.size(); ++i) paths[i]->SetLearningRate(0.001 * (step + i + 1));
+      for (auto& path : paths) path->Step(batch);
+      EXPECT_NO_THROW(pack.StepAll());
+    }
+    for (auto& path : paths) path->BeginValidation();
+    for (auto& path : paths) path->ValidateBatch(batch);
+    EXPECT_NO_THROW(pack.ValidateAll());
+  }
+  EXPECT_GT(paths[0]->loss_sum().item<double>(), 0.0);
 }
 
 // Issue 4's acceptance on a GPU: after the device is measured, the seed job (two parameters,
