@@ -280,21 +280,27 @@ def upload_run(a, device, work, files, round_no):
     daemon = Daemon(a.build_dir, device, os.path.join(work, f'upload-{round_no}'))
     try:
         baseline_kb = vm_kb(daemon.proc.pid, 'VmRSS')
+        # trainctl's peak resident memory from GNU time: a child's own rusage would count the
+        # pages it shared with this (large) Python process between fork and exec.
+        cmd = [daemon.ctl, '--addr', daemon.addr, 'dataset', 'upload', 'big', files[0],
+               '--targets', files[1]]
+        gnu_time = '/usr/bin/time' if os.path.exists('/usr/bin/time') else None
+        if gnu_time:
+            cmd = [gnu_time, '-f', 'maxrss_kb=%M', *cmd]
         t0 = time.perf_counter()
-        child = subprocess.Popen([daemon.ctl, '--addr', daemon.addr, 'dataset', 'upload', 'big',
-                                  files[0], '--targets', files[1]],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(child.pid, 0)
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         seconds = time.perf_counter() - t0
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise RuntimeError(f'upload failed: {child.stderr.read().decode()}')
+        if done.returncode != 0:
+            raise RuntimeError(f'upload failed: {done.stderr}')
+        m = re.search(r'maxrss_kb=(\d+)', done.stderr)
+        client_kb = int(m.group(1)) if m else 0
         daemon_peak_kb = vm_kb(daemon.proc.pid, 'VmHWM')
     finally:
         daemon.stop()
         subprocess.run(['rm', '-rf', os.path.join(work, f'upload-{round_no}')])
     payload = UPLOAD_ROWS * (UPLOAD_FEATURES + 1) * 4
     return dict(seconds=seconds, mb_per_s=payload / seconds / 1e6, payload_bytes=payload,
-                client_peak_rss_mb=usage.ru_maxrss / 1024,
+                client_peak_rss_mb=client_kb / 1024,
                 daemon_peak_rss_mb=daemon_peak_kb / 1024,
                 daemon_growth_mb=(daemon_peak_kb - baseline_kb) / 1024)
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -35,6 +36,8 @@
 #include "client/output.h"
 #include "client/progress_bar.h"
 #include "client/requests.h"
+#include "client/upload_stream.h"
+#include "common/dataset_header.h"
 #include "common/sha256.h"
 #include "common/table.h"
 
@@ -79,20 +82,38 @@ int PrintText(const std::string& text) {
   return kExitOk;
 }
 
-int DatasetUpload(const CommandContext& context) {
-  const std::string& name = context.invocation.args.at(0);
-  if (absl::Status status = ValidateDatasetName(name); !status.ok()) return UsageFailure(status);
-  absl::StatusOr<UploadInput> input = UploadInputFromFlags(context.invocation);
-  if (!input.ok()) return UsageFailure(input.status());
-  absl::StatusOr<Table> table = ReadUploadInput(*input);
-  if (!table.ok()) return UsageFailure(table.status());
-  if (absl::Status limits = CheckUploadAgainstLimits(name, *table); !limits.ok()) {
-    return UsageFailure(limits);
-  }
+// Gives the next bytes of an upload's payload: fills `out` with `size` bytes (fewer only at its
+// end) and says how many.
+using PayloadReader = std::function<absl::StatusOr<size_t>(char* out, size_t size)>;
 
-  const std::string payload = EncodePayload(*table);
-  v1::UploadDatasetRequest request;
-  *request.mutable_header() = MakeDatasetHeader(name, *table, Sha256Hex(payload));
+// Sends an upload: `header`, the `total_bytes` of payload that `read` gives in chunks of at most
+// kUploadChunkBytes, and with `sha256_trailer` a last message with the SHA-256 of the bytes sent
+// (for a payload checksummed as it is read; the header's sha256 is then empty). The first chunk is
+// read before the call starts, so that a bad value in it is refused as before any other call; a
+// read error after that cancels the call (the daemon registers nothing) and is still a local
+// error (exit 2).
+int SendUpload(const CommandContext& context, const v1::DatasetHeader& header, int64_t total_bytes,
+               const PayloadReader& read, bool sha256_trailer) {
+  v1::UploadDatasetRequest chunk_request;
+  std::string& chunk = *chunk_request.mutable_chunk();
+  Sha256 sha256;
+  int64_t read_bytes = 0;
+  // Reads the next chunk into `chunk` (and the checksum).
+  const auto read_chunk = [&]() -> absl::Status {
+    const size_t size = static_cast<size_t>(
+        std::min(static_cast<int64_t>(kUploadChunkBytes), total_bytes - read_bytes));
+    chunk.resize(size);
+    absl::StatusOr<size_t> got = read(chunk.data(), size);
+    if (!got.ok()) return got.status();
+    if (*got != size) {
+      return absl::DataLossError(absl::StrCat("the payload ended after ", read_bytes + *got, " of ",
+                                              total_bytes, " bytes"));
+    }
+    if (sha256_trailer) sha256.Update(chunk);
+    read_bytes += static_cast<int64_t>(size);
+    return absl::OkStatus();
+  };
+  if (absl::Status first = read_chunk(); !first.ok()) return UsageFailure(first);
 
   const absl::Duration timeout = std::max(kUploadTimeout, context.invocation.global.timeout);
   grpc::ClientContext call;
@@ -101,26 +122,80 @@ int DatasetUpload(const CommandContext& context) {
   std::unique_ptr<grpc::ClientWriter<v1::UploadDatasetRequest>> writer =
       context.connection.datasets().UploadDataset(&call, &dataset);
 
-  ProgressBar progress(static_cast<int64_t>(payload.size()), isatty(STDERR_FILENO) == 1, stderr);
+  ProgressBar progress(total_bytes, isatty(STDERR_FILENO) == 1, stderr);
   // A failed Write means the stream is over (the daemon rejected it or the connection broke);
   // Finish then says why.
   progress.Update(0);
+  v1::UploadDatasetRequest request;
+  *request.mutable_header() = header;
   bool open = writer->Write(request);
-  size_t sent = 0;
-  while (open && sent < payload.size()) {
-    const size_t size = std::min(kUploadChunkBytes, payload.size() - sent);
-    request.set_chunk(payload.data() + sent, size);
-    open = writer->Write(request);
-    if (open) {
-      sent += size;
-      progress.Update(static_cast<int64_t>(sent));
+  int64_t sent = 0;
+  while (open) {
+    open = writer->Write(chunk_request);
+    if (!open) break;
+    sent += static_cast<int64_t>(chunk.size());
+    progress.Update(sent);
+    if (sent == total_bytes) break;
+    if (absl::Status next = read_chunk(); !next.ok()) {
+      call.TryCancel();
+      writer->Finish();
+      progress.Finish();
+      return UsageFailure(next);
     }
+  }
+  if (open && sha256_trailer) {
+    request.set_sha256(sha256.HexDigest());
+    open = writer->Write(request);
   }
   if (open) writer->WritesDone();
   const grpc::Status status = writer->Finish();
   progress.Finish();
   if (!status.ok()) return RpcFailure(context, status, timeout);
   return context.json ? PrintJson(dataset, /*pretty=*/true) : PrintText(DatasetDetails(dataset));
+}
+
+int DatasetUpload(const CommandContext& context) {
+  const std::string& name = context.invocation.args.at(0);
+  if (absl::Status status = ValidateDatasetName(name); !status.ok()) return UsageFailure(status);
+  absl::StatusOr<UploadInput> input = UploadInputFromFlags(context.invocation);
+  if (!input.ok()) return UsageFailure(input.status());
+
+  if (CanStreamUpload(*input)) {
+    // .npy files: read, converted and checksummed a block at a time as they are sent, so that
+    // trainctl holds a few MiB rather than the files; the checksum goes last.
+    absl::StatusOr<std::unique_ptr<NpyUploadStream>> stream = NpyUploadStream::Open(*input);
+    if (!stream.ok()) return UsageFailure(stream.status());
+    DatasetHeader header = (*stream)->header();
+    header.name = name;
+    if (absl::Status limits = CheckUploadAgainstLimits(header); !limits.ok()) {
+      return UsageFailure(limits);
+    }
+    NpyUploadStream& source = **stream;
+    return SendUpload(
+        context, MakeDatasetHeader(header), source.total_bytes(),
+        [&source](char* out, size_t size) { return source.Read(out, size); },
+        /*sha256_trailer=*/true);
+  }
+
+  // CSV (and .npy from a pipe or a device): the whole table is read, checked and encoded first, so
+  // its checksum goes in the header.
+  absl::StatusOr<Table> table = ReadUploadInput(*input);
+  if (!table.ok()) return UsageFailure(table.status());
+  if (absl::Status limits = CheckUploadAgainstLimits(name, *table); !limits.ok()) {
+    return UsageFailure(limits);
+  }
+  const std::string payload = EncodePayload(*table);
+  size_t offset = 0;
+  return SendUpload(
+      context, MakeDatasetHeader(name, *table, Sha256Hex(payload)),
+      static_cast<int64_t>(payload.size()),
+      [&](char* out, size_t size) -> absl::StatusOr<size_t> {
+        const size_t n = std::min(size, payload.size() - offset);
+        std::memcpy(out, payload.data() + offset, n);
+        offset += n;
+        return n;
+      },
+      /*sha256_trailer=*/false);
 }
 
 int DatasetList(const CommandContext& context) {

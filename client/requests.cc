@@ -237,20 +237,30 @@ absl::StatusOr<Table> ReadUploadInput(const UploadInput& input) {
   return table;
 }
 
+absl::Status CheckUploadAgainstLimits(const DatasetHeader& header) {
+  return CheckDatasetHeader(header, /*max_dataset_bytes=*/0).status();
+}
+
 absl::Status CheckUploadAgainstLimits(const std::string& name, const Table& table) {
-  return CheckDatasetHeader(HeaderForTable(name, table), /*max_dataset_bytes=*/0).status();
+  return CheckUploadAgainstLimits(HeaderForTable(name, table));
+}
+
+v1::DatasetHeader MakeDatasetHeader(const DatasetHeader& header) {
+  v1::DatasetHeader proto;
+  proto.set_name(header.name);
+  for (int64_t dim : header.feature_shape) proto.add_feature_shape(dim);
+  for (int64_t dim : header.target_shape) proto.add_target_shape(dim);
+  proto.set_target_dtype(ToProto(header.target_dtype));
+  proto.set_row_count(header.rows);
+  proto.set_sha256(header.sha256);
+  return proto;
 }
 
 v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
                                     const std::string& sha256_hex) {
-  v1::DatasetHeader header;
-  header.set_name(name);
-  for (int64_t dim : table.feature_shape) header.add_feature_shape(dim);
-  for (int64_t dim : table.target_shape) header.add_target_shape(dim);
-  header.set_target_dtype(ToProto(table.target_dtype));
-  header.set_row_count(table.rows);
-  header.set_sha256(sha256_hex);
-  return header;
+  DatasetHeader header = HeaderForTable(name, table);
+  header.sha256 = sha256_hex;
+  return MakeDatasetHeader(header);
 }
 
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {

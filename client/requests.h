@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/cli.h"
+#include "common/dataset_header.h"
 #include "common/job_limits.h"
 #include "common/table.h"
 #include "trainerd/v1/datasets.pb.h"
@@ -35,15 +36,19 @@ struct UploadInput {
 
 absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation);
 
-// Reads and checks the file(s); the readers' messages name the file and, for CSV, the line.
+// Reads and checks the file(s) whole; the readers' messages name the file and, for CSV, the line.
+// (.npy input that is regular files is streamed instead: client/upload_stream.h.)
 absl::StatusOr<Table> ReadUploadInput(const UploadInput& input);
 
 // The daemon's checks of an upload's header (common/dataset_header.h: the name, at most 8
 // dimensions of 1 to 2^31, sizes that do not overflow), run before anything is sent. The size
-// limit is the daemon's to apply (it is a flag of trainerd).
+// limit is the daemon's to apply (it is a flag of trainerd). The header's figures (rows, shapes,
+// dtype) are all it looks at: those of a table read whole, or of a streamed upload's headers.
+absl::Status CheckUploadAgainstLimits(const DatasetHeader& header);
 absl::Status CheckUploadAgainstLimits(const std::string& name, const Table& table);
 
 // The first message of the upload stream.
+v1::DatasetHeader MakeDatasetHeader(const DatasetHeader& header);
 v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
                                     const std::string& sha256_hex);
 

@@ -1,6 +1,13 @@
-// NumPy .npy parsing (the format of numpy/lib/format.py) and the NPY -> Table conversion.
+// NumPy .npy parsing (the format of numpy/lib/format.py), whole or header only, and the NPY ->
+// Table layout and conversion.
 #include "common/npy_reader.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,7 +35,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trainerd assumes a lit
 
 constexpr absl::string_view kMagic("\x93NUMPY", 6);
 
-size_t ItemSize(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? 4 : 8; }
+size_t ItemSize(NpyDType dtype) { return NpyItemSize(dtype); }
 
 const char* NpyDTypeName(NpyDType dtype) {
   switch (dtype) {
@@ -57,8 +64,9 @@ absl::Status MalformedHeader(absl::string_view reason, absl::string_view header)
 
 // The byte size of the array's data by its shape and dtype; an error for a negative dimension or
 // a size that overflows int64.
-absl::StatusOr<int64_t> DataBytes(const NpyArray& array, absl::string_view what) {
-  return CheckedByteSize(/*rows=*/1, array.shape, static_cast<int64_t>(ItemSize(array.dtype)),
+absl::StatusOr<int64_t> DataBytes(const std::vector<int64_t>& shape, NpyDType dtype,
+                                  absl::string_view what) {
+  return CheckedByteSize(/*rows=*/1, shape, static_cast<int64_t>(ItemSize(dtype)),
                          absl::StrCat(what, " shape"));
 }
 
@@ -242,107 +250,88 @@ std::string ElementName(const char* array_name, const std::vector<int64_t>& shap
   return absl::StrCat(array_name, "[", absl::StrJoin(index, ", "), "]");
 }
 
-// Columns [begin, end) of each row of an array seen as rows of `stride` values.
+absl::Status NotFinite(const char* name, const std::vector<int64_t>& shape, int64_t flat,
+                       double value) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(ElementName(name, shape, flat), ": ", value, " is not a finite number"));
+}
+
+template <typename T>
+T LoadAt(const char* in, int64_t i) {
+  T value;
+  std::memcpy(&value, in + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
+  return value;
+}
+
+template <typename T>
+void StoreAt(char* out, int64_t i, T value) {
+  std::memcpy(out + i * static_cast<int64_t>(sizeof(T)), &value, sizeof(T));
+}
+
+// Whether the `count` float32 values at `values` are all finite: none has an exponent of all
+// ones (Inf or NaN). No branch per value, so that compilers vectorize it.
+bool AllFinite(const char* values, int64_t count) {
+  constexpr uint32_t kExponent = 0x7f800000u;
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t bits = LoadAt<uint32_t>(values, i);
+    bad |= static_cast<uint32_t>((bits & kExponent) == kExponent);
+  }
+  return bad == 0;
+}
+
+// `columns` of each of `rows` rows of `array` (named `name` in errors).
 struct Slice {
   const NpyArray* array;
   const char* name;  // "features" or "targets", for errors
   int64_t rows;
-  int64_t stride;
-  int64_t begin;
-  int64_t end;
+  NpyColumns columns;
 };
 
-template <typename T>
-T Load(const NpyArray& array, int64_t flat) {
-  T value;
-  std::memcpy(&value, array.data.data() + flat * static_cast<int64_t>(sizeof(T)), sizeof(T));
-  return value;
-}
-
-absl::Status NotFinite(const Slice& slice, int64_t flat, double value) {
-  return absl::InvalidArgumentError(absl::StrCat(ElementName(slice.name, slice.array->shape, flat),
-                                                 ": ", value, " is not a finite number"));
-}
-
-absl::Status AppendFloat32(const Slice& slice, std::vector<float>* out) {
-  out->reserve(out->size() + slice.rows * (slice.end - slice.begin));
+// Converts the slice with `convert` (NpyValuesToFloat32 or NpyValuesToInt64) into `out`, after
+// what it holds: in one call when the slice is whole rows, else a call per row.
+template <typename T, typename Convert>
+absl::Status AppendSlice(const Slice& slice, Convert convert, std::vector<T>* out) {
   const NpyArray& array = *slice.array;
-  for (int64_t r = 0; r < slice.rows; ++r) {
-    for (int64_t c = slice.begin; c < slice.end; ++c) {
-      const int64_t flat = r * slice.stride + c;
-      float value = 0;
-      switch (array.dtype) {
-        case NpyDType::kFloat32:
-          value = Load<float>(array, flat);
-          if (!std::isfinite(value)) return NotFinite(slice, flat, value);
-          break;
-        case NpyDType::kFloat64: {
-          const double wide = Load<double>(array, flat);
-          if (!std::isfinite(wide)) return NotFinite(slice, flat, wide);
-          value = static_cast<float>(wide);
-          if (!std::isfinite(value)) {
-            return absl::InvalidArgumentError(
-                absl::StrCat(ElementName(slice.name, array.shape, flat), ": ", wide,
-                             " is out of range for float32"));
-          }
-          break;
-        }
-        case NpyDType::kInt64:
-          value = static_cast<float>(Load<int64_t>(array, flat));
-          break;
-      }
-      out->push_back(value);
-    }
+  const NpyColumns& columns = slice.columns;
+  const int64_t width = columns.end - columns.begin;
+  const size_t start = out->size();
+  out->resize(start + static_cast<size_t>(slice.rows * width));
+  char* dest = reinterpret_cast<char*>(out->data() + start);
+  const int64_t item = static_cast<int64_t>(ItemSize(array.dtype));
+  if (width == columns.stride) {
+    return convert(array.dtype, array.data.data(), slice.rows * width, dest, slice.name,
+                   array.shape, 0);
   }
-  return absl::OkStatus();
-}
-
-absl::Status AppendInt64(const Slice& slice, std::vector<int64_t>* out) {
-  out->reserve(out->size() + slice.rows * (slice.end - slice.begin));
-  const NpyArray& array = *slice.array;
   for (int64_t r = 0; r < slice.rows; ++r) {
-    for (int64_t c = slice.begin; c < slice.end; ++c) {
-      const int64_t flat = r * slice.stride + c;
-      if (array.dtype == NpyDType::kInt64) {
-        out->push_back(Load<int64_t>(array, flat));
-        continue;
-      }
-      const double value =
-          array.dtype == NpyDType::kFloat32 ? Load<float>(array, flat) : Load<double>(array, flat);
-      if (!std::isfinite(value)) return NotFinite(slice, flat, value);
-      if (value != std::trunc(value)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(ElementName(slice.name, array.shape, flat), ": ", value,
-                         " is not an integer (int64 targets are class indices)"));
-      }
-      // [-2^63, 2^63): both bounds are exact doubles.
-      if (value < -9223372036854775808.0 || value >= 9223372036854775808.0) {
-        return absl::InvalidArgumentError(absl::StrCat(ElementName(slice.name, array.shape, flat),
-                                                       ": ", value, " is out of range for int64"));
-      }
-      out->push_back(static_cast<int64_t>(value));
-    }
+    const int64_t flat = r * columns.stride + columns.begin;
+    TRAINERD_RETURN_IF_ERROR(convert(array.dtype, array.data.data() + flat * item, width,
+                                     dest + r * width * static_cast<int64_t>(sizeof(T)), slice.name,
+                                     array.shape, flat));
   }
   return absl::OkStatus();
 }
 
 absl::Status AppendTargets(const Slice& slice, Table* table) {
-  if (table->target_dtype == TargetDType::kInt64) return AppendInt64(slice, &table->targets_i64);
-  return AppendFloat32(slice, &table->targets_f32);
+  if (table->target_dtype == TargetDType::kInt64) {
+    return AppendSlice(slice, NpyValuesToInt64, &table->targets_i64);
+  }
+  return AppendSlice(slice, NpyValuesToFloat32, &table->targets_f32);
 }
 
 // The array's shape without its first (row) dimension.
-std::vector<int64_t> PerRowShape(const NpyArray& array) {
+std::vector<int64_t> PerRowShape(const NpyArrayInfo& array) {
   return std::vector<int64_t>(array.shape.begin() + 1, array.shape.end());
 }
 
-absl::Status CheckHasRows(const NpyArray& array, const char* name) {
+absl::Status CheckHasRows(const NpyArrayInfo& array, const char* name) {
   if (array.shape.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", name, " array is 0-d (a single value); it needs a first dimension of rows"));
   }
-  TRAINERD_ASSIGN_OR_RETURN(const int64_t expected_bytes,
-                            DataBytes(array, absl::StrCat("the ", name, " array's")));
+  TRAINERD_ASSIGN_OR_RETURN(
+      const int64_t expected_bytes,
+      DataBytes(array.shape, array.dtype, absl::StrCat("the ", name, " array's")));
   if (array.shape[0] == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("the ", name, " array has no rows (shape ", PythonShape(array.shape), ")"));
@@ -351,19 +340,26 @@ absl::Status CheckHasRows(const NpyArray& array, const char* name) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", name, " array has no values per row (shape ", PythonShape(array.shape), ")"));
   }
-  if (static_cast<int64_t>(array.data.size()) != expected_bytes) {
+  if (array.data_bytes != expected_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the ", name, " array has ", array.data.size(), " bytes of data; shape ",
+        "the ", name, " array has ", array.data_bytes, " bytes of data; shape ",
         PythonShape(array.shape), " of ", NpyDTypeName(array.dtype), " needs ", expected_bytes));
   }
   return absl::OkStatus();
 }
 
-}  // namespace
+NpyArrayInfo InfoOf(const NpyArray& array) {
+  return {array.shape, array.dtype, static_cast<int64_t>(array.data.size())};
+}
 
-absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
-  // Debian's Abseil has its own absl::string_view (not std::string_view): convert once.
-  const absl::string_view bytes(std_bytes.data(), std_bytes.size());
+// Where the header starts and how long it is, from the magic string, the version and the header
+// length field.
+struct Preamble {
+  size_t header_start = 0;
+  size_t header_length = 0;
+};
+
+absl::StatusOr<Preamble> ParsePreamble(absl::string_view bytes) {
   if (bytes.substr(0, kMagic.size()) != kMagic) {
     return absl::InvalidArgumentError("not an npy file: it does not start with \\x93NUMPY");
   }
@@ -377,11 +373,70 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
                                                    minor, " (supported: 1.0, 2.0, 3.0)"));
   }
   const size_t length_size = major == 1 ? 2 : 4;
-  const size_t header_start = kMagic.size() + 2 + length_size;
-  if (bytes.size() < header_start) {
+  Preamble preamble;
+  preamble.header_start = kMagic.size() + 2 + length_size;
+  if (bytes.size() < preamble.header_start) {
     return absl::InvalidArgumentError("truncated npy file: no header length");
   }
-  const size_t header_length = ReadLittleEndian(bytes, kMagic.size() + 2, length_size);
+  preamble.header_length = ReadLittleEndian(bytes, kMagic.size() + 2, length_size);
+  return preamble;
+}
+
+// The longest preamble: magic, version and a 4-byte header length (versions 2.0 and 3.0).
+constexpr size_t kMaxPreambleBytes = 12;
+
+absl::Status CannotOpen(const std::string& path, int error_number) {
+  return absl::NotFoundError(
+      absl::StrCat("cannot open '", path, "': ", std::strerror(error_number)));
+}
+
+// Closes the descriptor on every return path.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Appends the file's bytes [bytes->size(), size) to `bytes`: fewer only at the end of the file.
+absl::Status ReadPrefix(int fd, const std::string& path, size_t size, std::string* bytes) {
+  size_t have = bytes->size();
+  bytes->resize(size);
+  while (have < size) {
+    const ssize_t n = ::pread(fd, bytes->data() + have, size - have, static_cast<off_t>(have));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error_number = errno;
+      return absl::ErrnoToStatus(error_number, absl::StrCat(path, ": cannot read"));
+    }
+    have += static_cast<size_t>(n);
+  }
+  bytes->resize(have);
+  return absl::OkStatus();
+}
+
+absl::Status WithPath(const std::string& path, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+}
+
+}  // namespace
+
+size_t NpyItemSize(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? 4 : 8; }
+
+absl::StatusOr<NpyHeaderInfo> ParseNpyHeader(std::string_view std_bytes) {
+  // Debian's Abseil has its own absl::string_view (not std::string_view): convert once.
+  const absl::string_view bytes(std_bytes.data(), std_bytes.size());
+  TRAINERD_ASSIGN_OR_RETURN(const Preamble preamble, ParsePreamble(bytes));
+  const size_t header_start = preamble.header_start;
+  const size_t header_length = preamble.header_length;
   if (bytes.size() - header_start < header_length) {
     return absl::InvalidArgumentError(absl::StrCat("truncated npy file: the header length is ",
                                                    header_length, " bytes but only ",
@@ -390,23 +445,32 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
   const absl::string_view header_text = bytes.substr(header_start, header_length);
   TRAINERD_ASSIGN_OR_RETURN(NpyHeader header, HeaderParser(header_text).Parse());
 
-  NpyArray array;
-  TRAINERD_ASSIGN_OR_RETURN(array.dtype, ParseDescr(header.descr));
-  array.shape = std::move(header.shape);
+  NpyHeaderInfo info;
+  TRAINERD_ASSIGN_OR_RETURN(info.dtype, ParseDescr(header.descr));
+  info.shape = std::move(header.shape);
   // Fortran order is harmless for at most one dimension larger than 1, but np.save only writes it
   // for arrays that are not C-contiguous; ask for C order rather than guess.
   if (header.fortran_order) {
     return absl::InvalidArgumentError(
         "npy arrays in Fortran order are not supported; save np.ascontiguousarray(arr) instead");
   }
+  TRAINERD_ASSIGN_OR_RETURN(info.data_bytes, DataBytes(info.shape, info.dtype, "npy"));
+  info.data_offset = static_cast<int64_t>(header_start + header_length);
+  return info;
+}
 
-  TRAINERD_ASSIGN_OR_RETURN(const int64_t expected_bytes, DataBytes(array, "npy"));
-  const absl::string_view data = bytes.substr(header_start + header_length);
-  if (static_cast<int64_t>(data.size()) != expected_bytes) {
+absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
+  TRAINERD_ASSIGN_OR_RETURN(NpyHeaderInfo info, ParseNpyHeader(std_bytes));
+  const absl::string_view data = absl::string_view(std_bytes.data(), std_bytes.size())
+                                     .substr(static_cast<size_t>(info.data_offset));
+  if (static_cast<int64_t>(data.size()) != info.data_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("npy data has ", data.size(), " bytes; shape ", PythonShape(array.shape),
-                     " of ", NpyDTypeName(array.dtype), " needs ", expected_bytes));
+        absl::StrCat("npy data has ", data.size(), " bytes; shape ", PythonShape(info.shape),
+                     " of ", NpyDTypeName(info.dtype), " needs ", info.data_bytes));
   }
+  NpyArray array;
+  array.shape = std::move(info.shape);
+  array.dtype = info.dtype;
   array.data.assign(data.begin(), data.end());
   return array;
 }
@@ -414,43 +478,136 @@ absl::StatusOr<NpyArray> ParseNpy(std::string_view std_bytes) {
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path) {
   TRAINERD_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
   absl::StatusOr<NpyArray> array = ParseNpy(bytes);
-  if (!array.ok()) {
-    return absl::Status(array.status().code(), absl::StrCat(path, ": ", array.status().message()));
-  }
+  if (!array.ok()) return WithPath(path, array.status());
   return array;
 }
 
-absl::StatusOr<Table> TableFromNpy(const NpyArray& features, const std::optional<NpyArray>& targets,
-                                   const NpyTableOptions& options) {
+absl::StatusOr<NpyHeaderInfo> ReadNpyHeader(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return CannotOpen(path, errno);
+  struct stat stat_info;
+  if (::fstat(fd.get(), &stat_info) != 0) return CannotOpen(path, errno);
+  if (S_ISDIR(stat_info.st_mode)) return CannotOpen(path, EISDIR);
+  if (!S_ISREG(stat_info.st_mode)) {
+    // Its size is not known before it is read to the end.
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  const size_t file_size = static_cast<size_t>(stat_info.st_size);
+
+  // The preamble says how long the header is; then the header, or as much of it as there is.
+  std::string bytes;
+  TRAINERD_RETURN_IF_ERROR(
+      ReadPrefix(fd.get(), path, std::min(file_size, kMaxPreambleBytes), &bytes));
+  absl::StatusOr<Preamble> preamble = ParsePreamble(bytes);
+  if (!preamble.ok()) return WithPath(path, preamble.status());
+  const size_t header_end = preamble->header_start + preamble->header_length;
+  TRAINERD_RETURN_IF_ERROR(ReadPrefix(fd.get(), path, std::min(file_size, header_end), &bytes));
+  absl::StatusOr<NpyHeaderInfo> info = ParseNpyHeader(bytes);
+  if (!info.ok()) return WithPath(path, info.status());
+
+  const size_t data_size = file_size - static_cast<size_t>(info->data_offset);
+  if (static_cast<int64_t>(data_size) != info->data_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": npy data has ", data_size, " bytes; shape ", PythonShape(info->shape),
+                     " of ", NpyDTypeName(info->dtype), " needs ", info->data_bytes));
+  }
+  return info;
+}
+
+absl::Status NpyValuesToFloat32(NpyDType from, const char* in, int64_t count, char* out,
+                                const char* name, const std::vector<int64_t>& shape,
+                                int64_t first) {
+  // Floats are converted (or copied) first and checked after, in loops without a branch per
+  // value that compilers vectorize; only a block with a bad value is gone through again, value by
+  // value, for the first one and its message. A float64 that is NaN, Inf or beyond float32's
+  // range gives a float32 that is not finite, so checking the float32 values covers them all.
+  switch (from) {
+    case NpyDType::kFloat32:
+      if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(float));
+      if (AllFinite(out, count)) return absl::OkStatus();
+      for (int64_t i = 0; i < count; ++i) {
+        const float value = LoadAt<float>(in, i);
+        if (!std::isfinite(value)) return NotFinite(name, shape, first + i, value);
+      }
+      break;
+    case NpyDType::kFloat64:
+      for (int64_t i = 0; i < count; ++i) {
+        StoreAt(out, i, static_cast<float>(LoadAt<double>(in, i)));
+      }
+      if (AllFinite(out, count)) return absl::OkStatus();
+      for (int64_t i = 0; i < count; ++i) {
+        const double wide = LoadAt<double>(in, i);
+        if (!std::isfinite(wide)) return NotFinite(name, shape, first + i, wide);
+        const float value = static_cast<float>(wide);
+        if (!std::isfinite(value)) {
+          return absl::InvalidArgumentError(absl::StrCat(ElementName(name, shape, first + i), ": ",
+                                                         wide, " is out of range for float32"));
+        }
+      }
+      break;
+    case NpyDType::kInt64:
+      for (int64_t i = 0; i < count; ++i) {
+        StoreAt(out, i, static_cast<float>(LoadAt<int64_t>(in, i)));
+      }
+      break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NpyValuesToInt64(NpyDType from, const char* in, int64_t count, char* out,
+                              const char* name, const std::vector<int64_t>& shape, int64_t first) {
+  if (from == NpyDType::kInt64) {
+    if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(int64_t));
+    return absl::OkStatus();
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    const double value = from == NpyDType::kFloat32 ? LoadAt<float>(in, i) : LoadAt<double>(in, i);
+    if (!std::isfinite(value)) return NotFinite(name, shape, first + i, value);
+    if (value != std::trunc(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ElementName(name, shape, first + i), ": ", value,
+                       " is not an integer (int64 targets are class indices)"));
+    }
+    // [-2^63, 2^63): both bounds are exact doubles.
+    if (value < -9223372036854775808.0 || value >= 9223372036854775808.0) {
+      return absl::InvalidArgumentError(absl::StrCat(ElementName(name, shape, first + i), ": ",
+                                                     value, " is out of range for int64"));
+    }
+    StoreAt(out, i, static_cast<int64_t>(value));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<NpyTableLayout> LayOutNpyTable(const NpyArrayInfo& features,
+                                              const std::optional<NpyArrayInfo>& targets,
+                                              const NpyTableOptions& options) {
   TRAINERD_RETURN_IF_ERROR(CheckHasRows(features, "features"));
-  Table table;
-  table.target_dtype = options.target_dtype;
-  table.rows = features.shape[0];
+  NpyTableLayout layout;
+  layout.target_dtype = options.target_dtype;
+  layout.rows = features.shape[0];
 
   if (targets.has_value()) {
     TRAINERD_RETURN_IF_ERROR(CheckHasRows(*targets, "targets"));
-    if (targets->shape[0] != table.rows) {
-      return absl::InvalidArgumentError(absl::StrCat("the features array has ", table.rows,
+    if (targets->shape[0] != layout.rows) {
+      return absl::InvalidArgumentError(absl::StrCat("the features array has ", layout.rows,
                                                      " rows but the targets array has ",
                                                      targets->shape[0]));
     }
-    table.feature_shape =
+    layout.feature_shape =
         features.shape.size() == 1 ? std::vector<int64_t>{1} : PerRowShape(features);
     if (targets->shape.size() > 1) {
-      table.target_shape = PerRowShape(*targets);
+      layout.target_shape = PerRowShape(*targets);
     } else if (options.target_dtype == TargetDType::kFloat32) {
-      table.target_shape = {1};
+      layout.target_shape = {1};
     }  // else a 1-D int64 target array: one scalar class index per row.
     // Both shapes passed CheckHasRows, whose byte size check covers their products.
     TRAINERD_ASSIGN_OR_RETURN(const int64_t feature_stride,
-                              CheckedShapeElements(table.feature_shape, "the feature shape"));
+                              CheckedShapeElements(layout.feature_shape, "the feature shape"));
     TRAINERD_ASSIGN_OR_RETURN(const int64_t target_stride,
-                              CheckedShapeElements(table.target_shape, "the target shape"));
-    TRAINERD_RETURN_IF_ERROR(AppendFloat32(
-        {&features, "features", table.rows, feature_stride, 0, feature_stride}, &table.features));
-    TRAINERD_RETURN_IF_ERROR(
-        AppendTargets({&*targets, "targets", table.rows, target_stride, 0, target_stride}, &table));
-    return table;
+                              CheckedShapeElements(layout.target_shape, "the target shape"));
+    layout.feature_columns = {feature_stride, 0, feature_stride};
+    layout.target_columns = {target_stride, 0, target_stride};
+    return layout;
   }
 
   if (options.target_columns < 1) {
@@ -475,12 +632,33 @@ absl::StatusOr<Table> TableFromNpy(const NpyArray& features, const std::optional
                      "; with ", target_columns, target_columns == 1 ? " column" : " columns",
                      " of targets it needs at least ", target_columns + 1));
   }
-  table.feature_shape = {columns - target_columns};
-  if (options.target_dtype == TargetDType::kFloat32) table.target_shape = {target_columns};
-  TRAINERD_RETURN_IF_ERROR(AppendFloat32(
-      {&features, "features", table.rows, columns, 0, columns - target_columns}, &table.features));
-  TRAINERD_RETURN_IF_ERROR(AppendTargets(
-      {&features, "features", table.rows, columns, columns - target_columns, columns}, &table));
+  layout.feature_shape = {columns - target_columns};
+  if (options.target_dtype == TargetDType::kFloat32) layout.target_shape = {target_columns};
+  layout.feature_columns = {columns, 0, columns - target_columns};
+  layout.target_columns = {columns, columns - target_columns, columns};
+  layout.targets_in_features = true;
+  return layout;
+}
+
+absl::StatusOr<Table> TableFromNpy(const NpyArray& features, const std::optional<NpyArray>& targets,
+                                   const NpyTableOptions& options) {
+  std::optional<NpyArrayInfo> target_info;
+  if (targets.has_value()) target_info = InfoOf(*targets);
+  TRAINERD_ASSIGN_OR_RETURN(const NpyTableLayout layout,
+                            LayOutNpyTable(InfoOf(features), target_info, options));
+  Table table;
+  table.target_dtype = layout.target_dtype;
+  table.rows = layout.rows;
+  table.feature_shape = layout.feature_shape;
+  table.target_shape = layout.target_shape;
+  TRAINERD_RETURN_IF_ERROR(
+      AppendSlice(Slice{&features, "features", table.rows, layout.feature_columns},
+                  NpyValuesToFloat32, &table.features));
+  const bool separate = targets.has_value();
+  TRAINERD_RETURN_IF_ERROR(
+      AppendTargets(Slice{separate ? &*targets : &features, separate ? "targets" : "features",
+                          table.rows, layout.target_columns},
+                    &table));
   return table;
 }
 

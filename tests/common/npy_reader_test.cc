@@ -282,6 +282,92 @@ TEST(ReadNpyFileTest, MissingFileIsNotFound) {
   EXPECT_EQ(array.status().message(), "cannot open '" + path + "': No such file or directory");
 }
 
+// --- ParseNpyHeader and ReadNpyHeader: the header alone, for a reader that streams the data ---
+
+TEST(ParseNpyHeaderTest, GivesShapeDTypeAndWhereTheDataIs) {
+  const std::string file = MakeNpy(1, "<f8", "(3, 2)", Bytes<double>({1, 2, 3, 4, 5, 6}));
+  const absl::StatusOr<NpyHeaderInfo> info = ParseNpyHeader(file);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_THAT(info->shape, ElementsAre(3, 2));
+  EXPECT_EQ(info->dtype, NpyDType::kFloat64);
+  EXPECT_EQ(info->data_offset, 128);  // MakeNpy pads the header to 64-byte multiples
+  EXPECT_EQ(info->data_bytes, 48);
+  EXPECT_EQ(file.size(), 128u + 48u);
+}
+
+TEST(ParseNpyHeaderTest, NeedsOnlyTheHeaderBytes) {
+  const std::string file = MakeNpy(2, "<i8", "(5,)", Bytes<int64_t>({1, 2, 3, 4, 5}));
+  const absl::StatusOr<NpyHeaderInfo> whole = ParseNpyHeader(file);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  // Version 2.0: a 4-byte header length; the header padded to 128 bytes in all.
+  EXPECT_EQ(whole->data_offset, 128);
+  const absl::StatusOr<NpyHeaderInfo> prefix = ParseNpyHeader(file.substr(0, 128));
+  ASSERT_TRUE(prefix.ok()) << prefix.status();
+  EXPECT_THAT(prefix->shape, ElementsAre(5));
+  EXPECT_EQ(prefix->dtype, NpyDType::kInt64);
+  EXPECT_EQ(prefix->data_bytes, 40);
+}
+
+TEST(ParseNpyHeaderTest, RefusesWhatParseNpyRefusesWithItsMessages) {
+  const std::string good = MakeNpy(1, "<f4", "(1,)", Bytes<float>({1}));
+  for (const std::string& bad :
+       {std::string("garbage"), good.substr(0, 7), good.substr(0, 9), good.substr(0, 40),
+        MakeNpy(4, "<f4", "(1,)", ""), MakeNpy(1, ">f8", "(1,)", ""),
+        MakeNpy(1, "<f4", "(2, 2)", "", /*fortran_order=*/true),
+        MakeNpyWithHeader(1, "{'descr': '<f4', 'fortran_order': False}", ""),
+        MakeNpy(1, "<f8", "(4294967296, 4294967296)", "")}) {
+    const absl::StatusOr<NpyHeaderInfo> info = ParseNpyHeader(bad);
+    EXPECT_EQ(info.status(), ParseNpy(bad).status());
+    EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(NpyFileTest, ReadNpyHeaderReadsTheHeaderOfAFile) {
+  const absl::StatusOr<NpyHeaderInfo> info =
+      ReadNpyHeader(Write(MakeNpy(3, "<f4", "(2, 1, 2)", Bytes<float>({1, 2, 3, 4}))));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_THAT(info->shape, ElementsAre(2, 1, 2));
+  EXPECT_EQ(info->dtype, NpyDType::kFloat32);
+  EXPECT_EQ(info->data_offset, 128);
+  EXPECT_EQ(info->data_bytes, 16);
+}
+
+TEST_F(NpyFileTest, ReadNpyHeaderRefusesATruncatedFileNamingIt) {
+  std::string file = MakeNpy(1, "<f8", "(1000, 3)", std::string(3000 * 8, '\0'));
+  file.resize(file.size() - 100);
+  const std::string& path = Write(file);
+  const absl::StatusOr<NpyHeaderInfo> info = ReadNpyHeader(path);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(info.status().message(),
+            path + ": npy data has 23900 bytes; shape (1000, 3) of float64 needs 24000");
+  EXPECT_EQ(info.status(), ReadNpyFile(path).status());
+}
+
+// Every file ReadNpyFile refuses, ReadNpyHeader refuses with the same status, without reading the
+// data (a longer file, a truncated header, one shorter than its preamble...).
+TEST_F(NpyFileTest, ReadNpyHeaderRefusesWhatReadNpyFileRefuses) {
+  const std::string good = MakeNpy(1, "<f4", "(1,)", Bytes<float>({1}));
+  for (const std::string& bad :
+       {std::string(), std::string("garbage"), good.substr(0, 7), good.substr(0, 9),
+        good.substr(0, 11), good.substr(0, 40), good.substr(0, good.size() - 1), good + "x",
+        MakeNpy(2, "<i8", "(1,)", Bytes<int64_t>({1, 2})), MakeNpy(4, "<f4", "(1,)", ""),
+        MakeNpy(1, "<i4", "(1,)", Bytes<int32_t>({1}))}) {
+    const std::string& path = Write(bad);
+    const absl::StatusOr<NpyHeaderInfo> info = ReadNpyHeader(path);
+    EXPECT_FALSE(info.ok());
+    EXPECT_EQ(info.status(), ReadNpyFile(path).status());
+    EXPECT_THAT(std::string(info.status().message()), StartsWith(path + ": "));
+  }
+}
+
+TEST(ReadNpyHeaderTest, MissingFileAndFolderAreNotFoundAsForReadNpyFile) {
+  const std::string path = ::testing::TempDir() + "/missing.npy";
+  EXPECT_EQ(ReadNpyHeader(path).status(), ReadNpyFile(path).status());
+  EXPECT_EQ(ReadNpyHeader(path).status().code(), absl::StatusCode::kNotFound);
+  const std::string folder = ::testing::TempDir();
+  EXPECT_EQ(ReadNpyHeader(folder).status(), ReadNpyFile(folder).status());
+}
+
 // --- TableFromNpy ---
 
 NpyTableOptions Int64Targets() {
@@ -452,6 +538,83 @@ TEST(TableFromNpyTest, ParsedFileBecomesTable) {
   ASSERT_TRUE(table.ok()) << table.status();
   EXPECT_THAT(table->features, ElementsAre(0.25f, 0.75f));
   EXPECT_THAT(table->targets_i64, ElementsAre(0, 1));
+}
+
+// --- LayOutNpyTable and the conversions: TableFromNpy's parts, for a reader that streams ---
+
+NpyArrayInfo Info(NpyDType dtype, std::vector<int64_t> shape, int64_t data_bytes) {
+  return {std::move(shape), dtype, data_bytes};
+}
+
+TEST(LayOutNpyTableTest, SeparateTargetsAreWholeRowsOfEachArray) {
+  const absl::StatusOr<NpyTableLayout> layout =
+      LayOutNpyTable(Info(NpyDType::kFloat64, {4, 2, 3}, 4 * 6 * 8),
+                     Info(NpyDType::kInt64, {4}, 4 * 8), Int64Targets());
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->rows, 4);
+  EXPECT_THAT(layout->feature_shape, ElementsAre(2, 3));
+  EXPECT_THAT(layout->target_shape, IsEmpty());
+  EXPECT_EQ(layout->target_dtype, TargetDType::kInt64);
+  EXPECT_FALSE(layout->targets_in_features);
+  EXPECT_EQ(layout->feature_columns.stride, 6);
+  EXPECT_EQ(layout->feature_columns.begin, 0);
+  EXPECT_EQ(layout->feature_columns.end, 6);
+  EXPECT_EQ(layout->target_columns.stride, 1);
+  EXPECT_EQ(layout->target_columns.begin, 0);
+  EXPECT_EQ(layout->target_columns.end, 1);
+}
+
+TEST(LayOutNpyTableTest, WithoutTargetsTheLastColumnsAreTheTargets) {
+  NpyTableOptions options;
+  options.target_columns = 2;
+  const absl::StatusOr<NpyTableLayout> layout =
+      LayOutNpyTable(Info(NpyDType::kFloat32, {3, 5}, 60), std::nullopt, options);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_THAT(layout->feature_shape, ElementsAre(3));
+  EXPECT_THAT(layout->target_shape, ElementsAre(2));
+  EXPECT_TRUE(layout->targets_in_features);
+  EXPECT_EQ(layout->feature_columns.stride, 5);
+  EXPECT_EQ(layout->feature_columns.end, 3);
+  EXPECT_EQ(layout->target_columns.begin, 3);
+  EXPECT_EQ(layout->target_columns.end, 5);
+}
+
+TEST(LayOutNpyTableTest, RefusesAsTableFromNpyDoes) {
+  EXPECT_EQ(LayOutNpyTable(Info(NpyDType::kFloat32, {3}, 12), Info(NpyDType::kInt64, {2}, 16),
+                           Int64Targets())
+                .status()
+                .message(),
+            "the features array has 3 rows but the targets array has 2");
+  EXPECT_EQ(LayOutNpyTable(Info(NpyDType::kFloat32, {2, 2}, 12), std::nullopt, NpyTableOptions())
+                .status()
+                .message(),
+            "the features array has 12 bytes of data; shape (2, 2) of float32 needs 16");
+}
+
+TEST(NpyValuesTest, ConvertsIntoUnalignedOutputAndNamesElementsFromFirst) {
+  const std::string in = Bytes<double>({1.5, -2, 3});
+  char out[1 + 3 * 4];
+  ASSERT_TRUE(
+      NpyValuesToFloat32(NpyDType::kFloat64, in.data(), 3, out + 1, "features", {2, 3}, 3).ok());
+  float values[3];
+  std::memcpy(values, out + 1, sizeof(values));
+  EXPECT_THAT(values, ElementsAre(1.5f, -2.0f, 3.0f));
+
+  const std::string bad = Bytes<double>({1, std::numeric_limits<double>::quiet_NaN()});
+  EXPECT_EQ(
+      NpyValuesToFloat32(NpyDType::kFloat64, bad.data(), 2, out, "features", {2, 3}, 3).message(),
+      "features[1, 1]: nan is not a finite number");
+  EXPECT_EQ(NpyValuesToInt64(NpyDType::kFloat32, Bytes<float>({2, 2.5f}).data(), 2, out, "targets",
+                             {7}, 4)
+                .message(),
+            "targets[5]: 2.5 is not an integer (int64 targets are class indices)");
+  char wide[1 + 2 * 8];
+  ASSERT_TRUE(NpyValuesToInt64(NpyDType::kFloat64, Bytes<double>({7, -1}).data(), 2, wide + 1,
+                               "targets", {2}, 0)
+                  .ok());
+  int64_t classes[2];
+  std::memcpy(classes, wide + 1, sizeof(classes));
+  EXPECT_THAT(classes, ElementsAre(7, -1));
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/subprocess.h"
@@ -165,6 +166,46 @@ TEST_F(EndToEndTest, NpyUploadWithSeparateTargets) {
   EXPECT_EQ(ds.target_dtype(), v1::DTYPE_INT64);
   EXPECT_EQ(ds.target_max(), 1);
   EXPECT_EQ(ds.size_bytes(), 3 * 2 * 4 + 3 * 8);
+}
+
+// A 3 MiB float64 features file and int64 targets, streamed by trainctl (header without a
+// checksum, the payload in 1 MiB chunks, its SHA-256 last): the daemon registers the float32
+// features and the targets with the SHA-256 of exactly the payload computed here.
+TEST_F(EndToEndTest, StreamedNpyUploadKeepsTheShapesAndTheChecksum) {
+  const int64_t rows = 65536;
+  const int64_t columns = 6;
+  std::vector<double> x(rows * columns);
+  std::vector<int64_t> y(rows);
+  std::string payload;  // float32 features then int64 targets, as the daemon keeps them
+  payload.reserve(rows * columns * 4 + rows * 8);
+  for (int64_t i = 0; i < rows * columns; ++i) {
+    x[i] = 0.25 * static_cast<double>(i % 2001 - 1000);  // exact in float32
+    const float value = static_cast<float>(x[i]);
+    payload.append(reinterpret_cast<const char*>(&value), sizeof(value));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    y[r] = (r * 7) % 10;
+    payload.append(reinterpret_cast<const char*>(&y[r]), sizeof(y[r]));
+  }
+  const std::string xf =
+      WriteFile("big-x.npy", Npy("<f8", {rows, columns}, x.data(), x.size() * 8));
+  const std::string yf = WriteFile("big-y.npy", Npy("<i8", {rows}, y.data(), y.size() * 8));
+  RunResult up = Ctl({"-o", "json", "dataset", "upload", "streamed", xf, "--targets", yf,
+                      "--target-dtype", "int64"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+
+  RunResult get = Ctl({"-o", "json", "dataset", "get", "streamed"});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Dataset ds;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &ds).ok()) << get.out;
+  EXPECT_EQ(ds.row_count(), rows);
+  EXPECT_THAT(ds.feature_shape(), ::testing::ElementsAre(columns));
+  EXPECT_THAT(ds.target_shape(), ::testing::IsEmpty());
+  EXPECT_EQ(ds.target_dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(ds.target_min(), 0);
+  EXPECT_EQ(ds.target_max(), 9);
+  EXPECT_EQ(ds.size_bytes(), static_cast<int64_t>(payload.size()));
+  EXPECT_EQ(ds.sha256(), Sha256Hex(payload));
 }
 
 TEST_F(EndToEndTest, UnreachableDaemonNamesTheAddress) {
