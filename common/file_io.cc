@@ -13,27 +13,17 @@
 #include "absl/strings/str_cat.h"
 
 namespace trainerd {
-namespace {
+
+ScopedFd::~ScopedFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
 
 absl::Status CannotOpen(const std::string& path, int error_number) {
   return absl::NotFoundError(
       absl::StrCat("cannot open '", path, "': ", std::strerror(error_number)));
 }
 
-// Closes the descriptor on every return path.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+namespace {
 
 absl::Status Errno(const char* what, const std::string& path) {
   return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));

@@ -10,6 +10,23 @@
 
 namespace trainerd {
 
+// A file descriptor closed on every return path.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd();
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// NOT_FOUND "cannot open 'path': <strerror(error_number)>": the wording every reader of a local
+// file uses when it cannot be opened (missing, unreadable, a directory).
+absl::Status CannotOpen(const std::string& path, int error_number);
+
 // The file's bytes. NOT_FOUND "cannot open 'path': <reason>" when it cannot be opened (missing,
 // unreadable, a directory); other errors start with "path: ".
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);

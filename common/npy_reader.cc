@@ -385,26 +385,6 @@ absl::StatusOr<Preamble> ParsePreamble(absl::string_view bytes) {
 // The longest preamble: magic, version and a 4-byte header length (versions 2.0 and 3.0).
 constexpr size_t kMaxPreambleBytes = 12;
 
-absl::Status CannotOpen(const std::string& path, int error_number) {
-  return absl::NotFoundError(
-      absl::StrCat("cannot open '", path, "': ", std::strerror(error_number)));
-}
-
-// Closes the descriptor on every return path.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Appends the file's bytes [bytes->size(), size) to `bytes`: fewer only at the end of the file.
 absl::Status ReadPrefix(int fd, const std::string& path, size_t size, std::string* bytes) {
   size_t have = bytes->size();

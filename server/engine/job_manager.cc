@@ -156,6 +156,27 @@ void JobManager::Worker::Remove(const std::string& id) {
   for (auto& queue : queues) queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
 }
 
+int64_t JobManager::QueuedLocked() const {
+  int64_t queued = pending_enqueues_;
+  for (const auto& [name, worker] : workers_) queued += static_cast<int64_t>(worker->queued());
+  return queued;
+}
+
+void JobManager::NotifyQueuedLocked(const JobSnapshot& job) {
+  if (!options_.hooks.observer) return;
+  // Under mu_, so that the QUEUED event precedes the job's first event from its worker (which
+  // needs mu_ to take the job); the observer only counts.
+  JobEvent event;
+  event.job_id = job.id;
+  event.job = job;
+  try {
+    options_.hooks.observer->Push(event);
+  } catch (...) {
+    LogWarning(absl::StrCat(
+        "job '", job.id, "': an event observer failed: ", ExceptionText(std::current_exception())));
+  }
+}
+
 void JobManager::QueueLocked(std::shared_ptr<Record> record) {
   const std::string device_name = record->snap.device;
   std::unique_ptr<Worker>& worker = workers_[device_name];
@@ -183,16 +204,11 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the daemon is shutting down");
-    if (options_.max_queued_jobs > 0) {
-      int64_t queued = pending_enqueues_;
-      for (const auto& [name, worker] : workers_) {
-        queued += static_cast<int64_t>(worker->queued());
-      }
-      if (queued >= options_.max_queued_jobs) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            queued, " jobs are already queued; this daemon queues at most ",
-            options_.max_queued_jobs, " (--max_queued_jobs); submit again when some have started"));
-      }
+    if (const int64_t queued = QueuedLocked();
+        options_.max_queued_jobs > 0 && queued >= options_.max_queued_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          queued, " jobs are already queued; this daemon queues at most ", options_.max_queued_jobs,
+          " (--max_queued_jobs); submit again when some have started"));
     }
     ++pending_enqueues_;
   }
@@ -232,19 +248,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   }
   JobSnapshot copy = snap;
   QueueLocked(std::move(record));
-  if (options_.hooks.observer) {
-    // Under mu_, so that the QUEUED event precedes the job's first event from its worker (which
-    // needs mu_ to take the job); the observer only counts.
-    JobEvent event;
-    event.job_id = copy.id;
-    event.job = copy;
-    try {
-      options_.hooks.observer->Push(event);
-    } catch (...) {
-      LogWarning(absl::StrCat("job '", copy.id, "': an event observer failed: ",
-                              ExceptionText(std::current_exception())));
-    }
-  }
+  NotifyQueuedLocked(copy);
   return copy;
 }
 
@@ -254,17 +258,12 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the daemon is shutting down");
-    if (options_.max_queued_jobs > 0) {
-      int64_t queued = pending_enqueues_;
-      for (const auto& [name, worker] : workers_) {
-        queued += static_cast<int64_t>(worker->queued());
-      }
-      if (queued + count > options_.max_queued_jobs) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the sweep's ", count, " members would join ", queued,
-            " queued jobs; this daemon queues at most ", options_.max_queued_jobs,
-            " (--max_queued_jobs); submit a smaller sweep or again when some have started"));
-      }
+    if (const int64_t queued = QueuedLocked();
+        options_.max_queued_jobs > 0 && queued + count > options_.max_queued_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the sweep's ", count, " members would join ", queued,
+          " queued jobs; this daemon queues at most ", options_.max_queued_jobs,
+          " (--max_queued_jobs); submit a smaller sweep or again when some have started"));
     }
     pending_enqueues_ += count;
   }
@@ -318,19 +317,7 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     out.push_back(record->snap);
     QueueLocked(std::move(record));
   }
-  if (options_.hooks.observer) {
-    for (const JobSnapshot& copy : out) {
-      JobEvent event;
-      event.job_id = copy.id;
-      event.job = copy;
-      try {
-        options_.hooks.observer->Push(event);
-      } catch (...) {
-        LogWarning(absl::StrCat("job '", copy.id, "': an event observer failed: ",
-                                ExceptionText(std::current_exception())));
-      }
-    }
-  }
+  for (const JobSnapshot& copy : out) NotifyQueuedLocked(copy);
   return out;
 }
 

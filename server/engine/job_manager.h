@@ -279,6 +279,10 @@ class JobManager {
   void EndWatches(Record* record);
   // After a job's terminal event: with a store, it leaves memory once its end is recorded.
   void ForgetEnded(const std::shared_ptr<Record>& record);
+  // The jobs waiting in all queues, with those being admitted.
+  int64_t QueuedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Tells the observer that `job` was queued.
+  void NotifyQueuedLocked(const JobSnapshot& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Puts a queued record on its device's queue and starts the device's worker if needed.
   void QueueLocked(std::shared_ptr<Record> record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Record> FindLocked(const std::string& id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
