@@ -256,6 +256,10 @@ int WatchJob(const CommandContext& context, const std::string& id) {
   int32_t planned_epochs = 0;
   int32_t last_printed = 0;  // epochs arrive both as events and inside Job; print each once
   bool had_replies = false;
+  // A late watcher gets the job's history as epoch events before the Job that says how many
+  // epochs are planned: they are printed once it came, so that every line reads "epoch N/M".
+  bool job_seen = false;
+  std::vector<v1::EpochResult> early;
   std::optional<v1::Job> final_job;
   auto print_epoch = [&](const v1::EpochResult& epoch) {
     if (epoch.epoch() <= last_printed) return;
@@ -272,7 +276,8 @@ int WatchJob(const CommandContext& context, const std::string& id) {
       }
     }
     if (event.has_epoch()) {
-      if (!context.json) print_epoch(event.epoch());
+      if (!context.json && job_seen) print_epoch(event.epoch());
+      if (!context.json && !job_seen) early.push_back(event.epoch());
     } else if (event.has_skipped()) {
       // A long history, or epochs this reader fell behind on: the job follows with every epoch,
       // so the lines printed from it still miss none. Said only when it happens mid-stream.
@@ -283,7 +288,10 @@ int WatchJob(const CommandContext& context, const std::string& id) {
     } else if (event.has_job()) {
       const v1::Job& job = event.job();
       planned_epochs = job.spec().epochs();
+      job_seen = true;
       if (!context.json) {
+        for (const v1::EpochResult& epoch : early) print_epoch(epoch);
+        early.clear();
         for (const v1::EpochResult& epoch : job.epochs()) print_epoch(epoch);
       }
       if (IsTerminal(job.state())) {

@@ -554,6 +554,14 @@ class FakeSweepJobs final : public v1::JobService::Service {
       job->set_state(outcome == outcomes.end() ? v1::JOB_STATE_SUCCEEDED : outcome->second);
       Train(job, job->spec().epochs(), 0.5 / (request->id().back() - '0'), std::nullopt);
     }
+    // As the daemon sends a late watcher the history: each epoch, then the job.
+    if (history_first) {
+      for (const v1::EpochResult& epoch : event.job().epochs()) {
+        v1::JobEvent e;
+        *e.mutable_epoch() = epoch;
+        writer->Write(e);
+      }
+    }
     writer->Write(event);
     return grpc::Status::OK;
   }
@@ -570,7 +578,8 @@ class FakeSweepJobs final : public v1::JobService::Service {
 
   std::vector<v1::SubmitSweepRequest> requests;
   std::map<std::string, v1::JobState> outcomes;
-  std::string missing;  // an id GetJob answers NOT_FOUND for
+  std::string missing;         // an id GetJob answers NOT_FOUND for
+  bool history_first = false;  // WatchJob sends the epochs as events before the job
 
  private:
   std::mutex mu_;
@@ -599,6 +608,15 @@ class SweepCommandTest : public ::testing::Test {
                                       "--model",  "linear:3",  "--epochs",
                                       "4"};
     words.insert(words.end(), more.begin(), more.end());
+    return RunWords(words);
+  }
+  // Runs `trainctl --addr <fake> <words...>`.
+  int RunTrainctl(const std::vector<std::string>& more) {
+    std::vector<std::string> words = {"trainctl", "--addr", absl::StrCat("127.0.0.1:", port_)};
+    words.insert(words.end(), more.begin(), more.end());
+    return RunWords(words);
+  }
+  int RunWords(const std::vector<std::string>& words) {
     absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
     if (!invocation.ok()) return -1;
     std::cout.flush();
@@ -706,6 +724,20 @@ TEST_F(SweepCommandTest, MemberTheDaemonLostEndsTheWatchWithItsMessage) {
   EXPECT_EQ(Run({"--lr", "0.3,0.2", "--watch"}), kExitFailure);
   EXPECT_THAT(err_, HasSubstr("job 'job-02' not found"));
   EXPECT_EQ(jobs_.Asked("job-01"), 1);  // the members before it were asked once
+}
+
+// `job watch` of a job that already ran (the history comes as epoch events before the Job that
+// says how many epochs are planned): every line still reads "epoch N/M".
+TEST_F(SweepCommandTest, JobWatchOfAnEndedJobNumbersEveryEpochOutOfThePlan) {
+  ASSERT_EQ(Run({"--lr", "0.3"}), kExitOk) << err_;
+  jobs_.history_first = true;
+  EXPECT_EQ(RunTrainctl({"job", "watch", "job-01"}), kExitOk) << err_;
+  const std::vector<std::string> lines = OutLines();
+  ASSERT_GE(lines.size(), 4u) << out_;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(lines[i].rfind(absl::StrCat("epoch ", i + 1, "/4 "), 0), 0u) << lines[i];
+  }
+  EXPECT_THAT(out_, HasSubstr("SUCCEEDED"));
 }
 
 TEST_F(SweepCommandTest, BadListsAreRefusedBeforeAnythingIsSent) {
