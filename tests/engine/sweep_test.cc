@@ -560,6 +560,43 @@ TEST_F(SweepTest, HostileSweepsAreRefusedWithTheirReason) {
   EXPECT_EQ(sweep.status().code(), absl::StatusCode::kNotFound);
 }
 
+// Values in the lists are checked as a job's own are: NaN, infinite and out-of-range values refuse
+// the whole sweep naming the member; nothing is queued.
+TEST_F(SweepTest, NanInfiniteAndNegativeListValuesRefuseTheSweep) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    SweepAxes axes;
+    std::string member;
+  };
+  std::vector<Case> cases;
+  cases.push_back({SweepAxes{{0.1, nan}, {}, {}, {}}, "sweep member 2 (learning rate nan"});
+  cases.push_back({SweepAxes{{inf}, {}, {}, {}}, "sweep member 1 (learning rate inf"});
+  cases.push_back({SweepAxes{{}, {0.5, inf}, {}, {}}, "sweep member 2"});
+  cases.push_back({SweepAxes{{}, {-0.5}, {}, {}}, "sweep member 1"});
+  cases.push_back({SweepAxes{{}, {}, {0.0, -1.0}, {}}, "sweep member 2"});
+  cases.push_back({SweepAxes{{}, {}, {nan}, {}}, "sweep member 1"});
+  for (const Case& c : cases) {
+    absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), c.axes);
+    EXPECT_EQ(sweep.status().code(), absl::StatusCode::kInvalidArgument) << c.member;
+    EXPECT_THAT(sweep.status().message(), HasSubstr(c.member));
+  }
+  // The largest seeds are ordinary seeds.
+  SweepAxes seeds;
+  seeds.seeds = {0, std::numeric_limits<uint64_t>::max()};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), seeds);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  EXPECT_EQ(*sweep->members[1].spec.seed, std::numeric_limits<uint64_t>::max());
+  for (const JobSnapshot& member : sweep->members) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok());
+    EXPECT_EQ(job->state, JobState::kSucceeded) << job->error;
+  }
+  absl::StatusOr<JobPage> page = engine_->ListJobs();
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->jobs.size(), 2u);  // only the seeds' sweep was queued
+}
+
 TEST_F(SweepTest, TheQueueBoundCountsEveryMember) {
   EngineOptions options = Options();
   options.max_queued_jobs = 3;
