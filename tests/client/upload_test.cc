@@ -610,15 +610,22 @@ TEST_F(UploadCommandTest, NaNMidStreamCancelsTheCallWithoutATrailerAndExitsTwo) 
   EXPECT_EQ(err_,
             "trainctl: " + x + " and " + y + ": features[50000, 2]: nan is not a finite number\n");
   EXPECT_THAT(out_, IsEmpty());
+  // A cancelled call may reach the fake with none, some or all of what was written before the
+  // cancellation (gRPC drops what it had not delivered; under load the fake saw no message at all
+  // in about one run in eight), so the test asserts only what must hold: the call ended cancelled,
+  // nothing after the header but chunks, at most the header and two chunks, never a checksum.
   const std::vector<FakeDatasets::Upload> uploads = datasets_.Uploads(1);
-  ASSERT_EQ(uploads.size(), 1u);
+  ASSERT_LE(uploads.size(), 1u);
+  if (uploads.empty()) return;  // cancelled before the fake's handler ran
   EXPECT_TRUE(uploads[0].cancelled);
   const std::vector<v1::UploadDatasetRequest>& messages = uploads[0].messages;
-  ASSERT_FALSE(messages.empty());
-  EXPECT_TRUE(messages[0].has_header());
-  // The first chunk, maybe a second one; no checksum.
   EXPECT_LE(messages.size(), 3u);
-  for (size_t i = 1; i < messages.size(); ++i) EXPECT_TRUE(messages[i].has_chunk()) << i;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    EXPECT_NE(messages[i].data_case(), v1::UploadDatasetRequest::kSha256) << i;
+    EXPECT_EQ(messages[i].data_case(),
+              i == 0 ? v1::UploadDatasetRequest::kHeader : v1::UploadDatasetRequest::kChunk)
+        << i;
+  }
 }
 
 TEST_F(UploadCommandTest, BadValueInTheFirstChunkIsRefusedBeforeAnyCall) {
