@@ -31,25 +31,22 @@ absl::Status Errno(const char* what, const std::string& path) {
 
 }  // namespace
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 std::initializer_list<std::string_view> parts) {
-  const std::string tmp = path + ".tmp";
-  absl::Status status;
-  {
-    ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return Errno("cannot create", tmp);
-    for (std::string_view part : parts) {
-      while (status.ok() && !part.empty()) {
-        const ssize_t n = ::write(fd.get(), part.data(), part.size());
-        if (n < 0) {
-          if (errno != EINTR) status = Errno("cannot write", tmp);
-          continue;
-        }
-        part.remove_prefix(static_cast<size_t>(n));
-      }
+absl::Status WriteAt(int fd, const std::string& path, std::string_view bytes, int64_t offset) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(offset));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno("cannot write", path);
     }
-    if (status.ok() && ::fsync(fd.get()) != 0) status = Errno("cannot fsync", tmp);
+    bytes.remove_prefix(static_cast<size_t>(n));
+    offset += n;
   }
+  return absl::OkStatus();
+}
+
+absl::Status SyncAndRename(int fd, const std::string& tmp, const std::string& path) {
+  absl::Status status;
+  if (::fsync(fd) != 0) status = Errno("cannot fsync", tmp);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = Errno("cannot rename", tmp);
   if (!status.ok()) {
     ::unlink(tmp.c_str());
@@ -61,6 +58,23 @@ absl::Status WriteFileAtomically(const std::string& path,
   ScopedFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
   return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::initializer_list<std::string_view> parts) {
+  const std::string tmp = path + ".tmp";
+  ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) return Errno("cannot create", tmp);
+  int64_t offset = 0;
+  for (std::string_view part : parts) {
+    const absl::Status written = WriteAt(fd.get(), tmp, part, offset);
+    if (!written.ok()) {
+      ::unlink(tmp.c_str());
+      return written;
+    }
+    offset += static_cast<int64_t>(part.size());
+  }
+  return SyncAndRename(fd.get(), tmp, path);
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

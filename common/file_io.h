@@ -2,6 +2,7 @@
 // writer (datasets, models and checkpoints are written through it).
 #pragma once
 
+#include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -36,5 +37,14 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // same folder, fsync, rename, then an fsync of the folder. INTERNAL naming the step and the file.
 absl::Status WriteFileAtomically(const std::string& path,
                                  std::initializer_list<std::string_view> parts);
+
+// Writes all of `bytes` at `offset` of the open file `fd` (named `path` in errors), retrying
+// short writes and EINTR. INTERNAL "cannot write 'path': <reason>".
+absl::Status WriteAt(int fd, const std::string& path, std::string_view bytes, int64_t offset);
+
+// The end of an atomic write whose bytes went to `tmp` (open as `fd`, in the same folder as
+// `path`) piece by piece: fsync, rename to `path`, fsync of the folder. `tmp` is removed when a
+// step fails. The caller closes `fd`. INTERNAL naming the step and the file.
+absl::Status SyncAndRename(int fd, const std::string& tmp, const std::string& path);
 
 }  // namespace trainerd

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -36,19 +37,61 @@ absl::StatusOr<std::vector<int64_t>> ParseShape(const std::string& text) {
 
 }  // namespace
 
-absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta,
-                              const void* payload, size_t size) {
-  std::string header = absl::StrCat(
-      kMagic, "\n", "name=", meta.name, "\n", "feature_shape=",
-      absl::StrJoin(meta.feature_shape, ","), "\n", "target_shape=",
-      absl::StrJoin(meta.target_shape, ","), "\n", "target_dtype=",
-      TargetDTypeName(meta.target_dtype), "\n", "rows=", meta.rows, "\n",
-      "size_bytes=", meta.size_bytes, "\n", "sha256=", meta.sha256, "\n",
-      "create_time_unix_nanos=", absl::ToUnixNanos(meta.create_time), "\n",
-      "target_min=", meta.target_min, "\n", "target_max=", meta.target_max, "\n",
-      "owner=", absl::CEscape(meta.owner), "\n\n");
-  return WriteFileAtomically(
-      path, {header, std::string_view(static_cast<const char*>(payload), size)});
+namespace {
+
+// The header's lines up to (not including) the blank line that ends it, with the values that are
+// known only at the end of an upload given as text.
+std::string HeaderLines(const DatasetMeta& meta, absl::string_view sha256, absl::string_view nanos,
+                        absl::string_view target_min, absl::string_view target_max) {
+  return absl::StrCat(kMagic, "\n", "name=", meta.name, "\n",
+                      "feature_shape=", absl::StrJoin(meta.feature_shape, ","), "\n",
+                      "target_shape=", absl::StrJoin(meta.target_shape, ","), "\n",
+                      "target_dtype=", TargetDTypeName(meta.target_dtype), "\n", "rows=", meta.rows,
+                      "\n", "size_bytes=", meta.size_bytes, "\n", "sha256=", sha256, "\n",
+                      "create_time_unix_nanos=", nanos, "\n", "target_min=", target_min, "\n",
+                      "target_max=", target_max, "\n", "owner=", absl::CEscape(meta.owner), "\n");
+}
+
+constexpr size_t kMinPadLine = 5;     // "pad=\n"
+constexpr size_t kMaxPadLine = 1024;  // well under the reader's line limit
+
+}  // namespace
+
+int64_t DatasetFileHeaderBytes(const DatasetMeta& meta) {
+  // The widest each late value can be: 64 hex digits, and an int64 with its sign.
+  const std::string widest_int(20, '9');
+  const size_t widest =
+      HeaderLines(meta, std::string(std::max<size_t>(64, meta.sha256.size()), 'f'), widest_int,
+                  widest_int, widest_int)
+          .size();
+  // At least one pad line, then the blank line.
+  const size_t bytes = widest + kMinPadLine + 1;
+  return static_cast<int64_t>((bytes + 4095) / 4096 * 4096);
+}
+
+std::string DatasetFileHeaderText(const DatasetMeta& meta) {
+  std::string text =
+      HeaderLines(meta, meta.sha256, absl::StrCat(absl::ToUnixNanos(meta.create_time)),
+                  absl::StrCat(meta.target_min), absl::StrCat(meta.target_max));
+  const size_t total = static_cast<size_t>(DatasetFileHeaderBytes(meta));
+  // What the pad lines fill: at least kMinPadLine, by the reservation.
+  size_t need = total - text.size() - 1;
+  while (need > 0) {
+    size_t line = std::min(need, kMaxPadLine);
+    if (need - line > 0 && need - line < kMinPadLine) line = need - kMinPadLine;
+    text += "pad=";
+    text.append(line - kMinPadLine, '.');
+    text += "\n";
+    need -= line;
+  }
+  text += "\n";
+  return text;
+}
+
+absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta, const void* payload,
+                              size_t size) {
+  return WriteFileAtomically(path, {DatasetFileHeaderText(meta),
+                                    std::string_view(static_cast<const char*>(payload), size)});
 }
 
 absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path) {
@@ -113,7 +156,8 @@ absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path)
   }
   declared.sha256 = fields["sha256"];
   // The same checks as an upload's header (no size limit: the daemon accepted it once).
-  const absl::StatusOr<DatasetLayout> layout = CheckDatasetHeader(declared, /*max_dataset_bytes=*/0);
+  const absl::StatusOr<DatasetLayout> layout =
+      CheckDatasetHeader(declared, /*max_dataset_bytes=*/0);
   if (!layout.ok()) return damaged(std::string(layout.status().message()));
   if (declared.sha256.empty()) return damaged("no sha256");
   if (m.size_bytes != layout->total_bytes) return damaged("size_bytes does not match the shapes");

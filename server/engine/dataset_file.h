@@ -3,6 +3,7 @@
 // payload exactly as uploaded (features then targets, little-endian).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,9 +13,18 @@ namespace trainerd::engine {
 
 inline constexpr char kDatasetFileExtension[] = ".trds";
 
+// The bytes the header of `meta`'s file takes, whatever its sha256, create time and target range
+// turn out to be: a multiple of 4096 at which the payload starts. An upload writes its payload
+// there as the bytes arrive and the header last (DatasetFileHeaderText).
+int64_t DatasetFileHeaderBytes(const DatasetMeta& meta);
+
+// The header of `meta`'s file, padded with "pad=" lines (which readers skip) to exactly
+// DatasetFileHeaderBytes(meta) bytes.
+std::string DatasetFileHeaderText(const DatasetMeta& meta);
+
 // Writes atomically: a temporary file in the same folder, fsync, rename, fsync of the folder.
-absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta,
-                              const void* payload, size_t size);
+absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta, const void* payload,
+                              size_t size);
 
 // The header of a dataset file and where its payload starts.
 struct DatasetFileHeader {

@@ -1,5 +1,6 @@
 #include "server/engine/dataset_registry.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/dataset_header.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "server/engine/dataset_file.h"
 #include "server/engine/device.h"
@@ -57,9 +59,19 @@ bool AllFinite(const torch::Tensor& values) {
 
 DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
                              std::string expected_sha256)
-    : registry_(registry), meta_(std::move(meta)), expected_sha256_(std::move(expected_sha256)) {}
+    : registry_(registry),
+      meta_(std::move(meta)),
+      expected_sha256_(std::move(expected_sha256)),
+      tmp_path_(registry_->PathFor(meta_.name) + ".tmp"),
+      header_bytes_(DatasetFileHeaderBytes(meta_)) {}
 
 DatasetUpload::~DatasetUpload() {
+  sha256_.Stop();  // it reads the buffer
+  // Not committed (or its commit failed before the rename): the partial file goes.
+  if (file_ != nullptr) {
+    file_.reset();
+    ::unlink(tmp_path_.c_str());
+  }
   buffer_ = torch::Tensor();
   registry_->ReleaseStaging(capacity_);
   if (!committed_) registry_->ReleaseName(meta_.name);
@@ -96,13 +108,112 @@ absl::Status DatasetUpload::Append(std::string_view chunk) {
         absl::StrCat("dataset '", meta_.name, "': the payload is larger than the header declares (",
                      meta_.size_bytes, " bytes for ", meta_.rows, " rows)"));
   }
-  sha256_.Update(chunk);
   while (!chunk.empty()) {
     if (received_ == capacity_) TRAINERD_RETURN_IF_ERROR(AddBlock());
     const int64_t n = std::min<int64_t>(capacity_ - received_, chunk.size());
-    std::memcpy(static_cast<char*>(buffer_.data_ptr()) + received_, chunk.data(), n);
+    char* to = static_cast<char*>(buffer_.data_ptr()) + received_;
+    std::memcpy(to, chunk.data(), n);
+    sha256_.Update(to, n);  // the buffer's bytes stay put until the hash is done
     chunk.remove_prefix(n);
     received_ += n;
+  }
+  const bool last = received_ == meta_.size_bytes;
+  TRAINERD_RETURN_IF_ERROR(CheckReceived(last));
+  return WriteReceived(last);
+}
+
+absl::Status DatasetUpload::WriteReceived(bool all) {
+  // Large enough that the syscalls cost nothing, small enough that the writes interleave with the
+  // chunks' arrival.
+  constexpr int64_t kFileWriteBytes = int64_t{4} << 20;
+  if (!all && received_ - written_ < kFileWriteBytes) return absl::OkStatus();
+  if (file_ == nullptr) {
+    file_ = std::make_unique<ScopedFd>(
+        ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (file_->get() < 0) {
+      const int error_number = errno;
+      file_.reset();
+      return absl::InternalError(
+          absl::StrCat("cannot create '", tmp_path_, "': ", std::strerror(error_number)));
+    }
+  }
+  if (received_ > written_) {
+    const char* bytes = static_cast<const char*>(buffer_.data_ptr()) + written_;
+    TRAINERD_RETURN_IF_ERROR(WriteAt(file_->get(), tmp_path_,
+                                     std::string_view(bytes, received_ - written_),
+                                     header_bytes_ + written_));
+    written_ = received_;
+  }
+  // Start the writeback of what is written, a block at a time, so that the commit's fsync waits
+  // for the last block only. A hint: a failure shows in that fsync.
+  if (written_ - writeback_started_ >= kStagingBlockBytes ||
+      (all && written_ > writeback_started_)) {
+    ::sync_file_range(file_->get(), header_bytes_ + writeback_started_,
+                      written_ - writeback_started_, SYNC_FILE_RANGE_WRITE);
+    writeback_started_ = written_;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DatasetUpload::CheckReceived(bool all) {
+  if (received_ == checked_ || (!all && received_ - checked_ < kStagingBlockBytes)) {
+    return absl::OkStatus();
+  }
+  const char* base = static_cast<const char*>(buffer_.data_ptr());
+  const int64_t fbytes = meta_.feature_bytes;
+  const int64_t tbytes = meta_.size_bytes - fbytes;
+  try {
+    // Features (float32): a NaN or an infinity ends the upload, naming its row.
+    if (checked_ < fbytes) {
+      const int64_t end = std::min(received_, fbytes) / 4 * 4;
+      if (end > checked_) {
+        const torch::Tensor values = torch::from_blob(const_cast<char*>(base) + checked_,
+                                                      {(end - checked_) / 4}, torch::kFloat32);
+        if (!AllFinite(values)) {
+          const int64_t first =
+              checked_ / 4 +
+              torch::nonzero(torch::isfinite(values).logical_not())[0][0].item<int64_t>();
+          const int64_t per_row = fbytes / 4 / meta_.rows;  // float32 values per row
+          return absl::InvalidArgumentError(
+              absl::StrFormat("dataset '%s': row %d has a non-finite feature value (NaN or Inf)",
+                              meta_.name, first / per_row + 1));
+        }
+        checked_ = end;
+      }
+    }
+    if (checked_ < fbytes || received_ <= fbytes) return absl::OkStatus();
+    if (meta_.target_dtype == TargetDType::kFloat32) {
+      const int64_t end = fbytes + (received_ - fbytes) / 4 * 4;
+      if (end > checked_) {
+        const torch::Tensor values = torch::from_blob(const_cast<char*>(base) + checked_,
+                                                      {(end - checked_) / 4}, torch::kFloat32);
+        if (!AllFinite(values)) {
+          const int64_t first =
+              (checked_ - fbytes) / 4 +
+              torch::nonzero(torch::isfinite(values).logical_not())[0][0].item<int64_t>();
+          return absl::InvalidArgumentError(
+              absl::StrFormat("dataset '%s': row %d has a non-finite target value (NaN or Inf)",
+                              meta_.name, first / (tbytes / 4 / meta_.rows) + 1));
+        }
+        checked_ = end;
+      }
+    } else {
+      // int64 class indices, which may sit at any 4-byte offset: read through memcpy.
+      const int64_t end = fbytes + (received_ - fbytes) / 8 * 8;
+      int64_t lo = target_min_;
+      int64_t hi = target_max_;
+      for (int64_t at = checked_; at < end; at += 8) {
+        int64_t value = 0;
+        std::memcpy(&value, base + at, sizeof(value));
+        lo = std::min(lo, value);
+        hi = std::max(hi, value);
+      }
+      target_min_ = lo;
+      target_max_ = hi;
+      checked_ = std::max(checked_, end);
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("cannot check dataset '", meta_.name, "': ", e.what()));
   }
   return absl::OkStatus();
 }
@@ -328,45 +439,32 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
         absl::StrFormat("dataset '%s': received %d payload bytes; the header declares %d (%d rows)",
                         meta.name, upload->received_, meta.size_bytes, meta.rows));
   }
+  // Whatever the last chunk left unchecked or unwritten (nothing, when the stream ended with it).
+  TRAINERD_RETURN_IF_ERROR(upload->CheckReceived(/*all=*/true));
+  TRAINERD_RETURN_IF_ERROR(upload->WriteReceived(/*all=*/true));
   meta.sha256 = upload->sha256_.HexDigest();
   if (!upload->expected_sha256_.empty() && upload->expected_sha256_ != meta.sha256) {
     return absl::DataLossError(absl::StrCat("dataset '", meta.name, "': the payload's sha256 is ",
                                             meta.sha256, "; the header says ",
                                             upload->expected_sha256_));
   }
-  TRAINERD_ASSIGN_OR_RETURN(const torch::Tensor staging, upload->Gather());
-  try {
-    const int64_t fbytes = meta.feature_bytes;
-    torch::Tensor features = staging.narrow(0, 0, fbytes).view(torch::kFloat32);
-    if (!AllFinite(features)) {
-      const torch::Tensor finite = torch::isfinite(features);
-      const int64_t first = torch::nonzero(finite.logical_not())[0][0].item<int64_t>();
-      const int64_t per_row = meta.feature_bytes / 4 / meta.rows;  // float32 values per row
-      return absl::InvalidArgumentError(
-          absl::StrFormat("dataset '%s': row %d has a non-finite feature value (NaN or Inf)",
-                          meta.name, first / per_row + 1));
-    }
-    torch::Tensor tbytes = staging.narrow(0, fbytes, meta.size_bytes - fbytes).clone();
-    if (meta.target_dtype == TargetDType::kFloat32) {
-      torch::Tensor t = tbytes.view(torch::kFloat32);
-      if (!AllFinite(t)) {
-        const torch::Tensor tfinite = torch::isfinite(t);
-        const int64_t first = torch::nonzero(tfinite.logical_not())[0][0].item<int64_t>();
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "dataset '%s': row %d has a non-finite target value (NaN or Inf)", meta.name,
-            first / ((meta.size_bytes - meta.feature_bytes) / 4 / meta.rows) + 1));
-      }
-    } else {
-      torch::Tensor t = tbytes.view(torch::kInt64);
-      meta.target_min = t.min().item<int64_t>();
-      meta.target_max = t.max().item<int64_t>();
-    }
-  } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("cannot check dataset '", meta.name, "': ", e.what()));
+  if (meta.target_dtype == TargetDType::kInt64 && upload->target_min_ <= upload->target_max_) {
+    meta.target_min = upload->target_min_;
+    meta.target_max = upload->target_max_;
   }
+  TRAINERD_ASSIGN_OR_RETURN(const torch::Tensor staging, upload->Gather());
   meta.create_time = absl::Now();
+  // The header goes into the room kept for it; then the file becomes the dataset's.
+  const std::string header = DatasetFileHeaderText(meta);
+  if (static_cast<int64_t>(header.size()) != upload->header_bytes_) {
+    return absl::InternalError(absl::StrCat("dataset '", meta.name, "': its file header takes ",
+                                            header.size(), " bytes, not the ",
+                                            upload->header_bytes_, " kept for it"));
+  }
+  TRAINERD_RETURN_IF_ERROR(WriteAt(upload->file_->get(), upload->tmp_path_, header, 0));
   TRAINERD_RETURN_IF_ERROR(
-      WriteDatasetFile(PathFor(meta.name), meta, staging.data_ptr(), meta.size_bytes));
+      SyncAndRename(upload->file_->get(), upload->tmp_path_, PathFor(meta.name)));
+  upload->file_.reset();  // renamed: nothing for the destructor to remove
   // Resident when it fits the budget (evicting idle datasets); else kept on disk only, loaded
   // when a job needs it. The file is durable either way.
   bool room = false;

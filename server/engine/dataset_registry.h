@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/file_io.h"
 #include "common/sha256.h"
 #include "server/engine/types.h"
 
@@ -38,14 +40,17 @@ class DatasetRegistry;
 // The size of an upload's staging blocks.
 inline constexpr int64_t kStagingBlockBytes = int64_t{16} << 20;
 
-// One upload in progress. The payload is appended into host staging blocks of at most
-// kStagingBlockBytes, allocated as bytes arrive and never past the size the header declared, so a
-// header that declares gigabytes and sends nothing costs nothing, and no chunk ever waits for a
-// large copy; each block is counted against the registry's bound on the bytes staged by all
-// uploads. The commit (on the engine's I/O thread) gathers the blocks into one buffer (pinned when
-// the device is a GPU), freeing each as it goes. Created by
-// DatasetRegistry::BeginUpload; the dataset's name stays reserved until the upload is committed or
-// destroyed. Not thread-safe: one upload stream owns it. Must not outlive the registry.
+// One upload in progress. The payload is appended into one host buffer of the declared size whose
+// pages are committed as bytes arrive, counted against the registry's bound on the bytes staged by
+// all uploads a block of kStagingBlockBytes at a time, so a header that declares gigabytes and
+// sends nothing costs nothing. While the bytes arrive the upload also does what used to wait for
+// the last one: it writes them to the dataset's temporary file (after room for the header) and
+// starts their writeback, hashes them, and checks each completed block (non-finite values, the
+// class-index range), so that a bad value ends the stream at once and the commit (on the engine's
+// I/O thread) has only the header, an fsync of what writeback has not finished, and a rename
+// left. Created by DatasetRegistry::BeginUpload; the dataset's name stays reserved until the
+// upload is committed or destroyed (which removes the temporary file). Not thread-safe: one
+// upload stream owns it. Must not outlive the registry.
 class DatasetUpload final : public UploadSession {
  public:
   ~DatasetUpload() override;
@@ -69,6 +74,13 @@ class DatasetUpload final : public UploadSession {
   // The whole payload as one uint8 tensor: the staging buffer itself (no copy), its staging
   // account given back.
   absl::StatusOr<torch::Tensor> Gather();
+  // Writes the received bytes not yet in the file when a few MiB have gathered (all of them when
+  // `all`), and starts the writeback of each full block; opens the file first.
+  absl::Status WriteReceived(bool all);
+  // Checks the received bytes not yet checked, a block at a time (all of them when `all`):
+  // INVALID_ARGUMENT naming the row of a non-finite feature or float target; the int64 targets'
+  // range into target_min_/target_max_.
+  absl::Status CheckReceived(bool all);
 
   DatasetRegistry* registry_;
   DatasetMeta meta_;
@@ -80,7 +92,18 @@ class DatasetUpload final : public UploadSession {
   torch::Tensor buffer_;
   int64_t capacity_ = 0;  // bytes received or about to be, counted against the in-flight bound
   int64_t received_ = 0;
-  Sha256 sha256_;
+  // Hashes the buffer's bytes as they are received, on a thread of its own.
+  BackgroundSha256 sha256_;
+  // The temporary dataset file: DatasetFileHeaderBytes(meta_) reserved for the header, then the
+  // payload; open from the first chunk.
+  std::string tmp_path_;
+  std::unique_ptr<ScopedFd> file_;
+  int64_t header_bytes_ = 0;
+  int64_t written_ = 0;            // payload bytes written to the file
+  int64_t writeback_started_ = 0;  // payload bytes whose writeback was started
+  int64_t checked_ = 0;            // payload bytes checked by CheckReceived
+  int64_t target_min_ = std::numeric_limits<int64_t>::max();
+  int64_t target_max_ = std::numeric_limits<int64_t>::min();
   bool trailing_sha256_given_ = false;
   bool committed_ = false;
   const std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);

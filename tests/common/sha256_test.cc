@@ -2,8 +2,11 @@
 #include "common/sha256.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -78,6 +81,67 @@ TEST(Sha256Test, SecondHexDigestReturnsTheSameDigest) {
   sha.Update("abc");
   EXPECT_EQ(sha.HexDigest(), kAbcDigest);
   EXPECT_EQ(sha.HexDigest(), kAbcDigest);
+}
+
+// --- BackgroundSha256 ---
+
+// 12 MiB of bytes that are not periodic at any block size.
+std::string LargeMessage() {
+  std::string bytes(size_t{12} << 20, '\0');
+  uint32_t x = 12345;
+  for (char& c : bytes) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return bytes;
+}
+
+TEST(BackgroundSha256Test, NothingGivesTheEmptyDigest) {
+  BackgroundSha256 sha;
+  EXPECT_EQ(sha.HexDigest(), kEmptyDigest);
+}
+
+TEST(BackgroundSha256Test, SmallPiecesHashedInlineEqualOneShot) {
+  BackgroundSha256 sha;
+  sha.Update("ab", 2);
+  sha.Update("c", 1);
+  EXPECT_EQ(sha.HexDigest(), kAbcDigest);
+  EXPECT_EQ(sha.HexDigest(), kAbcDigest);  // again, as Sha256's
+}
+
+TEST(BackgroundSha256Test, ContiguousPiecesPastTheInlinePartEqualOneShot) {
+  // Pieces of an upload's buffer, in order and touching: the first 4 MiB on the caller's thread,
+  // the rest on the hashing thread, merged while they wait.
+  const std::string bytes = LargeMessage();
+  BackgroundSha256 sha;
+  for (size_t at = 0; at < bytes.size();) {
+    const size_t n = std::min<size_t>(bytes.size() - at, 65536 + at % 977);
+    sha.Update(bytes.data() + at, n);
+    at += n;
+  }
+  EXPECT_EQ(sha.HexDigest(), Sha256Hex(bytes));
+}
+
+TEST(BackgroundSha256Test, PiecesFromSeparateBuffersEqualOneShot) {
+  // Not contiguous: each piece is its own string, kept alive until the digest.
+  const std::string bytes = LargeMessage();
+  std::vector<std::string> pieces;
+  for (size_t at = 0; at < bytes.size(); at += 3 << 20) pieces.push_back(bytes.substr(at, 3 << 20));
+  BackgroundSha256 sha;
+  for (const std::string& piece : pieces) sha.Update(piece.data(), piece.size());
+  EXPECT_EQ(sha.HexDigest(), Sha256Hex(bytes));
+}
+
+TEST(BackgroundSha256Test, StopAbandonsWhatIsLeftAndLaterUpdatesAreIgnored) {
+  const std::string bytes = LargeMessage();
+  auto sha = std::make_unique<BackgroundSha256>();
+  sha->Update(bytes.data(), bytes.size());
+  sha->Stop();  // returns having joined: the buffer may go now
+  sha->Stop();
+  sha->Update(bytes.data(), 10);
+  sha.reset();  // and a destroyed one, never asked for its digest, joins too
+  BackgroundSha256 dropped;
+  dropped.Update(bytes.data(), bytes.size());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "common/sha256.h"
@@ -55,6 +56,51 @@ TEST_F(DatasetFileTest, WrittenFileReadsBackTheSameMetaAndPayload) {
   ASSERT_TRUE(ReadDatasetPayload(path_, *header, read.data(), read.size()).ok());
   EXPECT_EQ(read, payload_);
   EXPECT_FALSE(std::filesystem::exists(path_ + ".tmp"));
+}
+
+TEST_F(DatasetFileTest, HeaderIsPaddedToTheRoomKeptForItWhateverItsLateValues) {
+  // An upload keeps DatasetFileHeaderBytes before it knows its checksum, create time or class
+  // range; the header written at its end fills exactly that room, for the narrowest and the
+  // widest values, and the payload starts there.
+  const int64_t room = DatasetFileHeaderBytes(meta_);
+  EXPECT_EQ(room % 4096, 0);
+  EXPECT_GT(room, 0);
+  DatasetMeta narrow = meta_;
+  narrow.create_time = absl::UnixEpoch();
+  narrow.target_min = 0;
+  narrow.target_max = 0;
+  DatasetMeta wide = meta_;
+  wide.create_time = absl::FromUnixNanos(std::numeric_limits<int64_t>::min() + 1);
+  wide.target_min = std::numeric_limits<int64_t>::min();
+  wide.target_max = std::numeric_limits<int64_t>::max();
+  for (const DatasetMeta& meta : {narrow, meta_, wide}) {
+    const std::string text = DatasetFileHeaderText(meta);
+    EXPECT_EQ(static_cast<int64_t>(text.size()), room);
+    EXPECT_EQ(text.substr(text.size() - 2), "\n\n");
+    ASSERT_TRUE(WriteDatasetFile(path_, meta, payload_.data(), payload_.size()).ok());
+    absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+    ASSERT_TRUE(header.ok()) << header.status();
+    EXPECT_EQ(header->payload_offset, room);
+    EXPECT_EQ(header->meta.target_min, meta.target_min);
+    EXPECT_EQ(header->meta.target_max, meta.target_max);
+    EXPECT_EQ(header->meta.create_time, meta.create_time);
+  }
+}
+
+TEST_F(DatasetFileTest, LongOwnerTakesMorePadLinesAndStillReadsBack) {
+  // An owner of 3900 characters (a long certificate subject; the reader takes lines of up to
+  // 4096) makes the header span two pages and several pad lines, each under the line limit.
+  meta_.owner = std::string(3900, 'o');
+  const int64_t room = DatasetFileHeaderBytes(meta_);
+  EXPECT_EQ(room, 8192);
+  ASSERT_TRUE(WriteDatasetFile(path_, meta_, payload_.data(), payload_.size()).ok());
+  absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->payload_offset, room);
+  EXPECT_EQ(header->meta.owner, meta_.owner);
+  std::string read(payload_.size(), '\0');
+  ASSERT_TRUE(ReadDatasetPayload(path_, *header, read.data(), read.size()).ok());
+  EXPECT_EQ(read, payload_);
 }
 
 TEST_F(DatasetFileTest, ExtraTrailingBytesAreDataLoss) {

@@ -88,6 +88,84 @@ TEST_F(DatasetUploadTest, UploadWithoutChecksumIsAcceptedAndChecksummed) {
   EXPECT_EQ(meta->sha256, Sha256Hex(EncodePayload(table)));
 }
 
+// A table of `rows` rows of 5 features (an odd count: the int64 targets after them start at a
+// 4-byte offset) and int64 class targets i % 7 - 3, over 16 MiB when rows is large.
+Table OddFeatureClassTable(int64_t rows) {
+  Table table;
+  table.feature_shape = {5};
+  table.target_dtype = TargetDType::kInt64;
+  table.rows = rows;
+  table.features.resize(static_cast<size_t>(rows * 5));
+  for (size_t i = 0; i < table.features.size(); ++i) table.features[i] = 0.001f * (i % 1000);
+  for (int64_t i = 0; i < rows; ++i) table.targets_i64.push_back(i % 7 - 3);
+  return table;
+}
+
+TEST_F(DatasetUploadTest, LargeUploadIsWrittenAsItArrivesAndADroppedOneLeavesNothing) {
+  const int64_t rows = 700001;  // 14 MB of features, 5.6 MB of targets: two staging blocks
+  const Table table = OddFeatureClassTable(rows);
+  const std::string payload = EncodePayload(table);
+  constexpr size_t kChunk = size_t{1} << 20;
+  const std::string tmp = DatasetPath("big") + ".tmp";
+  {
+    absl::StatusOr<std::unique_ptr<UploadSession>> session =
+        engine_->BeginUpload(HeaderFor("big", table));
+    ASSERT_TRUE(session.ok()) << session.status();
+    EXPECT_FALSE(std::filesystem::exists(tmp));  // nothing before the first byte
+    for (size_t at = 0; at < 10 * kChunk; at += kChunk) {
+      ASSERT_TRUE((*session)->Append(std::string_view(payload).substr(at, kChunk)).ok());
+    }
+    // 10 MiB received: at least 8 MiB of it is in the file already, after the header's room.
+    ASSERT_TRUE(std::filesystem::exists(tmp));
+    EXPECT_GE(std::filesystem::file_size(tmp), 4096u + 8 * kChunk);
+    EXPECT_LE(std::filesystem::file_size(tmp), 8192u + 10 * kChunk);
+  }  // dropped (a cancelled stream): the partial file goes, the name is free
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "big", table, kChunk);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->sha256, Sha256Hex(payload));
+  EXPECT_EQ(meta->target_min, -3);
+  EXPECT_EQ(meta->target_max, 3);
+  EXPECT_FALSE(std::filesystem::exists(tmp));
+  EXPECT_EQ(std::filesystem::file_size(DatasetPath("big")), 4096u + payload.size());
+}
+
+TEST_F(DatasetUploadTest, Int64TargetsAtAFourByteOffsetGetTheirRangeInSmallChunks) {
+  // 3 rows x 5 features = 60 bytes, so the targets start at an offset that is not a multiple of
+  // 8, and 7-byte chunks split every value.
+  Table table = OddFeatureClassTable(3);
+  table.targets_i64 = {41, -1234567890123, 7};
+  absl::StatusOr<DatasetMeta> meta = Upload(*engine_, "odd", table, /*chunk_bytes=*/7);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->target_min, -1234567890123);
+  EXPECT_EQ(meta->target_max, 41);
+}
+
+TEST_F(DatasetUploadTest, NonFiniteValueEndsTheUploadOnceItsBlockHasArrived) {
+  // A NaN in row 11 is found when the first 16 MiB block is complete, not after the last byte:
+  // the client hears at once and stops sending.
+  Table table = OddFeatureClassTable(1000001);  // 20 MB of features, 8 MB of targets
+  table.features[10 * 5 + 4] = std::numeric_limits<float>::quiet_NaN();
+  const std::string payload = EncodePayload(table);
+  constexpr size_t kChunk = size_t{1} << 20;
+  absl::StatusOr<std::unique_ptr<UploadSession>> session =
+      engine_->BeginUpload(HeaderFor("nan", table));
+  ASSERT_TRUE(session.ok()) << session.status();
+  size_t at = 0;
+  absl::Status status;
+  for (; at < payload.size() && status.ok(); at += kChunk) {
+    status = (*session)->Append(std::string_view(payload).substr(at, kChunk));
+  }
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("row 11 has a non-finite feature value"));
+  EXPECT_EQ(at, 16 * kChunk);  // refused with the chunk that completed the block
+  session->reset();
+  EXPECT_FALSE(std::filesystem::exists(DatasetPath("nan") + ".tmp"));
+  EXPECT_THAT(engine_->ListDatasets(), IsEmpty());
+}
+
 TEST_F(DatasetUploadTest, ListIsSortedByName) {
   ASSERT_TRUE(Upload(*engine_, "zeta", SeedTable(4)).ok());
   ASSERT_TRUE(Upload(*engine_, "alpha", SeedTable(4)).ok());
