@@ -49,6 +49,13 @@ const FlagSpec* FindFlag(const CommandSpec& command, absl::string_view name) {
   return nullptr;
 }
 
+const FlagSpec* FindShortFlag(const CommandSpec& command, absl::string_view short_name) {
+  for (const FlagSpec& flag : command.flags) {
+    if (!flag.short_name.empty() && flag.short_name == short_name) return &flag;
+  }
+  return nullptr;
+}
+
 std::string PadRight(std::string text, size_t width) {
   if (text.size() < width)
     text.append(width - text.size(), ' ');
@@ -67,7 +74,7 @@ std::string GroupUsage(absl::string_view group) {
   std::string text =
       absl::StrCat("Usage: trainctl ", group, " SUBCOMMAND [ARGS...] [FLAGS]\n\n", "Commands:\n");
   for (const CommandSpec& command : Commands()) {
-    if (!absl::StartsWith(command.path, absl::StrCat(group, " "))) continue;
+    if (command.hidden || !absl::StartsWith(command.path, absl::StrCat(group, " "))) continue;
     absl::StrAppend(&text, "  ", PadRight(CommandLine(command), kUsageColumn), command.summary,
                     "\n");
   }
@@ -95,9 +102,12 @@ absl::StatusOr<absl::Duration> ParseTimeout(const std::string& value) {
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& value) {
   if (value == "table") return OutputFormat::kTable;
+  if (value == "wide") return OutputFormat::kWide;
   if (value == "json") return OutputFormat::kJson;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown output format '", value, "' (expected table or json)"));
+  if (value == "yaml") return OutputFormat::kYaml;
+  if (value == "name") return OutputFormat::kName;
+  return absl::InvalidArgumentError(absl::StrCat("unknown output format '", value,
+                                                 "' (expected table, wide, json, yaml or name)"));
 }
 
 // The command named by the words in argv[first...] that complete `*group` (the group word seen
@@ -272,12 +282,17 @@ const std::vector<CommandSpec>& Commands() {
        "--target-columns columns are the targets and the others the features; a CSV header line\n"
        "is skipped. NAME matches [A-Za-z0-9._-]{1,128}.\n"
        "\n"
+       "With --targets, the targets keep the file's type: an int64 array uploads int64 class\n"
+       "indices, a float array float32 values; --target-dtype overrides it.\n"
+       "\n"
        "  trainctl dataset upload iris iris.csv --target-dtype int64\n"
-       "  trainctl dataset upload mnist images.npy --targets labels.npy --target-dtype int64\n",
+       "  trainctl dataset upload mnist images.npy --targets labels.npy   # int64 labels\n",
        {{"target-columns", "N", "trailing columns that are targets (default 1)"},
         {"target-dtype", "TYPE",
          "float32 (regression, mse) or int64 (class indices,\n"
-         "cross_entropy; needs one target column) (default float32)"},
+         "cross_entropy; needs one target column) (default: a\n"
+         "--targets .npy file's own, int64 for an int64 array;\n"
+         "else float32)"},
         {"targets", "FILE.npy",
          "targets as a separate .npy array with one row per feature row;\n"
          "FILE must then be .npy too"}}},
@@ -346,8 +361,9 @@ const std::vector<CommandSpec>& Commands() {
        "With --watch, a table of the members sorted by loss (lowest first; members without a\n"
        "finished epoch last) is refreshed until every member ended (on a terminal; otherwise it\n"
        "is printed once at the end), then a line counts the outcomes and names the best member.\n"
-       "Exits 0 when every member succeeded and 1 when any failed or was cancelled. Ctrl-C stops\n"
-       "watching; the members keep running. With -o json, prints each member as it ends.\n"
+       "Exits 0 when every member succeeded, 3 when any failed, else 4 when any was cancelled.\n"
+       "Ctrl-C stops watching; the members keep running. With -o json, prints each member as it\n"
+       "ends; -o name prints the members' ids.\n"
        "\n"
        "  trainctl sweep --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
        "      --lr 0.1,0.03,0.01 --momentum 0,0.9 --seed 1,2,3 --epochs 50 --watch\n"
@@ -387,9 +403,27 @@ const std::vector<CommandSpec>& Commands() {
        /*max_args=*/1,
        "Follow a job's epochs until it ends",
        "Prints the epochs finished so far, then each epoch as it finishes, then how the job\n"
-       "ended. Exits 0 when the job succeeded and 1 when it failed or was cancelled. Ctrl-C\n"
-       "stops watching; the job keeps running. With -o json, prints one JSON object per event.\n",
+       "ended. Exits 0 when the job succeeded, 3 when it failed and 4 when it was cancelled\n"
+       "(1 when trainerd refused or could not be reached). Ctrl-C stops watching; the job keeps\n"
+       "running. With -o json, prints one JSON object per event (-o yaml: one document each).\n",
        {}},
+      {"job wait",
+       "",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Wait until a job ends, as kubectl wait does",
+       "Waits until job ID ends and exits 0 when it ended as --for asks (succeeded unless told\n"
+       "otherwise; 'ended' takes any end). A job that ended otherwise gives its end's code: 3\n"
+       "failed, 4 cancelled, 1 succeeded when a failure or cancellation was awaited. --timeout\n"
+       "limits the wait (exit 1 when it runs out; default: no limit, as jobs may train for\n"
+       "hours). Prints how the job ended (-o json or yaml: the job; -o name: its id when it\n"
+       "ended as awaited).\n"
+       "\n"
+       "  trainctl job wait job-0123456789ab --timeout 10m && trainctl job model job-0123456789ab "
+       "-f m.pt\n"
+       "  trainctl job wait job-0123456789ab --for ended -o name\n",
+       {{"for", "STATE", "succeeded (default), failed, cancelled or ended"}}},
       {"job cancel",
        "",
        "ID",
@@ -416,12 +450,14 @@ const std::vector<CommandSpec>& Commands() {
        "Downloads the trained model of job ID as a TorchScript archive, which Python loads with\n"
        "torch.jit.load(FILE) and C++ with torch::jit::load(FILE). Its forward takes a float32\n"
        "batch shaped like the dataset's features and returns the model's output, in eval form\n"
-       "(dropout off, batchnorm on its running statistics). The file is written whole or not at\n"
-       "all. Only a job that succeeded has a model. For this command -o names the file, not the\n"
-       "output format (use --output table|json for that).\n"
+       "(dropout off, batchnorm on its running statistics). With --file the file is written\n"
+       "whole or not at all; without it the archive goes to standard output, which must then\n"
+       "not be a terminal. Only a job that succeeded has a model. -o is the output format, as\n"
+       "everywhere: with --file, -o json or yaml describes what was written.\n"
        "\n"
-       "  trainctl job model job-0123456789ab -o model.pt\n",
-       {{"output-file", "FILE", "where to write the model (required; also -o FILE)"}}},
+       "  trainctl job model job-0123456789ab -f model.pt\n"
+       "  trainctl job model job-0123456789ab > model.pt\n",
+       {{"file", "FILE", "where to write the model (default: standard output)", "f"}}},
       {"devices",
        "",
        "",
@@ -521,13 +557,48 @@ const std::vector<CommandSpec>& Commands() {
        "Asks trainerd's grpc.health.v1 service about SERVICE (default: the whole server).\n"
        "Prints SERVING and exits 0, or prints the status and exits 1.\n",
        {}},
+      {"version",
+       "",
+       "",
+       /*min_args=*/0,
+       /*max_args=*/0,
+       "Show trainctl's and trainerd's versions",
+       "Prints trainctl's version, then trainerd's, with the LibTorch and CUDA versions it runs\n"
+       "on and the NVIDIA driver's (when it has one). --client prints trainctl's alone, without\n"
+       "a daemon. With -o json or yaml: {clientVersion, server: {...}}.\n",
+       {{"client", "", "trainctl's version only (works offline)"}}},
+      {"completion",
+       "",
+       "bash|zsh",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Print a shell completion script",
+       "Prints a script that completes trainctl's commands, flags, loss, optimizer and other\n"
+       "names, and (asking the daemon of the current context, within a second, silently when it\n"
+       "cannot) dataset names and job ids.\n"
+       "\n"
+       "  source <(trainctl completion bash)                   # this shell\n"
+       "  trainctl completion bash > /etc/bash_completion.d/trainctl\n"
+       "  trainctl completion zsh > \"${fpath[1]}/_trainctl\"     # zsh\n",
+       {}},
+      {"__complete",
+       "",
+       "datasets|jobs",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Print dataset names or job ids for completion",
+       "Prints the daemon's dataset names or job ids, one per line, for the completion\n"
+       "scripts; prints nothing and exits 0 when the daemon does not answer within a second.\n",
+       {},
+       /*hidden=*/true},
       {"help",
        "",
        "[COMMAND]",
        /*min_args=*/0,
        /*max_args=*/2,
        "Show help for trainctl or a command",
-       "Shows the usage of trainctl or of COMMAND.\n",
+       "Shows the usage of trainctl or of COMMAND; 'trainctl help exit-codes' lists the exit\n"
+       "codes.\n",
        {}},
   };
   return *kCommands;
@@ -591,10 +662,6 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
   }
 
   const CommandSpec* command = nullptr;
-  // "-o VALUE" seen before the command, where VALUE is not an output format: the path of a
-  // command that writes a file, or an error.
-  std::optional<std::string> early_output;
-  absl::Status early_output_error;
   std::string group;        // set while only the first of two command words has been seen
   bool only_words = false;  // after "--"
 
@@ -675,24 +742,18 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
       if (!value.ok()) return value.status();
       if (value->empty()) return absl::InvalidArgumentError("--context needs a NAME");
       invocation.global.context = *value;
-    } else if (name == "o" && command != nullptr && FindFlag(*command, "output-file") != nullptr) {
-      // A command that writes a file (job model) takes -o as its path, as curl and gcc do; the
-      // output format stays reachable as --output.
-      absl::StatusOr<std::string> value = take_value();
-      if (!value.ok()) return value.status();
-      invocation.flags["output-file"] = *value;
     } else if (name == "o" || name == "output") {
+      // One meaning everywhere, as in kubectl: the output format (job model writes to --file).
       absl::StatusOr<std::string> value = take_value();
       if (!value.ok()) return value.status();
       absl::StatusOr<OutputFormat> format = ParseOutputFormat(*value);
-      if (!format.ok()) {
-        // "-o FILE" before the command words: the command is not known yet; it decides below.
-        if (name != "o") return format.status();
-        early_output = *value;
-        early_output_error = format.status();
-        continue;
-      }
+      if (!format.ok()) return format.status();
       invocation.global.output = *format;
+    } else if (name == "no-headers" && absl::StartsWith(token, "--")) {
+      if (inline_value.has_value()) {
+        return absl::InvalidArgumentError("flag --no-headers takes no value");
+      }
+      invocation.global.no_headers = true;
     } else if (name == "token-file" || name == "tls-ca" || name == "tls-cert" ||
                name == "tls-key" || name == "tls-server-name") {
       absl::StatusOr<std::string> value = take_value();
@@ -713,8 +774,12 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
       if (!timeout.ok()) return timeout.status();
       invocation.global.timeout = *timeout;
       invocation.global.timeout_given = true;
-    } else if (const FlagSpec* flag = command == nullptr ? nullptr : FindFlag(*command, name);
-               flag != nullptr && absl::StartsWith(token, "--")) {
+    } else if (const FlagSpec* flag = command == nullptr ? nullptr
+                                      : absl::StartsWith(token, "--")
+                                          ? FindFlag(*command, name)
+                                          : FindShortFlag(*command, name);
+               flag != nullptr) {
+      name = std::string(flag->name);
       if (flag->value_name.empty()) {
         if (inline_value.has_value()) {
           return absl::InvalidArgumentError(absl::StrCat("flag ", shown, " takes no value"));
@@ -758,16 +823,14 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
     return absl::InvalidArgumentError(absl::StrCat("no command given", UsageHint(nullptr)));
   }
   invocation.command = command;
-  if (early_output.has_value()) {
-    if (FindFlag(*command, "output-file") == nullptr) return early_output_error;
-    invocation.flags.emplace("output-file", *early_output);  // a later -o FILE wins
-  }
 
   if (command->path == "help") {
     std::string topic = absl::StrJoin(invocation.args, " ");
     invocation.show_help = true;
     if (topic.empty()) {
       invocation.help_text = TopLevelUsage();
+    } else if (topic == "exit-codes") {
+      invocation.help_text = ExitCodesHelp();
     } else if (IsGroup(topic)) {
       invocation.help_text = GroupUsage(topic);
     } else if (const CommandSpec* about = FindCommand(topic); about != nullptr) {
@@ -795,7 +858,8 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
 
 std::string TopLevelUsage() {
   std::string text =
-      "Usage: trainctl [--addr HOST:PORT|unix:PATH | --context NAME] [-o table|json]\n"
+      "Usage: trainctl [--addr HOST:PORT|unix:PATH | --context NAME]\n"
+      "                [-o table|wide|json|yaml|name] [--no-headers]\n"
       "                [--timeout SECONDS] [--token-file FILE] [--tls-ca FILE]\n"
       "                [--tls-cert FILE --tls-key FILE]\n"
       "                COMMAND [ARGS...]\n"
@@ -805,6 +869,7 @@ std::string TopLevelUsage() {
       "\n"
       "Commands:\n";
   for (const CommandSpec& command : Commands()) {
+    if (command.hidden) continue;
     std::string line = CommandLine(command);
     if (command.path == "submit") line = "submit --dataset NAME --model SPEC";
     // The example shows the lists, which are what sets sweep apart from submit.
@@ -829,8 +894,9 @@ std::string TopLevelUsage() {
       "  --context NAME              a context of the config file ($TRAINCTL_CONFIG, else\n"
       "                              ~/.config/trainctl/config.yaml): its address and\n"
       "                              credentials, where no flag gives them (trainctl config)\n"
-      "  -o, --output FORMAT         table (default) or json ('job model' takes -o FILE as\n"
-      "                              the file to write; --output still picks the format)\n"
+      "  -o, --output FORMAT         table (default), wide (more columns), json, yaml, or\n"
+      "                              name (one name or id per line, for scripts)\n"
+      "  --no-headers                tables without their header line\n"
       "  --timeout SECONDS           deadline of each request (default 30; diagnose 120,\n"
       "                              uploads at least 10 minutes, watching none)\n"
       "  --token-file FILE           send the bearer token in FILE with every call (default:\n"
@@ -843,8 +909,9 @@ std::string TopLevelUsage() {
       "  --tls-server-name NAME      the name to check trainerd's certificate against\n"
       "  -h, --help                  show help\n"
       "\n"
-      "Exit status: 0 success; 1 trainerd reported an error or could not be reached, or the\n"
-      "watched job failed or was cancelled; 2 bad usage or invalid local input (nothing sent).\n"
+      "Exit status: 0 success, 1 trainerd refused or could not be reached, 2 bad usage or\n"
+      "local input, 3 the watched or awaited job failed, 4 it was cancelled ('trainctl help\n"
+      "exit-codes').\n"
       "\n"
       "Run 'trainctl COMMAND --help' for a command's flags.\n");
   return text;
@@ -861,7 +928,9 @@ std::string CommandUsage(const CommandSpec& command) {
   if (!command.flags.empty()) {
     absl::StrAppend(&text, "\nFlags:\n");
     for (const FlagSpec& flag : command.flags) {
-      std::string left = absl::StrCat("--", flag.name);
+      std::string left = flag.short_name.empty()
+                             ? absl::StrCat("--", flag.name)
+                             : absl::StrCat("-", flag.short_name, ", --", flag.name);
       if (!flag.value_name.empty()) absl::StrAppend(&left, " ", flag.value_name);
       std::vector<absl::string_view> lines = absl::StrSplit(flag.help, '\n');
       for (size_t i = 0; i < lines.size(); ++i) {
@@ -870,10 +939,34 @@ std::string CommandUsage(const CommandSpec& command) {
     }
   }
   absl::StrAppend(&text,
-                  "\nGlobal flags: --addr HOST:PORT, --context NAME, -o table|json, --timeout "
-                  "SECONDS,\n--token-file FILE, --tls-ca FILE, --tls-cert FILE, --tls-key FILE, "
-                  "--tls-server-name NAME\n(see 'trainctl --help').\n");
+                  "\nGlobal flags: --addr HOST:PORT, --context NAME, -o "
+                  "table|wide|json|yaml|name, --no-headers,\n--timeout SECONDS, --token-file "
+                  "FILE, --tls-ca FILE, --tls-cert FILE, --tls-key FILE,\n--tls-server-name NAME "
+                  "(see 'trainctl --help').\n");
   return text;
 }
+
+std::string ExitCodesHelp() {
+  return "trainctl's exit codes:\n"
+         "  0  success\n"
+         "  1  trainerd refused the request or could not be reached (or a wait timed out)\n"
+         "  2  bad command line or local input (a file that cannot be read, a bad value);\n"
+         "     nothing was sent\n"
+         "  3  the watched or awaited job FAILED (job watch, job wait, submit --watch, sweep\n"
+         "     --watch: any member)\n"
+         "  4  the watched or awaited job was CANCELLED (sweep --watch: a member, none failed)\n"
+         "\n"
+         "  trainctl submit --dataset iris --model linear:3 --loss cross_entropy --watch\n"
+         "  case $? in 0) echo trained;; 3) echo failed;; 4) echo cancelled;; *) echo error;; "
+         "esac\n";
+}
+
+std::vector<std::pair<std::string, bool>> GlobalFlags() {
+  return {{"addr", true},    {"context", true},         {"output", true}, {"no-headers", false},
+          {"timeout", true}, {"token-file", true},      {"tls-ca", true}, {"tls-cert", true},
+          {"tls-key", true}, {"tls-server-name", true}, {"help", false}};
+}
+
+std::vector<std::string> OutputFormatNames() { return {"table", "wide", "json", "yaml", "name"}; }
 
 }  // namespace trainerd::client

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -14,21 +15,27 @@
 
 namespace trainerd::client {
 
-// Process exit codes, also documented in the top-level usage.
+// Process exit codes, listed by `trainctl help exit-codes` (ExitCodesHelp) and the README.
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // the daemon said no, was unreachable, or the job failed
-inline constexpr int kExitUsage = 2;    // bad command line or local input; nothing was sent
+inline constexpr int kExitFailure = 1;       // trainerd refused, or could not be reached
+inline constexpr int kExitUsage = 2;         // bad command line or local input; nothing was sent
+inline constexpr int kExitJobFailed = 3;     // the watched or awaited job FAILED
+inline constexpr int kExitJobCancelled = 4;  // the watched or awaited job was CANCELLED
 
 inline constexpr absl::string_view kDefaultAddress = "127.0.0.1:50051";
 inline constexpr absl::Duration kDefaultTimeout = absl::Seconds(30);
 
-enum class OutputFormat { kTable, kJson };
+// -o/--output: table (the default), wide (tables with more columns), json, yaml, or name (the
+// names or ids of what the command shows, one per line), as kubectl's.
+enum class OutputFormat { kTable, kWide, kJson, kYaml, kName };
 
 // Flags that every command accepts, before or after the command words.
 struct GlobalOptions {
   // gRPC target of trainerd, e.g. "127.0.0.1:50051" or "unix:/run/trainerd.sock". Never empty.
   std::string address = std::string(kDefaultAddress);
   OutputFormat output = OutputFormat::kTable;
+  // --no-headers: tables without their header line.
+  bool no_headers = false;
   // Deadline of each unary call; always > 0.
   absl::Duration timeout = kDefaultTimeout;
   // --timeout was given: commands whose calls are slow by nature (diagnose) use their own longer
@@ -52,6 +59,7 @@ struct FlagSpec {
   absl::string_view name;        // without the leading dashes, e.g. "batch-size"
   absl::string_view value_name;  // e.g. "N"; empty for a boolean flag that takes no value
   absl::string_view help;
+  absl::string_view short_name = "";  // e.g. "f" for -f; empty for none
 };
 
 struct CommandSpec {
@@ -63,6 +71,8 @@ struct CommandSpec {
   absl::string_view summary;      // one line for the command list
   absl::string_view description;  // paragraph(s) for `trainctl COMMAND --help`
   std::vector<FlagSpec> flags;
+  // Left out of the usage texts (the completion scripts' helper).
+  bool hidden = false;
 };
 
 // Every command, in the order the usage lists them.
@@ -97,5 +107,11 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
 // Usage texts (ending in a newline).
 std::string TopLevelUsage();
 std::string CommandUsage(const CommandSpec& command);
+// `trainctl help exit-codes`.
+std::string ExitCodesHelp();
+// The global flags, without dashes, and whether each takes a value (for completion scripts).
+std::vector<std::pair<std::string, bool>> GlobalFlags();
+// The words -o takes, in the order the usage gives them.
+std::vector<std::string> OutputFormatNames();
 
 }  // namespace trainerd::client

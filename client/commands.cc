@@ -25,11 +25,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/completion.h"
 #include "client/connection.h"
 #include "client/contexts.h"
 #include "client/health_check.h"
@@ -40,6 +42,7 @@
 #include "common/dataset_header.h"
 #include "common/sha256.h"
 #include "common/table.h"
+#include "common/version.h"
 
 namespace trainerd::client {
 namespace {
@@ -48,7 +51,10 @@ namespace {
 struct CommandContext {
   const Invocation& invocation;
   Connection& connection;
-  bool json;
+  OutputFormat format;
+  bool structured;  // -o json or -o yaml: the daemon's messages as they are
+  bool names;       // -o name: one name or id per line
+  TableOptions table;
 };
 
 int UsageFailure(const absl::Status& status) {
@@ -66,16 +72,64 @@ int UnaryRpcFailure(const CommandContext& context, const grpc::Status& status) {
   return RpcFailure(context, status, context.invocation.global.timeout);
 }
 
-// Prints `message` as JSON on its own line(s) and flushes, so that watchers see each event.
-int PrintJson(const google::protobuf::Message& message, bool pretty) {
-  absl::StatusOr<std::string> json = ToJson(message, pretty);
+// Prints JSON text in the structured format asked for: as it is for json, as YAML for yaml.
+// `stream`: one of a series of events (JSON Lines; YAML documents, each opened by "---").
+// Flushes, so that watchers see each event.
+int PrintStructured(OutputFormat format, const std::string& json, bool stream) {
+  if (format == OutputFormat::kYaml) {
+    absl::StatusOr<std::string> yaml = JsonToYaml(json);
+    if (!yaml.ok()) {
+      PrintError(yaml.status().message());
+      return kExitFailure;
+    }
+    std::cout << (stream ? "---\n" : "") << *yaml << std::flush;
+    return kExitOk;
+  }
+  std::cout << json << std::endl;
+  return kExitOk;
+}
+
+// Prints `message` as -o json or -o yaml asked; `stream` as above (JSON on one line).
+int PrintMessage(const CommandContext& context, const google::protobuf::Message& message,
+                 bool stream = false) {
+  absl::StatusOr<std::string> json = ToJson(message, /*pretty=*/!stream);
   if (!json.ok()) {
     PrintError(json.status().message());
     return kExitFailure;
   }
-  std::cout << *json << std::endl;
+  return PrintStructured(context.format, *json, stream);
+}
+
+// -o name: each name or id on a line of its own.
+int PrintNames(const std::vector<std::string>& names) {
+  for (const std::string& name : names) std::cout << name << "\n";
+  std::cout << std::flush;
   return kExitOk;
 }
+
+// The exit code of a job that ended: 0 succeeded, 3 failed, 4 cancelled.
+int JobEndExitCode(const v1::Job& job) {
+  switch (job.state()) {
+    case v1::JOB_STATE_SUCCEEDED:
+      return kExitOk;
+    case v1::JOB_STATE_CANCELLED:
+      return kExitJobCancelled;
+    default:
+      return kExitJobFailed;
+  }
+}
+
+// Commands whose output -o name can give.
+bool SupportsNameOutput(absl::string_view path) {
+  static constexpr absl::string_view kPaths[] = {
+      "dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
+      "sweep",          "job list",     "job get",     "job wait",   "job cancel",
+      "job rm",         "job model",    "devices",     "version",    "config get-contexts",
+      "__complete"};
+  return std::find(std::begin(kPaths), std::end(kPaths), path) != std::end(kPaths);
+}
+
+std::string OrDashText(const std::string& text) { return text.empty() ? "-" : text; }
 
 int PrintText(const std::string& text) {
   std::cout << text << std::flush;
@@ -151,7 +205,8 @@ int SendUpload(const CommandContext& context, const v1::DatasetHeader& header, i
   const grpc::Status status = writer->Finish();
   progress.Finish();
   if (!status.ok()) return RpcFailure(context, status, timeout);
-  return context.json ? PrintJson(dataset, /*pretty=*/true) : PrintText(DatasetDetails(dataset));
+  if (context.names) return PrintNames({dataset.name()});
+  return context.structured ? PrintMessage(context, dataset) : PrintText(DatasetDetails(dataset));
 }
 
 int DatasetUpload(const CommandContext& context) {
@@ -205,8 +260,13 @@ int DatasetList(const CommandContext& context) {
   grpc::Status status =
       context.connection.datasets().ListDatasets(&call, v1::ListDatasetsRequest(), &response);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(response, /*pretty=*/true)
-                      : PrintText(DatasetListTable(response));
+  if (context.names) {
+    std::vector<std::string> names;
+    for (const v1::Dataset& dataset : response.datasets()) names.push_back(dataset.name());
+    return PrintNames(names);
+  }
+  return context.structured ? PrintMessage(context, response)
+                            : PrintText(DatasetListTable(response, context.table));
 }
 
 int DatasetGet(const CommandContext& context) {
@@ -217,7 +277,8 @@ int DatasetGet(const CommandContext& context) {
   v1::Dataset dataset;
   grpc::Status status = context.connection.datasets().GetDataset(&call, request, &dataset);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(dataset, /*pretty=*/true) : PrintText(DatasetDetails(dataset));
+  if (context.names) return PrintNames({dataset.name()});
+  return context.structured ? PrintMessage(context, dataset) : PrintText(DatasetDetails(dataset));
 }
 
 int DatasetRemove(const CommandContext& context) {
@@ -228,23 +289,27 @@ int DatasetRemove(const CommandContext& context) {
   v1::DeleteDatasetResponse response;
   grpc::Status status = context.connection.datasets().DeleteDataset(&call, request, &response);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(response, /*pretty=*/true)
-                      : PrintText(absl::StrCat("deleted dataset '", request.name(), "'\n"));
+  if (context.names) return PrintNames({request.name()});
+  return context.structured ? PrintMessage(context, response)
+                            : PrintText(absl::StrCat("deleted dataset '", request.name(), "'\n"));
 }
 
-// The exit code of a watched sweep whose members all ended: 0 when every one succeeded, else
-// what WatchJob gives a job that failed or was cancelled (kExitFailure for both, so a sweep with
-// failed and cancelled members needs no rule for which one decides).
+// The exit code of a watched sweep whose members all ended: 0 when every one succeeded, 3 when
+// any failed, else 4 when any was cancelled (a failure says more than a cancellation, which a
+// person asked for).
 int SweepExitCode(const google::protobuf::RepeatedPtrField<v1::Job>& members) {
+  int code = kExitOk;
   for (const v1::Job& job : members) {
-    if (job.state() != v1::JOB_STATE_SUCCEEDED) return kExitFailure;
+    if (job.state() == v1::JOB_STATE_FAILED) return kExitJobFailed;
+    if (job.state() == v1::JOB_STATE_CANCELLED) code = kExitJobCancelled;
   }
-  return kExitOk;
+  return code;
 }
 
 // Follows job `id` until it ends: epoch lines (history first, each epoch once), then the outcome
-// line; with JSON, every event as one line. Exit 0 when the job succeeded, 1 otherwise. No
-// deadline: a job may train for hours; Ctrl-C ends trainctl and leaves the job running.
+// line; with JSON, every event as one line (YAML: a document each); with -o name, nothing. Exit
+// JobEndExitCode (1 when the daemon could not be asked). No deadline: a job may train for hours;
+// Ctrl-C ends trainctl and leaves the job running.
 int WatchJob(const CommandContext& context, const std::string& id) {
   v1::WatchJobRequest request;
   request.set_id(id);
@@ -253,6 +318,7 @@ int WatchJob(const CommandContext& context, const std::string& id) {
       context.connection.jobs().WatchJob(&call, request);
 
   v1::JobEvent event;
+  const bool quiet = context.structured || context.names;  // no epoch lines
   int32_t planned_epochs = 0;
   int32_t last_printed = 0;  // epochs arrive both as events and inside Job; print each once
   bool had_replies = false;
@@ -268,20 +334,20 @@ int WatchJob(const CommandContext& context, const std::string& id) {
   };
   while (reader->Read(&event)) {
     had_replies = true;
-    if (context.json) {
-      if (int code = PrintJson(event, /*pretty=*/false); code != kExitOk) {
+    if (context.structured) {
+      if (int code = PrintMessage(context, event, /*stream=*/true); code != kExitOk) {
         call.TryCancel();
         reader->Finish();
         return code;
       }
     }
     if (event.has_epoch()) {
-      if (!context.json && job_seen) print_epoch(event.epoch());
-      if (!context.json && !job_seen) early.push_back(event.epoch());
+      if (!quiet && job_seen) print_epoch(event.epoch());
+      if (!quiet && !job_seen) early.push_back(event.epoch());
     } else if (event.has_skipped()) {
       // A long history, or epochs this reader fell behind on: the job follows with every epoch,
       // so the lines printed from it still miss none. Said only when it happens mid-stream.
-      if (!context.json && last_printed > 0) {
+      if (!quiet && last_printed > 0) {
         PrintError(absl::StrCat("the watch fell behind the job; ", event.skipped().epochs(),
                                 " epochs arrive together"));
       }
@@ -289,7 +355,7 @@ int WatchJob(const CommandContext& context, const std::string& id) {
       const v1::Job& job = event.job();
       planned_epochs = job.spec().epochs();
       job_seen = true;
-      if (!context.json) {
+      if (!quiet) {
         for (const v1::EpochResult& epoch : early) print_epoch(epoch);
         early.clear();
         for (const v1::EpochResult& epoch : job.epochs()) print_epoch(epoch);
@@ -304,8 +370,10 @@ int WatchJob(const CommandContext& context, const std::string& id) {
     // The daemon ends the stream after the terminal job; do not wait on it to do so.
     call.TryCancel();
     reader->Finish();
-    if (!context.json) std::cout << JobOutcomeLine(*final_job) << std::endl;
-    return final_job->state() == v1::JOB_STATE_SUCCEEDED ? kExitOk : kExitFailure;
+    if (!context.structured && !context.names) {
+      std::cout << JobOutcomeLine(*final_job) << std::endl;
+    }
+    return JobEndExitCode(*final_job);
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) return RpcFailure(context, status, absl::InfiniteDuration(), had_replies);
@@ -329,9 +397,9 @@ int Submit(const CommandContext& context) {
 
   const bool watch = context.invocation.Has("watch");
   int code = kExitOk;
-  if (context.json) {
+  if (context.structured) {
     // With --watch the output is JSON Lines throughout, so the job goes on one line too.
-    code = PrintJson(job, /*pretty=*/!watch);
+    code = PrintMessage(context, job, /*stream=*/watch);
   } else {
     // Only the id, so that scripts can capture it: JOB=$(trainctl submit ...).
     std::cout << job.id() << std::endl;
@@ -390,7 +458,7 @@ TerminalSize StdoutTerminalSize() {
 // `job watch`; Ctrl-C ends trainctl and leaves the members running.
 int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
   google::protobuf::RepeatedPtrField<v1::Job>& members = *sweep.mutable_members();
-  const bool live = !context.json && isatty(STDOUT_FILENO) == 1;
+  const bool live = !context.structured && !context.names && isatty(STDOUT_FILENO) == 1;
   const TerminalSize terminal = live ? StdoutTerminalSize() : TerminalSize();
   // Rows for members: the terminal less the header, the "... more" line and the cursor's line.
   const int max_rows = terminal.rows > 3 ? terminal.rows - 3 : 0;
@@ -410,10 +478,12 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
       member = std::move(job);
       if (!IsTerminal(member.state())) all_ended = false;
     }
-    if (context.json) {
+    if (context.structured) {
       for (int i = 0; i < members.size(); ++i) {
         if (printed[i] || !IsTerminal(members[i].state())) continue;
-        if (int code = PrintJson(members[i], /*pretty=*/false); code != kExitOk) return code;
+        if (int code = PrintMessage(context, members[i], /*stream=*/true); code != kExitOk) {
+          return code;
+        }
         printed[i] = true;
       }
     }
@@ -434,7 +504,7 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
       break;
     }
   }
-  if (context.json) return SweepExitCode(members);
+  if (context.structured || context.names) return SweepExitCode(members);
   // The last table whole, over the live one (which fitted the terminal) or alone.
   const std::string table = SweepWatchTable(members);
   if (live) {
@@ -456,12 +526,17 @@ int Sweep(const CommandContext& context) {
   if (!status.ok()) return UnaryRpcFailure(context, status);
 
   const bool watch = context.invocation.Has("watch");
-  if (context.json) {
+  if (context.names) {
+    std::vector<std::string> ids;
+    for (const v1::Job& member : response.members()) ids.push_back(member.id());
+    PrintNames(ids);
+    if (!watch) return kExitOk;
+  } else if (context.structured) {
     // With --watch the output is JSON Lines throughout, as for submit.
-    const int code = PrintJson(response, /*pretty=*/!watch);
+    const int code = PrintMessage(context, response, /*stream=*/watch);
     if (code != kExitOk || !watch) return code;
   } else if (!watch) {
-    return PrintText(SweepSubmitTable(response));
+    return PrintText(SweepSubmitTable(response, context.table));
   } else {
     // The id alone first, as without --watch; the watched table shows the members.
     std::cout << response.sweep_id() << std::endl;
@@ -509,8 +584,11 @@ int JobList(const CommandContext& context) {
   }
   const bool more = !response.next_page_token().empty();
   response.clear_next_page_token();
-  const int code =
-      context.json ? PrintJson(response, /*pretty=*/true) : PrintText(JobListTable(response));
+  std::vector<std::string> ids;
+  for (const v1::Job& job : response.jobs()) ids.push_back(job.id());
+  const int code = context.names        ? PrintNames(ids)
+                   : context.structured ? PrintMessage(context, response)
+                                        : PrintText(JobListTable(response, context.table));
   if (more) {
     std::cout.flush();
     std::cerr << "trainctl: showing the newest " << response.jobs_size()
@@ -527,9 +605,10 @@ int JobRemove(const CommandContext& context) {
   v1::DeleteJobResponse response;
   grpc::Status status = context.connection.jobs().DeleteJob(&call, request, &response);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(response, /*pretty=*/true)
-                      : PrintText(absl::StrCat("deleted job '", request.id(),
-                                               "' with its model and checkpoints\n"));
+  if (context.names) return PrintNames({request.id()});
+  return context.structured ? PrintMessage(context, response)
+                            : PrintText(absl::StrCat("deleted job '", request.id(),
+                                                     "' with its model and checkpoints\n"));
 }
 
 int JobGet(const CommandContext& context) {
@@ -540,11 +619,55 @@ int JobGet(const CommandContext& context) {
   v1::Job job;
   grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(job, /*pretty=*/true) : PrintText(JobDetails(job));
+  if (context.names) return PrintNames({job.id()});
+  return context.structured ? PrintMessage(context, job) : PrintText(JobDetails(job));
 }
 
 int JobWatch(const CommandContext& context) {
   return WatchJob(context, context.invocation.args.at(0));
+}
+
+// Waits for job ID's end, as kubectl wait: 0 when it ended as --for asks, else its end's code.
+int JobWait(const CommandContext& context) {
+  const std::string& id = context.invocation.args.at(0);
+  const std::string want = context.invocation.Get("for", "succeeded");
+  if (want != "succeeded" && want != "failed" && want != "cancelled" && want != "ended") {
+    return UsageFailure(absl::InvalidArgumentError(absl::StrCat(
+        "--for: '", want, "' is not a job end (expected succeeded, failed, cancelled or ended)")));
+  }
+  // The global --timeout bounds the wait when given; otherwise there is no limit, as for watch.
+  const absl::Duration timeout = context.invocation.global.timeout_given
+                                     ? context.invocation.global.timeout
+                                     : absl::InfiniteDuration();
+  absl::StatusOr<std::optional<v1::Job>> ended = AwaitJobEnd(context, id, timeout);
+  if (!ended.ok()) {
+    return RpcFailure(context,
+                      grpc::Status(static_cast<grpc::StatusCode>(ended.status().code()),
+                                   std::string(ended.status().message())),
+                      timeout);
+  }
+  if (!ended->has_value()) {
+    PrintError(absl::StrCat("timed out after ", absl::FormatDuration(timeout), " waiting for job '",
+                            id, "' to end"));
+    return kExitFailure;
+  }
+  const v1::Job& job = **ended;
+  const std::string state = absl::AsciiStrToLower(JobStateName(job.state()));
+  const bool met = want == "ended" || want == state;
+  int code = kExitOk;
+  if (context.names) {
+    if (met) code = PrintNames({job.id()});
+  } else if (context.structured) {
+    code = PrintMessage(context, job);
+  } else {
+    std::cout << JobOutcomeLine(job) << std::endl;
+  }
+  if (code != kExitOk || met) return code;
+  if (job.state() == v1::JOB_STATE_SUCCEEDED) {
+    PrintError(absl::StrCat("job '", id, "' succeeded; waited for it to be ", want));
+    return kExitFailure;
+  }
+  return JobEndExitCode(job);
 }
 
 int JobCancel(const CommandContext& context) {
@@ -555,7 +678,8 @@ int JobCancel(const CommandContext& context) {
   v1::Job job;
   grpc::Status status = context.connection.jobs().CancelJob(&call, request, &job);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  if (context.json) return PrintJson(job, /*pretty=*/true);
+  if (context.names) return PrintNames({job.id()});
+  if (context.structured) return PrintMessage(context, job);
   if (job.state() == v1::JOB_STATE_CANCELLED) {
     return PrintText(absl::StrCat("cancelled job '", job.id(), "'\n"));
   }
@@ -563,21 +687,37 @@ int JobCancel(const CommandContext& context) {
                                 "; it stops before its next step)\n"));
 }
 
-// Downloads job ID's model to --output-file (-o): the chunks go to a temporary file next to it,
-// which is renamed over FILE only when the whole archive arrived, so FILE is never half-written.
+// Downloads job ID's model to --file (-f): the chunks go to a temporary file next to it, which is
+// renamed over FILE only when the whole archive arrived, so FILE is never half-written. Without
+// --file the archive goes to standard output (refused when that is a terminal), as curl and
+// kubectl cp - do; a download that breaks then leaves what came and exits 1.
 int JobModel(const CommandContext& context) {
   const std::string& id = context.invocation.args.at(0);
-  const std::string path = context.invocation.Get("output-file");
-  if (path.empty()) {
-    return UsageFailure(
-        absl::InvalidArgumentError("'job model' needs -o FILE (see 'trainctl job model --help')"));
+  const std::string path = context.invocation.Get("file");
+  const bool to_stdout = !context.invocation.Has("file");
+  if (!to_stdout && path.empty()) {
+    return UsageFailure(absl::InvalidArgumentError("--file needs a FILE"));
   }
-  const std::string tmp = absl::StrCat(path, ".tmp-", ::getpid());
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) {
+  if (to_stdout && (context.structured || context.names)) {
     return UsageFailure(absl::InvalidArgumentError(
-        absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno))));
+        "'job model' without --file writes the model to standard output; -o describes a file "
+        "written with --file FILE"));
   }
+  if (to_stdout && isatty(STDOUT_FILENO) == 1) {
+    return UsageFailure(absl::InvalidArgumentError(
+        "refusing to write a binary model to the terminal: give --file FILE, or redirect "
+        "standard output (> model.pt)"));
+  }
+  const std::string tmp = to_stdout ? "" : absl::StrCat(path, ".tmp-", ::getpid());
+  std::ofstream file;
+  if (!to_stdout) {
+    file.open(tmp, std::ios::binary | std::ios::trunc);
+    if (!file) {
+      return UsageFailure(absl::InvalidArgumentError(
+          absl::StrCat("cannot create '", tmp, "': ", std::strerror(errno))));
+    }
+  }
+  std::ostream& out = to_stdout ? std::cout : file;
   v1::DownloadModelRequest request;
   request.set_id(id);
   grpc::ClientContext call;
@@ -598,43 +738,34 @@ int JobModel(const CommandContext& context) {
     written += static_cast<int64_t>(chunk.data().size());
   }
   const grpc::Status status = reader->Finish();
-  out.close();
+  out.flush();
+  if (!to_stdout) file.close();
+  const bool write_failed = to_stdout ? !std::cout : file.fail();
   auto fail = [&](const std::string& message) {
-    std::remove(tmp.c_str());
+    if (!to_stdout) std::remove(tmp.c_str());
     PrintError(message);
     return kExitFailure;
   };
   if (!status.ok()) {
-    std::remove(tmp.c_str());
+    if (!to_stdout) std::remove(tmp.c_str());
     return RpcFailure(context, status, timeout, had_replies);
   }
-  if (out.fail()) return fail(absl::StrCat("cannot write '", tmp, "'"));
+  if (write_failed) return fail(absl::StrCat("cannot write '", to_stdout ? "<stdout>" : tmp, "'"));
   if (written != total) {
     return fail(absl::StrCat("the model of job '", id, "' arrived incomplete (", written, " of ",
                              total, " bytes)"));
   }
+  if (to_stdout) return kExitOk;
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return fail(absl::StrCat("cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno)));
   }
-  if (context.json) {
+  if (context.names) return PrintNames({path});
+  if (context.structured) {
     // No message of its own to print: the fields as JSON, int64 as a string like the others.
-    auto quote = [](const std::string& text) {
-      std::string out = "\"";
-      for (const char c : text) {
-        if (c == '"' || c == '\\') {
-          out.push_back('\\');
-          out.push_back(c);
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-          absl::StrAppend(&out, absl::StrFormat("\\u%04x", static_cast<int>(c)));
-        } else {
-          out.push_back(c);
-        }
-      }
-      return out + "\"";
-    };
-    std::cout << "{\n \"job\": " << quote(id) << ",\n \"path\": " << quote(path)
-              << ",\n \"bytes\": \"" << written << "\"\n}" << std::endl;
-    return kExitOk;
+    return PrintStructured(context.format,
+                           absl::StrCat("{\n \"job\": ", JsonString(id), ",\n \"path\": ",
+                                        JsonString(path), ",\n \"bytes\": \"", written, "\"\n}"),
+                           /*stream=*/false);
   }
   return PrintText(absl::StrCat("wrote model of ", id, " to ", path, " (", written, " bytes)\n"));
 }
@@ -664,7 +795,13 @@ int Devices(const CommandContext& context) {
   v1::ListDevicesResponse response;
   grpc::Status status = ListDevices(context, &response);
   if (!status.ok()) return UnaryRpcFailure(context, status);
-  return context.json ? PrintJson(response, /*pretty=*/true) : PrintText(DeviceListTable(response));
+  if (context.names) {
+    std::vector<std::string> names;
+    for (const v1::DeviceStatus& device : response.devices()) names.push_back(device.device());
+    return PrintNames(names);
+  }
+  return context.structured ? PrintMessage(context, response)
+                            : PrintText(DeviceListTable(response, context.table));
 }
 
 int Diagnose(const CommandContext& context) {
@@ -678,7 +815,7 @@ int Diagnose(const CommandContext& context) {
   v1::DiagnoseResponse response;
   grpc::Status status = context.connection.system().Diagnose(&call, request, &response);
   if (!status.ok()) return RpcFailure(context, status, timeout);
-  return context.json ? PrintJson(response, /*pretty=*/true) : PrintText(DiagnoseTable(response));
+  return context.structured ? PrintMessage(context, response) : PrintText(DiagnoseTable(response));
 }
 
 // Refreshes the devices and the running jobs every --interval until Ctrl-C (exit 0) or
@@ -730,7 +867,7 @@ int Top(const CommandContext& context) {
     if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
     if (stop_requested) break;
 
-    if (context.json) {
+    if (context.structured) {
       // No message holds both; one JSON object per line (JSON Lines) as `job watch -o json`.
       absl::StatusOr<std::string> devices_json = ToJson(devices, /*pretty=*/false);
       absl::StatusOr<std::string> jobs_json = ToJson(RunningJobs(jobs), /*pretty=*/false);
@@ -740,8 +877,12 @@ int Top(const CommandContext& context) {
         return kExitFailure;
       }
       // {"devices":[...]} and {"jobs":[...]} merged into one object.
-      std::cout << devices_json->substr(0, devices_json->size() - 1) << "," << jobs_json->substr(1)
-                << std::endl;
+      const int code =
+          PrintStructured(context.format,
+                          absl::StrCat(devices_json->substr(0, devices_json->size() - 1), ",",
+                                       jobs_json->substr(1)),
+                          /*stream=*/true);
+      if (code != kExitOk) return code;
       continue;
     }
     std::string screen = TopScreen(devices, jobs);
@@ -758,6 +899,66 @@ int Top(const CommandContext& context) {
   return kExitOk;
 }
 
+// `version`: trainctl's version, then the daemon's (GetVersion). --client is answered in
+// RunCommand, before any connection.
+int Version(const CommandContext& context) {
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::VersionInfo server;
+  const grpc::Status status =
+      context.connection.system().GetVersion(&call, v1::GetVersionRequest(), &server);
+  if (!status.ok()) {
+    if (!context.structured && !context.names) {
+      std::cout << "trainctl  " << TrainerdVersion() << std::endl;
+    }
+    return UnaryRpcFailure(context, status);
+  }
+  if (context.names) return PrintNames({server.trainerd_version()});
+  if (context.structured) {
+    absl::StatusOr<std::string> json = ToJson(server, /*pretty=*/true);
+    if (!json.ok()) return UsageFailure(json.status());
+    return PrintStructured(context.format,
+                           absl::StrCat("{\n \"client_version\": ", JsonString(TrainerdVersion()),
+                                        ",\n \"server\": ", *json, "\n}"),
+                           /*stream=*/false);
+  }
+  return PrintText(KeyValueLines({
+      {"trainctl", TrainerdVersion()},
+      {"trainerd", OrDashText(server.trainerd_version())},
+      {"libtorch", OrDashText(server.libtorch_version())},
+      {"cuda", server.cuda_version().empty() ? "- (CPU-only LibTorch)" : server.cuda_version()},
+      {"driver", OrDashText(server.driver_version())},
+  }));
+}
+
+// `__complete datasets|jobs`, for the completion scripts: names or ids, one per line, from one
+// quick call; nothing (and exit 0) when the daemon does not answer within a second, so that a
+// Tab press never hangs or prints errors.
+int Complete(const CommandContext& context) {
+  constexpr absl::Duration kCompletionDeadline = absl::Seconds(1);
+  const std::string& what = context.invocation.args.at(0);
+  grpc::ClientContext call;
+  Connection::SetDeadline(&call, kCompletionDeadline);
+  std::vector<std::string> names;
+  if (what == "datasets") {
+    v1::ListDatasetsResponse response;
+    if (context.connection.datasets()
+            .ListDatasets(&call, v1::ListDatasetsRequest(), &response)
+            .ok()) {
+      for (const v1::Dataset& dataset : response.datasets()) names.push_back(dataset.name());
+    }
+  } else if (what == "jobs") {
+    v1::ListJobsRequest request;
+    request.set_page_size(200);
+    request.set_newest_first(true);
+    v1::ListJobsResponse response;
+    if (context.connection.jobs().ListJobs(&call, request, &response).ok()) {
+      for (const v1::Job& job : response.jobs()) names.push_back(job.id());
+    }
+  }
+  return PrintNames(names);
+}
+
 int Health(const CommandContext& context) {
   const std::string service = context.invocation.args.empty() ? "" : context.invocation.args[0];
   grpc::ClientContext call;
@@ -771,8 +972,9 @@ int Health(const CommandContext& context) {
     return UnaryRpcFailure(context, status);
   }
   const std::string name = ServingStatusName(serving_status);
-  if (context.json) {
-    std::cout << "{\n \"status\": \"" << name << "\"\n}" << std::endl;
+  if (context.structured) {
+    PrintStructured(context.format, absl::StrCat("{\n \"status\": \"", name, "\"\n}"),
+                    /*stream=*/false);
   } else {
     std::cout << name << std::endl;
   }
@@ -799,9 +1001,15 @@ std::string Absolute(const std::string& path) {
 int ConfigCommand(const Invocation& invocation, ClientConfig config, const std::string& path) {
   const std::string& command = std::string(invocation.command->path);
   const std::string name = invocation.args.empty() ? "" : invocation.args[0];
-  const bool json = invocation.global.output == OutputFormat::kJson;
+  const OutputFormat format = invocation.global.output;
+  const bool structured = format == OutputFormat::kJson || format == OutputFormat::kYaml;
   if (command == "config get-contexts") {
-    if (json) {
+    if (format == OutputFormat::kName) {
+      std::vector<std::string> names;
+      for (const ClientContext& c : config.contexts) names.push_back(c.name);
+      return PrintNames(names);
+    }
+    if (structured) {
       std::string out = "[";
       for (size_t i = 0; i < config.contexts.size(); ++i) {
         const ClientContext& c = config.contexts[i];
@@ -811,7 +1019,7 @@ int ConfigCommand(const Invocation& invocation, ClientConfig config, const std::
                         ",\"tls_ca\":", JsonString(c.tls_ca),
                         ",\"current\":", c.name == config.current_context ? "true" : "false", "}");
       }
-      return PrintText(absl::StrCat(out, "]\n"));
+      return PrintStructured(format, absl::StrCat(out, "]"), /*stream=*/false);
     }
     if (config.contexts.empty()) {
       return PrintText(absl::StrCat("no contexts in ", path,
@@ -825,7 +1033,7 @@ int ConfigCommand(const Invocation& invocation, ClientConfig config, const std::
                     c.address.empty() ? "-" : c.address, c.token_file.empty() ? "-" : c.token_file,
                     tls ? (c.tls_cert.empty() ? "yes" : "mutual") : "no"});
     }
-    return PrintText(table.Render());
+    return PrintText(table.Render(!invocation.global.no_headers));
   }
   if (command == "config current-context") {
     if (config.current_context.empty()) {
@@ -884,7 +1092,9 @@ int DevicesAllContexts(const Invocation& invocation, const ClientConfig& config,
     PrintError(absl::StrCat("no contexts in ", path, " (see trainctl config set-context)"));
     return kExitUsage;
   }
-  const bool json = invocation.global.output == OutputFormat::kJson;
+  const OutputFormat format = invocation.global.output;
+  const bool json = format == OutputFormat::kJson || format == OutputFormat::kYaml;
+  const TableOptions table{format == OutputFormat::kWide, !invocation.global.no_headers};
   int exit_code = kExitOk;
   std::string json_out = "[";
   for (size_t i = 0; i < config.contexts.size(); ++i) {
@@ -921,12 +1131,12 @@ int DevicesAllContexts(const Invocation& invocation, const ClientConfig& config,
     std::cout << (i == 0 ? "" : "\n") << "context " << c.name << " (" << global.address << ")"
               << (c.name == config.current_context ? " *" : "") << ":\n";
     if (error.empty()) {
-      std::cout << DeviceListTable(response);
+      std::cout << DeviceListTable(response, table);
     } else {
       std::cout << "  unreachable: " << error << "\n";
     }
   }
-  if (json) std::cout << json_out << "]" << std::endl;
+  if (json) PrintStructured(format, absl::StrCat(json_out, "]"), /*stream=*/false);
   std::cout << std::flush;
   return exit_code;
 }
@@ -943,6 +1153,7 @@ int RunCommand(const Invocation& invocation) {
       {"job list", JobList},
       {"job get", JobGet},
       {"job watch", JobWatch},
+      {"job wait", JobWait},
       {"job cancel", JobCancel},
       {"job rm", JobRemove},
       {"job model", JobModel},
@@ -950,6 +1161,8 @@ int RunCommand(const Invocation& invocation) {
       {"top", Top},
       {"diagnose", Diagnose},
       {"health", Health},
+      {"version", Version},
+      {"__complete", Complete},
   };
   // The config file, read only when a context may be wanted: a command with --addr works
   // whatever state the file is in.
@@ -957,6 +1170,29 @@ int RunCommand(const Invocation& invocation) {
                                              std::getenv("XDG_CONFIG_HOME"), std::getenv("HOME"));
   const std::string path =
       invocation.command == nullptr ? "" : std::string(invocation.command->path);
+  // Offline commands: nothing to connect to, no config to read.
+  if (path == "version" && invocation.Has("client")) {
+    if (invocation.global.output == OutputFormat::kJson ||
+        invocation.global.output == OutputFormat::kYaml) {
+      return PrintStructured(
+          invocation.global.output,
+          absl::StrCat("{\n \"client_version\": ", JsonString(TrainerdVersion()), "\n}"),
+          /*stream=*/false);
+    }
+    if (invocation.global.output == OutputFormat::kName) return PrintNames({TrainerdVersion()});
+    return PrintText(absl::StrCat("trainctl  ", TrainerdVersion(), "\n"));
+  }
+  if (path == "completion") {
+    absl::StatusOr<std::string> script = CompletionScript(invocation.args.at(0));
+    if (!script.ok()) return UsageFailure(script.status());
+    return PrintText(*script);
+  }
+  if (invocation.global.output == OutputFormat::kName && !SupportsNameOutput(path)) {
+    return UsageFailure(absl::InvalidArgumentError(
+        absl::StrCat("'", path,
+                     "' has no names to print: -o name works with dataset and job commands, sweep, "
+                     "submit, devices, version and config get-contexts")));
+  }
   const bool config_command = absl::StartsWith(path, "config ");
   const bool all_contexts = path == "devices" && invocation.Has("all-contexts");
   Invocation resolved = invocation;
@@ -977,7 +1213,14 @@ int RunCommand(const Invocation& invocation) {
     return kExitUsage;
   }
   Connection connection({resolved.global.address, resolved.global.timeout, *security});
-  const CommandContext context{resolved, connection, resolved.global.output == OutputFormat::kJson};
+  const OutputFormat format = resolved.global.output;
+  const CommandContext context{
+      resolved,
+      connection,
+      format,
+      format == OutputFormat::kJson || format == OutputFormat::kYaml,
+      format == OutputFormat::kName,
+      TableOptions{format == OutputFormat::kWide, !resolved.global.no_headers}};
   for (const auto& [path, handler] : kHandlers) {
     if (invocation.command != nullptr && invocation.command->path == path) return handler(context);
   }

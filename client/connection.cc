@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
 #include "common/job_limits.h"
@@ -149,11 +149,10 @@ absl::StatusOr<ClientSecurity> LoadClientSecurity(const GlobalOptions& global,
     security.token = std::string(absl::StripAsciiWhitespace(env_token));
   }
   if (global.tls_cert.empty() != global.tls_key.empty()) {
-    return absl::InvalidArgumentError(
-        "a client certificate needs both --tls-cert and --tls-key");
+    return absl::InvalidArgumentError("a client certificate needs both --tls-cert and --tls-key");
   }
-  security.use_tls = !global.tls_ca.empty() || !global.tls_cert.empty() ||
-                     !global.tls_server_name.empty();
+  security.use_tls =
+      !global.tls_ca.empty() || !global.tls_cert.empty() || !global.tls_server_name.empty();
   if (!global.tls_ca.empty()) {
     absl::StatusOr<std::string> ca = ReadFlagFile("tls-ca", global.tls_ca);
     if (!ca.ok()) return ca.status();
@@ -196,8 +195,8 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
   if (!security.token.empty()) {
     interceptors.push_back(std::make_unique<BearerTokenInterceptorFactory>(security.token));
   }
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, credentials, arguments, std::move(interceptors));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, credentials, arguments,
+                                                                 std::move(interceptors));
 }
 
 Connection::Connection(ConnectionOptions options)
@@ -226,16 +225,19 @@ std::string Connection::DescribeError(const grpc::Status& status, absl::Duration
       const ClientSecurity& security = options_.security;
       std::string hint;
       if (security.token.empty() && security.cert_pem.empty()) {
-        hint = "set --token-file FILE or $TRAINERD_TOKEN (or --tls-cert and --tls-key for a "
-               "client certificate)";
+        hint =
+            "set --token-file FILE or $TRAINERD_TOKEN (or --tls-cert and --tls-key for a "
+            "client certificate)";
       } else if (!security.token.empty()) {
         hint = "check the token of --token-file or $TRAINERD_TOKEN";
       } else {
-        hint = "check the client certificate of --tls-cert and --tls-key, or set --token-file "
-               "FILE or $TRAINERD_TOKEN";
+        hint =
+            "check the client certificate of --tls-cert and --tls-key, or set --token-file "
+            "FILE or $TRAINERD_TOKEN";
       }
-      return absl::StrCat("trainerd at ", options_.address, " refused the call: ",
-                          message.empty() ? "unauthenticated" : message, "; ", hint);
+      return absl::StrCat("trainerd at ", options_.address,
+                          " refused the call: ", message.empty() ? "unauthenticated" : message,
+                          "; ", hint);
     }
     case grpc::StatusCode::UNAVAILABLE:
       if (!connected) {

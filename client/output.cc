@@ -1,10 +1,14 @@
 // Text and JSON views of trainerd's messages for trainctl.
 #include "client/output.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -235,14 +239,15 @@ void TextTable::AddRow(std::vector<std::string> cells) {
   rows_.push_back(std::move(cells));
 }
 
-std::string TextTable::Render() const {
+std::string TextTable::Render(bool headers) const {
   std::vector<size_t> widths;
   for (const auto& row : rows_) {
     widths.resize(std::max(widths.size(), row.size()), 0);
     for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], DisplayWidth(row[i]));
   }
   std::string text;
-  for (const auto& row : rows_) {
+  for (size_t r = headers ? 0 : 1; r < rows_.size(); ++r) {
+    const std::vector<std::string>& row = rows_[r];
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       absl::StrAppend(&line, row[i]);
@@ -268,6 +273,95 @@ std::string KeyValueLines(const std::vector<std::pair<std::string, std::string>>
     absl::StrAppend(&text, key, ":", std::string(width - DisplayWidth(key) + 2, ' '), value, "\n");
   }
   return text;
+}
+
+namespace {
+
+// True when YAML would read `text` as a plain scalar of another type than a string, or not as
+// the same string: it must be quoted.
+bool NeedsQuotes(const std::string& text) {
+  if (text.empty()) return true;
+  static const char* const kWords[] = {"true", "false", "yes", "no", "on",
+                                       "off",  "null",  "~",   "y",  "n"};
+  const std::string lower = absl::AsciiStrToLower(text);
+  for (const char* word : kWords) {
+    if (lower == word) return true;
+  }
+  double number = 0;
+  if (absl::SimpleAtod(text, &number) || lower == ".inf" || lower == "-.inf" || lower == ".nan") {
+    return true;
+  }
+  // Indicators at the start, ": " or " #" inside, and outer spaces change a plain scalar.
+  if (absl::StrContains("-?:,[]{}#&*!|>'\"%@`", text[0]) || text.back() == ' ' ||
+      text.front() == ' ' || text.back() == ':' || absl::StrContains(text, ": ") ||
+      absl::StrContains(text, " #")) {
+    return true;
+  }
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  }
+  return false;
+}
+
+// Emits a node of the JSON read by yaml-cpp (a JSON text is a YAML flow document), which keeps
+// the objects' key order. A JSON string is a quoted scalar (tag "!"): it stays a string, quoted
+// where YAML would read it otherwise; numbers, true, false and null are plain scalars, kept.
+void EmitYaml(const YAML::Node& node, YAML::Emitter& out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map:
+      if (node.size() == 0) {
+        out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
+        return;
+      }
+      out << YAML::BeginMap;
+      for (const auto& entry : node) {
+        out << YAML::Key << entry.first.Scalar() << YAML::Value;
+        EmitYaml(entry.second, out);
+      }
+      out << YAML::EndMap;
+      return;
+    case YAML::NodeType::Sequence:
+      if (node.size() == 0) {
+        out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
+        return;
+      }
+      out << YAML::BeginSeq;
+      for (const YAML::Node& item : node) EmitYaml(item, out);
+      out << YAML::EndSeq;
+      return;
+    case YAML::NodeType::Scalar:
+      if (node.Tag() == "!" && NeedsQuotes(node.Scalar())) out << YAML::DoubleQuoted;
+      out << node.Scalar();
+      return;
+    default:
+      out << YAML::Null;
+      return;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> JsonToYaml(absl::string_view json) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(json));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot print the answer as YAML: ", e.what()));
+  }
+  YAML::Emitter out;
+  out.SetIndent(2);
+  EmitYaml(root, out);
+  if (!out.good()) {
+    return absl::InternalError(
+        absl::StrCat("cannot print the answer as YAML: ", out.GetLastError()));
+  }
+  return absl::StrCat(out.c_str(), "\n");
+}
+
+absl::StatusOr<std::string> ToYaml(const google::protobuf::Message& message) {
+  absl::StatusOr<std::string> json = ToJson(message, /*pretty=*/false);
+  if (!json.ok()) return json.status();
+  return JsonToYaml(*json);
 }
 
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty) {
@@ -391,16 +485,24 @@ std::string DatasetWhere(const v1::Dataset& dataset) {
   return where;
 }
 
-std::string DatasetListTable(const v1::ListDatasetsResponse& response) {
-  TextTable table({"NAME", "ROWS", "FEATURES", "TARGETS", "SIZE", "DEVICE", "CREATED"});
+std::string DatasetListTable(const v1::ListDatasetsResponse& response, TableOptions options) {
+  std::vector<std::string> headers = {"NAME", "ROWS",   "FEATURES", "TARGETS",
+                                      "SIZE", "DEVICE", "CREATED"};
+  if (options.wide) headers.insert(headers.end(), {"OWNER", "SHA256"});
+  TextTable table(std::move(headers));
   for (const v1::Dataset& dataset : response.datasets()) {
-    table.AddRow({dataset.name(), absl::StrCat(dataset.row_count()),
-                  ShapeToString(ToVector(dataset.feature_shape())),
-                  TensorDescription(dataset.target_shape(), dataset.target_dtype()),
-                  FormatBytes(dataset.size_bytes()), DatasetWhere(dataset),
-                  FormatTimestamp(dataset.create_time())});
+    std::vector<std::string> row = {
+        dataset.name(),
+        absl::StrCat(dataset.row_count()),
+        ShapeToString(ToVector(dataset.feature_shape())),
+        TensorDescription(dataset.target_shape(), dataset.target_dtype()),
+        FormatBytes(dataset.size_bytes()),
+        DatasetWhere(dataset),
+        FormatTimestamp(dataset.create_time())};
+    if (options.wide) row.insert(row.end(), {OrDash(dataset.owner()), OrDash(dataset.sha256())});
+    table.AddRow(std::move(row));
   }
-  return table.Render();
+  return table.Render(options.headers);
 }
 
 std::string DatasetDetails(const v1::Dataset& dataset) {
@@ -425,17 +527,34 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
   return KeyValueLines(lines);
 }
 
-std::string JobListTable(const v1::ListJobsResponse& response) {
-  TextTable table({"ID", "STATE", "DATASET", "MODEL", "EPOCHS", "LOSS", "DEVICE", "CREATED"});
+std::string JobListTable(const v1::ListJobsResponse& response, TableOptions options) {
+  std::vector<std::string> headers = {"ID",     "STATE", "DATASET", "MODEL",
+                                      "EPOCHS", "LOSS",  "DEVICE",  "CREATED"};
+  if (options.wide) {
+    headers.insert(headers.end(), {"LOSS FN", "OPTIMIZER", "LR", "ENGINE", "SWEEP", "OWNER"});
+  }
+  TextTable table(std::move(headers));
   for (const v1::Job& job : response.jobs()) {
     std::string model = job.spec().model();
-    if (model.size() > kMaxModelColumn)
+    if (!options.wide && model.size() > kMaxModelColumn)
       model = absl::StrCat(model.substr(0, kMaxModelColumn - 3), "...");
-    table.AddRow({job.id(), JobStateName(job.state()), job.spec().dataset(), model,
-                  EpochProgress(job), JobLoss(job), JobDevice(job),
-                  FormatTimestamp(job.create_time())});
+    std::vector<std::string> row = {job.id(),
+                                    JobStateName(job.state()),
+                                    job.spec().dataset(),
+                                    model,
+                                    EpochProgress(job),
+                                    JobLoss(job),
+                                    JobDevice(job),
+                                    FormatTimestamp(job.create_time())};
+    if (options.wide) {
+      row.insert(row.end(),
+                 {LossName(job.spec().loss()), OptimizerName(job.spec().optimizer().kind()),
+                  SweptLearningRate(job), OrDash(job.report().engine()), OrDash(job.sweep_id()),
+                  OrDash(job.owner())});
+    }
+    table.AddRow(std::move(row));
   }
-  return table.Render();
+  return table.Render(options.headers);
 }
 
 std::string JobDetails(const v1::Job& job) {
@@ -544,13 +663,13 @@ std::string JobDetails(const v1::Job& job) {
   return text;
 }
 
-std::string SweepSubmitTable(const v1::SubmitSweepResponse& response) {
+std::string SweepSubmitTable(const v1::SubmitSweepResponse& response, TableOptions options) {
   TextTable table({"ID", "LR", "MOMENTUM", "WEIGHT DECAY", "SEED", "STATE"});
   for (const v1::Job& job : response.members()) {
     table.AddRow({job.id(), SweptLearningRate(job), SweptMomentum(job), SweptWeightDecay(job),
                   SweptSeed(job), JobStateName(job.state())});
   }
-  return absl::StrCat(response.sweep_id(), "\n", table.Render());
+  return absl::StrCat(response.sweep_id(), "\n", table.Render(options.headers));
 }
 
 std::string SweepWatchTable(const google::protobuf::RepeatedPtrField<v1::Job>& members,
@@ -749,8 +868,11 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   return text;
 }
 
-std::string DeviceListTable(const v1::ListDevicesResponse& response) {
-  TextTable table({"DEVICE", "NAME", "UTIL", "MEMORY", "DATASETS", "RUNNING", "QUEUED"});
+std::string DeviceListTable(const v1::ListDevicesResponse& response, TableOptions options) {
+  std::vector<std::string> headers = {"DEVICE",   "NAME",    "UTIL",  "MEMORY",
+                                      "DATASETS", "RUNNING", "QUEUED"};
+  if (options.wide) headers.push_back("UNUSABLE BECAUSE");
+  TextTable table(std::move(headers));
   for (const v1::DeviceStatus& device : response.devices()) {
     std::string memory = "-";
     if (device.memory_total_bytes() > 0) {
@@ -766,15 +888,19 @@ std::string DeviceListTable(const v1::ListDevicesResponse& response) {
       if (names.size() <= kMaxDatasetNames) absl::StrAppend(&datasets, " (", names, ")");
     }
     // A GPU NVML sees but the daemon cannot use is marked; `-o json` carries the reason.
-    table.AddRow({absl::StrCat(device.device(), device.is_default() ? "*" : "",
-                               device.unusable_reason().empty() ? "" : " (unusable)"),
-                  OrDash(Truncate(device.name(), kMaxDeviceNameColumn)),
-                  device.has_utilization() ? Percent(device.utilization(), 0) : "-", memory,
-                  datasets,
-                  device.running_jobs_size() > 0 ? absl::StrJoin(device.running_jobs(), ",") : "-",
-                  absl::StrCat(device.queued_jobs())});
+    std::vector<std::string> row = {
+        absl::StrCat(device.device(), device.is_default() ? "*" : "",
+                     device.unusable_reason().empty() ? "" : " (unusable)"),
+        OrDash(options.wide ? device.name() : Truncate(device.name(), kMaxDeviceNameColumn)),
+        device.has_utilization() ? Percent(device.utilization(), 0) : "-",
+        memory,
+        datasets,
+        device.running_jobs_size() > 0 ? absl::StrJoin(device.running_jobs(), ",") : "-",
+        absl::StrCat(device.queued_jobs())};
+    if (options.wide) row.push_back(OrDash(device.unusable_reason()));
+    table.AddRow(std::move(row));
   }
-  return table.Render();
+  return table.Render(options.headers);
 }
 
 std::string DiagnoseTable(const v1::DiagnoseResponse& response) {

@@ -24,11 +24,18 @@ class TextTable {
 
   // A row with fewer cells than headers is padded with empty cells.
   void AddRow(std::vector<std::string> cells);
-  // Header line and rows, each ending in "\n"; no trailing spaces.
-  std::string Render() const;
+  // Header line (unless `headers` is false) and rows, each ending in "\n"; no trailing spaces.
+  // The columns are as wide as the widest cell, headers included either way.
+  std::string Render(bool headers = true) const;
 
  private:
   std::vector<std::vector<std::string>> rows_;  // rows_[0] holds the headers
+};
+
+// How a list is shown as a table: -o wide adds columns, --no-headers drops the header line.
+struct TableOptions {
+  bool wide = false;
+  bool headers = true;
 };
 
 // Columns a UTF-8 string takes on a terminal: its code points (no wide characters are used).
@@ -41,6 +48,14 @@ std::string KeyValueLines(const std::vector<std::pair<std::string, std::string>>
 // adds indentation (for single messages); without it the object is one line (for JSON Lines).
 // Ends without a newline.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty);
+
+// JSON text (an object, array or value) as a YAML document, block style, keys in the JSON's
+// order, ending in a newline. Strings that YAML would read as something else ("true", "1e3",
+// "null", "", "- x", "13.0", and int64 fields, which proto3 JSON writes as strings) are quoted, so
+// the document reads back as the same JSON. INVALID_ARGUMENT for text that is not JSON.
+absl::StatusOr<std::string> JsonToYaml(absl::string_view json);
+// The message as YAML (its ToJson form), as kubectl -o yaml prints objects.
+absl::StatusOr<std::string> ToYaml(const google::protobuf::Message& message);
 
 // "512 B", "2.9 KiB", "27.0 MiB".
 std::string FormatBytes(int64_t bytes);
@@ -58,12 +73,14 @@ std::string DTypeName(v1::DType dtype);
 bool IsTerminal(v1::JobState state);
 
 // `dataset list` / `dataset get` and the result of `dataset upload`.
-std::string DatasetListTable(const v1::ListDatasetsResponse& response);
+// Wide: OWNER and SHA256 too.
+std::string DatasetListTable(const v1::ListDatasetsResponse& response, TableOptions options = {});
 std::string DatasetDetails(const v1::Dataset& dataset);
 
 // `job list` / `job get`. Details show at most kShownParameterValues values per parameter.
 inline constexpr int kShownParameterValues = 10;
-std::string JobListTable(const v1::ListJobsResponse& response);
+// Wide: the whole model, LOSS FN, OPTIMIZER, LR, ENGINE (the path that ran), SWEEP and OWNER too.
+std::string JobListTable(const v1::ListJobsResponse& response, TableOptions options = {});
 std::string JobDetails(const v1::Job& job);
 
 // A quantity with a decimal prefix and three significant digits: "512 FLOP", "1.23 GFLOP/s",
@@ -78,7 +95,8 @@ std::string BoundName(v1::DeviceReport::Bound bound);
 std::string DeviceReportSection(const v1::DeviceReport& report);
 
 // `trainctl devices`: one row per device, the default one marked with "*".
-std::string DeviceListTable(const v1::ListDevicesResponse& response);
+// Wide: the reason a GPU is unusable too.
+std::string DeviceListTable(const v1::ListDevicesResponse& response, TableOptions options = {});
 
 // `text` as a JSON string literal, quotes included (for the few outputs that are not protos).
 std::string JsonString(absl::string_view text);
@@ -97,7 +115,7 @@ std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobs
 // can take it with head -1), then the members in product order: ID, LR, MOMENTUM, WEIGHT DECAY,
 // SEED, STATE. A value the member's optimizer does not use (momentum for adam) or that is unset
 // (weight decay, seed) shows as "-".
-std::string SweepSubmitTable(const v1::SubmitSweepResponse& response);
+std::string SweepSubmitTable(const v1::SubmitSweepResponse& response, TableOptions options = {});
 
 // `sweep --watch`: the members sorted by loss, lowest final loss first, members without a
 // finished epoch last (ties keep product order), with ID, LR, MOMENTUM, WD, SEED, STATE, EPOCH

@@ -188,6 +188,7 @@ absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation) {
   input.target_columns = static_cast<int>(columns);
   TRAINERD_ASSIGN_OR_RETURN(input.target_dtype,
                             ParseTargetDType(invocation.Get("target-dtype", "float32")));
+  input.target_dtype_given = invocation.Has("target-dtype");
   if (invocation.Has("targets")) {
     if (!input.npy) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -207,6 +208,12 @@ absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation) {
   return input;
 }
 
+TargetDType EffectiveTargetDType(const UploadInput& input,
+                                 std::optional<NpyDType> targets_file_dtype) {
+  if (input.target_dtype_given || !targets_file_dtype.has_value()) return input.target_dtype;
+  return *targets_file_dtype == NpyDType::kInt64 ? TargetDType::kInt64 : TargetDType::kFloat32;
+}
+
 absl::StatusOr<Table> ReadUploadInput(const UploadInput& input) {
   absl::StatusOr<Table> table;
   if (input.npy) {
@@ -217,7 +224,8 @@ absl::StatusOr<Table> ReadUploadInput(const UploadInput& input) {
     }
     NpyTableOptions options;
     options.target_columns = input.target_columns;
-    options.target_dtype = input.target_dtype;
+    options.target_dtype = EffectiveTargetDType(
+        input, targets.has_value() ? std::optional<NpyDType>(targets->dtype) : std::nullopt);
     table = TableFromNpy(features, targets, options);
     if (!table.ok()) {
       // TableFromNpy does not know the file names; say which files it was about.

@@ -13,6 +13,7 @@
 #include "client/cli.h"
 #include "common/dataset_header.h"
 #include "common/job_limits.h"
+#include "common/npy_reader.h"
 #include "common/table.h"
 #include "trainerd/v1/datasets.pb.h"
 #include "trainerd/v1/jobs.pb.h"
@@ -29,10 +30,19 @@ struct UploadInput {
   std::optional<std::string> targets_path;
   // Trailing columns that are targets (CSV, or a 2-D .npy without targets_path); >= 1.
   int target_columns = 1;
+  // --target-dtype, or float32 when it was not given (see EffectiveTargetDType).
   TargetDType target_dtype = TargetDType::kFloat32;
+  bool target_dtype_given = false;
   // features_path is read as NumPy .npy (by its extension) rather than CSV.
   bool npy = false;
 };
+
+// The dtype the targets are uploaded as: --target-dtype when given; else, with a separate .npy
+// targets file, the file's own (an int64 array holds class indices: int64; a float array:
+// float32), as NumPy users expect; else float32 (CSV, and targets in a features array's last
+// columns, whose dtype says nothing about them).
+TargetDType EffectiveTargetDType(const UploadInput& input,
+                                 std::optional<NpyDType> targets_file_dtype);
 
 absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation);
 

@@ -67,7 +67,8 @@ absl::StatusOr<std::unique_ptr<NpyUploadStream>> NpyUploadStream::Open(const Upl
 
   NpyTableOptions options;
   options.target_columns = input.target_columns;
-  options.target_dtype = input.target_dtype;
+  options.target_dtype = EffectiveTargetDType(
+      input, targets.has_value() ? std::optional<NpyDType>(targets->dtype) : std::nullopt);
   absl::StatusOr<NpyTableLayout> layout = LayOutNpyTable(InfoOf(features), target_info, options);
   if (!layout.ok()) {
     // As ReadUploadInput: the layout's checks do not know the file names.

@@ -12,10 +12,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/flags_from_env.h"
 #include "common/memory_size.h"
+#include "common/version.h"
 #include "server/engine/log.h"
 #include "server/service/server.h"
 
@@ -134,6 +136,18 @@ int main(int argc, char** argv) {
       "                [--flagfile=FILE]   (see docs/SECURITY.md and README.md)\n"
       "Every flag may also come from the environment: TRAINERD_DATA_DIR=/data is "
       "--data_dir=/data;\nthe command line wins.");
+  {
+    // --version: "trainerd 0.1.0 (LibTorch 2.11.0, CUDA 13.0)", then exit 0 (Abseil's
+    // ParseCommandLine handles the flag).
+    absl::FlagsUsageConfig usage;  // only the version: the other fields keep their defaults
+    usage.version_string = [] {
+      const std::string cuda = trainerd::engine::CudaVersionString();
+      return absl::StrCat("trainerd ", trainerd::TrainerdVersion(), " (LibTorch ",
+                          trainerd::engine::LibTorchVersionString(),
+                          cuda.empty() ? ", CPU only" : absl::StrCat(", CUDA ", cuda), ")\n");
+    };
+    absl::SetFlagsUsageConfig(usage);
+  }
   // Settings from TRAINERD_<FLAG> variables first (as a container's environment passes them),
   // then the command line, which wins.
   {
@@ -173,7 +187,7 @@ int main(int argc, char** argv) {
   options.engine.diagnose_at_start = absl::GetFlag(FLAGS_diagnose_at_start);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.metrics.job_series_ttl = absl::GetFlag(FLAGS_metrics_job_series_ttl);
-  options.metrics.version = TRAINERD_VERSION;
+  options.metrics.version = trainerd::TrainerdVersion();
   options.metrics.libtorch_version = trainerd::engine::LibTorchVersionString();
   options.metrics.cuda_version = trainerd::engine::CudaVersionString();
   options.nvml_library = absl::GetFlag(FLAGS_nvml_library);

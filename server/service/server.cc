@@ -16,6 +16,7 @@
 #include "common/file_io.h"
 #include "common/job_limits.h"
 #include "common/status_macros.h"
+#include "common/version.h"
 #include "server/engine/log.h"
 #include "server/service/metrics_interceptor.h"
 #include "server/store/sqlite_job_store.h"
@@ -123,7 +124,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
       server->engine_.get(), authenticator.get(), dataset_options);
   server->job_service_ =
       std::make_unique<JobServiceImpl>(server->engine_.get(), authenticator.get());
-  server->system_service_ = std::make_unique<SystemServiceImpl>(server->engine_.get());
+  v1::VersionInfo version;
+  version.set_trainerd_version(TrainerdVersion());
+  version.set_libtorch_version(engine::LibTorchVersionString());
+  version.set_cuda_version(engine::CudaVersionString());
+  if (server->sampler_ != nullptr) version.set_driver_version(server->sampler_->driver_version());
+  server->system_service_ =
+      std::make_unique<SystemServiceImpl>(server->engine_.get(), std::move(version));
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<int> port = server->metrics_->Serve(options.metrics_listen, metrics_http);
     if (!port.ok()) return port.status();

@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-
 #include "server/convert/convert.h"
 #include "server/service/grpc_status.h"
 
@@ -23,9 +22,9 @@ class DiagnoseReactor final : public grpc::ServerUnaryReactor {
  public:
   struct Call {
     std::mutex mu;
-    bool finished = false;                      // guarded by mu
-    DiagnoseReactor* reactor = nullptr;         // valid until finished
-    v1::DiagnoseResponse* response = nullptr;   // likewise
+    bool finished = false;                     // guarded by mu
+    DiagnoseReactor* reactor = nullptr;        // valid until finished
+    v1::DiagnoseResponse* response = nullptr;  // likewise
   };
 
   explicit DiagnoseReactor(v1::DiagnoseResponse* response) : call_(std::make_shared<Call>()) {
@@ -75,8 +74,18 @@ class DiagnoseReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-SystemServiceImpl::SystemServiceImpl(engine::Engine* engine) : engine_(engine) {
+SystemServiceImpl::SystemServiceImpl(engine::Engine* engine, v1::VersionInfo version)
+    : engine_(engine), version_(std::move(version)) {
   worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+grpc::ServerUnaryReactor* SystemServiceImpl::GetVersion(grpc::CallbackServerContext* context,
+                                                        const v1::GetVersionRequest* /*request*/,
+                                                        v1::VersionInfo* response) {
+  *response = version_;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
 }
 
 SystemServiceImpl::~SystemServiceImpl() {

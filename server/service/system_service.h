@@ -23,8 +23,13 @@ inline constexpr size_t kMaxWaitingDiagnoses = 4;
 // joins the worker.
 class SystemServiceImpl final : public v1::SystemService::CallbackService {
  public:
-  explicit SystemServiceImpl(engine::Engine* engine);
+  // `version`: what GetVersion answers.
+  SystemServiceImpl(engine::Engine* engine, v1::VersionInfo version);
   ~SystemServiceImpl() override;
+
+  grpc::ServerUnaryReactor* GetVersion(grpc::CallbackServerContext* context,
+                                       const v1::GetVersionRequest* request,
+                                       v1::VersionInfo* response) override;
 
   grpc::ServerUnaryReactor* ListDevices(grpc::CallbackServerContext* context,
                                         const v1::ListDevicesRequest* request,
@@ -37,6 +42,7 @@ class SystemServiceImpl final : public v1::SystemService::CallbackService {
   void WorkerLoop();
 
   engine::Engine* const engine_;
+  const v1::VersionInfo version_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void(bool run)>> waiting_;  // guarded by mu_; run=false: shutting down

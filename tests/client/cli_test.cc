@@ -109,8 +109,74 @@ TEST(ParseCommandLineTest, LaterOutputFlagWins) {
 }
 
 TEST(ParseCommandLineTest, UnknownOutputFormatIsRejectedByName) {
-  EXPECT_EQ(ParseError({"-o", "yaml", "job", "list"}),
-            "unknown output format 'yaml' (expected table or json)");
+  EXPECT_EQ(ParseError({"-o", "xml", "job", "list"}),
+            "unknown output format 'xml' (expected table, wide, json, yaml or name)");
+  // -o is the format everywhere, job model included: a file name is no format.
+  EXPECT_EQ(ParseError({"job", "model", "job-1", "-o", "model.pt"}),
+            "unknown output format 'model.pt' (expected table, wide, json, yaml or name)");
+}
+
+TEST(ParseCommandLineTest, EveryOutputFormatAndNoHeadersParse) {
+  const std::pair<const char*, OutputFormat> formats[] = {{"table", OutputFormat::kTable},
+                                                          {"wide", OutputFormat::kWide},
+                                                          {"json", OutputFormat::kJson},
+                                                          {"yaml", OutputFormat::kYaml},
+                                                          {"name", OutputFormat::kName}};
+  for (const auto& [word, format] : formats) {
+    const absl::StatusOr<Invocation> before = Parse({"-o", word, "job", "list"});
+    ASSERT_TRUE(before.ok()) << before.status();
+    EXPECT_EQ(before->global.output, format) << word;
+    const absl::StatusOr<Invocation> after =
+        Parse({"job", "list", absl::StrCat("--output=", word)});
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ(after->global.output, format) << word;
+  }
+  EXPECT_THAT(OutputFormatNames(), ElementsAre("table", "wide", "json", "yaml", "name"));
+  const absl::StatusOr<Invocation> bare = Parse({"job", "list"});
+  ASSERT_TRUE(bare.ok());
+  EXPECT_FALSE(bare->global.no_headers);
+  const absl::StatusOr<Invocation> no_headers = Parse({"job", "list", "--no-headers"});
+  ASSERT_TRUE(no_headers.ok()) << no_headers.status();
+  EXPECT_TRUE(no_headers->global.no_headers);
+  EXPECT_EQ(ParseError({"job", "list", "--no-headers=1"}), "flag --no-headers takes no value");
+}
+
+TEST(ParseCommandLineTest, JobWaitTakesForAndTheGlobalTimeout) {
+  const absl::StatusOr<Invocation> wait =
+      Parse({"job", "wait", "job-1", "--for", "failed", "--timeout", "10m"});
+  ASSERT_TRUE(wait.ok()) << wait.status();
+  EXPECT_EQ(wait->command->path, "job wait");
+  EXPECT_THAT(wait->args, ElementsAre("job-1"));
+  EXPECT_EQ(wait->Get("for"), "failed");
+  EXPECT_EQ(wait->global.timeout, absl::Minutes(10));
+  EXPECT_TRUE(wait->global.timeout_given);
+}
+
+TEST(ParseCommandLineTest, VersionCompletionAndExitCodesHelp) {
+  const absl::StatusOr<Invocation> version = Parse({"version", "--client"});
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_TRUE(version->Has("client"));
+  const absl::StatusOr<Invocation> completion = Parse({"completion", "zsh"});
+  ASSERT_TRUE(completion.ok()) << completion.status();
+  EXPECT_THAT(completion->args, ElementsAre("zsh"));
+  const absl::StatusOr<Invocation> codes = Parse({"help", "exit-codes"});
+  ASSERT_TRUE(codes.ok()) << codes.status();
+  EXPECT_TRUE(codes->show_help);
+  EXPECT_EQ(codes->help_text, ExitCodesHelp());
+  for (const char* line : {"  0  success\n", "  1  trainerd refused", "  2  bad command line",
+                           "  3  the watched or awaited job FAILED",
+                           "  4  the watched or awaited job was CANCELLED"}) {
+    EXPECT_THAT(ExitCodesHelp(), HasSubstr(line));
+  }
+  EXPECT_EQ(kExitJobFailed, 3);
+  EXPECT_EQ(kExitJobCancelled, 4);
+}
+
+TEST(ParseCommandLineTest, HiddenCompletionHelperIsLeftOutOfTheUsage) {
+  const absl::StatusOr<Invocation> helper = Parse({"__complete", "jobs"});
+  ASSERT_TRUE(helper.ok()) << helper.status();
+  EXPECT_EQ(helper->command->path, "__complete");
+  EXPECT_THAT(TopLevelUsage(), Not(HasSubstr("__complete")));
 }
 
 TEST(ParseCommandLineTest, TimeoutInSecondsAcceptsFractions) {
@@ -209,7 +275,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ArgumentCounts{{"dataset", "get"}, 1, 1},
                       ArgumentCounts{{"dataset", "rm"}, 1, 1}, ArgumentCounts{{"submit"}, 0, 0},
                       ArgumentCounts{{"job", "list"}, 0, 0}, ArgumentCounts{{"job", "get"}, 1, 1},
-                      ArgumentCounts{{"job", "watch"}, 1, 1},
+                      ArgumentCounts{{"job", "watch"}, 1, 1}, ArgumentCounts{{"job", "wait"}, 1, 1},
+                      ArgumentCounts{{"version"}, 0, 0}, ArgumentCounts{{"completion"}, 1, 1},
                       ArgumentCounts{{"job", "cancel"}, 1, 1}, ArgumentCounts{{"health"}, 0, 1},
                       ArgumentCounts{{"devices"}, 0, 0}, ArgumentCounts{{"top"}, 0, 0},
                       ArgumentCounts{{"diagnose"}, 0, 0}));
@@ -232,11 +299,12 @@ TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   std::vector<std::string> paths;
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
   EXPECT_THAT(
-      paths, ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
-                         "sweep", "job list", "job get", "job watch", "job cancel", "job rm",
-                         "job model", "devices", "config get-contexts", "config current-context",
-                         "config use-context", "config set-context", "config delete-context", "top",
-                         "diagnose", "health", "help"));
+      paths,
+      ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit", "sweep",
+                  "job list", "job get", "job watch", "job wait", "job cancel", "job rm",
+                  "job model", "devices", "config get-contexts", "config current-context",
+                  "config use-context", "config set-context", "config delete-context", "top",
+                  "diagnose", "health", "version", "completion", "__complete", "help"));
 }
 
 TEST(ParseCommandLineTest, DatasetLsIsAnAliasOfDatasetList) {
@@ -429,8 +497,9 @@ TEST(ParseCommandLineTest, HelpFlagAloneShowsTopLevelUsage) {
   EXPECT_EQ(invocation->command, nullptr);
   EXPECT_EQ(invocation->help_text, TopLevelUsage());
   EXPECT_THAT(invocation->help_text,
-              StartsWith("Usage: trainctl [--addr HOST:PORT|unix:PATH | --context NAME] [-o "
-                         "table|json]\n                [--timeout SECONDS] [--token-file FILE] "
+              StartsWith("Usage: trainctl [--addr HOST:PORT|unix:PATH | --context NAME]\n"
+                         "                [-o table|wide|json|yaml|name] [--no-headers]\n"
+                         "                [--timeout SECONDS] [--token-file FILE] "
                          "[--tls-ca FILE]\n                [--tls-cert FILE --tls-key FILE]\n"
                          "                COMMAND [ARGS...]\n"));
 }
@@ -604,6 +673,7 @@ TEST(ParseCommandLineTest, HelpCommandShowsTheNewCommands) {
 TEST(UsageTest, TopLevelUsageListsEveryCommandSummary) {
   const std::string usage = TopLevelUsage();
   for (const CommandSpec& command : Commands()) {
+    if (command.hidden) continue;
     EXPECT_THAT(usage, HasSubstr(std::string(command.summary))) << command.path;
   }
   EXPECT_THAT(usage, HasSubstr("submit --dataset NAME --model SPEC"));
@@ -637,10 +707,12 @@ TEST(UsageTest, CommandUsageEndsWithGlobalFlagsLine) {
   for (const CommandSpec& command : Commands()) {
     const std::string usage = CommandUsage(command);
     EXPECT_THAT(usage, StartsWith("Usage: trainctl " + std::string(command.path))) << command.path;
-    EXPECT_THAT(usage, ::testing::EndsWith(
-                           "Global flags: --addr HOST:PORT, --context NAME, -o table|json, "
-                           "--timeout SECONDS,\n--token-file FILE, --tls-ca FILE, --tls-cert FILE, "
-                           "--tls-key FILE, --tls-server-name NAME\n(see 'trainctl --help').\n"));
+    EXPECT_THAT(usage,
+                ::testing::EndsWith(
+                    "Global flags: --addr HOST:PORT, --context NAME, -o table|wide|json|yaml|name, "
+                    "--no-headers,\n--timeout SECONDS, --token-file FILE, --tls-ca FILE, "
+                    "--tls-cert FILE, --tls-key FILE,\n--tls-server-name NAME (see 'trainctl "
+                    "--help').\n"));
   }
 }
 

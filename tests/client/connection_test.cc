@@ -185,8 +185,8 @@ TEST(DescribeUnauthenticatedTest, WithATokenItSaysToCheckIt) {
   ClientSecurity security;
   security.token = "0123456789abcdef0123";
   Connection connection({"127.0.0.1:1", absl::Seconds(5), security});
-  EXPECT_THAT(connection.DescribeError(
-                  grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "not valid"), absl::Seconds(5)),
+  EXPECT_THAT(connection.DescribeError(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "not valid"),
+                                       absl::Seconds(5)),
               EndsWith("; check the token of --token-file or $TRAINERD_TOKEN"));
 }
 
@@ -200,17 +200,17 @@ TEST(DescribeHandshakeTest, AFailedHandshakeSuggestsTheTlsFlags) {
               EndsWith("(check --tls-ca, --tls-server-name and, for mutual TLS, --tls-cert and "
                        "--tls-key)"));
   Connection plain({"127.0.0.1:1", absl::Seconds(5)});
-  EXPECT_THAT(plain.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                               "Ssl handshake failed"),
-                                  absl::Seconds(5)),
-              EndsWith("(if trainerd serves TLS, give --tls-ca)"));
+  EXPECT_THAT(
+      plain.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Ssl handshake failed"),
+                          absl::Seconds(5)),
+      EndsWith("(if trainerd serves TLS, give --tls-ca)"));
 }
 
 class LoadClientSecurityTest : public ::testing::Test {
  protected:
   std::string Write(const std::string& name, const std::string& text) {
-    const std::string path = ::testing::TempDir() + "/trainctl-" + std::to_string(::getpid()) +
-                             "-" + name;
+    const std::string path =
+        ::testing::TempDir() + "/trainctl-" + std::to_string(::getpid()) + "-" + name;
     FILE* f = std::fopen(path.c_str(), "w");
     std::fputs(text.c_str(), f);
     std::fclose(f);

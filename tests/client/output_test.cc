@@ -425,10 +425,12 @@ TEST(JobDetailsTest, RestartsSayHowOftenAndFromWhere) {
   last->mutable_time()->set_seconds(1'700'000'000);
   const std::string text = JobDetails(job);
   EXPECT_THAT(text, HasSubstr("4/10"));
-  EXPECT_THAT(text, ::testing::ContainsRegex("restarts: +2 \\(last .*, from the checkpoint of epoch 4\\)"));
+  EXPECT_THAT(
+      text, ::testing::ContainsRegex("restarts: +2 \\(last .*, from the checkpoint of epoch 4\\)"));
 
   job.mutable_restarts()->RemoveLast();
-  EXPECT_THAT(JobDetails(job), ::testing::ContainsRegex("restarts: +1 \\(last .*, from the start\\)"));
+  EXPECT_THAT(JobDetails(job),
+              ::testing::ContainsRegex("restarts: +1 \\(last .*, from the start\\)"));
 }
 
 TEST(TextTableTest, ShortRowIsPaddedAndTrailingSpacesDropped) {

@@ -148,8 +148,8 @@ TEST(JobSpecFromFlagsTest, TorchScriptReplacesModel) {
 }
 
 TEST(JobSpecFromFlagsTest, ModelAndTorchScriptTogetherAreRejected) {
-  EXPECT_EQ(SpecError(Parse({"submit", "--dataset", "iris", "--model", "linear:1",
-                             "--torchscript", "net.pt"})),
+  EXPECT_EQ(SpecError(Parse(
+                {"submit", "--dataset", "iris", "--model", "linear:1", "--torchscript", "net.pt"})),
             "give either --model SPEC or --torchscript FILE, not both");
 }
 

@@ -694,14 +694,23 @@ TEST_F(SweepCommandTest, WatchPrintsTheFinalTableOnceAndExitsZeroWhenAllSucceede
 TEST_F(SweepCommandTest, WatchExitsAsAFailedJobWhenAMemberFailed) {
   jobs_.outcomes["job-02"] = v1::JOB_STATE_FAILED;
   jobs_.outcomes["job-03"] = v1::JOB_STATE_CANCELLED;
-  EXPECT_EQ(Run({"--lr", "0.3,0.2,0.1", "--watch"}), kExitFailure) << err_;
+  // A failure outranks a cancellation: 3.
+  EXPECT_EQ(Run({"--lr", "0.3,0.2,0.1", "--watch"}), kExitJobFailed) << err_;
   EXPECT_EQ(OutLines().at(5), "1 succeeded, 1 failed, 1 cancelled; best job-01, loss 0.500000");
 }
 
 TEST_F(SweepCommandTest, WatchExitsAsACancelledJobWhenAMemberWasCancelled) {
   jobs_.outcomes["job-01"] = v1::JOB_STATE_CANCELLED;
-  EXPECT_EQ(Run({"--lr", "0.3,0.2", "--watch"}), kExitFailure) << err_;
+  EXPECT_EQ(Run({"--lr", "0.3,0.2", "--watch"}), kExitJobCancelled) << err_;
   EXPECT_EQ(OutLines().at(4), "1 succeeded, 0 failed, 1 cancelled; best job-02, loss 0.250000");
+}
+
+TEST_F(SweepCommandTest, NameOutputPrintsTheMembersIdsAndWatchingKeepsTheExitCode) {
+  EXPECT_EQ(Run({"--lr", "0.3,0.2", "-o", "name"}), kExitOk) << err_;
+  EXPECT_EQ(out_, "job-01\njob-02\n");
+  jobs_.outcomes["job-02"] = v1::JOB_STATE_FAILED;
+  EXPECT_EQ(Run({"--lr", "0.3,0.2", "--watch", "-o", "name"}), kExitJobFailed) << err_;
+  EXPECT_EQ(out_, "job-01\njob-02\n");  // no table, no summary
 }
 
 TEST_F(SweepCommandTest, WatchWithJsonPrintsTheResponseThenEachMemberAsItEnds) {

@@ -47,6 +47,7 @@ namespace trainerd::client {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
@@ -128,6 +129,7 @@ UploadInput NpyInput(const std::string& features, std::optional<std::string> tar
   input.features_path = features;
   input.targets_path = std::move(targets);
   input.target_dtype = dtype;
+  input.target_dtype_given = true;  // as with --target-dtype
   input.target_columns = target_columns;
   input.npy = true;
   return input;
@@ -626,6 +628,52 @@ TEST_F(UploadCommandTest, NaNMidStreamCancelsTheCallWithoutATrailerAndExitsTwo) 
               i == 0 ? v1::UploadDatasetRequest::kHeader : v1::UploadDatasetRequest::kChunk)
         << i;
   }
+}
+
+TEST_F(UploadCommandTest, TargetsTakeTheirDTypeFromTheNpyFileUnlessTheFlagSaysOtherwise) {
+  const int64_t rows = 40;
+  const std::string x = folder_.Write("x.npy", MakeNpy("<f4", {rows, 2}, Bytes(Values<float>(80))));
+  const std::string labels =
+      folder_.Write("labels.npy", MakeNpy("<i8", {rows}, Bytes(Classes<int64_t>(rows))));
+  const std::string values =
+      folder_.Write("values.npy", MakeNpy("<f8", {rows}, Bytes(Values<double>(rows))));
+  struct Case {
+    std::vector<std::string> args;
+    v1::DType dtype;
+    std::vector<int> target_shape;
+  };
+  const Case cases[] = {
+      // An int64 label file: int64 class indices, one scalar per row, without --target-dtype.
+      {{"a", x, "--targets", labels}, v1::DTYPE_INT64, {}},
+      // A float file: float32 values shaped {1}.
+      {{"b", x, "--targets", values}, v1::DTYPE_FLOAT32, {1}},
+      // The flag still wins.
+      {{"c", x, "--targets", labels, "--target-dtype", "float32"}, v1::DTYPE_FLOAT32, {1}},
+  };
+  size_t done = 0;
+  for (const Case& c : cases) {
+    ASSERT_EQ(Run(c.args), kExitOk) << err_;
+    const std::vector<FakeDatasets::Upload> uploads = datasets_.Uploads(++done);
+    ASSERT_EQ(uploads.size(), done);
+    const v1::DatasetHeader& header = uploads.back().messages.at(0).header();
+    EXPECT_EQ(header.name(), c.args[0]);
+    EXPECT_EQ(header.target_dtype(), c.dtype) << c.args[0];
+    EXPECT_THAT(header.target_shape(), ElementsAreArray(c.target_shape)) << c.args[0];
+  }
+}
+
+TEST(UploadInputTest, CsvAndTargetColumnsStayFloat32UnlessAsked) {
+  UploadInput input;
+  input.features_path = "data.csv";
+  EXPECT_EQ(EffectiveTargetDType(input, std::nullopt), TargetDType::kFloat32);
+  // A .npy whose last column holds the targets: its dtype is the features', so no hint.
+  input.npy = true;
+  EXPECT_EQ(EffectiveTargetDType(input, std::nullopt), TargetDType::kFloat32);
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kInt64), TargetDType::kInt64);
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kFloat64), TargetDType::kFloat32);
+  input.target_dtype = TargetDType::kInt64;
+  input.target_dtype_given = true;
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kFloat32), TargetDType::kInt64);
 }
 
 TEST_F(UploadCommandTest, BadValueInTheFirstChunkIsRefusedBeforeAnyCall) {

@@ -168,6 +168,78 @@ TEST_F(EndToEndTest, NpyUploadWithSeparateTargets) {
   EXPECT_EQ(ds.size_bytes(), 3 * 2 * 4 + 3 * 8);
 }
 
+// trainctl's habits against the real daemon: an int64 label file uploads int64 targets without
+// --target-dtype, `job wait` exits by how the job ended, `job model` writes to standard output,
+// -o name and -o yaml, `version`, and the bash completion script asking the daemon for names.
+TEST_F(EndToEndTest, TrainctlHabitsWorkAgainstTheRealDaemon) {
+  std::vector<float> x;
+  std::vector<int64_t> y;
+  for (int i = 0; i < 60; ++i) {
+    x.push_back(static_cast<float>(i % 3) * 4 - 4);
+    x.push_back(static_cast<float>(i % 3 == 2 ? 4 : -4));
+    y.push_back(i % 3);
+  }
+  const std::string xf = WriteFile("x.npy", Npy("<f4", {60, 2}, x.data(), x.size() * 4));
+  const std::string yf = WriteFile("labels.npy", Npy("<i8", {60}, y.data(), y.size() * 8));
+  RunResult up = Ctl({"dataset", "upload", "three", xf, "--targets", yf, "-o", "name"});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_EQ(up.out, "three\n");
+  RunResult got = Ctl({"dataset", "get", "three", "-o", "yaml"});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_THAT(got.out, HasSubstr("\ntarget_dtype: DTYPE_INT64\n"));
+  EXPECT_THAT(got.out, HasSubstr("\ntarget_max: \"2\"\n"));
+
+  RunResult submit = Ctl({"submit", "--dataset", "three", "--model", "linear:3", "--loss",
+                          "cross_entropy", "--epochs", "20", "--seed", "3"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.err;
+  const std::string id = submit.out.substr(0, submit.out.find('\n'));
+  RunResult wait = Ctl({"job", "wait", id, "--timeout", "60"});
+  EXPECT_EQ(wait.exit_code, 0) << wait.err;
+  EXPECT_THAT(wait.out, HasSubstr("SUCCEEDED"));
+  RunResult wait_failed = Ctl({"job", "wait", id, "--for", "failed"});
+  EXPECT_EQ(wait_failed.exit_code, 1);
+  EXPECT_THAT(wait_failed.err, HasSubstr("succeeded; waited for it to be failed"));
+  RunResult names = Ctl({"job", "list", "-o", "name", "--no-headers"});
+  EXPECT_EQ(names.out, id + "\n");
+
+  // The model on standard output (a pipe here) is the same archive as with -f.
+  RunResult piped = Ctl({"job", "model", id});
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  const std::string file = (dir_ / "m.pt").string();
+  ASSERT_EQ(Ctl({"job", "model", id, "-f", file}).exit_code, 0);
+  std::ifstream in(file, std::ios::binary);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_GT(written.size(), 100u);
+  EXPECT_TRUE(piped.out == written);
+
+  RunResult version = Ctl({"version"});
+  ASSERT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_THAT(version.out, HasSubstr("trainctl:  0.1.0\ntrainerd:  0.1.0\nlibtorch:  2."));
+  RunResult daemon_version = e2e::Run({TRAINERD_BIN, "--version"});
+  EXPECT_EQ(daemon_version.exit_code, 0);
+  EXPECT_THAT(daemon_version.out, ::testing::StartsWith("trainerd 0.1.0 (LibTorch 2."));
+
+  // The completion script, run by bash as a Tab press would: command words from the table, names
+  // from this daemon (through TRAINERD_ADDR, as a user's shell would have it).
+  RunResult script = Ctl({"completion", "bash"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  const std::string script_file = WriteFile("trainctl.bash", script.out);
+  const std::string probe = WriteFile(
+      "probe.sh", std::string("source ") + script_file +
+                      "\ncomp() { COMP_WORDS=(\"$@\"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1)); "
+                      "_trainctl; echo \"${COMPREPLY[*]}\"; }\n"
+                      "comp " TRAINCTL_BIN
+                      " job wai\n"
+                      "comp " TRAINCTL_BIN
+                      " job get ''\n"
+                      "comp " TRAINCTL_BIN
+                      " submit --dataset th\n"
+                      "comp " TRAINCTL_BIN " submit --optimizer ada\n");
+  RunResult completed = e2e::Run({"/bin/bash", probe}, {"TRAINERD_ADDR=" + addr_});
+  ASSERT_EQ(completed.exit_code, 0) << completed.err;
+  EXPECT_EQ(completed.out, "wait\n" + id + "\nthree\nadam adamw\n");
+}
+
 // A 3 MiB float64 features file and int64 targets, streamed by trainctl (header without a
 // checksum, the payload in 1 MiB chunks, its SHA-256 last): the daemon registers the float32
 // features and the targets with the SHA-256 of exactly the payload computed here.
@@ -238,23 +310,23 @@ TEST_F(EndToEndTest, SpecThatDoesNotFitIsRejectedWithTheReason) {
   EXPECT_THAT(r.err, HasSubstr("linear:3"));
 }
 
-TEST_F(EndToEndTest, DivergingJobFailsAndWatchExitsOne) {
+TEST_F(EndToEndTest, DivergingJobFailsAndWatchExitsThree) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult r = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "1e6",
                      "--epochs", "50", "--batch-size", "16", "--watch"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);  // the watched job FAILED
   EXPECT_THAT(r.out + r.err, HasSubstr("FAILED"));
   EXPECT_THAT(r.out + r.err, HasSubstr("loss became"));
 }
 
 // trainctl sweep against the real daemon: the product is submitted as one sweep, watched to the
-// end as a table sorted by loss; a diverging member fails alone (and the watch exits 1), the others
+// end as a table sorted by loss; a diverging member fails alone (and the watch exits 3), the others
 // succeed as members of one pack with their own ids, records and models.
 TEST_F(EndToEndTest, SweepTrainsItsMembersAsOnePackAndWatchesThemToTheEnd) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult r = Ctl({"sweep", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1,0.03,1e6",
                      "--seed", "1,2", "--epochs", "20", "--batch-size", "16", "--watch"});
-  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;  // two members diverged
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;  // two members diverged: FAILED
   const std::string sweep = r.out.substr(0, r.out.find('\n'));
   ASSERT_THAT(sweep, ::testing::StartsWith("sweep-")) << r.out;
   EXPECT_THAT(r.out, HasSubstr("4 succeeded, 2 failed, 0 cancelled"));
@@ -288,7 +360,7 @@ TEST_F(EndToEndTest, SweepTrainsItsMembersAsOnePackAndWatchesThemToTheEnd) {
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(best.out, &job).ok());
   EXPECT_EQ(job.final_loss(), lowest) << r.out;
   const std::string model = (dir_ / "best.pt").string();
-  RunResult fetched = Ctl({"job", "model", ids.front(), "-o", model});
+  RunResult fetched = Ctl({"job", "model", ids.front(), "-f", model});
   EXPECT_EQ(fetched.exit_code, 0) << fetched.err;
   EXPECT_GT(std::filesystem::file_size(model), 0u);
 }
@@ -411,7 +483,7 @@ TEST_F(EndToEndTest, CancelledJobEndsCancelled) {
   RunResult cancel = Ctl({"job", "cancel", id});
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
   RunResult watch = Ctl({"job", "watch", id});  // returns once the job has ended
-  EXPECT_EQ(watch.exit_code, 1);
+  EXPECT_EQ(watch.exit_code, 4);                // CANCELLED
   EXPECT_THAT(watch.out, HasSubstr("CANCELLED"));
   RunResult rm = Ctl({"dataset", "rm", "seed"});
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
@@ -440,7 +512,7 @@ TEST_F(EndToEndTest, JobsOutliveARestartAndRmDeletesThem) {
   EXPECT_EQ(get.exit_code, 0) << get.err;
   EXPECT_THAT(get.out, HasSubstr("SUCCEEDED"));
   const std::string model = (dir_ / "model.pt").string();
-  EXPECT_EQ(Ctl({"job", "model", id, "-o", model}).exit_code, 0);
+  EXPECT_EQ(Ctl({"job", "model", id, "-f", model}).exit_code, 0);
   EXPECT_TRUE(std::filesystem::exists(model));
 
   RunResult rm = Ctl({"job", "rm", id});
@@ -593,7 +665,7 @@ TEST_F(EndToEndTest, DownloadedModelLoadsInPythonAndMatchesReportedParameters) {
   const std::string id = run.out.substr(0, run.out.find('\n'));
 
   const std::string path = (dir_ / "model.pt").string();
-  RunResult download = Ctl({"job", "model", id, "-o", path});
+  RunResult download = Ctl({"job", "model", id, "-f", path});
   ASSERT_EQ(download.exit_code, 0) << download.err;
   EXPECT_THAT(download.out, HasSubstr("wrote model of " + id + " to " + path));
   std::ifstream file(path, std::ios::binary);
@@ -668,7 +740,7 @@ TEST_F(EndToEndTest, SubmittedTorchScriptModuleTrainsAndDownloads) {
   EXPECT_NEAR(job.parameters(1).values(0), 1.0, 0.05);
 
   const std::string path = (dir_ / "trained.pt").string();
-  RunResult download = Ctl({"job", "model", id, "-o", path});
+  RunResult download = Ctl({"job", "model", id, "-f", path});
   ASSERT_EQ(download.exit_code, 0) << download.err;
   std::ifstream file(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
@@ -694,10 +766,12 @@ TEST_F(EndToEndTest, ModelOfRunningJobFailsAndWritesNoFile) {
   const std::string path = (dir_ / "model.pt").string();
 
   RunResult no_file = Ctl({"job", "model", id});
-  RunResult running = Ctl({"job", "model", id, "-o", path});
+  RunResult running = Ctl({"job", "model", id, "-f", path});
 
-  EXPECT_EQ(no_file.exit_code, 2);
-  EXPECT_THAT(no_file.err, HasSubstr("needs -o FILE"));
+  // Without -f the model would go to standard output (a pipe here): refused as with a file.
+  EXPECT_EQ(no_file.exit_code, 1);
+  EXPECT_THAT(no_file.err, HasSubstr("its model is available once it succeeds"));
+  EXPECT_THAT(no_file.out, ::testing::IsEmpty());
   EXPECT_EQ(running.exit_code, 1);
   EXPECT_THAT(running.err, HasSubstr("its model is available once it succeeds"));
   EXPECT_FALSE(std::filesystem::exists(path));
@@ -805,7 +879,7 @@ TEST_F(EndToEndTest, SmallCnnOnImagesTrainsAndDownloadedModelMatchesDaemon) {
   EXPECT_GE(last.validation_accuracy(), 0.9);
 
   const std::string model = (dir_ / "model.pt").string();
-  RunResult download = Ctl({"job", "model", id, "-o", model});
+  RunResult download = Ctl({"job", "model", id, "-f", model});
   ASSERT_EQ(download.exit_code, 0) << download.err;
 
   // The last epoch's validation loss and accuracy came from the final weights, in eval mode, on
