@@ -413,6 +413,109 @@ TEST(JobListTableTest, RowShowsProgressLossAndShortenedModel) {
             "1/10    0.500000  cuda:0  -\n");
 }
 
+TEST(DatasetListTableTest, WideAddsOwnerAndChecksumAndNoHeadersDropsTheHeaderLine) {
+  v1::ListDatasetsResponse response;
+  *response.add_datasets() = IrisDataset();
+  response.mutable_datasets(0)->set_owner("alice");
+  const std::string sha256(64, 'a');
+  EXPECT_EQ(DatasetListTable(response, {/*wide=*/true, /*headers=*/true}),
+            absl::StrCat("NAME  ROWS  FEATURES  TARGETS       SIZE     DEVICE  CREATED  OWNER  "
+                         "SHA256\n"
+                         "iris  150   4         scalar int64  3.5 KiB  cuda:0  -        alice  ",
+                         sha256, "\n"));
+  // The columns keep the header's width: a script's columns line up with the table a person saw.
+  EXPECT_EQ(DatasetListTable(response, {/*wide=*/false, /*headers=*/false}),
+            "iris  150   4         scalar int64  3.5 KiB  cuda:0  -\n");
+  EXPECT_EQ(DatasetListTable(v1::ListDatasetsResponse(), {false, false}), "");
+}
+
+TEST(JobListTableTest, WideShowsTheWholeModelTheTrainingSettingsEngineSweepAndOwner) {
+  v1::ListJobsResponse response;
+  v1::Job* job = response.add_jobs();
+  *job = SucceededJob();
+  job->mutable_spec()->set_model("linear:512,relu,linear:512,relu,linear:256,relu,linear:10");
+  job->mutable_report()->set_engine("fused");
+  job->set_sweep_id("sweep-0123456789ab");
+  job->set_owner("ci");
+  EXPECT_EQ(JobListTable(response, {/*wide=*/true, /*headers=*/false}),
+            "job-0123456789ab  SUCCEEDED  iris     "
+            "linear:512,relu,linear:512,relu,linear:256,relu,linear:10  3/3     0.012345  cuda:0  "
+            "-        mse      sgd        0.01  fused   sweep-0123456789ab  ci\n");
+  const std::string wide = JobListTable(response, {/*wide=*/true, /*headers=*/true});
+  EXPECT_THAT(wide, StartsWith("ID                STATE      DATASET  MODEL"));
+  EXPECT_THAT(wide, HasSubstr("CREATED  LOSS FN  OPTIMIZER  LR    ENGINE  SWEEP"));
+}
+
+TEST(DeviceListTableTest, WideSaysWhyAGpuIsUnusable) {
+  v1::ListDevicesResponse response;
+  v1::DeviceStatus* gpu = response.add_devices();
+  gpu->set_device("cuda:1");
+  gpu->set_name("NVIDIA H200");
+  gpu->set_unusable_reason("LibTorch sees 1 CUDA device");
+  EXPECT_EQ(DeviceListTable(response, {/*wide=*/true, /*headers=*/true}),
+            "DEVICE             NAME         UTIL  MEMORY  DATASETS  RUNNING  QUEUED  "
+            "UNUSABLE BECAUSE\n"
+            "cuda:1 (unusable)  NVIDIA H200  -     -       -         -        0       "
+            "LibTorch sees 1 CUDA device\n");
+}
+
+// ---- YAML ------------------------------------------------------------------------------------
+
+TEST(YamlTest, DatasetIsBlockYamlInFieldOrderWithInt64AsQuotedStrings) {
+  v1::Dataset dataset = IrisDataset();
+  dataset.set_sha256("ab12");
+  absl::StatusOr<std::string> yaml = ToYaml(dataset);
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(*yaml,
+            "name: iris\n"
+            "feature_shape:\n"
+            "  - \"4\"\n"
+            "target_shape: []\n"
+            "target_dtype: DTYPE_INT64\n"
+            "row_count: \"150\"\n"
+            "size_bytes: \"3600\"\n"
+            "sha256: ab12\n"
+            "device: cuda:0\n"
+            "location: DATASET_LOCATION_UNSPECIFIED\n"
+            "target_min: \"0\"\n"
+            "target_max: \"2\"\n"
+            "owner: \"\"\n");
+}
+
+TEST(YamlTest, NestedMessagesListsNumbersAndBooleansKeepTheirJsonTypes) {
+  absl::StatusOr<std::string> yaml = JsonToYaml(
+      R"({"spec": {"lr": 0.01, "shuffle": true, "layers": ["linear:2", "relu"], "empty": {}},
+          "losses": [0.5, 1e-09], "none": null})");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(*yaml,
+            "spec:\n"
+            "  lr: 0.01\n"
+            "  shuffle: true\n"
+            "  layers:\n"
+            "    - linear:2\n"
+            "    - relu\n"
+            "  empty: {}\n"
+            "losses:\n"
+            "  - 0.5\n"
+            "  - 1e-09\n"
+            "none: ~\n");
+}
+
+TEST(YamlTest, StringsThatYamlWouldReadAsSomethingElseAreQuoted) {
+  absl::StatusOr<std::string> yaml = JsonToYaml(
+      R"(["true", "No", "null", "~", "", "13.0", "42", ".inf", "- x", "a: b", "x #y", "#c",
+          " pad", "plain text", "cpu", "job-0123", "line\nbreak"])");
+  ASSERT_TRUE(yaml.ok()) << yaml.status();
+  EXPECT_EQ(*yaml,
+            "- \"true\"\n- \"No\"\n- \"null\"\n- \"~\"\n- \"\"\n- \"13.0\"\n- \"42\"\n"
+            "- \".inf\"\n- \"- x\"\n- \"a: b\"\n- \"x #y\"\n- \"#c\"\n- \" pad\"\n"
+            "- plain text\n- cpu\n- job-0123\n- \"line\\nbreak\"\n");
+}
+
+TEST(YamlTest, TextThatIsNotJsonIsInvalidArgument) {
+  EXPECT_EQ(JsonToYaml("{\"a\": [1, 2").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobDetailsTest, RestartsSayHowOftenAndFromWhere) {
   v1::Job job;
   job.set_id("job-000000000002");

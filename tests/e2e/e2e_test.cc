@@ -240,6 +240,24 @@ TEST_F(EndToEndTest, TrainctlHabitsWorkAgainstTheRealDaemon) {
   EXPECT_EQ(completed.out, "wait\n" + id + "\nthree\nadam adamw\n");
 }
 
+// deploy/trainerd.flags, the example of settings kept in a file, is read by the real daemon: every
+// line is a flag it knows (Abseil refuses the file otherwise), and flags after --flagfile win
+// (the file's 0.0.0.0 listen address without its token file would not start).
+TEST_F(EndToEndTest, ExampleFlagfileParsesAndTheCommandLineAfterItWins) {
+  daemon_.reset();
+  extra_flags_ = {"--flagfile=" TRAINERD_SOURCE_DIR "/deploy/trainerd.flags",
+                  "--listen=127.0.0.1:0",
+                  "--auth_token_file=",
+                  "--data_dir=" + (dir_ / "flagged").string(),
+                  "--device=cpu",
+                  "--metrics_listen=127.0.0.1:0"};
+  StartDaemon();
+  ASSERT_FALSE(addr_.empty());
+  EXPECT_EQ(Ctl({"health"}).exit_code, 0);
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "flagged" / "datasets" / "seed.trds"));
+}
+
 // A 3 MiB float64 features file and int64 targets, streamed by trainctl (header without a
 // checksum, the payload in 1 MiB chunks, its SHA-256 last): the daemon registers the float32
 // features and the targets with the SHA-256 of exactly the payload computed here.

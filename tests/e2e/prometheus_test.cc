@@ -521,6 +521,14 @@ TEST_F(PrometheusTest, PrometheusScrapesAJobAndTheDashboardMatches) {
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("cuda:0 (unusable)"));
   EXPECT_THAT(table.out, HasSubstr("Fake GPU 1"));
+  RunResult wide = Ctl({"devices", "-o", "wide", "--no-headers"});
+  ASSERT_EQ(wide.exit_code, 0) << wide.err;
+  EXPECT_THAT(wide.out, HasSubstr("LibTorch sees no CUDA device"));
+  EXPECT_EQ(wide.out.find("DATASETS  RUNNING"), std::string::npos);  // no header line
+  // trainctl version shows the driver that NVML reports.
+  RunResult version = Ctl({"version"});
+  ASSERT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_THAT(version.out, HasSubstr("\ndriver:    999.99.99\n"));
 
   // What Prometheus scraped: everything within one minute of the job's end.
   const auto one = in(60);

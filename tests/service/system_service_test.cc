@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/version.h"
+#include "server/engine/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
@@ -51,6 +53,19 @@ TEST_F(SystemServiceTest, ListDevicesShowsTheDefaultCpuWithItsResidentDataset) {
   // The sampler reads the process: its resident memory and the machine's total.
   EXPECT_GT(cpu.memory_used_bytes(), 0);
   EXPECT_GT(cpu.memory_total_bytes(), cpu.memory_used_bytes());
+}
+
+TEST_F(SystemServiceTest, GetVersionAnswersTheBuildsVersionsAtOnce) {
+  grpc::ClientContext context;
+  v1::VersionInfo version;
+  ASSERT_TRUE(system_->GetVersion(&context, v1::GetVersionRequest(), &version).ok());
+  EXPECT_EQ(version.trainerd_version(), TrainerdVersion());
+  EXPECT_THAT(version.trainerd_version(), ::testing::MatchesRegex("[0-9]+\\.[0-9]+\\.[0-9]+"));
+  EXPECT_EQ(version.libtorch_version(), engine::LibTorchVersionString());
+  EXPECT_THAT(version.libtorch_version(), ::testing::StartsWith("2."));
+  EXPECT_EQ(version.cuda_version(), engine::CudaVersionString());
+  // driver_version is NVML's: empty here, the driver's on a GPU node (the fake NVML's in the
+  // Prometheus e2e test).
 }
 
 TEST_F(SystemServiceTest, DiagnoseMeasuresTheCpuOnceAndThenAnswersFromTheCache) {
