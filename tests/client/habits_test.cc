@@ -82,8 +82,20 @@ class FakeDatasets final : public v1::DatasetService::Service {
  public:
   grpc::Status ListDatasets(grpc::ServerContext*, const v1::ListDatasetsRequest*,
                             v1::ListDatasetsResponse* response) override {
-    response->add_datasets()->set_name("iris");
-    response->add_datasets()->set_name("mnist");
+    v1::Dataset* iris = response->add_datasets();
+    iris->set_name("iris");
+    iris->add_feature_shape(4);
+    iris->set_target_dtype(v1::DTYPE_INT64);
+    iris->set_row_count(150);
+    iris->set_size_bytes(3600);
+    iris->set_device("cpu");
+    v1::Dataset* mnist = response->add_datasets();
+    mnist->set_name("mnist");
+    mnist->add_feature_shape(784);
+    mnist->set_target_dtype(v1::DTYPE_INT64);
+    mnist->set_row_count(60000);
+    mnist->set_size_bytes(188640000);
+    mnist->set_device("cpu");
     return grpc::Status::OK;
   }
 };
@@ -229,6 +241,17 @@ TEST_F(HabitsTest, OutputFormatsAreRefusedWhereTheyCannotApply) {
   EXPECT_THAT(err_, HasSubstr("'top' has no names to print"));
   EXPECT_EQ(Run({"job", "model", "job-ok", "-o", "json"}), kExitUsage);
   EXPECT_THAT(err_, HasSubstr("-o describes a file written with --file FILE"));
+}
+
+TEST_F(HabitsTest, ListsPrintNamesAndTablesWithoutHeaders) {
+  EXPECT_EQ(Run({"dataset", "list", "-o", "name"}), kExitOk) << err_;
+  EXPECT_EQ(out_, "iris\nmnist\n");
+  EXPECT_EQ(Run({"dataset", "ls", "--no-headers"}), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "iris   150    4         scalar int64  3.5 KiB    cpu     -\n"
+            "mnist  60000  784       scalar int64  179.9 MiB  cpu     -\n");
+  EXPECT_EQ(Run({"dataset", "list", "-o", "yaml"}), kExitOk) << err_;
+  EXPECT_THAT(out_, StartsWith("datasets:\n  - name: iris\n"));
 }
 
 TEST_F(HabitsTest, CompletionHelperPrintsNamesAndNothingWhenTheDaemonIsAway) {
