@@ -100,8 +100,10 @@ absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path)
   auto damaged = [&](const std::string& why) {
     return absl::DataLossError(absl::StrCat("dataset file '", path, "' is damaged: ", why));
   };
-  // The header is a few hundred bytes; a file whose header runs past this is not ours.
-  constexpr size_t kMaxHeaderLine = 4096;
+  // The header is a few hundred bytes; a file whose header runs past this is not ours. A line
+  // may still be long: the owner is the caller's name (a token's name, a certificate's subject),
+  // which nothing bounds below this, and a file the daemon wrote must read back.
+  constexpr size_t kMaxHeaderLine = 64 << 10;
   constexpr int kMaxHeaderLines = 64;
   std::string line;
   auto read_line = [&]() -> bool {

@@ -103,6 +103,27 @@ TEST_F(DatasetFileTest, LongOwnerTakesMorePadLinesAndStillReadsBack) {
   EXPECT_EQ(read, payload_);
 }
 
+TEST_F(DatasetFileTest, OwnerLongerThanAPageReadsBack) {
+  // A certificate subject of 20,000 characters: once a line longer than the reader took, so that
+  // the daemon's own file was quarantined at the next start.
+  meta_.owner = std::string(20000, 'o');
+  ASSERT_TRUE(WriteDatasetFile(path_, meta_, payload_.data(), payload_.size()).ok());
+  absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->meta.owner, meta_.owner);
+  EXPECT_EQ(header->payload_offset, DatasetFileHeaderBytes(meta_));
+  EXPECT_EQ(header->payload_offset % 4096, 0);
+}
+
+TEST_F(DatasetFileTest, HeaderLineWithoutAnEndIsDataLossAfterABoundedRead) {
+  // Not ours: the magic line, then 100,000 bytes without a newline. The reader stops at its line
+  // limit (64 KiB) rather than reading the whole file into one line.
+  std::ofstream(path_, std::ios::binary) << "TRAINERD-DATASET 1\nname=" << std::string(100000, 'x');
+  absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path_);
+  EXPECT_EQ(header.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(header.status().message(), HasSubstr("damaged"));
+}
+
 TEST_F(DatasetFileTest, ExtraTrailingBytesAreDataLoss) {
   ASSERT_TRUE(WriteDatasetFile(path_, meta_, payload_.data(), payload_.size()).ok());
   std::ofstream(path_, std::ios::app | std::ios::binary) << "x";
