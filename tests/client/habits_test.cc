@@ -11,6 +11,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/client/run_captured.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 #include "trainerd/v1/system.grpc.pb.h"
@@ -134,22 +136,10 @@ class HabitsTest : public ::testing::Test {
     absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
     EXPECT_TRUE(invocation.ok()) << invocation.status();
     if (!invocation.ok()) return -1;
-    std::cout.flush();
-    const int saved = ::dup(STDOUT_FILENO);
-    std::FILE* null = std::fopen("/dev/null", "w");
-    ::dup2(::fileno(null), STDOUT_FILENO);
-    std::ostringstream out, err;
-    std::streambuf* previous_out = std::cout.rdbuf(out.rdbuf());
-    std::streambuf* previous_err = std::cerr.rdbuf(err.rdbuf());
-    const int code = RunCommand(*invocation);
-    std::cout.rdbuf(previous_out);
-    std::cerr.rdbuf(previous_err);
-    ::dup2(saved, STDOUT_FILENO);
-    ::close(saved);
-    std::fclose(null);
-    out_ = out.str();
-    err_ = err.str();
-    return code;
+    CapturedRun run = RunCaptured(*invocation);
+    out_ = std::move(run.out);
+    err_ = std::move(run.err);
+    return run.code;
   }
 
   FakeJobs jobs_;
@@ -252,6 +242,23 @@ TEST_F(HabitsTest, ListsPrintNamesAndTablesWithoutHeaders) {
             "mnist  60000  784       scalar int64  179.9 MiB  cpu     -\n");
   EXPECT_EQ(Run({"dataset", "list", "-o", "yaml"}), kExitOk) << err_;
   EXPECT_THAT(out_, StartsWith("datasets:\n  - name: iris\n"));
+}
+
+TEST_F(HabitsTest, HostileValuesOfTheNewFlagsAreRefusedLocally) {
+  EXPECT_EQ(Run({"job", "model", "job-ok", "-f", ""}), kExitUsage);
+  EXPECT_EQ(err_, "trainctl: --file needs a FILE\n");
+  EXPECT_EQ(Run({"job", "wait", "job-ok", "--for", ""}), kExitUsage);
+  EXPECT_EQ(Run({"job", "wait", "job-ok", "--for", "SUCCEEDED;rm -rf /"}), kExitUsage);
+  EXPECT_THAT(err_, HasSubstr("is not a job end"));
+  for (const char* timeout : {"-1", "0", "nan", "inf", "1e400", "99999999999999999999h", "soon"}) {
+    std::vector<std::string> words = {"trainctl", "job", "wait", "job-ok", "--timeout", timeout};
+    EXPECT_FALSE(ParseCommandLine(words, std::nullopt).ok()) << timeout;
+  }
+  EXPECT_EQ(Run({"completion", "$(reboot)"}), kExitUsage);
+  EXPECT_THAT(out_, IsEmpty());  // no script for a shell it does not know
+  // The helper's argument is not trusted either: an unknown kind prints nothing, asks nothing.
+  EXPECT_EQ(Run({"__complete", "../../etc/passwd"}), kExitOk);
+  EXPECT_THAT(out_, IsEmpty());
 }
 
 TEST_F(HabitsTest, CompletionHelperPrintsNamesAndNothingWhenTheDaemonIsAway) {

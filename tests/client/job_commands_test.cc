@@ -6,6 +6,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -18,6 +19,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/client/run_captured.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 
 namespace trainerd::client {
@@ -105,15 +107,10 @@ class JobCommandsTest : public ::testing::Test {
     words.insert(words.begin(), {"trainctl", "--addr", absl::StrCat("127.0.0.1:", port_)});
     absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
     if (!invocation.ok()) return -1;
-    std::ostringstream out, err;
-    std::streambuf* previous_out = std::cout.rdbuf(out.rdbuf());
-    std::streambuf* previous_err = std::cerr.rdbuf(err.rdbuf());
-    const int code = RunCommand(*invocation);
-    std::cout.rdbuf(previous_out);
-    std::cerr.rdbuf(previous_err);
-    out_ = out.str();
-    err_ = err.str();
-    return code;
+    CapturedRun run = RunCaptured(*invocation);
+    out_ = std::move(run.out);
+    err_ = std::move(run.err);
+    return run.code;
   }
 
   // The job ids in a printed table, top to bottom.

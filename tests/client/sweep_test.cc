@@ -35,6 +35,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/client/run_captured.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 
 namespace trainerd::client {
@@ -619,22 +620,10 @@ class SweepCommandTest : public ::testing::Test {
   int RunWords(const std::vector<std::string>& words) {
     absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
     if (!invocation.ok()) return -1;
-    std::cout.flush();
-    const int saved_stdout = dup(STDOUT_FILENO);
-    const int null = open("/dev/null", O_WRONLY);
-    dup2(null, STDOUT_FILENO);
-    close(null);
-    std::ostringstream out, err;
-    std::streambuf* previous_out = std::cout.rdbuf(out.rdbuf());
-    std::streambuf* previous_err = std::cerr.rdbuf(err.rdbuf());
-    const int code = RunCommand(*invocation);
-    std::cout.rdbuf(previous_out);
-    std::cerr.rdbuf(previous_err);
-    dup2(saved_stdout, STDOUT_FILENO);
-    close(saved_stdout);
-    out_ = out.str();
-    err_ = err.str();
-    return code;
+    CapturedRun run = RunCaptured(*invocation);
+    out_ = std::move(run.out);
+    err_ = std::move(run.err);
+    return run.code;
   }
 
   std::vector<std::string> OutLines() const { return absl::StrSplit(out_, '\n'); }

@@ -41,6 +41,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/client/run_captured.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 
 namespace trainerd::client {
@@ -512,16 +513,10 @@ class UploadCommandTest : public ::testing::Test {
     absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
     EXPECT_TRUE(invocation.ok()) << invocation.status();
     if (!invocation.ok()) return -1;
-    std::cout.flush();
-    std::ostringstream out, err;
-    std::streambuf* previous_out = std::cout.rdbuf(out.rdbuf());
-    std::streambuf* previous_err = std::cerr.rdbuf(err.rdbuf());
-    const int code = RunCommand(*invocation);
-    std::cout.rdbuf(previous_out);
-    std::cerr.rdbuf(previous_err);
-    out_ = out.str();
-    err_ = err.str();
-    return code;
+    CapturedRun run = RunCaptured(*invocation);
+    out_ = std::move(run.out);
+    err_ = std::move(run.err);
+    return run.code;
   }
 
   TempFolder folder_;
