@@ -55,6 +55,13 @@ bool AllFinite(const torch::Tensor& values) {
   return true;
 }
 
+// The index of the first NaN or infinity among the `count` float32 values at `data`, or -1.
+int64_t FirstNonFinite(const char* data, int64_t count) {
+  const torch::Tensor values = torch::from_blob(const_cast<char*>(data), {count}, torch::kFloat32);
+  if (AllFinite(values)) return -1;
+  return torch::nonzero(torch::isfinite(values).logical_not())[0][0].item<int64_t>();
+}
+
 }  // namespace
 
 DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
@@ -167,16 +174,12 @@ absl::Status DatasetUpload::CheckReceived(bool all) {
     if (checked_ < fbytes) {
       const int64_t end = std::min(received_, fbytes) / 4 * 4;
       if (end > checked_) {
-        const torch::Tensor values = torch::from_blob(const_cast<char*>(base) + checked_,
-                                                      {(end - checked_) / 4}, torch::kFloat32);
-        if (!AllFinite(values)) {
-          const int64_t first =
-              checked_ / 4 +
-              torch::nonzero(torch::isfinite(values).logical_not())[0][0].item<int64_t>();
+        const int64_t bad = FirstNonFinite(base + checked_, (end - checked_) / 4);
+        if (bad >= 0) {
           const int64_t per_row = fbytes / 4 / meta_.rows;  // float32 values per row
           return absl::InvalidArgumentError(
               absl::StrFormat("dataset '%s': row %d has a non-finite feature value (NaN or Inf)",
-                              meta_.name, first / per_row + 1));
+                              meta_.name, (checked_ / 4 + bad) / per_row + 1));
         }
         checked_ = end;
       }
@@ -185,15 +188,12 @@ absl::Status DatasetUpload::CheckReceived(bool all) {
     if (meta_.target_dtype == TargetDType::kFloat32) {
       const int64_t end = fbytes + (received_ - fbytes) / 4 * 4;
       if (end > checked_) {
-        const torch::Tensor values = torch::from_blob(const_cast<char*>(base) + checked_,
-                                                      {(end - checked_) / 4}, torch::kFloat32);
-        if (!AllFinite(values)) {
-          const int64_t first =
-              (checked_ - fbytes) / 4 +
-              torch::nonzero(torch::isfinite(values).logical_not())[0][0].item<int64_t>();
+        const int64_t bad = FirstNonFinite(base + checked_, (end - checked_) / 4);
+        if (bad >= 0) {
+          const int64_t per_row = tbytes / 4 / meta_.rows;
           return absl::InvalidArgumentError(
               absl::StrFormat("dataset '%s': row %d has a non-finite target value (NaN or Inf)",
-                              meta_.name, first / (tbytes / 4 / meta_.rows) + 1));
+                              meta_.name, ((checked_ - fbytes) / 4 + bad) / per_row + 1));
         }
         checked_ = end;
       }
