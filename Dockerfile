@@ -36,7 +36,7 @@ RUN make build BUILD_DIR=build/image CMAKE_ARGS=-DTRAINERD_BUILD_TESTS=OFF JOBS=
     && . build/deps.env \
     && mkdir -p /out/bin /out/lib \
     && cp build/image/server/trainerd build/image/client/trainctl \
-          build/image/server/trainerd-module-check /out/bin/ \
+          build/image/server/trainerd-module-check build/image/server/trainerd-worker /out/bin/ \
     && strip /out/bin/* \
     # LibTorch's libraries and the CUDA libraries they load, in the wheel's layout (libtorch_cuda
     # finds them at $ORIGIN/../../nvidia): no headers, no static libraries, no Python bindings.
@@ -55,7 +55,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
          libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-core1.0 libmicrohttpd12 \
-         libsqlite3-0 libssl3 libyaml-cpp0.7 ca-certificates \
+         libsqlite3-0 libssl3 libyaml-cpp0.7 libseccomp2 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 trainerd \
     && useradd --system --uid 10001 --gid trainerd --home-dir /var/lib/trainerd \

@@ -19,7 +19,7 @@ TORCH_CMAKE_ARGS = -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
 
 # What the sanitizer build runs: the unit and service (integration) tests, and what they start.
 ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metrics_test \
-	service_test store_test job_records_test trainerd_module_check
+	service_test store_test job_records_test trainerd_module_check trainerd_worker
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
 	module_check_fuzz
 

@@ -39,7 +39,7 @@ PROFILE="${TRAINERD_DEPS_PROFILE:-test}"
 APT_PACKAGES=(
   g++ make cmake ninja-build pkg-config python3 python3-venv libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libmicrohttpd-dev libsqlite3-dev libyaml-cpp-dev libeigen3-dev
+  prometheus-cpp-dev libmicrohttpd-dev libsqlite3-dev libyaml-cpp-dev libeigen3-dev libseccomp-dev
 )
 case "$PROFILE" in
   build) ;;

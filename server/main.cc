@@ -105,6 +105,18 @@ ABSL_FLAG(absl::Duration, job_retention, absl::ZeroDuration(),
           "0 keeps them");
 ABSL_FLAG(absl::Duration, torchscript_check_timeout, absl::Seconds(30),
           "how long a submitted module's load and trial forward may take");
+ABSL_FLAG(std::string, worker, "",
+          "the trainerd-worker program in which TorchScript jobs train (untrusted code never runs "
+          "in the daemon); empty: the one next to this executable");
+ABSL_FLAG(absl::Duration, max_job_time, absl::Hours(24),
+          "a TorchScript job's time limit when it gives none (trainctl submit --max-job-time): "
+          "its worker is killed and the job FAILED once it has run this long; 0 for none");
+ABSL_FLAG(absl::Duration, worker_grace, absl::Seconds(5),
+          "how long a TorchScript job's worker may take to stop after a cancel or a shutdown "
+          "asked it to, before it is killed");
+ABSL_FLAG(int64_t, worker_memory_limit_bytes, int64_t{8} << 30,
+          "a CPU TorchScript job's worker's address space beyond its libraries and datasets, in "
+          "bytes; 0 for none");
 
 namespace {
 
@@ -227,6 +239,29 @@ int main(int argc, char** argv) {
     std::cerr << "trainerd: the module checker '" << options.engine.module_checker.program
               << "' cannot be run; install trainerd-module-check beside trainerd, give "
                  "--module_checker, or start with --allow_torchscript=false"
+              << std::endl;
+    return 1;
+  }
+
+  options.engine.worker.program = absl::GetFlag(FLAGS_worker);
+  if (options.engine.worker.program.empty()) {
+    options.engine.worker.program = ExecutableDirectory() + "/trainerd-worker";
+  }
+  options.engine.worker.grace = absl::GetFlag(FLAGS_worker_grace);
+  options.engine.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
+  options.engine.max_job_time = absl::GetFlag(FLAGS_max_job_time);
+  if (options.engine.worker.grace < absl::ZeroDuration() ||
+      options.engine.max_job_time < absl::ZeroDuration() ||
+      options.engine.worker.memory_limit_bytes < 0) {
+    std::cerr << "trainerd: --worker_grace, --max_job_time and --worker_memory_limit_bytes must "
+                 "not be negative\n";
+    return 2;
+  }
+  if (options.engine.allow_torchscript &&
+      access(options.engine.worker.program.c_str(), X_OK) != 0) {
+    std::cerr << "trainerd: the worker '" << options.engine.worker.program
+              << "' cannot be run; install trainerd-worker beside trainerd, give --worker, or "
+                 "start with --allow_torchscript=false"
               << std::endl;
     return 1;
   }

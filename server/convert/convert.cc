@@ -1,6 +1,7 @@
 #include "server/convert/convert.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -292,6 +293,12 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
       return absl::InvalidArgumentError(
           "engine must be ENGINE_AUTO, ENGINE_FUSED or ENGINE_LIBTORCH (or unset for auto)");
   }
+  if (!(spec.max_job_seconds() >= 0) || std::isinf(spec.max_job_seconds())) {
+    return absl::InvalidArgumentError(
+        "max_job_seconds must be a finite number of seconds >= 0 (0 or unset: the daemon's "
+        "default)");
+  }
+  out.max_job_seconds = spec.max_job_seconds();
   return out;
 }
 
@@ -332,6 +339,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_precision(ToProto(spec.precision));
   out.set_priority(ToProto(spec.priority));
   out.set_engine(ToProto(spec.engine));
+  out.set_max_job_seconds(spec.max_job_seconds);
   return out;
 }
 
@@ -388,6 +396,7 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   out.set_engine(r.engine);
   out.set_engine_reason(r.engine_reason);
   out.set_packed_members(r.packed_members);
+  out.set_worker_start_seconds(r.worker_start_seconds);
   switch (r.bound) {
     case engine::SpeedBound::kUnspecified:
       out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
@@ -482,6 +491,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   }
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
+  out.set_cancel_requested(job.cancel_requested);
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
   out.set_sweep_id(job.sweep_id);
   for (const engine::DeviceCostEstimate& e : job.device_estimates) {
@@ -567,6 +577,7 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   out.engine = r.engine();
   out.engine_reason = r.engine_reason();
   out.packed_members = r.packed_members();
+  out.worker_start_seconds = r.worker_start_seconds();
   switch (r.bound()) {
     case v1::DeviceReport::LAUNCH_BOUND:
       out.bound = engine::SpeedBound::kLaunchBound;
@@ -618,6 +629,7 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   }
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
+  out.cancel_requested = job.cancel_requested();
   out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.sweep_id = job.sweep_id();
   for (const v1::DeviceEstimate& e : job.device_estimates()) {

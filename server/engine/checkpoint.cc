@@ -11,6 +11,17 @@
 
 namespace trainerd::engine {
 
+namespace {
+
+CheckpointFiles& Files() {
+  static auto* files = new CheckpointFiles;
+  return *files;
+}
+
+}  // namespace
+
+void SetCheckpointFiles(CheckpointFiles files) { Files() = std::move(files); }
+
 std::string CheckpointFileName(int32_t epoch) { return absl::StrFormat("epoch-%06d.pt", epoch); }
 
 absl::StatusOr<int64_t> WriteCheckpoint(
@@ -55,6 +66,11 @@ absl::StatusOr<int64_t> WriteCheckpoint(
   } catch (const std::exception& e) {
     return absl::InternalError(FirstLineOf(e));
   }
+  if (Files().write) {
+    const absl::Status sent = Files().write(path, bytes);
+    if (!sent.ok()) return sent;
+    return static_cast<int64_t>(bytes.size());
+  }
   const size_t slash = path.find_last_of('/');
   if (slash != std::string::npos) {
     // create_directories only: std::filesystem::remove_all misbehaves in binaries that link
@@ -79,7 +95,17 @@ absl::StatusOr<LoopState> ReadCheckpoint(
   LoopState state;
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path, device);
+    if (Files().read) {
+      absl::StatusOr<std::string> bytes = Files().read(path);
+      if (!bytes.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot resume from checkpoint '", path, "': ", bytes.status().message()));
+      }
+      std::istringstream in(*bytes);
+      archive.load_from(in, device);
+    } else {
+      archive.load_from(path, device);
+    }
     torch::serialize::InputArchive model_archive;
     archive.read(kCheckpointModelKey, model_archive);
     load_model(model_archive);

@@ -47,6 +47,16 @@ struct LoopState {
   int32_t epochs_without_improvement = 0;
 };
 
+// Where checkpoint files go and come from. In the daemon, the file system (the default). A worker
+// process (server/worker/), which may write no file, sends each checkpoint's bytes to the daemon,
+// which alone writes them, and reads the one it resumes from out of what the daemon sent it.
+// Process-wide: set once, before any job runs.
+struct CheckpointFiles {
+  std::function<absl::Status(const std::string& path, const std::string& bytes)> write;
+  std::function<absl::StatusOr<std::string>(const std::string& path)> read;
+};
+void SetCheckpointFiles(CheckpointFiles files);
+
 // Serialises `model`, `optimizer` and `state` into one archive and writes it to `path`
 // atomically (temporary file, fsync, rename, fsync of the folder; the folder and its parents are
 // created when missing). Returns the file's size. Device tensors are copied to the host by the

@@ -21,6 +21,7 @@
 #include "server/engine/dataset_file.h"
 #include "server/engine/device.h"
 #include "server/engine/log.h"
+#include "server/engine/shared_memory.h"
 
 namespace trainerd::engine {
 namespace {
@@ -91,7 +92,15 @@ absl::Status DatasetUpload::AddBlock() {
     // The declared size was checked against the daemon's limits when the upload began; this
     // reserves address space, and the pages are committed as the bytes are written.
     try {
-      buffer_ = torch::empty({meta_.size_bytes}, torch::kUInt8);
+      // On the CPU the buffer becomes the resident dataset: in shared memory, which a
+      // TorchScript job's worker maps read-only instead of receiving a copy.
+      if (registry_->device().is_cpu()) {
+        absl::StatusOr<torch::Tensor> shared = AllocateSharedHostBytes(meta_.size_bytes, meta_.name);
+        if (!shared.ok()) throw std::bad_alloc();
+        buffer_ = *std::move(shared);
+      } else {
+        buffer_ = torch::empty({meta_.size_bytes}, torch::kUInt8);
+      }
     } catch (const std::exception& e) {
       registry_->ReleaseStaging(size);
       return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", meta_.size_bytes,
@@ -408,7 +417,11 @@ absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::MakeResident(
       // The staging buffer becomes the resident storage; the targets start at an offset that
       // need not be aligned for their dtype, so they get their own small buffer.
       dataset->features = ViewAs(fbytes_t, torch::kFloat32, meta.rows, meta.feature_shape);
-      dataset->targets = ViewAs(tbytes_t.clone(), tdtype, meta.rows, meta.target_shape);
+      absl::StatusOr<torch::Tensor> targets =
+          AllocateSharedHostBytes(tbytes_t.numel(), absl::StrCat(meta.name, "-targets"));
+      if (!targets.ok()) return targets.status();
+      targets->copy_(tbytes_t);
+      dataset->targets = ViewAs(*targets, tdtype, meta.rows, meta.target_shape);
     } else {
       // The one host-to-device copy of this dataset's life.
       dataset->features =
@@ -527,8 +540,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::LoadFile(const D
   }
   torch::Tensor staging;
   try {
-    staging = torch::empty({meta.size_bytes},
-                           torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
+    if (device_.is_cpu()) {
+      absl::StatusOr<torch::Tensor> shared = AllocateSharedHostBytes(meta.size_bytes, meta.name);
+      if (!shared.ok()) throw std::bad_alloc();
+      staging = *std::move(shared);
+    } else {
+      staging = torch::empty({meta.size_bytes},
+                             torch::TensorOptions(torch::kUInt8).pinned_memory(device_.is_cuda()));
+    }
   } catch (const std::exception& e) {
     return absl::ResourceExhaustedError(absl::StrCat("no host memory to load dataset '", meta.name,
                                                      "' (", meta.size_bytes, " bytes)"));

@@ -34,6 +34,10 @@
 
 namespace trainerd::engine {
 
+// How many times a TorchScript job is taken up again from the same epoch at a restart before it is
+// FAILED instead (Recover).
+constexpr int kMaxRestartsWithoutProgress = 3;
+
 struct Engine::Impl {
   Impl(const EngineOptions& options, torch::Device device, int64_t memory_budget)
       : options(options),
@@ -58,6 +62,8 @@ struct Engine::Impl {
     out.keep_checkpoints = options.keep_checkpoints;
     out.max_finished_jobs = options.max_finished_jobs;
     out.job_retention = options.job_retention;
+    out.worker = options.worker;
+    out.max_job_time = options.max_job_time;
     return out;
   }
   // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last
@@ -392,6 +398,26 @@ JobHooks Engine::Impl::Hooks() {
                                   job.estimated_memory_bytes, job_device);
   };
   hooks.release = [this](const std::string& id) { datasets.ReleaseJob(id); };
+  // A TorchScript job taken up after a restart: its module checked as at Submit, on the job's
+  // worker thread (a restart serves at once; nothing of the module ran in the daemon meanwhile).
+  hooks.check_module = [this](const JobSnapshot& job,
+                              const TorchScriptJob& module) -> absl::StatusOr<TorchScriptJob> {
+    if (!options.allow_torchscript) {
+      return absl::PermissionDeniedError(
+          "this daemon no longer accepts TorchScript modules (--allow_torchscript=false)");
+    }
+    TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(job.spec.dataset));
+    JobSpec spec = job.spec;
+    spec.torchscript = module.archive;
+    TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
+                              LoadTorchScriptModule(spec, dataset, options.module_checker,
+                                                    absl::InfiniteFuture(), &check_stop));
+    TorchScriptJob checked;
+    checked.archive = module.archive;
+    checked.parameter_count = loaded.parameter_count;
+    checked.checked = true;
+    return checked;
+  };
   hooks.start_report =
       [this](const JobSnapshot& job, const ModelSpec& model,
              const DatasetMeta& dataset) -> std::function<void(const JobSnapshot&, DeviceReport&)> {
@@ -693,7 +719,10 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   TRAINERD_ASSIGN_OR_RETURN(
       JobSnapshot job,
       jobs.Enqueue(std::move(checked.spec), std::move(checked.model), checked.device,
-                   module ? std::move(module->module) : nullptr, caller.owner, module_bytes,
+                   module ? std::make_shared<const TorchScriptJob>(TorchScriptJob{
+                                std::string(module_bytes), module->parameter_count, true})
+                          : nullptr,
+                   caller.owner, module_bytes,
                    checked.estimated_memory_bytes, std::move(checked.device_estimates)));
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
@@ -771,6 +800,13 @@ absl::Status Engine::Impl::Recover() {
   int resumed = 0;
   for (JobSnapshot& job : unfinished) {
     const JobState previous = job.state;
+    // A cancel recorded while it ran: it ends here, whatever stopped the daemon.
+    if (job.cancel_requested) {
+      LogInfo(absl::StrCat("job '", job.id, "' was cancelled before the daemon stopped"));
+      TRAINERD_RETURN_IF_ERROR(jobs.FailUnrecoverable(
+          job, "cancelled (the daemon stopped before the job did)", JobState::kCancelled));
+      continue;
+    }
     // From the last checkpoint the records list whose file is there (a checkpoint is written
     // before its epoch's record, so a crash between the two leaves the earlier one listed).
     ResumePoint resume;
@@ -798,6 +834,24 @@ absl::Status Engine::Impl::Recover() {
       job.samples_per_second = 0;
     }
     job.restarts.push_back(JobRestart{absl::Now(), from, previous});
+    // A TorchScript job taken up again and again from the same point: whatever ends it (its
+    // worker, or the daemon with it) ends it every time. Three times in a row, and it is FAILED
+    // rather than taken up once more, so that a crash loop cannot happen.
+    if (absl::StartsWith(job.spec.model, "torchscript")) {
+      int in_a_row = 0;
+      for (auto it = job.restarts.rbegin(); it != job.restarts.rend() && it->from_epoch == from;
+           ++it) {
+        ++in_a_row;
+      }
+      if (in_a_row >= kMaxRestartsWithoutProgress) {
+        const std::string reason = absl::StrCat(
+            "taken up ", kMaxRestartsWithoutProgress, " times in a row from epoch ", from,
+            " without finishing an epoch; it is not taken up again");
+        LogWarning(absl::StrCat("job '", job.id, "' ", reason));
+        TRAINERD_RETURN_IF_ERROR(jobs.FailUnrecoverable(std::move(job), reason));
+        continue;
+      }
+    }
 
     // What it needs to run again, checked as at Submit.
     auto take_up = [&]() -> absl::Status {
@@ -807,18 +861,18 @@ absl::Status Engine::Impl::Recover() {
       }
       TRAINERD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(job.spec.device));
       ModelSpec model;
-      std::shared_ptr<torch::jit::Module> module;
+      std::shared_ptr<const TorchScriptJob> module;
       if (absl::StartsWith(job.spec.model, "torchscript")) {
-        JobSpec spec_with_module = job.spec;
-        TRAINERD_ASSIGN_OR_RETURN(spec_with_module.torchscript,
-                                  ReadFileToString(jobs.ModuleFilePath(job.id)));
-        // Checked again as code, as at Submit: the file is the job's, but a newer build may refuse
-        // what an older one let through.
-        TRAINERD_ASSIGN_OR_RETURN(
-            LoadedTorchScript loaded,
-            LoadTorchScriptModule(spec_with_module, dataset, options.module_checker,
-                                  absl::InfiniteFuture(), &check_stop));
-        module = std::move(loaded.module);
+        if (!options.allow_torchscript) {
+          return absl::PermissionDeniedError(
+              "this daemon no longer accepts TorchScript modules (--allow_torchscript=false)");
+        }
+        // Checked again as code before it runs, on the job's worker thread: a newer build may
+        // refuse what an older one let through, and the check must not hold up the start.
+        TorchScriptJob unchecked;
+        TRAINERD_ASSIGN_OR_RETURN(unchecked.archive, ReadFileToString(jobs.ModuleFilePath(job.id)));
+        unchecked.checked = false;
+        module = std::make_shared<const TorchScriptJob>(std::move(unchecked));
       } else {
         TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(job.spec, dataset));
       }

@@ -17,6 +17,7 @@
 #include "server/engine/diagnosis_types.h"
 #include "server/engine/job_store.h"
 #include "server/engine/module_sandbox.h"
+#include "server/engine/worker_options.h"
 #include "server/engine/types.h"
 
 namespace trainerd::monitor {
@@ -72,6 +73,10 @@ struct EngineOptions {
   // The separate process that loads and tries a submitted module first (module_sandbox.h), with
   // its time and memory limits. An empty program refuses modules with FAILED_PRECONDITION.
   ModuleCheckerOptions module_checker;
+  // TorchScript jobs train in worker processes (trainerd-worker) started with these options.
+  WorkerOptions worker;
+  // A TorchScript job's time limit when its spec gives none; zero: none (--max_job_time).
+  absl::Duration max_job_time = absl::ZeroDuration();
   // Receives every job's events, in order per job (the Prometheus metrics). Optional.
   std::shared_ptr<JobEventSink> observer;
   // Samples the devices for job reports (utilization, CPU memory) and ListDevices. Optional (the

@@ -25,17 +25,13 @@ namespace {
 // The intra-op threads a job would like (cpu_threads.h), from its FLOPs per step at its batch: the
 // model spec's, or for a TorchScript module (whose FLOPs the daemon does not know) 6 per parameter
 // per row, as a stack of linear layers would cost forward and backward.
-int WantedIntraOpThreads(const ModelSpec& model, const torch::jit::Module* torchscript,
+int WantedIntraOpThreads(const ModelSpec& model, const TorchScriptJob* torchscript,
                          const std::vector<int64_t>& feature_shape, int64_t batch, int cores) {
   double flops = 0.0;
   if (!model.layers.empty()) {
     flops = common::TrainingFlopsPerStep(model, feature_shape, batch);
   } else if (torchscript != nullptr) {
-    double parameters = 0.0;
-    for (const torch::Tensor& p : torchscript->parameters()) {
-      parameters += static_cast<double>(p.numel());
-    }
-    flops = 6.0 * parameters * static_cast<double>(batch);
+    flops = 6.0 * static_cast<double>(torchscript->parameter_count) * static_cast<double>(batch);
   }
   return IntraOpThreadsFor(flops, cores);
 }
@@ -196,7 +192,7 @@ void JobManager::QueueLocked(std::shared_ptr<Record> record) {
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
-                                                std::shared_ptr<torch::jit::Module> torchscript,
+                                                std::shared_ptr<const TorchScriptJob> torchscript,
                                                 std::string owner, std::string_view module_bytes,
                                                 int64_t estimated_memory_bytes,
                                                 std::vector<DeviceCostEstimate> device_estimates) {
@@ -322,7 +318,7 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
 }
 
 absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
-                                 std::shared_ptr<torch::jit::Module> torchscript,
+                                 std::shared_ptr<const TorchScriptJob> torchscript,
                                  ResumePoint resume) {
   job.state = JobState::kQueued;
   job.end_time = absl::InfinitePast();
@@ -362,8 +358,9 @@ absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device
   return absl::OkStatus();
 }
 
-absl::Status JobManager::FailUnrecoverable(JobSnapshot job, const std::string& reason) {
-  job.state = JobState::kFailed;
+absl::Status JobManager::FailUnrecoverable(JobSnapshot job, const std::string& reason,
+                                          JobState state) {
+  job.state = state;
   job.error = reason;
   job.end_time = absl::Now();
   if (store_ != nullptr) return store_->SaveJob(job);
@@ -542,6 +539,7 @@ void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {
 
 absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
   std::shared_ptr<Record> record;
+  bool running = false;
   {
     absl::MutexLock lock(&mu_);
     record = FindLocked(id);
@@ -556,10 +554,28 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
       }
       record->cancel.store(true);
       // A running job (or one its worker has just taken) stops before its next step.
-      if (state == JobState::kRunning || record->claimed) return record->snap;
-      // Queued: take it out of its device's queue; it never runs.
-      workers_.at(record->snap.device)->Remove(id);
+      if (state == JobState::kRunning || record->claimed) {
+        running = true;
+      } else {
+        // Queued: take it out of its device's queue; it never runs.
+        workers_.at(record->snap.device)->Remove(id);
+      }
     }
+  }
+  if (running) {
+    // Recorded before it is answered: a restart ends the job CANCELLED instead of running it
+    // again, even when the daemon dies before the job's worker has stopped.
+    std::lock_guard<std::mutex> order(record->publish_mu);
+    JobSnapshot summary;
+    {
+      absl::MutexLock lock(&mu_);
+      record->snap.cancel_requested = true;
+      summary = SummaryOf(record->snap);
+    }
+    if (store_ != nullptr && !IsTerminal(summary.state)) {
+      if (absl::Status saved = store_->SaveJob(summary); !saved.ok()) return saved;
+    }
+    return summary;
   }
   if (record == nullptr) {
     // Not in memory: it ended (the store has it) or never existed.
@@ -770,6 +786,39 @@ std::vector<std::string> JobManager::TrimCheckpoints(
   return doomed;
 }
 
+bool JobManager::CheckModuleBeforeStart(const std::shared_ptr<Record>& record) {
+  std::shared_ptr<const TorchScriptJob> module;
+  JobSnapshot job;
+  {
+    absl::MutexLock lock(&mu_);
+    module = record->torchscript;
+    if (module == nullptr || module->checked) return true;
+    job = SummaryOf(record->snap);
+  }
+  absl::StatusOr<TorchScriptJob> checked =
+      options_.hooks.check_module
+          ? options_.hooks.check_module(job, *module)
+          : absl::StatusOr<TorchScriptJob>(absl::FailedPreconditionError("no module check"));
+  if (checked.ok()) {
+    absl::MutexLock lock(&mu_);
+    record->torchscript = std::make_shared<const TorchScriptJob>(*std::move(checked));
+    return true;
+  }
+  if (absl::IsUnavailable(checked.status())) return false;  // the daemon stops: it stays queued
+  LogWarning(absl::StrCat("job '", job.id, "' cannot run again after the daemon restarted: ",
+                          checked.status().message()));
+  PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kFailed;
+    snap.error = absl::StrCat("cannot run again after the daemon restarted: ",
+                              checked.status().message());
+    snap.end_time = absl::Now();
+  });
+  RemoveFile(ModuleFilePath(job.id));
+  absl::MutexLock lock(&mu_);
+  record->torchscript.reset();
+  return false;
+}
+
 bool JobManager::StopsBeforeStart(const std::shared_ptr<Record>& record) {
   if (record->cancel.load()) {
     PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
@@ -894,7 +943,7 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   run.model = record->model;
   run.dataset = record->dataset;
   run.validation_dataset = record->validation_dataset;
-  run.torchscript = std::move(record->torchscript);  // the run owns it; freed when it ends
+  state.module = std::move(record->torchscript);  // the run owns it; freed when it ends
   run.device = record->device;
   run.cancel = &record->cancel;
   run.drain = &record->drain;
@@ -974,7 +1023,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     // Drain or shutdown: the job is not over. Its records stay RUNNING (with every epoch and
     // checkpoint published so far) and the next start takes it up again.
     run.validation_dataset.reset();
-    run.torchscript.reset();
+    state.module.reset();
     absl::MutexLock lock(&mu_);
     record->dataset.reset();
     record->validation_dataset.reset();
@@ -996,7 +1045,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   outcome.model_archive.clear();
   outcome.model_archive.shrink_to_fit();
   run.validation_dataset.reset();
-  run.torchscript.reset();
+  state.module.reset();
   {
     absl::MutexLock lock(&mu_);
     record->dataset.reset();
@@ -1027,6 +1076,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   report.engine = outcome.engine;
   report.engine_reason = outcome.engine_reason;
   report.packed_members = state.packed_members;
+  report.worker_start_seconds = state.worker_start_seconds;
   if (state.finish_report) {
     JobSnapshot ended;
     {
@@ -1062,6 +1112,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
 }
 
 void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
+  if (!CheckModuleBeforeStart(shared)) return;
   if (!AcquireDatasets(shared)) return;
   // Whatever way the run ends, the memory and the CPU threads go back and waiting jobs look again:
   // before the job's terminal state is published (so that whoever sees it end sees its memory
@@ -1084,7 +1135,17 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   if (!AcquireThreads(shared, threads)) return;
   if (shared->device.is_cpu()) release.cpu_threads = threads;
   StartedRun started = StartRun(shared, threads, /*packed_members=*/0);
-  TrainingOutcome outcome = RunTraining(started->run);
+  TrainingOutcome outcome;
+  if (started->module != nullptr) {
+    // Untrusted code: trained in a worker process of its own, never in the daemon.
+    const double seconds = started->run.spec.max_job_seconds;
+    const absl::Duration limit =
+        seconds > 0 ? absl::Seconds(seconds) : options_.max_job_time;
+    outcome = RunTrainingInWorker(started->run, shared->snap.id, *started->module, limit,
+                                  options_.worker, &started->worker_start_seconds);
+  } else {
+    outcome = RunTraining(started->run);
+  }
   EndRun(shared, *started, std::move(outcome), [&] { release.Now(); });
 }
 

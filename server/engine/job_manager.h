@@ -25,6 +25,7 @@
 #include "server/engine/job_store.h"
 #include "server/engine/trainer.h"
 #include "server/engine/types.h"
+#include "server/engine/worker_launcher.h"
 
 namespace trainerd::engine {
 
@@ -47,6 +48,11 @@ struct JobHooks {
   std::function<absl::StatusOr<JobDatasets>(const JobSnapshot&)> acquire;
   // Called once the job stops running (ended or interrupted) with what acquire reserved.
   std::function<void(const std::string& job_id)> release;
+  // Called on the worker before a TorchScript job taken up after a restart runs (its module not
+  // yet checked by this build): the module's check as at Submit, off the serving path. An error
+  // fails the job with its sentence.
+  std::function<absl::StatusOr<TorchScriptJob>(const JobSnapshot&, const TorchScriptJob&)>
+      check_module;
 };
 
 struct JobManagerOptions {
@@ -86,6 +92,10 @@ struct JobManagerOptions {
   // their models and checkpoints, after each job ends and at PruneEndedJobs.
   int64_t max_finished_jobs = 0;
   absl::Duration job_retention = absl::ZeroDuration();
+  // TorchScript jobs train in worker processes (worker_launcher.h) started with these options.
+  WorkerOptions worker;
+  // A TorchScript job's time limit when its spec gives none (JobSpec::max_job_seconds); zero: none.
+  absl::Duration max_job_time = absl::ZeroDuration();
 };
 
 // Where a job taken up again at start goes on from.
@@ -123,7 +133,7 @@ class JobManager {
   // UNAVAILABLE after Shutdown or Drain; RESOURCE_EXHAUSTED when max_queued_jobs jobs already
   // wait; INTERNAL when the job cannot be recorded.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
-                                      std::shared_ptr<torch::jit::Module> torchscript = nullptr,
+                                      std::shared_ptr<const TorchScriptJob> torchscript = nullptr,
                                       std::string owner = "", std::string_view module_bytes = {},
                                       int64_t estimated_memory_bytes = 0,
                                       std::vector<DeviceCostEstimate> device_estimates = {});
@@ -139,9 +149,11 @@ class JobManager {
   // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by
   // max_queued_jobs: the daemon had accepted it.
   absl::Status Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
-                       std::shared_ptr<torch::jit::Module> torchscript, ResumePoint resume);
-  // Records a job that cannot be taken up again as FAILED with `reason` (at start).
-  absl::Status FailUnrecoverable(JobSnapshot job, const std::string& reason);
+                       std::shared_ptr<const TorchScriptJob> torchscript, ResumePoint resume);
+  // Records a job that cannot be taken up again as ended (FAILED, or CANCELLED for one whose
+  // cancel was recorded) with `reason` (at start).
+  absl::Status FailUnrecoverable(JobSnapshot job, const std::string& reason,
+                                 JobState state = JobState::kFailed);
 
   // False once Drain or Shutdown began: Enqueue refuses new jobs.
   bool accepting() const;
@@ -196,7 +208,8 @@ class JobManager {
     ModelSpec model;
     std::shared_ptr<const Dataset> dataset;  // acquired when the job starts, released when it ends
     std::shared_ptr<const Dataset> validation_dataset;  // likewise; null when none
-    std::shared_ptr<torch::jit::Module> torchscript;    // likewise; null for a spec-built model
+    // A TorchScript job's module (trained in a worker process); null for a spec-built model.
+    std::shared_ptr<const TorchScriptJob> torchscript;
     torch::Device device = torch::kCPU;
     ResumePoint resume;                  // a job taken up again: where it goes on from
     std::atomic<bool> cancel{false};     // job cancel: stop before the next step, CANCELLED
@@ -219,6 +232,9 @@ class JobManager {
     int threads = 1;
     int32_t packed_members = 0;
     int64_t rows = 0;  // training rows (throughput)
+    // A TorchScript job: its module, trained in a worker process, and that process's start time.
+    std::shared_ptr<const TorchScriptJob> module;
+    double worker_start_seconds = 0.0;
   };
   using StartedRun = std::unique_ptr<StartedRunState>;
   enum class Acquired { kYes, kNotNow, kEnded };
@@ -263,6 +279,9 @@ class JobManager {
   bool AcquireDatasets(const std::shared_ptr<Record>& record);
   // Before a job runs: true when it must not start now, having recorded why (cancelled: ended
   // CANCELLED; the daemon draining or stopping: it stays QUEUED for the next start).
+  // A TorchScript job taken up after a restart: its module's check (JobHooks::check_module) before
+  // it runs. False when the job ended here (FAILED with the check's reason) or the daemon stops.
+  bool CheckModuleBeforeStart(const std::shared_ptr<Record>& record);
   bool StopsBeforeStart(const std::shared_ptr<Record>& record);
   // Fails a job whose worker threw (std::bad_alloc, an observer's exception): the daemon goes on.
   void FailAfterException(const std::shared_ptr<Record>& record, const std::string& what);

@@ -10,6 +10,7 @@
 #include "server/engine/log.h"
 #include "absl/strings/str_join.h"
 #include "common/job_limits.h"
+#include "common/status_macros.h"
 #include "common/table.h"
 #include "server/engine/loss.h"
 #include "server/engine/module_check.h"
@@ -109,24 +110,26 @@ absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
   return probe;
 }
 
+absl::StatusOr<std::shared_ptr<torch::jit::Module>> LoadCheckedModule(std::string_view archive) {
+  TRAINERD_RETURN_IF_ERROR(CheckTorchScriptArchive(archive));
+  TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<torch::jit::Module> module, LoadArchive(archive));
+  TRAINERD_RETURN_IF_ERROR(CheckModuleOperators(*module));
+  TRAINERD_RETURN_IF_ERROR(CountModuleParameters(*module).status());
+  return module;
+}
+
 absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(
     const JobSpec& spec, const DatasetMeta& dataset, const ModuleCheckerOptions& checker,
     absl::Time deadline, const std::atomic<bool>* stop) {
   absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
       checker, spec.torchscript, dataset.feature_shape, dataset.name, deadline, stop);
   if (!probe.ok()) return probe.status();
-  // The checker's word is not trusted for safety: the same checks on the daemon's own copy.
+  // The checker's word is not trusted for safety: the archive check again on the daemon's own
+  // copy (data only; nothing of the module is loaded here).
   absl::Status archive_ok = CheckTorchScriptArchive(spec.torchscript);
   if (!archive_ok.ok()) return archive_ok;
   LoadedTorchScript loaded;
-  absl::StatusOr<std::shared_ptr<torch::jit::Module>> module = LoadArchive(spec.torchscript);
-  if (!module.ok()) return module.status();
-  loaded.module = *std::move(module);
-  absl::Status operators = CheckModuleOperators(*loaded.module);
-  if (!operators.ok()) return operators;
-  absl::StatusOr<int64_t> parameters = CountModuleParameters(*loaded.module);
-  if (!parameters.ok()) return parameters.status();
-  loaded.parameter_count = *parameters;
+  loaded.parameter_count = probe->parameter_count;
   if (loaded.parameter_count > kMaxModelParameters) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the TorchScript module has ", loaded.parameter_count,

@@ -28,12 +28,19 @@ namespace trainerd::engine {
 // The JobSpec::model text a TorchScript job may give instead of an empty one.
 inline constexpr char kTorchScriptModelName[] = "torchscript";
 
-// A module that passed LoadTorchScriptModule, owned by its job (the job trains it in place).
+// What the daemon knows of a module that passed LoadTorchScriptModule. The daemon never loads a
+// submitted module itself (LibTorch trusts an archive's tensor metadata, and the interpreter
+// cannot be interrupted): the job trains it in a worker process (worker_launcher.h), which loads
+// it with LoadCheckedModule.
 struct LoadedTorchScript {
-  std::shared_ptr<torch::jit::Module> module;
-  std::vector<int64_t> output_shape;  // per row, from a forward on a batch of 2 rows
-  int64_t parameter_count = 0;        // values in all parameters
+  std::vector<int64_t> output_shape;  // per row, from the checker's forward on a batch of 2 rows
+  int64_t parameter_count = 0;        // values in all parameters, as the checker counted them
 };
+
+// The worker's load of an archive that the daemon accepted: CheckTorchScriptArchive,
+// torch::jit::load onto the CPU, CheckModuleOperators and at least one parameter, as at the check.
+// Never throws.
+absl::StatusOr<std::shared_ptr<torch::jit::Module>> LoadCheckedModule(std::string_view archive);
 
 // The checker's work on an untrusted archive, for rows shaped `feature_shape`:
 // CheckTorchScriptArchive, torch::jit::load from memory onto the CPU, CheckModuleOperators, at
@@ -46,11 +53,11 @@ absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
                                                    const std::string& dataset_name);
 
 // The daemon's side: runs the checker (RunModuleChecker with `checker`, until `deadline` at the
-// latest), then CheckTorchScriptArchive, torch::jit::load (on the CPU; the worker moves the module
-// to the job's device), CheckModuleOperators, the parameter count against kMaxModelParameters
-// (RESOURCE_EXHAUSTED) and the loss against the probe's output shape (CheckLoss). Blocks for as
-// long as the checker runs (`stop`, when set, ends it with UNAVAILABLE): call it off the gRPC
-// threads. Never throws.
+// latest), then CheckTorchScriptArchive on its own copy of the bytes (which reads the archive's
+// records and pickles as data, never loading them), the checker's parameter count against
+// kMaxModelParameters (RESOURCE_EXHAUSTED) and the loss against the probe's output shape
+// (CheckLoss). Blocks for as long as the checker runs (`stop`, when set, ends it with
+// UNAVAILABLE): call it off the gRPC threads. Never throws.
 absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(
     const JobSpec& spec, const DatasetMeta& dataset, const ModuleCheckerOptions& checker,
     absl::Time deadline, const std::atomic<bool>* stop = nullptr);

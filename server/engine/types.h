@@ -115,6 +115,10 @@ struct JobSpec {
   Precision precision = Precision::kFp32;
   JobPriority priority = JobPriority::kNormal;
   EngineKind engine = EngineKind::kAuto;
+  // > 0: a TorchScript job's worker process is ended (and the job FAILED) after it has run this
+  // many seconds; 0: the daemon's default (--max_job_time). Spec-built jobs are bounded by their
+  // epochs and ignore it.
+  double max_job_seconds = 0.0;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
 };
@@ -182,6 +186,9 @@ struct DeviceReport {
   // The sweep members that trained together with the job as one pack (the job included); 0 when
   // it trained alone.
   int32_t packed_members = 0;
+  // A TorchScript job: the seconds from starting its worker process to the worker's first
+  // message (the process, LibTorch's start and the sandbox); 0 for a job run in the daemon.
+  double worker_start_seconds = 0.0;
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -211,6 +218,9 @@ struct JobSnapshot {
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
   bool stopped_early = false;               // SUCCEEDED before spec.epochs by early stopping
+  // A cancel was asked for while the job ran: recorded before the cancel is answered, so that a
+  // restart ends the job CANCELLED instead of taking it up again.
+  bool cancel_requested = false;
   std::vector<CheckpointInfo> checkpoints;  // oldest first
   DeviceReport report;
   std::vector<JobRestart> restarts;    // oldest first

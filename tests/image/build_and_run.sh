@@ -81,7 +81,7 @@ done
 ls "$MNT"/usr/lib/x86_64-linux-gnu/libpython3* >/dev/null 2>&1 && fail "the image holds libpython"
 [ -f "$MNT/opt/trainerd/lib/torch/lib/libtorch_cuda.so" ] || fail "no libtorch_cuda.so"
 [ -f "$MNT/opt/trainerd/lib/nvidia/cu13/lib/libcudart.so.13" ] || fail "no CUDA runtime"
-for bin in trainerd trainctl trainerd-module-check; do
+for bin in trainerd trainctl trainerd-module-check trainerd-worker; do
   [ -x "$MNT/opt/trainerd/bin/$bin" ] || fail "no /opt/trainerd/bin/$bin"
 done
 log "the image holds the binaries and LibTorch's CUDA libraries, no compiler and no Python; user 10001"

@@ -1,0 +1,30 @@
+// How the daemon runs TorchScript jobs in worker processes (worker_launcher.h), and what it keeps
+// of such a job's module. LibTorch-free, for the engine's options (engine.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace trainerd::engine {
+
+struct WorkerOptions {
+  // The trainerd-worker program (absolute path). Empty: TorchScript jobs fail to start.
+  std::string program;
+  // How long a worker may take to stop after a cancel or an interrupt before it is killed.
+  absl::Duration grace = absl::Seconds(5);
+  // The worker's address space beyond its libraries and the job's datasets (RLIMIT_AS), in bytes;
+  // 0: none. Not applied to GPU jobs (CUDA reserves address space far beyond its use).
+  int64_t memory_limit_bytes = int64_t{8} << 30;
+};
+
+// The job's module and what the checker found; `checked` is false for a job taken up again after a
+// restart (its module is checked again before its worker starts, off the serving path).
+struct TorchScriptJob {
+  std::string archive;
+  int64_t parameter_count = 0;
+  bool checked = true;
+};
+
+}  // namespace trainerd::engine

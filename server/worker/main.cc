@@ -1,0 +1,296 @@
+// trainerd-worker: trains one TorchScript job in a process of its own (see
+// server/engine/worker_launcher.h for the daemon's side and server/worker/sandbox.h for the
+// confinement). The daemon starts it with a socketpair on descriptor 3 and sends the job; the
+// worker maps the job's datasets read-only, warms LibTorch up, locks itself down, and only then
+// parses the module and trains it on the same epoch loop as a job in the daemon (RunTraining),
+// sending each epoch, each checkpoint's bytes and the outcome back.
+//
+// Usage (by the daemon only): trainerd-worker --socket_fd=3
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/checkpoint.h"
+#include "server/engine/dataset_registry.h"
+#include "server/engine/shared_memory.h"
+#include "server/engine/torchscript_module.h"
+#include "server/engine/trainer.h"
+#include "server/engine/worker_protocol.h"
+#include "server/worker/sandbox.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TRAINERD_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TRAINERD_UNDER_ASAN 1
+#endif
+#endif
+
+namespace {
+
+using trainerd::engine::WorkerFrame;
+
+constexpr char kResumeMarker[] = "daemon:resume";
+constexpr char kCheckpointDir[] = "daemon:checkpoints";
+
+// Frames are written by the training thread only; the control thread only reads.
+int g_socket = 3;
+
+int Die(const std::string& why) {
+  std::cerr << "trainerd-worker: " << why << std::endl;
+  return 1;
+}
+
+absl::StatusOr<std::shared_ptr<const trainerd::engine::Dataset>> MapDataset(
+    const trainerd::engine::WorkerDataset& wire, int features_fd, int targets_fd) {
+  absl::StatusOr<torch::Tensor> features =
+      trainerd::engine::MapReadOnly(features_fd, wire.features_region_bytes);
+  absl::StatusOr<torch::Tensor> targets =
+      trainerd::engine::MapReadOnly(targets_fd, wire.targets_region_bytes);
+  if (!features.ok()) return features.status();
+  if (!targets.ok()) return targets.status();
+  const trainerd::engine::DatasetMeta& meta = wire.meta;
+  const int64_t target_bytes = meta.size_bytes - meta.feature_bytes;
+  if (meta.feature_bytes > wire.features_region_bytes - wire.features_offset ||
+      target_bytes > wire.targets_region_bytes - wire.targets_offset) {
+    return absl::InvalidArgumentError("the dataset's tensors lie outside its shared memory");
+  }
+  auto dataset = std::make_shared<trainerd::engine::Dataset>();
+  dataset->meta = meta;
+  std::vector<int64_t> feature_shape = {meta.rows};
+  feature_shape.insert(feature_shape.end(), meta.feature_shape.begin(), meta.feature_shape.end());
+  std::vector<int64_t> target_shape = {meta.rows};
+  target_shape.insert(target_shape.end(), meta.target_shape.begin(), meta.target_shape.end());
+  const auto target_dtype =
+      meta.target_dtype == trainerd::TargetDType::kInt64 ? torch::kInt64 : torch::kFloat32;
+  try {
+    dataset->features = features->narrow(0, wire.features_offset, meta.feature_bytes)
+                            .view(torch::kFloat32)
+                            .reshape(feature_shape);
+    dataset->targets = targets->narrow(0, wire.targets_offset, target_bytes)
+                           .view(target_dtype)
+                           .reshape(target_shape);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("the dataset's shape does not fit its bytes: ",
+                                                   e.what()));
+  }
+  return dataset;
+}
+
+// Loads the libraries and code a job's first steps need (the operators, autograd, an optimizer
+// step, on a GPU the CUDA context), so that nothing needs a file after the lockdown.
+void WarmUp(const torch::Device& device) {
+  torch::manual_seed(0);
+  torch::nn::Linear layer(4, 4);
+  layer->to(device);
+  torch::optim::Adam optimizer(layer->parameters());
+  const torch::Tensor x = torch::ones({2, 4}, torch::TensorOptions().device(device));
+  torch::Tensor loss = torch::nn::functional::cross_entropy(
+      layer(x), torch::zeros({2}, torch::TensorOptions(torch::kInt64).device(device)));
+  loss.backward();
+  optimizer.step();
+  (void)loss.item<float>();
+  std::ostringstream out;
+  torch::save(layer, out);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // First, while the process has one thread: death with the daemon, a network of its own.
+  const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces();
+  if (getppid() == 1) return 1;  // the daemon is already gone
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (absl::StartsWith(arg, "--socket_fd=")) {
+      if (!absl::SimpleAtoi(arg.substr(12), &g_socket)) return Die("bad --socket_fd");
+    } else {
+      return Die(absl::StrCat("unknown argument '", arg, "'"));
+    }
+  }
+
+  // The job (from the daemon, which is trusted; the lengths are still bounded).
+  WorkerFrame type;
+  std::string payload;
+  std::vector<int> fds;
+  absl::Status received = trainerd::engine::ReceiveFrame(g_socket, size_t{64} << 30, &type,
+                                                         &payload, &fds);
+  if (!received.ok() || type != WorkerFrame::kStart) return Die("no job from the daemon");
+  absl::StatusOr<trainerd::engine::WorkerJob> job = trainerd::engine::DecodeWorkerJob(payload);
+  payload.clear();
+  payload.shrink_to_fit();
+  if (!job.ok()) return Die(std::string(job.status().message()));
+  const size_t wanted_fds = job->validation_dataset ? 4 : 2;
+  if (fds.size() != wanted_fds) return Die("the job came without its datasets");
+
+  trainerd::engine::WorkerOutcome failure;
+  failure.state = trainerd::engine::JobState::kFailed;
+  auto report_failure = [&](const std::string& why) {
+    failure.error = why;
+    (void)trainerd::engine::SendFrame(g_socket, WorkerFrame::kOutcome,
+                                      trainerd::engine::EncodeWorkerOutcome(failure));
+    return 0;
+  };
+
+  torch::Device device = torch::kCPU;
+  try {
+    device = torch::Device(job->device);
+  } catch (const std::exception& e) {
+    return report_failure(absl::StrCat("the worker cannot use device '", job->device, "'"));
+  }
+  absl::StatusOr<std::shared_ptr<const trainerd::engine::Dataset>> dataset =
+      MapDataset(job->dataset, fds[0], fds[1]);
+  if (!dataset.ok()) return report_failure(std::string(dataset.status().message()));
+  std::shared_ptr<const trainerd::engine::Dataset> validation;
+  if (job->validation_dataset) {
+    absl::StatusOr<std::shared_ptr<const trainerd::engine::Dataset>> mapped =
+        MapDataset(*job->validation_dataset, fds[2], fds[3]);
+    if (!mapped.ok()) return report_failure(std::string(mapped.status().message()));
+    validation = *std::move(mapped);
+  }
+
+  // LibTorch warm, on one thread: the job's intra-op threads start after the lockdown, so that
+  // they inherit it (Landlock and seccomp bind the threads that exist and their children).
+  at::set_num_threads(1);
+  try {
+    WarmUp(device);
+  } catch (const std::exception& e) {
+    return report_failure(absl::StrCat("the worker cannot start LibTorch on ", job->device, ": ",
+                                       e.what()));
+  }
+  trainerd::worker::SandboxOptions sandbox;
+#ifndef TRAINERD_UNDER_ASAN
+  sandbox.address_space_bytes = job->memory_limit_bytes;
+#endif
+  sandbox.cpu_seconds = job->cpu_seconds;
+  sandbox.gpu = device.is_cuda();
+  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox);
+  if (!locked.ok()) return report_failure(std::string(locked.status().message()));
+  std::vector<std::string> applied = namespaces;
+  applied.insert(applied.end(), locked->begin(), locked->end());
+  if (!trainerd::engine::SendFrame(g_socket, WorkerFrame::kReady, absl::StrJoin(applied, "; "))
+           .ok()) {
+    return 1;
+  }
+
+  // The daemon's requests, on a thread of their own; a daemon that goes away interrupts the job.
+  static std::atomic<bool> cancel{false};
+  static std::atomic<bool> drain{false};
+  static std::atomic<bool> interrupt{false};
+  std::thread control([] {
+    while (true) {
+      WorkerFrame t;
+      std::string p;
+      if (!trainerd::engine::ReceiveFrame(g_socket, 16, &t, &p, nullptr).ok()) {
+        interrupt.store(true);
+        return;
+      }
+      if (t != WorkerFrame::kControl || p.size() != 1) continue;
+      switch (static_cast<trainerd::engine::WorkerControl>(p[0])) {
+        case trainerd::engine::WorkerControl::kCancel:
+          cancel.store(true);
+          break;
+        case trainerd::engine::WorkerControl::kDrain:
+          drain.store(true);
+          break;
+        case trainerd::engine::WorkerControl::kInterrupt:
+          interrupt.store(true);
+          break;
+      }
+    }
+  });
+  control.detach();
+
+  // Checkpoints go to the daemon; the one to resume from came with the job.
+  const std::string resume = std::move(job->resume_checkpoint);
+  trainerd::engine::CheckpointFiles files;
+  files.write = [](const std::string& path, const std::string& bytes) -> absl::Status {
+    const size_t dash = path.rfind("epoch-");
+    int epoch = 0;
+    if (dash == std::string::npos || std::sscanf(path.c_str() + dash, "epoch-%d.pt", &epoch) != 1) {
+      return absl::InternalError(absl::StrCat("not a checkpoint's name: '", path, "'"));
+    }
+    trainerd::engine::WorkerCheckpoint checkpoint{epoch, bytes};
+    return trainerd::engine::SendFrame(g_socket, WorkerFrame::kCheckpoint,
+                                       trainerd::engine::EncodeWorkerCheckpoint(checkpoint));
+  };
+  files.read = [&resume](const std::string& path) -> absl::StatusOr<std::string> {
+    if (path != kResumeMarker) return absl::NotFoundError("only the job's checkpoint can be read");
+    return resume;
+  };
+  trainerd::engine::SetCheckpointFiles(std::move(files));
+
+  // Now the module: checked again, then loaded, inside the sandbox.
+  absl::StatusOr<std::shared_ptr<torch::jit::Module>> module =
+      trainerd::engine::LoadCheckedModule(job->module);
+  job->module.clear();
+  job->module.shrink_to_fit();
+  if (!module.ok()) return report_failure(std::string(module.status().message()));
+
+  trainerd::engine::TrainingRun run;
+  run.spec = job->spec;
+  run.torchscript = *std::move(module);
+  run.dataset = *std::move(dataset);
+  run.validation_dataset = std::move(validation);
+  run.device = device;
+  run.intra_op_threads = job->intra_op_threads;
+  run.flush_denormal = job->flush_denormal;
+  run.cancel = &cancel;
+  run.drain = &drain;
+  run.interrupt = &interrupt;
+  if (!resume.empty()) run.resume_from = kResumeMarker;
+  if (job->checkpoints) run.checkpoint_dir = kCheckpointDir;
+  run.on_epoch = [](const trainerd::engine::EpochResult& epoch, int64_t steps, int64_t syncs) {
+    trainerd::engine::WorkerEpoch message{epoch, steps, syncs};
+    if (!trainerd::engine::SendFrame(g_socket, WorkerFrame::kEpoch,
+                                     trainerd::engine::EncodeWorkerEpoch(message))
+             .ok()) {
+      interrupt.store(true);  // the daemon is gone
+    }
+  };
+  trainerd::engine::TrainingOutcome outcome = trainerd::engine::RunTraining(run);
+  trainerd::engine::WorkerOutcome out;
+  out.state = outcome.state;
+  out.interrupted = outcome.interrupted;
+  out.resumed_steps = outcome.resumed_steps;
+  out.error = outcome.error;
+  out.steps = outcome.steps;
+  out.host_syncs = outcome.host_syncs;
+  out.epochs_done = outcome.epochs_done;
+  out.stopped_early = outcome.stopped_early;
+  out.final_loss = outcome.final_loss;
+  out.wall_seconds = outcome.wall_seconds;
+  out.parameter_count = outcome.parameter_count;
+  out.parameters = std::move(outcome.parameters);
+  out.data_seconds = outcome.data_seconds;
+  out.loop_seconds = outcome.loop_seconds;
+  out.host_transfer_seconds = outcome.host_transfer_seconds;
+  out.loop_host_transfer_seconds = outcome.loop_host_transfer_seconds;
+  out.checkpoint_seconds = outcome.checkpoint_seconds;
+  out.host_to_device_bytes = outcome.host_to_device_bytes;
+  out.peak_memory_bytes = outcome.peak_memory_bytes;
+  out.engine = outcome.engine;
+  out.model_archive = std::move(outcome.model_archive);
+  const absl::Status sent = trainerd::engine::SendFrame(
+      g_socket, WorkerFrame::kOutcome, trainerd::engine::EncodeWorkerOutcome(out));
+  // Without the destructors of LibTorch's globals (the control thread still runs).
+  std::fflush(nullptr);
+  _exit(sent.ok() ? 0 : 1);
+}

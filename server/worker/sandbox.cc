@@ -1,0 +1,272 @@
+// The worker's confinement (sandbox.h).
+#include "server/worker/sandbox.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <link.h>
+#include <linux/landlock.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+// Debian 12's kernel headers (6.1) predate Landlock ABI 3; its bit is fixed by the kernel's ABI.
+#ifndef LANDLOCK_ACCESS_FS_REFER
+#define LANDLOCK_ACCESS_FS_REFER (1ULL << 13)
+#endif
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+
+namespace trainerd::worker {
+namespace {
+
+constexpr uid_t kNobody = 65534;
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat("cannot ", what, ": ", std::strerror(errno)));
+}
+
+bool WriteFile(const char* path, const std::string& text) {
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// The bytes of address space mapped now (/proc/self/statm's first field, in pages).
+int64_t MappedBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0;
+  statm >> pages;
+  return pages * ::sysconf(_SC_PAGESIZE);
+}
+
+absl::Status Limit(int resource, int64_t soft, int64_t hard, const char* name) {
+  const rlimit limit{static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)};
+  if (::setrlimit(resource, &limit) != 0) return Errno(absl::StrCat("set ", name));
+  return absl::OkStatus();
+}
+
+// --- Landlock (no libc wrappers in Debian 12's glibc) -------------------------------------------
+
+int LandlockAbi() {
+  const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0,
+                             LANDLOCK_CREATE_RULESET_VERSION);
+  return abi < 0 ? 0 : static_cast<int>(abi);
+}
+
+uint64_t HandledAccess(int abi) {
+  uint64_t access = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                    LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR |
+                    LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE |
+                    LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR |
+                    LANDLOCK_ACCESS_FS_MAKE_REG | LANDLOCK_ACCESS_FS_MAKE_SOCK |
+                    LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
+                    LANDLOCK_ACCESS_FS_MAKE_SYM;
+  if (abi >= 2) access |= LANDLOCK_ACCESS_FS_REFER;
+  if (abi >= 3) access |= LANDLOCK_ACCESS_FS_TRUNCATE;
+  return access;
+}
+
+int CollectObject(dl_phdr_info* info, size_t, void* data) {
+  auto* dirs = static_cast<std::set<std::string>*>(data);
+  const std::string path = info->dlpi_name == nullptr ? "" : info->dlpi_name;
+  const size_t slash = path.find_last_of('/');
+  if (!path.empty() && path[0] == '/' && slash != std::string::npos && slash > 0) {
+    dirs->insert(path.substr(0, slash));
+  }
+  return 0;
+}
+
+void AllowBeneath(int ruleset, const std::string& path, uint64_t access) {
+  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return;  // not on this machine
+  landlock_path_beneath_attr rule{};
+  rule.allowed_access = access;
+  rule.parent_fd = fd;
+  // A file (rather than a folder) takes only the rights that apply to files.
+  if (::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0) != 0) {
+    rule.allowed_access &= LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE |
+                           LANDLOCK_ACCESS_FS_WRITE_FILE;
+    ::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+  }
+  ::close(fd);
+}
+
+// Reads only of the loaded libraries' folders (and the loader's cache), of the process's own
+// /proc entry and of the CPU's description; writes nowhere (a GPU job: its device files).
+std::string ApplyLandlock(bool gpu) {
+  const int abi = LandlockAbi();
+  if (abi <= 0) return "no Landlock (the kernel has none)";
+  landlock_ruleset_attr attr{};
+  attr.handled_access_fs = HandledAccess(abi);
+  const int ruleset = static_cast<int>(
+      ::syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0));
+  if (ruleset < 0) return absl::StrCat("no Landlock (", std::strerror(errno), ")");
+  const uint64_t read = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR |
+                        LANDLOCK_ACCESS_FS_EXECUTE;
+  std::set<std::string> dirs;
+  dl_iterate_phdr(CollectObject, &dirs);
+  for (const std::string& dir : dirs) AllowBeneath(ruleset, dir, read);
+  AllowBeneath(ruleset, "/etc/ld.so.cache", LANDLOCK_ACCESS_FS_READ_FILE);
+  AllowBeneath(ruleset, "/proc/self", LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR);
+  AllowBeneath(ruleset, "/proc/cpuinfo", LANDLOCK_ACCESS_FS_READ_FILE);
+  AllowBeneath(ruleset, "/proc/meminfo", LANDLOCK_ACCESS_FS_READ_FILE);
+  AllowBeneath(ruleset, "/sys/devices/system/cpu",
+               LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR);
+  if (gpu) {
+    AllowBeneath(ruleset, "/dev", read | LANDLOCK_ACCESS_FS_WRITE_FILE);
+    AllowBeneath(ruleset, "/proc/driver/nvidia", read);
+    AllowBeneath(ruleset, "/sys", read);
+  }
+  const long restricted = ::syscall(SYS_landlock_restrict_self, ruleset, 0);
+  const int err = errno;
+  ::close(ruleset);
+  if (restricted != 0) return absl::StrCat("no Landlock (", std::strerror(err), ")");
+  return absl::StrCat("Landlock ABI ", abi, " (reads: its libraries, /proc/self; writes: ",
+                      gpu ? "the GPU's device files" : "none", ")");
+}
+
+// --- seccomp (libseccomp) -----------------------------------------------------------------------
+
+absl::Status ApplySeccomp() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (ctx == nullptr) return absl::InternalError("cannot start a seccomp filter");
+  const uint32_t deny = SCMP_ACT_ERRNO(EPERM);
+  int rc = 0;
+  auto add = [&](int nr) {
+    if (rc == 0 && nr >= 0) rc = seccomp_rule_add(ctx, deny, nr, 0);
+  };
+  // No network: no new sockets at all (the daemon's socket is inherited).
+  for (int nr : {SCMP_SYS(socket), SCMP_SYS(connect), SCMP_SYS(bind), SCMP_SYS(listen),
+                 SCMP_SYS(accept), SCMP_SYS(accept4)}) {
+    add(nr);
+  }
+  // No programs, no other processes (threads only: clone with CLONE_THREAD; clone3's flags are
+  // behind a pointer, so it is refused as unknown and glibc falls back to clone).
+  for (int nr : {SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork), SCMP_SYS(vfork)}) add(nr);
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, deny, SCMP_SYS(clone), 1,
+                          SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0));
+  }
+  if (rc == 0) rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+  // Signals only to itself (glibc's raise and abort use tgkill on their own process).
+  const pid_t self = ::getpid();
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, deny, SCMP_SYS(kill), 1,
+                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
+  }
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, deny, SCMP_SYS(tgkill), 1,
+                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
+  }
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, deny, SCMP_SYS(rt_sigqueueinfo), 1,
+                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
+  }
+  if (rc == 0) {
+    rc = seccomp_rule_add(ctx, deny, SCMP_SYS(rt_tgsigqueueinfo), 1,
+                          SCMP_A0(SCMP_CMP_NE, static_cast<scmp_datum_t>(self)));
+  }
+  for (int nr : {SCMP_SYS(tkill), SCMP_SYS(pidfd_open), SCMP_SYS(pidfd_send_signal),
+                 SCMP_SYS(pidfd_getfd)}) {
+    add(nr);
+  }
+  // No reaching into other processes or the kernel.
+  for (int nr : {SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev),
+                 SCMP_SYS(mount), SCMP_SYS(umount2), SCMP_SYS(pivot_root), SCMP_SYS(chroot),
+                 SCMP_SYS(unshare), SCMP_SYS(setns), SCMP_SYS(keyctl), SCMP_SYS(add_key),
+                 SCMP_SYS(request_key), SCMP_SYS(bpf), SCMP_SYS(perf_event_open),
+                 SCMP_SYS(init_module), SCMP_SYS(finit_module), SCMP_SYS(delete_module),
+                 SCMP_SYS(kexec_load), SCMP_SYS(kexec_file_load), SCMP_SYS(reboot),
+                 SCMP_SYS(swapon), SCMP_SYS(swapoff), SCMP_SYS(userfaultfd),
+                 SCMP_SYS(io_uring_setup), SCMP_SYS(open_by_handle_at),
+                 SCMP_SYS(name_to_handle_at), SCMP_SYS(personality), SCMP_SYS(acct),
+                 SCMP_SYS(settimeofday), SCMP_SYS(clock_settime), SCMP_SYS(quotactl)}) {
+    add(nr);
+  }
+  if (rc == 0) rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("cannot load the seccomp filter: ", std::strerror(-rc)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<std::string> EnterNamespaces() {
+  std::vector<std::string> applied;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // Root (or CAP_SYS_ADMIN) makes the namespace directly; anyone else through a user namespace of
+  // its own (where the kernel and the container allow one), mapped to its own ids.
+  if (::unshare(CLONE_NEWNET) == 0) {
+    applied.push_back("network namespace");
+    return applied;
+  }
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) {
+    WriteFile("/proc/self/setgroups", "deny");
+    WriteFile("/proc/self/uid_map", absl::StrCat(uid, " ", uid, " 1\n"));
+    WriteFile("/proc/self/gid_map", absl::StrCat(gid, " ", gid, " 1\n"));
+    applied.push_back("network namespace (in a user namespace)");
+    return applied;
+  }
+  applied.push_back(absl::StrCat("no network namespace (", std::strerror(errno),
+                                 "; the seccomp filter still refuses sockets)"));
+  return applied;
+}
+
+absl::StatusOr<std::vector<std::string>> LockDown(const SandboxOptions& options) {
+  std::vector<std::string> applied;
+  if (::geteuid() == 0) {
+    if (::setgroups(0, nullptr) != 0) return Errno("drop supplementary groups");
+    if (::setresgid(kNobody, kNobody, kNobody) != 0) return Errno("become group nobody");
+    if (::setresuid(kNobody, kNobody, kNobody) != 0) return Errno("become user nobody");
+    applied.push_back("user nobody");
+  }
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("set no_new_privs");
+  applied.push_back("no new privileges");
+  ::prctl(PR_SET_DUMPABLE, 0);
+  absl::Status limited = Limit(RLIMIT_CORE, 0, 0, "RLIMIT_CORE");
+  if (limited.ok()) limited = Limit(RLIMIT_FSIZE, 0, 0, "RLIMIT_FSIZE");
+  if (limited.ok()) {
+    limited = Limit(RLIMIT_NOFILE, options.max_open_files, options.max_open_files, "RLIMIT_NOFILE");
+  }
+  if (limited.ok() && options.cpu_seconds > 0) {
+    limited = Limit(RLIMIT_CPU, options.cpu_seconds, options.cpu_seconds + 5, "RLIMIT_CPU");
+  }
+  if (limited.ok() && options.address_space_bytes > 0) {
+    const int64_t limit = MappedBytes() + options.address_space_bytes;
+    limited = Limit(RLIMIT_AS, limit, limit, "RLIMIT_AS");
+  }
+  if (!limited.ok()) return limited;
+  applied.push_back(absl::StrCat(
+      "limits (no core, no file writes, ", options.max_open_files, " files",
+      options.cpu_seconds > 0 ? absl::StrCat(", ", options.cpu_seconds, " s of CPU") : "",
+      options.address_space_bytes > 0
+          ? absl::StrCat(", ", options.address_space_bytes >> 20, " MiB of address space")
+          : "",
+      ")"));
+  applied.push_back(ApplyLandlock(options.gpu));
+  if (absl::Status filtered = ApplySeccomp(); !filtered.ok()) return filtered;
+  applied.push_back("seccomp (no sockets, processes, programs, foreign signals or tracing)");
+  return applied;
+}
+
+}  // namespace trainerd::worker
