@@ -227,6 +227,10 @@ std::vector<FlagSpec> SubmitFlags() {
            "auto, fused or libtorch: how the steps run; auto takes\n"
            "the fused path (small MLPs, no per-operator overhead)\n"
            "when the job qualifies (default auto)"},
+          {"max-job-time", "T",
+           "a --torchscript job's time limit, in seconds or as a\n"
+           "duration (90m): its worker is killed and the job FAILED\n"
+           "past it (default: the daemon's --max_job_time, 24h)"},
           {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
           {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}};
 }

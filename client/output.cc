@@ -833,6 +833,12 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   if (report.intra_op_threads() > 0) {
     lines.push_back({"threads", absl::StrCat(report.intra_op_threads(), " intra-op")});
   }
+  // A TorchScript job trains in a sandboxed worker process: what starting it cost.
+  if (report.worker_start_seconds() > 0) {
+    lines.push_back({"worker start",
+                     absl::StrFormat("%.3f s (a sandboxed process of its own)",
+                                     report.worker_start_seconds())});
+  }
   // A sweep member trained in a pack: the times and speeds above are the pack's.
   if (report.packed_members() > 0) {
     lines.push_back(

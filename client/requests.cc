@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "common/csv_reader.h"
 #include "common/dataset_header.h"
 #include "common/file_io.h"
@@ -449,6 +450,22 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(v1::Engine engine, ParseEngine(invocation.Get("engine", "auto")));
   spec.set_engine(engine);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
+  if (invocation.Has("max-job-time")) {
+    const std::string value = invocation.Get("max-job-time");
+    double seconds = 0;
+    absl::Duration duration;
+    if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds)) {
+      duration = absl::Seconds(seconds);
+    } else if (!absl::ParseDuration(value, &duration)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--max-job-time: '", value, "' is not a number of seconds (or a duration like 90m)"));
+    }
+    if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--max-job-time must be a positive, finite time, got '", value, "'"));
+    }
+    spec.set_max_job_seconds(absl::ToDoubleSeconds(duration));
+  }
   if (invocation.Has("seed")) {
     TRAINERD_ASSIGN_OR_RETURN(uint64_t seed, invocation.GetUint("seed", 0));
     spec.set_seed(seed);

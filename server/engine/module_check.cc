@@ -29,8 +29,11 @@ namespace {
 // files), anything that views raw memory with caller-chosen strides or offsets (as_strided,
 // set_, _unsafe_view, empty_strided), reseeding or changing global state (manual_seed,
 // _set_grad_enabled), quantized and sparse constructors that trust their arguments, prim::Print
-// (writes to the daemon's output) and every operator outside the aten and prim namespaces
-// (custom operators are native code).
+// and aten::warn (they write to the log: a module could forge the daemon's lines), allocations
+// that leave memory uninitialised (empty, empty_like, new_empty: a module could copy whatever
+// the allocator last held into its parameters and out with the trained model; zeros and
+// zeros_like do the same job) and every operator outside the aten and prim namespaces (custom
+// operators are native code).
 constexpr std::string_view kAllowedOperators[] = {
     "aten::Bool",
     "aten::Float",
@@ -151,8 +154,6 @@ constexpr std::string_view kAllowedOperators[] = {
     "aten::elu_",
     "aten::embedding",
     "aten::embedding_bag",
-    "aten::empty",
-    "aten::empty_like",
     "aten::eq",
     "aten::equal",
     "aten::erf",
@@ -375,7 +376,6 @@ constexpr std::string_view kAllowedOperators[] = {
     "aten::var",
     "aten::view",
     "aten::view_as",
-    "aten::warn",
     "aten::where",
     "aten::zero_",
     "aten::zeros",
