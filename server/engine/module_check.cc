@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "server/engine/log.h"
+#include "server/engine/pickle_check.h"
 #include "common/job_limits.h"
 
 namespace trainerd::engine {
@@ -542,6 +543,27 @@ absl::Status CheckTorchScriptArchive(std::string_view archive) {
                          " bytes"));
       }
       total += size;
+    }
+    // The pickles' opcodes, globals and every tensor's metadata against its storage record, before
+    // LibTorch (which trusts them) ever reads them.
+    for (const std::string dir : {"data", "constants"}) {
+      const std::string pickle_name = dir + ".pkl";
+      if (!reader->hasRecord(pickle_name)) {
+        if (dir == "data") {
+          return absl::InvalidArgumentError(
+              "the TorchScript archive has no data.pkl: it is not a module saved by torch.jit.save");
+        }
+        continue;
+      }
+      auto [data, size] = reader->getRecord(pickle_name);
+      const StorageSizeLookup sizes = [&](std::string_view key) -> std::optional<int64_t> {
+        const std::string name = absl::StrCat(dir, "/", View(key));
+        if (!reader->hasRecord(name)) return std::nullopt;
+        return static_cast<int64_t>(reader->getRecordSize(name));
+      };
+      const absl::Status pickle = CheckTorchScriptPickle(
+          std::string_view(static_cast<const char*>(data.get()), size), pickle_name, sizes);
+      if (!pickle.ok()) return pickle;
     }
     for (const std::string& name : records) {
       // Code (.py), its debug tables and the pickles (data.pkl, constants.pkl) name every class
