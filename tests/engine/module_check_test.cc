@@ -99,6 +99,35 @@ TEST(AllowListTest, TensorOperationsAreAllowedAndFileAccessIsNot) {
   EXPECT_FALSE(IsAllowedOperator("my_ops::anything"));
 }
 
+TEST(AllowListTest, LogWritesAndUninitialisedAllocationsAreNot) {
+  EXPECT_FALSE(IsAllowedOperator("aten::warn"));
+  EXPECT_FALSE(IsAllowedOperator("aten::empty"));
+  EXPECT_FALSE(IsAllowedOperator("aten::empty_like"));
+  EXPECT_FALSE(IsAllowedOperator("aten::new_empty"));
+  EXPECT_TRUE(IsAllowedOperator("aten::zeros"));
+  EXPECT_TRUE(IsAllowedOperator("aten::zeros_like"));
+}
+
+TEST(CheckModuleOperatorsTest, UninitialisedMemoryAndForgedLogLinesAreRefused) {
+  // Only in training mode, where the checker's trial forward never goes: the walk sees it anyway.
+  const torch::jit::Module leaks = MakeModule(
+      "def forward(self, x):\n"
+      "  if self.training:\n"
+      "    x = x + 0.0 * torch.empty_like(x)\n"
+      "  return torch.linear(x, self.w, self.b)\n");
+  absl::Status status = CheckModuleOperators(leaks);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("aten::empty_like"));
+  const torch::jit::Module forges = MakeModule(
+      "def forward(self, x):\n"
+      "  if self.training:\n"
+      "    torch.warn('I1202 trainerd] job SUCCEEDED')\n"
+      "  return torch.linear(x, self.w, self.b)\n");
+  status = CheckModuleOperators(forges);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(status.message(), HasSubstr("aten::warn"));
+}
+
 TEST(CheckGraphOperatorsTest, CustomOperatorIsRefusedByName) {
   auto graph = std::make_shared<torch::jit::Graph>();
   torch::jit::Value* x = graph->addInput("x");

@@ -1,0 +1,461 @@
+// Tests for TorchScript jobs in worker processes: the protocol's codecs against hostile bytes
+// (server/engine/worker_protocol.h), the shared memory the datasets travel in
+// (server/engine/shared_memory.h), and RunTrainingInWorker with the real trainerd-worker
+// (server/engine/worker_launcher.h): the same losses as in the daemon, bit for bit, and modules
+// that loop, allocate or crash only in training mode, which the checker's trial forward (eval
+// mode) cannot see, ending their jobs alone.
+#include "server/engine/worker_launcher.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "server/engine/shared_memory.h"
+#include "server/engine/torchscript_module.h"
+#include "server/engine/worker_protocol.h"
+#include "tests/engine/engine_test_support.h"
+
+namespace trainerd::engine {
+namespace {
+
+using test_support::EngineFixture;
+using test_support::Losses;
+using test_support::SeedSpec;
+using test_support::SeedTable;
+using test_support::Upload;
+using test_support::WaitForEnd;
+using ::testing::HasSubstr;
+
+// ---- The protocol --------------------------------------------------------------------------
+
+WorkerJob SampleJob() {
+  WorkerJob job;
+  job.job_id = "job-1";
+  job.spec = SeedSpec("seed");
+  job.spec.weight_decay = 0.25;
+  job.spec.validation_fraction = 0.125;
+  job.spec.max_job_seconds = 3.5;
+  job.spec.precision = Precision::kBf16;
+  job.device = "cpu";
+  job.intra_op_threads = 2;
+  job.checkpoints = true;
+  job.dataset.meta.name = "seed";
+  job.dataset.meta.feature_shape = {1, 28, 28};
+  job.dataset.meta.target_shape = {};
+  job.dataset.meta.target_dtype = TargetDType::kInt64;
+  job.dataset.meta.rows = 10;
+  job.dataset.meta.size_bytes = 10 * 784 * 4 + 80;
+  job.dataset.meta.feature_bytes = 10 * 784 * 4;
+  job.dataset.features_region_bytes = 10 * 784 * 4;
+  job.dataset.targets_region_bytes = 80;
+  job.module = std::string("PK\x03\x04 module bytes", 18);
+  job.resume_checkpoint = "checkpoint";
+  job.memory_limit_bytes = 1 << 30;
+  job.cpu_seconds = 100;
+  return job;
+}
+
+TEST(WorkerProtocolTest, AJobCrossesExactly) {
+  const WorkerJob job = SampleJob();
+  absl::StatusOr<WorkerJob> back = DecodeWorkerJob(EncodeWorkerJob(job));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->job_id, "job-1");
+  EXPECT_EQ(back->spec.learning_rate, job.spec.learning_rate);
+  EXPECT_EQ(back->spec.weight_decay, 0.25);
+  EXPECT_FALSE(back->spec.beta1.has_value());
+  EXPECT_EQ(back->spec.seed, job.spec.seed);
+  EXPECT_EQ(back->spec.validation_fraction, 0.125);
+  EXPECT_EQ(back->spec.max_job_seconds, 3.5);
+  EXPECT_EQ(back->spec.precision, Precision::kBf16);
+  EXPECT_EQ(back->dataset.meta.feature_shape, (std::vector<int64_t>{1, 28, 28}));
+  EXPECT_EQ(back->dataset.meta.target_dtype, TargetDType::kInt64);
+  EXPECT_EQ(back->module, job.module);
+  EXPECT_EQ(back->resume_checkpoint, "checkpoint");
+  EXPECT_EQ(back->cpu_seconds, 100);
+}
+
+TEST(WorkerProtocolTest, EveryCutOfAnOutcomeIsRefusedNeverReadPast) {
+  WorkerOutcome outcome;
+  outcome.state = JobState::kSucceeded;
+  outcome.error = "";
+  outcome.steps = 700;
+  outcome.epochs_done = 7;
+  outcome.final_loss = 0.0123456789;
+  outcome.parameters.push_back(ParameterValues{"w", {1, 1}, {2.5f}});
+  outcome.model_archive = "PK model";
+  const std::string bytes = EncodeWorkerOutcome(outcome);
+  absl::StatusOr<WorkerOutcome> whole = DecodeWorkerOutcome(bytes, /*max_epochs=*/7);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->final_loss, 0.0123456789);
+  EXPECT_EQ(whole->parameters.at(0).values, std::vector<float>{2.5f});
+  EXPECT_EQ(whole->model_archive, "PK model");
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    EXPECT_FALSE(DecodeWorkerOutcome(bytes.substr(0, cut), 7).ok()) << "cut at " << cut;
+  }
+  EXPECT_FALSE(DecodeWorkerOutcome(bytes + "x", 7).ok());
+  // More epochs than the job has, or a state out of range, are lies.
+  EXPECT_FALSE(DecodeWorkerOutcome(bytes, /*max_epochs=*/6).ok());
+  std::string bad_state = bytes;
+  bad_state[0] = 9;
+  EXPECT_FALSE(DecodeWorkerOutcome(bad_state, 7).ok());
+}
+
+TEST(WorkerProtocolTest, DeclaredLengthsBeyondThePayloadAreRefusedBeforeAllocating) {
+  WireWriter w;
+  w.I64(int64_t{1} << 60);  // a string's length: an exabyte
+  WireReader r(w.bytes());
+  absl::StatusOr<std::string> s = r.Str(size_t{1} << 62);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("declares a string of"));
+  WireWriter list;
+  list.I64(-1);
+  WireReader lr(list.bytes());
+  EXPECT_FALSE(lr.I64s(64).ok());
+}
+
+TEST(WorkerProtocolTest, AFrameOverTheBoundIsRefusedAtItsHeader) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  ASSERT_TRUE(SendFrame(pair[1], WorkerFrame::kEpoch, std::string(1000, 'x')).ok());
+  FrameAssembler frames(/*max_payload=*/100);
+  bool closed = false;
+  absl::Status read = frames.ReadAvailable(pair[0], &closed);
+  EXPECT_FALSE(read.ok());
+  EXPECT_THAT(read.message(), HasSubstr("at most 100"));
+  close(pair[1]);
+  close(pair[0]);
+  // Bytes that are no frame at all.
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  ASSERT_EQ(write(pair[1], "GET / HTTP/1.1\r\n\r\n", 18), 18);
+  FrameAssembler junk(100);
+  EXPECT_FALSE(junk.ReadAvailable(pair[0], &closed).ok());
+  close(pair[1]);
+  close(pair[0]);
+}
+
+TEST(WorkerProtocolTest, FramesArriveWholeWhateverTheReadsCut) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, pair), 0);
+  WorkerEpoch epoch;
+  epoch.epoch.epoch = 3;
+  epoch.epoch.loss = 0.5;
+  epoch.steps = 30;
+  const std::string payload = EncodeWorkerEpoch(epoch);
+  ASSERT_TRUE(SendFrame(pair[1], WorkerFrame::kEpoch, payload).ok());
+  ASSERT_TRUE(SendFrame(pair[1], WorkerFrame::kReady, "sandbox").ok());
+  close(pair[1]);
+  FrameAssembler frames(1 << 20);
+  bool closed = false;
+  while (!closed) ASSERT_TRUE(frames.ReadAvailable(pair[0], &closed).ok());
+  WorkerFrame type;
+  std::string got;
+  ASSERT_TRUE(frames.Next(&type, &got));
+  EXPECT_EQ(type, WorkerFrame::kEpoch);
+  absl::StatusOr<WorkerEpoch> back = DecodeWorkerEpoch(got);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->epoch.epoch, 3);
+  EXPECT_EQ(back->steps, 30);
+  ASSERT_TRUE(frames.Next(&type, &got));
+  EXPECT_EQ(type, WorkerFrame::kReady);
+  EXPECT_EQ(got, "sandbox");
+  EXPECT_FALSE(frames.Next(&type, &got));
+  close(pair[0]);
+}
+
+// ---- Shared memory -------------------------------------------------------------------------
+
+TEST(SharedMemoryTest, TheWorkersDescriptorCanNeitherWriteNorMapForWriting) {
+  absl::StatusOr<torch::Tensor> bytes = AllocateSharedHostBytes(4096, "test");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  bytes->fill_(7);
+  std::optional<SharedRegion> region = FindSharedRegion(bytes->data_ptr(), 4096);
+  ASSERT_TRUE(region.has_value());
+  EXPECT_EQ(region->offset, 0);
+  const int fd = ReadOnlyDescriptor(*region);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0), MAP_FAILED);
+  EXPECT_EQ(errno, EACCES);
+  EXPECT_LT(write(fd, "x", 1), 0);
+  absl::StatusOr<torch::Tensor> mapped = MapReadOnly(fd, 4096);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(mapped->data_ptr<uint8_t>()[100], 7);
+  // The same pages: a write in the daemon is seen through the mapping, no copy was made.
+  bytes->data_ptr<uint8_t>()[100] = 9;
+  EXPECT_EQ(mapped->data_ptr<uint8_t>()[100], 9);
+  EXPECT_NE(mapped->data_ptr(), bytes->data_ptr());
+  // A view into the region is found with its offset; a range past it is not.
+  ASSERT_TRUE(FindSharedRegion(bytes->data_ptr<uint8_t>() + 1000, 100).has_value());
+  EXPECT_EQ(FindSharedRegion(bytes->data_ptr<uint8_t>() + 1000, 100)->offset, 1000);
+  EXPECT_FALSE(FindSharedRegion(bytes->data_ptr<uint8_t>() + 4000, 200).has_value());
+  const void* base = bytes->data_ptr();
+  *bytes = torch::Tensor();
+  EXPECT_FALSE(FindSharedRegion(base, 1).has_value());
+}
+
+// ---- RunTrainingInWorker ------------------------------------------------------------------
+
+// "Net": torch.linear(x, w, b) with w [1, 1] and b [1], and `extra` TorchScript run before the
+// linear layer in training mode only (the checker tries the module in eval mode).
+std::string ModuleBytes(const std::string& training_only = "") {
+  torch::manual_seed(5);
+  torch::jit::Module m("Net");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w", torch::randn({1, 1}), /*is_buffer=*/false);
+  m.register_parameter("b", torch::zeros({1}), /*is_buffer=*/false);
+  m.define(absl::StrCat("def forward(self, x):\n", "  if self.training:\n",
+                        training_only.empty() ? "    pass\n" : training_only,
+                        "  return torch.linear(x, self.w, self.b)\n"));
+  std::ostringstream out;
+  m.save(out);
+  return out.str();
+}
+
+constexpr char kLoopsInTraining[] =
+    "    i = 0\n"
+    "    while i >= 0:\n"
+    "      i = i + 1\n";
+
+constexpr char kAllocatesInTraining[] =
+    "    z = torch.ones([1000000, 1000000])\n"
+    "    x = x + z.sum()\n";
+
+// The seed data, y = 2x + 1 on 200 rows, in the daemon's shared memory (as the registry holds a
+// CPU dataset) or in ordinary memory.
+std::shared_ptr<const Dataset> SeedDataset(bool shared) {
+  const int64_t rows = 200;
+  torch::Tensor x = torch::linspace(-1, 1, rows).view({rows, 1});
+  torch::Tensor y = 2 * x + 1;
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "seed";
+  dataset->meta.feature_shape = {1};
+  dataset->meta.target_shape = {1};
+  dataset->meta.rows = rows;
+  dataset->meta.feature_bytes = rows * 4;
+  dataset->meta.size_bytes = rows * 8;
+  if (shared) {
+    torch::Tensor fb = *AllocateSharedHostBytes(rows * 4, "f");
+    torch::Tensor tb = *AllocateSharedHostBytes(rows * 4, "t");
+    dataset->features = fb.view(torch::kFloat32).view({rows, 1});
+    dataset->targets = tb.view(torch::kFloat32).view({rows, 1});
+    dataset->features.copy_(x);
+    dataset->targets.copy_(y);
+  } else {
+    dataset->features = x;
+    dataset->targets = y;
+  }
+  return dataset;
+}
+
+TrainingRun ModuleRun(bool shared) {
+  TrainingRun run;
+  run.spec = SeedSpec("seed");
+  run.spec.model = "torchscript";
+  run.spec.epochs = 20;
+  run.spec.seed = 7;
+  run.dataset = SeedDataset(shared);
+  run.intra_op_threads = 1;
+  return run;
+}
+
+WorkerOptions WorkerSettings(int pool = 0) {
+  WorkerOptions options;
+  options.program = TRAINERD_WORKER;
+  options.grace = absl::Seconds(2);
+  options.pool = pool;
+  return options;
+}
+
+// Fresh workers for each job (the pool's own test below keeps one warm).
+WorkerPool& Worker() {
+  static auto* pool = new WorkerPool(WorkerSettings());
+  return *pool;
+}
+
+struct Recorded {
+  std::vector<double> losses;
+  std::vector<int64_t> syncs;
+};
+
+TEST(RunTrainingInWorkerTest, GivesTheInProcessLossesBitForBit) {
+  const std::string bytes = ModuleBytes();
+  TrainingRun in_process = ModuleRun(/*shared=*/false);
+  Recorded here;
+  in_process.on_epoch = [&](const EpochResult& e, int64_t, int64_t syncs) {
+    here.losses.push_back(e.loss);
+    here.syncs.push_back(syncs);
+  };
+  absl::StatusOr<std::shared_ptr<torch::jit::Module>> module = LoadCheckedModule(bytes);
+  ASSERT_TRUE(module.ok()) << module.status();
+  in_process.torchscript = *module;
+  const TrainingOutcome expected = RunTraining(in_process);
+  ASSERT_EQ(expected.state, JobState::kSucceeded) << expected.error;
+
+  for (bool shared : {true, false}) {
+    TrainingRun run = ModuleRun(shared);
+    Recorded there;
+    run.on_epoch = [&](const EpochResult& e, int64_t, int64_t syncs) {
+      there.losses.push_back(e.loss);
+      there.syncs.push_back(syncs);
+    };
+    double started = -1;
+    const TrainingOutcome outcome = RunTrainingInWorker(
+        run, "job-test", TorchScriptJob{bytes, 2, true}, absl::ZeroDuration(), Worker(), &started);
+    ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+    EXPECT_EQ(there.losses, here.losses) << "shared " << shared;  // exactly, not nearly
+    EXPECT_EQ(there.syncs, here.syncs);  // one transfer per epoch, as in the daemon
+    EXPECT_EQ(outcome.host_syncs, expected.host_syncs);
+    EXPECT_EQ(outcome.final_loss, expected.final_loss);
+    ASSERT_EQ(outcome.parameters.size(), expected.parameters.size());
+    EXPECT_EQ(outcome.parameters[0].values, expected.parameters[0].values);
+    EXPECT_EQ(outcome.model_archive.substr(0, 2), "PK");
+    EXPECT_GT(started, 0.0);
+  }
+}
+
+TEST(RunTrainingInWorkerTest, ALoopInTrainingModeIsKilledAtTheTimeLimit) {
+  TrainingRun run = ModuleRun(true);
+  const auto start = std::chrono::steady_clock::now();
+  const TrainingOutcome outcome =
+      RunTrainingInWorker(run, "job-loop", TorchScriptJob{ModuleBytes(kLoopsInTraining), 2, true},
+                          absl::Seconds(2), Worker(), nullptr);
+  EXPECT_EQ(outcome.state, JobState::kFailed);
+  EXPECT_THAT(outcome.error, HasSubstr("ran past its time limit of 2s"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST(RunTrainingInWorkerTest, ACancelThatTheLoopNeverSeesKillsTheWorkerAfterTheGrace) {
+  TrainingRun run = ModuleRun(true);
+  std::atomic<bool> cancel{false};
+  run.cancel = &cancel;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    cancel.store(true);
+  });
+  const TrainingOutcome outcome =
+      RunTrainingInWorker(run, "job-loop", TorchScriptJob{ModuleBytes(kLoopsInTraining), 2, true},
+                          absl::ZeroDuration(), Worker(), nullptr);
+  canceller.join();
+  EXPECT_EQ(outcome.state, JobState::kCancelled);
+  EXPECT_THAT(outcome.error, HasSubstr("did not stop within 2s and was killed"));
+}
+
+TEST(RunTrainingInWorkerTest, AnInterruptThatTheLoopNeverSeesLeavesTheJobToResume) {
+  TrainingRun run = ModuleRun(true);
+  std::atomic<bool> interrupt{true};
+  run.interrupt = &interrupt;
+  const TrainingOutcome outcome =
+      RunTrainingInWorker(run, "job-loop", TorchScriptJob{ModuleBytes(kLoopsInTraining), 2, true},
+                          absl::ZeroDuration(), Worker(), nullptr);
+  EXPECT_TRUE(outcome.interrupted);
+}
+
+TEST(RunTrainingInWorkerTest, AHugeAllocationInTrainingModeFailsTheJobAlone) {
+  TrainingRun run = ModuleRun(true);
+  const TrainingOutcome outcome = RunTrainingInWorker(
+      run, "job-alloc", TorchScriptJob{ModuleBytes(kAllocatesInTraining), 2, true},
+      absl::ZeroDuration(), Worker(), nullptr);
+  EXPECT_EQ(outcome.state, JobState::kFailed);
+  EXPECT_FALSE(outcome.error.empty());
+  // The next job runs at once.
+  TrainingRun next = ModuleRun(true);
+  EXPECT_EQ(RunTrainingInWorker(next, "job-next", TorchScriptJob{ModuleBytes(), 2, true},
+                                absl::ZeroDuration(), Worker(), nullptr)
+                .state,
+            JobState::kSucceeded);
+}
+
+TEST(RunTrainingInWorkerTest, AWorkerThatCannotStartFailsTheJobNamingIt) {
+  TrainingRun run = ModuleRun(true);
+  WorkerOptions options = WorkerSettings();
+  options.program = "/nonexistent/trainerd-worker";
+  WorkerPool pool(options);
+  const TrainingOutcome outcome = RunTrainingInWorker(
+      run, "job-x", TorchScriptJob{ModuleBytes(), 2, true}, absl::ZeroDuration(), pool, nullptr);
+  EXPECT_EQ(outcome.state, JobState::kFailed);
+  EXPECT_THAT(outcome.error, HasSubstr("/nonexistent/trainerd-worker"));
+}
+
+TEST(WorkerPoolTest, AWarmWorkerServesOneJobAndAFreshOneWaitsForTheNext) {
+  WorkerPool pool(WorkerSettings(/*pool=*/1));
+  const std::string bytes = ModuleBytes();
+  std::vector<double> first_losses;
+  for (int i = 0; i < 3; ++i) {
+    TrainingRun run = ModuleRun(true);
+    std::vector<double> losses;
+    run.on_epoch = [&](const EpochResult& e, int64_t, int64_t) { losses.push_back(e.loss); };
+    double started = -1;
+    const TrainingOutcome outcome = RunTrainingInWorker(
+        run, "job-pool", TorchScriptJob{bytes, 2, true}, absl::ZeroDuration(), pool, &started);
+    ASSERT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+    if (i == 0) first_losses = losses;
+    // Each job gets a process of its own, warm or not: the same losses every time.
+    EXPECT_EQ(losses, first_losses);
+    EXPECT_GE(started, 0.0);
+  }
+}
+
+// ---- Through the engine --------------------------------------------------------------------
+
+class WorkerJobsTest : public EngineFixture {
+ protected:
+  void SetUp() override {
+    EngineFixture::SetUp();
+    ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  }
+  JobSpec Spec(const std::string& training_only = "") const {
+    JobSpec spec = SeedSpec("seed");
+    spec.model = "";
+    spec.epochs = 5;
+    spec.torchscript = ModuleBytes(training_only);
+    return spec;
+  }
+};
+
+TEST_F(WorkerJobsTest, ALoopingJobIsCancelledAndTheNextJobRuns) {
+  absl::StatusOr<JobSnapshot> looping = engine_->SubmitJob(Spec(kLoopsInTraining));
+  ASSERT_TRUE(looping.ok()) << looping.status();
+  // Wait until it runs, then cancel: the worker never reads the flag, so it is killed.
+  for (int i = 0; i < 600; ++i) {
+    absl::StatusOr<JobSnapshot> now = engine_->GetJob(looping->id);
+    ASSERT_TRUE(now.ok());
+    if (now->state == JobState::kRunning) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  absl::StatusOr<JobSnapshot> cancelled = engine_->CancelJob(looping->id);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_TRUE(cancelled->cancel_requested);
+  absl::StatusOr<JobSnapshot> ended = WaitForEnd(*engine_, looping->id);
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kCancelled);
+  absl::StatusOr<JobSnapshot> next = test_support::RunJob(*engine_, Spec());
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->state, JobState::kSucceeded) << next->error;
+  EXPECT_EQ(next->report.engine, "libtorch-worker");
+  EXPECT_GT(next->report.worker_start_seconds, 0.0);
+}
+
+TEST_F(WorkerJobsTest, ASpecTimeLimitEndsTheJobFailedWithTheReason) {
+  JobSpec spec = Spec(kLoopsInTraining);
+  spec.max_job_seconds = 1;
+  absl::StatusOr<JobSnapshot> job = test_support::RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state, JobState::kFailed);
+  EXPECT_THAT(job->error, HasSubstr("time limit of 1s"));
+}
+
+}  // namespace
+}  // namespace trainerd::engine
