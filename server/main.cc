@@ -114,6 +114,9 @@ ABSL_FLAG(absl::Duration, max_job_time, absl::Hours(24),
 ABSL_FLAG(absl::Duration, worker_grace, absl::Seconds(5),
           "how long a TorchScript job's worker may take to stop after a cancel or a shutdown "
           "asked it to, before it is killed");
+ABSL_FLAG(int32_t, worker_pool, 1,
+          "TorchScript workers kept started and warm per device (LibTorch loaded, sandbox applied), "
+          "so that a job's worker is ready when it starts; each serves one job; 0: none");
 ABSL_FLAG(int64_t, worker_memory_limit_bytes, int64_t{8} << 30,
           "a CPU TorchScript job's worker's address space beyond its libraries and datasets, in "
           "bytes; 0 for none");
@@ -248,6 +251,7 @@ int main(int argc, char** argv) {
     options.engine.worker.program = ExecutableDirectory() + "/trainerd-worker";
   }
   options.engine.worker.grace = absl::GetFlag(FLAGS_worker_grace);
+  options.engine.worker.pool = std::max(0, absl::GetFlag(FLAGS_worker_pool));
   options.engine.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
   options.engine.max_job_time = absl::GetFlag(FLAGS_max_job_time);
   if (options.engine.worker.grace < absl::ZeroDuration() ||

@@ -1142,7 +1142,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
     const absl::Duration limit =
         seconds > 0 ? absl::Seconds(seconds) : options_.max_job_time;
     outcome = RunTrainingInWorker(started->run, shared->snap.id, *started->module, limit,
-                                  options_.worker, &started->worker_start_seconds);
+                                  worker_pool_, &started->worker_start_seconds);
   } else {
     outcome = RunTraining(started->run);
   }

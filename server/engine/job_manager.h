@@ -327,6 +327,9 @@ class JobManager {
   // Signalled (with mu_) when a job gives back its memory or its CPU threads.
   absl::CondVar memory_released_;
   CpuThreadBudget cpu_threads_;  // the running CPU jobs' intra-op threads
+  // TorchScript jobs' worker processes, kept warm per device. Declared last: destroyed (its idle
+  // workers killed) after Shutdown has joined the device workers that take from it.
+  WorkerPool worker_pool_{options_.worker};
 };
 
 }  // namespace trainerd::engine

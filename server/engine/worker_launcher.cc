@@ -51,6 +51,11 @@ class Descriptor {
   Descriptor(const Descriptor&) = delete;
   Descriptor& operator=(const Descriptor&) = delete;
   int get() const { return fd_; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
   void Close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -187,9 +192,130 @@ std::string SignalText(int signal) {
 
 }  // namespace
 
+WorkerPool::WorkerPool(WorkerOptions options) : options_(std::move(options)) {}
+
+WorkerPool::~WorkerPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [device, workers] : idle_) {
+    for (WorkerProcess& w : workers) {
+      ::kill(w.pid, SIGKILL);
+      ::close(w.socket);
+      ::close(w.output);
+      while (::waitpid(w.pid, nullptr, 0) < 0 && errno == EINTR) {
+      }
+    }
+  }
+}
+
+absl::StatusOr<WorkerProcess> WorkerPool::Take(const std::string& device) {
+  std::optional<WorkerProcess> warm;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<WorkerProcess>& workers = idle_[device];
+    while (!workers.empty() && !warm) {
+      WorkerProcess w = workers.back();
+      workers.pop_back();
+      // One that died while it waited (its warm-up failed, or someone killed it) is reaped.
+      if (::waitpid(w.pid, nullptr, WNOHANG) == 0) {
+        warm = w;
+      } else {
+        ::close(w.socket);
+        ::close(w.output);
+      }
+    }
+  }
+  if (options_.pool > 0) {
+    absl::StatusOr<WorkerProcess> next = Spawn(device);
+    if (next.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::vector<WorkerProcess>& workers = idle_[device];
+      if (static_cast<int>(workers.size()) < options_.pool) {
+        workers.push_back(*next);
+        next = absl::CancelledError("");
+      }
+    }
+    if (next.ok()) {  // the pool filled meanwhile
+      ::kill(next->pid, SIGKILL);
+      ::close(next->socket);
+      ::close(next->output);
+      ::waitpid(next->pid, nullptr, 0);
+    }
+  }
+  if (warm) return *warm;
+  return Spawn(device);
+}
+
+absl::StatusOr<WorkerProcess> WorkerPool::Spawn(const std::string& device) const {
+  if (options_.program.empty()) {
+    return absl::FailedPreconditionError(
+        "this daemon has no worker program (trainerd-worker), so it cannot train TorchScript "
+        "modules");
+  }
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+    return absl::InternalError(absl::StrCat("cannot make the worker's socket: ", std::strerror(errno)));
+  }
+  Descriptor socket(pair[0]);
+  Descriptor child_socket(pair[1]);
+  int out_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("cannot make the worker's output pipe: ", std::strerror(errno)));
+  }
+  Descriptor output(out_pipe[0]);
+  Descriptor child_output(out_pipe[1]);
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  Descriptor null_input(devnull);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (null_input.get() >= 0) posix_spawn_file_actions_adddup2(&actions, null_input.get(), 0);
+  posix_spawn_file_actions_adddup2(&actions, child_output.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, child_output.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, child_socket.get(), 3);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  // A session of its own: no terminal, and the daemon's signals (a Ctrl-C) are not its.
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
+  std::vector<std::string> arguments = {options_.program, "--socket_fd=3",
+                                        absl::StrCat("--device=", device)};
+  std::vector<char*> argv;
+  for (std::string& a : arguments) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  // A small, fixed environment: nothing of the daemon's (its token file's path, its settings).
+  std::vector<std::string> environment = {
+      "PATH=/usr/bin:/bin", "OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1"};
+  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"}) {
+    if (const char* value = std::getenv(name); value != nullptr) {
+      environment.push_back(absl::StrCat(name, "=", value));
+    }
+  }
+  std::vector<char*> envp;
+  for (std::string& e : environment) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, options_.program.c_str(), &actions, &attributes,
+                                  argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  child_socket.Close();
+  child_output.Close();
+  null_input.Close();
+  if (spawned != 0) {
+    return absl::InternalError(absl::StrCat("cannot start the worker '", options_.program,
+                             "': ", std::strerror(spawned)));
+  }
+  WorkerProcess out;
+  out.pid = pid;
+  out.socket = socket.release();
+  out.output = output.release();
+  out.device = device;
+  return out;
+}
+
 TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& job_id,
                                     const TorchScriptJob& module, absl::Duration max_time,
-                                    const WorkerOptions& options, double* worker_start_seconds) {
+                                    WorkerPool& pool, double* worker_start_seconds) {
+  const WorkerOptions& options = pool.options();
   TrainingOutcome outcome;
   outcome.state = JobState::kFailed;
   outcome.engine = "libtorch-worker";
@@ -248,59 +374,12 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
                       10;
   }
 
-  int pair[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-    return fail(absl::StrCat("cannot make the worker's socket: ", std::strerror(errno)));
-  }
-  Descriptor socket(pair[0]);
-  Descriptor child_socket(pair[1]);
-  int out_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    return fail(absl::StrCat("cannot make the worker's output pipe: ", std::strerror(errno)));
-  }
-  Descriptor output(out_pipe[0]);
-  Descriptor child_output(out_pipe[1]);
-  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  Descriptor null_input(devnull);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (null_input.get() >= 0) posix_spawn_file_actions_adddup2(&actions, null_input.get(), 0);
-  posix_spawn_file_actions_adddup2(&actions, child_output.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, child_output.get(), 2);
-  posix_spawn_file_actions_adddup2(&actions, child_socket.get(), 3);
-  posix_spawnattr_t attributes;
-  posix_spawnattr_init(&attributes);
-  // A session of its own: no terminal, and the daemon's signals (a Ctrl-C) are not its.
-  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
-  std::vector<std::string> arguments = {options.program, "--socket_fd=3"};
-  std::vector<char*> argv;
-  for (std::string& a : arguments) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // A small, fixed environment: nothing of the daemon's (its token file's path, its settings).
-  std::vector<std::string> environment = {
-      "PATH=/usr/bin:/bin", absl::StrCat("OMP_NUM_THREADS=", job.intra_op_threads),
-      absl::StrCat("MKL_NUM_THREADS=", job.intra_op_threads)};
-  for (const char* name : {"LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES"}) {
-    if (const char* value = std::getenv(name); value != nullptr) {
-      environment.push_back(absl::StrCat(name, "=", value));
-    }
-  }
-  std::vector<char*> envp;
-  for (std::string& e : environment) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, options.program.c_str(), &actions, &attributes,
-                                  argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attributes);
-  child_socket.Close();
-  child_output.Close();
-  null_input.Close();
-  if (spawned != 0) {
-    return fail(absl::StrCat("cannot start the worker '", options.program,
-                             "': ", std::strerror(spawned)));
-  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<WorkerProcess> taken = pool.Take(job.device);
+  if (!taken.ok()) return fail(std::string(taken.status().message()));
+  const pid_t pid = taken->pid;
+  Descriptor socket(taken->socket);
+  Descriptor output(taken->output);
   std::vector<int> fds;
   for (const auto& fd : shared_fds) fds.push_back(fd->get());
   absl::Status sent = SendFrame(socket.get(), WorkerFrame::kStart, EncodeWorkerJob(job), fds);
@@ -324,7 +403,6 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   bool closed = !sent.ok();
   if (!sent.ok()) broken = std::string(sent.message());
   bool ready = false;
-  const absl::Time start = absl::Now();
   const absl::Time deadline = max_time > absl::ZeroDuration() ? start + max_time
                                                               : absl::InfiniteFuture();
   std::optional<absl::Time> asked_to_stop;  // cancel or interrupt sent

@@ -12,21 +12,61 @@
 // reason; the daemon goes on.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include <sys/types.h>
 
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/trainer.h"
 #include "server/engine/worker_options.h"
 
 namespace trainerd::engine {
 
+// A started trainerd-worker that has no job yet: it warms LibTorch up on its device and locks
+// itself down meanwhile, then waits for one (kStart). The descriptors are the daemon's ends.
+struct WorkerProcess {
+  pid_t pid = -1;
+  int socket = -1;  // the socketpair's daemon end
+  int output = -1;  // the worker's standard output and error
+  std::string device;
+};
+
+// Starts workers and keeps WorkerOptions::pool of them idle per device, so that a job's worker is
+// warm when the job starts. A worker serves one job and exits: a process that ran one caller's
+// code never runs another's. Idle workers die with the pool (and with the daemon: they have
+// PR_SET_PDEATHSIG). Thread-safe.
+class WorkerPool {
+ public:
+  explicit WorkerPool(WorkerOptions options);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  const WorkerOptions& options() const { return options_; }
+  // A worker for `device` ("cpu", "cuda:0"): an idle one when it is still alive, else a new one;
+  // either way another is started to stay idle. INTERNAL when no process can be started. The
+  // caller owns the result's process and descriptors.
+  absl::StatusOr<WorkerProcess> Take(const std::string& device);
+
+ private:
+  absl::StatusOr<WorkerProcess> Spawn(const std::string& device) const;
+  const WorkerOptions options_;
+  std::mutex mu_;
+  std::map<std::string, std::vector<WorkerProcess>> idle_;  // guarded by mu_
+};
+
 // RunTraining's contract for a TorchScript job (run.torchscript is not used; `module` is the
-// archive): the callbacks run on the calling thread as the worker's messages arrive, the flags are
-// read every 100 ms. `max_time` > 0 bounds the worker's running time. Never throws. `job_id` names
-// the job in the log. `worker_start_seconds` gets the time to the worker's first message.
+// archive), in a worker taken from `pool`: the callbacks run on the calling thread as the worker's
+// messages arrive, the flags are read every 100 ms. `max_time` > 0 bounds the worker's running
+// time. Never throws. `job_id` names the job in the log. `worker_start_seconds` gets the time from
+// taking the worker to its being ready (near 0 for a warm one).
 TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& job_id,
                                     const TorchScriptJob& module, absl::Duration max_time,
-                                    const WorkerOptions& options, double* worker_start_seconds);
+                                    WorkerPool& pool, double* worker_start_seconds);
 
 }  // namespace trainerd::engine

@@ -17,6 +17,10 @@ struct WorkerOptions {
   // The worker's address space beyond its libraries and the job's datasets (RLIMIT_AS), in bytes;
   // 0: none. Not applied to GPU jobs (CUDA reserves address space far beyond its use).
   int64_t memory_limit_bytes = int64_t{8} << 30;
+  // Workers kept started and warm per device (WorkerPool), so that a job's worker has already
+  // loaded LibTorch and locked itself down when the job starts; each serves one job. 0: each job
+  // starts its own.
+  int pool = 1;
 };
 
 // The job's module and what the checker found; `checked` is false for a job taken up again after a

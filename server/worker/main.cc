@@ -117,13 +117,39 @@ int main(int argc, char** argv) {
   // First, while the process has one thread: death with the daemon, a network of its own.
   const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces();
   if (getppid() == 1) return 1;  // the daemon is already gone
+  std::string device_name = "cpu";
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     if (absl::StartsWith(arg, "--socket_fd=")) {
       if (!absl::SimpleAtoi(arg.substr(12), &g_socket)) return Die("bad --socket_fd");
+    } else if (absl::StartsWith(arg, "--device=")) {
+      device_name = std::string(arg.substr(9));
     } else {
       return Die(absl::StrCat("unknown argument '", arg, "'"));
     }
+  }
+
+  // LibTorch warm on the job's device, on one thread, before the lockdown (its libraries, its
+  // operators, an optimizer step, a GPU's context): nothing needs a file afterwards. The job's
+  // intra-op threads start after the lockdown, so that they inherit it (Landlock and seccomp bind
+  // the threads that exist and their children). A pooled worker does all this before it has a job.
+  torch::Device device = torch::kCPU;
+  try {
+    device = torch::Device(device_name);
+    at::set_num_threads(1);
+    WarmUp(device);
+  } catch (const std::exception& e) {
+    return Die(absl::StrCat("cannot start LibTorch on ", device_name, ": ", e.what()));
+  }
+  trainerd::worker::SandboxOptions sandbox;
+  sandbox.gpu = device.is_cuda();
+  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox);
+  if (!locked.ok()) return Die(std::string(locked.status().message()));
+  std::vector<std::string> applied = namespaces;
+  applied.insert(applied.end(), locked->begin(), locked->end());
+  if (!trainerd::engine::SendFrame(g_socket, WorkerFrame::kReady, absl::StrJoin(applied, "; "))
+           .ok()) {
+    return 1;
   }
 
   // The job (from the daemon, which is trusted; the lengths are still bounded).
@@ -148,12 +174,9 @@ int main(int argc, char** argv) {
                                       trainerd::engine::EncodeWorkerOutcome(failure));
     return 0;
   };
-
-  torch::Device device = torch::kCPU;
-  try {
-    device = torch::Device(job->device);
-  } catch (const std::exception& e) {
-    return report_failure(absl::StrCat("the worker cannot use device '", job->device, "'"));
+  if (job->device != device_name) {
+    return report_failure(absl::StrCat("the worker was started for ", device_name, ", not ",
+                                       job->device));
   }
   absl::StatusOr<std::shared_ptr<const trainerd::engine::Dataset>> dataset =
       MapDataset(job->dataset, fds[0], fds[1]);
@@ -165,29 +188,14 @@ int main(int argc, char** argv) {
     if (!mapped.ok()) return report_failure(std::string(mapped.status().message()));
     validation = *std::move(mapped);
   }
-
-  // LibTorch warm, on one thread: the job's intra-op threads start after the lockdown, so that
-  // they inherit it (Landlock and seccomp bind the threads that exist and their children).
-  at::set_num_threads(1);
-  try {
-    WarmUp(device);
-  } catch (const std::exception& e) {
-    return report_failure(absl::StrCat("the worker cannot start LibTorch on ", job->device, ": ",
-                                       e.what()));
-  }
-  trainerd::worker::SandboxOptions sandbox;
+  // The job's own limits, now that its datasets are mapped (limits only go down from here).
+  trainerd::worker::SandboxOptions limits;
 #ifndef TRAINERD_UNDER_ASAN
-  sandbox.address_space_bytes = job->memory_limit_bytes;
+  limits.address_space_bytes = job->memory_limit_bytes;
 #endif
-  sandbox.cpu_seconds = job->cpu_seconds;
-  sandbox.gpu = device.is_cuda();
-  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox);
-  if (!locked.ok()) return report_failure(std::string(locked.status().message()));
-  std::vector<std::string> applied = namespaces;
-  applied.insert(applied.end(), locked->begin(), locked->end());
-  if (!trainerd::engine::SendFrame(g_socket, WorkerFrame::kReady, absl::StrJoin(applied, "; "))
-           .ok()) {
-    return 1;
+  limits.cpu_seconds = job->cpu_seconds;
+  if (absl::Status limited = trainerd::worker::ApplyJobLimits(limits); !limited.ok()) {
+    return report_failure(std::string(limited.message()));
   }
 
   // The daemon's requests, on a thread of their own; a daemon that goes away interrupts the job.

@@ -30,6 +30,12 @@
 #define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
 #endif
 
+#define TRAINERD_SANDBOX_RETURN_IF_ERROR(expr)  \
+  do {                                            \
+    const absl::Status status_ = (expr);          \
+    if (!status_.ok()) return status_;            \
+  } while (0)
+
 namespace trainerd::worker {
 namespace {
 
@@ -230,6 +236,18 @@ std::vector<std::string> EnterNamespaces() {
   applied.push_back(absl::StrCat("no network namespace (", std::strerror(errno),
                                  "; the seccomp filter still refuses sockets)"));
   return applied;
+}
+
+absl::Status ApplyJobLimits(const SandboxOptions& options) {
+  if (options.cpu_seconds > 0) {
+    TRAINERD_SANDBOX_RETURN_IF_ERROR(
+        Limit(RLIMIT_CPU, options.cpu_seconds, options.cpu_seconds + 5, "RLIMIT_CPU"));
+  }
+  if (options.address_space_bytes > 0) {
+    const int64_t limit = MappedBytes() + options.address_space_bytes;
+    TRAINERD_SANDBOX_RETURN_IF_ERROR(Limit(RLIMIT_AS, limit, limit, "RLIMIT_AS"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> LockDown(const SandboxOptions& options) {

@@ -41,4 +41,8 @@ std::vector<std::string> EnterNamespaces();
 // no_new_privs, the limits, seccomp); Landlock is applied where the kernel has it.
 absl::StatusOr<std::vector<std::string>> LockDown(const SandboxOptions& options);
 
+// A job's own limits once it is known (a pooled worker locks down before it has one): RLIMIT_CPU
+// and RLIMIT_AS as in LockDown, where set. Limits can only be lowered after LockDown.
+absl::Status ApplyJobLimits(const SandboxOptions& options);
+
 }  // namespace trainerd::worker
