@@ -60,6 +60,7 @@ def run(cmd, **kw):
 class Daemon:
     def __init__(self, build_dir, device, work):
         os.makedirs(work, exist_ok=True)
+        self.work = work
         self.ctl = os.path.join(build_dir, 'client', 'trainctl')
         self.proc = subprocess.Popen(
             [os.path.join(build_dir, 'server', 'trainerd'), '--listen=127.0.0.1:0',
@@ -134,11 +135,11 @@ def trainerd_run(daemon, workload, device, epochs, engine='auto'):
     return job_result(daemon.ctl_json('job', 'get', job['id']))
 
 
-def trainerd_e2e_run(daemon, workload, device, epochs):
+def trainerd_e2e_run(daemon, workload, device, epochs, engine='auto'):
     """What a user waits for: the client process from start to exit, submit and watch."""
     t0 = time.perf_counter()
     out = run([daemon.ctl, '--addr', daemon.addr, '-o', 'json',
-               *submit_args(workload, device, epochs), '--watch']).stdout
+               *submit_args(workload, device, epochs, engine), '--watch']).stdout
     seconds = time.perf_counter() - t0
     job_id = None
     for line in out.splitlines():
@@ -227,8 +228,56 @@ def pytorch_x64_run(a, style, device, epochs, threads):
                 scaled_from_one_run=SWEEP_MEMBERS)
 
 
+def torchscript_module(work, workload):
+    """The workload's model as a scripted nn.Sequential saved with torch.jit.save (as a user
+    would), with the same layer sizes as its spec."""
+    import torch
+    path = os.path.join(work, f'{workload}.pt')
+    if os.path.exists(path):
+        return path
+    layers, width = [], {'seed': 1, 'mlp3': 2, 'mlp': 64}[workload]
+    for part in WORKLOADS[workload]['model'].split(','):
+        if part == 'relu':
+            layers.append(torch.nn.ReLU())
+        else:
+            out = int(part.split(':')[1])
+            layers.append(torch.nn.Linear(width, out))
+            width = out
+    torch.jit.script(torch.nn.Sequential(*layers)).save(path)
+    return path
+
+
+def torchscript_e2e_run(daemon, workload, device, epochs, module):
+    """A TorchScript job as a user waits for it (submit --watch, timed from outside), with the
+    worker's start and the job's time to its first step from its report."""
+    w = WORKLOADS[workload]
+    args = ['submit', '--dataset', workload, '--torchscript', module, '--loss', w['loss'],
+            '--optimizer', w['optimizer'], '--lr', w['lr'], '--batch-size', str(w['batch']),
+            '--epochs', str(epochs), '--seed', '42', '--device', device]
+    t0 = time.perf_counter()
+    out = run([daemon.ctl, '--addr', daemon.addr, '-o', 'json', *args, '--watch']).stdout
+    seconds = time.perf_counter() - t0
+    job_id = re.search(r'"(job-[0-9a-f]{12})"', out).group(1)
+    job = daemon.ctl_json('job', 'get', job_id)
+    r = job_result(job)
+    report = job.get('report', {})
+    r.update(seconds=seconds, us_per_step=seconds / r['steps'] * 1e6,
+             worker_start_seconds=report.get('worker_start_seconds', 0.0),
+             data_seconds=report.get('data_seconds', 0.0), job_seconds=job['wall_seconds'])
+    return r
+
+
 def runners_for(a, daemon, workload, device, epochs, threads):
     """The runners of a workload, and which of them the ratios compare: (peers, trainerd's)."""
+    if workload.startswith('torchscript-'):
+        base = workload[len('torchscript-'):]
+        module = torchscript_module(daemon.work, base)
+        return {
+            'trainerd-libtorch-e2e': lambda: dict(
+                trainerd_e2e_run(daemon, base, device, epochs, engine='libtorch')),
+            'trainerd-torchscript-e2e':
+                lambda: torchscript_e2e_run(daemon, base, device, epochs, module),
+        }, (('trainerd-torchscript-e2e',), ('trainerd-libtorch-e2e',))
     if workload == 'sweep':
         return {
             'pytorch-original-x64': lambda: pytorch_x64_run(a, 'original', device, epochs, threads),
@@ -332,7 +381,8 @@ def main():
     ap.add_argument('--seed-script',
                     default=os.path.join(ROOT, '..', 'shared', 'bench', 'seed_scenario.py'))
     ap.add_argument('--devices', default='cpu', help='comma-separated: cpu,cuda')
-    ap.add_argument('--workloads', default='seed,sweep,mlp3,mlp,upload')
+    ap.add_argument('--workloads',
+                    default='seed,sweep,mlp3,mlp,torchscript-seed,torchscript-mlp3,upload')
     ap.add_argument('--epochs-seed', type=int, default=100)
     ap.add_argument('--epochs-sweep', type=int, default=100)
     ap.add_argument('--epochs-mlp3', type=int, default=20)
@@ -357,8 +407,10 @@ def main():
                 for workload in a.workloads.split(','):
                     if workload == 'upload':  # fresh daemons of its own, below
                         continue
-                    epochs = getattr(a, f'epochs_{workload}')
-                    data = SWEEP['base'] if workload == 'sweep' else workload
+                    base = workload[len('torchscript-'):] if workload.startswith(
+                        'torchscript-') else workload
+                    epochs = getattr(a, f'epochs_{base}')
+                    data = SWEEP['base'] if workload == 'sweep' else base
                     upload(daemon, data, work, uploaded)
                     # A first job settles the daemon (allocator, thread pools) and tells the
                     # thread count the peers get.
@@ -380,6 +432,10 @@ def main():
                             notes.append(f"packed {r['packed_members']}, {r['succeeded']}/"
                                          f"{r['members']} succeeded, lowest loss, slowest member "
                                          f"{r['max_member_wall_seconds']:.3f} s")
+                        if 'worker_start_seconds' in r:
+                            notes.append(f"worker start {r['worker_start_seconds'] * 1e3:.1f} ms, "
+                                         f"to the first step {r['data_seconds'] * 1e3:.1f} ms, "
+                                         f"job {r['job_seconds']:.3f} s")
                         print(f"{workload:5} {device:7} {name:21} {r['seconds']:8.3f} s "
                               f"{r['us_per_step']:9.1f} us/step {r['samples_per_s']:12.0f} samples/s "
                               f"loss {r['final_loss']:.6f} threads {r.get('threads', 0)} "
@@ -390,6 +446,17 @@ def main():
                     reason = medians.get('trainerd', {}).get('engine_reason')
                     if reason:
                         print(f"      not fused: {reason}", flush=True)
+                    if workload.startswith('torchscript-'):
+                        extra = (medians['trainerd-torchscript-e2e']['seconds'] -
+                                 medians['trainerd-libtorch-e2e']['seconds'])
+                        cold = results['trainerd-torchscript-e2e'][0]['worker_start_seconds']
+                        print(f"      a TorchScript job (warm worker) adds {extra * 1e3:.1f} ms to "
+                              f"the same model in the daemon; the first job's worker "
+                              f"(cold) started in {cold * 1e3:.1f} ms", flush=True)
+                        ratios.append(dict(workload=workload, device=device,
+                                           torchscript_overhead_seconds=round(extra, 4),
+                                           cold_worker_start_seconds=round(cold, 4)))
+                        continue
                     for peer in peers:
                         for ours in ours_all:
                             ratio = medians[peer]['seconds'] / medians[ours]['seconds']
