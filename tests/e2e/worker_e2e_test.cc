@@ -204,5 +204,40 @@ TEST_F(WorkerEndToEndTest, SigtermWithALoopingWorkerExitsWithinTheShutdownTimeou
   EXPECT_THAT(Field(id, "error"), HasSubstr("time limit"));
 }
 
+TEST_F(WorkerEndToEndTest, AJobTakenUpThreeTimesInARowIsFailedNotTakenUpAgain) {
+  Start();
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", csv_}).exit_code, 0);
+  const std::string id = Submit(Module("loops-in-training"));
+  ASSERT_FALSE(id.empty());
+  // Whatever ends it (here kill -9 of the daemon, and its worker with it) ends it every time.
+  for (int restart = 1; restart <= 2; ++restart) {
+    ASSERT_TRUE(WaitFor(id, "JOB_STATE_RUNNING")) << "restart " << restart;
+    daemon_->Stop(SIGKILL, 10);
+    Start();
+  }
+  ASSERT_TRUE(WaitFor(id, "JOB_STATE_RUNNING"));
+  daemon_->Stop(SIGKILL, 10);
+  Start();
+  EXPECT_EQ(Field(id, "state"), "JOB_STATE_FAILED");
+  EXPECT_THAT(Field(id, "error"), HasSubstr("taken up 3 times in a row from epoch 0"));
+  ExpectServesAndTrains();
+}
+
+TEST_F(WorkerEndToEndTest, ARestartThatRefusesModulesFailsTheirJobsWithTheReason) {
+  Start();
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", csv_}).exit_code, 0);
+  const std::string running = Submit(Module("loops-in-training"));
+  ASSERT_FALSE(running.empty());
+  ASSERT_TRUE(WaitFor(running, "JOB_STATE_RUNNING"));
+  const std::string queued = Submit(Module(""));
+  ASSERT_FALSE(queued.empty());
+  daemon_->Stop(SIGKILL, 10);
+  Start({"--allow_torchscript=false"});
+  for (const std::string& id : {running, queued}) {
+    EXPECT_EQ(Field(id, "state"), "JOB_STATE_FAILED") << id;
+    EXPECT_THAT(Field(id, "error"), HasSubstr("--allow_torchscript=false")) << id;
+  }
+}
+
 }  // namespace
 }  // namespace trainerd::e2e
