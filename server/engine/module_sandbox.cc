@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -22,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
 
 namespace trainerd::engine {
 namespace {
@@ -41,19 +46,6 @@ std::string OneLine(absl::string_view text) {
 std::string LastLine(const std::string& text) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
   return lines.empty() ? std::string() : OneLine(lines.back());
-}
-
-absl::Status WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(
-          absl::StrCat("cannot stage the module for its check: ", std::strerror(errno)));
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
 }
 
 // Closes a descriptor once, when it goes out of scope.
@@ -144,6 +136,129 @@ absl::StatusOr<ModuleProbe> DecodeModuleProbe(std::string_view text) {
   return probe;
 }
 
+namespace {
+
+// A started checker waiting for its request on standard input (a socket, so that a checker that
+// died never raises SIGPIPE in the daemon).
+struct StartedChecker {
+  pid_t pid = -1;
+  int input = -1;
+  int out = -1;
+  int err = -1;
+};
+
+void Discard(StartedChecker& c) {
+  ::kill(c.pid, SIGKILL);
+  ::close(c.input);
+  ::close(c.out);
+  ::close(c.err);
+  while (::waitpid(c.pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+absl::StatusOr<StartedChecker> SpawnChecker(const std::string& program) {
+  int in_pair[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_pair) != 0) {
+    return absl::InternalError(absl::StrCat("cannot create a socket: ", std::strerror(errno)));
+  }
+  Fd input(in_pair[0]);
+  Fd child_input(in_pair[1]);
+  int out_pipe[2];
+  int err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
+  }
+  Fd out_read(out_pipe[0]);
+  Fd out_write(out_pipe[1]);
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
+  }
+  Fd err_read(err_pipe[0]);
+  Fd err_write(err_pipe[1]);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, child_input.get(), STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out_write.get(), STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err_write.get(), STDERR_FILENO);
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID);
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()), nullptr};
+  // A small, fixed environment: one thread per operator, no GPU, and the library path the
+  // daemon itself was started with (LibTorch's libraries may be found through it).
+  std::vector<std::string> environment = {"OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
+                                          "CUDA_VISIBLE_DEVICES=", "PATH=/usr/bin:/bin"};
+  if (const char* library_path = std::getenv("LD_LIBRARY_PATH"); library_path != nullptr) {
+    environment.push_back(absl::StrCat("LD_LIBRARY_PATH=", library_path));
+  }
+  std::vector<char*> envp;
+  for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, program.c_str(), &actions, &attributes, argv.data(),
+                                  envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  if (spawned != 0) {
+    return absl::InternalError(absl::StrCat("cannot start the module checker '", program,
+                                            "': ", std::strerror(spawned)));
+  }
+  StartedChecker c;
+  c.pid = pid;
+  c.input = ::dup(input.get());
+  c.out = ::dup(out_read.get());
+  c.err = ::dup(err_read.get());
+  ::fcntl(c.input, F_SETFD, FD_CLOEXEC);
+  ::fcntl(c.out, F_SETFD, FD_CLOEXEC);
+  ::fcntl(c.err, F_SETFD, FD_CLOEXEC);
+  return c;
+}
+
+// One checker per program kept started (LibTorch loaded, sandbox applied) for the next module.
+std::mutex& IdleMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::map<std::string, std::vector<StartedChecker>>& Idle() {
+  static auto* idle = new std::map<std::string, std::vector<StartedChecker>>;
+  return *idle;
+}
+
+absl::StatusOr<StartedChecker> TakeChecker(const ModuleCheckerOptions& options) {
+  std::optional<StartedChecker> warm;
+  {
+    std::lock_guard<std::mutex> lock(IdleMutex());
+    std::vector<StartedChecker>& idle = Idle()[options.program];
+    while (!idle.empty() && !warm) {
+      StartedChecker c = idle.back();
+      idle.pop_back();
+      if (::waitpid(c.pid, nullptr, WNOHANG) == 0) {
+        warm = c;
+      } else {
+        ::close(c.input);
+        ::close(c.out);
+        ::close(c.err);
+      }
+    }
+  }
+  if (options.pool > 0) {
+    absl::StatusOr<StartedChecker> next = SpawnChecker(options.program);
+    if (next.ok()) {
+      std::lock_guard<std::mutex> lock(IdleMutex());
+      std::vector<StartedChecker>& idle = Idle()[options.program];
+      if (static_cast<int>(idle.size()) < options.pool) {
+        idle.push_back(*next);
+      } else {
+        Discard(*next);
+      }
+    }
+  }
+  if (warm) return *warm;
+  return SpawnChecker(options.program);
+}
+
+}  // namespace
+
 absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options,
                                              std::string_view archive,
                                              const std::vector<int64_t>& feature_shape,
@@ -159,59 +274,24 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
   const absl::Time until = std::min(start + options.timeout, deadline);
   if (until <= start) return DeadlineError(absl::ZeroDuration());
 
-  // The archive goes in as the checker's standard input, from memory: no file, no pipe to feed.
-  Fd input(memfd_create("trainerd-module", MFD_CLOEXEC));
-  if (input.get() < 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot stage the module for its check: ", std::strerror(errno)));
+  TRAINERD_ASSIGN_OR_RETURN(StartedChecker checker, TakeChecker(options));
+  const pid_t pid = checker.pid;
+  Fd input(checker.input);
+  Fd out_read(checker.out);
+  Fd err_read(checker.err);
+  // The request: the flags on the first line, then the archive; the end of input ends it.
+  std::vector<std::string> flags = ModuleCheckerArguments(options, feature_shape, dataset_name);
+  flags.erase(flags.begin());
+  const std::string line = absl::StrCat(absl::StrJoin(flags, " "), "\n");
+  for (std::string_view part : {std::string_view(line), archive}) {
+    while (!part.empty()) {
+      const ssize_t n = ::send(input.get(), part.data(), part.size(), MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;  // it died: its status says why, below
+      part.remove_prefix(static_cast<size_t>(n));
+    }
   }
-  if (absl::Status written = WriteAll(input.get(), archive); !written.ok()) return written;
-  if (::lseek(input.get(), 0, SEEK_SET) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rewind the staged module: ", std::strerror(errno)));
-  }
-  int out_pipe[2];
-  int err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
-  }
-  Fd out_read(out_pipe[0]);
-  Fd out_write(out_pipe[1]);
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
-    return absl::InternalError(absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
-  }
-  Fd err_read(err_pipe[0]);
-  Fd err_write(err_pipe[1]);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, input.get(), STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out_write.get(), STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err_write.get(), STDERR_FILENO);
-  const std::vector<std::string> arguments = ModuleCheckerArguments(options, feature_shape, dataset_name);
-  std::vector<char*> argv;
-  for (const std::string& a : arguments) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  // A small, fixed environment: one thread per operator, no GPU, and the library path the
-  // daemon itself was started with (LibTorch's libraries may be found through it).
-  std::vector<std::string> environment = {"OMP_NUM_THREADS=1", "MKL_NUM_THREADS=1",
-                                          "CUDA_VISIBLE_DEVICES=", "PATH=/usr/bin:/bin"};
-  if (const char* library_path = std::getenv("LD_LIBRARY_PATH"); library_path != nullptr) {
-    environment.push_back(absl::StrCat("LD_LIBRARY_PATH=", library_path));
-  }
-  std::vector<char*> envp;
-  for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, options.program.c_str(), &actions, /*attrp=*/nullptr,
-                                  argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  input.Close();
-  out_write.Close();
-  err_write.Close();
-  if (spawned != 0) {
-    return absl::InternalError(absl::StrCat("cannot start the module checker '", options.program,
-                                            "': ", std::strerror(spawned)));
-  }
+  ::shutdown(input.get(), SHUT_WR);
 
   std::string out;
   std::string err;

@@ -5,8 +5,10 @@
 // reports is used only for the job's shapes; the security checks are repeated by the daemon on
 // its own copy (module_check.h), so a process that lies gains nothing.
 //
-// The result travels on the process's standard output as a few lines of text
-// (EncodeModuleProbe / DecodeModuleProbe).
+// The request travels on the process's standard input (its flags on a first line, then the
+// archive) and the result on its standard output as a few lines of text (EncodeModuleProbe /
+// DecodeModuleProbe). One checker is kept started and waiting (ModuleCheckerOptions::pool) so
+// that a submission does not pay LibTorch's start; each checks one module and exits.
 #pragma once
 
 #include <atomic>
@@ -32,8 +34,11 @@ struct ModuleCheckerOptions {
   std::string program;
   // How long the load and the trial forward may take together.
   absl::Duration timeout = absl::Seconds(30);
-  // The checker's address-space data limit (RLIMIT_DATA), in bytes.
+  // The checker's address space beyond what it has mapped at its start (RLIMIT_AS), in bytes.
   int64_t memory_limit_bytes = int64_t{4} << 30;
+  // Checkers kept started and waiting (LibTorch loaded, sandbox applied), so that a submission
+  // does not wait for a process to start; each checks one module. 0: one started per module.
+  int pool = 1;
 };
 
 // Runs the checker on `archive` for dataset `dataset_name` (a valid dataset name), whose rows are

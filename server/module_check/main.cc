@@ -2,11 +2,15 @@
 // job, in a process of its own (see server/engine/module_sandbox.h). trainerd starts it with the
 // module's archive on standard input and the dataset's row shape as an argument, kills it at the
 // check's deadline, and reads one result from standard output (EncodeModuleProbe). Before it reads
-// a byte of the module it limits itself: CPU time, data memory, no file writes, no core dumps, no
-// new privileges, and death with its parent.
+// a byte of the module it confines itself as the worker does (server/worker/sandbox.h: its own
+// network, user nobody when root, no files, no processes, seccomp, limits on CPU time and address
+// space, death with its parent).
 //
 // Usage: trainerd-module-check --feature_shape=1,28,28 --dataset=NAME
 //            [--memory_limit_bytes=N] [--cpu_seconds=N] < module.pt
+//    or: trainerd-module-check < REQUEST, whose first line holds those flags: the daemon keeps one
+//        such checker started (LibTorch loaded, sandbox applied) so that a submission does not
+//        wait for a process to start.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -28,6 +32,7 @@
 #include "common/job_limits.h"
 #include "server/engine/module_sandbox.h"
 #include "server/engine/torchscript_module.h"
+#include "server/worker/sandbox.h"
 
 // Under AddressSanitizer (make test-asan) the checker cannot cap its data segment: ASan maps its
 // shadow and allocator regions lazily and fails once RLIMIT_DATA is reached. ASan's own cap on a
@@ -79,11 +84,6 @@ bool ParseArguments(int argc, char** argv, Arguments* out) {
   return !out->feature_shape.empty();
 }
 
-void Limit(int resource, rlim_t soft, rlim_t hard) {
-  const rlimit limit{soft, hard};
-  setrlimit(resource, &limit);
-}
-
 // The result, on standard output; the exit status says only whether one was written.
 int Answer(const absl::StatusOr<trainerd::engine::ModuleProbe>& result) {
   std::cout << trainerd::engine::EncodeModuleProbe(result) << std::flush;
@@ -93,33 +93,56 @@ int Answer(const absl::StatusOr<trainerd::engine::ModuleProbe>& result) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Arguments arguments;
-  if (!ParseArguments(argc, argv, &arguments)) {
-    std::cerr << "usage: trainerd-module-check --feature_shape=D1,D2,... --dataset=NAME "
-                 "[--memory_limit_bytes=N] [--cpu_seconds=N] < module.pt"
-              << std::endl;
-    return 2;
-  }
-  // Limits first, before the module is read.
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+  // Confined before it reads a byte of anything: the worker's sandbox (server/worker/sandbox.h),
+  // so that a checker kept warm by the daemon waits for its module already locked down.
+  const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces();
   if (getppid() == 1) return 1;  // the daemon is already gone
-  Limit(RLIMIT_CPU, static_cast<rlim_t>(arguments.cpu_seconds),
-        static_cast<rlim_t>(arguments.cpu_seconds + 1));
-#ifndef TRAINERD_UNDER_ASAN
-  Limit(RLIMIT_DATA, static_cast<rlim_t>(arguments.memory_limit_bytes),
-        static_cast<rlim_t>(arguments.memory_limit_bytes));
-#endif
-  Limit(RLIMIT_FSIZE, 0, 0);
-  Limit(RLIMIT_CORE, 0, 0);
+  Arguments arguments;
+  if (argc > 1) {
+    if (!ParseArguments(argc, argv, &arguments)) {
+      std::cerr << "usage: trainerd-module-check --feature_shape=D1,D2,... --dataset=NAME "
+                   "[--memory_limit_bytes=N] [--cpu_seconds=N] < module.pt\n"
+                   "   or: trainerd-module-check < REQUEST (its first line: the same flags)"
+                << std::endl;
+      return 2;
+    }
+  }
   at::set_num_threads(1);
+  trainerd::worker::SandboxOptions sandbox;
+  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox);
+  if (!locked.ok()) {
+    std::cerr << "trainerd-module-check: " << locked.status().message() << std::endl;
+    return 1;
+  }
+  if (argc == 1) {
+    // A warm checker: its arguments are the request's first line.
+    std::string line;
+    if (!std::getline(std::cin, line)) return 1;
+    std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    std::vector<char*> fake = {argv[0]};
+    for (std::string& w : words) fake.push_back(w.data());
+    if (!ParseArguments(static_cast<int>(fake.size()), fake.data(), &arguments)) {
+      std::cerr << "trainerd-module-check: a malformed request line" << std::endl;
+      return 2;
+    }
+  }
+  trainerd::worker::SandboxOptions limits;
+  limits.cpu_seconds = arguments.cpu_seconds;
+#ifndef TRAINERD_UNDER_ASAN
+  limits.address_space_bytes = arguments.memory_limit_bytes;
+#endif
+  if (absl::Status limited = trainerd::worker::ApplyJobLimits(limits); !limited.ok()) {
+    std::cerr << "trainerd-module-check: " << limited.message() << std::endl;
+    return 1;
+  }
 
   std::string archive;
   char buffer[1 << 16];
   while (true) {
-    const size_t n = std::fread(buffer, 1, sizeof(buffer), stdin);
-    if (n == 0) break;
-    archive.append(buffer, n);
+    std::cin.read(buffer, sizeof(buffer));
+    const std::streamsize n = std::cin.gcount();
+    if (n <= 0) break;
+    archive.append(buffer, static_cast<size_t>(n));
     if (static_cast<int64_t>(archive.size()) > trainerd::kMaxTorchScriptBytes) {
       return Answer(absl::ResourceExhaustedError(
           absl::StrCat("the TorchScript module is larger than ", trainerd::kMaxTorchScriptBytes,
