@@ -116,7 +116,8 @@ ABSL_FLAG(absl::Duration, worker_grace, absl::Seconds(5),
           "asked it to, before it is killed");
 ABSL_FLAG(int32_t, worker_pool, 1,
           "TorchScript workers kept started and warm per device (LibTorch loaded, sandbox applied), "
-          "so that a job's worker is ready when it starts; each serves one job; 0: none");
+          "so that a job's worker is ready when it starts, and with them one module checker; "
+          "each serves one job or one check; 0: none");
 ABSL_FLAG(int64_t, worker_memory_limit_bytes, int64_t{8} << 30,
           "a CPU TorchScript job's worker's address space beyond its libraries and datasets, in "
           "bytes; 0 for none");
@@ -252,6 +253,8 @@ int main(int argc, char** argv) {
   }
   options.engine.worker.grace = absl::GetFlag(FLAGS_worker_grace);
   options.engine.worker.pool = std::max(0, absl::GetFlag(FLAGS_worker_pool));
+  // The module checker's warm process follows the workers' setting (one, or none).
+  options.engine.module_checker.pool = options.engine.worker.pool > 0 ? 1 : 0;
   options.engine.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
   options.engine.max_job_time = absl::GetFlag(FLAGS_max_job_time);
   if (options.engine.worker.grace < absl::ZeroDuration() ||
