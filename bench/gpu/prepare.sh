@@ -9,9 +9,9 @@ cd "$(dirname "$0")/../.."
 BUILD_DIR="${BUILD_DIR:-build/release}"
 OUT=.gpu-deps
 rm -rf "$OUT" && mkdir -p "$OUT/bin" "$OUT/debs" "$OUT/root"
-# trainerd-module-check goes beside trainerd, where the daemon looks for it.
+# trainerd-module-check and trainerd-worker go beside trainerd, where the daemon looks for them.
 cp "$BUILD_DIR/server/trainerd" "$BUILD_DIR/server/trainerd-module-check" \
-  "$BUILD_DIR/client/trainctl" "$OUT/bin/"
+  "$BUILD_DIR/server/trainerd-worker" "$BUILD_DIR/client/trainctl" "$OUT/bin/"
 for t in engine_gpu_test; do
   f="$(find "$BUILD_DIR/tests" -name "$t" -type f | head -1)"
   [ -n "$f" ] && cp "$f" "$OUT/bin/"
