@@ -109,6 +109,13 @@ void WarmUp(const torch::Device& device) {
   (void)loss.item<float>();
   std::ostringstream out;
   torch::save(layer, out);
+  if (device.is_cuda()) {
+    // cuDNN is loaded on its first use, from a folder the lockdown no longer lets it read.
+    torch::nn::Conv2d conv(torch::nn::Conv2dOptions(1, 1, 3));
+    conv->to(device);
+    conv(torch::ones({1, 1, 4, 4}, torch::TensorOptions().device(device))).sum().backward();
+    torch::cuda::synchronize();
+  }
 }
 
 }  // namespace

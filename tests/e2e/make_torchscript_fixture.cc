@@ -12,15 +12,22 @@
 //   metadata-past-storage  a parameter of [3, 37] used in training mode, whose archive then
 //                          declares it [3, 64] over the same 111-value storage (the attack that
 //                          made LibTorch read and write past it)
+//   deep-nesting           code nested 200,000 parentheses deep in the archive's source, which
+//                          TorchScript's recursive parser meets when the module is loaded
 // The only e2e piece that links LibTorch; e2e tests run it as a process.
 #include <torch/script.h>
 #include <torch/torch.h>
+// (After LibTorch's headers, which bring the off_t these use.)
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -72,6 +79,37 @@ bool PatchDataPickle(const std::string& path, const std::string& from, const std
   return false;
 }
 
+// Rewrites the archive with its code record replaced by `code`: the same records otherwise, in a
+// new archive that LibTorch's writer makes (so that offsets and checksums are right).
+bool ReplaceCode(const std::string& path, const std::function<std::string(std::string)>& edit) {
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(), bytes.size()));
+  caffe2::serialize::PyTorchStreamWriter writer(path);
+  writer.setMinVersion(reader.version());
+  bool found = false;
+  for (const std::string& name : reader.getAllRecords()) {
+    // Written by the writer itself.
+    if (name == "version" || name == ".data/version" || name == "byteorder" ||
+        name == ".data/serialization_id") {
+      continue;
+    }
+    auto [data, size] = reader.getRecord(name);
+    std::string record(static_cast<const char*>(data.get()), size);
+    if (name == "code/__torch__.py") {
+      record = edit(record);
+      found = true;
+    }
+    writer.writeRecord(name, record.data(), record.size(), /*compress=*/false);
+  }
+  writer.writeEndOfFile();
+  return found;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -107,6 +145,8 @@ int main(int argc, char** argv) {
     } else if (kind == "metadata-past-storage") {
       m.register_parameter("big", torch::zeros({3, 37}), /*is_buffer=*/false);
       training_only = "    x = x + 0.0 * (self.big * 2.0).sum()\n";
+    } else if (kind == "deep-nesting") {
+      training_only = "    x = x + 1.0\n";
     } else if (!kind.empty()) {
       std::cerr << "make_torchscript_fixture: unknown kind '" << kind << "'\n";
       return 2;
@@ -117,6 +157,17 @@ int main(int argc, char** argv) {
                "  return torch.linear(x, self.w, self.b)\n");
     }
     m.save(argv[1]);
+    if (kind == "deep-nesting" &&
+        !ReplaceCode(argv[1], [](std::string code) {
+          const size_t at = code.find("torch.add(x, 1.)");
+          if (at == std::string::npos) return code;
+          const int depth = 200000;
+          return code.replace(at, 16, "torch.add(x, " + std::string(depth, '(') + "1." +
+                                          std::string(depth, ')') + ")");
+        })) {
+      std::cerr << "make_torchscript_fixture: cannot find the module's code\n";
+      return 1;
+    }
     // [3, 37] with strides [37, 1] becomes [3, 64] with strides [64, 1] ('%' is 37, '@' 64).
     if (kind == "metadata-past-storage" &&
         !PatchDataPickle(argv[1], std::string("(K\x03K%t(K%K\x01t", 12),

@@ -158,6 +158,16 @@ TEST_F(WorkerEndToEndTest, UninitialisedMemoryAndForgedLogLinesAreRefusedAtSubmi
   ExpectServesAndTrains();
 }
 
+TEST_F(WorkerEndToEndTest, CodeNestedDeeperThanTheParsersStackCrashesOnlyItsCheck) {
+  Start();
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", csv_}).exit_code, 0);
+  // TorchScript itself has no recursion; its parser does, and 200,000 parentheses overflow it.
+  std::string refusal;
+  EXPECT_TRUE(Submit(Module("deep-nesting"), {}, &refusal).empty());
+  EXPECT_THAT(refusal, HasSubstr("crashed its check (signal 11"));
+  ExpectServesAndTrains();
+}
+
 TEST_F(WorkerEndToEndTest, TensorMetadataPastItsStorageIsRefusedBeforeLibTorchReadsIt) {
   Start();
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", csv_}).exit_code, 0);
