@@ -85,19 +85,7 @@ std::string GroupUsage(absl::string_view group) {
 }
 
 absl::StatusOr<absl::Duration> ParseTimeout(const std::string& value) {
-  double seconds = 0;
-  absl::Duration duration;
-  if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds)) {
-    duration = absl::Seconds(seconds);
-  } else if (!absl::ParseDuration(value, &duration)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--timeout: '", value, "' is not a number of seconds (or a duration like 2m)"));
-  }
-  if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--timeout must be a positive, finite time, got '", value, "'"));
-  }
-  return duration;
+  return ParseDurationFlag("--timeout", value);
 }
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(const std::string& value) {
@@ -858,6 +846,23 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
                                                    command->path, "'", UsageHint(command)));
   }
   return invocation;
+}
+
+absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view flag,
+                                                 const std::string& value) {
+  double seconds = 0;
+  absl::Duration duration;
+  if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds)) {
+    duration = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(value, &duration)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": '", value, "' is not a number of seconds (or a duration like 2m)"));
+  }
+  if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " must be a positive, finite time, got '", value, "'"));
+  }
+  return duration;
 }
 
 std::string TopLevelUsage() {

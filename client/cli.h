@@ -105,6 +105,10 @@ absl::StatusOr<Invocation> ParseCommandLine(const std::vector<std::string>& argv
                                             std::optional<std::string> env_address);
 
 // Usage texts (ending in a newline).
+// A time flag's value: a number of seconds ("90", "0.5") or an Abseil duration ("2m", "1h30m"),
+// positive and finite. INVALID_ARGUMENT naming `flag` otherwise.
+absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view flag, const std::string& value);
+
 std::string TopLevelUsage();
 std::string CommandUsage(const CommandSpec& command);
 // `trainctl help exit-codes`.

@@ -451,19 +451,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   spec.set_engine(engine);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
   if (invocation.Has("max-job-time")) {
-    const std::string value = invocation.Get("max-job-time");
-    double seconds = 0;
-    absl::Duration duration;
-    if (absl::SimpleAtod(value, &seconds) && std::isfinite(seconds)) {
-      duration = absl::Seconds(seconds);
-    } else if (!absl::ParseDuration(value, &duration)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--max-job-time: '", value, "' is not a number of seconds (or a duration like 90m)"));
-    }
-    if (duration <= absl::ZeroDuration() || duration == absl::InfiniteDuration()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--max-job-time must be a positive, finite time, got '", value, "'"));
-    }
+    TRAINERD_ASSIGN_OR_RETURN(const absl::Duration duration,
+                              ParseDurationFlag("--max-job-time", invocation.Get("max-job-time")));
     spec.set_max_job_seconds(absl::ToDoubleSeconds(duration));
   }
   if (invocation.Has("seed")) {

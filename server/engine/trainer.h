@@ -15,6 +15,7 @@
 
 #include "common/model_spec.h"
 #include "server/engine/dataset_registry.h"
+#include "server/engine/training_outcome.h"
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
@@ -61,43 +62,6 @@ struct TrainingRun {
   // job's earlier runs.
   std::function<void(int32_t epoch, const std::string& file_name, int64_t size_bytes)>
       on_checkpoint;
-};
-
-struct TrainingOutcome {
-  JobState state = JobState::kFailed;  // kSucceeded, kFailed or kCancelled
-  // Stopped by `drain` or `interrupt`: the job is not over (state stays kRunning) and resumes
-  // from its last checkpoint.
-  bool interrupted = false;
-  // A resumed job: the steps taken before this run (from the checkpoint), included in `steps`.
-  int64_t resumed_steps = 0;
-  std::string error;  // kFailed: a sentence
-  int64_t steps = 0;
-  int64_t host_syncs = 0;
-  int32_t epochs_done = 0;
-  bool stopped_early = false;  // kSucceeded after fewer than spec.epochs (early stopping)
-  double final_loss = 0.0;
-  double wall_seconds = 0.0;
-  int64_t parameter_count = 0;
-  std::vector<ParameterValues> parameters;  // when parameter_count <= kMaxReportedParameters
-  // Where the time went (DeviceReport): start to the first step; the epoch loop (first step to
-  // the end of the last epoch); the device-to-host copies (all of them, and those inside the
-  // loop); checkpoint writing. Bytes the job copied to its device (a dataset resident
-  // elsewhere), and a CUDA device's allocator peak while the job ran less what was allocated
-  // when it started (0 on the CPU).
-  double data_seconds = 0.0;
-  double loop_seconds = 0.0;
-  double host_transfer_seconds = 0.0;
-  double loop_host_transfer_seconds = 0.0;
-  double checkpoint_seconds = 0.0;
-  int64_t host_to_device_bytes = 0;
-  int64_t peak_memory_bytes = 0;
-  // The path the steps ran on ("fused" or "libtorch") and, for engine auto on LibTorch, why the
-  // fused path could not take the job.
-  std::string engine;
-  std::string engine_reason;
-  // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
-  // manager writes to the models folder; empty otherwise.
-  std::string model_archive;
 };
 
 // Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a

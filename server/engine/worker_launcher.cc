@@ -396,7 +396,7 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
       std::min<int64_t>(module.parameter_count, int64_t{1} << 36) * per_parameter + slack);
   FrameAssembler frames(max_frame);
   WorkerOutput said(job_id);
-  std::optional<WorkerOutcome> reported;
+  std::optional<TrainingOutcome> reported;
   std::string broken;  // a protocol error: the worker is killed and the job fails
   std::string failed_write;
   int32_t last_epoch = 0;
@@ -477,7 +477,7 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
         return;
       }
       case WorkerFrame::kOutcome: {
-        absl::StatusOr<WorkerOutcome> decoded = DecodeWorkerOutcome(payload, run.spec.epochs);
+        absl::StatusOr<TrainingOutcome> decoded = DecodeWorkerOutcome(payload, run.spec.epochs);
         if (!decoded.ok()) {
           broken = std::string(decoded.status().message());
           return;
@@ -580,29 +580,13 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
     return outcome;
   }
   if (reported) {
-    WorkerOutcome& r = *reported;
-    if (r.state == JobState::kRunning && !r.interrupted) {
+    if (reported->state == JobState::kRunning && !reported->interrupted) {
       return fail("the job's worker reported a run that neither ended nor was interrupted");
     }
-    outcome.state = r.state;
-    outcome.interrupted = r.interrupted;
-    outcome.resumed_steps = r.resumed_steps;
-    outcome.error = std::move(r.error);
-    outcome.steps = r.steps;
-    outcome.host_syncs = r.host_syncs;
-    outcome.epochs_done = r.epochs_done;
-    outcome.stopped_early = r.stopped_early;
-    outcome.final_loss = r.final_loss;
-    outcome.parameter_count = r.parameter_count;
-    outcome.parameters = std::move(r.parameters);
-    outcome.data_seconds = r.data_seconds;
-    outcome.loop_seconds = r.loop_seconds;
-    outcome.host_transfer_seconds = r.host_transfer_seconds;
-    outcome.loop_host_transfer_seconds = r.loop_host_transfer_seconds;
-    outcome.checkpoint_seconds = r.checkpoint_seconds;
-    outcome.host_to_device_bytes = r.host_to_device_bytes;
-    outcome.peak_memory_bytes = r.peak_memory_bytes;
-    outcome.model_archive = std::move(r.model_archive);
+    // The worker's own account of the run (its times include a resumed job's earlier runs, as
+    // in the daemon), under the path's name.
+    outcome = *std::move(reported);
+    outcome.engine = "libtorch-worker";
     if (outcome.state == JobState::kSucceeded && outcome.model_archive.empty()) {
       return fail("the job's worker reported success without a model");
     }

@@ -548,7 +548,7 @@ absl::StatusOr<WorkerCheckpoint> DecodeWorkerCheckpoint(std::string_view payload
   return c;
 }
 
-std::string EncodeWorkerOutcome(const WorkerOutcome& o) {
+std::string EncodeWorkerOutcome(const TrainingOutcome& o) {
   WireWriter w;
   w.I64(static_cast<int64_t>(o.state));
   w.Bool(o.interrupted);
@@ -576,13 +576,14 @@ std::string EncodeWorkerOutcome(const WorkerOutcome& o) {
   w.I64(o.host_to_device_bytes);
   w.I64(o.peak_memory_bytes);
   w.Str(o.engine);
+  w.Str(o.engine_reason);
   w.Str(o.model_archive);
   return w.Take();
 }
 
-absl::StatusOr<WorkerOutcome> DecodeWorkerOutcome(std::string_view payload, int32_t max_epochs) {
+absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, int32_t max_epochs) {
   WireReader r(payload);
-  WorkerOutcome o;
+  TrainingOutcome o;
   TRAINERD_ASSIGN_OR_RETURN(int64_t v, r.Int(static_cast<int>(JobState::kRunning),
                                              static_cast<int>(JobState::kCancelled), "a state"));
   o.state = static_cast<JobState>(v);
@@ -625,6 +626,7 @@ absl::StatusOr<WorkerOutcome> DecodeWorkerOutcome(std::string_view payload, int3
   TRAINERD_ASSIGN_OR_RETURN(o.host_to_device_bytes, r.Int(0, kMaxRows, "a byte count"));
   TRAINERD_ASSIGN_OR_RETURN(o.peak_memory_bytes, r.Int(0, kMaxRows, "a byte count"));
   TRAINERD_ASSIGN_OR_RETURN(o.engine, r.Str(256));
+  TRAINERD_ASSIGN_OR_RETURN(o.engine_reason, r.Str(kMaxErrorBytes));
   TRAINERD_ASSIGN_OR_RETURN(o.model_archive, r.Str(payload.size()));
   if (!r.done()) return absl::InvalidArgumentError("the outcome message has bytes after its end");
   return o;

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/engine/training_outcome.h"
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
@@ -143,31 +144,8 @@ std::string EncodeWorkerCheckpoint(const WorkerCheckpoint& checkpoint);
 absl::StatusOr<WorkerCheckpoint> DecodeWorkerCheckpoint(std::string_view payload,
                                                         int32_t max_epoch);
 
-// The run's outcome (trainer.h's TrainingOutcome) without what the daemon fills in itself.
-struct WorkerOutcome {
-  JobState state = JobState::kFailed;
-  bool interrupted = false;
-  int64_t resumed_steps = 0;
-  std::string error;
-  int64_t steps = 0;
-  int64_t host_syncs = 0;
-  int32_t epochs_done = 0;
-  bool stopped_early = false;
-  double final_loss = 0;
-  double wall_seconds = 0;
-  int64_t parameter_count = 0;
-  std::vector<ParameterValues> parameters;
-  double data_seconds = 0;
-  double loop_seconds = 0;
-  double host_transfer_seconds = 0;
-  double loop_host_transfer_seconds = 0;
-  double checkpoint_seconds = 0;
-  int64_t host_to_device_bytes = 0;
-  int64_t peak_memory_bytes = 0;
-  std::string engine;
-  std::string model_archive;
-};
-std::string EncodeWorkerOutcome(const WorkerOutcome& outcome);
-absl::StatusOr<WorkerOutcome> DecodeWorkerOutcome(std::string_view payload, int32_t max_epochs);
+// The run's outcome (training_outcome.h), as the worker's RunTraining returned it.
+std::string EncodeWorkerOutcome(const TrainingOutcome& outcome);
+absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, int32_t max_epochs);
 
 }  // namespace trainerd::engine

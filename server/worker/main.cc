@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   const size_t wanted_fds = job->validation_dataset ? 4 : 2;
   if (fds.size() != wanted_fds) return Die("the job came without its datasets");
 
-  trainerd::engine::WorkerOutcome failure;
+  trainerd::engine::TrainingOutcome failure;
   failure.state = trainerd::engine::JobState::kFailed;
   auto report_failure = [&](const std::string& why) {
     failure.error = why;
@@ -281,30 +281,8 @@ int main(int argc, char** argv) {
     }
   };
   trainerd::engine::TrainingOutcome outcome = trainerd::engine::RunTraining(run);
-  trainerd::engine::WorkerOutcome out;
-  out.state = outcome.state;
-  out.interrupted = outcome.interrupted;
-  out.resumed_steps = outcome.resumed_steps;
-  out.error = outcome.error;
-  out.steps = outcome.steps;
-  out.host_syncs = outcome.host_syncs;
-  out.epochs_done = outcome.epochs_done;
-  out.stopped_early = outcome.stopped_early;
-  out.final_loss = outcome.final_loss;
-  out.wall_seconds = outcome.wall_seconds;
-  out.parameter_count = outcome.parameter_count;
-  out.parameters = std::move(outcome.parameters);
-  out.data_seconds = outcome.data_seconds;
-  out.loop_seconds = outcome.loop_seconds;
-  out.host_transfer_seconds = outcome.host_transfer_seconds;
-  out.loop_host_transfer_seconds = outcome.loop_host_transfer_seconds;
-  out.checkpoint_seconds = outcome.checkpoint_seconds;
-  out.host_to_device_bytes = outcome.host_to_device_bytes;
-  out.peak_memory_bytes = outcome.peak_memory_bytes;
-  out.engine = outcome.engine;
-  out.model_archive = std::move(outcome.model_archive);
   const absl::Status sent = trainerd::engine::SendFrame(
-      g_socket, WorkerFrame::kOutcome, trainerd::engine::EncodeWorkerOutcome(out));
+      g_socket, WorkerFrame::kOutcome, trainerd::engine::EncodeWorkerOutcome(outcome));
   // Without the destructors of LibTorch's globals (the control thread still runs).
   std::fflush(nullptr);
   _exit(sent.ok() ? 0 : 1);
