@@ -72,6 +72,19 @@ TEST(JobSpecFromFlagsTest, DefaultsWhenOnlyDatasetAndModelAreGiven) {
   EXPECT_EQ(spec->device(), "");
 }
 
+TEST(JobSpecFromFlagsTest, MaxJobTimeTakesSecondsOrADurationAndRefusesTheRest) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(Submit({"--max-job-time", "90m"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->max_job_seconds(), 5400);
+  spec = JobSpecFromFlags(Submit({"--max-job-time", "2.5"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->max_job_seconds(), 2.5);
+  EXPECT_EQ(JobSpecFromFlags(Submit())->max_job_seconds(), 0);  // the daemon's default
+  for (const char* bad : {"0", "-5", "nan", "inf", "1e400", "abc", "-1h"}) {
+    EXPECT_THAT(SpecError(Submit({"--max-job-time", bad})), HasSubstr("--max-job-time")) << bad;
+  }
+}
+
 TEST(JobSpecFromFlagsTest, EveryFlagReachesTheSpec) {
   const std::vector<std::string> words = absl::StrSplit(
       "submit --dataset mnist --model linear:16,relu,linear:10 --loss cross_entropy --optimizer "

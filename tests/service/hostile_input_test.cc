@@ -353,6 +353,12 @@ std::vector<Attack> Attacks() {
       return t->Submit(spec);
     };
   };
+  for (const double seconds : {-1.0, std::nan(""), std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity()}) {
+    attacks.push_back({absl::StrCat("SubmitMaxJobSeconds", attacks.size()),
+                       spoil([seconds](v1::JobSpec* s) { s->set_max_job_seconds(seconds); }),
+                       kInvalid, "max_job_seconds must be a finite number of seconds >= 0"});
+  }
   attacks.push_back({"SubmitUnknownDataset", spoil([](v1::JobSpec* s) { s->set_dataset("nope"); }),
                      grpc::StatusCode::NOT_FOUND, "dataset 'nope' not found"});
   attacks.push_back({"SubmitDatasetTraversal",
