@@ -241,20 +241,27 @@ absl::StatusOr<StartedChecker> TakeChecker(const ModuleCheckerOptions& options) 
       }
     }
   }
-  if (options.pool > 0) {
-    absl::StatusOr<StartedChecker> next = SpawnChecker(options.program);
-    if (next.ok()) {
-      std::lock_guard<std::mutex> lock(IdleMutex());
-      std::vector<StartedChecker>& idle = Idle()[options.program];
-      if (static_cast<int>(idle.size()) < options.pool) {
-        idle.push_back(*next);
-      } else {
-        Discard(*next);
-      }
-    }
-  }
   if (warm) return *warm;
   return SpawnChecker(options.program);
+}
+
+// Starts an idle checker when there are fewer than the options' pool: after a check, so that its
+// start never competes with the check.
+void RefillCheckers(const ModuleCheckerOptions& options) {
+  if (options.pool <= 0) return;
+  {
+    std::lock_guard<std::mutex> lock(IdleMutex());
+    if (static_cast<int>(Idle()[options.program].size()) >= options.pool) return;
+  }
+  absl::StatusOr<StartedChecker> next = SpawnChecker(options.program);
+  if (!next.ok()) return;
+  std::lock_guard<std::mutex> lock(IdleMutex());
+  std::vector<StartedChecker>& idle = Idle()[options.program];
+  if (static_cast<int>(idle.size()) < options.pool) {
+    idle.push_back(*next);
+  } else {
+    Discard(*next);
+  }
 }
 
 }  // namespace
@@ -275,6 +282,11 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
   if (until <= start) return DeadlineError(absl::ZeroDuration());
 
   TRAINERD_ASSIGN_OR_RETURN(StartedChecker checker, TakeChecker(options));
+  // However the check ends, the next one's checker starts once it has.
+  struct Refill {
+    const ModuleCheckerOptions& options;
+    ~Refill() { RefillCheckers(options); }
+  } refill{options};
   const pid_t pid = checker.pid;
   Fd input(checker.input);
   Fd out_read(checker.out);

@@ -48,10 +48,13 @@ class WorkerPool {
   WorkerPool& operator=(const WorkerPool&) = delete;
 
   const WorkerOptions& options() const { return options_; }
-  // A worker for `device` ("cpu", "cuda:0"): an idle one when it is still alive, else a new one;
-  // either way another is started to stay idle. INTERNAL when no process can be started. The
-  // caller owns the result's process and descriptors.
+  // A worker for `device` ("cpu", "cuda:0"): an idle one when it is still alive, else a new one.
+  // INTERNAL when no process can be started. The caller owns the result's process and
+  // descriptors.
   absl::StatusOr<WorkerProcess> Take(const std::string& device);
+  // Starts an idle worker for `device` when the pool has fewer than WorkerOptions::pool: called
+  // once a job's worker has ended, so that warming up never competes with a running job.
+  void Refill(const std::string& device);
 
  private:
   absl::StatusOr<WorkerProcess> Spawn(const std::string& device) const;
