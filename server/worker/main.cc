@@ -223,8 +223,9 @@ int main(int argc, char** argv) {
       WorkerFrame t;
       std::string p;
       if (!trainerd::engine::ReceiveFrame(g_socket, 16, &t, &p, nullptr).ok()) {
-        interrupt.store(true);
-        return;
+        // The daemon is gone (or broke its end): nothing of this job can be kept, and a forward
+        // that never returns would never see a flag.
+        _exit(1);
       }
       if (t != WorkerFrame::kControl || p.size() != 1) continue;
       switch (static_cast<trainerd::engine::WorkerControl>(p[0])) {

@@ -257,6 +257,10 @@ absl::StatusOr<std::vector<std::string>> LockDown(const SandboxOptions& options)
     if (::setresgid(kNobody, kNobody, kNobody) != 0) return Errno("become group nobody");
     if (::setresuid(kNobody, kNobody, kNobody) != 0) return Errno("become user nobody");
     applied.push_back("user nobody");
+    // A change of user clears the parent-death signal: set it again, and go if the daemon went
+    // meanwhile, so that a worker never outlives it.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() == 1) ::_exit(1);
   }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return Errno("set no_new_privs");
   applied.push_back("no new privileges");
