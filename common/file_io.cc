@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace trainerd {
 
@@ -23,10 +24,49 @@ absl::Status CannotOpen(const std::string& path, int error_number) {
       absl::StrCat("cannot open '", path, "': ", std::strerror(error_number)));
 }
 
+absl::Status FileError(int error_number, absl::string_view what, const std::string& path) {
+  if (error_number == ENOSPC || error_number == EDQUOT) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the disk holding '", path, "' is full (", std::strerror(error_number), "): ", what,
+        " failed; free space there or delete datasets, models or old jobs"));
+  }
+  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(error_number)));
+}
+
+absl::Status SyncParentFolder(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  ScopedFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() < 0) return FileError(errno, "cannot open the folder of", path);
+  if (::fsync(dir_fd.get()) != 0) return FileError(errno, "cannot fsync the folder of", path);
+  return absl::OkStatus();
+}
+
+absl::Status MakeFoldersDurably(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  // Every prefix that ends at a '/', then the whole path.
+  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
+    const std::string prefix = end == std::string::npos ? dir : dir.substr(0, end);
+    if (!prefix.empty() && prefix != "." && prefix != "..") {
+      if (::mkdir(prefix.c_str(), 0755) == 0) {
+        if (absl::Status synced = SyncParentFolder(prefix); !synced.ok()) return synced;
+      } else if (errno != EEXIST) {
+        return FileError(errno, "cannot create the folder", prefix);
+      }
+    }
+    if (end == std::string::npos) break;
+  }
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return FileError(ENOTDIR, "cannot use the folder", dir);
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 absl::Status Errno(const char* what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
+  return FileError(errno, what, path);
 }
 
 }  // namespace
@@ -53,11 +93,7 @@ absl::Status SyncAndRename(int fd, const std::string& tmp, const std::string& pa
     return status;
   }
   // Make the rename itself durable.
-  const size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
-  ScopedFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dir_fd.get() >= 0) ::fsync(dir_fd.get());
-  return absl::OkStatus();
+  return SyncParentFolder(path);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace trainerd {
 
@@ -28,6 +29,20 @@ class ScopedFd {
 // file uses when it cannot be opened (missing, unreadable, a directory).
 absl::Status CannotOpen(const std::string& path, int error_number);
 
+// The error of a file operation that failed with `error_number`: RESOURCE_EXHAUSTED naming the
+// disk for a full disk or quota (ENOSPC, EDQUOT), so that a caller hears to free space rather
+// than an internal error; otherwise INTERNAL "<what> '<path>': <reason>".
+absl::Status FileError(int error_number, absl::string_view what, const std::string& path);
+
+// fsync of the folder that holds `path`, which makes a rename, a new file or a new folder in it
+// durable. FileError's errors.
+absl::Status SyncParentFolder(const std::string& path);
+
+// Creates `dir` and any missing parents (mode 0755), each new folder made durable by an fsync of
+// the folder that holds it, so that a file written into it and synced survives a power loss with
+// its path. An existing folder is fine. FileError's errors.
+absl::Status MakeFoldersDurably(const std::string& dir);
+
 // The file's bytes. NOT_FOUND "cannot open 'path': <reason>" when it cannot be opened (missing,
 // unreadable, a directory); other errors start with "path: ".
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
@@ -39,7 +54,7 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  std::initializer_list<std::string_view> parts);
 
 // Writes all of `bytes` at `offset` of the open file `fd` (named `path` in errors), retrying
-// short writes and EINTR. INTERNAL "cannot write 'path': <reason>".
+// short writes and EINTR. FileError's errors ("cannot write").
 absl::Status WriteAt(int fd, const std::string& path, std::string_view bytes, int64_t offset);
 
 // The end of an atomic write whose bytes went to `tmp` (open as `fd`, in the same folder as

@@ -25,6 +25,16 @@ inline constexpr int64_t kMaxModelParameters = int64_t{1} << 31;
 inline constexpr int64_t kMaxJobMemoryBytes = int64_t{1} << 40;
 // The largest gRPC message trainerd accepts (and trainctl sends): one SubmitJobRequest with a
 // TorchScript module.
+// The longest model spec text accepted (64 layers of canonical text take about 1.3 KB; the rest
+// is room for whitespace). Longer is INVALID_ARGUMENT before it is parsed or stored.
+inline constexpr int64_t kMaxModelSpecBytes = 4096;
+// The longest job or sweep id a request may carry ("job-" and 12 hex digits are 16); longer ids
+// are refused without being echoed.
+inline constexpr int64_t kMaxJobIdLength = 64;
+// The most bytes a page of ListJobs carries: a page ends early (with its next page token) rather
+// than pass it, so that a listing fits gRPC's default receive limit (4 MiB) in every client. One
+// job larger than this alone (the full view of a job with very many epochs) still goes, alone.
+inline constexpr int64_t kMaxListReplyBytes = int64_t{4} << 20;
 inline constexpr int64_t kMaxRequestMessageBytes = int64_t{64} << 20;
 // A TorchScript module sent with a job: the message limit less room for the spec.
 inline constexpr int64_t kMaxTorchScriptBytes = kMaxRequestMessageBytes - (int64_t{64} << 10);

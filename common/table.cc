@@ -99,8 +99,9 @@ absl::Status ValidateDatasetName(const std::string& name) {
   for (char c : name) valid = valid && IsDatasetNameChar(c);
   if (!valid) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dataset name '", absl::CHexEscape(name),
-                     "' is invalid: use 1 to 128 of A-Z a-z 0-9 . _ -"));
+        absl::StrCat("dataset name '", absl::CHexEscape(name.substr(0, 64)),
+                     name.size() > 64 ? absl::StrCat("...' (", name.size(), " characters)") : "'",
+                     " is invalid: use 1 to 128 of A-Z a-z 0-9 . _ -"));
   }
   // The daemon keeps each dataset in a file named after it: "." and ".." would name directories.
   if (name == "." || name == "..") {

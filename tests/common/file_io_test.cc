@@ -1,7 +1,11 @@
 // Tests for common/file_io.h's atomic writer (reads are covered through the CSV and NPY readers).
 #include "common/file_io.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <string>
@@ -33,6 +37,30 @@ TEST_F(WriteFileAtomicallyTest, AFolderThatDoesNotExistIsAnErrorNamingTheFile) {
   const absl::Status status = WriteFileAtomically("/nonexistent-folder/x.pt", {"bytes"});
   EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(status.message(), HasSubstr("cannot create '/nonexistent-folder/x.pt.tmp'"));
+}
+
+// /dev/full answers every write with ENOSPC, as a full disk does.
+TEST(FileErrorTest, AFullDiskIsResourceExhaustedNamingTheDisk) {
+  ScopedFd full(::open("/dev/full", O_WRONLY | O_CLOEXEC));
+  ASSERT_GE(full.get(), 0);
+  const absl::Status status = WriteAt(full.get(), "/data/datasets/x.tmp", "bytes", 0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(status.message(), HasSubstr("the disk holding '/data/datasets/x.tmp' is full"));
+  EXPECT_EQ(FileError(EDQUOT, "cannot write", "/q").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(FileError(EIO, "cannot write", "/q").code(), absl::StatusCode::kInternal);
+}
+
+TEST_F(WriteFileAtomicallyTest, FoldersAreMadeWithTheirParentsAndAFileInTheWayIsAnError) {
+  const std::string root = path_ + "-folders";
+  ASSERT_TRUE(MakeFoldersDurably(root + "/a/b/c").ok());
+  EXPECT_TRUE(WriteFileAtomically(root + "/a/b/c/file", {"x"}).ok());
+  EXPECT_TRUE(MakeFoldersDurably(root + "/a/b/c").ok());  // already there
+  ASSERT_TRUE(WriteFileAtomically(root + "/a/plain", {"x"}).ok());
+  EXPECT_FALSE(MakeFoldersDurably(root + "/a/plain/d").ok());
+  EXPECT_FALSE(MakeFoldersDurably(root + "/a/plain").ok());
+  std::remove((root + "/a/b/c/file").c_str());
+  std::remove((root + "/a/plain").c_str());
+  for (const char* dir : {"/a/b/c", "/a/b", "/a", ""}) ::rmdir((root + dir).c_str());
 }
 
 }  // namespace
