@@ -3,6 +3,10 @@
 
 #include <sqlite3.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -10,6 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/page_token.h"
 #include "server/convert/convert.h"
 #include "trainerd/v1/jobs.pb.h"
 
@@ -34,6 +40,10 @@ const char* const kMigrations[] = {
     "  epoch INTEGER NOT NULL,"
     "  result BLOB NOT NULL,"  // trainerd.v1.EpochResult
     "  PRIMARY KEY (job_seq, epoch)) WITHOUT ROWID;",
+    // 1 -> 2: each job's owner as a column, so that a tenant's listing pages by the index
+    // (BackfillOwners fills it from the records in the same transaction).
+    "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+    "CREATE INDEX jobs_by_owner ON jobs(owner, seq);",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kJobStoreSchemaVersion,
               "one migration per schema version");
@@ -158,10 +168,14 @@ int64_t EndTimeNanos(const engine::JobSnapshot& job) {
   return job.end_time == absl::InfinitePast() ? 0 : absl::ToUnixNanos(job.end_time);
 }
 
-absl::StatusOr<engine::JobSnapshot> ParseRecord(const std::string& bytes, const std::string& path) {
+absl::StatusOr<engine::JobSnapshot> ParseRecord(const std::string& bytes, const std::string& path,
+                                                const std::string& id) {
   v1::Job job;
-  if (!job.ParseFromString(bytes)) {
-    return absl::DataLossError(absl::StrCat("job records '", path, "': a job record is damaged"));
+  if (!job.ParseFromString(bytes) || job.id() != id) {
+    return absl::DataLossError(absl::StrCat(
+        "job records '", path, "': the record of job '", id,
+        "' is damaged; delete the job (trainctl job delete ", id,
+        ") or restore the file from a backup"));
   }
   absl::StatusOr<engine::JobSnapshot> snapshot = convert::FromProto(job);
   if (!snapshot.ok()) {
@@ -171,16 +185,51 @@ absl::StatusOr<engine::JobSnapshot> ParseRecord(const std::string& bytes, const 
   return snapshot;
 }
 
-// The page token: the creation sequence number of the last job on the previous page.
-std::string PageToken(int64_t seq) { return absl::StrCat("seq-", seq); }
+// A listing's stand-in for a job whose record cannot be read: its id and state from the row's
+// columns, and why.
+engine::JobSnapshot DamagedJob(const std::string& id, int64_t state, const absl::Status& why) {
+  engine::JobSnapshot job;
+  job.id = id;
+  absl::StatusOr<engine::JobState> known =
+      convert::FromProto(static_cast<v1::JobState>(state));
+  job.state = known.ok() ? *known : engine::JobState::kFailed;
+  job.record_damaged = std::string(why.message());
+  return job;
+}
 
-absl::StatusOr<int64_t> ParsePageToken(const std::string& token) {
-  int64_t seq = 0;
-  if (!absl::StartsWith(token, "seq-") || !absl::SimpleAtoi(token.substr(4), &seq) || seq < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page token '", token.substr(0, 64), "' is not one this daemon gave"));
+// Fills the owner column of every job from its record (migration 1 -> 2). A damaged record keeps
+// the default '', which only admins see.
+absl::Status BackfillOwners(sqlite3* db, const std::string& path) {
+  std::vector<std::pair<int64_t, std::string>> owners;
+  {
+    Statement select(db, "SELECT seq, record FROM jobs");
+    int step = 0;
+    while ((step = select.Step()) == SQLITE_ROW) {
+      v1::Job job;
+      if (job.ParseFromString(select.Blob(1)) && !job.owner().empty()) {
+        owners.emplace_back(select.Int(0), job.owner());
+      }
+    }
+    if (step != SQLITE_DONE) return Error(db, path, "read the jobs to migrate");
   }
-  return seq;
+  for (const auto& [seq, owner] : owners) {
+    Statement update(db, "UPDATE jobs SET owner = ?2 WHERE seq = ?1");
+    if (update.Bind(1, seq).Bind(2, owner).Step() != SQLITE_DONE) {
+      return Error(db, path, "migrate a job's owner");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The key that signs this database's page tokens, made once and kept in the meta table, so that
+// a token outlives a restart of the daemon but is good for this database only.
+absl::StatusOr<std::string> PageTokenKey(sqlite3* db, const std::string& path) {
+  Statement read(db, "SELECT value FROM meta WHERE key = 'page_token_key'");
+  if (read.Step() == SQLITE_ROW) return read.Text(0);
+  const std::string key = RandomPageTokenKey();
+  Statement write(db, "INSERT INTO meta(key, value) VALUES('page_token_key', ?1)");
+  if (write.Bind(1, key).Step() != SQLITE_DONE) return Error(db, path, "store the page token key");
+  return key;
 }
 
 absl::StatusOr<sqlite3*> OpenConnection(const std::string& path, bool writer) {
@@ -199,8 +248,12 @@ absl::StatusOr<sqlite3*> OpenConnection(const std::string& path, bool writer) {
 
 }  // namespace
 
-SqliteJobStore::SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reader)
-    : path_(std::move(path)), writer_(writer), reader_(reader) {}
+SqliteJobStore::SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reader,
+                               std::string page_token_key)
+    : path_(std::move(path)),
+      page_token_key_(std::move(page_token_key)),
+      writer_(writer),
+      reader_(reader) {}
 
 SqliteJobStore::~SqliteJobStore() {
   sqlite3_close(reader_);
@@ -216,18 +269,43 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
         "the job records '", path, "' ", why,
         "; move the file aside to start with no job history (datasets are kept apart)"));
   };
+  // A file that is not a database at all, or whose pages SQLite finds damaged: DATA_LOSS, which
+  // OpenOrSetAside answers by moving the file aside.
+  const auto damaged = [&](const std::string& why) {
+    sqlite3_close(*writer);
+    return absl::DataLossError(absl::StrCat("the job records '", path, "' are damaged (", why, ")"));
+  };
+  const auto is_damage = [&] {
+    const int code = sqlite3_errcode(*writer) & 0xff;
+    return code == SQLITE_NOTADB || code == SQLITE_CORRUPT;
+  };
   // WAL: readers do not block the writer; a crash of the process loses no committed transaction.
   char* message = nullptr;
   if (sqlite3_exec(*writer, "PRAGMA journal_mode=WAL", nullptr, nullptr, &message) != SQLITE_OK) {
     const std::string text = message != nullptr ? message : "";
     sqlite3_free(message);
+    if (is_damage()) return damaged(text);
     return refuse(absl::StrCat("cannot be used (", text, ")"));
+  }
+  {
+    // The whole file's structure, once per start (milliseconds for a few thousand jobs).
+    Statement check(*writer, "PRAGMA quick_check(1)");
+    const int step = check.Step();
+    if (step != SQLITE_ROW) {
+      if (is_damage()) return damaged(sqlite3_errmsg(*writer));
+    } else if (check.Text(0) != "ok") {
+      const std::string why = check.Text(0);
+      return damaged(why);
+    }
   }
   int version = 0;
   {
     Statement meta(
         *writer, "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)");
-    if (meta.Step() != SQLITE_DONE) return refuse("is not a trainerd job database");
+    if (meta.Step() != SQLITE_DONE) {
+      if (is_damage()) return damaged(sqlite3_errmsg(*writer));
+      return refuse("is not a trainerd job database");
+    }
     Statement read(*writer, "SELECT value FROM meta WHERE key = 'schema_version'");
     if (read.Step() == SQLITE_ROW) version = static_cast<int>(read.Int(0));
   }
@@ -236,24 +314,53 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
                                "; this one reads up to ", kJobStoreSchemaVersion, ")"));
   }
   for (int next = version; next < kJobStoreSchemaVersion; ++next) {
-    Transaction transaction(*writer, path);
-    if (!transaction.begun().ok()) return refuse("cannot be migrated");
-    if (!Exec(*writer, path, kMigrations[next], "migrate").ok()) {
-      return refuse(absl::StrCat("cannot be migrated to schema ", next + 1));
+    // The transaction ends (ROLLBACK unless committed) before `refuse` closes the connection.
+    bool migrated = false;
+    {
+      Transaction transaction(*writer, path);
+      if (transaction.begun().ok() && Exec(*writer, path, kMigrations[next], "migrate").ok() &&
+          (next + 1 != 2 || BackfillOwners(*writer, path).ok())) {
+        Statement set(*writer,
+                      "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
+                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+        migrated = set.Bind(1, next + 1).Step() == SQLITE_DONE && transaction.Commit().ok();
+      }
     }
-    Statement set(*writer,
-                  "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
-                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
-    if (set.Bind(1, next + 1).Step() != SQLITE_DONE || !transaction.Commit().ok()) {
-      return refuse(absl::StrCat("cannot be migrated to schema ", next + 1));
-    }
+    if (!migrated) return refuse(absl::StrCat("cannot be migrated to schema ", next + 1));
+  }
+  absl::StatusOr<std::string> key = PageTokenKey(*writer, path);
+  if (!key.ok()) {
+    sqlite3_close(*writer);
+    return key.status();
   }
   absl::StatusOr<sqlite3*> reader = OpenConnection(path, /*writer=*/false);
   if (!reader.ok()) {
     sqlite3_close(*writer);
     return reader.status();
   }
-  return std::unique_ptr<SqliteJobStore>(new SqliteJobStore(path, *writer, *reader));
+  return std::unique_ptr<SqliteJobStore>(
+      new SqliteJobStore(path, *writer, *reader, *std::move(key)));
+}
+
+absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::OpenOrSetAside(
+    const std::string& path, std::string* note) {
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store = Open(path);
+  if (store.ok() || store.status().code() != absl::StatusCode::kDataLoss) return store;
+  // As damaged dataset files are: renamed, never deleted (an operator may still recover rows
+  // from it), and the daemon starts with an empty history.
+  const std::string aside = absl::StrCat(path, ".damaged-", absl::ToUnixSeconds(absl::Now()));
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string from = path + suffix;
+    if (::rename(from.c_str(), (aside + suffix).c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          store.status().message(), "; and it cannot be moved aside: ", std::strerror(errno)));
+    }
+  }
+  if (note != nullptr) {
+    *note = absl::StrCat(store.status().message(), ": moved to '", aside,
+                         "'; starting with no job history (datasets are kept)");
+  }
+  return Open(path);
 }
 
 absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
@@ -264,17 +371,18 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
     return full;
   }
   Statement upsert(writer_,
-                   "INSERT INTO jobs(id, state, dataset, end_time_ns, record) "
-                   "VALUES(?1, ?2, ?3, ?4, ?5) ON CONFLICT(id) DO UPDATE SET "
+                   "INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner) "
+                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(id) DO UPDATE SET "
                    "state = excluded.state, dataset = excluded.dataset, "
-                   "end_time_ns = excluded.end_time_ns, record = excluded.record");
+                   "end_time_ns = excluded.end_time_ns, record = excluded.record, "
+                   "owner = excluded.owner");
   upsert.Bind(1, job.id).Bind(2, convert::ToProto(job.state)).Bind(3, job.spec.dataset);
   if (engine::IsTerminal(job.state)) {
     upsert.Bind(4, EndTimeNanos(job));
   } else {
     upsert.BindNull(4);
   }
-  if (upsert.BindBlob(5, JobRecord(job)).Step() != SQLITE_DONE) {
+  if (upsert.BindBlob(5, JobRecord(job)).Bind(6, job.owner).Step() != SQLITE_DONE) {
     return Error(writer_, path_, "save a job");
   }
   return absl::OkStatus();
@@ -311,8 +419,8 @@ absl::Status SqliteJobStore::AppendEpoch(const engine::JobSnapshot& job,
 namespace {
 
 // Reads the epochs of the job with sequence number `seq` into `job`.
-absl::Status LoadEpochs(sqlite3* db, const std::string& path, int64_t seq,
-                        engine::JobSnapshot* job) {
+absl::Status ReadEpochsInto(sqlite3* db, const std::string& path, int64_t seq,
+                            engine::JobSnapshot* job) {
   Statement select(db, "SELECT result FROM epochs WHERE job_seq = ?1 ORDER BY epoch");
   select.Bind(1, seq);
   int step = 0;
@@ -340,25 +448,53 @@ absl::StatusOr<engine::JobSnapshot> SqliteJobStore::LoadJob(const std::string& i
   const int step = select.Step();
   if (step == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
   if (step != SQLITE_ROW) return Error(reader_, path_, "read a job");
-  absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_);
+  absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_, id);
   if (!job.ok()) return job.status();
-  if (absl::Status epochs = LoadEpochs(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
+  if (absl::Status epochs = ReadEpochsInto(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
     return epochs;
   }
   return job;
 }
 
+absl::StatusOr<std::vector<engine::EpochResult>> SqliteJobStore::LoadEpochs(const std::string& id,
+                                                                             int32_t after,
+                                                                             int32_t limit) {
+  std::lock_guard<std::mutex> lock(read_mu_);
+  ReadTransaction snapshot(reader_);
+  Statement job(reader_, "SELECT seq FROM jobs WHERE id = ?1");
+  const int found = job.Bind(1, id).Step();
+  if (found == SQLITE_DONE) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  if (found != SQLITE_ROW) return Error(reader_, path_, "read a job");
+  Statement select(reader_,
+                   "SELECT result FROM epochs WHERE job_seq = ?1 AND epoch > ?2 ORDER BY epoch "
+                   "LIMIT ?3");
+  select.Bind(1, job.Int(0)).Bind(2, after).Bind(3, limit);
+  std::vector<engine::EpochResult> epochs;
+  int step = 0;
+  while ((step = select.Step()) == SQLITE_ROW) {
+    v1::EpochResult epoch;
+    if (!epoch.ParseFromString(select.Blob(0))) {
+      return absl::DataLossError(
+          absl::StrCat("job records '", path_, "': an epoch of job '", id, "' is damaged"));
+    }
+    epochs.push_back(convert::FromProto(epoch));
+  }
+  if (step != SQLITE_DONE) return Error(reader_, path_, "read epochs");
+  return epochs;
+}
+
 absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery& query) {
+  const std::string filter = engine::JobQueryFilter(query);
   int64_t after = query.newest_first ? INT64_MAX : 0;
   if (!query.page_token.empty()) {
-    absl::StatusOr<int64_t> seq = ParsePageToken(query.page_token);
+    absl::StatusOr<int64_t> seq = ReadPageToken(page_token_key_, query.page_token, filter);
     if (!seq.ok()) return seq.status();
     after = *seq;
   }
   const int64_t size = std::clamp<int64_t>(query.page_size, 1, engine::kMaxJobPageSize);
   const std::string sql = absl::StrCat(
-      "SELECT seq, record FROM jobs WHERE (?1 < 0 OR state = ?1) AND (?2 = '' OR dataset = ?2) "
-      "AND seq ",
+      "SELECT seq, id, state, record FROM jobs WHERE (?1 < 0 OR state = ?1) "
+      "AND (?2 = '' OR dataset = ?2) AND (?5 = 0 OR owner = ?6) AND seq ",
       query.newest_first ? "<" : ">", " ?3 ORDER BY seq ", query.newest_first ? "DESC" : "ASC",
       " LIMIT ?4");
   std::lock_guard<std::mutex> lock(read_mu_);
@@ -369,28 +505,36 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
                                        : int64_t{-1})
       .Bind(2, query.dataset)
       .Bind(3, after)
-      .Bind(4, size + 1);  // one more tells whether another page follows
+      .Bind(4, size + 1)  // one more tells whether another page follows
+      .Bind(5, query.owner.has_value() ? int64_t{1} : int64_t{0})
+      .Bind(6, query.owner.value_or(""));
   engine::JobPage page;
   int64_t last_seq = 0;
   int step = 0;
   while ((step = select.Step()) == SQLITE_ROW) {
     if (static_cast<int64_t>(page.jobs.size()) == size) {
-      page.next_page_token = PageToken(last_seq);
+      page.next_page_token = MakePageToken(page_token_key_, last_seq, filter);
       break;
     }
-    absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_);
-    if (!job.ok()) return job.status();
     last_seq = select.Int(0);
-    if (query.full) {
-      if (absl::Status epochs = LoadEpochs(reader_, path_, last_seq, &*job); !epochs.ok()) {
-        return epochs;
+    absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(3), path_, select.Text(1));
+    if (job.ok() && query.full) {
+      if (absl::Status epochs = ReadEpochsInto(reader_, path_, last_seq, &*job); !epochs.ok()) {
+        job = epochs;
       }
-    } else {
-      // The basic view: what a listing needs (AIP-157), not every value of every epoch.
-      job->parameters.clear();
-      job->checkpoints.clear();
     }
-    page.jobs.push_back(*std::move(job));
+    if (!job.ok()) {
+      // One damaged record is shown as damaged; it never fails the listing of the others.
+      page.jobs.push_back(DamagedJob(select.Text(1), select.Int(2), job.status()));
+    } else {
+      if (!query.full) {
+        // The basic view: what a listing needs (AIP-157), not every value of every epoch.
+        job->parameters.clear();
+        job->checkpoints.clear();
+      }
+      page.jobs.push_back(*std::move(job));
+    }
+    page.resume_tokens.push_back(MakePageToken(page_token_key_, last_seq, filter));
   }
   if (step != SQLITE_ROW && step != SQLITE_DONE) return Error(reader_, path_, "list jobs");
   return page;
@@ -399,17 +543,21 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
 absl::StatusOr<std::vector<engine::JobSnapshot>> SqliteJobStore::LoadUnfinishedJobs() {
   std::lock_guard<std::mutex> lock(read_mu_);
   ReadTransaction snapshot(reader_);
-  Statement select(reader_, "SELECT seq, record FROM jobs WHERE state IN (?1, ?2) ORDER BY seq");
+  Statement select(reader_,
+                   "SELECT seq, id, state, record FROM jobs WHERE state IN (?1, ?2) ORDER BY seq");
   select.Bind(1, v1::JOB_STATE_QUEUED).Bind(2, v1::JOB_STATE_RUNNING);
   std::vector<engine::JobSnapshot> jobs;
   int step = 0;
   while ((step = select.Step()) == SQLITE_ROW) {
-    absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(1), path_);
-    if (!job.ok()) return job.status();
-    if (absl::Status epochs = LoadEpochs(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
-      return epochs;
+    absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(3), path_, select.Text(1));
+    if (job.ok()) {
+      if (absl::Status epochs = ReadEpochsInto(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
+        job = epochs;
+      }
     }
-    jobs.push_back(*std::move(job));
+    // A record that cannot be read comes back marked, for the engine to set aside and name.
+    jobs.push_back(job.ok() ? *std::move(job)
+                            : DamagedJob(select.Text(1), select.Int(2), job.status()));
   }
   if (step != SQLITE_DONE) return Error(reader_, path_, "read unfinished jobs");
   return jobs;
@@ -428,6 +576,16 @@ absl::Status SqliteJobStore::DeleteJob(const std::string& id) {
     return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
   }
   return transaction.Commit();
+}
+
+absl::Status SqliteJobStore::Sync() {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (absl::Status full = Exec(writer_, path_, "PRAGMA synchronous=FULL", "set durability");
+      !full.ok()) {
+    return full;
+  }
+  return Exec(writer_, path_,
+              "UPDATE meta SET value = value WHERE key = 'schema_version'", "sync the records");
 }
 
 absl::Status SqliteJobStore::DeleteEpochsAfter(const std::string& id, int32_t epoch) {

@@ -23,7 +23,7 @@ struct sqlite3;
 namespace trainerd::store {
 
 // The schema this build writes; Open migrates older databases to it and refuses newer ones.
-inline constexpr int kJobStoreSchemaVersion = 1;
+inline constexpr int kJobStoreSchemaVersion = 2;
 
 // Thread-safe: one connection for writes and one for reads, each behind its own mutex, so that a
 // listing never waits for (or holds up) a write beyond SQLite's own WAL locking.
@@ -32,7 +32,14 @@ class SqliteJobStore final : public engine::JobStore {
   // Opens (creating if missing) the database at `path` and migrates it. FAILED_PRECONDITION for
   // a file that is not a trainerd job database or was written by a newer schema, naming the file
   // and what to do.
+  // DATA_LOSS for a file that is not a database or whose pages are damaged.
   static absl::StatusOr<std::unique_ptr<SqliteJobStore>> Open(const std::string& path);
+  // Open, and for a damaged file (DATA_LOSS) moves it (and its -wal and -shm) aside as
+  // <path>.damaged-<unix seconds>, says so in `*note` (a sentence for the log; untouched
+  // otherwise), and opens a new one: one damaged file never keeps the daemon from starting. Other
+  // errors as Open's.
+  static absl::StatusOr<std::unique_ptr<SqliteJobStore>> OpenOrSetAside(const std::string& path,
+                                                                        std::string* note);
   ~SqliteJobStore() override;
   SqliteJobStore(const SqliteJobStore&) = delete;
   SqliteJobStore& operator=(const SqliteJobStore&) = delete;
@@ -41,19 +48,26 @@ class SqliteJobStore final : public engine::JobStore {
   absl::Status AppendEpoch(const engine::JobSnapshot& job,
                            const engine::EpochResult& epoch) override;
   absl::StatusOr<engine::JobSnapshot> LoadJob(const std::string& id) override;
+  absl::StatusOr<std::vector<engine::EpochResult>> LoadEpochs(const std::string& id,
+                                                              int32_t after,
+                                                              int32_t limit) override;
   absl::StatusOr<engine::JobPage> ListJobs(const engine::JobQuery& query) override;
   absl::StatusOr<std::vector<engine::JobSnapshot>> LoadUnfinishedJobs() override;
   absl::Status DeleteJob(const std::string& id) override;
   absl::Status DeleteEpochsAfter(const std::string& id, int32_t epoch) override;
   absl::StatusOr<std::vector<std::string>> EndedJobsToPrune(int64_t keep,
                                                             absl::Time ended_before) override;
+  // A write committed with synchronous=FULL: its fsync of the write-ahead log makes every earlier
+  // commit (the epochs' NORMAL ones) durable too.
+  absl::Status Sync() override;
 
   const std::string& path() const { return path_; }
 
  private:
-  SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reader);
+  SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reader, std::string page_token_key);
 
   const std::string path_;
+  const std::string page_token_key_;  // signs page tokens (kept in the meta table)
   std::mutex write_mu_;
   sqlite3* const writer_;  // guarded by write_mu_
   std::mutex read_mu_;

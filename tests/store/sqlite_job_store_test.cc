@@ -287,12 +287,166 @@ TEST(SqliteJobStoreTest, RefusesANewerSchemaAndForeignFiles) {
     out << std::string(8192, 'x');
   }
   store = SqliteJobStore::Open(garbage);
-  ASSERT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(store.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(store.status().message(), HasSubstr(garbage));
   // Refused, not overwritten.
   std::ifstream in(garbage, std::ios::binary);
   std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(contents, std::string(8192, 'x'));
+}
+
+// A damaged jobs.db never keeps the daemon from starting: it is moved aside, kept, and a new one
+// made. A newer schema is not damage: still refused.
+TEST(SqliteJobStoreTest, ADamagedFileIsMovedAsideAndANewOneMade) {
+  const std::string garbage = ScratchFile("aside");
+  {
+    std::ofstream out(garbage, std::ios::binary);
+    out << std::string(8192, 'x');
+  }
+  std::string note;
+  absl::StatusOr<std::unique_ptr<SqliteJobStore>> store =
+      SqliteJobStore::OpenOrSetAside(garbage, &note);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_THAT(note, HasSubstr("are damaged"));
+  EXPECT_THAT(note, HasSubstr(garbage + ".damaged-"));
+  absl::StatusOr<engine::JobPage> page = (*store)->ListJobs(JobQuery());
+  ASSERT_TRUE(page.ok());
+  EXPECT_TRUE(page->jobs.empty());
+  ASSERT_TRUE((*store)->SaveJob(MakeJob("job-1", "d")).ok());
+  // The damaged file is kept beside it, byte for byte.
+  const std::string aside = note.substr(note.find(garbage + ".damaged-"));
+  const std::string aside_path = aside.substr(0, aside.find('\''));
+  std::ifstream in(aside_path, std::ios::binary);
+  std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(contents, std::string(8192, 'x'));
+  std::remove(aside_path.c_str());
+}
+
+// Overwrites the record of job `id` with bytes that do not parse.
+void DamageRecord(const std::string& path, const std::string& id) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      absl::StrCat("UPDATE jobs SET record = x'ffffffff0badf00d' WHERE id = '", id, "'");
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+}
+
+TEST(SqliteJobStoreTest, ADamagedRecordIsShownAsDamagedAndNeverFailsAListing) {
+  const std::string path = ScratchFile("damaged");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-1", "d", JobState::kSucceeded)).ok());
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-2", "d", JobState::kSucceeded)).ok());
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-3", "d", JobState::kRunning)).ok());
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-4", "d", JobState::kQueued)).ok());
+  }
+  DamageRecord(path, "job-2");
+  DamageRecord(path, "job-3");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  for (const bool full : {false, true}) {
+    JobQuery query;
+    query.full = full;
+    absl::StatusOr<engine::JobPage> page = store->ListJobs(query);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_THAT(Ids(*page), ElementsAre("job-1", "job-2", "job-3", "job-4"));
+    EXPECT_TRUE(page->jobs[0].record_damaged.empty());
+    EXPECT_THAT(page->jobs[1].record_damaged, HasSubstr("the record of job 'job-2' is damaged"));
+    EXPECT_EQ(page->jobs[1].state, JobState::kSucceeded);  // from the row's column
+    EXPECT_EQ(page->jobs[2].state, JobState::kRunning);
+  }
+  EXPECT_EQ(store->LoadJob("job-2").status().code(), absl::StatusCode::kDataLoss);
+  // The unfinished one comes back marked, for the engine to set aside; the other resumes.
+  absl::StatusOr<std::vector<JobSnapshot>> unfinished = store->LoadUnfinishedJobs();
+  ASSERT_TRUE(unfinished.ok()) << unfinished.status();
+  ASSERT_EQ(unfinished->size(), 2u);
+  EXPECT_EQ((*unfinished)[0].id, "job-3");
+  EXPECT_FALSE((*unfinished)[0].record_damaged.empty());
+  EXPECT_EQ((*unfinished)[1].id, "job-4");
+  EXPECT_TRUE((*unfinished)[1].record_damaged.empty());
+  EXPECT_EQ((*unfinished)[1].spec.dataset, "d");
+}
+
+TEST(SqliteJobStoreTest, PageTokensAreSignedForTheirFiltersAndOwnersFilterTheListing) {
+  auto store = OpenOrDie(ScratchFile("tokens"));
+  ASSERT_NE(store, nullptr);
+  for (int i = 1; i <= 6; ++i) {
+    JobSnapshot job = MakeJob(absl::StrCat("job-", i), "d");
+    job.owner = i % 2 == 0 ? "bob" : "alice";
+    ASSERT_TRUE(store->SaveJob(job).ok());
+  }
+  JobQuery alices;
+  alices.owner = "alice";
+  alices.page_size = 2;
+  absl::StatusOr<engine::JobPage> page = store->ListJobs(alices);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-1", "job-3"));
+  ASSERT_EQ(page->resume_tokens.size(), 2u);
+  EXPECT_EQ(page->resume_tokens[1], page->next_page_token);
+  alices.page_token = page->next_page_token;
+  page = store->ListJobs(alices);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-5"));
+  // Another filter, another owner, an edited token, the old format: refused.
+  JobQuery bobs = alices;
+  bobs.owner = "bob";
+  EXPECT_EQ(store->ListJobs(bobs).status().code(), absl::StatusCode::kInvalidArgument);
+  JobQuery everyone = alices;
+  everyone.owner.reset();
+  EXPECT_EQ(store->ListJobs(everyone).status().code(), absl::StatusCode::kInvalidArgument);
+  for (const std::string& forged : {std::string("seq-0"), std::string("seq-+3"),
+                                    std::string("p1.0.0123456789abcdef"),
+                                    "p1.1" + alices.page_token.substr(alices.page_token.find('.', 3))}) {
+    JobQuery query = alices;
+    query.page_token = forged;
+    EXPECT_EQ(store->ListJobs(query).status().code(), absl::StatusCode::kInvalidArgument) << forged;
+  }
+}
+
+TEST(SqliteJobStoreTest, EpochsArePagedFromTheRecords) {
+  auto store = OpenOrDie(ScratchFile("epochs"));
+  ASSERT_NE(store, nullptr);
+  JobSnapshot job = MakeJob("job-1", "d", JobState::kRunning);
+  ASSERT_TRUE(store->SaveJob(job).ok());
+  for (int e = 1; e <= 10; ++e) ASSERT_TRUE(store->AppendEpoch(job, MakeEpoch(e, 1.0 / e)).ok());
+  absl::StatusOr<std::vector<EpochResult>> page = store->LoadEpochs("job-1", 3, 4);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->size(), 4u);
+  EXPECT_EQ((*page)[0].epoch, 4);
+  EXPECT_EQ((*page)[3].epoch, 7);
+  EXPECT_EQ(store->LoadEpochs("job-1", 10, 4)->size(), 0u);
+  EXPECT_EQ(store->LoadEpochs("job-9", 0, 4).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store->Sync().ok());
+}
+
+// A database of schema 1 (before owners were a column) is migrated at open: its jobs keep their
+// owners, and a tenant's listing finds them.
+TEST(SqliteJobStoreTest, ASchemaOneFileIsMigratedWithItsOwners) {
+  const std::string path = ScratchFile("migrate");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    JobSnapshot job = MakeJob("job-1", "d");
+    job.owner = "carol";
+    ASSERT_TRUE(store->SaveJob(job).ok());
+  }
+  // Back to schema 1: without the column, as a build before it wrote the file.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql : {"DROP INDEX jobs_by_owner", "ALTER TABLE jobs DROP COLUMN owner",
+                          "UPDATE meta SET value = 1 WHERE key = 'schema_version'"}) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  }
+  sqlite3_close(db);
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  JobQuery carols;
+  carols.owner = "carol";
+  absl::StatusOr<engine::JobPage> page = store->ListJobs(carols);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(Ids(*page), ElementsAre("job-1"));
 }
 
 TEST(SqliteJobStoreTest, ReopeningKeepsTheSchemaVersion) {
