@@ -5,6 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/job_limits.h"
+#include "common/status_macros.h"
+#include "common/table.h"
 
 namespace trainerd::convert {
 namespace {
@@ -156,10 +159,25 @@ v1::Dataset ToProto(const engine::DatasetMeta& meta) {
   out.set_target_min(meta.target_min);
   out.set_target_max(meta.target_max);
   out.set_owner(meta.owner);
+  out.set_shared(meta.shared);
   return out;
 }
 
 absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
+  // The strings first, before anything is copied or echoed from them.
+  if (static_cast<int64_t>(spec.model().size()) > kMaxModelSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the model spec has ", spec.model().size(),
+                                                   " characters; at most ", kMaxModelSpecBytes,
+                                                   " are accepted"));
+  }
+  for (const std::string* name : {&spec.dataset(), &spec.validation_dataset()}) {
+    if (!name->empty()) TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(*name));
+  }
+  if (spec.device().size() > 32) {
+    return absl::InvalidArgumentError(absl::StrCat("the device has ", spec.device().size(),
+                                                   " characters; devices are 'cpu', 'cuda:N' or "
+                                                   "'auto'"));
+  }
   engine::JobSpec out;
   out.dataset = spec.dataset();
   out.model = spec.model();
@@ -492,6 +510,9 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
   out.set_cancel_requested(job.cancel_requested);
+  out.set_record_damaged(job.record_damaged);
+  out.set_checkpoint_error(job.checkpoint_error);
+  out.set_model_sha256(job.model_sha256);
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
   out.set_sweep_id(job.sweep_id);
   for (const engine::DeviceCostEstimate& e : job.device_estimates) {
@@ -506,6 +527,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
     checkpoint->set_epoch(c.epoch);
     checkpoint->set_path(c.path);
     checkpoint->set_size_bytes(c.size_bytes);
+    checkpoint->set_sha256(c.sha256);
     if (c.create_time != absl::InfinitePast()) {
       SetTimestamp(c.create_time, checkpoint->mutable_create_time());
     }
@@ -630,6 +652,9 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
   out.cancel_requested = job.cancel_requested();
+  out.record_damaged = job.record_damaged();
+  out.checkpoint_error = job.checkpoint_error();
+  out.model_sha256 = job.model_sha256();
   out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.sweep_id = job.sweep_id();
   for (const v1::DeviceEstimate& e : job.device_estimates()) {
@@ -641,6 +666,7 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
     checkpoint.epoch = c.epoch();
     checkpoint.path = c.path();
     checkpoint.size_bytes = c.size_bytes();
+    checkpoint.sha256 = c.sha256();
     if (c.has_create_time()) checkpoint.create_time = FromTimestamp(c.create_time());
     out.checkpoints.push_back(std::move(checkpoint));
   }

@@ -1,11 +1,11 @@
 #include "server/engine/checkpoint.h"
 
-#include <filesystem>
 #include <sstream>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript_export.h"
 
@@ -73,14 +73,8 @@ absl::StatusOr<int64_t> WriteCheckpoint(
   }
   const size_t slash = path.find_last_of('/');
   if (slash != std::string::npos) {
-    // create_directories only: std::filesystem::remove_all misbehaves in binaries that link
-    // LibTorch, and nothing here needs it.
-    std::error_code ec;
-    std::filesystem::create_directories(path.substr(0, slash), ec);
-    if (ec) {
-      return absl::InternalError(
-          absl::StrCat("cannot create '", path.substr(0, slash), "': ", ec.message()));
-    }
+    // New folders durable in their parents, as the file will be in its folder.
+    TRAINERD_RETURN_IF_ERROR(MakeFoldersDurably(path.substr(0, slash)));
   }
   const absl::Status written = WriteModelArchive(path, bytes);
   if (!written.ok()) return written;

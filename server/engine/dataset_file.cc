@@ -49,7 +49,8 @@ std::string HeaderLines(const DatasetMeta& meta, absl::string_view sha256, absl:
                       "target_dtype=", TargetDTypeName(meta.target_dtype), "\n", "rows=", meta.rows,
                       "\n", "size_bytes=", meta.size_bytes, "\n", "sha256=", sha256, "\n",
                       "create_time_unix_nanos=", nanos, "\n", "target_min=", target_min, "\n",
-                      "target_max=", target_max, "\n", "owner=", absl::CEscape(meta.owner), "\n");
+                      "target_max=", target_max, "\n", "owner=", absl::CEscape(meta.owner), "\n",
+                      "shared=", meta.shared ? 1 : 0, "\n");
 }
 
 constexpr size_t kMinPadLine = 5;     // "pad=\n"
@@ -70,10 +71,18 @@ int64_t DatasetFileHeaderBytes(const DatasetMeta& meta) {
 }
 
 std::string DatasetFileHeaderText(const DatasetMeta& meta) {
+  return DatasetFileHeaderText(meta, DatasetFileHeaderBytes(meta)).value();
+}
+
+absl::StatusOr<std::string> DatasetFileHeaderText(const DatasetMeta& meta, int64_t header_bytes) {
   std::string text =
       HeaderLines(meta, meta.sha256, absl::StrCat(absl::ToUnixNanos(meta.create_time)),
                   absl::StrCat(meta.target_min), absl::StrCat(meta.target_max));
-  const size_t total = static_cast<size_t>(DatasetFileHeaderBytes(meta));
+  const size_t total = static_cast<size_t>(header_bytes);
+  if (header_bytes < 0 || text.size() + kMinPadLine + 1 > total) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the header of dataset '", meta.name, "' does not fit its ", header_bytes, " bytes"));
+  }
   // What the pad lines fill: at least kMinPadLine, by the reservation.
   size_t need = total - text.size() - 1;
   while (need > 0) {
@@ -92,6 +101,17 @@ absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta, 
                               size_t size) {
   return WriteFileAtomically(path, {DatasetFileHeaderText(meta),
                                     std::string_view(static_cast<const char*>(payload), size)});
+}
+
+absl::Status RewriteDatasetFileHeader(const std::string& path, const DatasetFileHeader& header) {
+  TRAINERD_ASSIGN_OR_RETURN(const std::string text,
+                            DatasetFileHeaderText(header.meta, header.payload_offset));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return FileError(errno, "cannot open", path);
+  ScopedFd closer(fd);
+  TRAINERD_RETURN_IF_ERROR(WriteAt(fd, path, text, 0));
+  if (::fdatasync(fd) != 0) return FileError(errno, "cannot fdatasync", path);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path) {
@@ -173,6 +193,7 @@ absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path)
   m.sha256 = declared.sha256;
   m.feature_bytes = layout->feature_bytes;
   m.owner = std::move(owner);
+  m.shared = fields["shared"] == "1";  // files from before sharing have no such line
   m.create_time = absl::FromUnixNanos(nanos);
   in.seekg(0, std::ios::end);
   if (static_cast<int64_t>(in.tellg()) != header.payload_offset + m.size_bytes) {

@@ -21,6 +21,9 @@ int64_t DatasetFileHeaderBytes(const DatasetMeta& meta);
 // The header of `meta`'s file, padded with "pad=" lines (which readers skip) to exactly
 // DatasetFileHeaderBytes(meta) bytes.
 std::string DatasetFileHeaderText(const DatasetMeta& meta);
+// The same header padded to `header_bytes` (a file's payload offset); FAILED_PRECONDITION when it
+// does not fit.
+absl::StatusOr<std::string> DatasetFileHeaderText(const DatasetMeta& meta, int64_t header_bytes);
 
 // Writes atomically: a temporary file in the same folder, fsync, rename, fsync of the folder.
 absl::Status WriteDatasetFile(const std::string& path, const DatasetMeta& meta, const void* payload,
@@ -34,6 +37,9 @@ struct DatasetFileHeader {
 
 // Reads and checks the header (not the payload). DATA_LOSS for a damaged or truncated file.
 absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path);
+// Writes `header.meta` over the file's header in place, padded to the same payload offset, and
+// syncs it: the payload is not touched (sharing a dataset flips one line of its header).
+absl::Status RewriteDatasetFileHeader(const std::string& path, const DatasetFileHeader& header);
 
 // Reads `size` payload bytes into `dest` and checks them against the header's SHA-256.
 absl::Status ReadDatasetPayload(const std::string& path, const DatasetFileHeader& header,

@@ -85,8 +85,7 @@ DatasetUpload::~DatasetUpload() {
   if (!committed_) registry_->ReleaseName(meta_.name);
 }
 
-absl::Status DatasetUpload::AddBlock() {
-  const int64_t size = std::min(kStagingBlockBytes, meta_.size_bytes - capacity_);
+absl::Status DatasetUpload::Charge(int64_t size) {
   TRAINERD_RETURN_IF_ERROR(registry_->ReserveStaging(size, meta_.name));
   if (!buffer_.defined()) {
     // The declared size was checked against the daemon's limits when the upload began; this
@@ -124,13 +123,12 @@ absl::Status DatasetUpload::Append(std::string_view chunk) {
         absl::StrCat("dataset '", meta_.name, "': the payload is larger than the header declares (",
                      meta_.size_bytes, " bytes for ", meta_.rows, " rows)"));
   }
-  while (!chunk.empty()) {
-    if (received_ == capacity_) TRAINERD_RETURN_IF_ERROR(AddBlock());
-    const int64_t n = std::min<int64_t>(capacity_ - received_, chunk.size());
+  if (!chunk.empty()) {
+    TRAINERD_RETURN_IF_ERROR(Charge(static_cast<int64_t>(chunk.size())));
+    const int64_t n = static_cast<int64_t>(chunk.size());
     char* to = static_cast<char*>(buffer_.data_ptr()) + received_;
     std::memcpy(to, chunk.data(), n);
     sha256_.Update(to, n);  // the buffer's bytes stay put until the hash is done
-    chunk.remove_prefix(n);
     received_ += n;
   }
   const bool last = received_ == meta_.size_bytes;
@@ -149,8 +147,7 @@ absl::Status DatasetUpload::WriteReceived(bool all) {
     if (file_->get() < 0) {
       const int error_number = errno;
       file_.reset();
-      return absl::InternalError(
-          absl::StrCat("cannot create '", tmp_path_, "': ", std::strerror(error_number)));
+      return FileError(error_number, "cannot create", tmp_path_);
     }
   }
   if (received_ > written_) {
@@ -581,7 +578,12 @@ void DatasetRegistry::Preload() {
       absl::MutexLock lock(&mu_);
       loading_bytes_ -= meta.size_bytes;
       auto it = datasets_.find(meta.name);
-      if (it == datasets_.end()) continue;
+      // Only into the dataset that was loaded: one deleted and uploaded again under its name
+      // meanwhile is another dataset, with tensors (and a loading flag) of its own.
+      if (it == datasets_.end() || it->second.meta.create_time != meta.create_time ||
+          it->second.meta.sha256 != meta.sha256) {
+        continue;
+      }
       it->second.loading = false;
       if (loaded.ok()) {
         it->second.resident = *std::move(loaded);
@@ -772,6 +774,40 @@ std::vector<DatasetMeta> DatasetRegistry::List() const {
   out.reserve(datasets_.size());
   for (const auto& [name, entry] : datasets_) out.push_back(entry.meta);
   return out;
+}
+
+int64_t DatasetRegistry::uploads_in_progress() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(reserved_.size());
+}
+
+absl::StatusOr<DatasetMeta> DatasetRegistry::SetShared(const std::string& name, bool shared) {
+  std::lock_guard<std::mutex> sharing(share_mu_);
+  absl::Time created;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = datasets_.find(name);
+    if (it == datasets_.end()) {
+      return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+    }
+    if (it->second.meta.shared == shared) return it->second.meta;
+    created = it->second.meta.create_time;
+  }
+  // The file first: a restart must not forget what the caller was told.
+  TRAINERD_ASSIGN_OR_RETURN(DatasetFileHeader header, ReadDatasetFileHeader(PathFor(name)));
+  if (header.meta.create_time != created) {
+    return absl::AbortedError(absl::StrCat("dataset '", name, "' was replaced meanwhile"));
+  }
+  header.meta.shared = shared;
+  TRAINERD_RETURN_IF_ERROR(RewriteDatasetFileHeader(PathFor(name), header));
+  absl::MutexLock lock(&mu_);
+  auto it = datasets_.find(name);
+  if (it == datasets_.end() || it->second.meta.create_time != created) {
+    return absl::AbortedError(absl::StrCat("dataset '", name, "' was deleted meanwhile"));
+  }
+  it->second.meta.shared = shared;
+  LogInfo(absl::StrCat("dataset '", name, "' is ", shared ? "shared" : "no longer shared"));
+  return it->second.meta;
 }
 
 absl::Status DatasetRegistry::Delete(const std::string& name) {

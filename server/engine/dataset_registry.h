@@ -37,13 +37,13 @@ struct Dataset {
 
 class DatasetRegistry;
 
-// The size of an upload's staging blocks.
+// The size of the blocks an upload's bytes are checked and written back in.
 inline constexpr int64_t kStagingBlockBytes = int64_t{16} << 20;
 
 // One upload in progress. The payload is appended into one host buffer of the declared size whose
 // pages are committed as bytes arrive, counted against the registry's bound on the bytes staged by
-// all uploads a block of kStagingBlockBytes at a time, so a header that declares gigabytes and
-// sends nothing costs nothing. While the bytes arrive the upload also does what used to wait for
+// all uploads chunk by chunk, as received, so a header that declares gigabytes and sends nothing
+// costs nothing. While the bytes arrive the upload also does what used to wait for
 // the last one: it writes them to the dataset's temporary file (after room for the header) and
 // starts their writeback, hashes them, and checks each completed block (non-finite values, the
 // class-index range), so that a bad value ends the stream at once and the commit (on the engine's
@@ -68,9 +68,10 @@ class DatasetUpload final : public UploadSession {
  private:
   friend class DatasetRegistry;
   DatasetUpload(DatasetRegistry* registry, DatasetMeta meta, std::string expected_sha256);
-  // Counts the next block of staging (at most kStagingBlockBytes, at most what the header has
-  // left) against the bound on uploads in flight; the first allocates the payload's buffer.
-  absl::Status AddBlock();
+  // Counts `bytes` more (a chunk about to be copied in) against the bound on uploads in flight,
+  // so that an upload is charged for what it holds, not for a block it might fill; the first
+  // call allocates the payload's buffer.
+  absl::Status Charge(int64_t bytes);
   // The whole payload as one uint8 tensor: the staging buffer itself (no copy), its staging
   // account given back.
   absl::StatusOr<torch::Tensor> Gather();
@@ -90,7 +91,7 @@ class DatasetUpload final : public UploadSession {
   // bytes arrive), so that resident memory grows with what the client sent, as capacity_ counts
   // it. Becomes the resident dataset on the CPU: received once, never copied.
   torch::Tensor buffer_;
-  int64_t capacity_ = 0;  // bytes received or about to be, counted against the in-flight bound
+  int64_t capacity_ = 0;  // bytes received (charged just before each chunk is copied in)
   int64_t received_ = 0;
   // Hashes the buffer's bytes as they are received, on a thread of its own.
   BackgroundSha256 sha256_;
@@ -154,6 +155,8 @@ class DatasetRegistry {
 
   // Host memory staged by the uploads in progress, in bytes.
   int64_t staged_bytes() const;
+  // Uploads begun and not yet committed or discarded (and deletes removing their files).
+  int64_t uploads_in_progress() const;
 
   // NOT_FOUND when absent. The metadata says where the dataset is now (DatasetMeta::location).
   absl::StatusOr<DatasetMeta> GetMeta(const std::string& name) const;
@@ -180,6 +183,9 @@ class DatasetRegistry {
   int64_t resident_bytes() const;
   int64_t reserved_bytes() const;
   int64_t evictions() const;
+  // Marks the dataset shared (other tenants' jobs may train on it) or not, first in its file's
+  // header (durable, in place), then in the registry. NOT_FOUND when absent.
+  absl::StatusOr<DatasetMeta> SetShared(const std::string& name, bool shared);
   // Removes it from the registry and deletes its file. NOT_FOUND when absent. The caller checks
   // that no job uses it (the Engine does, under its admission lock).
   absl::Status Delete(const std::string& name);
@@ -242,6 +248,7 @@ class DatasetRegistry {
   int64_t reserved_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t evictions_ ABSL_GUARDED_BY(mu_) = 0;
   std::mutex acquire_mu_;  // serialises AcquireForJob
+  std::mutex share_mu_;    // serialises SetShared's header rewrites
 };
 
 }  // namespace trainerd::engine

@@ -1,5 +1,7 @@
 #include "server/engine/diagnose.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -98,8 +100,11 @@ void DiagnoseCpu(const DiagnoseOptions& options, DeviceDiagnosis& d) {
   SetIntraOpThreads(cores);
   const int64_t n = options.matmul_size > 0 ? options.matmul_size : kCpuMatmulSize;
   d.matmul_size = n;
-  const torch::Tensor a = torch::randn({n, n}, torch::kFloat);
-  const torch::Tensor b = torch::randn({n, n}, torch::kFloat);
+  // A generator of its own: LibTorch's global one is where jobs' initial weights come from, and
+  // a measurement beside a job must not change that job's numbers.
+  at::Generator gen = at::detail::createCPUGenerator(/*seed_val=*/20261202);
+  const torch::Tensor a = torch::randn({n, n}, gen, torch::kFloat);
+  const torch::Tensor b = torch::randn({n, n}, gen, torch::kFloat);
   torch::Tensor c = torch::empty({n, n}, torch::kFloat);
   torch::mm_out(c, a, b);
   Clock::time_point start = Clock::now();
@@ -173,8 +178,10 @@ void DiagnoseCuda(const torch::Device& device, const DiagnoseOptions& options,
   const int64_t n = options.matmul_size > 0 ? options.matmul_size : kCudaMatmulSize;
   d.matmul_size = n;
   const torch::TensorOptions floats = torch::TensorOptions().dtype(torch::kFloat).device(cuda);
-  const torch::Tensor a = torch::randn({n, n}, floats);
-  const torch::Tensor b = torch::randn({n, n}, floats);
+  // Drawn on the host from a generator of its own (see the CPU's), then copied once.
+  at::Generator gen = at::detail::createCPUGenerator(/*seed_val=*/20261202);
+  const torch::Tensor a = torch::randn({n, n}, gen, torch::kFloat).to(floats);
+  const torch::Tensor b = torch::randn({n, n}, gen, torch::kFloat).to(floats);
   torch::Tensor c = torch::empty({n, n}, floats);
   torch::mm_out(c, a, b);  // cuBLAS handle, workspace and kernel choice
   torch::cuda::synchronize(index);

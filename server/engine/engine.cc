@@ -1,5 +1,7 @@
 #include "server/engine/engine.h"
 
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -19,7 +21,9 @@
 #include "common/file_io.h"
 #include "common/flops.h"
 #include "common/job_limits.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
+#include "server/engine/access.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/device.h"
 #include "server/engine/diagnose.h"
@@ -69,6 +73,8 @@ struct Engine::Impl {
   // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last
   // checkpoint (or epoch 0), and records those that cannot run any more as FAILED.
   absl::Status Recover();
+  // Unfinished jobs whose records could not be read at the start, set aside (Recover).
+  int64_t records_set_aside = 0;
 
   // The job manager's hooks: the observer, and the report's device figures (sampler window,
   // FLOPs from the model spec, the verdict against this device's cached Diagnose figures).
@@ -93,9 +99,14 @@ struct Engine::Impl {
                                     std::string_view module_bytes = {});
   // Admit's checks without the queue: the spec against its dataset and the limits, its device
   // placed, its estimates. Under admission_mu.
-  absl::StatusOr<SweepMember> CheckLocked(JobSpec spec, const LoadedTorchScript* module,
+  absl::StatusOr<SweepMember> CheckLocked(JobSpec spec, const CallContext& caller,
+                                          const LoadedTorchScript* module,
                                           const DatasetMeta* checked_against)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
+  // The dataset `name` when `caller` may train on it (access.h); NOT_FOUND otherwise, as for a
+  // name nobody uploaded.
+  absl::StatusOr<DatasetMeta> UsableDataset(const std::string& name,
+                                            const CallContext& caller) const;
   absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;
@@ -195,8 +206,15 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
 Engine::~Engine() { Shutdown(); }
 
 void Engine::Drain(absl::Duration timeout) {
-  // New submissions are refused at once; the module checks in flight end with Shutdown below.
+  const absl::Time deadline = absl::Now() + timeout;
+  // New submissions and uploads are refused at once; the module checks in flight end with
+  // Shutdown below.
   impl_->jobs.Drain(timeout);
+  // Uploads that began before the drain may finish within it: their bytes are not thrown away
+  // for want of the I/O thread that commits them.
+  while (impl_->datasets.uploads_in_progress() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   Shutdown();
 }
 
@@ -229,6 +247,8 @@ std::string LibTorchVersionString() { return LibTorchVersion(); }
 std::string CudaVersionString() { return CudaBuildVersion(); }
 
 int64_t Engine::host_to_device_bytes() const { return HostToDeviceBytesTotal(); }
+
+int64_t Engine::job_records_set_aside() const { return impl_->records_set_aside; }
 
 Engine::MemoryAccount Engine::memory_account() const {
   MemoryAccount account;
@@ -267,11 +287,25 @@ int64_t FileBytes(const std::string& path) {
 
 DiskUsage Engine::disk_usage() const {
   constexpr absl::Duration kRefresh = absl::Seconds(10);
+  const std::string& dir = impl_->options.data_dir;
+  int64_t free_bytes = -1;
+  int64_t total_bytes = -1;
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) == 0) {
+    free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+    total_bytes = static_cast<int64_t>(fs.f_blocks) * static_cast<int64_t>(fs.f_frsize);
+  }
   absl::MutexLock lock(&impl_->disk_mu);
   const absl::Time now = absl::Now();
-  if (now - impl_->disk_measured < kRefresh) return impl_->disk;
-  const std::string& dir = impl_->options.data_dir;
+  if (now - impl_->disk_measured < kRefresh) {
+    DiskUsage cached = impl_->disk;
+    cached.free_bytes = free_bytes;
+    cached.total_bytes = total_bytes;
+    return cached;
+  }
   DiskUsage usage;
+  usage.free_bytes = free_bytes;
+  usage.total_bytes = total_bytes;
   usage.datasets = FolderBytes(dir + "/datasets");
   usage.models = FolderBytes(dir + "/models");
   usage.checkpoints = FolderBytes(dir + "/checkpoints");
@@ -380,8 +414,11 @@ absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
   // A call right after start shares the start-up measurement rather than racing it.
   impl_->startup_measured.WaitForNotification();
   absl::MutexLock lock(&impl_->diagnose_mu);
-  if (!refresh) {
-    if (std::optional<Diagnosis> cached = impl_->CachedDiagnosis()) {
+  if (std::optional<Diagnosis> cached = impl_->CachedDiagnosis()) {
+    // A refresh measures again only when the figures are older than diagnose_min_interval:
+    // callers who refresh back to back (each measurement loads every device for about a
+    // second) would otherwise take the node from its jobs.
+    if (!refresh || absl::Now() - cached->measure_time < impl_->options.diagnose_min_interval) {
       cached->cached = true;
       return *cached;
     }
@@ -524,6 +561,11 @@ void Engine::CheckLoop() {
 
 absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const DatasetHeader& header,
                                                                    const CallContext& caller) {
+  // Refused before a byte is read, rather than received whole and then refused.
+  if (!impl_->jobs.accepting()) {
+    return absl::UnavailableError(
+        "the daemon is shutting down; upload again once it is back (nothing was received)");
+  }
   TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<DatasetUpload> upload,
                             impl_->datasets.BeginUpload(header, caller.owner));
   return std::unique_ptr<UploadSession>(std::move(upload));
@@ -565,8 +607,10 @@ absl::StatusOr<DatasetMeta> Engine::GetDataset(const std::string& name) const {
 
 std::vector<DatasetMeta> Engine::ListDatasets() const { return impl_->datasets.List(); }
 
-absl::Status Engine::DeleteDataset(const std::string& name) {
+absl::Status Engine::DeleteDataset(const std::string& name, const CallContext& caller) {
   absl::MutexLock lock(&impl_->admission_mu);
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->datasets.GetMeta(name));
+  TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
   const std::string job = impl_->jobs.JobUsingDataset(name);
   if (!job.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -575,6 +619,15 @@ absl::Status Engine::DeleteDataset(const std::string& name) {
   TRAINERD_RETURN_IF_ERROR(impl_->datasets.Delete(name));
   LogInfo(absl::StrCat("dataset '", name, "' deleted"));
   return absl::OkStatus();
+}
+
+absl::StatusOr<DatasetMeta> Engine::ShareDataset(const std::string& name, bool shared,
+                                                 const CallContext& caller) {
+  // Under the admission lock, as a delete is: the owner checked is the owner changed.
+  absl::MutexLock lock(&impl_->admission_mu);
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->datasets.GetMeta(name));
+  TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
+  return impl_->datasets.SetShared(name, shared);
 }
 
 namespace {
@@ -616,9 +669,20 @@ int64_t OptimizerSlots(const JobSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const LoadedTorchScript* module,
+absl::StatusOr<DatasetMeta> Engine::Impl::UsableDataset(const std::string& name,
+                                                        const CallContext& caller) const {
+  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta meta, datasets.GetMeta(name));
+  // Another tenant's dataset that is not shared is, to this caller, no dataset at all.
+  if (!MayUse(caller, meta)) {
+    return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+  }
+  return meta;
+}
+
+absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallContext& caller,
+                                                      const LoadedTorchScript* module,
                                                       const DatasetMeta* checked_against) {
-  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(spec.dataset));
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, UsableDataset(spec.dataset, caller));
   if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
                                      dataset.create_time != checked_against->create_time)) {
     return absl::AbortedError(absl::StrCat("dataset '", spec.dataset,
@@ -647,7 +711,7 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const Loaded
   // deleted before the job holds it (JobUsingDataset counts it as in use).
   int64_t validation_bytes = 0;
   if (!spec.validation_dataset.empty()) {
-    auto validation = datasets.GetMeta(spec.validation_dataset);
+    auto validation = UsableDataset(spec.validation_dataset, caller);
     if (!validation.ok()) {
       return absl::Status(validation.status().code(),
                           absl::StrCat("validation ", validation.status().message()));
@@ -715,7 +779,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   absl::MutexLock lock(&admission_mu);
   TRAINERD_ASSIGN_OR_RETURN(
       SweepMember checked,
-      CheckLocked(std::move(spec), module ? &*module : nullptr, checked_against));
+      CheckLocked(std::move(spec), caller, module ? &*module : nullptr, checked_against));
   TRAINERD_ASSIGN_OR_RETURN(
       JobSnapshot job,
       jobs.Enqueue(std::move(checked.spec), std::move(checked.model), checked.device,
@@ -799,6 +863,13 @@ absl::Status Engine::Impl::Recover() {
                             options.job_store->LoadUnfinishedJobs());
   int resumed = 0;
   for (JobSnapshot& job : unfinished) {
+    if (!job.record_damaged.empty()) {
+      // Nothing of it can be trusted to run; the others must not wait for it.
+      ++records_set_aside;
+      LogWarning(absl::StrCat("job '", job.id, "' is set aside and not resumed: ",
+                              job.record_damaged));
+      continue;
+    }
     const JobState previous = job.state;
     // A cancel recorded while it ran: it ends here, whatever stopped the daemon.
     if (job.cancel_requested) {
@@ -809,14 +880,22 @@ absl::Status Engine::Impl::Recover() {
     }
     // From the last checkpoint the records list whose file is there (a checkpoint is written
     // before its epoch's record, so a crash between the two leaves the earlier one listed).
+    // Newest first, the first whose file is there and still matches the checksum recorded when
+    // it was written: a checkpoint cut short or damaged since costs the epochs after the one
+    // before it, not the job.
     ResumePoint resume;
     for (auto it = job.checkpoints.rbegin(); it != job.checkpoints.rend(); ++it) {
       const std::string path = absl::StrCat(options.data_dir, "/", it->path);
-      if (std::ifstream(path).good()) {
-        resume.checkpoint_path = path;
-        resume.epoch = it->epoch;
-        break;
+      absl::StatusOr<std::string> bytes = ReadFileToString(path);
+      if (!bytes.ok()) continue;
+      if (!it->sha256.empty() && Sha256Hex(*bytes) != it->sha256) {
+        LogWarning(absl::StrCat("job '", job.id, "': the checkpoint of epoch ", it->epoch, " ('",
+                                it->path, "') is damaged; trying the one before"));
+        continue;
       }
+      resume.checkpoint_path = path;
+      resume.epoch = it->epoch;
+      break;
     }
     const int32_t from = resume.epoch;
     job.epochs.erase(std::remove_if(job.epochs.begin(), job.epochs.end(),
@@ -929,6 +1008,14 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
                                                      spec.torchscript.size(), " bytes; at most ",
                                                      kMaxTorchScriptBytes, " are accepted"));
   }
+  if (spec.torchscript.empty()) {
+    // What is kept, copied into every snapshot and written to the records is the canonical
+    // spec, not the caller's text: whitespace and case cost nothing ("linear:1" padded with
+    // megabytes of spaces is stored as "linear:1"). A spec that does not parse fails here with
+    // the parser's sentence, as it would in CheckJobSpec.
+    TRAINERD_ASSIGN_OR_RETURN(const ModelSpec model, ParseModelSpec(spec.model));
+    spec.model = model.ToString();
+  }
   return spec;
 }
 
@@ -939,7 +1026,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
   DatasetMeta checked_against;
   {
     absl::MutexLock lock(&admission_mu);
-    TRAINERD_ASSIGN_OR_RETURN(checked_against, datasets.GetMeta(spec.dataset));
+    TRAINERD_ASSIGN_OR_RETURN(checked_against, UsableDataset(spec.dataset, caller));
     TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, checked_against).status());
   }
   spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
@@ -1009,7 +1096,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
             // One device for the whole sweep: the first member's (placed or chosen by cost).
             if (!members.empty()) member.device = members.front().spec.device;
             absl::StatusOr<SweepMember> checked =
-                impl_->CheckLocked(std::move(member), nullptr, nullptr);
+                impl_->CheckLocked(std::move(member), caller, nullptr, nullptr);
             if (!checked.ok()) {
               return absl::Status(
                   checked.status().code(),
@@ -1084,8 +1171,13 @@ absl::StatusOr<JobSnapshot> Engine::CancelJob(const std::string& id) {
 }
 
 absl::StatusOr<JobSnapshot> Engine::SubscribeJob(const std::string& id,
-                                                 std::shared_ptr<JobEventSink> sink) {
-  return impl_->jobs.Subscribe(id, std::move(sink));
+                                                 std::shared_ptr<JobEventSink> sink, bool summary) {
+  return impl_->jobs.Subscribe(id, std::move(sink), summary);
+}
+
+absl::StatusOr<std::vector<EpochResult>> Engine::JobEpochs(const std::string& id, int32_t after,
+                                                           int32_t limit) const {
+  return impl_->jobs.Epochs(id, after, limit);
 }
 
 absl::StatusOr<std::string> Engine::ModelArchivePath(const std::string& id) const {

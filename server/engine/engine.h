@@ -77,6 +77,9 @@ struct EngineOptions {
   WorkerOptions worker;
   // A TorchScript job's time limit when its spec gives none; zero: none (--max_job_time).
   absl::Duration max_job_time = absl::ZeroDuration();
+  // Diagnose(refresh) measures again only when the cached figures are at least this old; younger
+  // ones are returned (marked cached). Zero: every refresh measures.
+  absl::Duration diagnose_min_interval = absl::Seconds(30);
   // Receives every job's events, in order per job (the Prometheus metrics). Optional.
   std::shared_ptr<JobEventSink> observer;
   // Samples the devices for job reports (utilization, CPU memory) and ListDevices. Optional (the
@@ -112,6 +115,10 @@ struct DiskUsage {
   int64_t checkpoints = 0;  // checkpoints/
   int64_t modules = 0;      // modules/: TorchScript modules kept for restarts
   int64_t records = 0;      // jobs.db and its write-ahead log
+  // The file system that holds the data folder (statvfs, read at every call): what an
+  // unprivileged writer may still use, and its size. -1 when it cannot be read.
+  int64_t free_bytes = -1;
+  int64_t total_bytes = -1;
 };
 
 // LibTorch's version ("2.11.0") and the CUDA version it was built with ("13.0"; "" without CUDA),
@@ -125,6 +132,9 @@ struct CallContext {
   // The caller's name (a token's name, a client certificate's subject), recorded on the jobs and
   // datasets it creates; empty without authentication.
   std::string owner;
+  // Whether the caller sees and manages every tenant's datasets and jobs (access.h). Without
+  // authentication every caller is one local admin.
+  bool admin = true;
   // The caller's deadline: work done for the call (a module check) stops there.
   absl::Time deadline = absl::InfiniteFuture();
 };
@@ -179,6 +189,9 @@ class Engine {
   absl::StatusOr<Diagnosis> Diagnose(bool refresh);
   // Bytes copied from the host to a device since the process started.
   int64_t host_to_device_bytes() const;
+  // Unfinished jobs set aside at the start because their records could not be read (named in the
+  // log; trainerd_job_records_damaged).
+  int64_t job_records_set_aside() const;
   // The default device's memory budget (0: none) and what uses it.
   struct MemoryAccount {
     std::string device;
@@ -205,8 +218,14 @@ class Engine {
   absl::StatusOr<DatasetMeta> CommitUpload(std::unique_ptr<UploadSession> upload);
   absl::StatusOr<DatasetMeta> GetDataset(const std::string& name) const;
   std::vector<DatasetMeta> ListDatasets() const;
-  // FAILED_PRECONDITION while a queued or running job uses it.
-  absl::Status DeleteDataset(const std::string& name);
+  // FAILED_PRECONDITION while a queued or running job uses it. A caller that may not manage it
+  // (access.h: DatasetAccess) gets NOT_FOUND, or PERMISSION_DENIED naming the owner when it is
+  // shared with the caller.
+  absl::Status DeleteDataset(const std::string& name, const CallContext& caller = {});
+  // Lets other tenants' jobs train on the dataset (or no longer: jobs already queued keep it),
+  // kept in its file so that it outlives a restart. The same refusals as DeleteDataset.
+  absl::StatusOr<DatasetMeta> ShareDataset(const std::string& name, bool shared,
+                                           const CallContext& caller = {});
   // Host memory staged by the uploads in progress, in bytes.
   int64_t staged_upload_bytes() const;
 
@@ -240,8 +259,15 @@ class Engine {
   absl::StatusOr<JobSnapshot> CancelJob(const std::string& id);
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
   // no event is missed or delivered twice. A job that already ended gets no events.
+  // `summary`: the job without its epochs and parameters (epochs_completed says how many), so
+  // that a watch of a long job costs a summary, not its whole history (JobEpochs pages it).
   absl::StatusOr<JobSnapshot> SubscribeJob(const std::string& id,
-                                           std::shared_ptr<JobEventSink> sink);
+                                           std::shared_ptr<JobEventSink> sink,
+                                           bool summary = false);
+  // The job's epochs after epoch `after`, at most `limit` of them, in order: a watcher reads a
+  // long history page by page. NOT_FOUND for an unknown id.
+  absl::StatusOr<std::vector<EpochResult>> JobEpochs(const std::string& id, int32_t after,
+                                                     int32_t limit) const;
   void UnsubscribeJob(const std::string& id, const JobEventSink* sink);
   // The file of a SUCCEEDED job's trained model, a TorchScript archive kept as
   // <data_dir>/models/<job-id>.pt (written atomically before the job is published SUCCEEDED).

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
+#include "common/page_token.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
 #include "common/flops.h"
 #include "server/engine/checkpoint.h"
 #include "server/engine/device.h"
@@ -58,16 +61,6 @@ JobSnapshot SummaryOf(JobSnapshot& snap) {
 }
 
 // The in-memory listing's page token: the position after the previous page's last job.
-absl::StatusOr<size_t> MemoryPageStart(const std::string& token) {
-  if (token.empty()) return 0;
-  size_t start = 0;
-  if (token.rfind("mem-", 0) != 0 || !absl::SimpleAtoi(token.substr(4), &start)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("page token '", token.substr(0, 64), "' is not one this daemon gave"));
-  }
-  return start;
-}
-
 // Removes a file, quietly when it is already gone; logs other failures.
 void RemoveFile(const std::string& path) {
   if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -225,9 +218,8 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   absl::Status recorded = absl::OkStatus();
   if (!module_bytes.empty() && !options_.data_dir.empty()) {
     // Before the record, so that a job the records hold always finds its module at a restart.
-    std::error_code ec;
-    std::filesystem::create_directories(absl::StrCat(options_.data_dir, "/", kModulesFolder), ec);
-    recorded = WriteFileAtomically(ModuleFilePath(snap.id), {module_bytes});
+    recorded = MakeFoldersDurably(absl::StrCat(options_.data_dir, "/", kModulesFolder));
+    if (recorded.ok()) recorded = WriteFileAtomically(ModuleFilePath(snap.id), {module_bytes});
   }
   if (recorded.ok() && store_ != nullptr) recorded = store_->SaveJob(snap);
 
@@ -384,26 +376,32 @@ absl::StatusOr<JobSnapshot> JobManager::Get(const std::string& id) const {
 absl::StatusOr<JobPage> JobManager::List(const JobQuery& query) const {
   if (store_ != nullptr) return store_->ListJobs(query);
   // Records in memory only: the same paging over the ids in creation order.
-  absl::StatusOr<size_t> start = MemoryPageStart(query.page_token);
-  if (!start.ok()) return start.status();
+  const std::string filter = JobQueryFilter(query);
+  int64_t start = 0;
+  if (!query.page_token.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(start, ReadPageToken(page_token_key_, query.page_token, filter));
+  }
   const size_t size = static_cast<size_t>(std::clamp(query.page_size, 1, kMaxJobPageSize));
   JobPage page;
   absl::MutexLock lock(&mu_);
   const size_t n = order_.size();
-  size_t i = *start;
+  size_t i = std::min(static_cast<size_t>(start), n);
   for (; i < n && page.jobs.size() < size; ++i) {
     const std::string& id = order_[query.newest_first ? n - 1 - i : i];
     JobSnapshot& snap = jobs_.at(id)->snap;
     if (query.state.has_value() && snap.state != *query.state) continue;
     if (!query.dataset.empty() && snap.spec.dataset != query.dataset) continue;
+    if (query.owner.has_value() && snap.owner != *query.owner) continue;
     if (query.full) {
       page.jobs.push_back(snap);
     } else {
       page.jobs.push_back(SummaryOf(snap));
       page.jobs.back().checkpoints.clear();
     }
+    page.resume_tokens.push_back(
+        MakePageToken(page_token_key_, static_cast<int64_t>(i + 1), filter));
   }
-  if (i < n) page.next_page_token = absl::StrCat("mem-", i);
+  if (i < n) page.next_page_token = MakePageToken(page_token_key_, static_cast<int64_t>(i), filter);
   return page;
 }
 
@@ -460,7 +458,7 @@ std::string JobManager::JobUsingDataset(const std::string& dataset) const {
 }
 
 void JobManager::Publish(Record* record, JobEvent event,
-                         const std::function<void(JobSnapshot&)>& mutate) {
+                         const std::function<void(JobSnapshot&)>& mutate, absl::Status* recorded) {
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
   JobSnapshot summary;  // an epoch's record for the store
   {
@@ -478,6 +476,7 @@ void JobManager::Publish(Record* record, JobEvent event,
     const absl::Status written = event.kind == JobEvent::Kind::kState
                                      ? store_->SaveJob(event.job)
                                      : store_->AppendEpoch(summary, event.epoch);
+    if (recorded != nullptr) *recorded = written;
     if (!written.ok()) {
       LogWarning(absl::StrCat("job '", event.job_id, "': ", written.message()));
     } else if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) {
@@ -502,9 +501,10 @@ void JobManager::Publish(Record* record, JobEvent event,
 }
 
 void JobManager::PublishOutsideWorker(Record* record, JobEvent event,
-                                      const std::function<void(JobSnapshot&)>& mutate) {
+                                      const std::function<void(JobSnapshot&)>& mutate,
+                                      absl::Status* recorded) {
   try {
-    Publish(record, std::move(event), mutate);
+    Publish(record, std::move(event), mutate, recorded);
   } catch (...) {
     // The change is made and recorded; only an observer failed.
     LogWarning(absl::StrCat("job '", record->snap.id, "': an event observer failed: ",
@@ -584,10 +584,14 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
     return absl::FailedPreconditionError(
         absl::StrCat("job '", id, "' already ended ", JobStateName(stored->state)));
   }
-  PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
-    snap.state = JobState::kCancelled;
-    snap.end_time = absl::Now();
-  });
+  absl::Status recorded;
+  PublishOutsideWorker(
+      record.get(), JobEvent{},
+      [](JobSnapshot& snap) {
+        snap.state = JobState::kCancelled;
+        snap.end_time = absl::Now();
+      },
+      &recorded);
   JobSnapshot out;
   {
     absl::MutexLock lock(&mu_);
@@ -599,6 +603,9 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
   RemoveFile(ModuleFilePath(id));
   ForgetEnded(record);
   PruneEndedJobs();
+  // Not acknowledged unless recorded: the caller hears that the records could not take it (a
+  // restart would take the job up again), not that it was cancelled.
+  if (!recorded.ok()) return recorded;
   return out;
 }
 
@@ -631,8 +638,14 @@ absl::Status JobManager::Delete(const std::string& id) {
   }
   if (store_ != nullptr) {
     absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
-    if (!stored.ok()) return stored.status();
-    if (!IsTerminal(stored->state)) {
+    // A record that cannot be read (set aside at the start if it was unfinished; not in memory,
+    // so not running) may still be deleted: that is the remedy its error names.
+    const bool damaged = !stored.ok() && stored.status().code() == absl::StatusCode::kDataLoss;
+    if (!stored.ok() && !damaged) return stored.status();
+    if (damaged) {
+      LogWarning(absl::StrCat("deleting job '", id, "', whose record is damaged: ",
+                              stored.status().message()));
+    } else if (!IsTerminal(stored->state)) {
       return absl::FailedPreconditionError(
           absl::StrCat("job '", id, "' is ", JobStateName(stored->state),
                        "; cancel it first (trainctl job cancel ", id, ") or wait for it to end"));
@@ -669,7 +682,8 @@ void JobManager::PruneEndedJobs() {
 }
 
 absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
-                                                  std::shared_ptr<JobEventSink> sink) {
+                                                  std::shared_ptr<JobEventSink> sink,
+                                                  bool summary) {
   std::shared_ptr<Record> record;
   {
     absl::MutexLock lock(&mu_);
@@ -677,17 +691,42 @@ absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
   }
   if (record == nullptr) {
     // Ended before this Watch (or before a restart): its whole history, no events to follow.
-    if (store_ != nullptr) return store_->LoadJob(id);
-    return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    if (store_ == nullptr) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
+    if (stored.ok() && summary) {
+      stored->epochs.clear();
+      stored->epochs.shrink_to_fit();
+      stored->parameters.clear();
+    }
+    return stored;
   }
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
   JobSnapshot snap;
   {
     absl::MutexLock lock(&mu_);
-    snap = record->snap;
+    snap = summary ? SummaryOf(record->snap) : record->snap;
   }
   if (!IsTerminal(snap.state)) record->sinks.push_back(std::move(sink));
   return snap;
+}
+
+absl::StatusOr<std::vector<EpochResult>> JobManager::Epochs(const std::string& id, int32_t after,
+                                                            int32_t limit) const {
+  limit = std::max(0, limit);
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::shared_ptr<Record> record = FindLocked(id)) {
+      const std::vector<EpochResult>& all = record->snap.epochs;
+      // Epochs are kept in order of their numbers.
+      auto first = std::upper_bound(
+          all.begin(), all.end(), after,
+          [](int32_t value, const EpochResult& epoch) { return value < epoch.epoch; });
+      const auto last = first + std::min<ptrdiff_t>(limit, all.end() - first);
+      return std::vector<EpochResult>(first, last);
+    }
+  }
+  if (store_ != nullptr) return store_->LoadEpochs(id, after, limit);
+  return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
 }
 
 void JobManager::Unsubscribe(const std::string& id, const JobEventSink* sink) {
@@ -959,8 +998,8 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   // keep_checkpoints: files dropped from the list, deleted once the epoch whose record no longer
   // lists them is written (until then a restart may still resume from them). Training thread only.
   auto trimmed = std::make_shared<std::vector<std::string>>();
-  run.on_epoch = [this, record, rows, planned, trimmed](const EpochResult& epoch, int64_t steps,
-                                                        int64_t syncs) {
+  run.on_epoch = [this, record, rows, planned, trimmed, id = record->snap.id](
+                     const EpochResult& epoch, int64_t steps, int64_t syncs) {
     JobEvent event;
     event.kind = JobEvent::Kind::kEpoch;
     event.epoch = epoch;
@@ -981,6 +1020,16 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       snap.samples_per_second = event.samples_per_second;
       snap.report.host_syncs = syncs;
     });
+    if (trimmed->empty()) return;
+    // The record that no longer lists them must be durable before the files go: a power loss
+    // could otherwise bring back a record that names deleted checkpoints.
+    if (store_ != nullptr) {
+      if (absl::Status synced = store_->Sync(); !synced.ok()) {
+        LogWarning(absl::StrCat("job '", id, "': old checkpoints kept for now: ",
+                                synced.message()));
+        return;
+      }
+    }
     for (const std::string& path : *trimmed) RemoveFile(path);
     trimmed->clear();
   };
@@ -996,6 +1045,13 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       checkpoint.path = absl::StrCat(job_folder, "/", file_name);
       checkpoint.size_bytes = size_bytes;
       checkpoint.create_time = absl::Now();
+      // Read back just after it was written (from the page cache): a resume compares the file
+      // with it and falls back to an older checkpoint when it no longer matches.
+      if (absl::StatusOr<std::string> bytes =
+              ReadFileToString(absl::StrCat(options_.data_dir, "/", checkpoint.path));
+          bytes.ok()) {
+        checkpoint.sha256 = Sha256Hex(*bytes);
+      }
       std::lock_guard<std::mutex> order(record->publish_mu);
       absl::MutexLock lock(&mu_);
       std::vector<CheckpointInfo>& list = record->snap.checkpoints;
@@ -1008,6 +1064,12 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       trimmed->insert(trimmed->end(), doomed.begin(), doomed.end());
     };
   }
+  run.on_checkpoint_failed = [this, record](int32_t epoch, const std::string& why) {
+    // Shown in the job (and recorded with its next epoch); the log has it already.
+    std::lock_guard<std::mutex> order(record->publish_mu);
+    absl::MutexLock lock(&mu_);
+    record->snap.checkpoint_error = why;
+  };
   if (options_.hooks.start_report) {
     state.finish_report = options_.hooks.start_report(state.started, run.model, run.dataset->meta);
   }
@@ -1024,22 +1086,30 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     // checkpoint published so far) and the next start takes it up again.
     run.validation_dataset.reset();
     state.module.reset();
-    absl::MutexLock lock(&mu_);
-    record->dataset.reset();
-    record->validation_dataset.reset();
-    LogInfo(absl::StrCat("job '", record->snap.id, "' stopped after epoch ",
-                         record->snap.epochs_completed, "; it resumes at the next start"));
+    {
+      absl::MutexLock lock(&mu_);
+      record->dataset.reset();
+      record->validation_dataset.reset();
+      LogInfo(absl::StrCat("job '", record->snap.id, "' stopped after epoch ",
+                           record->snap.epochs_completed, "; it resumes at the next start"));
+    }
+    // Outside mu_: EndWatches takes publish_mu, and the lock order is publish_mu, then mu_
+    // (Publish, Subscribe).
     EndWatches(record);
     return;
   }
   // The model file is complete before the job is published SUCCEEDED, so a download never sees
   // a partial archive. A model that cannot be kept fails the job: a SUCCEEDED job promises one.
+  std::string model_sha256;
   if (outcome.state == JobState::kSucceeded && !options_.models_dir.empty()) {
     const std::string path = absl::StrCat(options_.models_dir, "/", record->snap.id, ".pt");
     const absl::Status written = WriteModelArchive(path, outcome.model_archive);
     if (!written.ok()) {
       outcome.state = JobState::kFailed;
       outcome.error = absl::StrCat("cannot keep the trained model: ", written.message());
+    } else {
+      // Kept with the record: a download checks the file against it.
+      model_sha256 = Sha256Hex(outcome.model_archive);
     }
   }
   outcome.model_archive.clear();
@@ -1092,6 +1162,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = outcome.state;
     snap.error = outcome.error;
+    snap.model_sha256 = model_sha256;
     if (outcome.state == JobState::kCancelled && !stop_reason.empty()) snap.error = stop_reason;
     snap.steps = outcome.steps;
     snap.host_syncs = outcome.host_syncs;

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "common/page_token.h"
 #include "server/engine/cpu_threads.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/job_store.h"
@@ -188,7 +189,12 @@ class JobManager {
 
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
   // no event is missed or delivered twice. A job that already ended gets no events.
-  absl::StatusOr<JobSnapshot> Subscribe(const std::string& id, std::shared_ptr<JobEventSink> sink);
+  // `summary`: without epochs and parameters (Engine::SubscribeJob).
+  absl::StatusOr<JobSnapshot> Subscribe(const std::string& id, std::shared_ptr<JobEventSink> sink,
+                                        bool summary = false);
+  // Engine::JobEpochs.
+  absl::StatusOr<std::vector<EpochResult>> Epochs(const std::string& id, int32_t after,
+                                                  int32_t limit) const;
   void Unsubscribe(const std::string& id, const JobEventSink* sink);
 
   // Stops the daemon's jobs and joins the workers. Without a store, queued and running jobs end
@@ -289,11 +295,15 @@ class JobManager {
   // the event to its sinks, in order. `event` comes with its kind and, for an epoch, the epoch and
   // running totals; Publish adds the job's id and, for a state change, the snapshot.
   // Rethrows the first exception of an observer or sink (after delivering to the others).
-  void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate);
+  // `recorded`, when given, receives the store's answer (a failed write is logged either way), so
+  // that a call whose change could not be recorded is not acknowledged.
+  void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate,
+               absl::Status* recorded = nullptr);
   // The same off the job's worker (cancel, shutdown, a failed job): an observer's exception is
   // logged, the change stands.
   void PublishOutsideWorker(Record* record, JobEvent event,
-                            const std::function<void(JobSnapshot&)>& mutate);
+                            const std::function<void(JobSnapshot&)>& mutate,
+                            absl::Status* recorded = nullptr);
   // Tells the job's sinks that the daemon stopped before the job ended, and drops them.
   void EndWatches(Record* record);
   // After a job's terminal event: with a store, it leaves memory once its end is recorded.
@@ -314,6 +324,8 @@ class JobManager {
 
   const JobManagerOptions options_;
   JobStore* const store_;  // options_.store.get(); null without one
+  // Signs the page tokens of listings kept in memory (no job store): valid until a restart.
+  const std::string page_token_key_ = RandomPageTokenKey();
   mutable absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in memory, oldest first

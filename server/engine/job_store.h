@@ -18,8 +18,9 @@ namespace trainerd::engine {
 
 // Which jobs a listing returns, and how much of each.
 struct JobQuery {
-  std::optional<JobState> state;  // only jobs in this state; unset: any
-  std::string dataset;            // only jobs on this dataset; empty: any
+  std::optional<JobState> state;     // only jobs in this state; unset: any
+  std::string dataset;               // only jobs on this dataset; empty: any
+  std::optional<std::string> owner;  // only this tenant's jobs (access.h); unset: everyone's
   int32_t page_size = 100;        // at most this many (1..kMaxJobPageSize)
   std::string page_token;         // from the previous page; empty: the first page
   bool full = false;              // with epochs, parameters and checkpoints; else a summary
@@ -31,7 +32,20 @@ inline constexpr int32_t kMaxJobPageSize = 1000;
 struct JobPage {
   std::vector<JobSnapshot> jobs;
   std::string next_page_token;  // empty: no more
+  // resume_tokens[i] continues the listing after jobs[i], so that a caller that sends fewer jobs
+  // than it got (a reply held to a size) can still give the right next token.
+  std::vector<std::string> resume_tokens;
 };
+
+// What a page token is bound to: every filter of the query and its order (not the page size or
+// the view, which a caller may change between pages).
+inline std::string JobQueryFilter(const JobQuery& query) {
+  return std::string("state=") +
+         (query.state.has_value() ? std::to_string(static_cast<int>(*query.state)) : "any") +
+         ";dataset=" + std::to_string(query.dataset.size()) + ":" + query.dataset +
+         ";owner=" + (query.owner.has_value() ? std::to_string(query.owner->size()) + ":" + *query.owner : "any") +
+         ";order=" + (query.newest_first ? "newest" : "oldest");
+}
 
 // Thread-safe. Errors are INTERNAL sentences naming the store (the database file), except where
 // a method says otherwise.
@@ -46,6 +60,18 @@ class JobStore {
   virtual absl::Status AppendEpoch(const JobSnapshot& job, const EpochResult& epoch) = 0;
   // The job with every epoch. NOT_FOUND for an unknown id.
   virtual absl::StatusOr<JobSnapshot> LoadJob(const std::string& id) = 0;
+  // The job's epochs after `after`, at most `limit`, in order (a watch pages a long history).
+  // NOT_FOUND for an unknown id. This default reads the whole job; stores override it.
+  virtual absl::StatusOr<std::vector<EpochResult>> LoadEpochs(const std::string& id,
+                                                              int32_t after, int32_t limit) {
+    absl::StatusOr<JobSnapshot> job = LoadJob(id);
+    if (!job.ok()) return job.status();
+    std::vector<EpochResult> out;
+    for (const EpochResult& epoch : job->epochs) {
+      if (epoch.epoch > after && static_cast<int32_t>(out.size()) < limit) out.push_back(epoch);
+    }
+    return out;
+  }
   // A page of jobs in creation order. INVALID_ARGUMENT for a page token this store did not make.
   virtual absl::StatusOr<JobPage> ListJobs(const JobQuery& query) = 0;
   // Jobs that were QUEUED or RUNNING when the records were last written, oldest first, with
@@ -59,6 +85,9 @@ class JobStore {
   // ended before `ended_before`, oldest first: what retention removes.
   virtual absl::StatusOr<std::vector<std::string>> EndedJobsToPrune(int64_t keep,
                                                                     absl::Time ended_before) = 0;
+  // Makes every write so far durable (AppendEpoch's are not, alone): before files that only the
+  // older records still name are deleted. A store without such a distinction has nothing to do.
+  virtual absl::Status Sync() { return absl::OkStatus(); }
 };
 
 }  // namespace trainerd::engine

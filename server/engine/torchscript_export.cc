@@ -46,9 +46,6 @@ std::string ExportName(const std::string& sequential_name) {
   return name;
 }
 
-absl::Status Errno(const std::string& what, const std::string& path) {
-  return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(errno)));
-}
 
 }  // namespace
 
@@ -212,8 +209,7 @@ absl::StatusOr<std::string> ExportTorchScript(const torch::nn::Sequential& model
 absl::Status WriteModelArchive(const std::string& path, const std::string& archive) {
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  // One level is enough: the data folder exists (the engine made it at start).
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("cannot create", dir);
+  if (absl::Status made = MakeFoldersDurably(dir); !made.ok()) return made;
   return WriteFileAtomically(path, {archive});
 }
 

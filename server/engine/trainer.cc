@@ -387,12 +387,15 @@ class MemberLoop {
       state.epochs_without_improvement = epochs_without_improvement_;
       absl::StatusOr<int64_t> size =
           path_->WriteCheckpoint(absl::StrCat(run_.checkpoint_dir, "/", file_name), state);
-      if (!size.ok()) {
-        return End(JobState::kFailed, absl::StrCat("cannot write checkpoint at epoch ", epoch_,
-                                                   ": ", size.status().message()));
-      }
       outcome_.checkpoint_seconds += SecondsSince(checkpoint_start);
-      if (run_.on_checkpoint) run_.on_checkpoint(epoch_, file_name, *size);
+      if (!size.ok()) {
+        const std::string why = absl::StrCat("cannot write the checkpoint of epoch ", epoch_, ": ",
+                                             size.status().message());
+        LogWarning(absl::StrCat(why, "; training goes on without it"));
+        if (run_.on_checkpoint_failed) run_.on_checkpoint_failed(epoch_, why);
+      } else if (run_.on_checkpoint) {
+        run_.on_checkpoint(epoch_, file_name, *size);
+      }
     }
     if (run_.on_epoch) run_.on_epoch(result, outcome_.steps, host_.count());
     if (draining) {

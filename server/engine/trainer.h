@@ -62,6 +62,11 @@ struct TrainingRun {
   // job's earlier runs.
   std::function<void(int32_t epoch, const std::string& file_name, int64_t size_bytes)>
       on_checkpoint;
+  // Called on the training thread when a checkpoint cannot be written (a full disk, an I/O
+  // error), with the epoch and why. The job goes on without it: a checkpoint is insurance, and a
+  // disk that fills up must not end a long job that would otherwise finish. A resume then starts
+  // from the last checkpoint that was written.
+  std::function<void(int32_t epoch, const std::string& why)> on_checkpoint_failed;
 };
 
 // Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a

@@ -44,6 +44,7 @@ struct DatasetMeta {
   int64_t feature_bytes = 0;  // the features' part of the payload (CheckDatasetHeader)
   std::string owner;          // who uploaded it: a token's name or a certificate's subject;
                               // empty when the daemon runs without authentication
+  bool shared = false;        // other tenants' jobs may train on it (ShareDataset)
 };
 
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
@@ -159,6 +160,7 @@ struct CheckpointInfo {
   std::string path;   // relative to the data folder: "checkpoints/<job-id>/epoch-000010.pt"
   int64_t size_bytes = 0;
   absl::Time create_time = absl::InfinitePast();
+  std::string sha256;  // of the file as written; empty from older builds
 };
 
 // Where a job's time went and what bounded its speed (proto DeviceReport). Times and counts are
@@ -233,6 +235,11 @@ struct JobSnapshot {
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended
+  // A listing's stand-in for a job whose stored record cannot be read: why (only the id and the
+  // state are known then).
+  std::string record_damaged;
+  std::string checkpoint_error;  // the last checkpoint that could not be written, in a sentence
+  std::string model_sha256;      // of the trained model's archive, once written
 };
 
 // Models with at most this many parameter values report them in the Job.

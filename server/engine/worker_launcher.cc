@@ -401,7 +401,6 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   WorkerOutput said(job_id);
   std::optional<TrainingOutcome> reported;
   std::string broken;  // a protocol error: the worker is killed and the job fails
-  std::string failed_write;
   int32_t last_epoch = 0;
   bool closed = !sent.ok();
   if (!sent.ok()) broken = std::string(sent.message());
@@ -450,12 +449,14 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
         // The file's name is the daemon's, from the epoch alone: nothing of the worker's becomes
         // a path.
         const std::string name = CheckpointFileName(checkpoint->epoch);
-        std::error_code ec;
-        std::filesystem::create_directories(run.checkpoint_dir, ec);
         const absl::Status written =
             WriteModelArchive(absl::StrCat(run.checkpoint_dir, "/", name), checkpoint->bytes);
         if (!written.ok()) {
-          failed_write = absl::StrCat("cannot write checkpoint '", name, "': ", written.message());
+          // The job goes on without it (trainer.h: on_checkpoint_failed).
+          const std::string why = absl::StrCat("cannot write the checkpoint of epoch ",
+                                               checkpoint->epoch, ": ", written.message());
+          LogWarning(absl::StrCat("job '", job_id, "': ", why, "; training goes on without it"));
+          if (run.on_checkpoint_failed) run.on_checkpoint_failed(checkpoint->epoch, why);
           return;
         }
         if (run.on_checkpoint) {
@@ -514,13 +515,12 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
       if (!read.ok()) broken = std::string(read.message());
       WorkerFrame type;
       std::string payload;
-      while (broken.empty() && failed_write.empty() && frames.Next(&type, &payload)) {
+      while (broken.empty() && frames.Next(&type, &payload)) {
         handle(type, payload);
       }
       if (closed) closed_at = absl::Now();
     }
     if (!broken.empty()) kill_now(Kill::kProtocol);
-    if (!failed_write.empty()) kill_now(Kill::kProtocol);
     const absl::Time now = absl::Now();
     if (!closed && killed == Kill::kNone) {
       if (run.cancel != nullptr && run.cancel->load() && !sent_cancel) {
@@ -564,7 +564,6 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
     if (!said.last().empty()) absl::StrAppend(&text, "; its last words: ", said.last());
     return text;
   };
-  if (!failed_write.empty()) return fail(failed_write);
   if (killed == Kill::kProtocol) {
     return fail(absl::StrCat("the job's worker broke the protocol and was killed: ", broken));
   }

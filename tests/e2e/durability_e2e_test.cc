@@ -356,7 +356,13 @@ TEST_F(DurabilityTest, CrashLoopKeepsEveryInvariant) {
       v1::Job job;
       const int epochs = 5 + static_cast<int>(rng() % 60);
       const int checkpoint_every = rng() % 2 == 0 ? 0 : 1 + static_cast<int>(rng() % 5);
-      if (Submit(Spec(epochs, std::min(checkpoint_every, epochs), rng()), &job).ok()) {
+      v1::JobSpec spec = Spec(epochs, std::min(checkpoint_every, epochs), rng());
+      if (rng() % 2 == 0) {
+        // The fused CPU path (no dropout kernel there), which checkpoints and resumes on its own.
+        spec.set_model("linear:16,relu,linear:1");
+        spec.set_engine(v1::ENGINE_FUSED);
+      }
+      if (Submit(spec, &job).ok()) {
         accepted.insert(job.id());
       }
     }
@@ -410,13 +416,31 @@ TEST_F(DurabilityTest, CrashLoopKeepsEveryInvariant) {
     }
     if (HasFailure()) return;
   }
-  // Left alone, every job finishes.
+  // Left alone, every job finishes, and with the losses of the same spec run once without a kill
+  // (resumed from a checkpoint, or started over without one): what a restart changes is when,
+  // never what.
+  std::vector<v1::Job> ended;
   for (const std::string& id : accepted) {
     const v1::Job job = WaitForEnd(id);
     EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << id << ": " << job.error();
     EXPECT_TRUE(FileExists(ModelFile(id))) << id;
     ExpectEachEpochOnce(job);
+    ended.push_back(job);
   }
+  std::map<std::string, int> resumed_by_engine;
+  for (const v1::Job& job : ended) {
+    if (job.restarts_size() == 0) continue;
+    ++resumed_by_engine[job.report().engine()];
+    v1::Job again;
+    ASSERT_TRUE(Submit(job.spec(), &again).ok());
+    again = WaitForEnd(again.id());
+    ASSERT_EQ(again.state(), v1::JOB_STATE_SUCCEEDED) << again.error();
+    EXPECT_EQ(Losses(job), Losses(again))
+        << job.id() << " (" << job.report().engine() << ", restarts " << job.restarts_size()
+        << ", from epoch " << job.restarts(job.restarts_size() - 1).from_epoch() << ")";
+  }
+  EXPECT_GT(resumed_by_engine["fused"], 0) << "no fused job was taken up again";
+  EXPECT_GT(resumed_by_engine["libtorch"], 0) << "no LibTorch job was taken up again";
 }
 
 }  // namespace

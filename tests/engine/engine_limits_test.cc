@@ -38,7 +38,8 @@ DatasetHeader BigHeader(const std::string& name, int64_t rows) {
 
 using EngineLimitsTest = EngineFixture;
 
-// A header that declares 4 GiB and sends a kilobyte stages one block, not 4 GiB.
+// A header that declares 4 GiB and sends a kilobyte is charged a kilobyte: not 4 GiB, and not a
+// block either (520 uploads trickling a byte each once held 8 GiB of budget between them).
 TEST_F(EngineLimitsTest, StagingGrowsWithTheBytesReceivedNotTheDeclaredSize) {
   absl::StatusOr<std::unique_ptr<UploadSession>> upload =
       engine_->BeginUpload(BigHeader("huge", int64_t{1} << 20));
@@ -47,8 +48,10 @@ TEST_F(EngineLimitsTest, StagingGrowsWithTheBytesReceivedNotTheDeclaredSize) {
   EXPECT_EQ((*upload)->staged_bytes(), 0);
   EXPECT_EQ(engine_->staged_upload_bytes(), 0);
   ASSERT_TRUE((*upload)->Append(std::string(1024, 'x')).ok());
-  EXPECT_EQ((*upload)->staged_bytes(), kStagingBlockBytes);
-  EXPECT_EQ(engine_->staged_upload_bytes(), kStagingBlockBytes);
+  EXPECT_EQ((*upload)->staged_bytes(), 1024);
+  EXPECT_EQ(engine_->staged_upload_bytes(), 1024);
+  ASSERT_TRUE((*upload)->Append("y").ok());
+  EXPECT_EQ(engine_->staged_upload_bytes(), 1025);
   upload->reset();
   EXPECT_EQ(engine_->staged_upload_bytes(), 0);
 }
@@ -63,8 +66,8 @@ TEST_F(EngineLimitsTest, UploadsInFlightAreBoundedTogether) {
   absl::StatusOr<std::unique_ptr<UploadSession>> second =
       engine_->BeginUpload(BigHeader("second", 100000));
   ASSERT_TRUE(first.ok() && second.ok());
-  // The first takes both blocks' worth; the second cannot stage a byte.
-  ASSERT_TRUE((*first)->Append(std::string(kStagingBlockBytes + 1, 'a')).ok());
+  // The first takes the whole bound; the second cannot stage a byte.
+  ASSERT_TRUE((*first)->Append(std::string(2 * kStagingBlockBytes, 'a')).ok());
   const absl::Status refused = (*second)->Append("b");
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.message(), HasSubstr("--max_upload_bytes_in_flight"));

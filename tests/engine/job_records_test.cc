@@ -2,6 +2,7 @@
 // listings page and filter, deletion and retention remove records and files, and a job that was
 // running or queued when the engine stopped is taken up again at the next start, resuming from its
 // last checkpoint exactly (the same losses, bit for bit, as the same job never interrupted).
+#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -14,6 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
@@ -110,6 +114,16 @@ class JobRecordsTest : public EngineFixture {
     ASSERT_NE(engine_, nullptr);
   }
   void Restart() { Restart(DurableOptions()); }
+
+  // Overwrites the record of job `id` in the SQLite file with bytes that do not parse.
+  static void DamageRecordInFile(const std::string& path, const std::string& id) {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const std::string sql =
+        absl::StrCat("UPDATE jobs SET record = x'ffffffff0badf00d' WHERE id = '", id, "'");
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
 
   std::string ModelFile(const std::string& id) const {
     return dir_.path() + "/models/" + id + ".pt";
@@ -344,6 +358,61 @@ TEST_F(JobRecordsTest, JobStoppedMidwayResumesFromItsCheckpointBitForBit) {
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(Losses(*stored), Losses(*reference));
   EXPECT_THAT(stored->restarts, SizeIs(1));
+}
+
+// The newest checkpoint cut in half on disk: the resume falls back to the one before it and still
+// ends with the losses of the job that never stopped.
+TEST_F(JobRecordsTest, ADamagedNewestCheckpointFallsBackToTheOneBefore) {
+  absl::StatusOr<JobSnapshot> reference = RunJob(*engine_, ResumableSpec());
+  ASSERT_TRUE(reference.ok());
+  // Stopped while epoch 5's event is out: checkpoints of epochs 2 and 4 are listed.
+  const std::string id = StartAndStop(ResumableSpec(), /*epoch=*/5, /*drain=*/false);
+  ASSERT_FALSE(id.empty());
+  const std::string newest = CheckpointFile(id, 4);
+  absl::StatusOr<std::string> bytes = ReadFileToString(newest);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_TRUE(WriteFileAtomically(newest, {bytes->substr(0, bytes->size() / 2)}).ok());
+  Restart();
+  absl::StatusOr<JobSnapshot> resumed = WaitForEnd(*engine_, id);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ASSERT_EQ(resumed->state, JobState::kSucceeded) << resumed->error;
+  ASSERT_THAT(resumed->restarts, SizeIs(1));
+  EXPECT_EQ(resumed->restarts[0].from_epoch, 2);
+  EXPECT_EQ(Losses(*resumed), Losses(*reference));
+}
+
+// An unfinished job whose record cannot be read is set aside at the start (named in the log and
+// counted); the jobs behind it run, and it can be deleted.
+TEST_F(JobRecordsTest, AnUnfinishedJobWhoseRecordIsDamagedIsSetAsideAndTheOthersRun) {
+  JobSpec spec = ResumableSpec();
+  const std::string damaged = StartAndStop(spec, /*epoch=*/3, /*drain=*/false);
+  ASSERT_FALSE(damaged.empty());
+  engine_.reset();  // closes the records
+  DamageRecordInFile(dir_.path() + "/jobs.db", damaged);
+  Restart();
+  EXPECT_EQ(engine_->job_records_set_aside(), 1);
+  absl::StatusOr<JobPage> page = engine_->ListJobs();
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_THAT(page->jobs, SizeIs(1));
+  EXPECT_FALSE(page->jobs[0].record_damaged.empty());
+  absl::StatusOr<JobSnapshot> next = RunJob(*engine_, spec);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->state, JobState::kSucceeded);
+  EXPECT_TRUE(engine_->DeleteJob(damaged).ok());
+  EXPECT_EQ(engine_->GetJob(damaged).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The model's checksum is recorded with the job.
+TEST_F(JobRecordsTest, AModelsChecksumIsRecordedWithItsJob) {
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 1;
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok());
+  absl::StatusOr<std::string> model = ReadFileToString(ModelFile(job->id));
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(job->model_sha256, Sha256Hex(*model));
+  Restart();
+  EXPECT_EQ(engine_->GetJob(job->id)->model_sha256, Sha256Hex(*model));
 }
 
 TEST_F(JobRecordsTest, DrainCheckpointsTheEpochInProgressAndRefusesNewJobs) {
