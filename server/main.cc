@@ -51,8 +51,12 @@ ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
           "NVML library loaded at run time for GPU metrics; empty for none");
 // Who may call (docs/SECURITY.md).
 ABSL_FLAG(std::string, auth_token_file, "",
-          "file of bearer tokens, one per line, optionally NAME:TOKEN; every RPC but health checks "
-          "must send 'authorization: Bearer <token>'; re-read when it changes");
+          "file of bearer tokens, one per line, optionally NAME:TOKEN, optionally followed by "
+          "' admin'; every RPC but health checks must send 'authorization: Bearer <token>'; "
+          "re-read when it changes (an empty or missing file revokes every token)");
+ABSL_FLAG(std::vector<std::string>, admin, {},
+          "comma-separated callers (token names or client certificate subjects) that see and "
+          "manage every tenant's datasets and jobs; the others see their own");
 ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate (chain) to serve gRPC over TLS");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
@@ -66,6 +70,17 @@ ABSL_FLAG(std::string, metrics_auth_token_file, "",
           "file holding the bearer token that /metrics requires (Prometheus' authorization "
           "setting); empty: no token");
 // Bounds on what requests may cost.
+ABSL_FLAG(int64_t, min_upload_bytes_per_second, int64_t{64} << 10,
+          "an upload that sends less than this per second, averaged over --upload_idle_timeout, "
+          "is ended and discarded; 0 for no minimum");
+ABSL_FLAG(int, max_uploads_per_caller, 8,
+          "dataset uploads one caller may have in progress at once; 0 for no limit");
+ABSL_FLAG(int, max_watches_per_caller, 64,
+          "WatchJob streams one caller may hold open at once; 0 for no limit");
+ABSL_FLAG(int, max_diagnose_per_caller, 2,
+          "Diagnose calls one caller may have waiting or running at once; 0 for no limit");
+ABSL_FLAG(absl::Duration, diagnose_min_interval, absl::Seconds(30),
+          "Diagnose --refresh measures again only when the figures are older than this");
 ABSL_FLAG(int64_t, max_upload_bytes_in_flight, int64_t{8} << 30,
           "most host memory all uploads in progress may stage together, in bytes; 0 for no bound");
 ABSL_FLAG(absl::Duration, upload_idle_timeout, absl::Seconds(60),
@@ -208,6 +223,7 @@ int main(int argc, char** argv) {
   options.metrics.cuda_version = trainerd::engine::CudaVersionString();
   options.nvml_library = absl::GetFlag(FLAGS_nvml_library);
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.admins = absl::GetFlag(FLAGS_admin);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert_file);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key_file);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca_file);
@@ -215,6 +231,11 @@ int main(int argc, char** argv) {
   options.insecure = absl::GetFlag(FLAGS_insecure);
   options.metrics_token_file = absl::GetFlag(FLAGS_metrics_auth_token_file);
   options.upload_idle_timeout = absl::GetFlag(FLAGS_upload_idle_timeout);
+  options.min_upload_bytes_per_second = absl::GetFlag(FLAGS_min_upload_bytes_per_second);
+  options.max_uploads_per_caller = absl::GetFlag(FLAGS_max_uploads_per_caller);
+  options.max_watches_per_caller = absl::GetFlag(FLAGS_max_watches_per_caller);
+  options.max_diagnose_per_caller = absl::GetFlag(FLAGS_max_diagnose_per_caller);
+  options.engine.diagnose_min_interval = absl::GetFlag(FLAGS_diagnose_min_interval);
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
   options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
@@ -230,6 +251,14 @@ int main(int argc, char** argv) {
     std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --max_concurrent_jobs, "
                  "--intra_op_threads, --job_retention and --shutdown_timeout must not be "
                  "negative\n";
+    return 2;
+  }
+  if (options.min_upload_bytes_per_second < 0 || options.max_uploads_per_caller < 0 ||
+      options.max_watches_per_caller < 0 || options.max_diagnose_per_caller < 0 ||
+      options.engine.diagnose_min_interval < absl::ZeroDuration()) {
+    std::cerr << "trainerd: --min_upload_bytes_per_second, --max_uploads_per_caller, "
+                 "--max_watches_per_caller, --max_diagnose_per_caller and "
+                 "--diagnose_min_interval must not be negative\n";
     return 2;
   }
   options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);

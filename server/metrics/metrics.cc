@@ -65,6 +65,8 @@ MetricFamily Family(std::string name, std::string help, MetricType type) {
 }  // namespace
 
 std::string RpcMethodLabel(absl::string_view method) {
+  // The interceptor already named every path the server does not serve "other"; this guard
+  // keeps foreign services out of the labels whoever calls.
   for (absl::string_view service :
        {"/trainerd.v1.", "/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
         "/grpc.reflection.v1.ServerReflection/"}) {
@@ -302,6 +304,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     absl::MutexLock lock(&mu_);
     auth_rejections_ = std::move(read);
   }
+  void SetAuthTokens(std::function<int64_t()> read) {
+    absl::MutexLock lock(&mu_);
+    auth_tokens_ = std::move(read);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     observer_->Expire(absl::Now());
@@ -323,6 +329,14 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
                  MetricType::Counter);
       rejected.metric.push_back(Value(static_cast<double>(auth_rejections_())));
       out.push_back(std::move(rejected));
+    }
+    if (auth_tokens_) {
+      MetricFamily tokens = Family(
+          "trainerd_auth_tokens",
+          "Bearer tokens valid now (--auth_token_file); 0 means every token is revoked.",
+          MetricType::Gauge);
+      tokens.metric.push_back(Value(static_cast<double>(auth_tokens_())));
+      out.push_back(std::move(tokens));
     }
     CollectProcess(out);
     return out;
@@ -399,6 +413,26 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
       usage.metric.push_back(Value(static_cast<double>(value), {{"kind", kind}}));
     }
     out.push_back(std::move(usage));
+    if (disk.free_bytes >= 0) {
+      MetricFamily free = Family("trainerd_disk_free_bytes",
+                                 "Bytes still free for trainerd on the file system of its data "
+                                 "folder (statvfs f_bavail); uploads, checkpoints and models need "
+                                 "it (deploy/prometheus/alerts.yml: TrainerdDiskAlmostFull).",
+                                 MetricType::Gauge);
+      free.metric.push_back(Value(static_cast<double>(disk.free_bytes)));
+      out.push_back(std::move(free));
+      MetricFamily total = Family("trainerd_disk_total_bytes",
+                                  "Size of the file system of the data folder.",
+                                  MetricType::Gauge);
+      total.metric.push_back(Value(static_cast<double>(disk.total_bytes)));
+      out.push_back(std::move(total));
+    }
+    MetricFamily damaged = Family("trainerd_job_records_damaged",
+                                  "Unfinished jobs set aside at the start because their records "
+                                  "could not be read (each is named in the log).",
+                                  MetricType::Gauge);
+    damaged.metric.push_back(Value(static_cast<double>(engine_->job_records_set_aside())));
+    out.push_back(std::move(damaged));
   }
 
   void CollectDevices(std::vector<MetricFamily>& out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -453,6 +487,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
   const engine::Engine* engine_ ABSL_GUARDED_BY(mu_) = nullptr;
   const monitor::DeviceSampler* sampler_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::function<int64_t()> auth_rejections_ ABSL_GUARDED_BY(mu_);
+  std::function<int64_t()> auth_tokens_ ABSL_GUARDED_BY(mu_);
 };
 
 Metrics::Metrics(MetricsOptions options)
@@ -485,6 +520,10 @@ void Metrics::SetSampler(const monitor::DeviceSampler* sampler) { scrape_->SetSa
 
 void Metrics::SetAuthRejections(std::function<int64_t()> read) {
   scrape_->SetAuthRejections(std::move(read));
+}
+
+void Metrics::SetAuthTokens(std::function<int64_t()> read) {
+  scrape_->SetAuthTokens(std::move(read));
 }
 
 absl::StatusOr<int> Metrics::Serve(const std::string& address, http::HttpEndpointOptions options) {

@@ -71,6 +71,8 @@ class Metrics {
   // Calls refused for want of a valid token or certificate so far (trainerd_auth_rejected_total);
   // empty: the series is absent.
   void SetAuthRejections(std::function<int64_t()> read);
+  // The tokens valid now (trainerd_auth_tokens); null: not exported (no token file).
+  void SetAuthTokens(std::function<int64_t()> read);
 
   // Serves /metrics on `address` ("host:port"; port 0 picks a free one) from libmicrohttpd's
   // thread, with `options`' limits and bearer token (their path is ignored: always /metrics; see

@@ -5,6 +5,7 @@
 #include <openssl/crypto.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -19,7 +20,6 @@
 namespace trainerd::service {
 namespace {
 
-constexpr absl::string_view kHealthPrefix = "/grpc.health.v1.Health/";
 constexpr absl::string_view kBearer = "Bearer ";
 constexpr size_t kMaxTokenNameLength = 64;
 
@@ -45,9 +45,9 @@ std::string FileSignature(const std::string& path) {
                       info.st_mtim.tv_nsec);
 }
 
-std::string Value(const grpc_slice& slice) {
-  return std::string(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(slice)),
-                     GRPC_SLICE_LENGTH(slice));
+absl::string_view View(const grpc_slice& slice) {
+  return absl::string_view(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(slice)),
+                           GRPC_SLICE_LENGTH(slice));
 }
 
 // The verified client certificate's subject on this connection, or "".
@@ -62,14 +62,14 @@ std::string CertificateSubject(const grpc_auth_context* context) {
 void Process(void* state, grpc_auth_context* context, const grpc_metadata* md, size_t num_md,
              grpc_process_auth_metadata_done_cb done, void* user_data) {
   auto* authenticator = static_cast<std::shared_ptr<Authenticator>*>(state)->get();
-  std::string method;
-  std::string authorization;
+  absl::string_view method;
+  std::vector<absl::string_view> authorization;
   for (size_t i = 0; i < num_md; ++i) {
-    const std::string key = Value(md[i].key);
-    if (key == ":path") method = Value(md[i].value);
-    if (key == "authorization") authorization = Value(md[i].value);
+    const absl::string_view key = View(md[i].key);
+    if (key == ":path") method = View(md[i].value);
+    if (key == "authorization") authorization.push_back(View(md[i].value));
   }
-  const absl::StatusOr<std::string> caller =
+  const absl::StatusOr<Caller> caller =
       authenticator->Authenticate(method, authorization, CertificateSubject(context));
   if (caller.ok()) {
     done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
@@ -83,43 +83,57 @@ void Destroy(void* state) { delete static_cast<std::shared_ptr<Authenticator>*>(
 
 }  // namespace
 
-absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(absl::string_view text) {
-  std::vector<TokenEntry> tokens;
+TokenFile ParseTokenFile(absl::string_view text) {
+  TokenFile file;
   std::set<std::string> digests;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
+    auto skip = [&](absl::string_view why) {
+      file.skipped.push_back(absl::StrCat("line ", line_number, " of the token file ", why));
+    };
+    std::vector<absl::string_view> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r\v\f"), absl::SkipEmpty());
     TokenEntry entry;
-    absl::string_view token = line;
-    const size_t colon = line.find(':');
-    if (colon != absl::string_view::npos && IsValidName(line.substr(0, colon))) {
-      entry.name = std::string(line.substr(0, colon));
-      token = line.substr(colon + 1);
+    absl::string_view token = words[0];
+    const size_t colon = token.find(':');
+    if (colon != absl::string_view::npos && IsValidName(token.substr(0, colon))) {
+      entry.name = std::string(token.substr(0, colon));
+      token = token.substr(colon + 1);
     }
-    for (char c : token) {
-      if (absl::ascii_isspace(static_cast<unsigned char>(c))) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("line ", line_number, " of the token file has a token with whitespace"));
+    bool bad_role = false;
+    for (size_t i = 1; i < words.size(); ++i) {
+      if (words[i] == "admin") {
+        entry.admin = true;
+      } else {
+        bad_role = true;
       }
     }
+    if (bad_role) {
+      skip("has a word after its token other than 'admin' (the only role); skipped");
+      continue;
+    }
     if (token.size() < kMinTokenLength) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "line ", line_number, " of the token file has a token of ", token.size(),
-          " characters; tokens need at least ", kMinTokenLength,
-          " (make one with: openssl rand -hex 32)"));
+      skip(absl::StrCat("has a token of ", token.size(), " characters; tokens need at least ",
+                        kMinTokenLength, " (make one with: openssl rand -hex 32); skipped"));
+      continue;
     }
     entry.sha256 = Sha256Hex(std::string_view(token.data(), token.size()));
     if (!digests.insert(entry.sha256).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("line ", line_number, " of the token file repeats an earlier token"));
+      skip("repeats an earlier token; skipped");
+      continue;
     }
     if (entry.name.empty()) entry.name = absl::StrCat("token-", entry.sha256.substr(0, 8));
-    tokens.push_back(std::move(entry));
+    file.tokens.push_back(std::move(entry));
   }
-  if (tokens.empty()) return absl::InvalidArgumentError("the token file holds no token");
-  return tokens;
+  return file;
+}
+
+bool IsHealthMethod(absl::string_view method) {
+  return method == "/grpc.health.v1.Health/Check" || method == "/grpc.health.v1.Health/Watch" ||
+         method == "/grpc.health.v1.Health/List";
 }
 
 absl::StatusOr<std::shared_ptr<Authenticator>> Authenticator::Create(const AuthOptions& options) {
@@ -128,27 +142,61 @@ absl::StatusOr<std::shared_ptr<Authenticator>> Authenticator::Create(const AuthO
   authenticator->required_ = !options.token_file.empty() || options.client_certificates;
   if (!options.token_file.empty()) {
     absl::MutexLock lock(&authenticator->mu_);
-    absl::Status loaded = authenticator->Load();
+    absl::Status loaded = authenticator->Load(/*at_start=*/true);
     if (!loaded.ok()) return loaded;
   }
   return authenticator;
 }
 
-absl::Status Authenticator::Load() {
+bool Authenticator::IsAdmin(const std::string& name) const {
+  return std::find(options_.admins.begin(), options_.admins.end(), name) != options_.admins.end();
+}
+
+int64_t Authenticator::valid_tokens() {
+  MaybeReload();
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(tokens_.size());
+}
+
+absl::Status Authenticator::Load(bool at_start) {
   const std::string signature = FileSignature(options_.token_file);
   absl::StatusOr<std::string> text = ReadFileToString(options_.token_file);
   if (!text.ok()) {
-    return absl::Status(text.status().code(),
-                        absl::StrCat("--auth_token_file: ", text.status().message()));
+    if (at_start) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat("--auth_token_file: ", text.status().message()));
+    }
+    // Gone or unreadable: whoever removed it meant to revoke what it held.
+    if (!tokens_.empty()) {
+      engine::LogWarning(absl::StrCat("every token is revoked: ", text.status().message(),
+                                      " (only the health check answers until the file is back)"));
+    }
+    tokens_.clear();
+    file_signature_ = signature;
+    return absl::OkStatus();
   }
-  absl::StatusOr<std::vector<TokenEntry>> tokens = ParseTokenFile(*text);
-  if (!tokens.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--auth_token_file '", options_.token_file,
-                                                   "': ", tokens.status().message()));
+  TokenFile file = ParseTokenFile(*text);
+  for (const std::string& why : file.skipped) {
+    engine::LogWarning(absl::StrCat("--auth_token_file '", options_.token_file, "': ", why));
   }
-  tokens_ = *std::move(tokens);
+  if (at_start && file.tokens.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_token_file '", options_.token_file, "' holds no usable token",
+                     file.skipped.empty() ? "" : absl::StrCat(" (", file.skipped[0], ")")));
+  }
+  const size_t before = tokens_.size();
+  tokens_ = std::move(file.tokens);
   file_signature_ = signature;
-  last_check_ = absl::Now();
+  if (!at_start) {
+    if (tokens_.empty()) {
+      engine::LogWarning(absl::StrCat("every token is revoked: ", options_.token_file,
+                                      " holds no usable token (only the health check answers)"));
+    } else {
+      engine::LogInfo(absl::StrCat("re-read ", options_.token_file, ": ", tokens_.size(),
+                                   " token", tokens_.size() == 1 ? "" : "s", " (was ", before,
+                                   ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -159,23 +207,22 @@ void Authenticator::MaybeReload() {
   if (now - last_check_ < options_.reload_interval) return;
   last_check_ = now;
   if (FileSignature(options_.token_file) == file_signature_) return;
-  const size_t before = tokens_.size();
-  absl::Status loaded = Load();
-  if (!loaded.ok()) {
-    engine::LogWarning(
-        absl::StrCat("keeping the previous tokens: ", loaded.message()));
-    return;
-  }
-  engine::LogInfo(absl::StrCat("re-read ", options_.token_file, ": ", tokens_.size(),
-                               " token", tokens_.size() == 1 ? "" : "s", " (was ", before, ")"));
+  Load(/*at_start=*/false).IgnoreError();  // never fails after the start
 }
 
-absl::StatusOr<std::string> Authenticator::Authenticate(absl::string_view method,
-                                                        absl::string_view authorization,
-                                                        absl::string_view certificate_subject) {
-  if (!required_ || absl::StartsWith(method, kHealthPrefix)) return std::string();
+absl::StatusOr<Caller> Authenticator::Authenticate(
+    absl::string_view method, const std::vector<absl::string_view>& authorization,
+    absl::string_view certificate_subject) {
+  if (!required_) return Caller{"", /*admin=*/true};
+  if (IsHealthMethod(method)) return Caller{"", /*admin=*/false};
+  if (authorization.size() > 1) {
+    ++rejected_;
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the call carried ", authorization.size(), " authorization headers; send exactly one"));
+  }
   if (!authorization.empty()) {
-    if (!absl::StartsWith(authorization, kBearer) || options_.token_file.empty()) {
+    const absl::string_view value = authorization[0];
+    if (!absl::StartsWith(value, kBearer) || options_.token_file.empty()) {
       ++rejected_;
       return absl::UnauthenticatedError(
           options_.token_file.empty()
@@ -185,21 +232,26 @@ absl::StatusOr<std::string> Authenticator::Authenticate(absl::string_view method
     }
     MaybeReload();
     const std::string digest = Sha256Hex(
-        std::string_view(authorization.data() + kBearer.size(), authorization.size() - kBearer.size()));
+        std::string_view(value.data() + kBearer.size(), value.size() - kBearer.size()));
     // Every token is compared, in constant time, whatever matched first.
-    const TokenEntry* match = nullptr;
     absl::MutexLock lock(&mu_);
+    const TokenEntry* match = nullptr;
     for (const TokenEntry& entry : tokens_) {
       if (CRYPTO_memcmp(entry.sha256.data(), digest.data(), digest.size()) == 0) match = &entry;
     }
     if (match == nullptr) {
       ++rejected_;
-      return absl::UnauthenticatedError("the bearer token is not valid for this trainerd");
+      return absl::UnauthenticatedError(
+          tokens_.empty() ? "this trainerd has no valid token now (its token file is empty or "
+                            "gone); ask its operator"
+                          : "the bearer token is not valid for this trainerd");
     }
-    return match->name;
+    return Caller{match->name, match->admin || IsAdmin(match->name)};
   }
   if (options_.client_certificates && !certificate_subject.empty()) {
-    return std::string(certificate_subject);
+    std::string subject(certificate_subject);
+    const bool admin = IsAdmin(subject);
+    return Caller{std::move(subject), admin};
   }
   ++rejected_;
   if (options_.token_file.empty()) {
@@ -221,12 +273,13 @@ grpc_auth_metadata_processor Authenticator::Processor() {
   return processor;
 }
 
-std::string CallerName(grpc::ServerContextBase* context, Authenticator* authenticator) {
-  if (authenticator == nullptr || !authenticator->required()) return "";
-  std::string authorization;
+Caller CallerOf(grpc::ServerContextBase* context, Authenticator* authenticator) {
+  if (authenticator == nullptr || !authenticator->required()) return Caller{"", true};
+  std::vector<absl::string_view> authorization;
   const auto& metadata = context->client_metadata();
-  if (auto it = metadata.find("authorization"); it != metadata.end()) {
-    authorization.assign(it->second.data(), it->second.size());
+  const auto [first, last] = metadata.equal_range("authorization");
+  for (auto it = first; it != last; ++it) {
+    authorization.emplace_back(it->second.data(), it->second.size());
   }
   std::string subject;
   if (const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context()) {
@@ -234,10 +287,10 @@ std::string CallerName(grpc::ServerContextBase* context, Authenticator* authenti
         auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
     if (!values.empty()) subject.assign(values[0].data(), values[0].size());
   }
-  // The processor let this call in; ask again only to learn the name (the method is not health).
-  absl::StatusOr<std::string> caller =
-      authenticator->Authenticate("/trainerd.v1/", authorization, subject);
-  return caller.ok() ? *caller : "";
+  // The processor let this call in; ask again only to learn who it is (the method is not
+  // health). A token revoked between the two answers as nobody, who owns nothing.
+  absl::StatusOr<Caller> caller = authenticator->Authenticate("/trainerd.v1/", authorization, subject);
+  return caller.ok() ? *std::move(caller) : Caller{"", /*admin=*/false};
 }
 
 }  // namespace trainerd::service

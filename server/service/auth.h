@@ -28,25 +28,48 @@ namespace trainerd::service {
 // The shortest token accepted: 16 characters (openssl rand -hex 32 makes 64).
 inline constexpr size_t kMinTokenLength = 16;
 
-// One accepted token: the name recorded on what its caller creates, and the token's SHA-256
-// (only digests are kept, and compared in constant time).
+// One accepted token: the name recorded on what its caller creates, whether that caller is an
+// admin, and the token's SHA-256 (only digests are kept, and compared in constant time).
 struct TokenEntry {
   std::string name;
   std::string sha256;  // lower-case hex
+  bool admin = false;
 };
 
-// Parses a token file: one token per line, "NAME:TOKEN" or just "TOKEN"; blank lines and lines
-// starting with '#' are skipped; surrounding whitespace is ignored. NAME matches
-// [A-Za-z0-9._@-]{1,64}; an unnamed token is named "token-" plus the first 8 hex digits of its
-// SHA-256. INVALID_ARGUMENT (naming the line, never the token) for a token shorter than
-// kMinTokenLength or with whitespace inside, a duplicate token, or a file with no token.
-absl::StatusOr<std::vector<TokenEntry>> ParseTokenFile(absl::string_view text);
+// What a token file held: the tokens of its good lines, and one sentence per line that was
+// skipped (naming the line, never the token).
+struct TokenFile {
+  std::vector<TokenEntry> tokens;
+  std::vector<std::string> skipped;
+};
+
+// Parses a token file: one token per line, "NAME:TOKEN" or just "TOKEN", optionally followed by
+// whitespace and the word "admin" (the caller sees and manages every tenant's datasets and jobs);
+// blank lines and lines starting with '#' are skipped; surrounding whitespace is ignored. NAME
+// matches [A-Za-z0-9._@-]{1,64}; an unnamed token is named "token-" plus the first 8 hex digits of
+// its SHA-256. A line with a token shorter than kMinTokenLength, another word than "admin" after
+// it, or a token an earlier line has is skipped (the others still count), so that one bad line
+// in a file an operator edits does not lock every caller out.
+TokenFile ParseTokenFile(absl::string_view text);
+
+// Who made a call: the name recorded on what it creates (a token's name, a client certificate's
+// subject; "" without authentication) and whether it may see and manage every tenant's datasets
+// and jobs. Without authentication every caller is one local admin.
+struct Caller {
+  std::string name;
+  bool admin = true;
+};
 
 struct AuthOptions {
   // A token file (ParseTokenFile), re-read when it changes on disk (checked at most once per
-  // `reload_interval`; a file that no longer parses is logged and the previous tokens stay).
-  // Empty: no tokens.
+  // `reload_interval`). Its new content replaces the old: a bad line is skipped and logged, and a
+  // file that is empty, holds no good line or is gone revokes every token (logged, and
+  // trainerd_auth_tokens is 0; the health check still answers). At start the file must hold at
+  // least one good token. Empty: no tokens.
   std::string token_file;
+  // Callers that are admins whatever their token file line says: token names or certificate
+  // subjects (--admin).
+  std::vector<std::string> admins;
   absl::Duration reload_interval = absl::Seconds(1);
   // Mutual TLS: a client certificate verified against the client CA identifies its caller by
   // its subject.
@@ -64,25 +87,30 @@ class Authenticator {
   bool required() const { return required_; }
 
   // The caller of a call to `method` ("/trainerd.v1.JobService/SubmitJob") that carried
-  // `authorization` (the metadata value, "" when absent) over a connection whose verified client
-  // certificate has `certificate_subject` ("" when none). A token, when sent, must be valid and
-  // names the caller; otherwise the certificate does. UNAUTHENTICATED with a sentence that says
-  // what to send. Health checks are always let in.
-  absl::StatusOr<std::string> Authenticate(absl::string_view method,
-                                           absl::string_view authorization,
-                                           absl::string_view certificate_subject);
+  // `authorization` (the metadata values, none when absent) over a connection whose verified
+  // client certificate has `certificate_subject` ("" when none). A token, when sent, must be
+  // valid and names the caller; otherwise the certificate does. UNAUTHENTICATED with a sentence
+  // that says what to send, also for more than one authorization value. The standard health
+  // methods (IsHealthMethod) are always let in, as a caller named "" that is no admin.
+  absl::StatusOr<Caller> Authenticate(absl::string_view method,
+                                      const std::vector<absl::string_view>& authorization,
+                                      absl::string_view certificate_subject);
 
   // The C-core processor that calls Authenticate for every call, holding a reference to this.
   grpc_auth_metadata_processor Processor();
 
-  // Calls refused so far (for the metrics).
+  // Calls refused so far, and the tokens that are valid now (for the metrics).
   int64_t rejected_calls() const { return rejected_.load(); }
+  int64_t valid_tokens();
 
  private:
   explicit Authenticator(const AuthOptions& options) : options_(options) {}
   // Re-reads the token file when it changed on disk and reload_interval has passed.
   void MaybeReload();
-  absl::Status Load();
+  // Reads the file and replaces the tokens with its good lines (logging the skipped ones);
+  // `at_start`: refuses a file with no good token instead.
+  absl::Status Load(bool at_start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IsAdmin(const std::string& name) const;
 
   const AuthOptions options_;
   bool required_ = false;
@@ -94,8 +122,12 @@ class Authenticator {
   std::weak_ptr<Authenticator> self_;
 };
 
-// The name of the caller of a call the server let in: the token's name or the certificate's
-// subject; "" when the server has no authenticator or calls need no caller.
-std::string CallerName(grpc::ServerContextBase* context, Authenticator* authenticator);
+// The health service's own methods, exactly: Check, Watch and List of grpc.health.v1.Health.
+bool IsHealthMethod(absl::string_view method);
+
+// The caller of a call the server let in: the token's name or the certificate's subject, and
+// whether it is an admin; {"", admin} when the server has no authenticator or calls need no
+// caller.
+Caller CallerOf(grpc::ServerContextBase* context, Authenticator* authenticator);
 
 }  // namespace trainerd::service

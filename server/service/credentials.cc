@@ -139,9 +139,10 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
 }
 
 bool IsLocalAddress(absl::string_view address) {
-  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
-    return true;
-  }
+  // A Unix socket file is guarded by its mode (0660, set at start). An abstract socket has no file
+  // and no mode: any process on the host (in the same network namespace) may connect, as to a
+  // TCP port, so it counts as open and needs a token, mutual TLS or --insecure.
+  if (absl::StartsWith(address, "unix:")) return true;
   const size_t colon = address.rfind(':');
   absl::string_view host = colon == absl::string_view::npos ? address : address.substr(0, colon);
   if (absl::StartsWith(host, "[") && absl::EndsWith(host, "]")) {

@@ -44,7 +44,8 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const TlsOptions& tls, const std::shared_ptr<Authenticator>& authenticator);
 
 // Whether a --listen address reaches only this machine: a Unix socket ("unix:PATH"), 127.0.0.0/8,
-// ::1 or "localhost". Anything else (0.0.0.0, [::], a host name, an interface address) is open.
+// ::1 or "localhost". Anything else (0.0.0.0, [::], a host name, an interface address, and an
+// abstract Unix socket "unix-abstract:NAME", which no file mode guards) is open.
 bool IsLocalAddress(absl::string_view address);
 
 }  // namespace trainerd::service

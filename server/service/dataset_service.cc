@@ -6,7 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/table.h"
 #include "server/convert/convert.h"
+#include "server/engine/access.h"
+#include "server/service/call_context.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
@@ -32,9 +35,21 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
   UploadReactor(DatasetServiceImpl* service, grpc::CallbackServerContext* context,
                 v1::Dataset* response)
       : service_(service), context_(context), response_(response) {
-    caller_.owner = CallerName(context, service->authenticator_);
+    caller_ = CallContextOf(context, service->authenticator_);
     last_activity_ = absl::Now();
+    window_start_ = last_activity_;
     service_->Register(this);
+    absl::StatusOr<CallerSlots::Slot> slot = service_->upload_slots_.Take(caller_.owner);
+    if (!slot.ok()) {
+      // Refused before a byte is read.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_ = true;
+      }
+      Finish(ToGrpcStatus(slot.status()));
+      return;
+    }
+    slot_ = *std::move(slot);
     StartRead(&request_);
   }
 
@@ -47,6 +62,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
       std::lock_guard<std::mutex> lock(mu_);
       if (finished_) return;
       last_activity_ = absl::Now();
+      if (ok) window_bytes_ += static_cast<int64_t>(request_.chunk().size());
       if (ok) {
         const absl::Status status = HandleLocked();
         read_more = status.ok();
@@ -111,22 +127,44 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
   }
 
   // Called by the watchdog with its lock held (so the reactor cannot be deleted meanwhile):
-  // claims the stream when it has been idle for `timeout`, discarding the upload. The watchdog
-  // then calls FinishIdle outside its lock.
-  bool ClaimIfIdle(absl::Time now, absl::Duration timeout) {
+  // claims the stream when it has been idle for `timeout`, or sent fewer than `min_rate` bytes a
+  // second over the last `timeout`, discarding the upload. The watchdog then calls FinishIdle
+  // outside its lock.
+  bool ClaimIfIdle(absl::Time now, absl::Duration timeout, int64_t min_rate) {
     std::unique_ptr<engine::UploadSession> discarded;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || committing_ || now - last_activity_ < timeout) return false;
+      if (finished_ || committing_) return false;
+      if (now - last_activity_ >= timeout) {
+        why_ = absl::StrFormat("the upload sent nothing for %g s and was discarded",
+                               absl::ToDoubleSeconds(timeout));
+      } else if (now - window_start_ >= timeout) {
+        const double seconds = absl::ToDoubleSeconds(now - window_start_);
+        if (min_rate > 0 && static_cast<double>(window_bytes_) < min_rate * seconds) {
+          why_ = absl::StrFormat(
+              "the upload sent %d bytes in %g s, under the %d bytes a second an upload must "
+              "keep up (--min_upload_bytes_per_second), and was discarded",
+              window_bytes_, seconds, min_rate);
+        } else {
+          window_start_ = now;
+          window_bytes_ = 0;
+          return false;
+        }
+      } else {
+        return false;
+      }
       finished_ = true;
       discarded = std::move(upload_);
     }
     return true;
   }
-  void FinishIdle(absl::Duration timeout) {
-    Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        absl::StrFormat("the upload sent nothing for %g s and was discarded",
-                                        absl::ToDoubleSeconds(timeout))));
+  void FinishIdle() {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      why = why_;
+    }
+    Finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, why));
   }
 
  private:
@@ -175,6 +213,10 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
   std::unique_ptr<engine::UploadSession> upload_;    // guarded by mu_
   std::shared_ptr<std::atomic<bool>> cancellation_;  // guarded by mu_; set when committing
   absl::Time last_activity_;                         // guarded by mu_
+  absl::Time window_start_;                          // guarded by mu_: the rate's window
+  int64_t window_bytes_ = 0;                         // guarded by mu_: received in the window
+  std::string why_;                                  // guarded by mu_: the watchdog's reason
+  CallerSlots::Slot slot_;                           // one of the caller's upload slots
   bool committing_ = false;                          // guarded by mu_
   bool finished_ = false;                            // guarded by mu_
 };
@@ -220,11 +262,14 @@ void DatasetServiceImpl::WatchdogLoop() {
     std::vector<UploadReactor*> idle;
     const absl::Time now = absl::Now();
     for (UploadReactor* upload : uploads_) {
-      if (upload->ClaimIfIdle(now, options_.upload_idle_timeout)) idle.push_back(upload);
+      if (upload->ClaimIfIdle(now, options_.upload_idle_timeout,
+                              options_.min_upload_bytes_per_second)) {
+        idle.push_back(upload);
+      }
     }
     // Finish outside the lock: gRPC may run OnDone, which unregisters, inside Finish.
     lock.unlock();
-    for (UploadReactor* upload : idle) upload->FinishIdle(options_.upload_idle_timeout);
+    for (UploadReactor* upload : idle) upload->FinishIdle();
     lock.lock();
   }
 }
@@ -237,7 +282,10 @@ grpc::ServerReadReactor<v1::UploadDatasetRequest>* DatasetServiceImpl::UploadDat
 grpc::ServerUnaryReactor* DatasetServiceImpl::ListDatasets(grpc::CallbackServerContext* context,
                                                            const v1::ListDatasetsRequest* request,
                                                            v1::ListDatasetsResponse* response) {
-  for (const auto& meta : engine_->ListDatasets()) *response->add_datasets() = ToProto(meta);
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  for (const auto& meta : engine_->ListDatasets()) {
+    if (engine::MayUse(caller, meta)) *response->add_datasets() = ToProto(meta);
+  }
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -246,7 +294,13 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::ListDatasets(grpc::CallbackServerC
 grpc::ServerUnaryReactor* DatasetServiceImpl::GetDataset(grpc::CallbackServerContext* context,
                                                          const v1::GetDatasetRequest* request,
                                                          v1::Dataset* response) {
-  auto meta = engine_->GetDataset(request->name());
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  const absl::Status name = ValidateDatasetName(request->name());
+  absl::StatusOr<engine::DatasetMeta> meta =
+      name.ok() ? engine_->GetDataset(request->name()) : absl::StatusOr<engine::DatasetMeta>(name);
+  if (meta.ok() && !engine::MayUse(caller, *meta)) {
+    meta = absl::NotFoundError(absl::StrCat("dataset '", request->name(), "' not found"));
+  }
   if (meta.ok()) *response = ToProto(*meta);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(meta.status()));
@@ -256,8 +310,26 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::GetDataset(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* DatasetServiceImpl::DeleteDataset(grpc::CallbackServerContext* context,
                                                             const v1::DeleteDatasetRequest* request,
                                                             v1::DeleteDatasetResponse* response) {
+  absl::Status status = ValidateDatasetName(request->name());
+  if (status.ok()) {
+    status = engine_->DeleteDataset(request->name(), CallContextOf(context, authenticator_));
+  }
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(engine_->DeleteDataset(request->name())));
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* DatasetServiceImpl::ShareDataset(grpc::CallbackServerContext* context,
+                                                           const v1::ShareDatasetRequest* request,
+                                                           v1::Dataset* response) {
+  const absl::Status name = ValidateDatasetName(request->name());
+  absl::StatusOr<engine::DatasetMeta> meta =
+      name.ok() ? engine_->ShareDataset(request->name(), request->shared(),
+                                        CallContextOf(context, authenticator_))
+                : absl::StatusOr<engine::DatasetMeta>(name);
+  if (meta.ok()) *response = ToProto(*meta);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(meta.status()));
   return reactor;
 }
 

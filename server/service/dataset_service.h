@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/service/auth.h"
+#include "server/service/caller_slots.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 
 namespace trainerd::service {
@@ -22,6 +23,12 @@ class UploadReactor;
 struct DatasetServiceOptions {
   // An upload stream that delivers nothing for this long ends DEADLINE_EXCEEDED and is discarded.
   absl::Duration upload_idle_timeout = absl::Seconds(60);
+  // An upload that sends fewer bytes than this per second, averaged over each
+  // upload_idle_timeout, ends DEADLINE_EXCEEDED too: a stream that trickles a byte now and then is
+  // not idle, but holds its name, its staging and a slot. 0: no minimum.
+  int64_t min_upload_bytes_per_second = int64_t{64} << 10;
+  // Uploads one caller may have in progress at once (caller_slots.h); 0: no limit.
+  int max_uploads_per_caller = 8;
 };
 
 // Thread-safe. The engine and the authenticator (may be null: no caller names) must outlive it.
@@ -43,6 +50,9 @@ class DatasetServiceImpl final : public v1::DatasetService::CallbackService {
   grpc::ServerUnaryReactor* DeleteDataset(grpc::CallbackServerContext* context,
                                           const v1::DeleteDatasetRequest* request,
                                           v1::DeleteDatasetResponse* response) override;
+  grpc::ServerUnaryReactor* ShareDataset(grpc::CallbackServerContext* context,
+                                         const v1::ShareDatasetRequest* request,
+                                         v1::Dataset* response) override;
 
   // Uploads whose streams are open (for tests and metrics).
   size_t open_uploads() const;
@@ -56,6 +66,8 @@ class DatasetServiceImpl final : public v1::DatasetService::CallbackService {
   engine::Engine* const engine_;
   Authenticator* const authenticator_;
   const DatasetServiceOptions options_;
+  CallerSlots upload_slots_{"uploads in progress", "--max_uploads_per_caller",
+                            options_.max_uploads_per_caller};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::set<UploadReactor*> uploads_;  // guarded by mu_; a reactor leaves in its OnDone

@@ -10,7 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/job_limits.h"
+#include "common/sha256.h"
 #include "server/convert/convert.h"
+#include "server/engine/log.h"
+#include "server/engine/access.h"
+#include "server/service/call_context.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
@@ -20,18 +25,22 @@ using convert::ToProto;
 
 namespace {
 
-// A watcher that reads more slowly than its job produces events keeps at most this many unsent
-// events; beyond it the queued epoch events are dropped and the job as it stands is sent instead
-// (JobEvent.skipped says so).
-constexpr size_t kMaxPendingEvents = 256;
-
-// The call's deadline; InfiniteFuture when the client set none.
-absl::Time CallDeadline(const grpc::CallbackServerContext& context) {
-  const std::chrono::system_clock::time_point deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
-    return absl::InfiniteFuture();
+// OK when `caller` may see and manage job `id` (access.h); NOT_FOUND, worded as for an unknown
+// id, when it may not. Owners never change, so the answer holds for the call that follows.
+absl::Status CheckJobAccess(engine::Engine* engine, const engine::CallContext& caller,
+                            const std::string& id) {
+  if (static_cast<int64_t>(id.size()) > kMaxJobIdLength) {
+    // Refused without echoing it, so that an error is never larger than a sentence.
+    return absl::InvalidArgumentError(absl::StrCat("a job id has at most ", kMaxJobIdLength,
+                                                   " characters; this one has ", id.size()));
   }
-  return absl::FromChrono(deadline);
+  if (caller.admin) return absl::OkStatus();
+  absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id);
+  if (!job.ok()) return job.status();
+  if (!engine::Owns(caller, job->owner)) {
+    return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+  }
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
@@ -41,44 +50,50 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
   return reactor;
 }
 
-// Streams one job's events: the history (epochs so far, then the job's state) and then live events
-// until a terminal state. Keeps one write in flight, calls Finish once, deletes itself in OnDone.
+// Streams one job's events: the job as it stands (unless it ended), its epochs so far, live
+// events until a terminal state, and that state last. A watcher's memory is bounded in bytes,
+// not events: epochs are written from a queue of at most kEpochPage events, and a watcher that
+// falls behind (or a long history) is caught up page by page from the engine (Engine::JobEpochs)
+// as its writes complete, so that it still receives every epoch, at its own pace, and nothing
+// piles up for it. State changes carry the job without its epochs (the events carry those).
+// Keeps one write in flight, calls Finish once, deletes itself in OnDone.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
+  // Epochs fetched or queued at a time; a few tens of kilobytes.
+  static constexpr int32_t kEpochPage = 256;
+
   WatchReactor(engine::Engine* engine, std::string id)
       : engine_(engine), id_(std::move(id)), sink_(std::make_shared<Sink>()) {}
 
-  // Called once, from WatchJob, before any reaction can run.
-  void Start() {
-    // A local reference: once the history is queued the stream may end (and this reactor be
-    // deleted) before Attach runs; Attach then finds the sink detached and does nothing.
+  // Called once, from WatchJob, before any reaction can run; `access` is the caller's right to
+  // see the job (CheckJobAccess), and ends the stream at once when not OK.
+  void Start(const absl::Status& access) {
+    if (!access.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      FinishLocked(ToGrpcStatus(access));
+      return;
+    }
+    // A local reference: the stream may end (and this reactor be deleted) before Attach runs;
+    // Attach then finds the sink detached and does nothing.
     std::shared_ptr<Sink> sink = sink_;
-    auto job = engine_->SubscribeJob(id_, sink);
+    auto job = engine_->SubscribeJob(id_, sink, /*summary=*/true);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!job.ok()) {
         FinishLocked(ToGrpcStatus(job.status()));
         return;
       }
-      // A long history goes as the notice and the job (which carries every epoch), not as one
-      // event per epoch, as it would once the stream had fallen behind.
-      if (job->epochs.size() > kMaxPendingEvents) {
-        v1::JobEvent notice;
-        notice.mutable_skipped()->set_epochs(static_cast<int64_t>(job->epochs.size()));
-        pending_.push_back(std::move(notice));
-      } else {
-        for (const auto& epoch : job->epochs) {
-          v1::JobEvent event;
-          *event.mutable_epoch() = ToProto(epoch);
-          pending_.push_back(std::move(event));
-        }
-      }
       v1::JobEvent state;
       *state.mutable_job() = ToProto(*job);
-      pending_.push_back(std::move(state));
+      if (IsTerminalState(state.job().state())) {
+        held_state_ = std::move(state);  // after the epochs
+      } else {
+        pending_.push_back(std::move(state));
+      }
+      catching_up_ = job->epochs_completed > 0;
       WriteNextLocked(/*may_call_engine=*/true);
     }
-    // Events that arrived while the history was queued follow it, in order.
+    // Events that arrived meanwhile follow, in order.
     sink->Attach(this);
   }
 
@@ -104,40 +119,46 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     delete this;
   }
 
+  // One of the caller's watch slots, given back when the stream is done.
+  void HoldSlot(CallerSlots::Slot slot) { slot_ = std::move(slot); }
+
  private:
-  // The engine pushes into this; it forwards to the reactor once the history is queued and drops
-  // events after the reactor is done.
+  // The engine pushes into this; it forwards to the reactor once attached and drops events
+  // after the reactor is done. Before Attach it keeps at most the latest state and the first
+  // epoch it missed (the reactor fetches the epochs).
   class Sink final : public engine::JobEventSink {
    public:
     void Push(const engine::JobEvent& event) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (detached_) return;
       if (event.kind == engine::JobEvent::Kind::kInterrupted) {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (detached_) return;
-        // Before Attach: the history is queued but the reactor not yet attached; it ends then.
         interrupted_ = true;
         if (reactor_ != nullptr) reactor_->EndInterrupted();
         return;
       }
-      v1::JobEvent proto;
       if (event.kind == engine::JobEvent::Kind::kEpoch) {
-        *proto.mutable_epoch() = ToProto(event.epoch);
-      } else {
-        *proto.mutable_job() = ToProto(event.job);
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (detached_) return;
-      if (reactor_ == nullptr) {
-        backlog_.push_back(std::move(proto));
+        if (reactor_ != nullptr) {
+          reactor_->OnEpoch(event.epoch);
+        } else {
+          missed_epochs_ = true;
+        }
         return;
       }
-      reactor_->Enqueue(std::move(proto));
+      v1::Job job = ToProto(event.job);
+      job.clear_epochs();  // the epoch events carry them
+      if (reactor_ != nullptr) {
+        reactor_->OnState(std::move(job));
+      } else {
+        early_state_ = std::move(job);
+      }
     }
     void Attach(WatchReactor* reactor) {
       std::lock_guard<std::mutex> lock(mu_);
       if (detached_) return;
-      for (auto& event : backlog_) reactor->Enqueue(std::move(event));
-      backlog_.clear();
       reactor_ = reactor;
+      if (missed_epochs_) reactor->CatchUp();
+      if (early_state_.has_value()) reactor->OnState(*std::move(early_state_));
+      early_state_.reset();
       if (interrupted_) reactor->EndInterrupted();
     }
     void Detach() {
@@ -148,10 +169,11 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
 
    private:
     std::mutex mu_;
-    WatchReactor* reactor_ = nullptr;   // guarded by mu_
-    bool detached_ = false;             // guarded by mu_
-    bool interrupted_ = false;          // guarded by mu_
-    std::deque<v1::JobEvent> backlog_;  // guarded by mu_
+    WatchReactor* reactor_ = nullptr;    // guarded by mu_
+    bool detached_ = false;              // guarded by mu_
+    bool interrupted_ = false;           // guarded by mu_
+    bool missed_epochs_ = false;         // guarded by mu_
+    std::optional<v1::Job> early_state_;  // guarded by mu_
   };
 
   // The daemon stopped before the job ended: once what is queued is written, the stream ends with
@@ -164,38 +186,45 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     WriteNextLocked(/*may_call_engine=*/false);
   }
 
-  void Enqueue(v1::JobEvent event) {
+  // A live epoch: queued when it is the next one and the queue has room; otherwise it (and the
+  // ones after it) are fetched once the queue drains.
+  void OnEpoch(const engine::EpochResult& epoch) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (finished_) return;
-    pending_.push_back(std::move(event));
-    if (pending_.size() > kMaxPendingEvents) SkipToLatestLocked();
-    // Enqueue runs inside the engine's Push, which must not call back into the engine.
+    if (finished_ || epoch.epoch <= queued_through_) return;  // fetched already
+    if (!catching_up_ && epoch.epoch == queued_through_ + 1 &&
+        static_cast<int32_t>(pending_.size()) < kEpochPage) {
+      v1::JobEvent event;
+      *event.mutable_epoch() = ToProto(epoch);
+      pending_.push_back(std::move(event));
+      queued_through_ = epoch.epoch;
+    } else {
+      catching_up_ = true;
+    }
+    // Inside the engine's Push, which must not call back into the engine.
     WriteNextLocked(/*may_call_engine=*/false);
   }
 
-  // Drops the queued epoch events, keeping the state changes; unless a terminal state is among
-  // them, the job as it stands (every epoch in Job.epochs) follows the notice. The job is fetched
-  // only when it is about to be written (an empty placeholder event stands for it until then),
-  // from a reaction rather than from the engine's Push. A backlog means a write is in flight, so
-  // OnWriteDone is what comes next.
-  void SkipToLatestLocked() {
-    std::deque<v1::JobEvent> kept;
-    int64_t dropped = 0;
-    bool terminal = false;
-    for (v1::JobEvent& event : pending_) {
-      if (event.has_epoch()) {
-        ++dropped;
-        continue;
-      }
-      terminal = terminal || (event.has_job() && IsTerminalState(event.job().state()));
-      kept.push_back(std::move(event));
+  // From Attach (on the handler's thread, not inside the engine's Push): epochs published between
+  // the subscription and the attach are fetched, now if the stream is idle.
+  void CatchUp() {
+    std::lock_guard<std::mutex> lock(mu_);
+    catching_up_ = true;
+    WriteNextLocked(/*may_call_engine=*/true);
+  }
+
+  // A state change: written in order with the epochs queued before it, unless epochs are still
+  // to be fetched, in which case the latest state waits until they are.
+  void OnState(v1::Job job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) return;
+    v1::JobEvent event;
+    *event.mutable_job() = std::move(job);
+    if (catching_up_ || held_state_.has_value()) {
+      held_state_ = std::move(event);
+    } else {
+      pending_.push_back(std::move(event));
     }
-    pending_.clear();
-    v1::JobEvent notice;
-    notice.mutable_skipped()->set_epochs(dropped);
-    pending_.push_back(std::move(notice));
-    if (!terminal) pending_.push_back(v1::JobEvent());  // the job as it stands, fetched later
-    for (v1::JobEvent& event : kept) pending_.push_back(std::move(event));
+    WriteNextLocked(/*may_call_engine=*/false);
   }
 
   static bool IsTerminalState(v1::JobState state) {
@@ -203,27 +232,38 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
            state == v1::JOB_STATE_CANCELLED;
   }
 
-  // `may_call_engine`: false inside the engine's Push (a placeholder for the latest job is then
-  // dropped; by the reasoning above, it never is at the front there).
+  // `may_call_engine`: false inside the engine's Push. Inside Push the reactor only starts
+  // catching up when its queue is full, so a write is in flight and the fetch is made at its
+  // OnWriteDone; every other fetch is made from a reaction, Start or Attach.
   void WriteNextLocked(bool may_call_engine) {
     if (writing_ || finished_) return;
     if (cancelled_) {
       FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
       return;
     }
-    while (!pending_.empty() && pending_.front().event_case() == v1::JobEvent::EVENT_NOT_SET) {
-      absl::StatusOr<engine::JobSnapshot> job =
-          may_call_engine ? engine_->GetJob(id_) : absl::UnavailableError("");
-      if (job.ok()) {
-        *pending_.front().mutable_job() = ToProto(*job);
-      } else {
-        pending_.pop_front();
+    if (pending_.empty() && catching_up_ && may_call_engine) {
+      absl::StatusOr<std::vector<engine::EpochResult>> page =
+          engine_->JobEpochs(id_, queued_through_, kEpochPage);
+      if (!page.ok()) {
+        FinishLocked(ToGrpcStatus(page.status()));
+        return;
       }
+      for (const engine::EpochResult& epoch : *page) {
+        v1::JobEvent event;
+        *event.mutable_epoch() = ToProto(epoch);
+        pending_.push_back(std::move(event));
+        queued_through_ = epoch.epoch;
+      }
+      if (static_cast<int32_t>(page->size()) < kEpochPage) catching_up_ = false;
+    }
+    if (pending_.empty() && !catching_up_ && held_state_.has_value()) {
+      pending_.push_back(*std::move(held_state_));
+      held_state_.reset();
     }
     if (pending_.empty()) {
       if (terminal_written_) {
         FinishLocked(grpc::Status::OK);
-      } else if (end_status_.has_value()) {
+      } else if (end_status_.has_value() && !catching_up_) {
         FinishLocked(*end_status_);
       }
       return;
@@ -241,6 +281,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   void FinishLocked(const grpc::Status& status) {
     if (finished_) return;
     finished_ = true;
+    pending_.clear();
+    held_state_.reset();
     Finish(status);
   }
 
@@ -248,13 +290,17 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   const std::string id_;
   const std::shared_ptr<Sink> sink_;
   std::mutex mu_;
-  std::deque<v1::JobEvent> pending_;        // guarded by mu_
+  std::deque<v1::JobEvent> pending_;        // guarded by mu_: at most a page, and states
+  std::optional<v1::JobEvent> held_state_;  // guarded by mu_: written once caught up
+  int32_t queued_through_ = 0;              // guarded by mu_: the last epoch queued
+  bool catching_up_ = false;                // guarded by mu_: epochs to fetch from the engine
   v1::JobEvent current_;                    // the write in flight
   bool writing_ = false;                    // guarded by mu_
   bool terminal_written_ = false;           // guarded by mu_
   bool cancelled_ = false;                  // guarded by mu_
   bool finished_ = false;                   // guarded by mu_
   std::optional<grpc::Status> end_status_;  // guarded by mu_: how the stream ends, untimely
+  CallerSlots::Slot slot_;
 };
 
 // Streams a succeeded job's TorchScript archive from <data_dir>/models/<id>.pt in chunks of at
@@ -270,11 +316,20 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
   static constexpr int64_t kModelChunkBytes = int64_t{1} << 20;
 
   // Called once, from DownloadModel, before any reaction can run.
-  void Start(engine::Engine* engine, const std::string& id) {
+  void Start(engine::Engine* engine, const std::string& id, const absl::Status& access) {
+    if (!access.ok()) {
+      Finish(ToGrpcStatus(access));
+      return;
+    }
     const absl::StatusOr<std::string> path = engine->ModelArchivePath(id);
     if (!path.ok()) {
       Finish(ToGrpcStatus(path.status()));
       return;
+    }
+    id_ = id;
+    path_ = *path;
+    if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
+      expected_sha256_ = job->model_sha256;  // empty for models of older builds: not checked
     }
     file_.open(*path, std::ios::binary | std::ios::ate);
     if (!file_) {
@@ -294,6 +349,20 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
       return;
     }
     if (remaining_ == 0) {
+      // Every byte went through the hash: a file damaged on disk (a flipped byte, a cut) ends
+      // the stream DATA_LOSS instead of OK, and trainctl keeps nothing.
+      const std::string digest = hash_.HexDigest();
+      if (!expected_sha256_.empty() && digest != expected_sha256_) {
+        engine::LogWarning(absl::StrCat("the model file '", path_, "' of job '", id_,
+                                        "' does not match the checksum recorded when it was "
+                                        "written (", expected_sha256_, "; the file has ", digest,
+                                        "): it is damaged"));
+        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            absl::StrCat("the model file of job '", id_,
+                                         "' is damaged (it no longer matches the checksum "
+                                         "recorded when it was written); train the job again")));
+        return;
+      }
       Finish(grpc::Status::OK);
       return;
     }
@@ -312,12 +381,17 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
       Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "the model file ended early"));
       return;
     }
+    hash_.Update(*data);
     remaining_ -= n;
     StartWrite(&chunk_);
   }
 
   std::ifstream file_;
-  int64_t remaining_ = 0;  // bytes of the file not yet written
+  std::string id_;
+  std::string path_;
+  std::string expected_sha256_;  // recorded with the job; empty: not checked
+  Sha256 hash_;                  // of the bytes sent so far
+  int64_t remaining_ = 0;        // bytes of the file not yet written
   v1::ModelChunk chunk_;   // the write in flight
 };
 
@@ -329,9 +403,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   auto spec = FromProto(request->spec());
   if (!spec.ok()) return FinishWith(context, spec.status());
   spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
-  engine::CallContext caller;
-  caller.owner = CallerName(context, authenticator_);
-  caller.deadline = CallDeadline(*context);
+  engine::CallContext caller = CallContextOf(context, authenticator_);
   // A spec-built job is answered here; a TorchScript job from a module-check thread once its
   // module was checked (seconds at most, bounded by the caller's deadline).
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -353,9 +425,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
   axes.momenta.assign(request->momenta().begin(), request->momenta().end());
   axes.weight_decays.assign(request->weight_decays().begin(), request->weight_decays().end());
   axes.seeds.assign(request->seeds().begin(), request->seeds().end());
-  engine::CallContext caller;
-  caller.owner = CallerName(context, authenticator_);
-  caller.deadline = CallDeadline(*context);
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
   // Spec-built members only: checked and queued here without blocking on training.
   absl::StatusOr<engine::SweepSnapshot> sweep =
       engine_->SubmitSweep(*std::move(spec), axes, caller);
@@ -371,7 +441,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
                                                  const v1::GetJobRequest* request,
                                                  v1::Job* response) {
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  if (absl::Status access = CheckJobAccess(engine_, caller, request->id()); !access.ok()) {
+    return FinishWith(context, access);
+  }
   auto job = engine_->GetJob(request->id());
+  if (job.ok() && !engine::Owns(caller, job->owner)) {
+    job = absl::NotFoundError(absl::StrCat("job '", request->id(), "' not found"));
+  }
   if (job.ok()) *response = ToProto(*job);
   return FinishWith(context, job.status());
 }
@@ -412,10 +489,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                         absl::InvalidArgumentError("view must be JOB_VIEW_BASIC or JOB_VIEW_FULL"));
   }
   query.newest_first = request->newest_first();
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  if (!caller.admin) query.owner = caller.owner;  // a tenant lists its own jobs
   absl::StatusOr<engine::JobPage> page = engine_->ListJobs(query);
   if (page.ok()) {
-    for (const engine::JobSnapshot& job : page->jobs) *response->add_jobs() = ToProto(job);
-    response->set_next_page_token(page->next_page_token);
+    // Held to kMaxListReplyBytes (less a margin for the token and framing): a page that would
+    // pass it ends at the job before, and its token continues from there.
+    constexpr int64_t kBudget = kMaxListReplyBytes - 4096;
+    int64_t bytes = 0;
+    size_t sent = 0;
+    for (; sent < page->jobs.size(); ++sent) {
+      v1::Job job = ToProto(page->jobs[sent]);
+      const int64_t size = static_cast<int64_t>(job.ByteSizeLong()) + 8;
+      if (sent > 0 && bytes + size > kBudget) break;
+      bytes += size;
+      *response->add_jobs() = std::move(job);
+    }
+    response->set_next_page_token(sent < page->jobs.size() && sent <= page->resume_tokens.size()
+                                      ? page->resume_tokens[sent - 1]
+                                      : page->next_page_token);
   }
   return FinishWith(context, page.status());
 }
@@ -423,12 +515,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext* context,
                                                     const v1::DeleteJobRequest* request,
                                                     v1::DeleteJobResponse* /*response*/) {
-  return FinishWith(context, engine_->DeleteJob(request->id()));
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  absl::Status status = CheckJobAccess(engine_, caller, request->id());
+  if (status.ok()) status = engine_->DeleteJob(request->id());
+  return FinishWith(context, status);
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
                                                     const v1::CancelJobRequest* request,
                                                     v1::Job* response) {
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  if (absl::Status access = CheckJobAccess(engine_, caller, request->id()); !access.ok()) {
+    return FinishWith(context, access);
+  }
   auto job = engine_->CancelJob(request->id());
   if (job.ok()) *response = ToProto(*job);
   return FinishWith(context, job.status());
@@ -436,15 +535,26 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
   auto* reactor = new WatchReactor(engine_, request->id());
-  reactor->Start();
+  absl::Status access = CheckJobAccess(engine_, caller, request->id());
+  if (access.ok()) {
+    absl::StatusOr<CallerSlots::Slot> slot = watch_slots_.Take(caller.owner);
+    if (slot.ok()) {
+      reactor->HoldSlot(*std::move(slot));
+    } else {
+      access = slot.status();
+    }
+  }
+  reactor->Start(access);
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::ModelChunk>* JobServiceImpl::DownloadModel(
     grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) {
   auto* reactor = new ModelDownloadReactor();
-  reactor->Start(engine_, request->id());
+  reactor->Start(engine_, request->id(),
+                 CheckJobAccess(engine_, CallContextOf(context, authenticator_), request->id()));
   return reactor;
 }
 

@@ -5,6 +5,7 @@
 
 #include "server/engine/engine.h"
 #include "server/service/auth.h"
+#include "server/service/caller_slots.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 
 namespace trainerd::service {
@@ -13,8 +14,12 @@ namespace trainerd::service {
 // streams; a null authenticator records no caller names).
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
-  explicit JobServiceImpl(engine::Engine* engine, Authenticator* authenticator = nullptr)
-      : engine_(engine), authenticator_(authenticator) {}
+  // `max_watches_per_caller`: WatchJob streams one caller may hold open at once (0: no limit).
+  explicit JobServiceImpl(engine::Engine* engine, Authenticator* authenticator = nullptr,
+                          int max_watches_per_caller = 64)
+      : engine_(engine),
+        authenticator_(authenticator),
+        watch_slots_("open watches", "--max_watches_per_caller", max_watches_per_caller) {}
 
   grpc::ServerUnaryReactor* SubmitSweep(grpc::CallbackServerContext* context,
                                         const v1::SubmitSweepRequest* request,
@@ -43,6 +48,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
  private:
   engine::Engine* const engine_;
   Authenticator* const authenticator_;
+  CallerSlots watch_slots_;
 };
 
 }  // namespace trainerd::service

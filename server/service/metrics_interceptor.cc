@@ -1,20 +1,27 @@
 #include "server/service/metrics_interceptor.h"
 
 #include <chrono>
+#include <set>
 #include <string>
+#include <utility>
 
 namespace trainerd::service {
 namespace {
 
 using grpc::experimental::InterceptionHookPoints;
 
+// The label of every method the server does not serve.
+constexpr char kOtherMethod[] = "other";
+
 // One per RPC: created when the call arrives, observes once when the status is sent. An RPC that
 // ends without sending a status (the client went away first) is not counted.
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
-  MetricsInterceptor(grpc::experimental::ServerRpcInfo* info, metrics::Metrics* metrics)
+  MetricsInterceptor(grpc::experimental::ServerRpcInfo* info, metrics::Metrics* metrics,
+                     const std::set<std::string>& known)
       : metrics_(metrics),
-        method_(info->method() == nullptr ? "" : info->method()),
+        method_(info->method() != nullptr && known.count(info->method()) > 0 ? info->method()
+                                                                              : kOtherMethod),
         start_(std::chrono::steady_clock::now()) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -35,14 +42,16 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
 
 class Factory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit Factory(metrics::Metrics* metrics) : metrics_(metrics) {}
+  Factory(metrics::Metrics* metrics, std::set<std::string> known)
+      : metrics_(metrics), known_(std::move(known)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    return new MetricsInterceptor(info, metrics_);
+    return new MetricsInterceptor(info, metrics_, known_);
   }
 
  private:
   metrics::Metrics* const metrics_;
+  const std::set<std::string> known_;
 };
 
 }  // namespace
@@ -89,8 +98,8 @@ absl::string_view StatusCodeName(grpc::StatusCode code) {
 }
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MetricsInterceptorFactory(
-    metrics::Metrics* metrics) {
-  return std::make_unique<Factory>(metrics);
+    metrics::Metrics* metrics, std::set<std::string> known_methods) {
+  return std::make_unique<Factory>(metrics, std::move(known_methods));
 }
 
 }  // namespace trainerd::service

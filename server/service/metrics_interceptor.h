@@ -3,6 +3,8 @@
 #pragma once
 
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <grpcpp/support/server_interceptor.h>
@@ -16,7 +18,9 @@ namespace trainerd::service {
 absl::string_view StatusCodeName(grpc::StatusCode code);
 
 // For ServerBuilder::experimental().SetInterceptorCreators. `metrics` must outlive the server.
+// A call to a path not in `known_methods` is counted with method="other": the paths a caller
+// sends cannot add series.
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MetricsInterceptorFactory(
-    metrics::Metrics* metrics);
+    metrics::Metrics* metrics, std::set<std::string> known_methods);
 
 }  // namespace trainerd::service

@@ -1,5 +1,6 @@
 #include "server/service/server.h"
 
+#include <google/protobuf/descriptor.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "absl/strings/ascii.h"
@@ -49,6 +51,28 @@ absl::StatusOr<std::string> ReadMetricsToken(const std::string& path) {
   return token;
 }
 
+// Every method this server serves, as gRPC names them ("/trainerd.v1.JobService/SubmitJob"):
+// the API's from its descriptors, the health service's and reflection's. A call to any other path
+// is counted under one label, so that junk paths cannot grow the metrics.
+std::set<std::string> KnownRpcMethods() {
+  std::set<std::string> methods = {
+      "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
+      "/grpc.health.v1.Health/List",
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"};
+  for (const char* name : {v1::DatasetService::service_full_name(),
+                           v1::JobService::service_full_name(),
+                           v1::SystemService::service_full_name()}) {
+    const google::protobuf::ServiceDescriptor* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    if (service == nullptr) continue;
+    for (int i = 0; i < service->method_count(); ++i) {
+      methods.insert(absl::StrCat("/", service->full_name(), "/", service->method(i)->name()));
+    }
+  }
+  return methods;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOptions& options) {
@@ -66,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   AuthOptions auth_options;
   auth_options.token_file = options.auth_token_file;
   auth_options.client_certificates = options.tls.mutual();
+  auth_options.admins = options.admins;
   TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<Authenticator> authenticator,
                             Authenticator::Create(auth_options));
   http::HttpEndpointOptions metrics_http;
@@ -101,6 +126,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     // goes (~Server).
     server->metrics_->SetAuthRejections(
         [auth = authenticator.get()] { return auth->rejected_calls(); });
+    if (!options.auth_token_file.empty()) {
+      server->metrics_->SetAuthTokens([auth = authenticator.get()] { return auth->valid_tokens(); });
+    }
   }
   engine::EngineOptions engine_options = options.engine;
   if (options.keep_job_records && engine_options.job_store == nullptr) {
@@ -110,8 +138,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
       return absl::FailedPreconditionError(absl::StrCat(
           "cannot create the data folder '", engine_options.data_dir, "': ", ec.message()));
     }
-    TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteJobStore> job_store,
-                              store::SqliteJobStore::Open(engine_options.data_dir + "/jobs.db"));
+    std::string set_aside;
+    TRAINERD_ASSIGN_OR_RETURN(
+        std::unique_ptr<store::SqliteJobStore> job_store,
+        store::SqliteJobStore::OpenOrSetAside(engine_options.data_dir + "/jobs.db", &set_aside));
+    if (!set_aside.empty()) engine::LogWarning(set_aside);
     engine_options.job_store = std::move(job_store);
   }
   engine_options.observer = server->metrics_->job_observer();
@@ -120,17 +151,20 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   server->metrics_->SetEngine(server->engine_.get());
   DatasetServiceOptions dataset_options;
   dataset_options.upload_idle_timeout = options.upload_idle_timeout;
+  dataset_options.min_upload_bytes_per_second = options.min_upload_bytes_per_second;
+  dataset_options.max_uploads_per_caller = options.max_uploads_per_caller;
   server->dataset_service_ = std::make_unique<DatasetServiceImpl>(
       server->engine_.get(), authenticator.get(), dataset_options);
-  server->job_service_ =
-      std::make_unique<JobServiceImpl>(server->engine_.get(), authenticator.get());
+  server->job_service_ = std::make_unique<JobServiceImpl>(
+      server->engine_.get(), authenticator.get(), options.max_watches_per_caller);
   v1::VersionInfo version;
   version.set_trainerd_version(TrainerdVersion());
   version.set_libtorch_version(engine::LibTorchVersionString());
   version.set_cuda_version(engine::CudaVersionString());
   if (server->sampler_ != nullptr) version.set_driver_version(server->sampler_->driver_version());
   server->system_service_ =
-      std::make_unique<SystemServiceImpl>(server->engine_.get(), std::move(version));
+      std::make_unique<SystemServiceImpl>(server->engine_.get(), std::move(version),
+                                          authenticator.get(), options.max_diagnose_per_caller);
   if (!options.metrics_listen.empty()) {
     absl::StatusOr<int> port = server->metrics_->Serve(options.metrics_listen, metrics_http);
     if (!port.ok()) return port.status();
@@ -147,7 +181,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->system_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-  interceptors.push_back(MetricsInterceptorFactory(server->metrics_.get()));
+  interceptors.push_back(MetricsInterceptorFactory(server->metrics_.get(), KnownRpcMethods()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
   // A SubmitJobRequest may carry a TorchScript module (bring your own model) of up to
   // kMaxTorchScriptBytes in one message; dataset chunks are 1 MiB. Larger modules wait for a
@@ -187,6 +221,7 @@ Server::~Server() {
     metrics_->SetEngine(nullptr);
     metrics_->SetSampler(nullptr);
     metrics_->SetAuthRejections(nullptr);
+    metrics_->SetAuthTokens(nullptr);
   }
   // The services before the engine they use (Diagnose's threads are joined here).
   system_service_.reset();

@@ -28,13 +28,22 @@ struct ServerOptions {
   // machines can reach (not IsLocalAddress) the server refuses to start without a token file or
   // mutual TLS unless `insecure` is set.
   std::string auth_token_file;
+  // Callers that are admins (token names or certificate subjects), besides the token file's
+  // lines marked "admin".
+  std::vector<std::string> admins;
   TlsOptions tls;
   bool insecure = false;
   // A token file for /metrics (one token; Prometheus sends it as "Authorization: Bearer"). Empty:
   // no token.
   std::string metrics_token_file;
-  // An upload stream that delivers nothing for this long is ended and discarded.
+  // An upload stream that delivers nothing for this long is ended and discarded; so is one that
+  // sends fewer than min_upload_bytes_per_second over that long (0: no minimum).
   absl::Duration upload_idle_timeout = absl::Seconds(60);
+  int64_t min_upload_bytes_per_second = int64_t{64} << 10;
+  // What one caller may hold open at once (caller_slots.h); 0: no limit.
+  int max_uploads_per_caller = 8;
+  int max_watches_per_caller = 64;
+  int max_diagnose_per_caller = 2;
   // host:port to serve Prometheus's /metrics on; port 0 picks a free port (metrics_address());
   // empty turns the endpoint off (the metrics are still kept).
   std::string metrics_listen;

@@ -1,9 +1,12 @@
 #include "server/service/system_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/convert/convert.h"
+#include "server/engine/access.h"
+#include "server/service/call_context.h"
 #include "server/service/grpc_status.h"
 
 namespace trainerd::service {
@@ -74,8 +77,12 @@ class DiagnoseReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-SystemServiceImpl::SystemServiceImpl(engine::Engine* engine, v1::VersionInfo version)
-    : engine_(engine), version_(std::move(version)) {
+SystemServiceImpl::SystemServiceImpl(engine::Engine* engine, v1::VersionInfo version,
+                                     Authenticator* authenticator, int max_diagnose_per_caller)
+    : engine_(engine),
+      version_(std::move(version)),
+      authenticator_(authenticator),
+      diagnose_slots_("Diagnose calls", "--max_diagnose_per_caller", max_diagnose_per_caller) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -114,7 +121,27 @@ void SystemServiceImpl::WorkerLoop() {
 grpc::ServerUnaryReactor* SystemServiceImpl::ListDevices(grpc::CallbackServerContext* context,
                                                          const v1::ListDevicesRequest* /*request*/,
                                                          v1::ListDevicesResponse* response) {
-  for (const engine::DeviceStatusInfo& device : engine_->ListDevices()) {
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  for (engine::DeviceStatusInfo& device : engine_->ListDevices()) {
+    if (!caller.admin) {
+      // The node's figures stay (counts, bytes, utilization); other tenants' names do not.
+      auto& names = device.datasets;
+      names.erase(std::remove_if(names.begin(), names.end(),
+                                 [&](const std::string& name) {
+                                   const absl::StatusOr<engine::DatasetMeta> meta =
+                                       engine_->GetDataset(name);
+                                   return !meta.ok() || !engine::MayUse(caller, *meta);
+                                 }),
+                  names.end());
+      auto& ids = device.running_jobs;
+      ids.erase(std::remove_if(ids.begin(), ids.end(),
+                               [&](const std::string& id) {
+                                 const absl::StatusOr<engine::JobSnapshot> job =
+                                     engine_->GetJob(id);
+                                 return !job.ok() || !engine::Owns(caller, job->owner);
+                               }),
+                ids.end());
+    }
     *response->add_devices() = ToProto(device);
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -128,12 +155,20 @@ grpc::ServerUnaryReactor* SystemServiceImpl::Diagnose(grpc::CallbackServerContex
   auto* reactor = new DiagnoseReactor(response);
   std::shared_ptr<DiagnoseReactor::Call> call = reactor->call();
   const bool refresh = request->refresh();
+  // One caller's Diagnose calls at a time are bounded apart from the queue, so that one tenant
+  // refreshing in a loop cannot fill it for the others.
+  absl::StatusOr<CallerSlots::Slot> slot =
+      diagnose_slots_.Take(CallContextOf(context, authenticator_).owner);
+  if (!slot.ok()) {
+    DiagnoseReactor::Complete(call, slot.status());
+    return reactor;
+  }
   bool stopping = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping = stopping_;
     if (!stopping_ && waiting_.size() < kMaxWaitingDiagnoses) {
-      waiting_.push_back([this, call, refresh](bool run) {
+      waiting_.push_back([this, call, refresh, slot = *std::move(slot)](bool run) {
         if (!run) {
           DiagnoseReactor::Complete(call, absl::UnavailableError("the daemon is shutting down"));
           return;

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "server/engine/engine.h"
+#include "server/service/auth.h"
+#include "server/service/caller_slots.h"
 #include "trainerd/v1/system.grpc.pb.h"
 
 namespace trainerd::service {
@@ -23,8 +25,12 @@ inline constexpr size_t kMaxWaitingDiagnoses = 4;
 // joins the worker.
 class SystemServiceImpl final : public v1::SystemService::CallbackService {
  public:
-  // `version`: what GetVersion answers.
-  SystemServiceImpl(engine::Engine* engine, v1::VersionInfo version);
+  // `version`: what GetVersion answers. `authenticator` (may be null: every caller is an admin)
+  // tells ListDevices whose dataset names and job ids a caller may see.
+  // `max_diagnose_per_caller`: Diagnose calls one caller may have waiting or running (0: no
+  // limit).
+  SystemServiceImpl(engine::Engine* engine, v1::VersionInfo version,
+                    Authenticator* authenticator = nullptr, int max_diagnose_per_caller = 2);
   ~SystemServiceImpl() override;
 
   grpc::ServerUnaryReactor* GetVersion(grpc::CallbackServerContext* context,
@@ -43,6 +49,8 @@ class SystemServiceImpl final : public v1::SystemService::CallbackService {
 
   engine::Engine* const engine_;
   const v1::VersionInfo version_;
+  Authenticator* const authenticator_;
+  CallerSlots diagnose_slots_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void(bool run)>> waiting_;  // guarded by mu_; run=false: shutting down

@@ -353,6 +353,9 @@ class PrometheusTest : public ::testing::Test {
     ASSERT_GE(replace_all("scrape_interval: 5s", "scrape_interval: 1s"), 1u);
     replace_all("scrape_timeout: 4s", "scrape_timeout: 1s");
     replace_all("evaluation_interval: 5s", "evaluation_interval: 1s");
+    // The rules it names travel with it (rule_files is relative to the config's folder).
+    WriteFile("alerts.yml",
+              ReadFile(std::string(TRAINERD_SOURCE_DIR) + "/deploy/prometheus/alerts.yml"));
     const std::string config_path = WriteFile("prometheus.yml", config);
     check = e2e::Run({promtool_, "check", "config", config_path});
     ASSERT_EQ(check.exit_code, 0) << check.out << check.err << "\n" << config;

@@ -79,6 +79,36 @@ TEST_F(ModelDownloadTest, DownloadOfSucceededJobReturnsTheKeptTorchScriptArchive
   EXPECT_EQ(bytes, kept.str());
 }
 
+// A model file damaged on disk (one flipped byte, or cut in half) no longer matches the checksum
+// recorded when it was written: DATA_LOSS, never a download that looks fine.
+TEST_F(ModelDownloadTest, ADamagedModelFileIsDataLoss) {
+  const std::string id = Submit(2);
+  ASSERT_TRUE(Watch(id)->Finish().ok());
+  std::string good;
+  ASSERT_TRUE(Download(id, &good).ok());
+  const std::string path = data_dir_ + "/models/" + id + ".pt";
+  for (const std::string& damaged :
+       {std::string(good).replace(good.size() / 2, 1, 1, static_cast<char>(good[good.size() / 2] ^ 1)),
+        good.substr(0, good.size() / 2)}) {
+    {
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      out << damaged;
+    }
+    std::string bytes;
+    const grpc::Status status = Download(id, &bytes);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS);
+    EXPECT_THAT(status.error_message(), HasSubstr("is damaged"));
+  }
+  // Put back, it downloads again.
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << good;
+  }
+  std::string again;
+  EXPECT_TRUE(Download(id, &again).ok());
+  EXPECT_EQ(again, good);
+}
+
 TEST_F(ModelDownloadTest, DownloadOfRunningJobIsFailedPrecondition) {
   const std::string id = Submit(kLongJobEpochs);
   std::unique_ptr<JobWatch> watch = Watch(id);

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/service/auth.h"
@@ -59,30 +60,39 @@ grpc::Status ListWith(const std::shared_ptr<grpc::Channel>& channel, const std::
 
 // ---- Token files and decisions ----------------------------------------------------------------
 
-TEST(ParseTokenFileTest, NamedAndUnnamedTokensCommentsAndBlankLines) {
-  const absl::StatusOr<std::vector<TokenEntry>> tokens = ParseTokenFile(
-      "# operators\n\nalice:a1b2c3d4e5f60718293a4b5c6d7e8f90\n  0f9e8d7c6b5a49382716a5b4c3d2e1f0  \n");
-  ASSERT_TRUE(tokens.ok()) << tokens.status();
-  ASSERT_EQ(tokens->size(), 2u);
-  EXPECT_EQ((*tokens)[0].name, "alice");
-  EXPECT_EQ((*tokens)[1].name.substr(0, 6), "token-");
-  EXPECT_EQ((*tokens)[1].name.size(), 14u);
+TEST(ParseTokenFileTest, NamedAndUnnamedTokensAdminsCommentsAndBlankLines) {
+  const TokenFile file = ParseTokenFile(
+      "# operators\n\nalice:a1b2c3d4e5f60718293a4b5c6d7e8f90\n"
+      "  0f9e8d7c6b5a49382716a5b4c3d2e1f0  \nops:00112233445566778899aabbccddeeff admin\n");
+  EXPECT_THAT(file.skipped, ::testing::IsEmpty());
+  ASSERT_EQ(file.tokens.size(), 3u);
+  EXPECT_EQ(file.tokens[0].name, "alice");
+  EXPECT_FALSE(file.tokens[0].admin);
+  EXPECT_EQ(file.tokens[1].name.substr(0, 6), "token-");
+  EXPECT_EQ(file.tokens[1].name.size(), 14u);
+  EXPECT_EQ(file.tokens[2].name, "ops");
+  EXPECT_TRUE(file.tokens[2].admin);
   // Only digests are kept.
-  EXPECT_EQ((*tokens)[0].sha256.size(), 64u);
-  EXPECT_EQ((*tokens)[0].sha256.find(kAliceToken), std::string::npos);
+  EXPECT_EQ(file.tokens[0].sha256.size(), 64u);
+  EXPECT_EQ(file.tokens[0].sha256.find(kAliceToken), std::string::npos);
 }
 
-TEST(ParseTokenFileTest, ShortRepeatedOrNoTokensAreRefusedWithoutEchoingThem) {
-  const absl::Status short_token = ParseTokenFile("x:short\n").status();
-  EXPECT_EQ(short_token.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(short_token.message(),
+TEST(ParseTokenFileTest, BadLinesAreSkippedWithoutEchoingTheirTokensAndTheOthersLoad) {
+  const TokenFile file = ParseTokenFile(absl::StrCat(
+      "x:short\n", kAliceToken, "\nbob:", kAliceToken, "\ncarol:", kBobToken, " root\n"));
+  ASSERT_EQ(file.tokens.size(), 1u);
+  EXPECT_EQ(file.tokens[0].sha256, Sha256Hex(kAliceToken));
+  ASSERT_EQ(file.skipped.size(), 3u);
+  EXPECT_EQ(file.skipped[0],
             "line 1 of the token file has a token of 5 characters; tokens need at least 16 "
-            "(make one with: openssl rand -hex 32)");
-  EXPECT_THAT(ParseTokenFile(absl::StrCat(kAliceToken, "\nbob:", kAliceToken, "\n"))
-                  .status()
-                  .message(),
-              HasSubstr("line 2 of the token file repeats an earlier token"));
-  EXPECT_EQ(ParseTokenFile("# nothing\n\n").status().message(), "the token file holds no token");
+            "(make one with: openssl rand -hex 32); skipped");
+  EXPECT_THAT(file.skipped[1], HasSubstr("line 3 of the token file repeats an earlier token"));
+  EXPECT_THAT(file.skipped[2], HasSubstr("line 4 of the token file has a word after its token"));
+  for (const std::string& why : file.skipped) {
+    EXPECT_THAT(why, ::testing::Not(HasSubstr(kAliceToken)));
+    EXPECT_THAT(why, ::testing::Not(HasSubstr(kBobToken)));
+  }
+  EXPECT_THAT(ParseTokenFile("# nothing\n\n").tokens, ::testing::IsEmpty());
 }
 
 class AuthenticatorTest : public ::testing::Test {
@@ -101,22 +111,32 @@ TEST_F(AuthenticatorTest, ATokenNamesItsCallerAndHealthNeedsNone) {
   options.token_file = path_;
   const absl::StatusOr<std::shared_ptr<Authenticator>> auth = Authenticator::Create(options);
   ASSERT_TRUE(auth.ok()) << auth.status();
-  EXPECT_EQ(*(*auth)->Authenticate("/trainerd.v1.JobService/ListJobs",
-                                   absl::StrCat("Bearer ", kAliceToken), ""),
-            "alice");
-  EXPECT_EQ(*(*auth)->Authenticate("/grpc.health.v1.Health/Check", "", ""), "");
-  const absl::StatusOr<std::string> none =
-      (*auth)->Authenticate("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-                            "", "");
+  const std::string alice = absl::StrCat("Bearer ", kAliceToken);
+  const std::string bob = absl::StrCat("Bearer ", kBobToken);
+  const absl::StatusOr<Caller> caller =
+      (*auth)->Authenticate("/trainerd.v1.JobService/ListJobs", {alice}, "");
+  ASSERT_TRUE(caller.ok());
+  EXPECT_EQ(caller->name, "alice");
+  EXPECT_FALSE(caller->admin);
+  EXPECT_TRUE((*auth)->Authenticate("/grpc.health.v1.Health/Check", {}, "").ok());
+  EXPECT_TRUE((*auth)->Authenticate("/grpc.health.v1.Health/Watch", {}, "").ok());
+  // Only the health service's own methods, not everything under its prefix.
+  EXPECT_EQ((*auth)->Authenticate("/grpc.health.v1.Health/Junk", {}, "").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  const absl::StatusOr<Caller> none = (*auth)->Authenticate(
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", {}, "");
   EXPECT_EQ(none.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ((*auth)->Authenticate("/x", absl::StrCat("Bearer ", kBobToken), "").status().message(),
+  EXPECT_EQ((*auth)->Authenticate("/x", {bob}, "").status().message(),
             "the bearer token is not valid for this trainerd");
-  EXPECT_EQ((*auth)->Authenticate("/x", absl::StrCat("Basic ", kAliceToken), "").status().code(),
+  EXPECT_EQ((*auth)->Authenticate("/x", {absl::StrCat("Basic ", kAliceToken)}, "").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  // One authorization header, not two (a junk one first and a good one after is no caller).
+  EXPECT_EQ((*auth)->Authenticate("/x", {bob, alice}, "").status().code(),
             absl::StatusCode::kUnauthenticated);
   // A certificate subject does not stand in for a token unless client certificates are on.
-  EXPECT_EQ((*auth)->Authenticate("/x", "", "CN=alice").status().code(),
+  EXPECT_EQ((*auth)->Authenticate("/x", {}, "CN=alice").status().code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ((*auth)->rejected_calls(), 4);
+  EXPECT_EQ((*auth)->rejected_calls(), 6);
 }
 
 TEST_F(AuthenticatorTest, AClientCertificateNamesItsCaller) {
@@ -124,26 +144,37 @@ TEST_F(AuthenticatorTest, AClientCertificateNamesItsCaller) {
   options.client_certificates = true;
   const absl::StatusOr<std::shared_ptr<Authenticator>> auth = Authenticator::Create(options);
   ASSERT_TRUE(auth.ok());
-  EXPECT_EQ(*(*auth)->Authenticate("/x", "", "CN=alice"), "CN=alice");
-  EXPECT_EQ((*auth)->Authenticate("/x", "", "").status().message(),
+  EXPECT_EQ((*auth)->Authenticate("/x", {}, "CN=alice")->name, "CN=alice");
+  EXPECT_FALSE((*auth)->Authenticate("/x", {}, "CN=alice")->admin);
+  EXPECT_EQ((*auth)->Authenticate("/x", {}, "").status().message(),
             "this trainerd requires a client certificate (mutual TLS)");
+  // --admin names admins by their subject.
+  options.admins = {"CN=ops"};
+  const absl::StatusOr<std::shared_ptr<Authenticator>> with_admin = Authenticator::Create(options);
+  ASSERT_TRUE(with_admin.ok());
+  EXPECT_TRUE((*with_admin)->Authenticate("/x", {}, "CN=ops")->admin);
+  EXPECT_FALSE((*with_admin)->Authenticate("/x", {}, "CN=alice")->admin);
 }
 
 TEST_F(AuthenticatorTest, WithoutTokensOrCertificatesEveryoneIsLetIn) {
   const absl::StatusOr<std::shared_ptr<Authenticator>> auth = Authenticator::Create({});
   ASSERT_TRUE(auth.ok());
   EXPECT_FALSE((*auth)->required());
-  EXPECT_EQ(*(*auth)->Authenticate("/x", "", ""), "");
+  EXPECT_EQ((*auth)->Authenticate("/x", {}, "")->name, "");
+  EXPECT_TRUE((*auth)->Authenticate("/x", {}, "")->admin);  // one local admin
 }
 
 TEST_F(AuthenticatorTest, AMissingOrBadTokenFileNamesTheFlag) {
   AuthOptions options;
   options.token_file = path_ + ".missing";
   EXPECT_THAT(Authenticator::Create(options).status().message(), HasSubstr("--auth_token_file"));
+  // At the start a file must hold a usable token (a typo in the flag must not start a daemon
+  // that refuses everyone); the reason of the first bad line is given.
   WriteFile(path_, "tooshort\n");
   options.token_file = path_;
   EXPECT_THAT(Authenticator::Create(options).status().message(),
-              HasSubstr("tokens need at least 16"));
+              HasSubstr("holds no usable token (line 1 of the token file has a token of 8 "
+                        "characters; tokens need at least 16"));
 }
 
 TEST(IsLocalAddressTest, LoopbackAndUnixSocketsAreLocal) {
@@ -158,6 +189,8 @@ TEST(IsLocalAddressTest, LoopbackAndUnixSocketsAreLocal) {
   EXPECT_FALSE(IsLocalAddress("10.0.0.5:50051"));
   EXPECT_FALSE(IsLocalAddress("127.0.0.1.example.com:50051"));
   EXPECT_FALSE(IsLocalAddress("gpu-node-3:50051"));
+  // No file, no mode: any process may connect to an abstract socket.
+  EXPECT_FALSE(IsLocalAddress("unix-abstract:trainerd"));
 }
 
 // ---- Through a real server --------------------------------------------------------------------
@@ -238,6 +271,14 @@ TEST_F(SecurityTest, TheCallerIsRecordedOnDatasetsAndJobs) {
   writer->WritesDone();
   ASSERT_TRUE(writer->Finish().ok());
   EXPECT_EQ(dataset.owner(), "alice");
+  // Shared, so that bob's job may train on it (tenancy_test.cc has the rest).
+  grpc::ClientContext share_context;
+  share_context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  Authorize(&share_context, kAliceToken);
+  v1::ShareDatasetRequest share;
+  share.set_name("seed");
+  share.set_shared(true);
+  ASSERT_TRUE(datasets->ShareDataset(&share_context, share, &dataset).ok());
 
   auto jobs = v1::JobService::NewStub(channel);
   grpc::ClientContext submit_context;
@@ -262,10 +303,13 @@ TEST_F(SecurityTest, ARewrittenTokenFileTakesEffectWithoutARestart) {
   }
   EXPECT_EQ(ListWith(channel, kAliceToken).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(ListWith(channel, kBobToken).ok());
-  // A file that no longer parses keeps the tokens that worked.
+  // A file with no usable line revokes every token (tenancy_test.cc: line by line, missing).
   WriteFile(token_file_, "short\n");
-  absl::SleepFor(absl::Milliseconds(1100));
-  EXPECT_TRUE(ListWith(channel, kBobToken).ok());
+  const absl::Time later = absl::Now() + absl::Seconds(10);
+  while (ListWith(channel, kBobToken).ok() && absl::Now() < later) {
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(ListWith(channel, kBobToken).error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST_F(SecurityTest, AnOpenAddressWithoutAuthenticationIsRefusedInOneSentence) {

@@ -78,7 +78,7 @@ class JobWatch {
 };
 
 // Checks a whole stream: epoch events numbered 1..epoch_count in order, each once, and last a Job
-// in `terminal` state (with those epochs) that nothing follows.
+// in `terminal` state (without its epochs, epochs_completed == epoch_count) that nothing follows.
 void ExpectEpochsThenTerminal(const std::vector<v1::JobEvent>& events, int epoch_count,
                               v1::JobState terminal);
 

@@ -109,6 +109,12 @@ TEST_F(SystemServiceTest, DiagnoseHonoursTheCallersDeadline) {
 // Diagnose runs one measurement at a time; a few calls may wait for it and the rest are refused
 // at once rather than piling up threads.
 TEST_F(SystemServiceTest, TooManyWaitingDiagnosesAreResourceExhausted) {
+  // Every call here is one caller's: without the per-caller bound, the queue's is what refuses.
+  ServerOptions options = Options();
+  options.max_diagnose_per_caller = 0;
+  StopServer();
+  StartServer(options);
+  system_ = v1::SystemService::NewStub(channel_);
   constexpr int kCalls = 2 + static_cast<int>(kMaxWaitingDiagnoses) + 2;
   struct Call {
     grpc::ClientContext context;
@@ -236,6 +242,48 @@ TEST_F(SystemServiceTest, JobEventsReachTheMetrics) {
   EXPECT_THAT(text, HasSubstr(absl::StrCat("trainerd_job_epoch{job_id=\"", job.id(), "\"} 2")));
   EXPECT_THAT(text, HasSubstr("trainerd_datasets{device=\"cpu\"} 1"));
   EXPECT_THAT(text, HasSubstr("trainerd_dataset_resident_bytes{device=\"cpu\"} 6400"));
+}
+
+// One caller may have --max_diagnose_per_caller calls waiting or running; the next is refused at
+// once, naming the limit, and a refresh right after a measurement returns the figures it made.
+TEST_F(SystemServiceTest, OneCallersDiagnoseCallsAreBoundedAndRefreshesAreSpacedOut) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::DiagnoseResponse response;
+    grpc::Status status;
+    std::promise<void> done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  v1::DiagnoseRequest request;
+  request.set_refresh(true);
+  std::vector<std::future<void>> futures;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::make_unique<Call>());
+    Call* call = calls.back().get();
+    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    futures.push_back(call->done.get_future());
+    system_->async()->Diagnose(&call->context, &request, &call->response,
+                               [call](grpc::Status status) {
+                                 call->status = std::move(status);
+                                 call->done.set_value();
+                               });
+  }
+  int ok = 0;
+  int refused = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    futures[i].wait();
+    if (calls[i]->status.ok()) ++ok;
+    if (calls[i]->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+      EXPECT_THAT(calls[i]->status.error_message(), HasSubstr("--max_diagnose_per_caller=2"));
+    }
+  }
+  EXPECT_EQ(ok, 2);
+  EXPECT_EQ(refused, 1);
+  // Within --diagnose_min_interval of that measurement, a refresh returns it, marked cached.
+  v1::DiagnoseResponse again;
+  ASSERT_TRUE(Diagnose(/*refresh=*/true, &again).ok());
+  EXPECT_TRUE(again.cached());
 }
 
 }  // namespace

@@ -1,0 +1,519 @@
+// A shared node, through a real server and real channels with bearer tokens: each caller a
+// tenant (datasets and jobs apart, shared datasets, admins), one authorization header per call,
+// revocation by the token file, the health service's exact methods and unknown methods under one
+// metrics label, page tokens that cannot be forged or carried to another filter, the canonical
+// model spec, and watches that deliver every epoch of a long job page by page.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <functional>
+#include <mutex>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/service/service_fixture.h"
+
+namespace trainerd::service::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+constexpr char kAlice[] = "a11ce0000000000000000000000000a1";
+constexpr char kBob[] = "b0b0000000000000000000000000b0b0";
+constexpr char kOps[] = "0b5000000000000000000000000000b5";
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path + ".tmp", std::ios::trunc);
+  out << text;
+  out.close();
+  std::rename((path + ".tmp").c_str(), path.c_str());
+}
+
+class TenancyTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    token_file_ = data_dir_ + "-tokens";
+    WriteFile(token_file_, absl::StrCat("alice:", kAlice, "\nbob:", kBob, "\nops:", kOps,
+                                        " admin\n"));
+    ServerOptions options = Options();
+    options.auth_token_file = token_file_;
+    StartServer(options);
+  }
+  void TearDown() override {
+    ServiceTest::TearDown();
+    std::remove(token_file_.c_str());
+  }
+
+  // A context with a deadline and, unless `token` is empty, "authorization: Bearer <token>".
+  static std::unique_ptr<grpc::ClientContext> As(const std::string& token) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+    if (!token.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    return context;
+  }
+
+  grpc::Status UploadAs(const std::string& token, const std::string& name) {
+    const Table table = SeedTable();
+    const std::string payload = EncodePayload(table);
+    v1::DatasetHeader header = HeaderFor(name, table);
+    header.set_sha256(Sha256Hex(payload));
+    auto context = As(token);
+    v1::Dataset dataset;
+    auto writer = datasets_->UploadDataset(context.get(), &dataset);
+    for (const v1::UploadDatasetRequest& message : UploadMessages(header, payload)) {
+      if (!writer->Write(message)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  grpc::Status GetDatasetAs(const std::string& token, const std::string& name,
+                            v1::Dataset* dataset = nullptr) {
+    v1::GetDatasetRequest request;
+    request.set_name(name);
+    v1::Dataset ignored;
+    return datasets_->GetDataset(As(token).get(), request, dataset ? dataset : &ignored);
+  }
+  std::vector<std::string> DatasetNamesAs(const std::string& token) {
+    v1::ListDatasetsResponse response;
+    EXPECT_TRUE(datasets_->ListDatasets(As(token).get(), {}, &response).ok());
+    std::vector<std::string> names;
+    for (const v1::Dataset& d : response.datasets()) names.push_back(d.name());
+    return names;
+  }
+  grpc::Status DeleteDatasetAs(const std::string& token, const std::string& name) {
+    v1::DeleteDatasetRequest request;
+    request.set_name(name);
+    v1::DeleteDatasetResponse response;
+    return datasets_->DeleteDataset(As(token).get(), request, &response);
+  }
+  grpc::Status ShareAs(const std::string& token, const std::string& name, bool shared,
+                       v1::Dataset* dataset = nullptr) {
+    v1::ShareDatasetRequest request;
+    request.set_name(name);
+    request.set_shared(shared);
+    v1::Dataset ignored;
+    return datasets_->ShareDataset(As(token).get(), request, dataset ? dataset : &ignored);
+  }
+  grpc::Status SubmitAs(const std::string& token, const v1::JobSpec& spec, v1::Job* job) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    return jobs_->SubmitJob(As(token).get(), request, job);
+  }
+  grpc::Status GetJobAs(const std::string& token, const std::string& id, v1::Job* job = nullptr) {
+    v1::GetJobRequest request;
+    request.set_id(id);
+    v1::Job ignored;
+    return jobs_->GetJob(As(token).get(), request, job ? job : &ignored);
+  }
+  grpc::Status ListJobsAs(const std::string& token, v1::ListJobsResponse* response,
+                          const std::string& page_token = "", int page_size = 0,
+                          const std::string& dataset = "") {
+    v1::ListJobsRequest request;
+    request.set_page_token(page_token);
+    request.set_page_size(page_size);
+    request.set_dataset(dataset);
+    return jobs_->ListJobs(As(token).get(), request, response);
+  }
+  // Waits for the job to end, as `token`'s caller.
+  v1::Job WaitAs(const std::string& token, const std::string& id) {
+    v1::Job job;
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < give_up) {
+      EXPECT_TRUE(GetJobAs(token, id, &job).ok());
+      if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
+          job.state() == v1::JOB_STATE_CANCELLED) {
+        return job;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ADD_FAILURE() << "job " << id << " did not end";
+    return job;
+  }
+
+  std::string token_file_;
+};
+
+TEST_F(TenancyTest, ATenantSeesAndManagesOnlyItsOwnDatasets) {
+  ASSERT_TRUE(UploadAs(kAlice, "alice-data").ok());
+  ASSERT_TRUE(UploadAs(kBob, "bob-data").ok());
+  EXPECT_THAT(DatasetNamesAs(kAlice), ElementsAre("alice-data"));
+  EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("bob-data"));
+  EXPECT_THAT(DatasetNamesAs(kOps), ElementsAre("alice-data", "bob-data"));  // an admin
+
+  // To bob, alice's dataset is not there at all: the same NOT_FOUND an unknown name gets.
+  const grpc::Status get = GetDatasetAs(kBob, "alice-data");
+  EXPECT_EQ(get.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(get.error_message(), "dataset 'alice-data' not found");
+  EXPECT_EQ(GetDatasetAs(kBob, "no-such-data").error_message(),
+            "dataset 'no-such-data' not found");
+  EXPECT_EQ(DeleteDatasetAs(kBob, "alice-data").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(ShareAs(kBob, "alice-data", true).error_code(), grpc::StatusCode::NOT_FOUND);
+  v1::Job job;
+  const grpc::Status submit = SubmitAs(kBob, LinearSpec("alice-data", 1), &job);
+  EXPECT_EQ(submit.error_code(), grpc::StatusCode::NOT_FOUND) << submit.error_message();
+  EXPECT_THAT(submit.error_message(), HasSubstr("dataset 'alice-data' not found"));
+  v1::JobSpec validated = LinearSpec("bob-data", 1);
+  validated.set_validation_dataset("alice-data");
+  EXPECT_EQ(SubmitAs(kBob, validated, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // Alice's data is intact, and hers to use.
+  v1::Dataset dataset;
+  ASSERT_TRUE(GetDatasetAs(kAlice, "alice-data", &dataset).ok());
+  EXPECT_EQ(dataset.owner(), "alice");
+  EXPECT_FALSE(dataset.shared());
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", 1), &job).ok());
+  EXPECT_EQ(WaitAs(kAlice, job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_F(TenancyTest, ASharedDatasetTrainsOtherTenantsJobsButStaysItsOwners) {
+  ASSERT_TRUE(UploadAs(kAlice, "digits").ok());
+  v1::Dataset shared;
+  ASSERT_TRUE(ShareAs(kAlice, "digits", true, &shared).ok());
+  EXPECT_TRUE(shared.shared());
+  EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("digits"));
+  v1::Job job;
+  ASSERT_TRUE(SubmitAs(kBob, LinearSpec("digits", 2), &job).ok());
+  EXPECT_EQ(job.owner(), "bob");
+  EXPECT_EQ(WaitAs(kBob, job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+
+  // Bob may use it, not change it: told whose it is.
+  const grpc::Status deleted = DeleteDatasetAs(kBob, "digits");
+  EXPECT_EQ(deleted.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(deleted.error_message(), HasSubstr("belongs to alice"));
+  EXPECT_EQ(ShareAs(kBob, "digits", false).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // Sharing outlives a restart (it is kept in the dataset's file).
+  ServerOptions options = Options();
+  options.auth_token_file = token_file_;
+  StopServer();
+  StartServer(options);
+  v1::Dataset after;
+  ASSERT_TRUE(GetDatasetAs(kBob, "digits", &after).ok());
+  EXPECT_TRUE(after.shared());
+  EXPECT_EQ(after.owner(), "alice");
+
+  // Unshared, it is gone for bob again; an admin may unshare and delete it too.
+  ASSERT_TRUE(ShareAs(kAlice, "digits", false).ok());
+  EXPECT_EQ(GetDatasetAs(kBob, "digits").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(SubmitAs(kBob, LinearSpec("digits", 1), &job).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(DeleteDatasetAs(kOps, "digits").ok());
+  EXPECT_EQ(GetDatasetAs(kAlice, "digits").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(TenancyTest, ATenantsJobsAreNotFoundToOthersAndAnAdminManagesThemAll) {
+  ASSERT_TRUE(UploadAs(kAlice, "alice-data").ok());
+  v1::Job done;
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", 2), &done).ok());
+  ASSERT_EQ(WaitAs(kAlice, done.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  v1::Job running;
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", kLongJobEpochs), &running).ok());
+
+  const std::string not_found = absl::StrCat("job '", done.id(), "' not found");
+  const grpc::Status get = GetJobAs(kBob, done.id());
+  EXPECT_EQ(get.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(get.error_message(), not_found);
+  v1::ListJobsResponse bobs;
+  ASSERT_TRUE(ListJobsAs(kBob, &bobs).ok());
+  EXPECT_THAT(bobs.jobs(), IsEmpty());
+  {
+    v1::CancelJobRequest request;
+    request.set_id(running.id());
+    v1::Job job;
+    EXPECT_EQ(jobs_->CancelJob(As(kBob).get(), request, &job).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::DeleteJobRequest request;
+    request.set_id(done.id());
+    v1::DeleteJobResponse response;
+    EXPECT_EQ(jobs_->DeleteJob(As(kBob).get(), request, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::DownloadModelRequest request;
+    request.set_id(done.id());
+    auto context = As(kBob);
+    auto reader = jobs_->DownloadModel(context.get(), request);
+    v1::ModelChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    v1::WatchJobRequest request;
+    request.set_id(running.id());
+    auto context = As(kBob);
+    auto reader = jobs_->WatchJob(context.get(), request);
+    v1::JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Alice's jobs are untouched: both there, the running one still running.
+  v1::ListJobsResponse alices;
+  ASSERT_TRUE(ListJobsAs(kAlice, &alices).ok());
+  ASSERT_EQ(alices.jobs_size(), 2);
+  v1::Job still;
+  ASSERT_TRUE(GetJobAs(kAlice, running.id(), &still).ok());
+  EXPECT_NE(still.state(), v1::JOB_STATE_CANCELLED);
+
+  // The admin sees both and cancels and deletes them.
+  v1::ListJobsResponse all;
+  ASSERT_TRUE(ListJobsAs(kOps, &all).ok());
+  EXPECT_EQ(all.jobs_size(), 2);
+  v1::CancelJobRequest cancel;
+  cancel.set_id(running.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(As(kOps).get(), cancel, &cancelled).ok());
+  EXPECT_EQ(WaitAs(kOps, running.id()).state(), v1::JOB_STATE_CANCELLED);
+  v1::DeleteJobRequest remove;
+  remove.set_id(done.id());
+  v1::DeleteJobResponse removed;
+  EXPECT_TRUE(jobs_->DeleteJob(As(kOps).get(), remove, &removed).ok());
+  EXPECT_EQ(GetJobAs(kAlice, done.id()).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(TenancyTest, OneAuthorizationHeaderPerCall) {
+  auto context = As("");
+  context->AddMetadata("authorization", "Bearer junk-junk-junk-junk-junk");
+  context->AddMetadata("authorization", absl::StrCat("Bearer ", kAlice));
+  v1::ListDatasetsResponse response;
+  const grpc::Status status = datasets_->ListDatasets(context.get(), {}, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(status.error_message(), HasSubstr("2 authorization headers"));
+  // Nothing can be created with an owner of '' that way.
+  auto upload = As("");
+  upload->AddMetadata("authorization", "Bearer junk-junk-junk-junk-junk");
+  upload->AddMetadata("authorization", absl::StrCat("Bearer ", kAlice));
+  v1::Dataset dataset;
+  auto writer = datasets_->UploadDataset(upload.get(), &dataset);
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(server_->engine()->ListDatasets().empty());
+}
+
+// The file is checked at most once a second: polls until `token`'s call gives `code`.
+bool EventuallyGives(const std::function<grpc::Status()>& call, grpc::StatusCode code) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    if (call().error_code() == code) return true;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return false;
+}
+
+TEST_F(TenancyTest, TheTokenFileRevokesEmptyMissingOrLineByLine) {
+  auto list = [this](const char* token) {
+    return [this, token] {
+      v1::ListDatasetsResponse response;
+      return datasets_->ListDatasets(As(token).get(), {}, &response);
+    };
+  };
+  // A bad line is skipped (and logged); the others still load.
+  WriteFile(token_file_, absl::StrCat("alice:short\nbob:", kBob, "\nops:", kOps, " root\n"));
+  EXPECT_TRUE(EventuallyGives(list(kAlice), grpc::StatusCode::UNAUTHENTICATED));
+  EXPECT_TRUE(list(kBob)().ok());
+  EXPECT_EQ(list(kOps)().error_code(), grpc::StatusCode::UNAUTHENTICATED);  // unknown role
+  EXPECT_THAT(server_->metrics()->Render(), HasSubstr("\ntrainerd_auth_tokens 1\n"));
+
+  // Empty: every token is revoked, and the health check still answers.
+  WriteFile(token_file_, "");
+  EXPECT_TRUE(EventuallyGives(list(kBob), grpc::StatusCode::UNAUTHENTICATED));
+  const grpc::Status revoked = list(kBob)();
+  EXPECT_THAT(revoked.error_message(), HasSubstr("no valid token"));
+  int64_t serving = 0;
+  ASSERT_TRUE(CheckHealth(channel_, "", &serving).ok());
+  EXPECT_EQ(serving, 1);
+  EXPECT_THAT(server_->metrics()->Render(), HasSubstr("\ntrainerd_auth_tokens 0\n"));
+
+  // Back, then deleted: revoked again.
+  WriteFile(token_file_, absl::StrCat("alice:", kAlice, "\n"));
+  EXPECT_TRUE(EventuallyGives(list(kAlice), grpc::StatusCode::OK));
+  std::remove(token_file_.c_str());
+  EXPECT_TRUE(EventuallyGives(list(kAlice), grpc::StatusCode::UNAUTHENTICATED));
+}
+
+// A call to `method` with an empty message, through the generic stub, with `token` unless empty.
+grpc::Status CallRaw(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& token = "") {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  grpc::Slice empty("", 0);
+  grpc::ByteBuffer request(&empty, 1);  // an empty message, as a valid buffer
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = std::move(s);
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  return status;
+}
+
+TEST_F(TenancyTest, OnlyTheHealthMethodsAreOpenAndJunkPathsShareOneLabel) {
+  // Paths under the health service's prefix that it does not serve need a caller like any other.
+  for (const char* junk : {"/grpc.health.v1.Health/Junk", "/grpc.health.v1.Health/Check/x",
+                           "/grpc.health.v1.HealthX/Check"}) {
+    EXPECT_EQ(CallRaw(channel_, junk).error_code(), grpc::StatusCode::UNAUTHENTICATED) << junk;
+  }
+  // Refused before any handler or interceptor: nothing of them reaches the metrics but the count.
+  const std::string before = server_->metrics()->Render();
+  EXPECT_THAT(before, HasSubstr("trainerd_auth_rejected_total 3\n"));
+  // A caller with a token reaches the server's unknown-method handler (UNIMPLEMENTED): the first
+  // junk path adds the "other" series once; 400 more add nothing.
+  auto series = [](const std::string& text) {
+    int n = 0;
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, "trainerd_grpc_")) ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(CallRaw(channel_, "/grpc.health.v1.Health/junk", kAlice).error_code(),
+            grpc::StatusCode::UNIMPLEMENTED);
+  const std::string once = server_->metrics()->Render();
+  EXPECT_THAT(once, HasSubstr("method=\"other\""));
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(CallRaw(channel_, absl::StrCat("/grpc.health.v1.Health/junk-", i), kAlice)
+                  .error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+    CallRaw(channel_, absl::StrCat("/evil.Service/", i), kAlice).IgnoreError();
+  }
+  const std::string after = server_->metrics()->Render();
+  EXPECT_EQ(series(after), series(once));
+  EXPECT_THAT(after, Not(HasSubstr("junk-")));
+  EXPECT_THAT(after, Not(HasSubstr("evil")));
+  EXPECT_THAT(after, HasSubstr("trainerd_grpc_requests_total{code=\"UNIMPLEMENTED\",method=\"other\"} 401"));
+  EXPECT_LT(after.size(), once.size() + 256);
+}
+
+TEST_F(TenancyTest, PageTokensAreBoundToTheirListingAndCannotBeForged) {
+  ASSERT_TRUE(UploadAs(kAlice, "a").ok());
+  ASSERT_TRUE(UploadAs(kAlice, "b").ok());
+  std::vector<std::string> ids;
+  for (const char* dataset : {"a", "b", "a", "b", "a"}) {
+    v1::Job job;
+    ASSERT_TRUE(SubmitAs(kAlice, LinearSpec(dataset, 1), &job).ok());
+    ids.push_back(job.id());
+  }
+  for (const std::string& id : ids) WaitAs(kAlice, id);
+  // Paging through alice's jobs two at a time gives each once.
+  std::vector<std::string> paged;
+  std::string token;
+  do {
+    v1::ListJobsResponse page;
+    ASSERT_TRUE(ListJobsAs(kAlice, &page, token, 2).ok());
+    for (const v1::Job& job : page.jobs()) paged.push_back(job.id());
+    token = page.next_page_token();
+  } while (!token.empty());
+  EXPECT_EQ(paged, ids);
+
+  v1::ListJobsResponse first;
+  ASSERT_TRUE(ListJobsAs(kAlice, &first, "", 2).ok());
+  ASSERT_FALSE(first.next_page_token().empty());
+  v1::ListJobsResponse response;
+  for (const std::string& forged :
+       {std::string("seq-0"), std::string("seq-+3"), std::string("mem-1"),
+        std::string("p1.0.0000000000000000"),
+        first.next_page_token().substr(0, first.next_page_token().size() - 1) + "x"}) {
+    const grpc::Status status = ListJobsAs(kAlice, &response, forged, 2);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << forged;
+  }
+  // From another filter, or another tenant's listing.
+  EXPECT_EQ(ListJobsAs(kAlice, &response, first.next_page_token(), 2, "a").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(ListJobsAs(kOps, &response, first.next_page_token(), 2).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(TenancyTest, AModelSpecIsStoredCanonicalAndBoundedInLength) {
+  ASSERT_TRUE(UploadAs(kAlice, "seed").ok());
+  v1::JobSpec padded = LinearSpec("seed", 1);
+  padded.set_model(absl::StrCat("  LINEAR : 1", std::string(3000, ' ')));
+  v1::Job job;
+  ASSERT_TRUE(SubmitAs(kAlice, padded, &job).ok());
+  EXPECT_EQ(job.spec().model(), "linear:1");
+  v1::Job stored;
+  ASSERT_TRUE(GetJobAs(kAlice, job.id(), &stored).ok());
+  EXPECT_EQ(stored.spec().model(), "linear:1");
+  // Past the limit it is refused before it is parsed, copied or echoed.
+  padded.set_model(absl::StrCat("linear:1", std::string(2 << 20, ' ')));
+  const grpc::Status refused = SubmitAs(kAlice, padded, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(refused.error_message().size(), 200u);
+  // So are long names and ids, without echoing them.
+  const std::string long_name(1 << 20, 'x');
+  const grpc::Status name = GetDatasetAs(kAlice, long_name);
+  EXPECT_EQ(name.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(name.error_message().size(), 400u);
+  const grpc::Status id = GetJobAs(kAlice, long_name);
+  EXPECT_EQ(id.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(id.error_message().size(), 200u);
+}
+
+TEST_F(TenancyTest, AWatchDeliversEveryEpochOfALongJobPageByPageAndTheStateWithoutThem) {
+  ASSERT_TRUE(UploadAs(kAlice, "seed").ok());
+  v1::JobSpec spec = LinearSpec("seed", 1500);
+  spec.set_batch_size(800);  // one step an epoch: 1,500 quick epochs
+  v1::Job job;
+  ASSERT_TRUE(SubmitAs(kAlice, spec, &job).ok());
+  // One watcher from the start, reading slowly at first; one after the job ended.
+  v1::WatchJobRequest request;
+  request.set_id(job.id());
+  auto live_context = As(kAlice);
+  live_context->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  auto live = jobs_->WatchJob(live_context.get(), request);
+  std::vector<v1::JobEvent> live_events;
+  v1::JobEvent event;
+  while (live->Read(&event)) {
+    if (live_events.size() < 5) absl::SleepFor(absl::Milliseconds(200));
+    live_events.push_back(event);
+  }
+  ASSERT_TRUE(live->Finish().ok());
+  auto late_context = As(kAlice);
+  auto late = jobs_->WatchJob(late_context.get(), request);
+  std::vector<v1::JobEvent> late_events;
+  while (late->Read(&event)) late_events.push_back(event);
+  ASSERT_TRUE(late->Finish().ok());
+  for (const auto* events : {&live_events, &late_events}) {
+    std::vector<int> epochs;
+    for (const v1::JobEvent& e : *events) {
+      EXPECT_FALSE(e.has_skipped());
+      if (e.has_epoch()) epochs.push_back(e.epoch().epoch());
+      if (e.has_job()) {
+        EXPECT_EQ(e.job().epochs_size(), 0);  // the events carry them
+      }
+    }
+    ASSERT_EQ(epochs.size(), 1500u);
+    for (int i = 0; i < 1500; ++i) ASSERT_EQ(epochs[i], i + 1);
+    ASSERT_TRUE(events->back().has_job());
+    EXPECT_EQ(events->back().job().state(), v1::JOB_STATE_SUCCEEDED);
+    EXPECT_EQ(events->back().job().epochs_completed(), 1500);
+  }
+}
+
+}  // namespace
+}  // namespace trainerd::service::testing
