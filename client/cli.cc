@@ -313,6 +313,25 @@ const std::vector<CommandSpec>& Commands() {
        "Deletes dataset NAME: frees its device memory and removes its file. Fails while a\n"
        "queued or running job uses it.\n",
        {}},
+      {"dataset share",
+       "",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Let other tenants' jobs train on a dataset",
+       "Shares dataset NAME with every caller of the daemon: their jobs may train on it and\n"
+       "they see it in their lists; only you (its owner) and admins may change or delete it.\n"
+       "Kept across restarts. Undo with: trainctl dataset unshare NAME\n",
+       {}},
+      {"dataset unshare",
+       "",
+       "NAME",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Stop sharing a dataset",
+       "Only you (its owner) and admins see dataset NAME and train on it again. Jobs already\n"
+       "queued on it keep it.\n",
+       {}},
       {"submit",
        "",
        "",

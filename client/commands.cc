@@ -294,6 +294,23 @@ int DatasetRemove(const CommandContext& context) {
                             : PrintText(absl::StrCat("deleted dataset '", request.name(), "'\n"));
 }
 
+// dataset share / dataset unshare.
+int DatasetShare(const CommandContext& context, bool shared) {
+  v1::ShareDatasetRequest request;
+  request.set_name(context.invocation.args.at(0));
+  request.set_shared(shared);
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::Dataset dataset;
+  grpc::Status status = context.connection.datasets().ShareDataset(&call, request, &dataset);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (context.names) return PrintNames({dataset.name()});
+  return context.structured
+             ? PrintMessage(context, dataset)
+             : PrintText(absl::StrCat(shared ? "shared" : "unshared", " dataset '", dataset.name(),
+                                      "'\n"));
+}
+
 // The exit code of a watched sweep whose members all ended: 0 when every one succeeded, 3 when
 // any failed, else 4 when any was cancelled (a failure says more than a cancellation, which a
 // person asked for).
@@ -1148,6 +1165,8 @@ int RunCommand(const Invocation& invocation) {
       {"dataset list", DatasetList},
       {"dataset get", DatasetGet},
       {"dataset rm", DatasetRemove},
+      {"dataset share", [](const CommandContext& c) { return DatasetShare(c, true); }},
+      {"dataset unshare", [](const CommandContext& c) { return DatasetShare(c, false); }},
       {"submit", Submit},
       {"sweep", Sweep},
       {"job list", JobList},

@@ -187,7 +187,8 @@ absl::StatusOr<std::string> CompletionScript(const std::string& shell) {
       "\"job get\"|\"job watch\"|\"job wait\"|\"job cancel\"|\"job rm\"|"
       "\"job delete\"|\"job model\"",
       "COMPREPLY=($(compgen -W \"$(_trainctl_names jobs)\" -- \"$cur\"))");
-  arg_arms += CaseArm("\"dataset get\"|\"dataset rm\"|\"dataset delete\"",
+  arg_arms += CaseArm("\"dataset get\"|\"dataset rm\"|\"dataset delete\"|\"dataset share\"|"
+                      "\"dataset unshare\"",
                       "COMPREPLY=($(compgen -W \"$(_trainctl_names datasets)\" -- \"$cur\"))");
   arg_arms += CaseArm("\"dataset upload\"", "COMPREPLY=($(compgen -f -- \"$cur\"))");
   arg_arms += CaseArm("\"config use-context\"|\"config delete-context\"",

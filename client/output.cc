@@ -524,6 +524,7 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
   };
   // Only a daemon with authentication records who uploaded it.
   if (!dataset.owner().empty()) lines.push_back({"owner", dataset.owner()});
+  if (dataset.shared()) lines.push_back({"shared", "yes: other tenants' jobs may train on it"});
   return KeyValueLines(lines);
 }
 
@@ -538,8 +539,11 @@ std::string JobListTable(const v1::ListJobsResponse& response, TableOptions opti
     std::string model = job.spec().model();
     if (!options.wide && model.size() > kMaxModelColumn)
       model = absl::StrCat(model.substr(0, kMaxModelColumn - 3), "...");
+    // A record the daemon cannot read shows as such; its other columns are empty.
     std::vector<std::string> row = {job.id(),
-                                    JobStateName(job.state()),
+                                    job.record_damaged().empty()
+                                        ? JobStateName(job.state())
+                                        : absl::StrCat(JobStateName(job.state()), " (DAMAGED)"),
                                     job.spec().dataset(),
                                     model,
                                     EpochProgress(job),
@@ -564,6 +568,10 @@ std::string JobDetails(const v1::Job& job) {
       {"state", JobStateName(job.state())},
   };
   if (!job.error().empty()) lines.push_back({"error", job.error()});
+  if (!job.record_damaged().empty()) lines.push_back({"record", job.record_damaged()});
+  if (!job.checkpoint_error().empty()) {
+    lines.push_back({"checkpoint", absl::StrCat(job.checkpoint_error(), " (the job went on)")});
+  }
   if (!job.owner().empty()) lines.push_back({"owner", job.owner()});
   if (!job.sweep_id().empty()) lines.push_back({"sweep", job.sweep_id()});
   std::string model = spec.model();

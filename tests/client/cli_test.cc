@@ -300,7 +300,8 @@ TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
   for (const CommandSpec& command : Commands()) paths.emplace_back(command.path);
   EXPECT_THAT(
       paths,
-      ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "submit", "sweep",
+      ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "dataset share",
+                  "dataset unshare", "submit", "sweep",
                   "job list", "job get", "job watch", "job wait", "job cancel", "job rm",
                   "job model", "devices", "config get-contexts", "config current-context",
                   "config use-context", "config set-context", "config delete-context", "top",

@@ -479,7 +479,8 @@ TEST(YamlTest, DatasetIsBlockYamlInFieldOrderWithInt64AsQuotedStrings) {
             "location: DATASET_LOCATION_UNSPECIFIED\n"
             "target_min: \"0\"\n"
             "target_max: \"2\"\n"
-            "owner: \"\"\n");
+            "owner: \"\"\n"
+            "shared: false\n");
 }
 
 TEST(YamlTest, NestedMessagesListsNumbersAndBooleansKeepTheirJsonTypes) {
