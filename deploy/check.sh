@@ -2,7 +2,8 @@
 # Checks the deployment files without a container engine (make deploy-check; .ci/run):
 #   hadolint on the Dockerfile, kubernetes-validate --strict on the Kubernetes manifests, yamllint on
 #   every YAML file of the project, `systemd-analyze verify` on the unit, and `docker-compose config
-#   -q` (Debian's docker-compose, which checks against the Compose schema) on the Compose files.
+#   -q` (Debian's docker-compose, which checks against the Compose schema) on the Compose files, and
+#   promtool on the Prometheus configuration and alerting rules.
 # The tools come from deploy/install-deps.sh. Usage: deploy/check.sh [TRAINERD_BINARY]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,5 +42,8 @@ printf 'ci:%s\n' "$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$scr
 compose() { TRAINERD_TOKEN_FILE="$scratch/token" docker-compose "$@" config -q; }
 step "docker-compose (GPU)" compose -f deploy/compose.yaml
 step "docker-compose (CPU override)" compose -f deploy/compose.yaml -f deploy/compose.cpu.yaml
+# Prometheus' own checks of the scrape config and the alerting rules it loads (Debian's promtool).
+step "promtool check config" promtool check config deploy/prometheus/prometheus.yml
+step "promtool check rules" promtool check rules deploy/prometheus/alerts.yml
 
 exit "$failed"
