@@ -2,7 +2,6 @@
 // listings page and filter, deletion and retention remove records and files, and a job that was
 // running or queued when the engine stopped is taken up again at the next start, resuming from its
 // last checkpoint exactly (the same losses, bit for bit, as the same job never interrupted).
-#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "server/engine/engine.h"
 #include "server/store/sqlite_job_store.h"
 #include "tests/engine/engine_test_support.h"
+#include "tests/support/damaged_record.h"
 
 namespace trainerd::engine {
 namespace {
@@ -114,16 +114,6 @@ class JobRecordsTest : public EngineFixture {
     ASSERT_NE(engine_, nullptr);
   }
   void Restart() { Restart(DurableOptions()); }
-
-  // Overwrites the record of job `id` in the SQLite file with bytes that do not parse.
-  static void DamageRecordInFile(const std::string& path, const std::string& id) {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    const std::string sql =
-        absl::StrCat("UPDATE jobs SET record = x'ffffffff0badf00d' WHERE id = '", id, "'");
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
-    sqlite3_close(db);
-  }
 
   std::string ModelFile(const std::string& id) const {
     return dir_.path() + "/models/" + id + ".pt";
@@ -388,7 +378,7 @@ TEST_F(JobRecordsTest, AnUnfinishedJobWhoseRecordIsDamagedIsSetAsideAndTheOthers
   const std::string damaged = StartAndStop(spec, /*epoch=*/3, /*drain=*/false);
   ASSERT_FALSE(damaged.empty());
   engine_.reset();  // closes the records
-  DamageRecordInFile(dir_.path() + "/jobs.db", damaged);
+  trainerd::testing::DamageJobRecord(dir_.path() + "/jobs.db", damaged);
   Restart();
   EXPECT_EQ(engine_->job_records_set_aside(), 1);
   absl::StatusOr<JobPage> page = engine_->ListJobs();

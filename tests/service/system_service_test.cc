@@ -34,6 +34,32 @@ class SystemServiceTest : public ServiceTest {
     return system_->Diagnose(&context, request, response);
   }
 
+  // A Diagnose call started on the async stub, answered on a gRPC thread.
+  struct AsyncDiagnose {
+    grpc::ClientContext context;
+    v1::DiagnoseResponse response;
+    grpc::Status status;
+    std::promise<void> done;
+    std::future<void> answered = done.get_future();
+  };
+  // Starts `count` Diagnose calls with refresh, each with a 60 s deadline.
+  std::vector<std::unique_ptr<AsyncDiagnose>> StartDiagnoses(int count) {
+    std::vector<std::unique_ptr<AsyncDiagnose>> calls;
+    v1::DiagnoseRequest request;
+    request.set_refresh(true);
+    for (int i = 0; i < count; ++i) {
+      calls.push_back(std::make_unique<AsyncDiagnose>());
+      AsyncDiagnose* call = calls.back().get();
+      call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      system_->async()->Diagnose(&call->context, &request, &call->response,
+                                 [call](grpc::Status status) {
+                                   call->status = std::move(status);
+                                   call->done.set_value();
+                                 });
+    }
+    return calls;
+  }
+
   std::unique_ptr<v1::SystemService::Stub> system_;
 };
 
@@ -116,35 +142,15 @@ TEST_F(SystemServiceTest, TooManyWaitingDiagnosesAreResourceExhausted) {
   StartServer(options);
   system_ = v1::SystemService::NewStub(channel_);
   constexpr int kCalls = 2 + static_cast<int>(kMaxWaitingDiagnoses) + 2;
-  struct Call {
-    grpc::ClientContext context;
-    v1::DiagnoseResponse response;
-    grpc::Status status;
-    std::promise<void> done;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  v1::DiagnoseRequest request;
-  request.set_refresh(true);
-  for (int i = 0; i < kCalls; ++i) {
-    calls.push_back(std::make_unique<Call>());
-    Call* call = calls.back().get();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-    system_->async()->Diagnose(&call->context, &request, &call->response,
-                               [call](grpc::Status status) {
-                                 call->status = std::move(status);
-                                 call->done.set_value();
-                               });
-  }
+  std::vector<std::unique_ptr<AsyncDiagnose>> calls = StartDiagnoses(kCalls);
   // The refused calls are answered at once, while the others wait for the measurements.
-  std::vector<std::future<void>> futures;
-  for (auto& call : calls) futures.push_back(call->done.get_future());
   const int expected_refusals = kCalls - 1 - static_cast<int>(kMaxWaitingDiagnoses);
   int exhausted = 0;
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
   while (exhausted < expected_refusals && absl::Now() < give_up) {
     exhausted = 0;
     for (size_t i = 0; i < calls.size(); ++i) {
-      if (futures[i].wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
+      if (calls[i]->answered.wait_for(std::chrono::seconds(0)) == std::future_status::ready &&
           calls[i]->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
         ++exhausted;
       }
@@ -157,8 +163,8 @@ TEST_F(SystemServiceTest, TooManyWaitingDiagnosesAreResourceExhausted) {
   // The waiting calls' clients give up: they are answered at once, and their measurements are
   // skipped rather than run for nobody.
   for (auto& call : calls) call->context.TryCancel();
-  for (auto& future : futures) {
-    EXPECT_EQ(future.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  for (auto& call : calls) {
+    EXPECT_EQ(call->answered.wait_for(std::chrono::seconds(20)), std::future_status::ready);
   }
 }
 
@@ -247,31 +253,11 @@ TEST_F(SystemServiceTest, JobEventsReachTheMetrics) {
 // One caller may have --max_diagnose_per_caller calls waiting or running; the next is refused at
 // once, naming the limit, and a refresh right after a measurement returns the figures it made.
 TEST_F(SystemServiceTest, OneCallersDiagnoseCallsAreBoundedAndRefreshesAreSpacedOut) {
-  struct Call {
-    grpc::ClientContext context;
-    v1::DiagnoseResponse response;
-    grpc::Status status;
-    std::promise<void> done;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  v1::DiagnoseRequest request;
-  request.set_refresh(true);
-  std::vector<std::future<void>> futures;
-  for (int i = 0; i < 3; ++i) {
-    calls.push_back(std::make_unique<Call>());
-    Call* call = calls.back().get();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-    futures.push_back(call->done.get_future());
-    system_->async()->Diagnose(&call->context, &request, &call->response,
-                               [call](grpc::Status status) {
-                                 call->status = std::move(status);
-                                 call->done.set_value();
-                               });
-  }
+  std::vector<std::unique_ptr<AsyncDiagnose>> calls = StartDiagnoses(3);
   int ok = 0;
   int refused = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
-    futures[i].wait();
+    calls[i]->answered.wait();
     if (calls[i]->status.ok()) ++ok;
     if (calls[i]->status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
       ++refused;

@@ -515,5 +515,86 @@ TEST_F(TenancyTest, AWatchDeliversEveryEpochOfALongJobPageByPageAndTheStateWitho
   }
 }
 
+// What one caller may hold open is bounded per caller: a third upload or watch of alice's is
+// refused naming the flag while bob's still start; a trickle is ended by its rate, not only by
+// silence.
+TEST_F(TenancyTest, EachCallerIsBoundedInUploadsAndWatchesAndATrickleIsEnded) {
+  ServerOptions options = Options();
+  options.auth_token_file = token_file_;
+  options.max_uploads_per_caller = 2;
+  options.max_watches_per_caller = 2;
+  options.upload_idle_timeout = absl::Seconds(1);
+  options.min_upload_bytes_per_second = 1 << 20;
+  StopServer();
+  StartServer(options);
+  const Table table = SeedTable();
+  // Opens an upload as `token` and sends its header: the stream stays open.
+  struct OpenUpload {
+    std::unique_ptr<grpc::ClientContext> context;
+    v1::Dataset dataset;
+    std::unique_ptr<grpc::ClientWriter<v1::UploadDatasetRequest>> writer;
+  };
+  auto open_upload = [&](const char* token, const std::string& name) {
+    auto upload = std::make_unique<OpenUpload>();
+    upload->context = As(token);
+    upload->writer = datasets_->UploadDataset(upload->context.get(), &upload->dataset);
+    upload->writer->Write(UploadMessages(HeaderFor(name, table), "")[0]);
+    return upload;
+  };
+  auto first = open_upload(kAlice, "a1");
+  auto second = open_upload(kAlice, "a2");
+  auto third = open_upload(kAlice, "a3");
+  const grpc::Status refused = third->writer->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("--max_uploads_per_caller=2"));
+  // Another tenant is not held up by alice's.
+  auto bobs = open_upload(kBob, "b1");
+  // A trickle: a byte every 200 ms is never silent for 1 s, and still far under 1 MiB/s.
+  const std::string payload = EncodePayload(table);
+  grpc::Status trickled;
+  for (int i = 0; i < 40; ++i) {
+    v1::UploadDatasetRequest byte;
+    byte.set_chunk(payload.substr(i, 1));
+    if (!bobs->writer->Write(byte)) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  trickled = bobs->writer->Finish();
+  EXPECT_EQ(trickled.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(trickled.error_message(), HasSubstr("--min_upload_bytes_per_second"));
+  // Alice's idle ones were ended too, and her slots are free again.
+  EXPECT_EQ(first->writer->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(second->writer->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  ASSERT_TRUE(UploadAs(kAlice, "seed").ok());
+  EXPECT_TRUE(server_->engine()->GetDataset("a1").status().code() == absl::StatusCode::kNotFound);
+
+  // Watches: two of alice's stay open on a long job; the third is refused.
+  v1::Job job;
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("seed", kLongJobEpochs), &job).ok());
+  v1::WatchJobRequest request;
+  request.set_id(job.id());
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> readers;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(As(kAlice));
+    readers.push_back(jobs_->WatchJob(contexts.back().get(), request));
+  }
+  v1::JobEvent event;
+  EXPECT_TRUE(readers[0]->Read(&event));
+  EXPECT_TRUE(readers[1]->Read(&event));
+  EXPECT_FALSE(readers[2]->Read(&event));
+  const grpc::Status watch = readers[2]->Finish();
+  EXPECT_EQ(watch.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(watch.error_message(), HasSubstr("--max_watches_per_caller=2"));
+  v1::CancelJobRequest cancel;
+  cancel.set_id(job.id());
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(As(kAlice).get(), cancel, &cancelled).ok());
+  for (int i = 0; i < 2; ++i) {
+    while (readers[i]->Read(&event)) {
+    }
+    EXPECT_TRUE(readers[i]->Finish().ok());
+  }
+}
+
 }  // namespace
 }  // namespace trainerd::service::testing

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/damaged_record.h"
 
 namespace trainerd::store {
 namespace {
@@ -322,16 +323,6 @@ TEST(SqliteJobStoreTest, ADamagedFileIsMovedAsideAndANewOneMade) {
   std::remove(aside_path.c_str());
 }
 
-// Overwrites the record of job `id` with bytes that do not parse.
-void DamageRecord(const std::string& path, const std::string& id) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  const std::string sql =
-      absl::StrCat("UPDATE jobs SET record = x'ffffffff0badf00d' WHERE id = '", id, "'");
-  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
-}
-
 TEST(SqliteJobStoreTest, ADamagedRecordIsShownAsDamagedAndNeverFailsAListing) {
   const std::string path = ScratchFile("damaged");
   {
@@ -342,8 +333,8 @@ TEST(SqliteJobStoreTest, ADamagedRecordIsShownAsDamagedAndNeverFailsAListing) {
     ASSERT_TRUE(store->SaveJob(MakeJob("job-3", "d", JobState::kRunning)).ok());
     ASSERT_TRUE(store->SaveJob(MakeJob("job-4", "d", JobState::kQueued)).ok());
   }
-  DamageRecord(path, "job-2");
-  DamageRecord(path, "job-3");
+  trainerd::testing::DamageJobRecord(path, "job-2");
+  trainerd::testing::DamageJobRecord(path, "job-3");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   for (const bool full : {false, true}) {
