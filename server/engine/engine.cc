@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/checked_size.h"
+#include "common/dataset_header.h"
 #include "common/file_io.h"
 #include "common/flops.h"
 #include "common/job_limits.h"
@@ -102,6 +103,11 @@ struct Engine::Impl {
   absl::StatusOr<SweepMember> CheckLocked(JobSpec spec, const CallContext& caller,
                                           const LoadedTorchScript* module,
                                           const DatasetMeta* checked_against)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
+  // RESOURCE_EXHAUSTED, naming the quota, when `caller` (not an admin) would have more than
+  // max_jobs_per_caller queued and running jobs with `more` more. Under admission_mu, so that two
+  // submissions cannot both take the last place.
+  absl::Status CheckJobQuotaLocked(const CallContext& caller, int64_t more) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
   // The dataset `name` when `caller` may train on it (access.h); NOT_FOUND otherwise, as for a
   // name nobody uploaded.
@@ -566,6 +572,21 @@ absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const Dataset
     return absl::UnavailableError(
         "the daemon is shutting down; upload again once it is back (nothing was received)");
   }
+  if (impl_->options.max_dataset_bytes_per_caller > 0 && !caller.admin) {
+    // The declared size, checked before anything is received: what the caller owns already plus
+    // this upload must fit its quota.
+    const absl::StatusOr<DatasetLayout> layout = CheckDatasetHeader(header, 0);
+    int64_t owned = 0;
+    for (const DatasetMeta& meta : impl_->datasets.List()) {
+      owned += meta.owner == caller.owner ? meta.size_bytes : 0;
+    }
+    if (layout.ok() && owned + layout->total_bytes > impl_->options.max_dataset_bytes_per_caller) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "caller '", caller.owner, "' owns ", owned, " bytes of datasets and this one declares ",
+          layout->total_bytes, "; its quota is ", impl_->options.max_dataset_bytes_per_caller,
+          " bytes (--max_dataset_bytes_per_caller): delete datasets it no longer needs"));
+    }
+  }
   TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<DatasetUpload> upload,
                             impl_->datasets.BeginUpload(header, caller.owner));
   return std::unique_ptr<UploadSession>(std::move(upload));
@@ -668,6 +689,19 @@ int64_t OptimizerSlots(const JobSpec& spec) {
 }
 
 }  // namespace
+
+absl::Status Engine::Impl::CheckJobQuotaLocked(const CallContext& caller, int64_t more) const {
+  if (options.max_jobs_per_caller <= 0 || caller.admin) return absl::OkStatus();
+  int64_t held = 0;
+  for (const JobSnapshot& job : jobs.ActiveJobs()) held += job.owner == caller.owner ? 1 : 0;
+  if (held + more > options.max_jobs_per_caller) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "caller '", caller.owner, "' has ", held, " queued or running jobs", more > 1 ? absl::StrCat(" and asked for ", more, " more") : "",
+        "; its quota is ", options.max_jobs_per_caller,
+        " (--max_jobs_per_caller): wait for some to end or cancel some"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<DatasetMeta> Engine::Impl::UsableDataset(const std::string& name,
                                                         const CallContext& caller) const {
@@ -777,6 +811,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                                                 const DatasetMeta* checked_against,
                                                 std::string_view module_bytes) {
   absl::MutexLock lock(&admission_mu);
+  TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, 1));
   TRAINERD_ASSIGN_OR_RETURN(
       SweepMember checked,
       CheckLocked(std::move(spec), caller, module ? &*module : nullptr, checked_against));
@@ -1084,6 +1119,8 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   std::vector<SweepMember> members;
   {
     absl::MutexLock lock(&impl_->admission_mu);
+    TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(
+        caller, static_cast<int64_t>(lrs.size() * momenta.size() * decays.size() * seeds.size())));
     for (double lr : lrs) {
       for (double momentum : momenta) {
         for (const std::optional<double>& decay : decays) {

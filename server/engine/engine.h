@@ -46,6 +46,11 @@ struct EngineOptions {
   int64_t max_upload_bytes_in_flight = 0;
   // The most jobs that may wait in the queues at once; 0 means no bound.
   int64_t max_queued_jobs = 0;
+  // Optional per-tenant quotas (0: none). They bound callers that are not admins (access.h), so
+  // that one team cannot take a shared node: its queued and running jobs (a sweep counts each
+  // member), and the bytes of the datasets it owns, counted at the upload's header.
+  int64_t max_jobs_per_caller = 0;
+  int64_t max_dataset_bytes_per_caller = 0;
   // Jobs each device runs at once; 0: 1 on the CPU, 4 on a GPU (each GPU job on its own stream).
   int32_t max_concurrent_jobs = 0;
   // A CPU job's intra-op threads: 0 chooses each job's from its size (one thread for a small

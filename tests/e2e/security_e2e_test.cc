@@ -155,9 +155,15 @@ TEST_F(SecurityEndToEndTest, TlsAndMutualTlsWithOpensslCertificates) {
                            "--tls_key_file=" + pki->server_key,
                            "--tls_client_ca_file=" + pki->ca_cert}));
   addr_ = "127.0.0.1:" + port_;
+  // The dataset uploaded before authentication has no owner: only admins see it. Alice uploads
+  // her own.
+  RunResult upload = Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost",
+                          "--tls-cert", pki->client_cert, "--tls-key", pki->client_key, "dataset",
+                          "upload", "alices", csv_});
+  ASSERT_EQ(upload.exit_code, 0) << upload.err;
   RunResult alice = Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost",
                          "--tls-cert", pki->client_cert, "--tls-key", pki->client_key, "submit",
-                         "--dataset", "seed", "--model", "linear:1", "--epochs", "2", "-o",
+                         "--dataset", "alices", "--model", "linear:1", "--epochs", "2", "-o",
                          "json"});
   ASSERT_EQ(alice.exit_code, 0) << alice.err;
   v1::Job job;

@@ -53,6 +53,17 @@ TEST(DiagnoseDeviceTest, CpuFiguresAreSane) {
   EXPECT_FALSE(d.sm_activity_during_matmul.has_value());
 }
 
+// A measurement draws from a generator of its own: LibTorch's global one, from which jobs'
+// initial weights come, is where it was before (two of 25 same-seed jobs once got other losses
+// while Diagnose ran beside them).
+TEST(DiagnoseDeviceTest, LeavesTheGlobalGeneratorAlone) {
+  torch::manual_seed(1234);
+  const torch::Tensor expected = torch::randn({8});
+  torch::manual_seed(1234);
+  DiagnoseDevice(torch::Device(torch::kCPU), SmallOptions());
+  EXPECT_TRUE(torch::equal(torch::randn({8}), expected));
+}
+
 TEST(DiagnoseDeviceTest, FixedRepeatsAndNoCallback) {
   DiagnoseOptions options = SmallOptions();
   options.matmul_size = 64;

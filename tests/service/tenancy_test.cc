@@ -596,5 +596,51 @@ TEST_F(TenancyTest, EachCallerIsBoundedInUploadsAndWatchesAndATrickleIsEnded) {
   }
 }
 
+// Optional quotas bound tenants, not admins: bob's third queued job and a dataset past his bytes
+// are refused naming the quota; alice and the admin are not held up by bob's.
+TEST_F(TenancyTest, QuotasBoundEachTenantsJobsAndDatasetBytes) {
+  ServerOptions options = Options();
+  options.auth_token_file = token_file_;
+  options.engine.max_jobs_per_caller = 2;
+  options.engine.max_dataset_bytes_per_caller = 10000;  // one seed table (6,400 bytes), not two
+  StopServer();
+  StartServer(options);
+  ASSERT_TRUE(UploadAs(kBob, "bob-1").ok());
+  const grpc::Status too_big = UploadAs(kBob, "bob-2");
+  EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(too_big.error_message(), HasSubstr("--max_dataset_bytes_per_caller"));
+  ASSERT_TRUE(UploadAs(kAlice, "alice-1").ok());
+  ASSERT_TRUE(UploadAs(kOps, "ops-1").ok());
+  ASSERT_TRUE(UploadAs(kOps, "ops-2").ok());  // admins have no quota
+
+  v1::Job job;
+  std::vector<std::string> bobs;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(SubmitAs(kBob, LinearSpec("bob-1", kLongJobEpochs), &job).ok());
+    bobs.push_back(job.id());
+  }
+  const grpc::Status third = SubmitAs(kBob, LinearSpec("bob-1", 1), &job);
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(third.error_message(), HasSubstr("its quota is 2 (--max_jobs_per_caller)"));
+  v1::SubmitSweepRequest sweep;
+  *sweep.mutable_spec() = LinearSpec("alice-1", 1);
+  sweep.add_seeds(1);
+  sweep.add_seeds(2);
+  sweep.add_seeds(3);
+  v1::SubmitSweepResponse members;
+  EXPECT_EQ(jobs_->SubmitSweep(As(kAlice).get(), sweep, &members).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);  // three members count as three jobs
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-1", 1), &job).ok());
+  // Once one of bob's ends, he may submit again.
+  v1::CancelJobRequest cancel;
+  cancel.set_id(bobs[0]);
+  v1::Job cancelled;
+  ASSERT_TRUE(jobs_->CancelJob(As(kBob).get(), cancel, &cancelled).ok());
+  WaitAs(kBob, bobs[0]);
+  EXPECT_TRUE(SubmitAs(kBob, LinearSpec("bob-1", 1), &job).ok());
+  cancel.set_id(bobs[1]);
+  ASSERT_TRUE(jobs_->CancelJob(As(kBob).get(), cancel, &cancelled).ok());
+}
+
 }  // namespace
 }  // namespace trainerd::service::testing
