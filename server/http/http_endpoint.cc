@@ -4,10 +4,12 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdarg>
@@ -16,6 +18,8 @@
 #include <cstring>
 #include <exception>
 #include <initializer_list>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -130,6 +134,21 @@ absl::StatusOr<ListeningSocket> Listen(const std::string& address) {
   return socket_info;
 }
 
+// The client's IP address as text ("127.0.0.2", "::1"), without its port: what the per-address
+// limits count by.
+std::string AddressKey(const sockaddr* address) {
+  if (address == nullptr) return "";
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(address)->sin_addr, text,
+              sizeof(text));
+  } else if (address->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(address)->sin6_addr, text,
+              sizeof(text));
+  }
+  return text;
+}
+
 // Queues one complete response; `headers` are extra (name, value) pairs.
 MHD_Result Reply(MHD_Connection* connection, unsigned int code, const char* content_type,
                  const std::string& body,
@@ -148,15 +167,40 @@ MHD_Result Reply(MHD_Connection* connection, unsigned int code, const char* cont
 
 // MHD's C callbacks; `cls` is always the HttpEndpoint. All run on MHD's polling thread.
 struct HttpEndpoint::Callbacks {
-  // Admission (MHD's accept policy): refuses a connection beyond max_connections. MHD's own
-  // connection limit is one higher: at its limit MHD stops accepting, which would leave new
-  // connections waiting in the kernel's backlog instead of closing them.
-  static MHD_Result Admit(void* cls, const sockaddr* /*address*/, socklen_t /*length*/) {
+  // Admission (MHD's accept policy). Below max_connections every connection is admitted. At the
+  // limit, a connection is admitted only when its address holds fewer connections than the
+  // address that holds the most; room is made by shutting down, among that address's
+  // connections, the one whose current request began longest ago (a client that never finishes
+  // a request, not a scraper that keeps its connection alive between scrapes). So slow clients
+  // from many addresses cannot keep a new scraper out; one address still cannot push out others
+  // (it holds no fewer than any). MHD's own connection limit is one higher: at its limit MHD
+  // stops accepting, which would leave new connections waiting in the kernel's backlog instead of
+  // closing them.
+  static MHD_Result Admit(void* cls, const sockaddr* address, socklen_t /*length*/) {
     HttpEndpoint* self = static_cast<HttpEndpoint*>(cls);
     absl::MutexLock lock(&self->mu_);
-    const bool room =
-        self->connections_.size() < static_cast<size_t>(self->options_.max_connections);
-    return room ? MHD_YES : MHD_NO;
+    std::map<std::string, int> per_address;
+    size_t active = 0;
+    for (const auto& [connection, open] : self->connections_) {
+      if (open.shut_down) continue;
+      ++active;
+      ++per_address[open.address];
+    }
+    if (active < static_cast<size_t>(self->options_.max_connections)) return MHD_YES;
+    int most = 0;
+    for (const auto& [key, count] : per_address) most = std::max(most, count);
+    const std::string key = AddressKey(address);
+    if (per_address[key] >= most) return MHD_NO;
+    OpenConnection* victim = nullptr;
+    for (auto& [connection, open] : self->connections_) {
+      if (open.shut_down || open.fd < 0 || per_address[open.address] != most) continue;
+      if (victim == nullptr || open.request_start < victim->request_start) victim = &open;
+    }
+    if (victim == nullptr) return MHD_NO;
+    // As the reaper does: MHD sees end-of-stream on its next poll and closes it itself.
+    shutdown(victim->fd, SHUT_RDWR);
+    victim->shut_down = true;
+    return MHD_YES;
   }
 
   static void NotifyConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
@@ -167,6 +211,9 @@ struct HttpEndpoint::Callbacks {
           MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
       OpenConnection open;
       open.fd = info != nullptr ? info->connect_fd : -1;
+      const MHD_ConnectionInfo* peer =
+          MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+      open.address = peer != nullptr ? AddressKey(peer->client_addr) : "";
       open.request_start = std::chrono::steady_clock::now();
       absl::MutexLock lock(&self->mu_);
       self->connections_[connection] = open;

@@ -37,8 +37,10 @@ struct HttpEndpointOptions {
   // "Authorization: Bearer <token>" (compared in constant time) or gets 401 with
   // `WWW-Authenticate: Bearer realm="trainerd"`.
   std::string bearer_token;
-  // Open connections at most; at least 1. Beyond it a new connection is accepted and closed at
-  // once, so that a scraper fails fast instead of waiting in the kernel's backlog.
+  // Open connections at most; at least 1. At the limit a new connection from an address that
+  // holds fewer connections than another takes the place of that address's connection whose
+  // request began longest ago; otherwise it is accepted and closed at once, so that a scraper
+  // fails fast instead of waiting in the kernel's backlog.
   int max_connections = 64;
   // Open connections from one IP address at most; 0: no per-address limit.
   int max_connections_per_ip = 16;
@@ -83,8 +85,9 @@ class HttpEndpoint {
   // An open connection as the deadline reaper sees it.
   struct OpenConnection {
     int fd = -1;
+    std::string address;  // the client's IP address (AddressKey), for admission's fairness
     std::chrono::steady_clock::time_point request_start;
-    bool shut_down = false;  // the reaper has shut it down; MHD will close it
+    bool shut_down = false;  // the reaper or admission shut it down; MHD will close it
   };
 
   HttpEndpoint(int port, HttpEndpointOptions options, std::function<std::string()> render);

@@ -4,6 +4,7 @@
 // that last a while are the timeouts under test.
 #include "server/http/http_endpoint.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -54,9 +55,20 @@ struct Received {
 // One client connection to the endpoint over loopback; closed when destroyed.
 class Client {
  public:
-  explicit Client(int port, int family = AF_INET) {
+  // `source`: the IPv4 loopback address to connect from ("127.0.0.2"); null for any.
+  explicit Client(int port, int family = AF_INET, const char* source = nullptr) {
     fd_ = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd_ < 0) return;
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      inet_pton(AF_INET, source, &from.sin_addr);
+      if (bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
+        close(fd_);
+        fd_ = -1;
+        return;
+      }
+    }
     const timeval bound{static_cast<time_t>(absl::ToInt64Seconds(kWaitBound)), 0};
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &bound, sizeof(bound));
     int result;
@@ -531,6 +543,29 @@ TEST(HttpEndpointTest, ConnectionsBeyondThePerAddressLimitAreClosedAtOnce) {
   // The two admitted ones are served.
   ASSERT_TRUE(first.Send(kScrape));
   EXPECT_THAT(first.ReadUntilClosed(kWaitBound).data, EndsWith("\r\n\r\nup 1\n"));
+}
+
+// Slow clients from many addresses (127.0.0.2 to .5, one each) fill the endpoint; a scraper from
+// another address still gets in, in place of the connection whose request began longest ago.
+TEST(HttpEndpointTest, AFullEndpointStillAdmitsAnAddressThatHoldsFewerConnections) {
+  HttpEndpointOptions options;
+  options.max_connections = 4;
+  options.idle_timeout = absl::Seconds(30);
+  options.request_deadline = absl::Seconds(30);
+  std::unique_ptr<HttpEndpoint> endpoint = MustStart(options);
+  ASSERT_NE(endpoint, nullptr);
+  std::vector<std::unique_ptr<Client>> holders;
+  for (const char* source : {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}) {
+    holders.push_back(std::make_unique<Client>(endpoint->port(), AF_INET, source));
+    ASSERT_TRUE(holders.back()->connected()) << source;
+    holders.back()->Send("GET /met");  // a request that never ends
+    absl::SleepFor(absl::Milliseconds(50));  // in order: the first is the oldest
+  }
+  Client scraper(endpoint->port());
+  ASSERT_TRUE(scraper.Send(kScrape));
+  EXPECT_THAT(scraper.ReadUntilClosed(kWaitBound).data, EndsWith("\r\n\r\nup 1\n"));
+  // The oldest slow client made the room.
+  EXPECT_TRUE(holders[0]->ReadUntilClosed(kWaitBound).closed);
 }
 
 TEST(HttpEndpointTest, DestructorReturnsPromptlyWhileClientsAreConnected) {
