@@ -63,6 +63,17 @@ std::string TokenFileText(int clients) {
   return text;
 }
 
+// The first message of an upload: one float32 feature and target per row.
+v1::UploadDatasetRequest HeaderMessage(const std::string& name, int rows) {
+  v1::UploadDatasetRequest header;
+  header.mutable_header()->set_name(name);
+  header.mutable_header()->add_feature_shape(1);
+  header.mutable_header()->add_target_shape(1);
+  header.mutable_header()->set_target_dtype(v1::DTYPE_FLOAT32);
+  header.mutable_header()->set_row_count(rows);
+  return header;
+}
+
 void Authorize(grpc::ClientContext* context, const std::string& name) {
   context->AddMetadata("authorization", "Bearer " + TokenOf(name));
 }
@@ -197,12 +208,7 @@ class Client {
       Deadline(&context);
       v1::Dataset dataset;
       auto writer = datasets_->UploadDataset(&context, &dataset);
-      v1::UploadDatasetRequest header;
-      header.mutable_header()->set_name(name);
-      header.mutable_header()->add_feature_shape(1);
-      header.mutable_header()->add_target_shape(1);
-      header.mutable_header()->set_target_dtype(v1::DTYPE_FLOAT32);
-      header.mutable_header()->set_row_count(kRows);
+      const v1::UploadDatasetRequest header = HeaderMessage(name, kRows);
       v1::UploadDatasetRequest chunk;
       chunk.set_chunk(std::string(reinterpret_cast<const char*>(payload.data()),
                                   payload.size() * sizeof(float)));
@@ -550,12 +556,7 @@ TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
     Authorize(&context, "mallory");
     v1::Dataset dataset;
     auto writer = datasets->UploadDataset(&context, &dataset);
-    v1::UploadDatasetRequest header;
-    header.mutable_header()->set_name("mallory-data");
-    header.mutable_header()->add_feature_shape(1);
-    header.mutable_header()->add_target_shape(1);
-    header.mutable_header()->set_target_dtype(v1::DTYPE_FLOAT32);
-    header.mutable_header()->set_row_count(kRows);
+    const v1::UploadDatasetRequest header = HeaderMessage("mallory-data", kRows);
     v1::UploadDatasetRequest chunk;
     chunk.set_chunk(std::string(kRows * 2 * sizeof(float), '\0'));
     writer->Write(header);
@@ -596,13 +597,7 @@ TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
       Authorize(&context, "mallory");
       v1::Dataset dataset;
       auto writer = datasets->UploadDataset(&context, &dataset);
-      v1::UploadDatasetRequest header;
-      header.mutable_header()->set_name("trickle-" + std::to_string(i));
-      header.mutable_header()->add_feature_shape(1);
-      header.mutable_header()->add_target_shape(1);
-      header.mutable_header()->set_target_dtype(v1::DTYPE_FLOAT32);
-      header.mutable_header()->set_row_count(1 << 20);
-      bool open = writer->Write(header);
+      bool open = writer->Write(HeaderMessage("trickle-" + std::to_string(i), 1 << 20));
       while (open && !stop.load()) {
         v1::UploadDatasetRequest byte;
         byte.set_chunk(std::string(1, '\0'));
