@@ -542,6 +542,8 @@ TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
   Recorder quiet;
   RunClients(kClients, seconds, address, &quiet, &accepted, &accepted_mu);
 
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int64_t rss_quiet = ResidentBytes(load.daemon().pid());
   // The neighbours.
   std::atomic<bool> stop{false};
   std::atomic<int64_t> refused{0};  // the neighbours' calls the daemon bounded
@@ -669,6 +671,7 @@ TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
     });
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));  // the neighbours settle in
+  const int64_t rss_neighbours = ResidentBytes(load.daemon().pid());
   Recorder crowded;
   RunClients(kClients, seconds, address, &crowded, &accepted, &accepted_mu, /*first=*/kClients);
   stop.store(true);
@@ -681,8 +684,13 @@ TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
     }
     watch->Finish();
   }
-  const std::string report = "quiet:\n" + quiet.Report() + "with hostile neighbours:\n" +
-                             crowded.Report();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const int64_t rss_after = ResidentBytes(load.daemon().pid());
+  const std::string report =
+      "quiet:\n" + quiet.Report() + "with hostile neighbours:\n" + crowded.Report() +
+      "daemon resident memory (MiB): after the quiet run " + std::to_string(rss_quiet >> 20) +
+      ", with the neighbours settled in " + std::to_string(rss_neighbours >> 20) +
+      ", after they went " + std::to_string(rss_after >> 20) + "\n";
   std::cout << "load: " << kClients << " clients, " << seconds << " s quiet and " << seconds
             << " s beside 12 trickling uploads, 80 idle watches, junk health calls and Diagnose "
                "refreshes; the neighbours were refused "
@@ -695,6 +703,10 @@ TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
   EXPECT_EQ(crowded.broken(), 0) << report;
   // The neighbours' bounds are theirs: 80 watches of one caller, 64 allowed.
   EXPECT_EQ(watches_refused, 80 - 64);
+  // What they hold costs a bounded number of bytes: 64 never-read watches of a 3,000-epoch
+  // history and 8 trickling uploads (each watcher a page and the transport's window; before the
+  // paged watch, 200 such watchers took 2.2 GB).
+  EXPECT_LT(rss_neighbours - rss_quiet, int64_t{128} << 20) << report;
   WaitForEveryJob(address);
   EXPECT_EQ(load.daemon().Stop(SIGTERM), 0) << load.daemon().Stderr();
 }
