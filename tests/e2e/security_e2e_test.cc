@@ -179,6 +179,32 @@ TEST_F(SecurityEndToEndTest, TlsAndMutualTlsWithOpensslCertificates) {
   EXPECT_THAT(mallory.out, Not(HasSubstr("seed")));
 }
 
+// The per-caller bounds and quotas refuse hostile values at start, in one sentence naming them:
+// negative, overflowing and non-numeric, and a duration that is negative.
+TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtStart) {
+  const std::string data = "--data_dir=" + (dir_ / "flags").string();
+  for (const char* flag :
+       {"--max_uploads_per_caller", "--max_watches_per_caller", "--max_diagnose_per_caller",
+        "--min_upload_bytes_per_second", "--max_jobs_per_caller",
+        "--max_dataset_bytes_per_caller"}) {
+    const RunResult negative = e2e::Run({TRAINERD_BIN, data, std::string(flag) + "=-1"});
+    EXPECT_EQ(negative.exit_code, 2) << flag << ": " << negative.err;
+    EXPECT_THAT(negative.err, HasSubstr(flag))
+        << "the refusal names " << flag << ": " << negative.err;
+  }
+  // Values that do not parse, for an int and an int64 flag (the others parse the same way).
+  for (const char* flag : {"--max_uploads_per_caller", "--max_dataset_bytes_per_caller"}) {
+    for (const char* junk : {"=99999999999999999999999", "=nan", "=abc"}) {
+      const RunResult refused = e2e::Run({TRAINERD_BIN, data, std::string(flag) + junk});
+      EXPECT_NE(refused.exit_code, 0) << flag << junk;
+      EXPECT_THAT(refused.err, HasSubstr(std::string(flag).substr(2))) << flag << junk;
+    }
+  }
+  const RunResult interval = e2e::Run({TRAINERD_BIN, data, "--diagnose_min_interval=-1s"});
+  EXPECT_EQ(interval.exit_code, 2) << interval.err;
+  EXPECT_THAT(interval.err, HasSubstr("--diagnose_min_interval"));
+}
+
 TEST_F(SecurityEndToEndTest, AUnixSocketServesTrainctlWithModeSixSixty) {
   const std::string socket = (dir_ / "trainerd.sock").string();
   ASSERT_TRUE(StartDaemon({"--listen=unix:" + socket}));
