@@ -1,0 +1,23 @@
+// What job_manager.cc and job_runner.cc, the two halves of JobManager, share: small helpers of
+// the engine's job bookkeeping. Not for use outside JobManager.
+#pragma once
+
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "server/engine/types.h"
+
+namespace trainerd::engine::job_internal {
+
+// A copy of `snap` without its epochs and parameters (epochs_completed says how many): what
+// listings and the store's per-state records need, at a cost that does not grow with the job.
+JobSnapshot SummaryOf(JobSnapshot& snap);
+
+// Removes a file, quietly when it is already gone; logs other failures.
+void RemoveFile(const std::string& path);
+
+// What an exception says, for logs and a failed job's error.
+std::string ExceptionText(const std::exception_ptr& e);
+
+}  // namespace trainerd::engine::job_internal
