@@ -448,6 +448,20 @@ bool IsAllowedOperator(std::string_view qualified_name) {
   return kAllowed->count(qualified_name) > 0;
 }
 
+bool IsAllowedOperator(c10::Symbol kind) {
+  // Symbols, not their C strings: an interned name may hold a NUL byte ("aten::t\0..."), and its
+  // toQualString() would read as the allowed "aten::t". Interning the allowed names gives each one
+  // id, so a name that differs in any byte is a different symbol.
+  static const std::unordered_set<c10::Symbol>* const kAllowedSymbols = [] {
+    auto* symbols = new std::unordered_set<c10::Symbol>();
+    for (std::string_view name : kAllowedOperators) {
+      symbols->insert(c10::Symbol::fromQualString(std::string(name)));
+    }
+    return symbols;
+  }();
+  return kAllowedSymbols->count(kind) > 0;
+}
+
 absl::Status CheckGraphOperators(const torch::jit::Graph& graph, std::string_view where) {
   // An explicit stack of blocks (and of subgraphs held in node attributes): no recursion.
   std::vector<const torch::jit::Block*> blocks = {graph.block()};
@@ -456,9 +470,8 @@ absl::Status CheckGraphOperators(const torch::jit::Graph& graph, std::string_vie
     const torch::jit::Block* block = blocks.back();
     blocks.pop_back();
     for (const torch::jit::Node* node : block->nodes()) {
-      const std::string kind = node->kind().toQualString();
-      if (!IsAllowedOperator(kind)) {
-        return Refused(absl::StrCat("operator '", kind, "'"), where);
+      if (!IsAllowedOperator(node->kind())) {
+        return Refused(absl::StrCat("operator '", node->kind().toQualString(), "'"), where);
       }
       if (node->kind() == torch::jit::prim::CallMethod && node->inputs().size() > 0) {
         // A method of a custom class runs native code; a module's own methods are checked as

@@ -38,4 +38,8 @@ absl::Status CheckGraphOperators(const torch::jit::Graph& graph, std::string_vie
 // Whether a qualified operator name ("aten::linear", "prim::If") is on the allow-list.
 bool IsAllowedOperator(std::string_view qualified_name);
 
+// Whether an interned operator symbol is on the allow-list. The graph check uses this one: it
+// compares the whole interned name, including any byte after a NUL.
+bool IsAllowedOperator(c10::Symbol kind);
+
 }  // namespace trainerd::engine

@@ -140,6 +140,24 @@ TEST(CheckGraphOperatorsTest, CustomOperatorIsRefusedByName) {
   EXPECT_THAT(status.message(), HasSubstr("operator 'my_ops::exfiltrate' (in Net.forward)"));
 }
 
+// An operator name with a NUL byte after an allowed one ("aten::t" then "\0x") reads as the
+// allowed name through its C string; the check compares interned symbols, so it is refused. (The
+// module-check fuzzer found this: its harness's verdict and the check's differed.)
+TEST(CheckGraphOperatorsTest, NameWithANulByteAfterAnAllowedOneIsRefused) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  const std::string forged("aten::t\0x", 9);
+  ASSERT_STREQ(c10::Symbol::fromQualString(forged).toQualString(), "aten::t");
+  graph->appendNode(graph->create(c10::Symbol::fromQualString(forged), 0));
+  const absl::Status status = CheckGraphOperators(*graph, "Net.forward");
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(IsAllowedOperator(c10::Symbol::fromQualString(forged)));
+  EXPECT_TRUE(IsAllowedOperator(c10::Symbol::fromQualString("aten::t")));
+  // The real one still passes.
+  auto allowed = std::make_shared<torch::jit::Graph>();
+  allowed->appendNode(allowed->create(c10::Symbol::fromQualString("aten::t"), 0));
+  EXPECT_TRUE(CheckGraphOperators(*allowed, "Net.forward").ok());
+}
+
 // A refused operator deep inside nested blocks is found, and the walk does not recurse (10,000
 // levels would overflow a recursive walker's stack).
 TEST(CheckGraphOperatorsTest, RefusedOperatorInDeeplyNestedBlocksIsFound) {
