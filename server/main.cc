@@ -83,6 +83,9 @@ ABSL_FLAG(int64_t, max_jobs_per_caller, 0,
           "quota: queued and running jobs one caller (not an admin) may have; 0 for none");
 ABSL_FLAG(int64_t, max_dataset_bytes_per_caller, 0,
           "quota: bytes of datasets one caller (not an admin) may own; 0 for none");
+ABSL_FLAG(int64_t, max_disk_bytes_per_caller, 0,
+          "quota: bytes under --data_dir one caller's (not an admin's) datasets, modules, "
+          "checkpoints and models may hold; 0 for none");
 ABSL_FLAG(absl::Duration, diagnose_min_interval, absl::Seconds(30),
           "Diagnose --refresh measures again only when the figures are older than this");
 ABSL_FLAG(int64_t, max_upload_bytes_in_flight, int64_t{8} << 30,
@@ -242,6 +245,7 @@ int main(int argc, char** argv) {
   options.engine.diagnose_min_interval = absl::GetFlag(FLAGS_diagnose_min_interval);
   options.engine.max_jobs_per_caller = absl::GetFlag(FLAGS_max_jobs_per_caller);
   options.engine.max_dataset_bytes_per_caller = absl::GetFlag(FLAGS_max_dataset_bytes_per_caller);
+  options.engine.max_disk_bytes_per_caller = absl::GetFlag(FLAGS_max_disk_bytes_per_caller);
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
   options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
@@ -262,11 +266,12 @@ int main(int argc, char** argv) {
   if (options.min_upload_bytes_per_second < 0 || options.max_uploads_per_caller < 0 ||
       options.max_watches_per_caller < 0 || options.max_diagnose_per_caller < 0 ||
       options.engine.diagnose_min_interval < absl::ZeroDuration() ||
-      options.engine.max_jobs_per_caller < 0 || options.engine.max_dataset_bytes_per_caller < 0) {
+      options.engine.max_jobs_per_caller < 0 || options.engine.max_dataset_bytes_per_caller < 0 ||
+      options.engine.max_disk_bytes_per_caller < 0) {
     std::cerr << "trainerd: --min_upload_bytes_per_second, --max_uploads_per_caller, "
                  "--max_watches_per_caller, --max_diagnose_per_caller, --diagnose_min_interval, "
-                 "--max_jobs_per_caller and --max_dataset_bytes_per_caller must not be "
-                 "negative\n";
+                 "--max_jobs_per_caller, --max_dataset_bytes_per_caller and "
+                 "--max_disk_bytes_per_caller must not be negative\n";
     return 2;
   }
   options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);

@@ -28,6 +28,7 @@
 #include "server/engine/dataset_registry.h"
 #include "server/engine/device.h"
 #include "server/engine/diagnose.h"
+#include "server/engine/disk_quota.h"
 #include "server/engine/fused_path.h"
 #include "server/engine/job_manager.h"
 #include "server/engine/log.h"
@@ -49,6 +50,7 @@ struct Engine::Impl {
         device(device),
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
                  options.max_upload_bytes_in_flight, memory_budget),
+        disk_quota(options.max_disk_bytes_per_caller, DiskQuotaSources(options)),
         jobs(JobOptions(options)) {
     datasets.SetInUse(
         [this](const std::string& name) { return !jobs.JobUsingDataset(name).empty(); });
@@ -80,6 +82,12 @@ struct Engine::Impl {
   // The job manager's hooks: the observer, and the report's device figures (sampler window,
   // FLOPs from the model spec, the verdict against this device's cached Diagnose figures).
   JobHooks Hooks();
+  // Where the disk quota finds a caller's files: its datasets (the registry) and its jobs (the
+  // job manager's listing, ended jobs too).
+  DiskQuota::Sources DiskQuotaSources(const EngineOptions& options);
+  // The disk quota at admission, for a caller that is not an admin: OK below the quota with
+  // `more` bytes to add.
+  absl::Status CheckDiskQuota(const CallContext& caller, int64_t more, const std::string& what);
   // Submit's steps: the spec's defaults and the module's size and permission; admission (the
   // checks against the dataset, the limits, the queue) under admission_mu, with `module` when the
   // job brings one (then `checked_against` is the dataset it was checked against, which must not
@@ -121,6 +129,7 @@ struct Engine::Impl {
   const EngineOptions options;
   const torch::Device device;
   DatasetRegistry datasets;
+  DiskQuota disk_quota;  // before `jobs`, whose hooks ask it
 
   // Diagnose: one measurement at a time; the figures are cached. Declared before `jobs` so that
   // they outlive the workers that read them.
@@ -432,9 +441,51 @@ absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
   return impl_->Measure();
 }
 
+DiskQuota::Sources Engine::Impl::DiskQuotaSources(const EngineOptions& options) {
+  DiskQuota::Sources sources;
+  sources.data_dir = options.data_dir;
+  sources.dataset_bytes = [this](const std::string& owner) {
+    int64_t total = 0;
+    for (const DatasetMeta& meta : datasets.List()) {
+      total += meta.owner == owner ? meta.size_bytes : 0;
+    }
+    return total;
+  };
+  sources.job_ids = [this](const std::string& owner) {
+    std::vector<std::string> ids;
+    JobQuery query;
+    query.owner = owner;
+    query.page_size = kMaxJobPageSize;
+    // Pages until the end; bounded by the jobs the records keep (--max_finished_jobs).
+    while (true) {
+      absl::StatusOr<JobPage> page = jobs.List(query);
+      if (!page.ok()) break;
+      for (const JobSnapshot& job : page->jobs) ids.push_back(job.id);
+      if (page->next_page_token.empty()) break;
+      query.page_token = page->next_page_token;
+    }
+    return ids;
+  };
+  return sources;
+}
+
+absl::Status Engine::Impl::CheckDiskQuota(const CallContext& caller, int64_t more,
+                                          const std::string& what) {
+  if (caller.admin) return absl::OkStatus();
+  return disk_quota.Check(caller.owner, more, what);
+}
+
 JobHooks Engine::Impl::Hooks() {
   JobHooks hooks;
   hooks.observer = options.observer;
+  if (options.max_disk_bytes_per_caller > 0) {
+    hooks.may_checkpoint = [this](const std::string& owner) {
+      return disk_quota.Check(owner, 0, "a checkpoint");
+    };
+    hooks.wrote_file = [this](const std::string& owner, int64_t bytes) {
+      disk_quota.Charge(owner, bytes);
+    };
+  }
   hooks.acquire = [this](const JobSnapshot& job) -> absl::StatusOr<JobDatasets> {
     TRAINERD_ASSIGN_OR_RETURN(torch::Device job_device, ResolveDevice(job.device));
     return datasets.AcquireForJob(job.id, job.spec.dataset, job.spec.validation_dataset,
@@ -587,6 +638,14 @@ absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const Dataset
           " bytes (--max_dataset_bytes_per_caller): delete datasets it no longer needs"));
     }
   }
+  if (impl_->options.max_disk_bytes_per_caller > 0 && !caller.admin) {
+    // The declared size again, against what the caller holds on disk.
+    const absl::StatusOr<DatasetLayout> layout = CheckDatasetHeader(header, 0);
+    if (layout.ok()) {
+      TRAINERD_RETURN_IF_ERROR(
+          impl_->CheckDiskQuota(caller, layout->total_bytes, "this upload"));
+    }
+  }
   TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<DatasetUpload> upload,
                             impl_->datasets.BeginUpload(header, caller.owner));
   return std::unique_ptr<UploadSession>(std::move(upload));
@@ -600,6 +659,7 @@ absl::StatusOr<DatasetMeta> Engine::CommitUpload(std::unique_ptr<UploadSession> 
   const std::string name = upload->meta().name;
   auto meta = impl_->datasets.Commit(std::move(upload));
   if (meta.ok()) {
+    impl_->disk_quota.Forget();  // the new dataset counts at the owner's next call
     LogInfo(absl::StrCat("dataset '", name, "' resident on ", meta->device, ": ", meta->rows,
                          " rows, ", meta->size_bytes, " bytes"));
   }
@@ -638,6 +698,7 @@ absl::Status Engine::DeleteDataset(const std::string& name, const CallContext& c
         "dataset '", name, "' is in use by job '", job, "'; cancel the job or wait for it to end"));
   }
   TRAINERD_RETURN_IF_ERROR(impl_->datasets.Delete(name));
+  impl_->disk_quota.Forget();  // the owner's room is back at its next call
   LogInfo(absl::StrCat("dataset '", name, "' deleted"));
   return absl::OkStatus();
 }
@@ -810,6 +871,9 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                                                 std::optional<LoadedTorchScript> module,
                                                 const DatasetMeta* checked_against,
                                                 std::string_view module_bytes) {
+  // Before admission_mu: it walks the caller's files (at most every few seconds).
+  TRAINERD_RETURN_IF_ERROR(CheckDiskQuota(caller, static_cast<int64_t>(module_bytes.size()),
+                                          "this job's module"));
   absl::MutexLock lock(&admission_mu);
   TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, 1));
   TRAINERD_ASSIGN_OR_RETURN(
@@ -821,8 +885,11 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                    module ? std::make_shared<const TorchScriptJob>(TorchScriptJob{
                                 std::string(module_bytes), module->parameter_count, true})
                           : nullptr,
-                   caller.owner, module_bytes,
-                   checked.estimated_memory_bytes, std::move(checked.device_estimates)));
+                   caller.owner, module_bytes, checked.estimated_memory_bytes,
+                   std::move(checked.device_estimates), /*quota_exempt=*/caller.admin));
+  if (!module_bytes.empty()) {
+    disk_quota.Charge(caller.owner, static_cast<int64_t>(module_bytes.size()));
+  }
   LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
                        " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
                        job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
@@ -1117,6 +1184,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   const std::vector<uint64_t> seeds =
       axes.seeds.empty() ? std::vector<uint64_t>{*spec.seed} : axes.seeds;
   std::vector<SweepMember> members;
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, 0, "this sweep"));
   {
     absl::MutexLock lock(&impl_->admission_mu);
     TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(
@@ -1147,7 +1215,8 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
       }
     }
     TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> jobs,
-                              impl_->jobs.EnqueueSweep(std::move(members), caller.owner));
+                              impl_->jobs.EnqueueSweep(std::move(members), caller.owner,
+                                                       /*quota_exempt=*/caller.admin));
     SweepSnapshot sweep;
     sweep.id = jobs.front().sweep_id;
     sweep.members = std::move(jobs);
@@ -1201,7 +1270,11 @@ absl::StatusOr<JobPage> Engine::ListJobs(const JobQuery& query) const {
   return impl_->jobs.List(query);
 }
 
-absl::Status Engine::DeleteJob(const std::string& id) { return impl_->jobs.Delete(id); }
+absl::Status Engine::DeleteJob(const std::string& id) {
+  TRAINERD_RETURN_IF_ERROR(impl_->jobs.Delete(id));
+  impl_->disk_quota.Forget();  // the owner's room is back at its next call
+  return absl::OkStatus();
+}
 
 absl::StatusOr<JobSnapshot> Engine::CancelJob(const std::string& id) {
   return impl_->jobs.Cancel(id);

@@ -51,6 +51,10 @@ struct EngineOptions {
   // member), and the bytes of the datasets it owns, counted at the upload's header.
   int64_t max_jobs_per_caller = 0;
   int64_t max_dataset_bytes_per_caller = 0;
+  // The bytes under data_dir one caller's datasets, modules, checkpoints and models may hold
+  // (disk_quota.h): checked at its uploads and submissions, and before each checkpoint of its jobs
+  // (skipped over the quota; the job goes on and says so). 0: none.
+  int64_t max_disk_bytes_per_caller = 0;
   // Jobs each device runs at once; 0: 1 on the CPU, 4 on a GPU (each GPU job on its own stream).
   int32_t max_concurrent_jobs = 0;
   // A CPU job's intra-op threads: 0 chooses each job's from its size (one thread for a small

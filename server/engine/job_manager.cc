@@ -186,7 +186,8 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
                                                 std::shared_ptr<const TorchScriptJob> torchscript,
                                                 std::string owner, std::string_view module_bytes,
                                                 int64_t estimated_memory_bytes,
-                                                std::vector<DeviceCostEstimate> device_estimates) {
+                                                std::vector<DeviceCostEstimate> device_estimates,
+                                                bool quota_exempt) {
   // Admission first (cheap, under the lock), then the durable writes without it, then the queue.
   {
     absl::MutexLock lock(&mu_);
@@ -203,6 +204,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   record->model = std::move(model);
   record->torchscript = std::move(torchscript);
   record->device = device;
+  record->quota_exempt = quota_exempt;
   JobSnapshot& snap = record->snap;
   snap.estimated_memory_bytes = estimated_memory_bytes;
   snap.device_estimates = std::move(device_estimates);
@@ -239,7 +241,8 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
 }
 
 absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<SweepMember> members,
-                                                                  std::string owner) {
+                                                                  std::string owner,
+                                                                  bool quota_exempt) {
   const int64_t count = static_cast<int64_t>(members.size());
   {
     absl::MutexLock lock(&mu_);
@@ -266,6 +269,7 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     auto record = std::make_shared<Record>();
     record->model = std::move(member.model);
     record->device = member.device;
+    record->quota_exempt = quota_exempt;
     JobSnapshot& snap = record->snap;
     snap.id = id;
     snap.sweep_id = sweep_id;
@@ -326,6 +330,9 @@ absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device
   record->torchscript = std::move(torchscript);
   record->device = device;
   record->resume = std::move(resume);
+  // Whether its submitter was an admin is not recorded; a job the daemon had accepted keeps its
+  // checkpoints (the quota still refuses its owner's new uploads and jobs).
+  record->quota_exempt = true;
   record->snap = std::move(job);
   JobSnapshot copy;
   {

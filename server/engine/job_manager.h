@@ -54,6 +54,11 @@ struct JobHooks {
   // fails the job with its sentence.
   std::function<absl::StatusOr<TorchScriptJob>(const JobSnapshot&, const TorchScriptJob&)>
       check_module;
+  // Asked on the training thread before each checkpoint of a job of `owner` that is held to the
+  // disk quota (Enqueue's quota_exempt false); an error skips that checkpoint (TrainingRun::
+  // may_checkpoint). And told of each checkpoint and trained model written, with its size.
+  std::function<absl::Status(const std::string& owner)> may_checkpoint;
+  std::function<void(const std::string& owner, int64_t bytes)> wrote_file;
 };
 
 struct JobManagerOptions {
@@ -130,21 +135,24 @@ class JobManager {
   // (JobHooks::acquire). `torchscript` is a TorchScript job's checked module (then `model` is
   // empty), trained in place, and `module_bytes` its archive (kept for a restart); null and empty
   // for a spec-built model. `owner` is recorded on the job, and `estimated_memory_bytes` (its
-  // working set, as Submit estimated it).
+  // working set, as Submit estimated it). `quota_exempt`: an admin's job, whose checkpoints
+  // JobHooks::may_checkpoint is not asked about (nor for a job taken up after a restart).
   // UNAVAILABLE after Shutdown or Drain; RESOURCE_EXHAUSTED when max_queued_jobs jobs already
   // wait; INTERNAL when the job cannot be recorded.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                       std::shared_ptr<const TorchScriptJob> torchscript = nullptr,
                                       std::string owner = "", std::string_view module_bytes = {},
                                       int64_t estimated_memory_bytes = 0,
-                                      std::vector<DeviceCostEstimate> device_estimates = {});
+                                      std::vector<DeviceCostEstimate> device_estimates = {},
+                                      bool quota_exempt = false);
   // Queues a sweep's checked members as jobs of one sweep (a new sweep id on each), all or none,
   // and returns them QUEUED in order. Members queued on one device together train as one pack
   // (RunPackedTraining) when a worker takes the first of them; a member taken up again after a
   // restart trains alone. The same errors as Enqueue (RESOURCE_EXHAUSTED when the members would
   // take the queues past max_queued_jobs).
   absl::StatusOr<std::vector<JobSnapshot>> EnqueueSweep(std::vector<SweepMember> members,
-                                                        std::string owner = "");
+                                                        std::string owner = "",
+                                                        bool quota_exempt = false);
   // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
   // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
   // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by
@@ -228,6 +236,7 @@ class JobManager {
     // A sweep's member: the ids of its sweep's members (shared by them), which a worker takes
     // together; null for a job submitted alone or taken up again after a restart.
     std::shared_ptr<const std::vector<std::string>> pack;
+    bool quota_exempt = false;  // an admin's job (Enqueue); set before the job is queued
   };
   // A job's run once it started: the TrainingRun with its callbacks, the RUNNING snapshot, the
   // report's hook, and what its report says of threads and packing.

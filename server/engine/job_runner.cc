@@ -282,9 +282,11 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     state.started = snap;
   });
   TrainingRun& run = state.run;
+  std::string owner;
   {
     absl::MutexLock lock(&mu_);
     run.spec = record->snap.spec;
+    owner = record->snap.owner;
   }
   run.model = record->model;
   run.dataset = record->dataset;
@@ -345,8 +347,9 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     run.checkpoint_dir = absl::StrCat(options_.data_dir, "/", job_folder);
     // Listed before the epoch that wrote it is published (and recorded with it), under the same
     // ordering lock. keep_checkpoints deletes the oldest files only after the new one is listed.
-    run.on_checkpoint = [this, record, job_folder, trimmed](
+    run.on_checkpoint = [this, record, job_folder, trimmed, owner](
                             int32_t epoch, const std::string& file_name, int64_t size_bytes) {
+      if (options_.hooks.wrote_file) options_.hooks.wrote_file(owner, size_bytes);
       CheckpointInfo checkpoint;
       checkpoint.epoch = epoch;
       checkpoint.path = absl::StrCat(job_folder, "/", file_name);
@@ -377,6 +380,9 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     absl::MutexLock lock(&mu_);
     record->snap.checkpoint_error = why;
   };
+  if (options_.hooks.may_checkpoint && !record->quota_exempt) {
+    run.may_checkpoint = [hook = options_.hooks.may_checkpoint, owner] { return hook(owner); };
+  }
   if (options_.hooks.start_report) {
     state.finish_report = options_.hooks.start_report(state.started, run.model, run.dataset->meta);
   }
@@ -417,6 +423,10 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     } else {
       // Kept with the record: a download checks the file against it.
       model_sha256 = Sha256Hex(outcome.model_archive);
+      if (options_.hooks.wrote_file) {
+        options_.hooks.wrote_file(state.started.owner,
+                                  static_cast<int64_t>(outcome.model_archive.size()));
+      }
     }
   }
   outcome.model_archive.clear();

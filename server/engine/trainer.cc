@@ -370,31 +370,39 @@ class MemberLoop {
     if (!run_.checkpoint_dir.empty() &&
         (draining || (spec_.checkpoint_every > 0 && epoch_ % spec_.checkpoint_every == 0))) {
       const std::string file_name = CheckpointFileName(epoch_);
-      if (!run_.device.is_cpu()) host_.CountCrossDeviceCopy();
-      const auto checkpoint_start = Clock::now();
-      LoopState state;
-      state.epoch = epoch_;
-      state.seed = spec_.seed.value_or(0);
-      state.steps = outcome_.steps;
-      state.host_syncs = host_.count();
-      state.elapsed_seconds = result.elapsed_seconds;
-      state.loss = mean_loss;
-      {
-        std::lock_guard<std::mutex> lock(gen_.mutex());
-        state.generator_state = gen_.get_state();
-      }
-      state.best_validation_loss = best_val_loss_;
-      state.epochs_without_improvement = epochs_without_improvement_;
-      absl::StatusOr<int64_t> size =
-          path_->WriteCheckpoint(absl::StrCat(run_.checkpoint_dir, "/", file_name), state);
-      outcome_.checkpoint_seconds += SecondsSince(checkpoint_start);
-      if (!size.ok()) {
-        const std::string why = absl::StrCat("cannot write the checkpoint of epoch ", epoch_, ": ",
-                                             size.status().message());
+      const absl::Status allowed = run_.may_checkpoint ? run_.may_checkpoint() : absl::OkStatus();
+      if (!allowed.ok()) {
+        const std::string why = absl::StrCat("the checkpoint of epoch ", epoch_,
+                                             " was not written: ", allowed.message());
         LogWarning(absl::StrCat(why, "; training goes on without it"));
         if (run_.on_checkpoint_failed) run_.on_checkpoint_failed(epoch_, why);
-      } else if (run_.on_checkpoint) {
-        run_.on_checkpoint(epoch_, file_name, *size);
+      } else {
+        if (!run_.device.is_cpu()) host_.CountCrossDeviceCopy();
+        const auto checkpoint_start = Clock::now();
+        LoopState state;
+        state.epoch = epoch_;
+        state.seed = spec_.seed.value_or(0);
+        state.steps = outcome_.steps;
+        state.host_syncs = host_.count();
+        state.elapsed_seconds = result.elapsed_seconds;
+        state.loss = mean_loss;
+        {
+          std::lock_guard<std::mutex> lock(gen_.mutex());
+          state.generator_state = gen_.get_state();
+        }
+        state.best_validation_loss = best_val_loss_;
+        state.epochs_without_improvement = epochs_without_improvement_;
+        absl::StatusOr<int64_t> size =
+            path_->WriteCheckpoint(absl::StrCat(run_.checkpoint_dir, "/", file_name), state);
+        outcome_.checkpoint_seconds += SecondsSince(checkpoint_start);
+        if (!size.ok()) {
+          const std::string why = absl::StrCat("cannot write the checkpoint of epoch ", epoch_,
+                                               ": ", size.status().message());
+          LogWarning(absl::StrCat(why, "; training goes on without it"));
+          if (run_.on_checkpoint_failed) run_.on_checkpoint_failed(epoch_, why);
+        } else if (run_.on_checkpoint) {
+          run_.on_checkpoint(epoch_, file_name, *size);
+        }
       }
     }
     if (run_.on_epoch) run_.on_epoch(result, outcome_.steps, host_.count());

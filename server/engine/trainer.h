@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/model_spec.h"
 #include "server/engine/dataset_registry.h"
 #include "server/engine/training_outcome.h"
@@ -67,6 +68,10 @@ struct TrainingRun {
   // disk that fills up must not end a long job that would otherwise finish. A resume then starts
   // from the last checkpoint that was written.
   std::function<void(int32_t epoch, const std::string& why)> on_checkpoint_failed;
+  // Asked on the training thread before each checkpoint is written; an error (the owner's disk
+  // quota, disk_quota.h) skips that checkpoint as a failed write does: on_checkpoint_failed with
+  // its sentence, and the job goes on. Unset: every checkpoint is written.
+  std::function<absl::Status()> may_checkpoint;
 };
 
 // Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a

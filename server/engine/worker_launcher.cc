@@ -449,6 +449,14 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
         // The file's name is the daemon's, from the epoch alone: nothing of the worker's becomes
         // a path.
         const std::string name = CheckpointFileName(checkpoint->epoch);
+        const absl::Status allowed = run.may_checkpoint ? run.may_checkpoint() : absl::OkStatus();
+        if (!allowed.ok()) {
+          const std::string why = absl::StrCat("the checkpoint of epoch ", checkpoint->epoch,
+                                               " was not written: ", allowed.message());
+          LogWarning(absl::StrCat("job '", job_id, "': ", why, "; training goes on without it"));
+          if (run.on_checkpoint_failed) run.on_checkpoint_failed(checkpoint->epoch, why);
+          return;
+        }
         const absl::Status written =
             WriteModelArchive(absl::StrCat(run.checkpoint_dir, "/", name), checkpoint->bytes);
         if (!written.ok()) {

@@ -9,6 +9,8 @@
 
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
+#include <iterator>
 #include <functional>
 #include <mutex>
 #include <fstream>
@@ -657,6 +659,67 @@ TEST_F(TenancyTest, QuotasBoundEachTenantsJobsAndDatasetBytes) {
   EXPECT_TRUE(SubmitAs(kBob, LinearSpec("bob-1", 1), &job).ok());
   cancel.set_id(bobs[1]);
   ASSERT_TRUE(jobs_->CancelJob(As(kBob).get(), cancel, &cancelled).ok());
+}
+
+// The disk quota bounds what a tenant holds under the data folder: bob's second dataset does not
+// fit; his job's checkpoints stop at the quota (the job goes on, succeeds with its model and says
+// why), and then his new work is refused naming the quota while alice and the admin go on. Deleting
+// the job gives the room back.
+TEST_F(TenancyTest, TheDiskQuotaBoundsATenantsFilesAndCheckpointsStopAtIt) {
+  ServerOptions options = Options();
+  options.auth_token_file = token_file_;
+  options.engine.max_disk_bytes_per_caller = 12000;  // one seed table (6,400 bytes), not two
+  StopServer();
+  StartServer(options);
+  ASSERT_TRUE(UploadAs(kBob, "bob-1").ok());
+  const grpc::Status too_big = UploadAs(kBob, "bob-2");
+  EXPECT_EQ(too_big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(too_big.error_message(), HasSubstr("--max_disk_bytes_per_caller"));
+  EXPECT_THAT(too_big.error_message(), HasSubstr("this upload needs 6400"));
+  ASSERT_TRUE(UploadAs(kAlice, "alice-1").ok());
+  ASSERT_TRUE(UploadAs(kOps, "ops-1").ok());
+  ASSERT_TRUE(UploadAs(kOps, "ops-2").ok());  // admins have no quota
+
+  constexpr int kEpochs = 30;
+  v1::JobSpec spec = LinearSpec("bob-1", kEpochs);
+  spec.set_checkpoint_every(1);
+  v1::Job job;
+  ASSERT_TRUE(SubmitAs(kBob, spec, &job).ok());
+  const v1::Job ended = WaitAs(kBob, job.id());
+  EXPECT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  EXPECT_EQ(ended.epochs_completed(), kEpochs);
+  // Some checkpoints were written, not all, and the job says why the rest were not.
+  ASSERT_GE(ended.checkpoints_size(), 1);
+  EXPECT_LT(ended.checkpoints_size(), kEpochs);
+  int64_t written = 0;
+  for (const v1::Checkpoint& checkpoint : ended.checkpoints()) written += checkpoint.size_bytes();
+  EXPECT_LE(6400 + written, 12000 + ended.checkpoints(0).size_bytes());  // past it by one at most
+  EXPECT_THAT(ended.checkpoint_error(), HasSubstr("was not written"));
+  EXPECT_THAT(ended.checkpoint_error(), HasSubstr("--max_disk_bytes_per_caller"));
+  const std::filesystem::path folder = data_dir_ + "/checkpoints/" + job.id();
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(folder),
+                          std::filesystem::directory_iterator()),
+            ended.checkpoints_size());
+  // Bob is at his quota: new jobs and uploads are refused; alice and the admin are not held up.
+  const grpc::Status refused = SubmitAs(kBob, LinearSpec("bob-1", 1), &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("its quota is 12000 bytes"));
+  v1::Job other;
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-1", 1), &other).ok());
+  EXPECT_EQ(WaitAs(kAlice, other.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  v1::JobSpec admins = LinearSpec("ops-1", kEpochs);
+  admins.set_checkpoint_every(1);
+  ASSERT_TRUE(SubmitAs(kOps, admins, &other).ok());
+  const v1::Job admin_job = WaitAs(kOps, other.id());
+  EXPECT_EQ(admin_job.checkpoints_size(), kEpochs);
+  EXPECT_EQ(admin_job.checkpoint_error(), "");
+  // Deleting his job gives bob his room back.
+  v1::DeleteJobRequest remove;
+  remove.set_id(ended.id());
+  v1::DeleteJobResponse removed;
+  ASSERT_TRUE(jobs_->DeleteJob(As(kBob).get(), remove, &removed).ok());
+  EXPECT_TRUE(SubmitAs(kBob, LinearSpec("bob-1", 1), &job).ok());
+  EXPECT_EQ(WaitAs(kBob, job.id()).state(), v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace
