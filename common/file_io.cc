@@ -19,7 +19,21 @@ ScopedFd::~ScopedFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+bool IsOutOfDescriptors(int error_number) {
+  return error_number == EMFILE || error_number == ENFILE;
+}
+
+absl::Status TooManyOpenFiles(int error_number, absl::string_view what) {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the daemon has no file descriptor left (", std::strerror(error_number), "): ", what,
+      " failed; try again later (operators: raise its open-file limit, LimitNOFILE= or ulimit -n, "
+      "or lower --max_datasets)"));
+}
+
 absl::Status CannotOpen(const std::string& path, int error_number) {
+  if (IsOutOfDescriptors(error_number)) {
+    return TooManyOpenFiles(error_number, absl::StrCat("opening '", path, "'"));
+  }
   return absl::NotFoundError(
       absl::StrCat("cannot open '", path, "': ", std::strerror(error_number)));
 }
@@ -29,6 +43,9 @@ absl::Status FileError(int error_number, absl::string_view what, const std::stri
     return absl::ResourceExhaustedError(absl::StrCat(
         "the disk holding '", path, "' is full (", std::strerror(error_number), "): ", what,
         " failed; free space there or delete datasets, models or old jobs"));
+  }
+  if (IsOutOfDescriptors(error_number)) {
+    return TooManyOpenFiles(error_number, absl::StrCat(what, " '", path, "'"));
   }
   return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(error_number)));
 }

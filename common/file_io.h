@@ -26,13 +26,20 @@ class ScopedFd {
 };
 
 // NOT_FOUND "cannot open 'path': <strerror(error_number)>": the wording every reader of a local
-// file uses when it cannot be opened (missing, unreadable, a directory).
+// file uses when it cannot be opened (missing, unreadable, a directory); FileError's
+// RESOURCE_EXHAUSTED for EMFILE and ENFILE.
 absl::Status CannotOpen(const std::string& path, int error_number);
 
 // The error of a file operation that failed with `error_number`: RESOURCE_EXHAUSTED naming the
 // disk for a full disk or quota (ENOSPC, EDQUOT), so that a caller hears to free space rather
-// than an internal error; otherwise INTERNAL "<what> '<path>': <reason>".
+// than an internal error; RESOURCE_EXHAUSTED naming the open-file limit when the process or the
+// system has no descriptor left (EMFILE, ENFILE: the call may succeed later, nothing is damaged);
+// otherwise INTERNAL "<what> '<path>': <reason>".
 absl::Status FileError(int error_number, absl::string_view what, const std::string& path);
+
+// True for EMFILE and ENFILE; TooManyOpenFiles is their RESOURCE_EXHAUSTED sentence.
+bool IsOutOfDescriptors(int error_number);
+absl::Status TooManyOpenFiles(int error_number, absl::string_view what);
 
 // fsync of the folder that holds `path`, which makes a rename, a new file or a new folder in it
 // durable. FileError's errors.

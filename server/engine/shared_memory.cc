@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 namespace trainerd::engine {
 namespace {
@@ -55,8 +56,12 @@ absl::StatusOr<torch::Tensor> AllocateSharedHostBytes(int64_t bytes, const std::
   if (bytes < 0) return absl::InvalidArgumentError("a negative size of shared memory");
   const int fd = ::memfd_create(absl::StrCat("trainerd-", name).c_str(), MFD_CLOEXEC);
   if (fd < 0) {
+    const int err = errno;
+    if (IsOutOfDescriptors(err)) {
+      return TooManyOpenFiles(err, absl::StrCat("creating shared memory for '", name, "'"));
+    }
     return absl::ResourceExhaustedError(
-        absl::StrCat("cannot create shared memory for '", name, "': ", std::strerror(errno)));
+        absl::StrCat("cannot create shared memory for '", name, "': ", std::strerror(err)));
   }
   // One page at least, so that an empty dataset still has a mapping (and a base) of its own.
   const size_t length = static_cast<size_t>(std::max<int64_t>(bytes, 1));

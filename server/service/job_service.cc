@@ -1,6 +1,7 @@
 #include "server/service/job_service.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/file_io.h"
 #include "common/job_limits.h"
 #include "common/sha256.h"
 #include "server/convert/convert.h"
@@ -331,10 +333,21 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
     if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
       expected_sha256_ = job->model_sha256;  // empty for models of older builds: not checked
     }
+    errno = 0;
     file_.open(*path, std::ios::binary | std::ios::ate);
     if (!file_) {
-      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                          "the model file of job '" + id + "' cannot be read"));
+      // Only a file that is there and cannot be read is lost data: a job deleted since the
+      // lookup is NOT_FOUND, and a daemon out of descriptors is RESOURCE_EXHAUSTED (try again).
+      const int error_number = errno;
+      if (error_number == ENOENT) {
+        Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            "job '" + id + "' was deleted; its model is gone"));
+      } else if (IsOutOfDescriptors(error_number)) {
+        Finish(ToGrpcStatus(TooManyOpenFiles(error_number, "opening the model file")));
+      } else {
+        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            "the model file of job '" + id + "' cannot be read"));
+      }
       return;
     }
     remaining_ = static_cast<int64_t>(file_.tellg());

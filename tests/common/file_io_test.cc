@@ -50,6 +50,22 @@ TEST(FileErrorTest, AFullDiskIsResourceExhaustedNamingTheDisk) {
   EXPECT_EQ(FileError(EIO, "cannot write", "/q").code(), absl::StatusCode::kInternal);
 }
 
+// Out of descriptors is a bound, not damage: RESOURCE_EXHAUSTED naming the open-file limit, for a
+// write, an open and a read alike.
+TEST(FileErrorTest, NoDescriptorLeftIsResourceExhaustedNamingTheLimit) {
+  for (int error_number : {EMFILE, ENFILE}) {
+    const absl::Status written = FileError(error_number, "cannot create", "/data/x.tmp");
+    EXPECT_EQ(written.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(written.message(), HasSubstr("no file descriptor left"));
+    EXPECT_THAT(written.message(), HasSubstr("cannot create '/data/x.tmp' failed"));
+    EXPECT_THAT(written.message(), HasSubstr("LimitNOFILE="));
+    const absl::Status opened = CannotOpen("/data/m.pt", error_number);
+    EXPECT_EQ(opened.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(opened.message(), HasSubstr("opening '/data/m.pt'"));
+  }
+  EXPECT_EQ(CannotOpen("/data/m.pt", ENOENT).code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(WriteFileAtomicallyTest, FoldersAreMadeWithTheirParentsAndAFileInTheWayIsAnError) {
   const std::string root = path_ + "-folders";
   ASSERT_TRUE(MakeFoldersDurably(root + "/a/b/c").ok());
