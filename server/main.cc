@@ -1,8 +1,11 @@
 // trainerd: keeps uploaded datasets resident on a device and trains jobs submitted over gRPC.
 // Flags go into ServerOptions; Server::BuildAndStart does the rest; SIGINT/SIGTERM stop it.
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -32,6 +35,11 @@ ABSL_FLAG(std::string, device, "auto",
           "cpu, cuda or cuda:N");
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{16} << 30,
           "largest dataset payload accepted, in bytes; 0 for no limit");
+ABSL_FLAG(int64_t, max_datasets, 4096,
+          "most datasets the daemon keeps, all tenants together (a resident CPU dataset holds "
+          "two file descriptors); 0 for no bound");
+ABSL_FLAG(int64_t, max_datasets_per_caller, 0,
+          "quota: datasets one caller (not an admin) may own; 0 for none");
 ABSL_FLAG(std::string, device_memory_budget, "0",
           "memory of the default device that resident datasets and running jobs' estimated "
           "working sets may use together: bytes (12GiB, 500MB) or a share of the device (80%; "
@@ -157,6 +165,32 @@ std::string ExecutableDirectory() {
 
 }  // namespace
 
+namespace {
+
+// Raises the soft open-file limit to the hard one, as servers do (a default soft limit of 1,024
+// would run out at about 500 resident CPU datasets, two descriptors each, and then every upload,
+// download and connection fails), and says so when even the hard limit is short of what
+// --max_datasets may take (two per dataset, plus 1,024 for connections, files and LibTorch).
+void RaiseOpenFileLimit(int64_t max_datasets) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    struct rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const uint64_t need = 2 * static_cast<uint64_t>(std::max<int64_t>(max_datasets, 0)) + 1024;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < need) {
+    trainerd::engine::LogWarning(absl::StrCat(
+        "the open-file limit is ", limit.rlim_cur, ", short of the ", need, " that --max_datasets=",
+        max_datasets, " may take (two per resident CPU dataset, and 1,024 for the rest): raise it "
+        "(systemd LimitNOFILE=, docker --ulimit nofile=, ulimit -n) or lower --max_datasets; "
+        "past it, calls fail RESOURCE_EXHAUSTED until datasets are deleted"));
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
   sigset_t stop_signals;
@@ -212,6 +246,8 @@ int main(int argc, char** argv) {
   options.engine.data_dir = absl::GetFlag(FLAGS_data_dir);
   options.engine.device = absl::GetFlag(FLAGS_device);
   options.engine.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
+  options.engine.max_datasets = absl::GetFlag(FLAGS_max_datasets);
+  options.engine.max_datasets_per_caller = absl::GetFlag(FLAGS_max_datasets_per_caller);
   {
     absl::StatusOr<trainerd::MemorySize> budget =
         trainerd::ParseMemorySize(absl::GetFlag(FLAGS_device_memory_budget));
@@ -267,13 +303,16 @@ int main(int argc, char** argv) {
       options.max_watches_per_caller < 0 || options.max_diagnose_per_caller < 0 ||
       options.engine.diagnose_min_interval < absl::ZeroDuration() ||
       options.engine.max_jobs_per_caller < 0 || options.engine.max_dataset_bytes_per_caller < 0 ||
-      options.engine.max_disk_bytes_per_caller < 0) {
+      options.engine.max_disk_bytes_per_caller < 0 || options.engine.max_datasets < 0 ||
+      options.engine.max_datasets_per_caller < 0) {
     std::cerr << "trainerd: --min_upload_bytes_per_second, --max_uploads_per_caller, "
                  "--max_watches_per_caller, --max_diagnose_per_caller, --diagnose_min_interval, "
-                 "--max_jobs_per_caller, --max_dataset_bytes_per_caller and "
-                 "--max_disk_bytes_per_caller must not be negative\n";
+                 "--max_jobs_per_caller, --max_dataset_bytes_per_caller, "
+                 "--max_disk_bytes_per_caller, --max_datasets and --max_datasets_per_caller must "
+                 "not be negative\n";
     return 2;
   }
+  RaiseOpenFileLimit(options.engine.max_datasets);
   options.engine.allow_torchscript = absl::GetFlag(FLAGS_allow_torchscript);
   options.engine.module_checker.program = absl::GetFlag(FLAGS_module_checker);
   if (options.engine.module_checker.program.empty()) {

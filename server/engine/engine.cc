@@ -88,6 +88,9 @@ struct Engine::Impl {
   // The disk quota at admission, for a caller that is not an admin: OK below the quota with
   // `more` bytes to add.
   absl::Status CheckDiskQuota(const CallContext& caller, int64_t more, const std::string& what);
+  // An upload: RESOURCE_EXHAUSTED past max_datasets (everyone's) or max_datasets_per_caller (the
+  // caller's, not for admins). A name kept already is left to the registry (ALREADY_EXISTS).
+  absl::Status CheckDatasetCount(const std::string& name, const CallContext& caller) const;
   // Submit's steps: the spec's defaults and the module's size and permission; admission (the
   // checks against the dataset, the limits, the queue) under admission_mu, with `module` when the
   // job brings one (then `checked_against` is the dataset it was checked against, which must not
@@ -469,6 +472,30 @@ DiskQuota::Sources Engine::Impl::DiskQuotaSources(const EngineOptions& options) 
   return sources;
 }
 
+absl::Status Engine::Impl::CheckDatasetCount(const std::string& name,
+                                             const CallContext& caller) const {
+  const bool per_caller = options.max_datasets_per_caller > 0 && !caller.admin;
+  if (options.max_datasets <= 0 && !per_caller) return absl::OkStatus();
+  const std::vector<DatasetMeta> kept = datasets.List();
+  int64_t owned = 0;
+  for (const DatasetMeta& meta : kept) {
+    if (meta.name == name) return absl::OkStatus();  // the registry says it exists
+    owned += meta.owner == caller.owner ? 1 : 0;
+  }
+  if (options.max_datasets > 0 && static_cast<int64_t>(kept.size()) >= options.max_datasets) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the daemon keeps ", kept.size(), " datasets and at most ", options.max_datasets,
+        " (--max_datasets); delete datasets that are no longer needed"));
+  }
+  if (per_caller && owned >= options.max_datasets_per_caller) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "caller '", caller.owner, "' owns ", owned, " datasets; its quota is ",
+        options.max_datasets_per_caller,
+        " (--max_datasets_per_caller): delete datasets it no longer needs"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Engine::Impl::CheckDiskQuota(const CallContext& caller, int64_t more,
                                           const std::string& what) {
   if (caller.admin) return absl::OkStatus();
@@ -623,6 +650,7 @@ absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const Dataset
     return absl::UnavailableError(
         "the daemon is shutting down; upload again once it is back (nothing was received)");
   }
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckDatasetCount(header.name, caller));
   if (impl_->options.max_dataset_bytes_per_caller > 0 && !caller.admin) {
     // The declared size, checked before anything is received: what the caller owns already plus
     // this upload must fit its quota.

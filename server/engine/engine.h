@@ -34,6 +34,11 @@ struct EngineOptions {
   std::string device = "auto";
   // The largest dataset payload accepted, in bytes; 0 means no limit.
   int64_t max_dataset_bytes = int64_t{16} << 30;
+  // The most datasets the daemon keeps, all tenants together (0: no bound). A resident CPU
+  // dataset holds two descriptors (its shared-memory files), so this bounds the descriptors
+  // uploads can take; an upload past it is RESOURCE_EXHAUSTED before a byte is read. Uploads in
+  // progress are not counted (they are bounded by max_uploads_per_caller and the staging budget).
+  int64_t max_datasets = 0;
   // The default device's memory that resident datasets and running jobs' working sets may use
   // together: bytes, or a share of the device's memory (host RAM for the CPU). Unset: no budget.
   MemorySize device_memory_budget;
@@ -51,6 +56,8 @@ struct EngineOptions {
   // member), and the bytes of the datasets it owns, counted at the upload's header.
   int64_t max_jobs_per_caller = 0;
   int64_t max_dataset_bytes_per_caller = 0;
+  // Optional: the most datasets one tenant (not an admin) may own (0: none).
+  int64_t max_datasets_per_caller = 0;
   // The bytes under data_dir one caller's datasets, modules, checkpoints and models may hold
   // (disk_quota.h): checked at its uploads and submissions, and before each checkpoint of its jobs
   // (skipped over the quota; the job goes on and says so). 0: none.

@@ -1,8 +1,13 @@
-// End to end on a full disk: the real trainerd with its data folder on a 2.5 MiB tmpfs, driven by
-// the real trainctl. An upload larger than the room left is refused with RESOURCE_EXHAUSTED naming
-// the disk (not INTERNAL), nothing of it stays behind, and the daemon serves on; a job whose
-// checkpoints do not fit goes on without them, says why, and succeeds with its model, which
-// downloads. Mounting needs CAP_SYS_ADMIN (root, as in CI); the test skips without it.
+// End to end, the daemon's resources run out and it survives: the real trainerd and trainctl.
+// - A full disk: the data folder on a 2.5 MiB tmpfs. An upload larger than the room left is
+//   refused with RESOURCE_EXHAUSTED naming the disk (not INTERNAL), nothing of it stays behind,
+//   and the daemon serves on; a job whose checkpoints do not fit goes on without them, says why,
+//   and succeeds with its model, which downloads. Mounting needs CAP_SYS_ADMIN (root, as in CI);
+//   that test skips without it.
+// - No file descriptor left: the daemon under a hard limit of 256 open files (prlimit), filled
+//   with small datasets (two descriptors each while resident). The upload that finds none is
+//   RESOURCE_EXHAUSTED naming the limit; the daemon serves, and deleting datasets makes room.
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -147,6 +152,59 @@ TEST_F(FullDiskEndToEndTest, AnUploadThatDoesNotFitIsRefusedNamingTheDiskAndJobs
   ASSERT_EQ(fetched.exit_code, 0) << fetched.err;
   EXPECT_GT(std::filesystem::file_size(model), 1000000u);
   EXPECT_EQ(Ctl({"health"}).exit_code, 0);
+}
+
+TEST(DescriptorsEndToEndTest, NoDescriptorLeftIsABoundThatDeletingDatasetsLifts) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
+                                    ("trainerd-descriptors-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string csv = (dir / "seed.csv").string();
+  std::ofstream(csv) << "x,y\n0,1\n0.5,2\n1,3\n0.25,1.5\n";
+  // The hard limit is what the daemon raises its soft limit to; it says at start that the limit
+  // is short of what --max_datasets may take.
+  Daemon daemon({"/usr/bin/prlimit", "--nofile=256:256", TRAINERD_BIN, "--data_dir=" + (dir / "data").string(),
+                 "--listen=127.0.0.1:0", "--device=cpu", "--metrics_listen=",
+                 "--diagnose_at_start=false", "--max_datasets=1000"});
+  std::string line;
+  ASSERT_TRUE(daemon.ReadLine(&line)) << "trainerd exited: " << daemon.Stderr();
+  const std::string marker = "listening on ";
+  const size_t at = line.find(marker);
+  ASSERT_NE(at, std::string::npos) << line;
+  const size_t start = at + marker.size();
+  const std::string addr = line.substr(start, line.find(' ', start) - start);
+  EXPECT_THAT(daemon.Stderr(), HasSubstr("the open-file limit is 256, short of the 3024"));
+  auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {TRAINCTL_BIN, "--addr", addr});
+    return e2e::Run(args, {}, 30);
+  };
+  int uploaded = 0;
+  RunResult refused;
+  for (int i = 0; i < 200; ++i) {
+    RunResult upload = ctl({"dataset", "upload", "d" + std::to_string(i), csv});
+    if (upload.exit_code != 0) {
+      refused = upload;
+      break;
+    }
+    ++uploaded;
+  }
+  ASSERT_GT(uploaded, 20) << "the limit was reached too early: " << refused.err;
+  ASSERT_LT(uploaded, 200) << "256 descriptors held more than 200 datasets";
+  EXPECT_THAT(refused.err, HasSubstr("no file descriptor left"));
+  EXPECT_THAT(refused.err, Not(HasSubstr("INTERNAL")));
+  // The daemon serves on, with every dataset it accepted.
+  EXPECT_EQ(ctl({"health"}).exit_code, 0);
+  const RunResult listed = ctl({"dataset", "list"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("d" + std::to_string(uploaded - 1)));
+  // Deleting some makes room again.
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ(ctl({"dataset", "delete", "d" + std::to_string(i)}).exit_code, 0);
+  }
+  const RunResult again = ctl({"dataset", "upload", "again", csv});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(daemon.Stop(SIGTERM), 0) << daemon.Stderr();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::UnorderedElementsAre;
 
 constexpr char kAlice[] = "a11ce0000000000000000000000000a1";
 constexpr char kBob[] = "b0b0000000000000000000000000b0b0";
@@ -659,6 +660,33 @@ TEST_F(TenancyTest, QuotasBoundEachTenantsJobsAndDatasetBytes) {
   EXPECT_TRUE(SubmitAs(kBob, LinearSpec("bob-1", 1), &job).ok());
   cancel.set_id(bobs[1]);
   ASSERT_TRUE(jobs_->CancelJob(As(kBob).get(), cancel, &cancelled).ok());
+}
+
+// The number of datasets is bounded for everyone (--max_datasets: each resident CPU dataset holds
+// two descriptors) and optionally per tenant, and deleting one makes room. The refusals come
+// before a byte is stored and name the flag.
+TEST_F(TenancyTest, TheNumberOfDatasetsIsBoundedForTheDaemonAndPerTenant) {
+  ServerOptions options = Options();
+  options.auth_token_file = token_file_;
+  options.engine.max_datasets = 4;
+  options.engine.max_datasets_per_caller = 2;
+  StopServer();
+  StartServer(options);
+  ASSERT_TRUE(UploadAs(kBob, "bob-1").ok());
+  ASSERT_TRUE(UploadAs(kBob, "bob-2").ok());
+  const grpc::Status third = UploadAs(kBob, "bob-3");
+  EXPECT_EQ(third.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(third.error_message(), HasSubstr("owns 2 datasets; its quota is 2"));
+  EXPECT_THAT(third.error_message(), HasSubstr("--max_datasets_per_caller"));
+  EXPECT_EQ(UploadAs(kBob, "bob-2").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  ASSERT_TRUE(UploadAs(kAlice, "alice-1").ok());
+  ASSERT_TRUE(UploadAs(kOps, "ops-1").ok());  // admins: no per-caller quota, but the daemon's
+  const grpc::Status full = UploadAs(kOps, "ops-2");
+  EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(full.error_message(), HasSubstr("keeps 4 datasets and at most 4 (--max_datasets)"));
+  EXPECT_THAT(DatasetNamesAs(kOps), UnorderedElementsAre("alice-1", "bob-1", "bob-2", "ops-1"));
+  ASSERT_TRUE(DeleteDatasetAs(kBob, "bob-1").ok());
+  EXPECT_TRUE(UploadAs(kOps, "ops-2").ok());
 }
 
 // The disk quota bounds what a tenant holds under the data folder: bob's second dataset does not
