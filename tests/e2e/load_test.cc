@@ -41,6 +41,9 @@ namespace {
 // $TRAINERD_LOAD_CLIENTS overrides it (for experiments; the issue asks for at least 32).
 constexpr int kDefaultClients = 32;
 constexpr int kRows = 64;
+// A client keeps at most this many datasets (an upload past it deletes one instead), as a user
+// does: 32 clients never come near the daemon's --max_datasets, however long the run.
+constexpr size_t kKeptDatasetsPerClient = 16;
 
 // Each client is a tenant of its own (its token names it), as on a shared node: the daemon's
 // per-caller bounds apply to each, not to all of them together. "ops" is an admin.
@@ -197,6 +200,7 @@ class Client {
   }
 
   void Upload() {
+    if (dataset_names_.size() >= kKeptDatasetsPerClient) return DeleteOne();
     const std::string name = "c" + std::to_string(index_) + "-" + std::to_string(next_++);
     std::vector<float> payload(kRows * 2);
     for (int r = 0; r < kRows; ++r) {

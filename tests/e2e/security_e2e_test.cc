@@ -186,7 +186,8 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
   for (const char* flag :
        {"--max_uploads_per_caller", "--max_watches_per_caller", "--max_diagnose_per_caller",
         "--min_upload_bytes_per_second", "--max_jobs_per_caller",
-        "--max_dataset_bytes_per_caller", "--max_disk_bytes_per_caller"}) {
+        "--max_dataset_bytes_per_caller", "--max_disk_bytes_per_caller", "--max_datasets",
+        "--max_datasets_per_caller"}) {
     const RunResult negative = e2e::Run({TRAINERD_BIN, data, std::string(flag) + "=-1"});
     EXPECT_EQ(negative.exit_code, 2) << flag << ": " << negative.err;
     EXPECT_THAT(negative.err, HasSubstr(flag))
