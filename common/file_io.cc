@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 #include <string>
 
 #include "absl/status/status.h"
@@ -17,6 +19,24 @@ namespace trainerd {
 
 ScopedFd::~ScopedFd() {
   if (fd_ >= 0) ::close(fd_);
+}
+
+int64_t BytesOnDisk(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    return ec ? 0 : static_cast<int64_t>(size);
+  }
+  int64_t total = 0;
+  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (it->is_regular_file(size_ec)) {
+      const uintmax_t size = it->file_size(size_ec);
+      if (!size_ec) total += static_cast<int64_t>(size);
+    }
+  }
+  return total;
 }
 
 bool IsOutOfDescriptors(int error_number) {

@@ -37,6 +37,10 @@ absl::Status CannotOpen(const std::string& path, int error_number);
 // otherwise INTERNAL "<what> '<path>': <reason>".
 absl::Status FileError(int error_number, absl::string_view what, const std::string& path);
 
+// The bytes `path` takes: a regular file's size, or the sum of the regular files under a folder
+// (recursively); 0 when it does not exist or cannot be read.
+int64_t BytesOnDisk(const std::string& path);
+
 // True for EMFILE and ENFILE; TooManyOpenFiles is their RESOURCE_EXHAUSTED sentence.
 bool IsOutOfDescriptors(int error_number);
 absl::Status TooManyOpenFiles(int error_number, absl::string_view what);

@@ -1,11 +1,10 @@
 // DiskQuota: a caller's files walked and summed, cached, and checked (disk_quota.h).
 #include "server/engine/disk_quota.h"
 
-#include <filesystem>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 namespace trainerd::engine {
 namespace {
@@ -13,24 +12,6 @@ namespace {
 // The most callers whose figures are kept; past it, figures older than the refresh are dropped
 // (the callers are the token file's names, so this is a bound that is never reached in practice).
 constexpr size_t kMaxCallers = 4096;
-
-int64_t PathBytes(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(path, ec)) {
-    const uintmax_t size = std::filesystem::file_size(path, ec);
-    return ec ? 0 : static_cast<int64_t>(size);
-  }
-  int64_t total = 0;
-  for (auto it = std::filesystem::recursive_directory_iterator(path, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code size_ec;
-    if (it->is_regular_file(size_ec)) {
-      const uintmax_t size = it->file_size(size_ec);
-      if (!size_ec) total += static_cast<int64_t>(size);
-    }
-  }
-  return total;
-}
 
 }  // namespace
 
@@ -40,11 +21,11 @@ DiskQuota::DiskQuota(int64_t limit_bytes, Sources sources, absl::Duration refres
 int64_t DiskQuota::Walk(const std::string& owner) const {
   int64_t total = sources_.dataset_bytes ? sources_.dataset_bytes(owner) : 0;
   if (!sources_.job_ids) return total;
-  const std::filesystem::path dir(sources_.data_dir);
+  const std::string& dir = sources_.data_dir;
   for (const std::string& id : sources_.job_ids(owner)) {
-    total += PathBytes(dir / "modules" / (id + ".pt"));
-    total += PathBytes(dir / "checkpoints" / id);
-    total += PathBytes(dir / "models" / (id + ".pt"));
+    total += BytesOnDisk(dir + "/modules/" + id + ".pt");
+    total += BytesOnDisk(dir + "/checkpoints/" + id);
+    total += BytesOnDisk(dir + "/models/" + id + ".pt");
   }
   return total;
 }

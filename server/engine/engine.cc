@@ -278,31 +278,6 @@ Engine::MemoryAccount Engine::memory_account() const {
   return account;
 }
 
-namespace {
-
-// Bytes of the regular files under `dir` (recursively); 0 when it does not exist.
-int64_t FolderBytes(const std::string& dir) {
-  std::error_code ec;
-  int64_t total = 0;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    std::error_code size_ec;
-    if (it->is_regular_file(size_ec)) {
-      const uintmax_t size = it->file_size(size_ec);
-      if (!size_ec) total += static_cast<int64_t>(size);
-    }
-  }
-  return total;
-}
-
-int64_t FileBytes(const std::string& path) {
-  std::error_code ec;
-  const uintmax_t size = std::filesystem::file_size(path, ec);
-  return ec ? 0 : static_cast<int64_t>(size);
-}
-
-}  // namespace
-
 DiskUsage Engine::disk_usage() const {
   constexpr absl::Duration kRefresh = absl::Seconds(10);
   const std::string& dir = impl_->options.data_dir;
@@ -324,12 +299,12 @@ DiskUsage Engine::disk_usage() const {
   DiskUsage usage;
   usage.free_bytes = free_bytes;
   usage.total_bytes = total_bytes;
-  usage.datasets = FolderBytes(dir + "/datasets");
-  usage.models = FolderBytes(dir + "/models");
-  usage.checkpoints = FolderBytes(dir + "/checkpoints");
-  usage.modules = FolderBytes(dir + "/modules");
-  usage.records = FileBytes(dir + "/jobs.db") + FileBytes(dir + "/jobs.db-wal") +
-                  FileBytes(dir + "/jobs.db-shm");
+  usage.datasets = BytesOnDisk(dir + "/datasets");
+  usage.models = BytesOnDisk(dir + "/models");
+  usage.checkpoints = BytesOnDisk(dir + "/checkpoints");
+  usage.modules = BytesOnDisk(dir + "/modules");
+  usage.records = BytesOnDisk(dir + "/jobs.db") + BytesOnDisk(dir + "/jobs.db-wal") +
+                  BytesOnDisk(dir + "/jobs.db-shm");
   impl_->disk = usage;
   impl_->disk_measured = now;
   return usage;

@@ -24,6 +24,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/file_io.h"
 #include "tests/e2e/subprocess.h"
 #include "trainerd/v1/jobs.pb.h"
 
@@ -32,16 +33,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-int64_t RegularFileBytes(const std::filesystem::path& dir) {
-  int64_t total = 0;
-  std::error_code ec;
-  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
-       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file()) total += static_cast<int64_t>(it->file_size());
-  }
-  return total;
-}
 
 class FullDiskEndToEndTest : public ::testing::Test {
  protected:
@@ -116,7 +107,7 @@ TEST_F(FullDiskEndToEndTest, AnUploadThatDoesNotFitIsRefusedNamingTheDiskAndJobs
   EXPECT_THAT(refused.err, HasSubstr("free space there or delete datasets"));
   EXPECT_THAT(refused.err, Not(HasSubstr("INTERNAL")));
   // Nothing of it stays behind (no partial or temporary file), and the daemon serves on.
-  EXPECT_LT(RegularFileBytes(data_ / "datasets"), 4096);
+  EXPECT_LT(BytesOnDisk((data_ / "datasets").string()), 4096);
   EXPECT_EQ(Ctl({"health"}).exit_code, 0);
   const RunResult listed = Ctl({"dataset", "list"});
   ASSERT_EQ(listed.exit_code, 0) << listed.err;
@@ -146,7 +137,7 @@ TEST_F(FullDiskEndToEndTest, AnUploadThatDoesNotFitIsRefusedNamingTheDiskAndJobs
   EXPECT_THAT(job.checkpoint_error(), HasSubstr("is full"));
   // No partial checkpoint takes the room, and the model downloads whole (checked against the
   // checksum kept with the record).
-  EXPECT_EQ(RegularFileBytes(data_ / "checkpoints"), 0);
+  EXPECT_EQ(BytesOnDisk((data_ / "checkpoints").string()), 0);
   const std::string model = (dir_ / "model.pt").string();
   const RunResult fetched = Ctl({"job", "model", id, "-f", model});
   ASSERT_EQ(fetched.exit_code, 0) << fetched.err;
