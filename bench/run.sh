@@ -12,6 +12,7 @@ RESULTS_DIR="${RESULTS_DIR:-build/bench}"
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"
   TRAINERD_LOAD_SECONDS="${BENCH_LOAD_SECONDS:-60}" TRAINERD_LOAD_REPORT="$RESULTS_DIR/load.txt" \
+    TRAINERD_LOAD_WARMUP_SECONDS="${BENCH_LOAD_WARMUP_SECONDS:-30}" \
     TRAINERD_LOAD_NEIGHBOURS_REPORT="$RESULTS_DIR/load_neighbours.txt" \
     "$BUILD_DIR/tests/e2e/load_test" --gtest_brief=1
   echo "bench: load figures in $RESULTS_DIR/load.txt and, beside hostile neighbours, $RESULTS_DIR/load_neighbours.txt"
