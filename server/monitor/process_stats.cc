@@ -1,6 +1,8 @@
 #include "server/monitor/process_stats.h"
 
 #include <time.h>
+#include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -103,6 +105,18 @@ absl::StatusOr<ProcessStats> ReadProcessStats() {
   absl::StatusOr<int64_t> resident = ParseProcStatmResidentBytes(*statm, sysconf(_SC_PAGESIZE));
   if (!resident.ok()) return resident.status();
   stats.resident_bytes = *resident;
+  if (DIR* fds = ::opendir("/proc/self/fd"); fds != nullptr) {
+    int64_t count = 0;
+    while (const dirent* entry = ::readdir(fds)) {
+      if (entry->d_name[0] != '.') ++count;
+    }
+    ::closedir(fds);
+    stats.open_fds = count - 1;  // not the descriptor opendir itself holds
+  }
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    stats.max_fds = static_cast<int64_t>(limit.rlim_cur);
+  }
   return stats;
 }
 

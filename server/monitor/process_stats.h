@@ -13,6 +13,11 @@ namespace trainerd::monitor {
 struct ProcessStats {
   double cpu_seconds = 0;      // user + system, every thread, since the process started
   int64_t resident_bytes = 0;  // resident set size
+  // Open file descriptors (the entries of /proc/self/fd) and the soft RLIMIT_NOFILE; -1 when
+  // unknown. A resident CPU dataset holds two (its shared memory), so these are the budget that
+  // --max_datasets guards.
+  int64_t open_fds = -1;
+  int64_t max_fds = -1;
 };
 
 // utime + stime of a /proc/<pid>/stat line, in seconds. The command name (field 2) may hold

@@ -450,6 +450,7 @@ TEST_F(PrometheusTest, FreshDaemonMetricsPassPromtool) {
   for (const char* name : {"trainerd_build_info", "trainerd_jobs_submitted_total",
                            "trainerd_jobs_queued", "trainerd_jobs_running", "trainerd_epochs_total",
                            "process_cpu_seconds_total", "process_resident_memory_bytes",
+                           "process_open_fds", "process_max_fds",
                            // (SM activity is a rate between two GPM samples: not in the first.)
                            "trainerd_gpu_utilization_ratio", "trainerd_gpu_memory_used_bytes",
                            "trainerd_gpu_memory_total_bytes", "trainerd_gpu_power_watts",

@@ -156,6 +156,8 @@ TEST(MetricsTest, BuildInfoAndProcessSeriesArePresentWithoutEngineOrSampler) {
                               "version=\"0.1.0\"} 1"));
   EXPECT_THAT(text, HasSubstr("\n# TYPE process_cpu_seconds_total counter\n"));
   EXPECT_THAT(text, HasSubstr("\nprocess_resident_memory_bytes "));
+  EXPECT_THAT(text, HasSubstr("\n# TYPE process_open_fds gauge\n"));
+  EXPECT_THAT(text, HasSubstr("\nprocess_max_fds "));
   EXPECT_THAT(text, Not(HasSubstr("trainerd_gpu_")));
 }
 
