@@ -33,18 +33,12 @@
 #include "server/engine/module_sandbox.h"
 #include "server/engine/torchscript_module.h"
 #include "server/worker/sandbox.h"
+#include "server/worker/under_asan.h"
 
 // Under AddressSanitizer (make test-asan) the checker cannot cap its data segment: ASan maps its
 // shadow and allocator regions lazily and fails once RLIMIT_DATA is reached. ASan's own cap on a
 // single allocation stands in for it there (an allocation over it returns null, which LibTorch
 // reports as out of memory).
-#if defined(__SANITIZE_ADDRESS__)
-#define TRAINERD_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TRAINERD_UNDER_ASAN 1
-#endif
-#endif
 #ifdef TRAINERD_UNDER_ASAN
 extern "C" const char* __asan_default_options() {
   return "max_allocation_size_mb=4096:allocator_may_return_null=1:detect_leaks=0";

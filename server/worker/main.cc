@@ -34,14 +34,8 @@
 #include "server/engine/trainer.h"
 #include "server/engine/worker_protocol.h"
 #include "server/worker/sandbox.h"
+#include "server/worker/under_asan.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TRAINERD_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TRAINERD_UNDER_ASAN 1
-#endif
-#endif
 // Under AddressSanitizer (make test-asan) the worker gets no ASAN_OPTIONS from the daemon (its
 // environment is fixed): no leak check at exit (LeakSanitizer stops the world with ptrace, which
 // the sandbox refuses, and LibTorch keeps process-lifetime allocations), and an allocation over
