@@ -17,8 +17,9 @@
 
 namespace trainerd {
 
-ScopedFd::~ScopedFd() {
+void ScopedFd::Close() {
   if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
 }
 
 int64_t BytesOnDisk(const std::string& path) {

@@ -15,11 +15,19 @@ namespace trainerd {
 // A file descriptor closed on every return path.
 class ScopedFd {
  public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd();
+  explicit ScopedFd(int fd = -1) : fd_(fd) {}
+  ~ScopedFd() { Close(); }
   ScopedFd(const ScopedFd&) = delete;
   ScopedFd& operator=(const ScopedFd&) = delete;
   int get() const { return fd_; }
+  // Gives the descriptor up without closing it (-1 after).
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  // Closes it now (a child's end of a pipe once the child has it); -1 after.
+  void Close();
 
  private:
   int fd_;

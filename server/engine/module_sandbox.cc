@@ -26,6 +26,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 
 namespace trainerd::engine {
@@ -47,23 +48,6 @@ std::string LastLine(const std::string& text) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipWhitespace());
   return lines.empty() ? std::string() : OneLine(lines.back());
 }
-
-// Closes a descriptor once, when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() { Close(); }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
 
 absl::Status DeadlineError(absl::Duration allowed) {
   return absl::DeadlineExceededError(absl::StrFormat(
@@ -161,20 +145,20 @@ absl::StatusOr<StartedChecker> SpawnChecker(const std::string& program) {
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, in_pair) != 0) {
     return absl::InternalError(absl::StrCat("cannot create a socket: ", std::strerror(errno)));
   }
-  Fd input(in_pair[0]);
-  Fd child_input(in_pair[1]);
+  ScopedFd input(in_pair[0]);
+  ScopedFd child_input(in_pair[1]);
   int out_pipe[2];
   int err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
   }
-  Fd out_read(out_pipe[0]);
-  Fd out_write(out_pipe[1]);
+  ScopedFd out_read(out_pipe[0]);
+  ScopedFd out_write(out_pipe[1]);
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
   }
-  Fd err_read(err_pipe[0]);
-  Fd err_write(err_pipe[1]);
+  ScopedFd err_read(err_pipe[0]);
+  ScopedFd err_write(err_pipe[1]);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, child_input.get(), STDIN_FILENO);
@@ -288,9 +272,9 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
     ~Refill() { RefillCheckers(options); }
   } refill{options};
   const pid_t pid = checker.pid;
-  Fd input(checker.input);
-  Fd out_read(checker.out);
-  Fd err_read(checker.err);
+  ScopedFd input(checker.input);
+  ScopedFd out_read(checker.out);
+  ScopedFd err_read(checker.err);
   // The request: the flags on the first line, then the archive; the end of input ends it.
   std::vector<std::string> flags = ModuleCheckerArguments(options, feature_shape, dataset_name);
   flags.erase(flags.begin());

@@ -44,27 +44,6 @@ constexpr size_t kMaxLogLineChars = 300;
 constexpr int kMaxLogLines = 50;
 constexpr size_t kKeptErrorChars = 4096;
 
-class Descriptor {
- public:
-  explicit Descriptor(int fd = -1) : fd_(fd) {}
-  ~Descriptor() { Close(); }
-  Descriptor(const Descriptor&) = delete;
-  Descriptor& operator=(const Descriptor&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_;
-};
-
 std::string Escaped(std::string_view line) {
   std::string out;
   for (char c : line.substr(0, kMaxLogLineChars)) {
@@ -258,16 +237,16 @@ absl::StatusOr<WorkerProcess> WorkerPool::Spawn(const std::string& device) const
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
     return absl::InternalError(absl::StrCat("cannot make the worker's socket: ", std::strerror(errno)));
   }
-  Descriptor socket(pair[0]);
-  Descriptor child_socket(pair[1]);
+  ScopedFd socket(pair[0]);
+  ScopedFd child_socket(pair[1]);
   int out_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("cannot make the worker's output pipe: ", std::strerror(errno)));
   }
-  Descriptor output(out_pipe[0]);
-  Descriptor child_output(out_pipe[1]);
+  ScopedFd output(out_pipe[0]);
+  ScopedFd child_output(out_pipe[1]);
   const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  Descriptor null_input(devnull);
+  ScopedFd null_input(devnull);
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -353,15 +332,15 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   }
   // The descriptors travel with the job: the dataset's features and targets, then the
   // validation dataset's.
-  std::vector<std::unique_ptr<Descriptor>> shared_fds;
+  std::vector<std::unique_ptr<ScopedFd>> shared_fds;
   std::vector<SharedDataset> shared;  // keeps any copies alive until the worker mapped them
   int64_t mapped = 0;
   for (const Dataset* d : {run.dataset.get(), run.validation_dataset.get()}) {
     if (d == nullptr) continue;
     absl::StatusOr<SharedDataset> one = ShareDataset(*d);
     if (!one.ok()) return fail(std::string(one.status().message()));
-    shared_fds.push_back(std::make_unique<Descriptor>(one->features.fd));
-    shared_fds.push_back(std::make_unique<Descriptor>(one->targets.fd));
+    shared_fds.push_back(std::make_unique<ScopedFd>(one->features.fd));
+    shared_fds.push_back(std::make_unique<ScopedFd>(one->targets.fd));
     mapped += one->features.region_bytes + one->targets.region_bytes;
     shared.push_back(*std::move(one));
   }
@@ -381,8 +360,8 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   absl::StatusOr<WorkerProcess> taken = pool.Take(job.device);
   if (!taken.ok()) return fail(std::string(taken.status().message()));
   const pid_t pid = taken->pid;
-  Descriptor socket(taken->socket);
-  Descriptor output(taken->output);
+  ScopedFd socket(taken->socket);
+  ScopedFd output(taken->output);
   std::vector<int> fds;
   for (const auto& fd : shared_fds) fds.push_back(fd->get());
   absl::Status sent = SendFrame(socket.get(), WorkerFrame::kStart, EncodeWorkerJob(job), fds);
