@@ -179,7 +179,10 @@ void RaiseOpenFileLimit(int64_t max_datasets) {
     raised.rlim_cur = limit.rlim_max;
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
   }
-  const uint64_t need = 2 * static_cast<uint64_t>(std::max<int64_t>(max_datasets, 0)) + 1024;
+  // Capped so that a huge --max_datasets cannot wrap the sum around to a small need.
+  const uint64_t datasets =
+      static_cast<uint64_t>(std::clamp<int64_t>(max_datasets, 0, int64_t{1} << 40));
+  const uint64_t need = 2 * datasets + 1024;
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < need) {
     trainerd::engine::LogWarning(absl::StrCat(
         "the open-file limit is ", limit.rlim_cur, ", short of the ", need, " that --max_datasets=",

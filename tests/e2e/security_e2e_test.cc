@@ -201,6 +201,16 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
       EXPECT_THAT(refused.err, HasSubstr(std::string(flag).substr(2))) << flag << junk;
     }
   }
+  // The largest --max_datasets does not wrap the descriptor need around to a small one: the
+  // daemon starts and warns that the open-file limit is short (logged before it listens).
+  {
+    Daemon huge({TRAINERD_BIN, data, "--max_datasets=9223372036854775807", "--listen=127.0.0.1:0",
+                 "--device=cpu", "--metrics_listen=", "--diagnose_at_start=false"});
+    std::string line;
+    ASSERT_TRUE(huge.ReadLine(&line)) << huge.Stderr();
+    EXPECT_THAT(huge.Stderr(), HasSubstr("short of the 2199023256576"));
+    EXPECT_EQ(huge.Stop(SIGTERM), 0);
+  }
   const RunResult interval = e2e::Run({TRAINERD_BIN, data, "--diagnose_min_interval=-1s"});
   EXPECT_EQ(interval.exit_code, 2) << interval.err;
   EXPECT_THAT(interval.err, HasSubstr("--diagnose_min_interval"));
