@@ -480,16 +480,17 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     out.push_back(std::move(cpu));
     out.push_back(std::move(rss));
     // The names every Prometheus client library's process collector uses.
-    if (stats->open_fds >= 0) {
+    const monitor::DescriptorStats descriptors = monitor::ReadDescriptorStats();
+    if (descriptors.open_fds >= 0) {
       MetricFamily open = Family("process_open_fds", "Number of open file descriptors.",
                                  MetricType::Gauge);
-      open.metric.push_back(Value(static_cast<double>(stats->open_fds)));
+      open.metric.push_back(Value(static_cast<double>(descriptors.open_fds)));
       out.push_back(std::move(open));
     }
-    if (stats->max_fds >= 0) {
+    if (descriptors.max_fds >= 0) {
       MetricFamily max = Family("process_max_fds", "Maximum number of open file descriptors.",
                                 MetricType::Gauge);
-      max.metric.push_back(Value(static_cast<double>(stats->max_fds)));
+      max.metric.push_back(Value(static_cast<double>(descriptors.max_fds)));
       out.push_back(std::move(max));
     }
   }

@@ -105,6 +105,11 @@ absl::StatusOr<ProcessStats> ReadProcessStats() {
   absl::StatusOr<int64_t> resident = ParseProcStatmResidentBytes(*statm, sysconf(_SC_PAGESIZE));
   if (!resident.ok()) return resident.status();
   stats.resident_bytes = *resident;
+  return stats;
+}
+
+DescriptorStats ReadDescriptorStats() {
+  DescriptorStats stats;
   if (DIR* fds = ::opendir("/proc/self/fd"); fds != nullptr) {
     int64_t count = 0;
     while (const dirent* entry = ::readdir(fds)) {

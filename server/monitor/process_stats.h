@@ -13,9 +13,12 @@ namespace trainerd::monitor {
 struct ProcessStats {
   double cpu_seconds = 0;      // user + system, every thread, since the process started
   int64_t resident_bytes = 0;  // resident set size
-  // Open file descriptors (the entries of /proc/self/fd) and the soft RLIMIT_NOFILE; -1 when
-  // unknown. A resident CPU dataset holds two (its shared memory), so these are the budget that
-  // --max_datasets guards.
+};
+
+// Open file descriptors (the entries of /proc/self/fd) and the soft RLIMIT_NOFILE; -1 when
+// unknown. A resident CPU dataset holds two (its shared memory), so these are the budget that
+// --max_datasets guards.
+struct DescriptorStats {
   int64_t open_fds = -1;
   int64_t max_fds = -1;
 };
@@ -37,7 +40,14 @@ absl::StatusOr<int64_t> ParseMemTotalBytes(absl::string_view meminfo);
 // This process, now. CPU seconds come from clock_gettime(CLOCK_PROCESS_CPUTIME_ID), which counts
 // the same user + system time as /proc/self/stat in nanoseconds rather than 10 ms clock ticks
 // (short measurement windows need the resolution); /proc/self/stat is the fallback.
+// Cheap enough for every job's start and end (the sampler's windows): two small reads.
 absl::StatusOr<ProcessStats> ReadProcessStats();
+
+// This process's descriptors, now. Counting them walks /proc/self/fd, whose cost grows with every
+// open descriptor (thousands on a busy daemon: datasets' shared memory, connections), so only a
+// /metrics scrape asks: it was once part of ReadProcessStats and took a fifth of a busy daemon's
+// CPU at every job's start and end.
+DescriptorStats ReadDescriptorStats();
 
 // Host facts, read once by the sampler.
 int OnlineCpus();            // at least 1
