@@ -92,6 +92,34 @@ int64_t ResidentBytes(pid_t pid) {
 }
 
 // Latencies and codes per RPC, shared by the clients.
+class Recorder;
+
+// Where a call's latency goes: the recorder of the window it started in, or nowhere when it
+// ends in another window (a call that straddles a switch of the neighbours is neither quiet nor
+// crowded). A fixed recorder for a run without windows.
+class Windows {
+ public:
+  explicit Windows(Recorder* recorder = nullptr) : recorder_(recorder) {}
+  // Calls starting from now on are recorded in `recorder` (nullptr: not recorded).
+  void Switch(Recorder* recorder) {
+    std::lock_guard<std::mutex> lock(mu_);
+    recorder_ = recorder;
+    ++window_;
+  }
+  std::pair<Recorder*, int64_t> Current() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {recorder_, window_};
+  }
+  int64_t straddling() const { return straddling_.load(); }
+  void CountStraddling() { ++straddling_; }
+
+ private:
+  mutable std::mutex mu_;
+  Recorder* recorder_;
+  int64_t window_ = 0;
+  std::atomic<int64_t> straddling_{0};
+};
+
 class Recorder {
  public:
   void Add(const std::string& rpc, std::chrono::steady_clock::duration took,
@@ -138,13 +166,13 @@ class Recorder {
 // One client: its own channel and a loop of random actions on its own datasets and jobs.
 class Client {
  public:
-  Client(int index, const std::string& address, Recorder* recorder,
-         std::set<std::string>* accepted, std::mutex* accepted_mu)
+  Client(int index, const std::string& address, Windows* windows, std::set<std::string>* accepted,
+         std::mutex* accepted_mu)
       : index_(index),
         channel_(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())),
         datasets_(v1::DatasetService::NewStub(channel_)),
         jobs_(v1::JobService::NewStub(channel_)),
-        recorder_(recorder),
+        windows_(windows),
         accepted_(accepted),
         accepted_mu_(accepted_mu),
         rng_(index),
@@ -187,9 +215,15 @@ class Client {
  private:
   template <typename Call>
   grpc::Status Timed(const std::string& rpc, Call call) {
+    const auto [recorder, window] = windows_->Current();
     const auto start = std::chrono::steady_clock::now();
     const grpc::Status status = call();
-    recorder_->Add(rpc, std::chrono::steady_clock::now() - start, status.error_code());
+    const auto took = std::chrono::steady_clock::now() - start;
+    if (windows_->Current().second != window) {
+      windows_->CountStraddling();
+    } else if (recorder != nullptr) {
+      recorder->Add(rpc, took, status.error_code());
+    }
     return status;
   }
 
@@ -352,7 +386,7 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::DatasetService::Stub> datasets_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
-  Recorder* recorder_;
+  Windows* windows_;
   std::set<std::string>* accepted_;
   std::mutex* accepted_mu_;
   std::mt19937 rng_;
@@ -377,15 +411,14 @@ int LoadSeconds(int default_seconds) {
 // The real daemon over a scratch folder, with a token per client.
 class LoadDaemon {
  public:
-  // Tokens for `phases` * `clients` clients (a quiet and a crowded phase, and a warm-up, each its
-  // own tenants).
-  explicit LoadDaemon(int clients, int phases = 2)
+  // Tokens for `clients` clients, each its own tenant.
+  explicit LoadDaemon(int clients)
       : dir_(std::filesystem::path(::testing::TempDir()) /
              ("trainerd-load-" + std::to_string(::getpid()))) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     const std::string tokens = (dir_ / "tokens").string();
-    std::ofstream(tokens) << TokenFileText(phases * clients);
+    std::ofstream(tokens) << TokenFileText(clients);
     daemon_ = std::make_unique<Daemon>(std::vector<std::string>{
         TRAINERD_BIN, "--listen=127.0.0.1:0", "--data_dir=" + (dir_ / "data").string(),
         "--device=cpu", "--metrics_listen=", "--diagnose_at_start=false",
@@ -410,12 +443,13 @@ class LoadDaemon {
 };
 
 // `clients` clients (client-`first` on) for `seconds`, their latencies into `recorder`.
-std::vector<std::unique_ptr<Client>> RunClients(int clients, int seconds, const std::string& address,
-                                                Recorder* recorder, std::set<std::string>* accepted,
+std::vector<std::unique_ptr<Client>> RunClients(int clients, int seconds,
+                                                const std::string& address, Windows* windows,
+                                                std::set<std::string>* accepted,
                                                 std::mutex* accepted_mu, int first = 0) {
   std::vector<std::unique_ptr<Client>> out;
   for (int i = first; i < first + clients; ++i) {
-    out.push_back(std::make_unique<Client>(i, address, recorder, accepted, accepted_mu));
+    out.push_back(std::make_unique<Client>(i, address, windows, accepted, accepted_mu));
   }
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   std::vector<std::thread> threads;
@@ -471,19 +505,20 @@ TEST(LoadTest, ThirtyTwoClientsLeaveTheDaemonWholeAndItsMemoryNearItsBaseline) {
   const std::string& address = load.address();
 
   Recorder recorder;
+  Windows windows(&recorder);
   std::set<std::string> accepted;
   std::mutex accepted_mu;
   // Warm-up: one client's cycle brings in what the first job and upload allocate once (LibTorch's
   // kernels, gRPC's buffers), so that the baseline is the daemon at work, not the daemon idle.
   {
-    Client warm(1000, address, &recorder, &accepted, &accepted_mu);
+    Client warm(1000, address, &windows, &accepted, &accepted_mu);
     warm.Run(std::chrono::steady_clock::now() + std::chrono::seconds(2));
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const int64_t baseline = ResidentBytes(load.daemon().pid());
 
   std::vector<std::unique_ptr<Client>> clients =
-      RunClients(kClients, seconds, address, &recorder, &accepted, &accepted_mu);
+      RunClients(kClients, seconds, address, &windows, &accepted, &accepted_mu);
   const int64_t peak = ResidentBytes(load.daemon().pid());
 
   // Every accepted job ends and is listed.
@@ -531,195 +566,268 @@ TEST(LoadTest, ThirtyTwoClientsLeaveTheDaemonWholeAndItsMemoryNearItsBaseline) {
   EXPECT_EQ(load.daemon().Stop(SIGTERM), 0) << load.daemon().Stderr();
 }
 
-// Hostile neighbours, as another tenant (mallory) and as nobody: uploads that trickle a byte at a
-// time, watches that never read, junk health paths without a token and refreshed Diagnose calls,
-// beside the same honest clients as a quiet run. Asserted: no honest call breaks or is refused
-// for the neighbours' sake (they are bounded per caller), and the daemon lives. Reported, not
-// asserted (`make bench`): the honest clients' p50 and p99, quiet and with the neighbours.
-TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
-  const int kClients = ClientCount();
-  const int seconds = LoadSeconds(5);
-  // Under the honest load alone the daemon reaches a slower steady state after about 20 s (the
-  // queue full, the CPU training without pause, thousands of records): the quiet phase must start
-  // there too, or it averages a fast start against a crowded phase that runs wholly in it.
-  // `make bench` warms up 30 s; the test's default run is too short to need it.
-  const char* warmup_text = std::getenv("TRAINERD_LOAD_WARMUP_SECONDS");
-  const int warmup = warmup_text != nullptr ? std::max(0, std::atoi(warmup_text)) : 0;
-  LoadDaemon load(kClients, /*phases=*/3);
-  ASSERT_TRUE(load.started()) << load.daemon().Stderr();
-  const std::string& address = load.address();
-  std::set<std::string> accepted;
-  std::mutex accepted_mu;
-  Recorder warm;
-  if (warmup > 0) {
-    RunClients(kClients, warmup, address, &warm, &accepted, &accepted_mu, /*first=*/2 * kClients);
+// Mallory's dataset and a finished job of hers with a 3,000-epoch history: what her idle watches
+// will not read (far more than the transport's window). One step an epoch, over in a second or
+// two, so that it does not hold the worker meanwhile. Its id, or "" after a failed assertion.
+std::string MallorysLongJob(const std::shared_ptr<grpc::Channel>& channel) {
+  auto datasets = v1::DatasetService::NewStub(channel);
+  auto jobs = v1::JobService::NewStub(channel);
+  grpc::ClientContext context;
+  Authorize(&context, "mallory");
+  v1::Dataset dataset;
+  auto writer = datasets->UploadDataset(&context, &dataset);
+  v1::UploadDatasetRequest chunk;
+  chunk.set_chunk(std::string(kRows * 2 * sizeof(float), '\0'));
+  writer->Write(HeaderMessage("mallory-data", kRows));
+  writer->Write(chunk);
+  writer->WritesDone();
+  const grpc::Status uploaded = writer->Finish();
+  EXPECT_TRUE(uploaded.ok()) << uploaded.error_message();
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->set_dataset("mallory-data");
+  request.mutable_spec()->set_model("linear:1");
+  request.mutable_spec()->set_loss(v1::LOSS_MSE);
+  request.mutable_spec()->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_SGD);
+  request.mutable_spec()->mutable_optimizer()->set_learning_rate(0.01);
+  request.mutable_spec()->set_epochs(3000);
+  request.mutable_spec()->set_batch_size(kRows);
+  grpc::ClientContext submit;
+  Authorize(&submit, "mallory");
+  v1::Job job;
+  const grpc::Status submitted = jobs->SubmitJob(&submit, request, &job);
+  EXPECT_TRUE(submitted.ok()) << submitted.error_message();
+  if (!submitted.ok()) return "";
+  for (int i = 0; i < 600 && job.state() != v1::JOB_STATE_SUCCEEDED; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    grpc::ClientContext get;
+    Authorize(&get, "mallory");
+    v1::GetJobRequest id;
+    id.set_id(job.id());
+    jobs->GetJob(&get, id, &job);
   }
-  Recorder quiet;
-  RunClients(kClients, seconds, address, &quiet, &accepted, &accepted_mu);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+  return job.state() == v1::JOB_STATE_SUCCEEDED ? job.id() : "";
+}
 
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  const int64_t rss_quiet = ResidentBytes(load.daemon().pid());
-  // The neighbours.
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> refused{0};  // the neighbours' calls the daemon bounded
-  std::vector<std::thread> neighbours;
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  // A long job of mallory's to watch.
-  auto mallory_jobs = v1::JobService::NewStub(channel);
-  std::string long_job;  // mallory's, with a long history
-  {
-    auto datasets = v1::DatasetService::NewStub(channel);
+// The hostile neighbours, as another tenant (mallory) and as nobody, started and stopped as a
+// whole: 12 uploads that trickle a byte every 500 ms (more than mallory's 8 upload slots), 80
+// watches of `long_job` that never read past their first event (more than her 64), 2 x 200 junk
+// health paths a second without a token, and Diagnose refreshes every 20 ms from 2 threads.
+class Neighbours {
+ public:
+  Neighbours(std::shared_ptr<grpc::Channel> channel, std::string long_job)
+      : channel_(std::move(channel)), long_job_(std::move(long_job)) {}
+  ~Neighbours() { Stop(); }
+
+  void Start() {
+    stop_.store(false);
+    for (int i = 0; i < 12; ++i) threads_.emplace_back([this, i] { Trickle(i); });
+    auto jobs = v1::JobService::NewStub(channel_);
+    for (int i = 0; i < 80; ++i) {
+      watch_contexts_.push_back(std::make_unique<grpc::ClientContext>());
+      Authorize(watch_contexts_.back().get(), "mallory");
+      v1::WatchJobRequest request;
+      request.set_id(long_job_);
+      watches_.push_back(jobs->WatchJob(watch_contexts_.back().get(), request));
+    }
+    // One event each: an admitted watch has its history to send (and then is never read again);
+    // a refused one ends at once.
+    for (auto& watch : watches_) {
+      v1::JobEvent event;
+      if (!watch->Read(&event)) {
+        if (watch->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+          ++watches_refused_;
+        }
+        watch.reset();
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      threads_.emplace_back([this, i] { Junk(i); });
+      threads_.emplace_back([this] { Diagnose(); });
+    }
+  }
+
+  void Stop() {
+    stop_.store(true);
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+    for (auto& context : watch_contexts_) context->TryCancel();
+    for (auto& watch : watches_) {
+      if (watch == nullptr) continue;
+      v1::JobEvent event;
+      while (watch->Read(&event)) {
+      }
+      watch->Finish();
+    }
+    watches_.clear();
+    watch_contexts_.clear();
+  }
+
+  // The neighbours' calls the daemon bounded (uploads and Diagnose calls past the caller's
+  // limits), and their watches it refused.
+  int64_t refused() const { return refused_.load(); }
+  int64_t watches_refused() const { return watches_refused_; }
+
+ private:
+  void Trickle(int i) {
+    auto datasets = v1::DatasetService::NewStub(channel_);
     grpc::ClientContext context;
     Authorize(&context, "mallory");
     v1::Dataset dataset;
     auto writer = datasets->UploadDataset(&context, &dataset);
-    const v1::UploadDatasetRequest header = HeaderMessage("mallory-data", kRows);
-    v1::UploadDatasetRequest chunk;
-    chunk.set_chunk(std::string(kRows * 2 * sizeof(float), '\0'));
-    writer->Write(header);
-    writer->Write(chunk);
-    writer->WritesDone();
-    ASSERT_TRUE(writer->Finish().ok());
-    v1::SubmitJobRequest request;
-    request.mutable_spec()->set_dataset("mallory-data");
-    request.mutable_spec()->set_model("linear:1");
-    request.mutable_spec()->set_loss(v1::LOSS_MSE);
-    request.mutable_spec()->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_SGD);
-    request.mutable_spec()->mutable_optimizer()->set_learning_rate(0.01);
-    // One step an epoch, over in a second or two: its history is what the watches will not read
-    // (far more than the transport's window), and it does not hold the worker meanwhile.
-    request.mutable_spec()->set_epochs(3000);
-    request.mutable_spec()->set_batch_size(kRows);
-    grpc::ClientContext submit;
-    Authorize(&submit, "mallory");
-    v1::Job job;
-    ASSERT_TRUE(mallory_jobs->SubmitJob(&submit, request, &job).ok());
-    long_job = job.id();
-    for (int i = 0; i < 600 && job.state() != v1::JOB_STATE_SUCCEEDED; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      grpc::ClientContext get;
-      Authorize(&get, "mallory");
-      v1::GetJobRequest id;
-      id.set_id(long_job);
-      mallory_jobs->GetJob(&get, id, &job);
+    bool open = writer->Write(HeaderMessage("trickle-" + std::to_string(i), 1 << 20));
+    while (open && !stop_.load()) {
+      v1::UploadDatasetRequest byte;
+      byte.set_chunk(std::string(1, '\0'));
+      open = writer->Write(byte);
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
-    ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+    context.TryCancel();
+    if (writer->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused_;
   }
-  // 12 trickling uploads (more than mallory's 8 slots) and 80 watches of a 3,000-epoch history
-  // that never read (more than its 64).
-  for (int i = 0; i < 12; ++i) {
-    neighbours.emplace_back([&, i] {
-      auto datasets = v1::DatasetService::NewStub(channel);
+
+  void Junk(int i) {
+    grpc::GenericStub stub(channel_);
+    for (int n = 0; !stop_.load(); ++n) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      grpc::Slice empty("", 0);
+      grpc::ByteBuffer request(&empty, 1);
+      grpc::ByteBuffer response;
+      std::mutex mu;
+      std::condition_variable cv;
+      bool done = false;
+      stub.UnaryCall(&context, "/grpc.health.v1.Health/junk-" + std::to_string(i * 1000000 + n),
+                     grpc::StubOptions(), &request, &response, [&](grpc::Status) {
+                       std::lock_guard<std::mutex> lock(mu);
+                       done = true;
+                       cv.notify_one();
+                     });
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done; });
+      // 200 a second each: hostile, without the test's own threads taking the 2 cores.
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  void Diagnose() {
+    auto system = v1::SystemService::NewStub(channel_);
+    while (!stop_.load()) {
       grpc::ClientContext context;
       Authorize(&context, "mallory");
-      v1::Dataset dataset;
-      auto writer = datasets->UploadDataset(&context, &dataset);
-      bool open = writer->Write(HeaderMessage("trickle-" + std::to_string(i), 1 << 20));
-      while (open && !stop.load()) {
-        v1::UploadDatasetRequest byte;
-        byte.set_chunk(std::string(1, '\0'));
-        open = writer->Write(byte);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      v1::DiagnoseRequest request;
+      request.set_refresh(true);
+      v1::DiagnoseResponse response;
+      if (system->Diagnose(&context, request, &response).error_code() ==
+          grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        ++refused_;
       }
-      context.TryCancel();
-      if (writer->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused;
-    });
-  }
-  std::vector<std::unique_ptr<grpc::ClientContext>> watch_contexts;
-  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> watches;
-  for (int i = 0; i < 80; ++i) {
-    watch_contexts.push_back(std::make_unique<grpc::ClientContext>());
-    Authorize(watch_contexts.back().get(), "mallory");
-    v1::WatchJobRequest request;
-    request.set_id(long_job);
-    watches.push_back(mallory_jobs->WatchJob(watch_contexts.back().get(), request));
-  }
-  // One event each: an admitted watch has its history to send (and then is never read again); a
-  // refused one ends at once.
-  int watches_refused = 0;
-  for (auto& watch : watches) {
-    v1::JobEvent event;
-    if (!watch->Read(&event)) {
-      if (watch->Finish().error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++watches_refused;
-      watch.reset();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   }
-  // Junk health paths without a token, and Diagnose refreshes, in loops.
-  for (int i = 0; i < 2; ++i) {
-    neighbours.emplace_back([&, i] {
-      grpc::GenericStub stub(channel);
-      for (int n = 0; !stop.load(); ++n) {
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-        grpc::Slice empty("", 0);
-        grpc::ByteBuffer request(&empty, 1);
-        grpc::ByteBuffer response;
-        std::mutex mu;
-        std::condition_variable cv;
-        bool done = false;
-        stub.UnaryCall(&context, "/grpc.health.v1.Health/junk-" + std::to_string(i * 1000000 + n),
-                       grpc::StubOptions(), &request, &response, [&](grpc::Status) {
-                         std::lock_guard<std::mutex> lock(mu);
-                         done = true;
-                         cv.notify_one();
-                       });
-        std::unique_lock<std::mutex> lock(mu);
-        cv.wait(lock, [&] { return done; });
-        // 200 a second each: hostile, without the test's own threads taking the 2 cores.
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    });
-    neighbours.emplace_back([&] {
-      auto system = v1::SystemService::NewStub(channel);
-      while (!stop.load()) {
-        grpc::ClientContext context;
-        Authorize(&context, "mallory");
-        v1::DiagnoseRequest request;
-        request.set_refresh(true);
-        v1::DiagnoseResponse response;
-        if (system->Diagnose(&context, request, &response).error_code() ==
-            grpc::StatusCode::RESOURCE_EXHAUSTED) {
-          ++refused;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    });
-  }
-  std::this_thread::sleep_for(std::chrono::seconds(1));  // the neighbours settle in
-  const int64_t rss_neighbours = ResidentBytes(load.daemon().pid());
-  Recorder crowded;
-  RunClients(kClients, seconds, address, &crowded, &accepted, &accepted_mu, /*first=*/kClients);
-  stop.store(true);
-  for (std::thread& t : neighbours) t.join();
-  for (auto& context : watch_contexts) context->TryCancel();
-  for (auto& watch : watches) {
-    if (watch == nullptr) continue;
-    v1::JobEvent event;
-    while (watch->Read(&event)) {
+
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::string long_job_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> refused_{0};
+  int64_t watches_refused_ = 0;
+  std::vector<std::thread> threads_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> watch_contexts_;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> watches_;
+};
+
+// Hostile neighbours beside the same honest clients. Asserted: no honest call breaks or is
+// refused for the neighbours' sake (they are bounded per caller), what they hold costs bounded
+// memory, and the daemon lives. Reported, not asserted (`make bench`): the honest clients' p50
+// and p99, quiet and with the neighbours.
+//
+// The two are measured in alternating windows of one run of the same 32 clients (quiet, crowded,
+// quiet, ...), not as a quiet run followed by a crowded one: the honest load alone slows the
+// daemon as its queue and records fill, so that a second run beside no neighbours at all came out
+// 2-3x slower than the first (measured), and a before-and-after design reported that drift as the
+// neighbours' cost. A call that straddles a switch is not counted.
+TEST(LoadTest, HostileNeighboursLeaveTheHonestClientsServed) {
+  const int kClients = ClientCount();
+  const int seconds = LoadSeconds(5);  // of each kind of window, in all
+  const char* window_text = std::getenv("TRAINERD_LOAD_WINDOW_SECONDS");
+  const int window = std::clamp(window_text != nullptr ? std::atoi(window_text) : 5, 1, seconds);
+  const int windows_of_each = std::max(1, seconds / window);
+  // A warm-up first brings the daemon to the steady state the honest load takes it to (the queue
+  // full, the CPU training without pause, thousands of records). `make bench` warms up 30 s.
+  const char* warmup_text = std::getenv("TRAINERD_LOAD_WARMUP_SECONDS");
+  const int warmup = warmup_text != nullptr ? std::max(0, std::atoi(warmup_text)) : 0;
+  LoadDaemon load(kClients);
+  ASSERT_TRUE(load.started()) << load.daemon().Stderr();
+  const std::string& address = load.address();
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  const std::string long_job = MallorysLongJob(channel);
+  ASSERT_FALSE(long_job.empty());
+  Neighbours neighbours(channel, long_job);
+
+  std::set<std::string> accepted;
+  std::mutex accepted_mu;
+  Recorder warm, quiet, crowded;
+  Windows windows(warmup > 0 ? &warm : nullptr);
+  std::atomic<bool> done{false};
+  std::thread honest([&] {
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < kClients; ++i) {
+      clients.push_back(std::make_unique<Client>(i, address, &windows, &accepted, &accepted_mu));
     }
-    watch->Finish();
+    std::vector<std::thread> threads;
+    for (auto& client : clients) {
+      threads.emplace_back([&client, &done] {
+        while (!done.load())
+          client->Run(std::chrono::steady_clock::now() + std::chrono::seconds(1));
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(warmup));
+
+  int64_t rss_quiet = 0;
+  int64_t rss_neighbours = 0;
+  for (int w = 0; w < windows_of_each; ++w) {
+    windows.Switch(&quiet);
+    std::this_thread::sleep_for(std::chrono::seconds(window));
+    windows.Switch(nullptr);  // the neighbours move in, unmeasured
+    if (w == 0) rss_quiet = ResidentBytes(load.daemon().pid());
+    neighbours.Start();
+    // They settle in: the watches' first pages are written until the transport's window is full.
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    if (w == 0) rss_neighbours = ResidentBytes(load.daemon().pid());
+    windows.Switch(&crowded);
+    std::this_thread::sleep_for(std::chrono::seconds(window));
+    windows.Switch(nullptr);  // they move out, unmeasured
+    neighbours.Stop();
   }
+  done.store(true);
+  honest.join();
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const int64_t rss_after = ResidentBytes(load.daemon().pid());
+
   const std::string report =
       "quiet:\n" + quiet.Report() + "with hostile neighbours:\n" + crowded.Report() +
-      "daemon resident memory (MiB): after the quiet run " + std::to_string(rss_quiet >> 20) +
+      "daemon resident memory (MiB): quiet " + std::to_string(rss_quiet >> 20) +
       ", with the neighbours settled in " + std::to_string(rss_neighbours >> 20) +
-      ", after they went " + std::to_string(rss_after >> 20) + "\n";
-  std::cout << "load: " << kClients << " clients, " << warmup << " s warm-up, " << seconds
-            << " s quiet and " << seconds
-            << " s beside 12 trickling uploads, 80 idle watches, junk health calls and Diagnose "
-               "refreshes; the neighbours were refused "
-            << refused.load() + watches_refused << " times\n"
+      ", after they went for the last time " + std::to_string(rss_after >> 20) + "\n";
+  std::cout << "load: " << kClients << " clients, " << warmup << " s warm-up, then "
+            << windows_of_each << " quiet and " << windows_of_each << " crowded windows of "
+            << window << " s, alternating; crowded: 12 trickling uploads, 80 idle watches, junk "
+            << "health calls and Diagnose refreshes; the neighbours were refused "
+            << neighbours.refused() + neighbours.watches_refused() << " times; "
+            << windows.straddling() << " calls straddled a switch and were not counted\n"
             << report << std::flush;
   if (const char* path = std::getenv("TRAINERD_LOAD_NEIGHBOURS_REPORT"); path != nullptr) {
-    std::ofstream(path) << report;
+    std::ofstream(path) << "window_seconds " << window << "\nwindows_of_each " << windows_of_each
+                        << "\nwarmup_seconds " << warmup << "\n"
+                        << report;
   }
   EXPECT_EQ(warm.broken(), 0) << warm.Report();
   EXPECT_EQ(quiet.broken(), 0) << report;
   EXPECT_EQ(crowded.broken(), 0) << report;
-  // The neighbours' bounds are theirs: 80 watches of one caller, 64 allowed.
-  EXPECT_EQ(watches_refused, 80 - 64);
+  // The neighbours' bounds are theirs: 80 watches of one caller, 64 allowed, in every window.
+  EXPECT_EQ(neighbours.watches_refused(), windows_of_each * (80 - 64));
   // What they hold costs a bounded number of bytes: 64 never-read watches of a 3,000-epoch
   // history and 8 trickling uploads (each watcher a page and the transport's window; before the
   // paged watch, 200 such watchers took 2.2 GB).
