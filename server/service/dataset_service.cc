@@ -310,27 +310,34 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::GetDataset(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* DatasetServiceImpl::DeleteDataset(grpc::CallbackServerContext* context,
                                                             const v1::DeleteDatasetRequest* request,
                                                             v1::DeleteDatasetResponse* response) {
-  absl::Status status = ValidateDatasetName(request->name());
-  if (status.ok()) {
-    status = engine_->DeleteDataset(request->name(), CallContextOf(context, authenticator_));
+  if (absl::Status name = ValidateDatasetName(request->name()); !name.ok()) {
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(name));
+    return reactor;
   }
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  return FinishFromPool(options_.blocking, context, caller.owner,
+                        [engine = engine_, request, caller] {
+                          return engine->DeleteDataset(request->name(), caller);
+                        });
 }
 
 grpc::ServerUnaryReactor* DatasetServiceImpl::ShareDataset(grpc::CallbackServerContext* context,
                                                            const v1::ShareDatasetRequest* request,
                                                            v1::Dataset* response) {
-  const absl::Status name = ValidateDatasetName(request->name());
-  absl::StatusOr<engine::DatasetMeta> meta =
-      name.ok() ? engine_->ShareDataset(request->name(), request->shared(),
-                                        CallContextOf(context, authenticator_))
-                : absl::StatusOr<engine::DatasetMeta>(name);
-  if (meta.ok()) *response = ToProto(*meta);
-  auto* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(meta.status()));
-  return reactor;
+  if (absl::Status name = ValidateDatasetName(request->name()); !name.ok()) {
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(ToGrpcStatus(name));
+    return reactor;
+  }
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  return FinishFromPool(options_.blocking, context, caller.owner,
+                        [engine = engine_, request, response, caller] {
+                          absl::StatusOr<engine::DatasetMeta> meta =
+                              engine->ShareDataset(request->name(), request->shared(), caller);
+                          if (meta.ok()) *response = ToProto(*meta);
+                          return meta.status();
+                        });
 }
 
 }  // namespace trainerd::service

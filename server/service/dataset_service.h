@@ -1,7 +1,8 @@
 // trainerd.v1.DatasetService over the engine, on gRPC's callback API. Each method converts the
 // request, makes one non-blocking engine call and finishes; an upload's blocking commit runs on
-// the engine's I/O thread. An upload stream that goes idle is ended by the service's watchdog, and
-// one that the client cancels or ends early is discarded.
+// the engine's I/O thread, and a deletion or a change of sharing (files removed or rewritten) on
+// the blocking pool (blocking_calls.h). An upload stream that goes idle is ended by the service's
+// watchdog, and one that the client cancels or ends early is discarded.
 #pragma once
 
 #include <condition_variable>
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/service/auth.h"
+#include "server/service/blocking_calls.h"
 #include "server/service/caller_slots.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 
@@ -29,6 +31,9 @@ struct DatasetServiceOptions {
   int64_t min_upload_bytes_per_second = int64_t{64} << 10;
   // Uploads one caller may have in progress at once (caller_slots.h); 0: no limit.
   int max_uploads_per_caller = 8;
+  // Where DeleteDataset and ShareDataset run (blocking_calls.h); must outlive the service's calls.
+  // Null: on gRPC's threads (a service built alone in a test).
+  BlockingCalls* blocking = nullptr;
 };
 
 // Thread-safe. The engine and the authenticator (may be null: no caller names) must outlive it.

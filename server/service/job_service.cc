@@ -417,14 +417,25 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   if (!spec.ok()) return FinishWith(context, spec.status());
   spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
   engine::CallContext caller = CallContextOf(context, authenticator_);
-  // A spec-built job is answered here; a TorchScript job from a module-check thread once its
-  // module was checked (seconds at most, bounded by the caller's deadline).
+  // A spec-built job is answered once its record is committed, from the blocking pool; a
+  // TorchScript job from a module-check thread once its module was checked (seconds at most,
+  // bounded by the caller's deadline).
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  engine_->SubmitJobAsync(*std::move(spec), std::move(caller),
-                          [reactor, response](absl::StatusOr<engine::JobSnapshot> job) {
-                            if (job.ok()) *response = ToProto(*job);
-                            reactor->Finish(ToGrpcStatus(job.status()));
-                          });
+  auto submit = [engine = engine_, reactor, response, spec = *std::move(spec), caller]() mutable {
+    engine->SubmitJobAsync(std::move(spec), std::move(caller),
+                           [reactor, response](absl::StatusOr<engine::JobSnapshot> job) {
+                             if (job.ok()) *response = ToProto(*job);
+                             reactor->Finish(ToGrpcStatus(job.status()));
+                           });
+  };
+  if (blocking_ == nullptr) {
+    submit();
+    return reactor;
+  }
+  const std::string owner = caller.owner;
+  if (absl::Status queued = blocking_->Run(owner, std::move(submit)); !queued.ok()) {
+    reactor->Finish(ToGrpcStatus(queued));
+  }
   return reactor;
 }
 
@@ -439,16 +450,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
   axes.weight_decays.assign(request->weight_decays().begin(), request->weight_decays().end());
   axes.seeds.assign(request->seeds().begin(), request->seeds().end());
   const engine::CallContext caller = CallContextOf(context, authenticator_);
-  // Spec-built members only: checked and queued here without blocking on training.
-  absl::StatusOr<engine::SweepSnapshot> sweep =
-      engine_->SubmitSweep(*std::move(spec), axes, caller);
-  if (sweep.ok()) {
-    response->set_sweep_id(sweep->id);
-    for (const engine::JobSnapshot& member : sweep->members) {
-      *response->add_members() = ToProto(member);
-    }
-  }
-  return FinishWith(context, sweep.status());
+  // Spec-built members only: checked, committed and queued without waiting on training.
+  return FinishFromPool(blocking_, context, caller.owner,
+                        [engine = engine_, response, spec = *std::move(spec),
+                         axes = std::move(axes), caller]() mutable {
+                          absl::StatusOr<engine::SweepSnapshot> sweep =
+                              engine->SubmitSweep(std::move(spec), axes, caller);
+                          if (!sweep.ok()) return sweep.status();
+                          response->set_sweep_id(sweep->id);
+                          for (const engine::JobSnapshot& member : sweep->members) {
+                            *response->add_members() = ToProto(member);
+                          }
+                          return absl::OkStatus();
+                        });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* context,
@@ -529,9 +543,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::DeleteJob(grpc::CallbackServerContext*
                                                     const v1::DeleteJobRequest* request,
                                                     v1::DeleteJobResponse* /*response*/) {
   const engine::CallContext caller = CallContextOf(context, authenticator_);
-  absl::Status status = CheckJobAccess(engine_, caller, request->id());
-  if (status.ok()) status = engine_->DeleteJob(request->id());
-  return FinishWith(context, status);
+  return FinishFromPool(blocking_, context, caller.owner, [engine = engine_, caller, request] {
+    absl::Status status = CheckJobAccess(engine, caller, request->id());
+    if (status.ok()) status = engine->DeleteJob(request->id());
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* context,
@@ -541,9 +557,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
   if (absl::Status access = CheckJobAccess(engine_, caller, request->id()); !access.ok()) {
     return FinishWith(context, access);
   }
-  auto job = engine_->CancelJob(request->id());
-  if (job.ok()) *response = ToProto(*job);
-  return FinishWith(context, job.status());
+  return FinishFromPool(blocking_, context, caller.owner, [engine = engine_, request, response] {
+    absl::StatusOr<engine::JobSnapshot> job = engine->CancelJob(request->id());
+    if (job.ok()) *response = ToProto(*job);
+    return job.status();
+  });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(

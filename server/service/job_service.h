@@ -5,6 +5,7 @@
 
 #include "server/engine/engine.h"
 #include "server/service/auth.h"
+#include "server/service/blocking_calls.h"
 #include "server/service/caller_slots.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 
@@ -15,10 +16,13 @@ namespace trainerd::service {
 class JobServiceImpl final : public v1::JobService::CallbackService {
  public:
   // `max_watches_per_caller`: WatchJob streams one caller may hold open at once (0: no limit).
+  // `blocking`: where the calls that commit a job record run (blocking_calls.h); must outlive the
+  // service's calls. Null: on gRPC's threads (a service built alone in a test).
   explicit JobServiceImpl(engine::Engine* engine, Authenticator* authenticator = nullptr,
-                          int max_watches_per_caller = 64)
+                          int max_watches_per_caller = 64, BlockingCalls* blocking = nullptr)
       : engine_(engine),
         authenticator_(authenticator),
+        blocking_(blocking),
         watch_slots_("open watches", "--max_watches_per_caller", max_watches_per_caller) {}
 
   grpc::ServerUnaryReactor* SubmitSweep(grpc::CallbackServerContext* context,
@@ -48,6 +52,7 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
  private:
   engine::Engine* const engine_;
   Authenticator* const authenticator_;
+  BlockingCalls* const blocking_;
   CallerSlots watch_slots_;
 };
 

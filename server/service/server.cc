@@ -149,14 +149,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   engine_options.sampler = server->sampler_.get();
   TRAINERD_ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(engine_options));
   server->metrics_->SetEngine(server->engine_.get());
+  server->blocking_ = std::make_unique<BlockingCalls>(BlockingCalls::Options{});
   DatasetServiceOptions dataset_options;
+  dataset_options.blocking = server->blocking_.get();
   dataset_options.upload_idle_timeout = options.upload_idle_timeout;
   dataset_options.min_upload_bytes_per_second = options.min_upload_bytes_per_second;
   dataset_options.max_uploads_per_caller = options.max_uploads_per_caller;
   server->dataset_service_ = std::make_unique<DatasetServiceImpl>(
       server->engine_.get(), authenticator.get(), dataset_options);
-  server->job_service_ = std::make_unique<JobServiceImpl>(
-      server->engine_.get(), authenticator.get(), options.max_watches_per_caller);
+  server->job_service_ =
+      std::make_unique<JobServiceImpl>(server->engine_.get(), authenticator.get(),
+                                       options.max_watches_per_caller, server->blocking_.get());
   v1::VersionInfo version;
   version.set_trainerd_version(TrainerdVersion());
   version.set_libtorch_version(engine::LibTorchVersionString());
@@ -226,6 +229,7 @@ Server::~Server() {
   // The services before the engine they use (Diagnose's threads are joined here).
   system_service_.reset();
   server_.reset();
+  blocking_.reset();  // nothing is queued once the server is down; joins the pool
   engine_.reset();
   if (sampler_ != nullptr) sampler_->Stop();
 }

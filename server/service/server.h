@@ -2,10 +2,10 @@
 // server reflection, started together and stopped in order.
 #pragma once
 
+#include <grpcpp/grpcpp.h>
+
 #include <memory>
 #include <string>
-
-#include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -13,6 +13,7 @@
 #include "server/metrics/metrics.h"
 #include "server/monitor/sampler.h"
 #include "server/service/auth.h"
+#include "server/service/blocking_calls.h"
 #include "server/service/credentials.h"
 #include "server/service/dataset_service.h"
 #include "server/service/job_service.h"
@@ -101,6 +102,8 @@ class Server {
   std::unique_ptr<metrics::Metrics> metrics_;
   std::string metrics_address_;
   std::unique_ptr<engine::Engine> engine_;
+  // The calls that wait on the disk (blocking_calls.h): after the gRPC server, before the engine.
+  std::unique_ptr<BlockingCalls> blocking_;
   std::shared_ptr<Authenticator> authenticator_;
   std::unique_ptr<DatasetServiceImpl> dataset_service_;
   std::unique_ptr<JobServiceImpl> job_service_;
