@@ -119,6 +119,10 @@ ABSL_FLAG(
 ABSL_FLAG(bool, flush_denormal, true,
           "jobs flush subnormal floats (below 1.2e-38) to zero on their threads: x86 computes "
           "them up to 100x slower, and a job whose values decay towards zero meets many");
+ABSL_FLAG(int32_t, cpu_training_nice, 10,
+          "the nice value (0-19) CPU jobs train at: when training and the threads that answer "
+          "RPCs both want the cores, the RPCs come first, so a node busy training still answers "
+          "quickly (a node that only trains loses nothing); 0: the daemon's own priority");
 // Job records (docs/ARCHITECTURE.md, "Job records").
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(60),
           "at SIGTERM or SIGINT, how long running jobs may take to finish their epoch and write a "
@@ -290,6 +294,12 @@ int main(int argc, char** argv) {
   options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
   options.engine.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   options.engine.flush_denormal = absl::GetFlag(FLAGS_flush_denormal);
+  options.engine.cpu_training_nice = absl::GetFlag(FLAGS_cpu_training_nice);
+  if (options.engine.cpu_training_nice < 0 || options.engine.cpu_training_nice > 19) {
+    std::cerr << "trainerd: --cpu_training_nice must be from 0 to 19, not "
+              << options.engine.cpu_training_nice << "\n";
+    return 2;
+  }
   options.engine.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   options.engine.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
   options.engine.job_retention = absl::GetFlag(FLAGS_job_retention);

@@ -3,8 +3,11 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -63,6 +66,18 @@ void SetIntraOpThreads(int threads) {
 int IntraOpThreads() { return at::get_num_threads(); }
 
 void SetFlushDenormal(bool on) { at::globalContext().setFlushDenormal(on); }
+
+void LowerThreadPriority(int nice) {
+  if (nice <= 0) return;
+  nice = std::min(nice, 19);
+  // PRIO_PROCESS with a thread id names that thread alone on Linux.
+  const id_t self = static_cast<id_t>(::gettid());
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, self);
+  if (errno != 0 || now >= nice) return;
+  // Lowering one's own priority needs no privilege; a failure leaves the thread as it was.
+  (void)::setpriority(PRIO_PROCESS, self, nice);
+}
 
 bool CpuThreadBudget::TryAcquire(int threads) {
   threads = std::max(threads, 1);

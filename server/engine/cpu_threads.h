@@ -48,6 +48,15 @@ int IntraOpThreads();
 // wholly and a many-thread job's own thread.
 void SetFlushDenormal(bool on);
 
+// Lowers the calling thread's scheduling priority to at least `nice` (Linux keeps a nice value per
+// thread; the threads it starts afterwards, such as its OpenMP team, inherit it). Never raises a
+// priority, which would need privileges; 0 or less does nothing. A CPU job's training thread
+// calls it before its first operator, so that when training and the threads that answer RPCs both
+// want the cores, the RPCs come first: on a 2-core node with 32 busy clients the daemon's p99
+// halved (docs/PERFORMANCE.md), while a node that only trains gives training every idle cycle as
+// before (a nice value matters only under contention).
+void LowerThreadPriority(int nice);
+
 // The running CPU jobs' intra-op threads, kept within the cores. A job's threads depend on the job
 // alone (its size and the cores), never on what else runs, so that a seed gives the same losses
 // whether the job runs alone or beside others; a job whose threads are not free waits for them,

@@ -65,6 +65,7 @@ struct Engine::Impl {
     out.max_concurrent_jobs = options.max_concurrent_jobs;
     out.intra_op_threads = options.intra_op_threads;
     out.flush_denormal = options.flush_denormal;
+    out.cpu_training_nice = options.cpu_training_nice;
     out.store = options.job_store;
     out.keep_checkpoints = options.keep_checkpoints;
     out.max_finished_jobs = options.max_finished_jobs;

@@ -71,6 +71,9 @@ struct EngineOptions {
   // Jobs flush subnormal floats to zero on their threads (x86 FTZ/DAZ): subnormals cost up to 100x
   // per operation, and flushing changes only values below 1.2e-38 (cpu_threads.h).
   bool flush_denormal = true;
+  // The nice value (0-19) CPU jobs train at, so that answering RPCs comes first when both want
+  // the cores (cpu_threads.h, LowerThreadPriority); 0: the daemon's own priority.
+  int32_t cpu_training_nice = 10;
   // Where job records outlive the process (the daemon's SQLite database, server/store). With one,
   // Create takes up the jobs the records hold as QUEUED or RUNNING (from their last checkpoint),
   // and Shutdown leaves running jobs to resume at the next start instead of cancelling them.

@@ -85,6 +85,8 @@ struct JobManagerOptions {
   int32_t cpu_cores = 0;
   // Jobs flush subnormal floats to zero on their thread (cpu_threads.h, SetFlushDenormal).
   bool flush_denormal = true;
+  // The nice value of CPU jobs' training threads (TrainingRun::cpu_nice); 0: the daemon's own.
+  int32_t cpu_training_nice = 10;
   // Where the records are kept. With a store, a job is written through on every state change and
   // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
   // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next

@@ -299,6 +299,7 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   run.resume_from = record->resume.checkpoint_path;
   run.intra_op_threads = threads;
   run.flush_denormal = options_.flush_denormal;
+  run.cpu_nice = options_.cpu_training_nice;
   // Throughput counts the rows trained on, not the ones held out for validation.
   const int64_t rows =
       run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);

@@ -560,6 +560,7 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
   try {
     if (first.intra_op_threads > 0) SetIntraOpThreads(first.intra_op_threads);
     SetFlushDenormal(first.flush_denormal);
+    if (device.is_cpu()) LowerThreadPriority(first.cpu_nice);
     // Everything the pack queues on a GPU goes on its own stream (until the function returns).
     std::optional<c10::cuda::CUDAStreamGuard> stream_guard;
     if (std::optional<c10::cuda::CUDAStream> stream = JobStream(device)) {

@@ -40,6 +40,9 @@ struct TrainingRun {
   // Subnormal floats flush to zero on the calling thread while the job runs (cpu_threads.h,
   // SetFlushDenormal); set for every job, so that one job's setting never carries to the next.
   bool flush_denormal = true;
+  // The nice value a CPU job's training thread runs at (cpu_threads.h, LowerThreadPriority), so
+  // that the threads answering RPCs come first; 0: the daemon's own. Ignored on a GPU.
+  int cpu_nice = 0;
   // Set by another thread to stop before the next step (a host flag: no device sync).
   const std::atomic<bool>* cancel = nullptr;
   // Set by another thread to stop without ending the job (outcome.interrupted): `drain` after the

@@ -320,6 +320,7 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   job.device = DeviceName(run.device);
   job.intra_op_threads = std::max(1, run.intra_op_threads);
   job.flush_denormal = run.flush_denormal;
+  job.cpu_nice = run.cpu_nice;
   job.checkpoints = !run.checkpoint_dir.empty();
   job.module = module.archive;
   if (!run.resume_from.empty()) {

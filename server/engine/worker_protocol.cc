@@ -477,6 +477,7 @@ std::string EncodeWorkerJob(const WorkerJob& job) {
   w.Str(job.device);
   w.I64(job.intra_op_threads);
   w.Bool(job.flush_denormal);
+  w.I64(job.cpu_nice);
   w.Bool(job.checkpoints);
   PutDataset(w, job.dataset);
   w.Bool(job.validation_dataset.has_value());
@@ -497,6 +498,8 @@ absl::StatusOr<WorkerJob> DecodeWorkerJob(std::string_view payload) {
   TRAINERD_ASSIGN_OR_RETURN(const int64_t threads, r.Int(1, 4096, "a thread count"));
   job.intra_op_threads = static_cast<int32_t>(threads);
   TRAINERD_ASSIGN_OR_RETURN(job.flush_denormal, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t nice, r.Int(0, 19, "a nice value"));
+  job.cpu_nice = static_cast<int32_t>(nice);
   TRAINERD_ASSIGN_OR_RETURN(job.checkpoints, r.Bool());
   TRAINERD_ASSIGN_OR_RETURN(job.dataset, GetDataset(r));
   TRAINERD_ASSIGN_OR_RETURN(const bool has_validation, r.Bool());

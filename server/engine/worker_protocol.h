@@ -116,6 +116,7 @@ struct WorkerJob {
   std::string device;
   int32_t intra_op_threads = 1;
   bool flush_denormal = true;
+  int32_t cpu_nice = 0;      // TrainingRun::cpu_nice
   bool checkpoints = false;  // the daemon keeps checkpoints for this job
   WorkerDataset dataset;
   std::optional<WorkerDataset> validation_dataset;  // descriptors 3 and 4 when set

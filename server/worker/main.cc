@@ -271,6 +271,7 @@ int main(int argc, char** argv) {
   run.device = device;
   run.intra_op_threads = job->intra_op_threads;
   run.flush_denormal = job->flush_denormal;
+  run.cpu_nice = job->cpu_nice;
   run.cancel = &cancel;
   run.drain = &drain;
   run.interrupt = &interrupt;

@@ -211,6 +211,11 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
     EXPECT_THAT(huge.Stderr(), HasSubstr("short of the 2199023256576"));
     EXPECT_EQ(huge.Stop(SIGTERM), 0);
   }
+  for (const char* nice : {"--cpu_training_nice=-1", "--cpu_training_nice=20"}) {
+    const RunResult refused = e2e::Run({TRAINERD_BIN, data, nice});
+    EXPECT_EQ(refused.exit_code, 2) << nice << ": " << refused.err;
+    EXPECT_THAT(refused.err, HasSubstr("--cpu_training_nice must be from 0 to 19")) << refused.err;
+  }
   const RunResult interval = e2e::Run({TRAINERD_BIN, data, "--diagnose_min_interval=-1s"});
   EXPECT_EQ(interval.exit_code, 2) << interval.err;
   EXPECT_THAT(interval.err, HasSubstr("--diagnose_min_interval"));

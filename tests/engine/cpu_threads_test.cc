@@ -2,7 +2,9 @@
 // running CPU jobs within the cores, LibTorch's per-thread setting, and what jobs report.
 #include "server/engine/cpu_threads.h"
 
+#include <sys/resource.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +13,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
+#include "server/engine/trainer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {
@@ -116,6 +119,62 @@ TEST(SetFlushDenormalTest, SubnormalResultsBecomeZeroOnThatThreadOnly) {
 #endif
   EXPECT_GT(kept, 0.0f);
   EXPECT_LT(kept, 1e-38f);
+}
+
+// The calling thread's nice value (Linux keeps one per thread).
+int ThreadNice() { return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid())); }
+
+TEST(LowerThreadPriorityTest, LowersTheCallingThreadOnlyNeverRaisesAndIsInherited) {
+  const int main_before = ThreadNice();
+  int lowered = -1;
+  int kept = -1;
+  int inherited = -1;
+  std::thread([&] {
+    LowerThreadPriority(main_before + 5);
+    lowered = ThreadNice();
+    LowerThreadPriority(main_before + 2);  // never back up
+    kept = ThreadNice();
+    std::thread([&] { inherited = ThreadNice(); }).join();  // as an OpenMP team's threads are
+  }).join();
+  EXPECT_EQ(lowered, main_before + 5);
+  EXPECT_EQ(kept, main_before + 5);
+  EXPECT_EQ(inherited, main_before + 5);
+  EXPECT_EQ(ThreadNice(), main_before);
+  // 0 does nothing.
+  int untouched = -1;
+  std::thread([&] {
+    LowerThreadPriority(0);
+    untouched = ThreadNice();
+  }).join();
+  EXPECT_EQ(untouched, main_before);
+}
+
+// A CPU job's training thread runs at TrainingRun::cpu_nice, from its first operator.
+TEST(LowerThreadPriorityTest, ACpuJobTrainsAtItsNiceValue) {
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "random";
+  dataset->meta.feature_shape = {4};
+  dataset->meta.target_shape = {1};
+  dataset->meta.rows = 32;
+  dataset->meta.device = "cpu";
+  dataset->features = torch::randn({32, 4});
+  dataset->targets = torch::randn({32, 1});
+  TrainingRun run;
+  run.spec.dataset = "random";
+  run.spec.model = "linear:1";
+  run.spec.batch_size = 16;
+  run.spec.epochs = 2;
+  run.spec.device = "cpu";
+  run.model = *ParseModelSpec(run.spec.model);
+  run.dataset = dataset;
+  run.cpu_nice = ThreadNice() + 7;
+  int during = -1;
+  run.on_epoch = [&](const EpochResult&, int64_t, int64_t) { during = ThreadNice(); };
+  std::thread([&] {
+    const TrainingOutcome outcome = RunTraining(run);
+    EXPECT_EQ(outcome.state, JobState::kSucceeded) << outcome.error;
+  }).join();
+  EXPECT_EQ(during, run.cpu_nice);
 }
 
 TEST(UsableCoresTest, AtLeastOneAndNoMoreThanTheMachine) {

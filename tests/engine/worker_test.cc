@@ -52,6 +52,7 @@ WorkerJob SampleJob() {
   job.spec.precision = Precision::kBf16;
   job.device = "cpu";
   job.intra_op_threads = 2;
+  job.cpu_nice = 10;
   job.checkpoints = true;
   job.dataset.meta.name = "seed";
   job.dataset.meta.feature_shape = {1, 28, 28};
@@ -81,6 +82,8 @@ TEST(WorkerProtocolTest, AJobCrossesExactly) {
   EXPECT_EQ(back->spec.validation_fraction, 0.125);
   EXPECT_EQ(back->spec.max_job_seconds, 3.5);
   EXPECT_EQ(back->spec.precision, Precision::kBf16);
+  EXPECT_EQ(back->intra_op_threads, 2);
+  EXPECT_EQ(back->cpu_nice, 10);
   EXPECT_EQ(back->dataset.meta.feature_shape, (std::vector<int64_t>{1, 28, 28}));
   EXPECT_EQ(back->dataset.meta.target_dtype, TargetDType::kInt64);
   EXPECT_EQ(back->module, job.module);
