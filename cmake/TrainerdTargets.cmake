@@ -59,3 +59,30 @@ function(trainerd_check_boundaries target)
     endif()
   endforeach()
 endfunction()
+
+# trainerd_engine_room(<target> ROOM <room> [MAY_INCLUDE <room>...]): the defaults of an engine
+# room's library (server/engine/<room>/): the repository root as include folder, LibTorch and its
+# precompiled header, warnings, and a build step that fails when a file of the room includes a
+# header of a room it does not declare (cmake/CheckEngineRoom.cmake; "base" is types.h, log.h and
+# job_store.h). The step runs again whenever a file of the room changes, and before the library
+# builds. The link-level boundaries (no gRPC, no protos) are checked in the top-level
+# CMakeLists.txt.
+function(trainerd_engine_room target)
+  cmake_parse_arguments(ARG "" "ROOM" "MAY_INCLUDE" ${ARGN})
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+  trainerd_use_torch(${target})
+  trainerd_target_defaults(${target})
+  file(GLOB room_files CONFIGURE_DEPENDS
+       ${PROJECT_SOURCE_DIR}/server/engine/${ARG_ROOM}/*.h
+       ${PROJECT_SOURCE_DIR}/server/engine/${ARG_ROOM}/*.cc)
+  set(stamp ${CMAKE_CURRENT_BINARY_DIR}/${ARG_ROOM}_includes.checked)
+  add_custom_command(OUTPUT ${stamp}
+    COMMAND ${CMAKE_COMMAND} -DROOM=${ARG_ROOM} "-DMAY_INCLUDE=${ARG_MAY_INCLUDE}"
+            -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DSTAMP=${stamp}
+            -P ${PROJECT_SOURCE_DIR}/cmake/CheckEngineRoom.cmake
+    DEPENDS ${room_files} ${PROJECT_SOURCE_DIR}/cmake/CheckEngineRoom.cmake
+    COMMENT "Checking the includes of the engine's ${ARG_ROOM} room"
+    VERBATIM)
+  add_custom_target(${target}_includes DEPENDS ${stamp})
+  add_dependencies(${target} ${target}_includes)
+endfunction()

@@ -14,10 +14,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/memory_size.h"
-#include "server/engine/diagnosis_types.h"
+#include "server/engine/devices/diagnosis_types.h"
 #include "server/engine/job_store.h"
-#include "server/engine/module_sandbox.h"
-#include "server/engine/worker_options.h"
+#include "server/engine/torchscript/module_sandbox.h"
+#include "server/engine/torchscript/worker_options.h"
 #include "server/engine/types.h"
 
 namespace trainerd::monitor {

@@ -14,8 +14,8 @@
 #include "absl/time/time.h"
 #include "common/dataset_header.h"
 #include "common/table.h"
-#include "server/engine/device_cost.h"
-#include "server/engine/speed_report.h"
+#include "server/engine/devices/device_cost.h"
+#include "server/engine/devices/speed_report.h"
 
 namespace trainerd::engine {
 

@@ -11,6 +11,7 @@
 //    or: trainerd-module-check < REQUEST, whose first line holds those flags: the daemon keeps one
 //        such checker started (LibTorch loaded, sandbox applied) so that a submission does not
 //        wait for a process to start.
+#include <ATen/Parallel.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -22,16 +23,14 @@
 #include <string>
 #include <vector>
 
-#include <ATen/Parallel.h>
-
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_limits.h"
-#include "server/engine/module_sandbox.h"
-#include "server/engine/torchscript_module.h"
+#include "server/engine/torchscript/module_sandbox.h"
+#include "server/engine/torchscript/torchscript_module.h"
 #include "server/worker/sandbox.h"
 #include "server/worker/under_asan.h"
 

@@ -6,7 +6,10 @@
 // sending each epoch, each checkpoint's bytes and the outcome back.
 //
 // Usage (by the daemon only): trainerd-worker --socket_fd=3
+#include <ATen/Parallel.h>
 #include <signal.h>
+#include <torch/script.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,21 +21,17 @@
 #include <thread>
 #include <vector>
 
-#include <ATen/Parallel.h>
-#include <torch/script.h>
-#include <torch/torch.h>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
-#include "server/engine/checkpoint.h"
-#include "server/engine/dataset_registry.h"
-#include "server/engine/shared_memory.h"
-#include "server/engine/torchscript_module.h"
-#include "server/engine/trainer.h"
-#include "server/engine/worker_protocol.h"
+#include "server/engine/datasets/dataset_registry.h"
+#include "server/engine/datasets/shared_memory.h"
+#include "server/engine/torchscript/torchscript_module.h"
+#include "server/engine/torchscript/worker_protocol.h"
+#include "server/engine/training/checkpoint.h"
+#include "server/engine/training/trainer.h"
 #include "server/worker/sandbox.h"
 #include "server/worker/under_asan.h"
 

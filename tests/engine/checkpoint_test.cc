@@ -2,18 +2,17 @@
 // a job writes one archive every N epochs under <data_dir>/checkpoints/<job-id>/, the archives
 // load back into a freshly built model and optimizer, the Job lists them, and writing them costs
 // no host synchronisation on the CPU.
-#include "server/engine/checkpoint.h"
+#include "server/engine/training/checkpoint.h"
 
 #include <sys/stat.h>
-
 #include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,9 +20,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
-#include "server/engine/model.h"
-#include "server/engine/optimizer.h"
-#include "server/engine/precision.h"
+#include "server/engine/training/model.h"
+#include "server/engine/training/optimizer.h"
+#include "server/engine/training/precision.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

@@ -1,6 +1,6 @@
 // Intra-op threads per job (server/engine/cpu_threads.h): the cost model, the budget that keeps the
 // running CPU jobs within the cores, LibTorch's per-thread setting, and what jobs report.
-#include "server/engine/cpu_threads.h"
+#include "server/engine/devices/cpu_threads.h"
 
 #include <sys/resource.h>
 #include <torch/torch.h>
@@ -13,7 +13,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
-#include "server/engine/trainer.h"
+#include "server/engine/training/trainer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

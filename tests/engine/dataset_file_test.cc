@@ -1,5 +1,5 @@
 // Tests for server/engine/dataset_file.h: the on-disk form round-trips, and damage is DATA_LOSS.
-#include "server/engine/dataset_file.h"
+#include "server/engine/datasets/dataset_file.h"
 
 #include <filesystem>
 #include <fstream>

@@ -1,6 +1,6 @@
 // `--device auto` (server/engine/device_cost.h): the cost model on recorded figures, this build
 // machine's CPU and an H200 with its host's CPU, and a job submitted with device "auto".
-#include "server/engine/device_cost.h"
+#include "server/engine/devices/device_cost.h"
 
 #include <cstdint>
 #include <vector>

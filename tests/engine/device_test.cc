@@ -1,5 +1,5 @@
 // Tests for server/engine/device.h: device names and what exists here.
-#include "server/engine/device.h"
+#include "server/engine/devices/device.h"
 
 #include <torch/torch.h>
 

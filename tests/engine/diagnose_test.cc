@@ -1,6 +1,8 @@
 // Tests for server/engine/diagnose.h on the CPU, with small sizes so that they take well under a
 // second. The CUDA path runs in engine_gpu_test's environment only (it needs a device).
-#include "server/engine/diagnose.h"
+#include "server/engine/devices/diagnose.h"
+
+#include <torch/torch.h>
 
 #include <cmath>
 #include <cstdint>
@@ -9,7 +11,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include <torch/torch.h>
 
 namespace trainerd::engine {
 namespace {

@@ -1,7 +1,7 @@
 // DiskQuota on real files in a scratch folder: a caller's datasets, modules, checkpoints and
 // models summed; the refusal names the quota; charges count until the next walk; Forget walks
 // again; another caller's files are not counted.
-#include "server/engine/disk_quota.h"
+#include "server/engine/datasets/disk_quota.h"
 
 #include <unistd.h>
 

@@ -17,10 +17,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
-#include "server/engine/optimizer.h"
-#include "server/engine/precision.h"
-#include "server/engine/stacked_path.h"
-#include "server/engine/trainer.h"
+#include "server/engine/training/optimizer.h"
+#include "server/engine/training/precision.h"
+#include "server/engine/training/stacked_path.h"
+#include "server/engine/training/trainer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

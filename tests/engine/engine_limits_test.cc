@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/dataset_registry.h"
+#include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/engine.h"
 #include "tests/engine/engine_test_support.h"
 

@@ -3,7 +3,7 @@
 // parameters within float32 tolerance, for every layer, loss and optimizer the fused path takes;
 // checkpoints written by one path resume on the other; jobs it cannot take run on LibTorch and say
 // why, and engine fused refuses them at Submit.
-#include "server/engine/fused_path.h"
+#include "server/engine/training/fused_path.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/trainer.h"
+#include "server/engine/training/trainer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

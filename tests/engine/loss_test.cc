@@ -1,6 +1,6 @@
 // Tests for server/engine/loss.h: every loss's value and gradient on a tiny batch against a
 // reference written out by hand in double precision, and CheckLoss's rejections.
-#include "server/engine/loss.h"
+#include "server/engine/training/loss.h"
 
 #include <torch/torch.h>
 

@@ -1,8 +1,7 @@
 // Tests for server/engine/model.h: CheckJobSpec's edge cases not reached through Submit's common
 // paths, BuildModel's layers (shapes, parameters, seeded dropout), a small CNN trained through the
 // Engine, and ComputeLoss's target reshaping.
-#include "server/engine/loss.h"
-#include "server/engine/model.h"
+#include "server/engine/training/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
@@ -17,6 +16,7 @@
 #include "common/table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/training/loss.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

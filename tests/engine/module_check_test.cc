@@ -2,7 +2,7 @@
 // (server/engine/module_check.h), the archive check, the checker process with its time limit
 // (server/engine/module_sandbox.h), and Submit's use of them through the Engine. Modules are built
 // in C++ with define(), as a user's scripted module would be saved.
-#include "server/engine/module_check.h"
+#include "server/engine/torchscript/module_check.h"
 
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -18,8 +18,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
-#include "server/engine/module_sandbox.h"
-#include "server/engine/torchscript_module.h"
+#include "server/engine/torchscript/module_sandbox.h"
+#include "server/engine/torchscript/torchscript_module.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

@@ -1,7 +1,7 @@
 // Tests for server/engine/optimizer.h: two steps of every optimizer on a tiny linear problem
 // against a float64 reference written out by hand, the learning-rate schedules epoch by epoch,
 // clipping by global norm, and CheckOptimizer's rejections.
-#include "server/engine/optimizer.h"
+#include "server/engine/training/optimizer.h"
 
 #include <torch/torch.h>
 

@@ -1,7 +1,7 @@
 // Tests for the check of TorchScript pickles (server/engine/pickle_check.h): hand-built pickles
 // for each refusal, and real data.pkl / constants.pkl files that torch.jit.save wrote
 // (tests/engine/testdata, from make_pickle_fixtures.py), which must pass.
-#include "server/engine/pickle_check.h"
+#include "server/engine/torchscript/pickle_check.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // Where a job that names no device goes on a daemon with several GPUs. The policy is a pure
 // function of what the engine sees at submit, so it is tested here without GPUs; the engine's
 // wiring (Engine::Impl::Place) only runs with two or more CUDA devices.
-#include "server/engine/placement.h"
+#include "server/engine/devices/placement.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Tests for server/engine/precision.h (autocast scopes and fp16 loss scaling whose skipped steps
 // are undone on the device) and for jobs that train in bf16 and fp16 on the CPU.
-#include "server/engine/precision.h"
+#include "server/engine/training/precision.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
@@ -14,7 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/optimizer.h"
+#include "server/engine/training/optimizer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

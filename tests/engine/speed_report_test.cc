@@ -1,7 +1,7 @@
 // Tests for server/engine/speed_report.h on recorded figures: the seed job on an H200, a
 // matmul-heavy MLP, jobs bound by host transfers and by data preparation, missing figures and a
 // launch-bound job on the CPU.
-#include "server/engine/speed_report.h"
+#include "server/engine/devices/speed_report.h"
 
 #include <string>
 

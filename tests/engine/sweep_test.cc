@@ -16,7 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
-#include "server/engine/trainer.h"
+#include "server/engine/training/trainer.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

@@ -2,7 +2,7 @@
 // back with torch::jit::load and computes what the trained torch::nn::Sequential computes in eval
 // mode, for every layer kind; and a job through the Engine leaves its model as
 // <data_dir>/models/<id>.pt, whose outputs match the parameters the engine reports.
-#include "server/engine/torchscript_export.h"
+#include "server/engine/training/torchscript_export.h"
 
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -17,7 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
-#include "server/engine/model.h"
+#include "server/engine/training/model.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

@@ -3,7 +3,7 @@
 // from PyTorch, so no Python is needed. It trains through the Engine like a spec-built model, its
 // buffers are kept, a module that does not fit the dataset fails at Submit, and the job's model
 // download is the trained module.
-#include "server/engine/torchscript_module.h"
+#include "server/engine/torchscript/torchscript_module.h"
 
 #include <torch/script.h>
 #include <torch/torch.h>

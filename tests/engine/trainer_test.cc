@@ -1,6 +1,6 @@
 // Tests for server/engine/trainer.h: RunTraining on tensors built in the test, without the
 // Engine's queue, to pin down step counts, the per-epoch callback and cancellation.
-#include "server/engine/trainer.h"
+#include "server/engine/training/trainer.h"
 
 #include <torch/torch.h>
 

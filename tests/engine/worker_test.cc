@@ -4,15 +4,12 @@
 // (server/engine/worker_launcher.h): the same losses as in the daemon, bit for bit, and modules
 // that loop, allocate or crash only in training mode, which the checker's trial forward (eval
 // mode) cannot see, ending their jobs alone.
-#include "server/engine/worker_launcher.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <unistd.h>
-
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -23,10 +20,11 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/datasets/shared_memory.h"
 #include "server/engine/engine.h"
-#include "server/engine/shared_memory.h"
-#include "server/engine/torchscript_module.h"
-#include "server/engine/worker_protocol.h"
+#include "server/engine/torchscript/torchscript_module.h"
+#include "server/engine/torchscript/worker_launcher.h"
+#include "server/engine/torchscript/worker_protocol.h"
 #include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "server/engine/module_check.h"
+#include "server/engine/torchscript/module_check.h"
 
 namespace {
 

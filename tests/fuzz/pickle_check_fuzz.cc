@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "absl/strings/match.h"
-#include "server/engine/pickle_check.h"
+#include "server/engine/torchscript/pickle_check.h"
 
 namespace {
 

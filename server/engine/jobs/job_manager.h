@@ -1,0 +1,358 @@
+// Job records, the per-device queues and workers, and each job's ordered event stream; with a job
+// store, the records outlive the process (job_store.h) and jobs left unfinished are taken up again.
+#pragma once
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "common/page_token.h"
+#include "server/engine/datasets/dataset_registry.h"
+#include "server/engine/devices/cpu_threads.h"
+#include "server/engine/job_store.h"
+#include "server/engine/torchscript/worker_launcher.h"
+#include "server/engine/training/trainer.h"
+#include "server/engine/types.h"
+
+namespace trainerd::engine {
+
+// What the engine adds to a job's life beyond training it: an observer of every job's events (the
+// metrics) and the report's device figures. All optional.
+struct JobHooks {
+  // Receives every job's events, in order per job (QUEUED from Enqueue too), like a job's own
+  // sinks: Push must not block or call back into the engine.
+  std::shared_ptr<JobEventSink> observer;
+  // Called on the worker as a job starts (its snapshot RUNNING, its model, its dataset); returns
+  // what the worker calls when the job has ended, with the ended job and the report whose times,
+  // counts and memory are filled in, to add utilization, FLOPs and the verdict.
+  std::function<std::function<void(const JobSnapshot&, DeviceReport&)>(
+      const JobSnapshot&, const ModelSpec&, const DatasetMeta&)>
+      start_report;
+  // Called on the worker before a job runs (the job still QUEUED): its datasets, loaded onto the
+  // device if they are not resident, with its working set reserved against the device's memory
+  // budget (DatasetRegistry::AcquireForJob). UNAVAILABLE: not now (running jobs hold the memory;
+  // the worker waits for one to end and asks again); any other error fails the job. Required.
+  std::function<absl::StatusOr<JobDatasets>(const JobSnapshot&)> acquire;
+  // Called once the job stops running (ended or interrupted) with what acquire reserved.
+  std::function<void(const std::string& job_id)> release;
+  // Called on the worker before a TorchScript job taken up after a restart runs (its module not
+  // yet checked by this build): the module's check as at Submit, off the serving path. An error
+  // fails the job with its sentence.
+  std::function<absl::StatusOr<TorchScriptJob>(const JobSnapshot&, const TorchScriptJob&)>
+      check_module;
+  // Asked on the training thread before each checkpoint of a job of `owner` that is held to the
+  // disk quota (Enqueue's quota_exempt false); an error skips that checkpoint (TrainingRun::
+  // may_checkpoint). And told of each checkpoint and trained model written, with its size.
+  std::function<absl::Status(const std::string& owner)> may_checkpoint;
+  std::function<void(const std::string& owner, int64_t bytes)> wrote_file;
+};
+
+struct JobManagerOptions {
+  // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath); empty
+  // means models are not kept.
+  std::string models_dir;
+  // A job's checkpoints (JobSpec::checkpoint_every, and the one a drain writes) go to
+  // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; a TorchScript job's
+  // module is kept as <data_dir>/modules/<job-id>.pt while the job may still run, so that a
+  // restart can take the job up again. Empty: neither is written.
+  std::string data_dir;
+  JobHooks hooks;
+  // Bounds the jobs waiting in all queues together (0 = no bound).
+  int64_t max_queued_jobs = 0;
+  // Jobs a device runs at once, each on a worker thread of its own (and on a GPU on a CUDA stream
+  // of its own); 0: 1 on the CPU (whose intra-op threads one job already uses), 4 on a GPU.
+  int32_t max_concurrent_jobs = 0;
+  // Intra-op threads of a CPU job (cpu_threads.h): 0 chooses each job's from its FLOPs per step
+  // (one thread for a small model), N > 0 gives every CPU job N. Either way the CPU jobs running
+  // together hold at most `cpu_cores` threads (each at least one). A GPU job's host side runs on
+  // one thread: its operators run on the device.
+  int32_t intra_op_threads = 0;
+  // The cores CPU jobs share; 0: UsableCores() (affinity mask and cgroup quota).
+  int32_t cpu_cores = 0;
+  // Jobs flush subnormal floats to zero on their thread (cpu_threads.h, SetFlushDenormal).
+  bool flush_denormal = true;
+  // The nice value of CPU jobs' training threads (TrainingRun::cpu_nice); 0: the daemon's own.
+  int32_t cpu_training_nice = 10;
+  // Where the records are kept. With a store, a job is written through on every state change and
+  // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
+  // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next
+  // start). Null: records live in memory only and die with the process.
+  std::shared_ptr<JobStore> store;
+  // > 0: a job keeps only its last N checkpoints (older files are deleted as new ones are
+  // written); 0 keeps them all.
+  int32_t keep_checkpoints = 0;
+  // Retention of ended jobs (with a store): beyond the newest `max_finished_jobs` (0 = no
+  // bound), and those that ended more than `job_retention` ago (zero = kept), are deleted with
+  // their models and checkpoints, after each job ends and at PruneEndedJobs.
+  int64_t max_finished_jobs = 0;
+  absl::Duration job_retention = absl::ZeroDuration();
+  // TorchScript jobs train in worker processes (worker_launcher.h) started with these options.
+  WorkerOptions worker;
+  // A TorchScript job's time limit when its spec gives none (JobSpec::max_job_seconds); zero: none.
+  absl::Duration max_job_time = absl::ZeroDuration();
+};
+
+// Where a job taken up again at start goes on from.
+struct ResumePoint {
+  std::string checkpoint_path;  // absolute; empty: from epoch 0
+  int32_t epoch = 0;            // the checkpoint's epoch; 0 without one
+};
+
+// One member of a sweep, checked and placed (Engine::SubmitSweep).
+struct SweepMember {
+  JobSpec spec;
+  ModelSpec model;
+  torch::Device device = torch::kCPU;
+  int64_t estimated_memory_bytes = 0;
+  std::vector<DeviceCostEstimate> device_estimates;
+};
+
+// Owns the jobs in memory and each device's workers (max_concurrent_jobs threads, created when the
+// device gets its first job). A worker runs one job at a time; the others wait in that device's
+// queue: high priority first, then normal, then low, first come first served within a priority.
+// Thread-safe: calls take a short lock and never wait for training. Owned by the Engine.
+class JobManager {
+ public:
+  explicit JobManager(JobManagerOptions options = {});
+  ~JobManager();  // Shutdown()
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  // Queues a checked job (spec with seed and device filled in) and returns it QUEUED; with a
+  // store, the job is durable when this returns. Its datasets are acquired when it starts
+  // (JobHooks::acquire). `torchscript` is a TorchScript job's checked module (then `model` is
+  // empty), trained in place, and `module_bytes` its archive (kept for a restart); null and empty
+  // for a spec-built model. `owner` is recorded on the job, and `estimated_memory_bytes` (its
+  // working set, as Submit estimated it). `quota_exempt`: an admin's job, whose checkpoints
+  // JobHooks::may_checkpoint is not asked about (nor for a job taken up after a restart).
+  // UNAVAILABLE after Shutdown or Drain; RESOURCE_EXHAUSTED when max_queued_jobs jobs already
+  // wait; INTERNAL when the job cannot be recorded.
+  absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
+                                      std::shared_ptr<const TorchScriptJob> torchscript = nullptr,
+                                      std::string owner = "", std::string_view module_bytes = {},
+                                      int64_t estimated_memory_bytes = 0,
+                                      std::vector<DeviceCostEstimate> device_estimates = {},
+                                      bool quota_exempt = false);
+  // Queues a sweep's checked members as jobs of one sweep (a new sweep id on each), all or none,
+  // and returns them QUEUED in order. Members queued on one device together train as one pack
+  // (RunPackedTraining) when a worker takes the first of them; a member taken up again after a
+  // restart trains alone. The same errors as Enqueue (RESOURCE_EXHAUSTED when the members would
+  // take the queues past max_queued_jobs).
+  absl::StatusOr<std::vector<JobSnapshot>> EnqueueSweep(std::vector<SweepMember> members,
+                                                        std::string owner = "",
+                                                        bool quota_exempt = false);
+  // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
+  // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
+  // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by
+  // max_queued_jobs: the daemon had accepted it.
+  absl::Status Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
+                       std::shared_ptr<const TorchScriptJob> torchscript, ResumePoint resume);
+  // Records a job that cannot be taken up again as ended (FAILED, or CANCELLED for one whose
+  // cancel was recorded) with `reason` (at start).
+  absl::Status FailUnrecoverable(JobSnapshot job, const std::string& reason,
+                                 JobState state = JobState::kFailed);
+
+  // False once Drain or Shutdown began: Enqueue refuses new jobs.
+  bool accepting() const;
+
+  // NOT_FOUND for an unknown id.
+  absl::StatusOr<JobSnapshot> Get(const std::string& id) const;
+  // A page of jobs (job_store.h), from the store when there is one: never a copy of every job's
+  // epochs under the lock that training takes. INVALID_ARGUMENT for a page token not given here.
+  absl::StatusOr<JobPage> List(const JobQuery& query) const;
+  // The queued and running jobs, without their epochs and parameters.
+  std::vector<JobSnapshot> ActiveJobs() const;
+  // A queued job ends CANCELLED at once; a running one stops before its next step. Returns the
+  // job as it stands. FAILED_PRECONDITION when the job already ended.
+  absl::StatusOr<JobSnapshot> Cancel(const std::string& id);
+  // Forgets a job that ended: its record, model, checkpoints and module. NOT_FOUND for an unknown
+  // id; FAILED_PRECONDITION while it is queued or running.
+  absl::Status Delete(const std::string& id);
+  // Applies the retention options (with a store). Logs what it deletes.
+  void PruneEndedJobs();
+
+  // The file of a SUCCEEDED job's TorchScript model. NOT_FOUND for an unknown id;
+  // FAILED_PRECONDITION while the job has not succeeded, or when models are not kept.
+  absl::StatusOr<std::string> ModelPath(const std::string& id) const;
+  // Where a TorchScript job's module is kept for a restart ("" without a data folder).
+  std::string ModuleFilePath(const std::string& id) const;
+
+  // The id of a queued or running job that uses the dataset (to train or to validate on), or ""
+  // when none does.
+  std::string JobUsingDataset(const std::string& dataset) const;
+  // The device's queued and running jobs ("cpu", "cuda:N"), for placement.
+  int64_t DeviceLoad(const std::string& device) const;
+
+  // Registers `sink` for the job's future events and returns the job as it stands, atomically:
+  // no event is missed or delivered twice. A job that already ended gets no events.
+  // `summary`: without epochs and parameters (Engine::SubscribeJob).
+  absl::StatusOr<JobSnapshot> Subscribe(const std::string& id, std::shared_ptr<JobEventSink> sink,
+                                        bool summary = false);
+  // Engine::JobEpochs.
+  absl::StatusOr<std::vector<EpochResult>> Epochs(const std::string& id, int32_t after,
+                                                  int32_t limit) const;
+  void Unsubscribe(const std::string& id, const JobEventSink* sink);
+
+  // Stops the daemon's jobs and joins the workers. Without a store, queued and running jobs end
+  // CANCELLED with `reason`. With a store nothing is cancelled: running jobs stop at a step
+  // boundary and stay RUNNING in the records, queued ones stay QUEUED, and the next start takes
+  // them up again (from their last checkpoint). Idempotent.
+  void Shutdown(const std::string& reason = "the daemon shut down");
+  // SIGTERM's graceful stop (with a store; without one, Shutdown): refuses new jobs at once;
+  // each running job finishes its current epoch and writes a checkpoint, then stops; past
+  // `timeout` the jobs still running stop at a step boundary (they resume from their last
+  // checkpoint). Then Shutdown.
+  void Drain(absl::Duration timeout);
+
+ private:
+  struct Record {
+    JobSnapshot snap;  // guarded by JobManager::mu_
+    ModelSpec model;
+    std::shared_ptr<const Dataset> dataset;  // acquired when the job starts, released when it ends
+    std::shared_ptr<const Dataset> validation_dataset;  // likewise; null when none
+    // A TorchScript job's module (trained in a worker process); null for a spec-built model.
+    std::shared_ptr<const TorchScriptJob> torchscript;
+    torch::Device device = torch::kCPU;
+    ResumePoint resume;                  // a job taken up again: where it goes on from
+    std::atomic<bool> cancel{false};     // job cancel: stop before the next step, CANCELLED
+    std::atomic<bool> drain{false};      // finish the epoch, checkpoint, stop (stays RUNNING)
+    std::atomic<bool> interrupt{false};  // stop before the next step (stays RUNNING)
+    bool claimed = false;   // taken off the queue by its worker; guarded by JobManager::mu_
+    std::mutex publish_mu;  // orders the job's events; lock order: publish_mu, then mu_
+    std::vector<std::shared_ptr<JobEventSink>> sinks;  // guarded by publish_mu
+    bool recorded_end = false;  // its terminal state is in the store; guarded by publish_mu
+    // A sweep's member: the ids of its sweep's members (shared by them), which a worker takes
+    // together; null for a job submitted alone or taken up again after a restart.
+    std::shared_ptr<const std::vector<std::string>> pack;
+    bool quota_exempt = false;  // an admin's job (Enqueue); set before the job is queued
+  };
+  // A job's run once it started: the TrainingRun with its callbacks, the RUNNING snapshot, the
+  // report's hook, and what its report says of threads and packing.
+  struct StartedRunState {
+    TrainingRun run;
+    JobSnapshot started;
+    std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
+    int threads = 1;
+    int32_t packed_members = 0;
+    int64_t rows = 0;  // training rows (throughput)
+    // A TorchScript job: its module, trained in a worker process, and that process's start time.
+    std::shared_ptr<const TorchScriptJob> module;
+    double worker_start_seconds = 0.0;
+  };
+  using StartedRun = std::unique_ptr<StartedRunState>;
+  enum class Acquired { kYes, kNotNow, kEnded };
+  // One device's queue and workers; guarded by JobManager::mu_.
+  struct Worker {
+    std::deque<std::string> queues[3];  // ids by JobPriority (kLow, kNormal, kHigh), FIFO each
+    std::vector<std::thread> threads;
+    absl::CondVar cv;
+    int running = 0;  // jobs its threads run now
+
+    size_t queued() const { return queues[0].size() + queues[1].size() + queues[2].size(); }
+    // The next job to run: the oldest of the highest priority. Requires queued() > 0.
+    std::string PopNext();
+    void Remove(const std::string& id);
+  };
+
+  void WorkerLoop(const std::string& device_name);
+  void RunJob(const std::shared_ptr<Record>& record);
+  // A sweep's members taken off the queue together (claimed): trained as one pack.
+  void RunPack(std::vector<std::shared_ptr<Record>> members);
+  // A job's intra-op threads (1 off the CPU), from its size or --intra_op_threads. Needs its
+  // dataset acquired.
+  int WantedThreads(const std::shared_ptr<Record>& record);
+  // Takes a CPU job's threads from the budget, waiting while running jobs hold them. False when
+  // the job will not run now (StopsBeforeStart).
+  bool AcquireThreads(const std::shared_ptr<Record>& record, int threads);
+  // Gives back a job's memory (JobHooks::release; none for an empty id) and `cpu_threads`
+  // threads, and wakes the jobs waiting for them.
+  void ReleaseResources(const std::string& id, int cpu_threads);
+  // Publishes the job RUNNING and builds its TrainingRun (callbacks, flags, checkpoint folder).
+  StartedRun StartRun(const std::shared_ptr<Record>& record, int threads, int32_t packed_members);
+  // After the run: keeps the model, publishes the terminal state with its report (or, for an
+  // interrupted run, leaves it RUNNING). `release_now` gives back its resources first.
+  void EndRun(const std::shared_ptr<Record>& record, StartedRunState& state,
+              TrainingOutcome outcome, const std::function<void()>& release_now);
+  // One try at AcquireDatasets: kNotNow when running jobs hold the memory it needs; kEnded when it
+  // failed, was cancelled or the daemon stops (recorded as for AcquireDatasets).
+  Acquired TryAcquireDatasets(const std::shared_ptr<Record>& record);
+  // Before a job runs: its datasets and memory (JobHooks::acquire), waiting while running jobs
+  // hold the memory. False when the job will not run now: it failed (recorded), was cancelled
+  // (recorded), or the daemon is stopping (it stays QUEUED).
+  bool AcquireDatasets(const std::shared_ptr<Record>& record);
+  // Before a job runs: true when it must not start now, having recorded why (cancelled: ended
+  // CANCELLED; the daemon draining or stopping: it stays QUEUED for the next start).
+  // A TorchScript job taken up after a restart: its module's check (JobHooks::check_module) before
+  // it runs. False when the job ended here (FAILED with the check's reason) or the daemon stops.
+  bool CheckModuleBeforeStart(const std::shared_ptr<Record>& record);
+  bool StopsBeforeStart(const std::shared_ptr<Record>& record);
+  // Fails a job whose worker threw (std::bad_alloc, an observer's exception): the daemon goes on.
+  void FailAfterException(const std::shared_ptr<Record>& record, const std::string& what);
+  // Applies `mutate` to the job under mu_, writes the result through to the store, then delivers
+  // the event to its sinks, in order. `event` comes with its kind and, for an epoch, the epoch and
+  // running totals; Publish adds the job's id and, for a state change, the snapshot.
+  // Rethrows the first exception of an observer or sink (after delivering to the others).
+  // `recorded`, when given, receives the store's answer (a failed write is logged either way), so
+  // that a call whose change could not be recorded is not acknowledged.
+  void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate,
+               absl::Status* recorded = nullptr);
+  // The same off the job's worker (cancel, shutdown, a failed job): an observer's exception is
+  // logged, the change stands.
+  void PublishOutsideWorker(Record* record, JobEvent event,
+                            const std::function<void(JobSnapshot&)>& mutate,
+                            absl::Status* recorded = nullptr);
+  // Tells the job's sinks that the daemon stopped before the job ended, and drops them.
+  void EndWatches(Record* record);
+  // After a job's terminal event: with a store, it leaves memory once its end is recorded.
+  void ForgetEnded(const std::shared_ptr<Record>& record);
+  // The jobs waiting in all queues, with those being admitted.
+  int64_t QueuedLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Tells the observer that `job` was queued.
+  void NotifyQueuedLocked(const JobSnapshot& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Puts a queued record on its device's queue and starts the device's worker if needed.
+  void QueueLocked(std::shared_ptr<Record> record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Record> FindLocked(const std::string& id) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // A new id, unknown to memory and to the store.
+  std::string NewId();
+  // Deletes a job's model, checkpoints and module from disk (what Delete and retention remove).
+  void DeleteJobFiles(const std::string& id) const;
+  // keep_checkpoints: the files of all but the last N of `checkpoints`, removed from the list.
+  std::vector<std::string> TrimCheckpoints(std::vector<CheckpointInfo>& checkpoints) const;
+
+  const JobManagerOptions options_;
+  JobStore* const store_;  // options_.store.get(); null without one
+  // Signs the page tokens of listings kept in memory (no job store): valid until a restart.
+  const std::string page_token_key_ = RandomPageTokenKey();
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in memory, oldest first
+  std::map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t pending_enqueues_ ABSL_GUARDED_BY(mu_) = 0;  // admitted, being recorded
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;         // refuses new jobs (Drain, Shutdown)
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;          // workers told to exit (Shutdown)
+  std::string stop_reason_ ABSL_GUARDED_BY(mu_);
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_){std::random_device{}()};
+  std::mutex prune_mu_;  // one retention pass at a time
+  // Signalled (with mu_) when a job gives back its memory or its CPU threads.
+  absl::CondVar memory_released_;
+  CpuThreadBudget cpu_threads_;  // the running CPU jobs' intra-op threads
+  // TorchScript jobs' worker processes, kept warm per device. Declared last: destroyed (its idle
+  // workers killed) after Shutdown has joined the device workers that take from it.
+  WorkerPool worker_pool_{options_.worker};
+};
+
+}  // namespace trainerd::engine

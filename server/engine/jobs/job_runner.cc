@@ -1,0 +1,629 @@
+// JobManager's running half: each device's worker loop (WorkerLoop), what a run needs before it
+// starts (its module checked again, its datasets and CPU threads acquired, ReleaseResources), the
+// run itself in process or in a worker process (StartRun, EndRun, RunJob), checkpoints trimmed,
+// and packed sweep members run together (RunPack). Queueing, records, reads and retention are in
+// job_manager.cc. The same locks: mu_ for the manager's state, a job's publish_mu for its events
+// (taken before mu_).
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/flops.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "server/engine/devices/device.h"
+#include "server/engine/jobs/job_manager.h"
+#include "server/engine/jobs/job_manager_internal.h"
+#include "server/engine/log.h"
+#include "server/engine/training/checkpoint.h"
+#include "server/engine/training/torchscript_export.h"
+#include "server/engine/training/trainer.h"
+
+namespace trainerd::engine {
+
+using job_internal::ExceptionText;
+using job_internal::RemoveFile;
+using job_internal::SummaryOf;
+
+namespace {
+
+// The intra-op threads a job would like (cpu_threads.h), from its FLOPs per step at its batch: the
+// model spec's, or for a TorchScript module (whose FLOPs the daemon does not know) 6 per parameter
+// per row, as a stack of linear layers would cost forward and backward.
+int WantedIntraOpThreads(const ModelSpec& model, const TorchScriptJob* torchscript,
+                         const std::vector<int64_t>& feature_shape, int64_t batch, int cores) {
+  double flops = 0.0;
+  if (!model.layers.empty()) {
+    flops = common::TrainingFlopsPerStep(model, feature_shape, batch);
+  } else if (torchscript != nullptr) {
+    flops = 6.0 * static_cast<double>(torchscript->parameter_count) * static_cast<double>(batch);
+  }
+  return IntraOpThreadsFor(flops, cores);
+}
+
+}  // namespace
+
+void JobManager::WorkerLoop(const std::string& device_name) {
+  while (true) {
+    std::shared_ptr<Record> record;
+    std::vector<std::shared_ptr<Record>> pack;
+    Worker* worker = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      worker = workers_.at(device_name).get();
+      while (!stopped_ && !stopping_ && worker->queued() == 0) worker->cv.Wait(&mu_);
+      if (stopped_ || stopping_) return;
+      record = jobs_.at(worker->PopNext());
+      record->claimed = true;
+      ++worker->running;
+      // A sweep's member takes the members still queued here with it: they train as one pack.
+      if (record->pack != nullptr) {
+        pack.push_back(record);
+        for (const std::string& id : *record->pack) {
+          if (id == record->snap.id) continue;
+          std::shared_ptr<Record> member = FindLocked(id);
+          if (member == nullptr || member->claimed || IsTerminal(member->snap.state) ||
+              member->snap.device != device_name) {
+            continue;
+          }
+          const auto& queue = worker->queues[static_cast<int>(member->snap.spec.priority)];
+          if (std::find(queue.begin(), queue.end(), id) == queue.end()) continue;
+          worker->Remove(id);
+          member->claimed = true;
+          pack.push_back(std::move(member));
+        }
+      }
+    }
+    try {
+      if (pack.size() > 1) {
+        RunPack(pack);
+      } else {
+        RunJob(record);
+      }
+    } catch (...) {
+      FailAfterException(record, ExceptionText(std::current_exception()));
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      --worker->running;
+    }
+    ForgetEnded(record);
+    PruneEndedJobs();
+  }
+}
+
+void JobManager::FailAfterException(const std::shared_ptr<Record>& record,
+                                    const std::string& what) {
+  LogWarning(absl::StrCat("job '", record->snap.id, "' failed on an exception: ", what));
+  bool ended = false;
+  {
+    absl::MutexLock lock(&mu_);
+    ended = IsTerminal(record->snap.state);
+  }
+  if (ended) return;
+  PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kFailed;
+    snap.error = absl::StrCat("the job's worker failed: ", what);
+    snap.end_time = absl::Now();
+  });
+  absl::MutexLock lock(&mu_);
+  record->dataset.reset();
+  record->validation_dataset.reset();
+  record->torchscript.reset();
+}
+
+std::vector<std::string> JobManager::TrimCheckpoints(
+    std::vector<CheckpointInfo>& checkpoints) const {
+  std::vector<std::string> doomed;
+  const size_t keep = static_cast<size_t>(options_.keep_checkpoints);
+  if (keep == 0 || checkpoints.size() <= keep) return doomed;
+  const size_t drop = checkpoints.size() - keep;
+  for (size_t i = 0; i < drop; ++i) {
+    doomed.push_back(absl::StrCat(options_.data_dir, "/", checkpoints[i].path));
+  }
+  checkpoints.erase(checkpoints.begin(), checkpoints.begin() + static_cast<ptrdiff_t>(drop));
+  return doomed;
+}
+
+bool JobManager::CheckModuleBeforeStart(const std::shared_ptr<Record>& record) {
+  std::shared_ptr<const TorchScriptJob> module;
+  JobSnapshot job;
+  {
+    absl::MutexLock lock(&mu_);
+    module = record->torchscript;
+    if (module == nullptr || module->checked) return true;
+    job = SummaryOf(record->snap);
+  }
+  absl::StatusOr<TorchScriptJob> checked =
+      options_.hooks.check_module
+          ? options_.hooks.check_module(job, *module)
+          : absl::StatusOr<TorchScriptJob>(absl::FailedPreconditionError("no module check"));
+  if (checked.ok()) {
+    absl::MutexLock lock(&mu_);
+    record->torchscript = std::make_shared<const TorchScriptJob>(*std::move(checked));
+    return true;
+  }
+  if (absl::IsUnavailable(checked.status())) return false;  // the daemon stops: it stays queued
+  LogWarning(absl::StrCat("job '", job.id, "' cannot run again after the daemon restarted: ",
+                          checked.status().message()));
+  PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kFailed;
+    snap.error =
+        absl::StrCat("cannot run again after the daemon restarted: ", checked.status().message());
+    snap.end_time = absl::Now();
+  });
+  RemoveFile(ModuleFilePath(job.id));
+  absl::MutexLock lock(&mu_);
+  record->torchscript.reset();
+  return false;
+}
+
+bool JobManager::StopsBeforeStart(const std::shared_ptr<Record>& record) {
+  if (record->cancel.load()) {
+    PublishOutsideWorker(record.get(), JobEvent{}, [](JobSnapshot& snap) {
+      snap.state = JobState::kCancelled;
+      snap.end_time = absl::Now();
+    });
+    RemoveFile(ModuleFilePath(record->snap.id));
+    return true;
+  }
+  // Draining or stopping: it has not started, so it stays QUEUED and runs at the next start.
+  if (record->drain.load() || record->interrupt.load()) {
+    EndWatches(record.get());
+    return true;
+  }
+  return false;
+}
+
+JobManager::Acquired JobManager::TryAcquireDatasets(const std::shared_ptr<Record>& record) {
+  if (StopsBeforeStart(record)) return Acquired::kEnded;
+  JobSnapshot job;
+  {
+    absl::MutexLock lock(&mu_);
+    job = SummaryOf(record->snap);
+  }
+  absl::Status why_not = absl::InternalError("no dataset hook");
+  if (options_.hooks.acquire) {
+    absl::StatusOr<JobDatasets> acquired = options_.hooks.acquire(job);
+    if (acquired.ok()) {
+      absl::MutexLock lock(&mu_);
+      record->dataset = std::move(acquired->dataset);
+      record->validation_dataset = std::move(acquired->validation_dataset);
+      return Acquired::kYes;
+    }
+    // Running jobs hold the memory it needs.
+    if (absl::IsUnavailable(acquired.status())) return Acquired::kNotNow;
+    why_not = acquired.status();
+  }
+  PublishOutsideWorker(record.get(), JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kFailed;
+    snap.error = absl::StrCat("cannot start: ", why_not.message());
+    snap.end_time = absl::Now();
+  });
+  RemoveFile(ModuleFilePath(job.id));
+  return Acquired::kEnded;
+}
+
+bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
+  while (true) {
+    switch (TryAcquireDatasets(record)) {
+      case Acquired::kYes:
+        return true;
+      case Acquired::kEnded:
+        return false;
+      case Acquired::kNotNow:
+        break;
+    }
+    // Running jobs hold the memory it needs: wait until one gives it back (or a while, for a
+    // cancel or a drain to be seen).
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+  }
+}
+
+int JobManager::WantedThreads(const std::shared_ptr<Record>& record) {
+  if (!record->device.is_cpu()) return 1;
+  JobSpec spec;
+  {
+    absl::MutexLock lock(&mu_);
+    spec = record->snap.spec;
+  }
+  const DatasetMeta& meta = record->dataset->meta;
+  const int64_t rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
+  const int64_t batch = std::max<int64_t>(1, std::min<int64_t>(spec.batch_size, rows));
+  // An operator's count is capped at the cores: OpenMP would start every thread asked for.
+  const int want = options_.intra_op_threads > 0
+                       ? std::min(options_.intra_op_threads, cpu_threads_.cores())
+                       : WantedIntraOpThreads(record->model, record->torchscript.get(),
+                                              meta.feature_shape, batch, cpu_threads_.cores());
+  return std::max(want, 1);
+}
+
+bool JobManager::AcquireThreads(const std::shared_ptr<Record>& record, int threads) {
+  if (!record->device.is_cpu()) return true;
+  // Its threads are free, or it waits (still QUEUED) until running CPU jobs give theirs back.
+  while (!cpu_threads_.TryAcquire(threads)) {
+    if (StopsBeforeStart(record)) return false;
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+  }
+  return true;
+}
+
+void JobManager::ReleaseResources(const std::string& id, int cpu_threads) {
+  if (!id.empty() && options_.hooks.release) options_.hooks.release(id);
+  if (cpu_threads > 0) cpu_threads_.Release(cpu_threads);
+  absl::MutexLock lock(&mu_);
+  memory_released_.SignalAll();
+}
+
+JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& shared, int threads,
+                                            int32_t packed_members) {
+  Record* record = shared.get();
+  auto started_run = std::make_unique<StartedRunState>();
+  StartedRunState& state = *started_run;
+  state.threads = threads;
+  state.packed_members = packed_members;
+  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = JobState::kRunning;
+    snap.report.intra_op_threads = threads;
+    snap.report.packed_members = packed_members;
+    if (snap.start_time == absl::InfinitePast()) {
+      snap.start_time = absl::Now();
+      snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
+    }
+    state.started = snap;
+  });
+  TrainingRun& run = state.run;
+  std::string owner;
+  {
+    absl::MutexLock lock(&mu_);
+    run.spec = record->snap.spec;
+    owner = record->snap.owner;
+  }
+  run.model = record->model;
+  run.dataset = record->dataset;
+  run.validation_dataset = record->validation_dataset;
+  state.module = std::move(record->torchscript);  // the run owns it; freed when it ends
+  run.device = record->device;
+  run.cancel = &record->cancel;
+  run.drain = &record->drain;
+  run.interrupt = &record->interrupt;
+  run.resume_from = record->resume.checkpoint_path;
+  run.intra_op_threads = threads;
+  run.flush_denormal = options_.flush_denormal;
+  run.cpu_nice = options_.cpu_training_nice;
+  // Throughput counts the rows trained on, not the ones held out for validation.
+  const int64_t rows =
+      run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
+  state.rows = rows;
+  const int32_t planned = run.spec.epochs;
+  // keep_checkpoints: files dropped from the list, deleted once the epoch whose record no longer
+  // lists them is written (until then a restart may still resume from them). Training thread only.
+  auto trimmed = std::make_shared<std::vector<std::string>>();
+  run.on_epoch = [this, record, rows, planned, trimmed, id = record->snap.id](
+                     const EpochResult& epoch, int64_t steps, int64_t syncs) {
+    JobEvent event;
+    event.kind = JobEvent::Kind::kEpoch;
+    event.epoch = epoch;
+    event.steps = steps;
+    event.host_syncs = syncs;
+    event.rows_per_epoch = rows;
+    event.epochs_planned = planned;
+    if (epoch.elapsed_seconds > 0) {
+      event.samples_per_second = static_cast<double>(rows) * epoch.epoch / epoch.elapsed_seconds;
+    }
+    Publish(record, event, [&](JobSnapshot& snap) {
+      snap.epochs.push_back(epoch);
+      snap.epochs_completed = static_cast<int32_t>(snap.epochs.size());
+      snap.final_loss = epoch.loss;
+      snap.steps = steps;
+      snap.host_syncs = syncs;
+      snap.wall_seconds = epoch.elapsed_seconds;
+      snap.samples_per_second = event.samples_per_second;
+      snap.report.host_syncs = syncs;
+    });
+    if (trimmed->empty()) return;
+    // The record that no longer lists them must be durable before the files go: a power loss
+    // could otherwise bring back a record that names deleted checkpoints.
+    if (store_ != nullptr) {
+      if (absl::Status synced = store_->Sync(); !synced.ok()) {
+        LogWarning(
+            absl::StrCat("job '", id, "': old checkpoints kept for now: ", synced.message()));
+        return;
+      }
+    }
+    for (const std::string& path : *trimmed) RemoveFile(path);
+    trimmed->clear();
+  };
+  if (!options_.data_dir.empty()) {
+    const std::string job_folder = absl::StrCat(kCheckpointsFolder, "/", record->snap.id);
+    run.checkpoint_dir = absl::StrCat(options_.data_dir, "/", job_folder);
+    // Listed before the epoch that wrote it is published (and recorded with it), under the same
+    // ordering lock. keep_checkpoints deletes the oldest files only after the new one is listed.
+    run.on_checkpoint = [this, record, job_folder, trimmed, owner](
+                            int32_t epoch, const std::string& file_name, int64_t size_bytes) {
+      if (options_.hooks.wrote_file) options_.hooks.wrote_file(owner, size_bytes);
+      CheckpointInfo checkpoint;
+      checkpoint.epoch = epoch;
+      checkpoint.path = absl::StrCat(job_folder, "/", file_name);
+      checkpoint.size_bytes = size_bytes;
+      checkpoint.create_time = absl::Now();
+      // Read back just after it was written (from the page cache): a resume compares the file
+      // with it and falls back to an older checkpoint when it no longer matches.
+      if (absl::StatusOr<std::string> bytes =
+              ReadFileToString(absl::StrCat(options_.data_dir, "/", checkpoint.path));
+          bytes.ok()) {
+        checkpoint.sha256 = Sha256Hex(*bytes);
+      }
+      std::lock_guard<std::mutex> order(record->publish_mu);
+      absl::MutexLock lock(&mu_);
+      std::vector<CheckpointInfo>& list = record->snap.checkpoints;
+      // A checkpoint written again (an epoch run again after a restart) replaces its entry.
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [&](const CheckpointInfo& c) { return c.epoch >= epoch; }),
+                 list.end());
+      list.push_back(std::move(checkpoint));
+      std::vector<std::string> doomed = TrimCheckpoints(list);
+      trimmed->insert(trimmed->end(), doomed.begin(), doomed.end());
+    };
+  }
+  run.on_checkpoint_failed = [this, record](int32_t epoch, const std::string& why) {
+    // Shown in the job (and recorded with its next epoch); the log has it already.
+    std::lock_guard<std::mutex> order(record->publish_mu);
+    absl::MutexLock lock(&mu_);
+    record->snap.checkpoint_error = why;
+  };
+  if (options_.hooks.may_checkpoint && !record->quota_exempt) {
+    run.may_checkpoint = [hook = options_.hooks.may_checkpoint, owner] { return hook(owner); };
+  }
+  if (options_.hooks.start_report) {
+    state.finish_report = options_.hooks.start_report(state.started, run.model, run.dataset->meta);
+  }
+  return started_run;
+}
+
+void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& state,
+                        TrainingOutcome outcome, const std::function<void()>& release_now) {
+  Record* record = shared.get();
+  TrainingRun& run = state.run;
+  run.dataset.reset();
+  if (outcome.interrupted) {
+    // Drain or shutdown: the job is not over. Its records stay RUNNING (with every epoch and
+    // checkpoint published so far) and the next start takes it up again.
+    run.validation_dataset.reset();
+    state.module.reset();
+    {
+      absl::MutexLock lock(&mu_);
+      record->dataset.reset();
+      record->validation_dataset.reset();
+      LogInfo(absl::StrCat("job '", record->snap.id, "' stopped after epoch ",
+                           record->snap.epochs_completed, "; it resumes at the next start"));
+    }
+    // Outside mu_: EndWatches takes publish_mu, and the lock order is publish_mu, then mu_
+    // (Publish, Subscribe).
+    EndWatches(record);
+    return;
+  }
+  // The model file is complete before the job is published SUCCEEDED, so a download never sees
+  // a partial archive. A model that cannot be kept fails the job: a SUCCEEDED job promises one.
+  std::string model_sha256;
+  if (outcome.state == JobState::kSucceeded && !options_.models_dir.empty()) {
+    const std::string path = absl::StrCat(options_.models_dir, "/", record->snap.id, ".pt");
+    const absl::Status written = WriteModelArchive(path, outcome.model_archive);
+    if (!written.ok()) {
+      outcome.state = JobState::kFailed;
+      outcome.error = absl::StrCat("cannot keep the trained model: ", written.message());
+    } else {
+      // Kept with the record: a download checks the file against it.
+      model_sha256 = Sha256Hex(outcome.model_archive);
+      if (options_.hooks.wrote_file) {
+        options_.hooks.wrote_file(state.started.owner,
+                                  static_cast<int64_t>(outcome.model_archive.size()));
+      }
+    }
+  }
+  outcome.model_archive.clear();
+  outcome.model_archive.shrink_to_fit();
+  run.validation_dataset.reset();
+  state.module.reset();
+  {
+    absl::MutexLock lock(&mu_);
+    record->dataset.reset();
+    record->validation_dataset.reset();
+  }
+  release_now();
+  std::string stop_reason;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_reason = stop_reason_;
+  }
+  // The report: times and counts from the run, then (outside the engine's locks) what the
+  // engine's samplers and measurements add (utilization, FLOPs, the verdict).
+  DeviceReport report;
+  report.queue_seconds = state.started.report.queue_seconds;
+  report.data_seconds = outcome.data_seconds;
+  report.compute_seconds = std::max(
+      0.0, outcome.loop_seconds - outcome.loop_host_transfer_seconds - outcome.checkpoint_seconds);
+  report.host_transfer_seconds = outcome.host_transfer_seconds;
+  // This run's steps over this run's compute (a resumed job's earlier steps ran before it).
+  const int64_t run_steps = std::max<int64_t>(0, outcome.steps - outcome.resumed_steps);
+  report.steps_per_second =
+      report.compute_seconds > 0 ? static_cast<double>(run_steps) / report.compute_seconds : 0.0;
+  report.host_syncs = outcome.host_syncs;
+  report.host_to_device_bytes = outcome.host_to_device_bytes;
+  report.peak_memory_bytes = outcome.peak_memory_bytes;
+  report.intra_op_threads = state.threads;
+  report.engine = outcome.engine;
+  report.engine_reason = outcome.engine_reason;
+  report.packed_members = state.packed_members;
+  report.worker_start_seconds = state.worker_start_seconds;
+  if (state.finish_report) {
+    JobSnapshot ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = SummaryOf(record->snap);
+    }
+    ended.state = outcome.state;
+    ended.steps = outcome.steps;
+    ended.wall_seconds = outcome.wall_seconds;
+    state.finish_report(ended, report);
+  }
+  const int64_t rows = state.rows;
+  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
+    snap.state = outcome.state;
+    snap.error = outcome.error;
+    snap.model_sha256 = model_sha256;
+    if (outcome.state == JobState::kCancelled && !stop_reason.empty()) snap.error = stop_reason;
+    snap.steps = outcome.steps;
+    snap.host_syncs = outcome.host_syncs;
+    snap.wall_seconds = outcome.wall_seconds;
+    snap.final_loss = outcome.final_loss;
+    const double samples = static_cast<double>(rows) * outcome.epochs_done;
+    snap.samples_per_second = outcome.wall_seconds > 0 ? samples / outcome.wall_seconds : 0;
+    snap.parameter_count = outcome.parameter_count;
+    snap.parameters = std::move(outcome.parameters);
+    snap.stopped_early = outcome.stopped_early;
+    snap.end_time = absl::Now();
+    snap.report = report;
+  });
+  RemoveFile(ModuleFilePath(record->snap.id));  // the job never runs again
+  absl::MutexLock lock(&mu_);
+  record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
+  record->validation_dataset.reset();
+}
+
+void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
+  if (!CheckModuleBeforeStart(shared)) return;
+  if (!AcquireDatasets(shared)) return;
+  // Whatever way the run ends, the memory and the CPU threads go back and waiting jobs look again:
+  // before the job's terminal state is published (so that whoever sees it end sees its memory
+  // free), or at the latest when RunJob returns.
+  struct Release {
+    JobManager* manager;
+    std::string id;
+    int cpu_threads = 0;  // taken from cpu_threads_
+    bool done = false;
+    void Now() {
+      if (done) return;
+      done = true;
+      manager->ReleaseResources(id, cpu_threads);
+    }
+    ~Release() { Now(); }
+  } release{this, shared->snap.id};
+  // A CPU job's intra-op threads, from its size alone (cpu_threads.h), taken from the cores the
+  // running CPU jobs leave; a GPU job's host side needs one.
+  const int threads = WantedThreads(shared);
+  if (!AcquireThreads(shared, threads)) return;
+  if (shared->device.is_cpu()) release.cpu_threads = threads;
+  StartedRun started = StartRun(shared, threads, /*packed_members=*/0);
+  TrainingOutcome outcome;
+  if (started->module != nullptr) {
+    // Untrusted code: trained in a worker process of its own, never in the daemon.
+    const double seconds = started->run.spec.max_job_seconds;
+    const absl::Duration limit = seconds > 0 ? absl::Seconds(seconds) : options_.max_job_time;
+    outcome = RunTrainingInWorker(started->run, shared->snap.id, *started->module, limit,
+                                  worker_pool_, &started->worker_start_seconds);
+  } else {
+    outcome = RunTraining(started->run);
+  }
+  EndRun(shared, *started, std::move(outcome), [&] { release.Now(); });
+}
+
+void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
+  // The first member that can start leads: it waits for its datasets and memory like any job.
+  // The others each reserve theirs without waiting; one that must wait goes back to the front of
+  // its queue, and runs (with any others left) once memory is free.
+  std::vector<std::shared_ptr<Record>> acquired;
+  size_t next = 0;
+  while (next < members.size() && acquired.empty()) {
+    if (AcquireDatasets(members[next])) acquired.push_back(members[next]);
+    ++next;
+  }
+  std::vector<std::shared_ptr<Record>> later;
+  for (; next < members.size(); ++next) {
+    switch (TryAcquireDatasets(members[next])) {
+      case Acquired::kYes:
+        acquired.push_back(members[next]);
+        break;
+      case Acquired::kNotNow:
+        later.push_back(members[next]);
+        break;
+      case Acquired::kEnded:
+        break;
+    }
+  }
+  if (!later.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = later.rbegin(); it != later.rend(); ++it) {
+      (*it)->claimed = false;
+      Worker* worker = workers_.at((*it)->snap.device).get();
+      worker->queues[static_cast<int>((*it)->snap.spec.priority)].push_front((*it)->snap.id);
+      worker->cv.Signal();
+    }
+  }
+  if (acquired.empty()) return;
+  // Each member's memory goes back as it ends; the pack's threads when the last one ended.
+  std::vector<bool> released(acquired.size(), false);
+  const int threads = WantedThreads(acquired.front());
+  const bool cpu = acquired.front()->device.is_cpu();
+  auto release_all = [&] {
+    for (size_t i = 0; i < acquired.size(); ++i) {
+      if (!released[i]) ReleaseResources(acquired[i]->snap.id, 0);
+      released[i] = true;
+    }
+  };
+  if (!AcquireThreads(acquired.front(), threads)) {
+    // The lead was cancelled or the daemon stops; the others go the same way one by one.
+    release_all();
+    for (size_t i = 1; i < acquired.size(); ++i) {
+      if (!StopsBeforeStart(acquired[i])) {
+        absl::MutexLock lock(&mu_);
+        acquired[i]->claimed = false;
+        Worker* worker = workers_.at(acquired[i]->snap.device).get();
+        worker->queues[static_cast<int>(acquired[i]->snap.spec.priority)].push_front(
+            acquired[i]->snap.id);
+        worker->cv.Signal();
+      }
+    }
+    return;
+  }
+  struct ThreadRelease {
+    JobManager* manager;
+    int threads;
+    ~ThreadRelease() { manager->ReleaseResources("", threads); }
+  } thread_release{this, cpu ? threads : 0};
+  const int32_t packed = static_cast<int32_t>(acquired.size());
+  std::vector<StartedRun> started;
+  std::vector<const TrainingRun*> runs;
+  for (const auto& member : acquired) {
+    started.push_back(StartRun(member, threads, packed > 1 ? packed : 0));
+    runs.push_back(&started.back()->run);
+  }
+  std::vector<bool> ended(acquired.size(), false);
+  try {
+    RunPackedTraining(runs, [&](size_t i, TrainingOutcome outcome) {
+      ended[i] = true;
+      EndRun(acquired[i], *started[i], std::move(outcome), [&] {
+        if (!released[i]) ReleaseResources(acquired[i]->snap.id, 0);
+        released[i] = true;
+      });
+    });
+  } catch (...) {
+    const std::string what = ExceptionText(std::current_exception());
+    for (size_t i = 0; i < acquired.size(); ++i) {
+      if (!ended[i]) FailAfterException(acquired[i], what);
+    }
+  }
+  release_all();
+  for (const auto& member : acquired) ForgetEnded(member);
+}
+
+}  // namespace trainerd::engine

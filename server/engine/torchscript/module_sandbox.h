@@ -1,0 +1,67 @@
+// Runs the first load and the trial forward of a submitted TorchScript module in a separate
+// process, trainerd-module-check (server/module_check/), under a time limit and resource limits,
+// so that a module that hangs, allocates without bound or crashes LibTorch costs that process
+// and not the daemon: the daemon kills it at the deadline (DEADLINE_EXCEEDED). What the process
+// reports is used only for the job's shapes; the security checks are repeated by the daemon on
+// its own copy (module_check.h), so a process that lies gains nothing.
+//
+// The request travels on the process's standard input (its flags on a first line, then the
+// archive) and the result on its standard output as a few lines of text (EncodeModuleProbe /
+// DecodeModuleProbe). One checker is kept started and waiting (ModuleCheckerOptions::pool) so
+// that a submission does not pay LibTorch's start; each checks one module and exits.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace trainerd::engine {
+
+// What the checker learned from the module.
+struct ModuleProbe {
+  int64_t parameter_count = 0;        // values in all parameters
+  std::vector<int64_t> output_shape;  // per row, from a forward on a batch of 2 rows
+};
+
+struct ModuleCheckerOptions {
+  // The checker program (absolute path). Empty: submitted modules are refused with
+  // FAILED_PRECONDITION.
+  std::string program;
+  // How long the load and the trial forward may take together.
+  absl::Duration timeout = absl::Seconds(30);
+  // The checker's address space beyond what it has mapped at its start (RLIMIT_AS), in bytes.
+  int64_t memory_limit_bytes = int64_t{4} << 30;
+  // Checkers kept started and waiting (LibTorch loaded, sandbox applied), so that a submission
+  // does not wait for a process to start; each checks one module. 0: one started per module.
+  int pool = 1;
+};
+
+// Runs the checker on `archive` for dataset `dataset_name` (a valid dataset name), whose rows are
+// shaped `feature_shape`, and waits
+// for it until the options' timeout or `deadline`, whichever comes first. Returns the checker's
+// verdict: its INVALID_ARGUMENT / PERMISSION_DENIED sentences as they are; DEADLINE_EXCEEDED
+// when it ran out of time (it is then killed); INVALID_ARGUMENT when it died on the module
+// (a crash or a resource limit); INTERNAL when it could not be started; UNAVAILABLE when `stop`
+// (optional, read every 100 ms) was set meanwhile. Blocks: call it off the gRPC threads.
+absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options,
+                                             std::string_view archive,
+                                             const std::vector<int64_t>& feature_shape,
+                                             const std::string& dataset_name, absl::Time deadline,
+                                             const std::atomic<bool>* stop = nullptr);
+
+// The checker's output for a result, and back. Decoding never trusts the text: malformed output
+// is INTERNAL.
+std::string EncodeModuleProbe(const absl::StatusOr<ModuleProbe>& result);
+absl::StatusOr<ModuleProbe> DecodeModuleProbe(std::string_view text);
+
+// The checker's command-line arguments for these limits, and the limits it applies to itself.
+std::vector<std::string> ModuleCheckerArguments(const ModuleCheckerOptions& options,
+                                                const std::vector<int64_t>& feature_shape,
+                                                const std::string& dataset_name);
+
+}  // namespace trainerd::engine

@@ -1,0 +1,102 @@
+// The training loop of one job on one device, built on the seed question's lessons: the dataset
+// is already on the device, each epoch's permutation is generated there, a batch is a device-side
+// gather, and the epoch's mean loss is reduced on the device and copied to the host exactly once
+// (with the validation loss and accuracy, when the job validates, in the same copy).
+#pragma once
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model_spec.h"
+#include "server/engine/datasets/dataset_registry.h"
+#include "server/engine/training/training_outcome.h"
+#include "server/engine/types.h"
+
+namespace trainerd::engine {
+
+struct TrainingRun {
+  JobSpec spec;     // resolved: seed set
+  ModelSpec model;  // parsed and checked against the dataset
+  // Bring your own model: the job's TorchScript module (checked at Submit, on the CPU), trained in
+  // place instead of a model built from `model` (then empty). Its parameters are all trained;
+  // its buffers are moved to the device and kept (a batchnorm's running statistics update as in
+  // PyTorch's training mode). Null for a spec-built model.
+  std::shared_ptr<torch::jit::Module> torchscript;
+  std::shared_ptr<const Dataset> dataset;  // resident tensors
+  // spec.validation_dataset's tensors (same per-row shapes and dtype as `dataset`); null when the
+  // job validates on a fraction of `dataset` (spec.validation_fraction) or not at all.
+  std::shared_ptr<const Dataset> validation_dataset;
+  torch::Device device = torch::kCPU;
+  // > 0: the job's intra-op threads (cpu_threads.h), set on the calling thread before the job's
+  // first operator; 0 leaves the thread's setting as it is.
+  int intra_op_threads = 0;
+  // Subnormal floats flush to zero on the calling thread while the job runs (cpu_threads.h,
+  // SetFlushDenormal); set for every job, so that one job's setting never carries to the next.
+  bool flush_denormal = true;
+  // The nice value a CPU job's training thread runs at (cpu_threads.h, LowerThreadPriority), so
+  // that the threads answering RPCs come first; 0: the daemon's own. Ignored on a GPU.
+  int cpu_nice = 0;
+  // Set by another thread to stop before the next step (a host flag: no device sync).
+  const std::atomic<bool>* cancel = nullptr;
+  // Set by another thread to stop without ending the job (outcome.interrupted): `drain` after the
+  // current epoch, with a checkpoint of it (written even when checkpoint_every would not, given a
+  // checkpoint_dir); `interrupt` before the next step, to resume from the last checkpoint.
+  const std::atomic<bool>* drain = nullptr;
+  const std::atomic<bool>* interrupt = nullptr;
+  // A job taken up again: the checkpoint it resumes from (model, optimizer, loss scaler, the
+  // generator and the loop's counters), so that it goes on exactly as if it had never stopped.
+  // Empty: from epoch 1.
+  std::string resume_from;
+  // Called on the training thread after each epoch's single host transfer, with the running
+  // totals of steps and host synchronisations.
+  std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;
+  // spec.checkpoint_every > 0: the job's checkpoint folder (<data_dir>/checkpoints/<job-id>),
+  // created when the first checkpoint is written; empty means checkpoints are not written.
+  std::string checkpoint_dir;
+  // Called on the training thread after each checkpoint file is complete (before that epoch's
+  // on_epoch), with the epoch, the file's name within checkpoint_dir and its size. The totals
+  // passed to on_epoch (steps, host syncs) and EpochResult::elapsed_seconds include a resumed
+  // job's earlier runs.
+  std::function<void(int32_t epoch, const std::string& file_name, int64_t size_bytes)>
+      on_checkpoint;
+  // Called on the training thread when a checkpoint cannot be written (a full disk, an I/O
+  // error), with the epoch and why. The job goes on without it: a checkpoint is insurance, and a
+  // disk that fills up must not end a long job that would otherwise finish. A resume then starts
+  // from the last checkpoint that was written.
+  std::function<void(int32_t epoch, const std::string& why)> on_checkpoint_failed;
+  // Asked on the training thread before each checkpoint is written; an error (the owner's disk
+  // quota, disk_quota.h) skips that checkpoint as a failed write does: on_checkpoint_failed with
+  // its sentence, and the job goes on. Unset: every checkpoint is written.
+  std::function<absl::Status()> may_checkpoint;
+};
+
+// Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a
+// sentence (out-of-memory named as such).
+TrainingOutcome RunTraining(const TrainingRun& run);
+
+// Why `member` cannot train in one pack with `lead` ("" when it can): packed members share the
+// dataset, the device, the model, the batch size, the epochs and the validation split's size (a
+// sweep's members differ only in learning rate, momentum, weight decay and seed); a TorchScript
+// job and a job taken up again from a checkpoint train alone.
+std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member);
+
+// A sweep's members trained together as one pack on the calling thread: one epoch loop whose
+// steps run every member's step in turn, and whose epochs bring every member's values to the host
+// in one transfer. Each member keeps its own generator (initial weights, shuffle, validation
+// split), optimizer, schedule, cancel flag and callbacks, so that its results are those of the
+// same job run alone (RunTraining is a pack of one). A member that fails (a NaN loss, an error in
+// its step) or is cancelled ends alone; the others go on. `deliver` is called once per member, on
+// the calling thread, with its index in `runs` and its outcome, as soon as that member's run
+// ended. The pack takes runs.front()'s intra-op threads. Members that cannot share a pack
+// (PackUnsupported) run alone one after another.
+void RunPackedTraining(const std::vector<const TrainingRun*>& runs,
+                       const std::function<void(size_t, TrainingOutcome)>& deliver);
+
+}  // namespace trainerd::engine
