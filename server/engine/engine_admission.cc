@@ -1,0 +1,372 @@
+// The engine's admission of jobs: a spec's defaults and its module (Prepare), the checks
+// against its dataset, the limits and the caller's quotas (CheckLocked, under admission_mu, so
+// that a dataset cannot be deleted between a job's admission and its registration), the queue
+// (Admit), sweeps, and the TorchScript path, whose module checks run on the module-check threads.
+#include "server/engine/engine_impl.h"
+
+namespace trainerd::engine {
+
+namespace {
+
+// A TorchScript module's working set, roughly: its parameters, their gradients and the
+// optimizer's state exactly (from the parameter count); for activations, which depend on code
+// the daemon does not read, four times one batch's inputs and outputs.
+MemoryEstimate EstimateModuleMemory(int64_t parameter_count, const DatasetMeta& dataset,
+                                    const std::vector<int64_t>& output_shape, int64_t batch,
+                                    int64_t optimizer_slots) {
+  MemoryEstimate estimate;
+  estimate.parameters = parameter_count;
+  estimate.parameter_bytes = parameter_count * 4;
+  estimate.gradient_bytes = parameter_count * 4;
+  estimate.optimizer_bytes = parameter_count * 4 * optimizer_slots;
+  int64_t row_inputs = 1;
+  for (int64_t d : dataset.feature_shape) row_inputs *= d;
+  int64_t row_outputs = 1;
+  for (int64_t d : output_shape) row_outputs *= d;
+  estimate.activation_bytes = 4 * batch * (row_inputs + row_outputs) * 4;
+  estimate.total_bytes = estimate.parameter_bytes + estimate.gradient_bytes +
+                         estimate.optimizer_bytes + estimate.activation_bytes;
+  return estimate;
+}
+
+// The optimizer's float32 state per parameter, for the memory estimate.
+int64_t OptimizerSlots(const JobSpec& spec) {
+  switch (spec.optimizer) {
+    case OptimizerKind::kSgd:
+      return spec.momentum > 0 ? 1 : 0;
+    case OptimizerKind::kRmsprop:
+      return spec.momentum > 0 ? 2 : 1;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      return 2;
+  }
+  return 2;
+}
+
+}  // namespace
+
+absl::Status Engine::Impl::CheckJobQuotaLocked(const CallContext& caller, int64_t more) const {
+  if (options.max_jobs_per_caller <= 0 || caller.admin) return absl::OkStatus();
+  int64_t held = 0;
+  for (const JobSnapshot& job : jobs.ActiveJobs()) held += job.owner == caller.owner ? 1 : 0;
+  if (held + more > options.max_jobs_per_caller) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "caller '", caller.owner, "' has ", held, " queued or running jobs", more > 1 ? absl::StrCat(" and asked for ", more, " more") : "",
+        "; its quota is ", options.max_jobs_per_caller,
+        " (--max_jobs_per_caller): wait for some to end or cancel some"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DatasetMeta> Engine::Impl::UsableDataset(const std::string& name,
+                                                        const CallContext& caller) const {
+  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta meta, datasets.GetMeta(name));
+  // Another tenant's dataset that is not shared is, to this caller, no dataset at all.
+  if (!MayUse(caller, meta)) {
+    return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+  }
+  return meta;
+}
+
+absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallContext& caller,
+                                                      const LoadedTorchScript* module,
+                                                      const DatasetMeta* checked_against) {
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, UsableDataset(spec.dataset, caller));
+  if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
+                                     dataset.create_time != checked_against->create_time)) {
+    return absl::AbortedError(absl::StrCat("dataset '", spec.dataset,
+                                           "' was replaced while the module was checked; submit "
+                                           "the job again"));
+  }
+  ModelSpec model;  // stays empty for a TorchScript job
+  // (A TorchScript job's spec passed CheckJobSpec before its module's check, against this same
+  // dataset.) The batch is worked out only from a checked spec: a validation fraction outside
+  // [0, 1) or NaN must not reach the arithmetic.
+  if (!(module != nullptr)) {
+    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset));
+  }
+  const int64_t training_rows = dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
+  const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
+  MemoryEstimate estimate;
+  if (!(module != nullptr)) {
+    TRAINERD_ASSIGN_OR_RETURN(estimate, EstimateTrainingMemory(model, dataset.feature_shape, batch,
+                                                               OptimizerSlots(spec)));
+    TRAINERD_RETURN_IF_ERROR(CheckModelSize(estimate, spec.model));
+  } else {
+    estimate = EstimateModuleMemory(module->parameter_count, dataset, module->output_shape, batch,
+                                    OptimizerSlots(spec));
+  }
+  // The validation dataset is looked up under the same admission lock, so that it cannot be
+  // deleted before the job holds it (JobUsingDataset counts it as in use).
+  int64_t validation_bytes = 0;
+  if (!spec.validation_dataset.empty()) {
+    auto validation = UsableDataset(spec.validation_dataset, caller);
+    if (!validation.ok()) {
+      return absl::Status(validation.status().code(),
+                          absl::StrCat("validation ", validation.status().message()));
+    }
+    validation_bytes = spec.validation_dataset == spec.dataset ? 0 : validation->size_bytes;
+    TRAINERD_RETURN_IF_ERROR(CheckValidationDataset(spec, model, dataset, *validation,
+                                                    module ? &module->output_shape : nullptr));
+  }
+  torch::Device device = this->device;
+  std::vector<DeviceCostEstimate> estimates;
+  if (spec.device == "auto") {
+    // The cheapest device by the cost model, when Diagnose has measured them; else the first GPU
+    // or the CPU, as ResolveDevice("auto") always was.
+    estimates = EstimateDevices(spec, model, (module != nullptr), dataset,
+                                dataset.size_bytes + validation_bytes, training_rows, batch);
+    if (std::optional<size_t> best = Cheapest(estimates)) {
+      TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(estimates[*best].device));
+    } else {
+      TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice("auto"));
+    }
+    spec.device = DeviceName(device);
+  } else if (!spec.device.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(spec.device));
+  } else {
+    device = Place(spec, dataset, estimate.total_bytes);
+    spec.device = DeviceName(device);
+  }
+  // engine fused is a promise: a job it cannot take is refused now, saying why.
+  if (spec.engine == EngineKind::kFused) {
+    const std::string why =
+        FusedPathUnsupported(spec, model, dataset.feature_shape, (module != nullptr), device);
+    if (!why.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("engine fused cannot run this job: ", why, " (use engine auto)"));
+    }
+  }
+  // A job that could never fit the device's budget, even alone, is refused now rather than
+  // failing later.
+  const int64_t budget = datasets.memory_budget();
+  if (budget > 0 && device == this->device) {
+    const int64_t need = estimate.total_bytes + dataset.size_bytes + validation_bytes;
+    if (need > budget) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the job needs about %d bytes on %s: an estimated working set of %d (parameters %d, "
+          "gradients %d, optimizer state %d, activations for a batch of %d rows %d) and its "
+          "datasets' %d; the device memory budget is %d bytes (--device_memory_budget)",
+          need, DeviceName(device), estimate.total_bytes, estimate.parameter_bytes,
+          estimate.gradient_bytes, estimate.optimizer_bytes, batch, estimate.activation_bytes,
+          dataset.size_bytes + validation_bytes, budget));
+    }
+  }
+  SweepMember checked;
+  checked.spec = std::move(spec);
+  checked.model = std::move(model);
+  checked.device = device;
+  checked.estimated_memory_bytes = estimate.total_bytes;
+  checked.device_estimates = std::move(estimates);
+  return checked;
+}
+
+absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
+                                                std::optional<LoadedTorchScript> module,
+                                                const DatasetMeta* checked_against,
+                                                std::string_view module_bytes) {
+  // Before admission_mu: it walks the caller's files (at most every few seconds).
+  TRAINERD_RETURN_IF_ERROR(CheckDiskQuota(caller, static_cast<int64_t>(module_bytes.size()),
+                                          "this job's module"));
+  absl::MutexLock lock(&admission_mu);
+  TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, 1));
+  TRAINERD_ASSIGN_OR_RETURN(
+      SweepMember checked,
+      CheckLocked(std::move(spec), caller, module ? &*module : nullptr, checked_against));
+  TRAINERD_ASSIGN_OR_RETURN(
+      JobSnapshot job,
+      jobs.Enqueue(std::move(checked.spec), std::move(checked.model), checked.device,
+                   module ? std::make_shared<const TorchScriptJob>(TorchScriptJob{
+                                std::string(module_bytes), module->parameter_count, true})
+                          : nullptr,
+                   caller.owner, module_bytes, checked.estimated_memory_bytes,
+                   std::move(checked.device_estimates), /*quota_exempt=*/caller.admin));
+  if (!module_bytes.empty()) {
+    disk_quota.Charge(caller.owner, static_cast<int64_t>(module_bytes.size()));
+  }
+  LogInfo(absl::StrCat("job '", job.id, "' queued on ", job.device, ": ", job.spec.model,
+                       " on dataset '", job.spec.dataset, "', ", job.spec.epochs, " epochs",
+                       job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
+  return job;
+}
+
+
+absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
+  // Draining or stopped: said first, whatever else is wrong with the spec.
+  if (!jobs.accepting()) return absl::UnavailableError("the daemon is shutting down");
+  if (spec.device == "auto") {
+    // Chosen by cost in Admit, once the model and the dataset are known (device_cost.h).
+  } else if (!spec.device.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(torch::Device resolved, ResolveDevice(spec.device));
+    spec.device = DeviceName(resolved);
+  } else if (!device.is_cuda() || torch::cuda::device_count() < 2) {
+    spec.device = DeviceName(device);
+  }  // else Admit places the job, once its estimate is known.
+  if (!spec.seed.has_value()) {
+    std::random_device random;
+    spec.seed = (static_cast<uint64_t>(random()) << 32) | random();
+  }
+  if (!spec.torchscript.empty() && !options.allow_torchscript) {
+    return absl::PermissionDeniedError(
+        "this daemon does not accept TorchScript modules (it runs with --allow_torchscript=false); "
+        "describe the model with a text spec instead");
+  }
+  if (static_cast<int64_t>(spec.torchscript.size()) > kMaxTorchScriptBytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("the TorchScript module has ",
+                                                     spec.torchscript.size(), " bytes; at most ",
+                                                     kMaxTorchScriptBytes, " are accepted"));
+  }
+  if (spec.torchscript.empty()) {
+    // What is kept, copied into every snapshot and written to the records is the canonical
+    // spec, not the caller's text: whitespace and case cost nothing ("linear:1" padded with
+    // megabytes of spaces is stored as "linear:1"). A spec that does not parse fails here with
+    // the parser's sentence, as it would in CheckJobSpec.
+    TRAINERD_ASSIGN_OR_RETURN(const ModelSpec model, ParseModelSpec(spec.model));
+    spec.model = model.ToString();
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
+                                                           const CallContext& caller) {
+  // The cheap checks first, so that a spec that cannot work fails before a process starts; then
+  // the module's check without any lock; then admission, which finds the dataset again.
+  DatasetMeta checked_against;
+  {
+    absl::MutexLock lock(&admission_mu);
+    TRAINERD_ASSIGN_OR_RETURN(checked_against, UsableDataset(spec.dataset, caller));
+    TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, checked_against).status());
+  }
+  spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
+  TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
+                            LoadTorchScriptModule(spec, checked_against, options.module_checker,
+                                                  caller.deadline, &check_stop));
+  // Only a description stays in the spec, which every snapshot of the job copies; the bytes are
+  // kept in a file of their own while the job may run (a restart loads them again).
+  const std::string module_bytes = std::move(spec.torchscript);
+  spec.torchscript.clear();
+  return Admit(std::move(spec), caller, std::move(loaded), &checked_against, module_bytes);
+}
+
+absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
+  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
+  return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
+}
+
+absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes& axes,
+                                                  const CallContext& caller) {
+  if (!spec.torchscript.empty()) {
+    return absl::InvalidArgumentError(
+        "a sweep trains a model described by a text spec; submit a TorchScript module as a job of "
+        "its own");
+  }
+  // The member count before anything is built from it, through the one checked helper.
+  int64_t count = 1;
+  for (const size_t axis : {axes.learning_rates.size(), axes.momenta.size(),
+                            axes.weight_decays.size(), axes.seeds.size()}) {
+    if (axis > static_cast<size_t>(kMaxSweepMembers)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a sweep list has ", axis, " values; at most ", kMaxSweepMembers));
+    }
+    TRAINERD_ASSIGN_OR_RETURN(
+        count, CheckedMul(count, std::max<int64_t>(1, static_cast<int64_t>(axis)), "sweep size"));
+    if (count > kMaxSweepMembers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the sweep has more than ", kMaxSweepMembers,
+                       " members (the product of its lists); split it into smaller sweeps"));
+    }
+  }
+  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  // An empty list keeps the spec's value (a seed Prepare drew when the spec had none: every
+  // member then starts from the same weights).
+  const std::vector<double> lrs =
+      axes.learning_rates.empty() ? std::vector<double>{spec.learning_rate} : axes.learning_rates;
+  const std::vector<double> momenta =
+      axes.momenta.empty() ? std::vector<double>{spec.momentum} : axes.momenta;
+  std::vector<std::optional<double>> decays;
+  for (double d : axes.weight_decays) decays.push_back(d);
+  if (decays.empty()) decays.push_back(spec.weight_decay);
+  const std::vector<uint64_t> seeds =
+      axes.seeds.empty() ? std::vector<uint64_t>{*spec.seed} : axes.seeds;
+  std::vector<SweepMember> members;
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, 0, "this sweep"));
+  {
+    absl::MutexLock lock(&impl_->admission_mu);
+    TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(
+        caller, static_cast<int64_t>(lrs.size() * momenta.size() * decays.size() * seeds.size())));
+    for (double lr : lrs) {
+      for (double momentum : momenta) {
+        for (const std::optional<double>& decay : decays) {
+          for (uint64_t seed : seeds) {
+            JobSpec member = spec;
+            member.learning_rate = lr;
+            member.momentum = momentum;
+            member.weight_decay = decay;
+            member.seed = seed;
+            // One device for the whole sweep: the first member's (placed or chosen by cost).
+            if (!members.empty()) member.device = members.front().spec.device;
+            absl::StatusOr<SweepMember> checked =
+                impl_->CheckLocked(std::move(member), caller, nullptr, nullptr);
+            if (!checked.ok()) {
+              return absl::Status(
+                  checked.status().code(),
+                  absl::StrCat("sweep member ", members.size() + 1, " (learning rate ", lr,
+                               ", momentum ", momentum, ", weight decay ", decay.value_or(0.0),
+                               ", seed ", seed, "): ", checked.status().message()));
+            }
+            members.push_back(*std::move(checked));
+          }
+        }
+      }
+    }
+    TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> jobs,
+                              impl_->jobs.EnqueueSweep(std::move(members), caller.owner,
+                                                       /*quota_exempt=*/caller.admin));
+    SweepSnapshot sweep;
+    sweep.id = jobs.front().sweep_id;
+    sweep.members = std::move(jobs);
+    LogInfo(absl::StrCat("sweep '", sweep.id, "' queued on ", sweep.members.front().device, ": ",
+                         sweep.members.size(), " members of ", spec.model, " on dataset '",
+                         spec.dataset, "'", caller.owner.empty() ? "" : ", for ", caller.owner));
+    return sweep;
+  }
+}
+
+void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
+                            std::function<void(absl::StatusOr<JobSnapshot>)> done) {
+  absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec));
+  if (!prepared.ok() || prepared->torchscript.empty()) {
+    done(prepared.ok() ? impl_->Admit(*std::move(prepared), caller, std::nullopt, nullptr)
+                       : absl::StatusOr<JobSnapshot>(prepared.status()));
+    return;
+  }
+  // std::function needs a copyable callable: the spec (with its module bytes) moves into a holder.
+  auto holder = std::make_shared<JobSpec>(*std::move(prepared));
+  {
+    std::lock_guard<std::mutex> lock(impl_->check_mu);
+    if (impl_->check_stopping) {
+      // Below, outside the lock.
+    } else if (impl_->check_tasks.size() >= kMaxWaitingModuleChecks) {
+      // Below, outside the lock.
+      holder.reset();
+    } else {
+      impl_->check_tasks.push_back([impl = impl_.get(), holder, caller, done = std::move(done)] {
+        done(impl->SubmitWithModule(std::move(*holder), caller));
+      });
+      impl_->check_cv.notify_one();
+      return;
+    }
+  }
+  if (holder == nullptr) {
+    done(absl::ResourceExhaustedError(
+        absl::StrCat(kMaxWaitingModuleChecks,
+                     " TorchScript module checks are already waiting; submit again "
+                     "in a few seconds")));
+  } else {
+    done(absl::UnavailableError("the daemon is shutting down"));
+  }
+}
+
+
+}  // namespace trainerd::engine

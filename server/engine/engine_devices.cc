@@ -1,0 +1,294 @@
+// The engine's devices: ListDevices, Diagnose and its cache (diagnose_mu held while measuring,
+// cache_mu for the figures), the cost model's estimates for `--device auto` and the placement of a
+// job that names no device (under admission_mu), and the job manager's hooks that give a job's
+// report its device figures.
+#include "server/engine/engine_impl.h"
+
+namespace trainerd::engine {
+
+std::vector<DeviceStatusInfo> Engine::ListDevices() const {
+  std::vector<DeviceStatusInfo> out;
+  const std::string default_name = DeviceName(impl_->device);
+  const std::vector<DatasetMeta> datasets = impl_->datasets.List();
+  const std::vector<JobSnapshot> jobs = impl_->jobs.ActiveJobs();
+  for (const std::string& name : AvailableDeviceNames()) {
+    DeviceStatusInfo info;
+    info.device = name;
+    info.is_default = name == default_name;
+    info.name = name;
+    if (impl_->options.sampler != nullptr) {
+      if (std::optional<monitor::DeviceReading> r = impl_->options.sampler->Latest(name)) {
+        if (!r->name.empty()) info.name = r->name;
+        info.uuid = r->uuid;
+        info.utilization = r->utilization;
+        info.memory_used_bytes = r->memory_used_bytes;
+        info.memory_total_bytes = r->memory_total_bytes;
+      }
+    }
+    for (const DatasetMeta& meta : datasets) {
+      if (meta.device != name || meta.location != DatasetLocation::kDevice) continue;
+      info.datasets.push_back(meta.name);
+      info.dataset_bytes += meta.size_bytes;
+    }
+    for (const JobSnapshot& job : jobs) {
+      if (job.device != name) continue;
+      if (job.state == JobState::kRunning) info.running_jobs.push_back(job.id);
+      if (job.state == JobState::kQueued) ++info.queued_jobs;
+    }
+    out.push_back(std::move(info));
+  }
+  // GPUs that NVML samples but LibTorch does not see: listed with their readings, so that an
+  // operator sees the GPU and why no job can use it.
+  if (impl_->options.sampler != nullptr) {
+    const std::vector<std::string> usable = AvailableDeviceNames();
+    for (const monitor::DeviceReading& r : impl_->options.sampler->Latest()) {
+      if (r.device == "cpu" || std::find(usable.begin(), usable.end(), r.device) != usable.end()) {
+        continue;
+      }
+      DeviceStatusInfo info;
+      info.device = r.device;
+      info.name = r.name.empty() ? r.device : r.name;
+      info.uuid = r.uuid;
+      info.utilization = r.utilization;
+      info.memory_used_bytes = r.memory_used_bytes;
+      info.memory_total_bytes = r.memory_total_bytes;
+      info.unusable_reason =
+          torch::cuda::device_count() == 0
+              ? "NVML sees this GPU but LibTorch sees no CUDA device (check the driver, the "
+                "container's GPU runtime and CUDA_VISIBLE_DEVICES)"
+              : "NVML sees this GPU but LibTorch does not (CUDA_VISIBLE_DEVICES hides it)";
+      out.push_back(std::move(info));
+    }
+  }
+  return out;
+}
+
+std::optional<Diagnosis> Engine::Impl::CachedDiagnosis() const {
+  absl::MutexLock lock(&cache_mu);
+  return cache;
+}
+
+// Measures every device; diagnose_mu held. Device work of a few seconds per device.
+absl::StatusOr<Diagnosis> Engine::Impl::Measure() {
+  Diagnosis diagnosis;
+  diagnosis.libtorch_version = LibTorchVersion();
+  diagnosis.cuda_version = CudaBuildVersion();
+  monitor::DeviceSampler* sampler = options.sampler;
+  if (sampler != nullptr) diagnosis.driver_version = sampler->driver_version();
+  try {
+    for (const std::string& name : AvailableDeviceNames()) {
+      TRAINERD_ASSIGN_OR_RETURN(torch::Device d, ResolveDevice(name));
+      DiagnoseOptions diagnose_options;
+      if (sampler != nullptr) {
+        diagnose_options.sample_during_matmul = [sampler, name](DeviceDiagnosis& out) {
+          sampler->SampleNow();
+          if (std::optional<monitor::DeviceReading> r = sampler->Latest(name)) {
+            out.utilization_during_matmul = r->utilization;
+            out.sm_activity_during_matmul = r->sm_activity;
+          }
+        };
+      }
+      diagnosis.devices.push_back(DiagnoseDevice(d, diagnose_options));
+    }
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("diagnose failed: ", FirstLineOf(e)));
+  }
+  diagnosis.measure_time = absl::Now();
+  absl::MutexLock lock(&cache_mu);
+  cache = diagnosis;
+  return diagnosis;
+}
+
+absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
+  // A call right after start shares the start-up measurement rather than racing it.
+  impl_->startup_measured.WaitForNotification();
+  absl::MutexLock lock(&impl_->diagnose_mu);
+  if (std::optional<Diagnosis> cached = impl_->CachedDiagnosis()) {
+    // A refresh measures again only when the figures are older than diagnose_min_interval:
+    // callers who refresh back to back (each measurement loads every device for about a
+    // second) would otherwise take the node from its jobs.
+    if (!refresh || absl::Now() - cached->measure_time < impl_->options.diagnose_min_interval) {
+      cached->cached = true;
+      return *cached;
+    }
+  }
+  return impl_->Measure();
+}
+
+std::vector<DeviceCostEstimate> Engine::Impl::EstimateDevices(
+    const JobSpec& spec, const ModelSpec& model, bool torchscript, const DatasetMeta& dataset,
+    int64_t dataset_bytes, int64_t training_rows, int64_t batch) {
+  const std::optional<Diagnosis> diagnosis = CachedDiagnosis();
+  if (!diagnosis) return {};
+  JobCostInput job;
+  job.flops_per_step = model.layers.empty()
+                           ? 0.0
+                           : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
+  job.layers = std::max<int64_t>(1, static_cast<int64_t>(model.layers.size()));
+  job.steps_per_epoch = (training_rows + batch - 1) / batch;
+  job.epochs = spec.epochs;
+  job.dataset_bytes = dataset_bytes;
+  job.fused_on_cpu =
+      spec.engine != EngineKind::kLibTorch &&
+      FusedPathUnsupported(spec, model, dataset.feature_shape, torchscript, torch::kCPU).empty() &&
+      (spec.engine == EngineKind::kFused ||
+       FusedPathSlower(model, dataset.feature_shape, batch).empty());
+  std::vector<DeviceCostFigures> figures;
+  for (const DeviceDiagnosis& d : diagnosis->devices) {
+    DeviceCostFigures f;
+    f.device = d.device;
+    f.peak_flops_per_second = d.matmul_flops_per_second;
+    f.launch_seconds = d.launch_seconds;
+    f.sync_seconds = d.sync_seconds;
+    f.host_to_device_bytes_per_second = d.host_to_device_bytes_per_second;
+    f.holds_dataset =
+        d.device == DeviceName(device) && dataset.location == DatasetLocation::kDevice;
+    figures.push_back(std::move(f));
+  }
+  return EstimateJobCost(job, figures);
+}
+
+torch::Device Engine::Impl::Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need) {
+  const int count = static_cast<int>(torch::cuda::device_count());
+  std::vector<PlacementCandidate> candidates;
+  bool validation_resident = true;
+  if (!spec.validation_dataset.empty() && spec.validation_dataset != spec.dataset) {
+    auto validation = datasets.GetMeta(spec.validation_dataset);
+    validation_resident = validation.ok() && validation->location == DatasetLocation::kDevice;
+  }
+  const int64_t budget = datasets.memory_budget();
+  for (int i = 0; i < count; ++i) {
+    const torch::Device candidate(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    PlacementCandidate c;
+    c.device = DeviceName(candidate);
+    // Datasets are resident on the daemon's device (--device); the others copy them per job.
+    const bool home = candidate == device;
+    c.holds_datasets = home && dataset.location == DatasetLocation::kDevice && validation_resident;
+    c.jobs = jobs.DeviceLoad(c.device);
+    if (home && budget > 0) {
+      c.free_memory =
+          std::max<int64_t>(0, budget - datasets.resident_bytes() - datasets.reserved_bytes());
+    }
+    candidates.push_back(std::move(c));
+  }
+  const size_t chosen = ChooseDevice(candidates, need);
+  LogInfo(absl::StrCat(
+      "job on dataset '", spec.dataset, "' placed on ", candidates[chosen].device,
+      candidates[chosen].holds_datasets ? " (it holds the dataset)" : " (the least loaded GPU)"));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(chosen));
+}
+
+
+JobHooks Engine::Impl::Hooks() {
+  JobHooks hooks;
+  hooks.observer = options.observer;
+  if (options.max_disk_bytes_per_caller > 0) {
+    hooks.may_checkpoint = [this](const std::string& owner) {
+      return disk_quota.Check(owner, 0, "a checkpoint");
+    };
+    hooks.wrote_file = [this](const std::string& owner, int64_t bytes) {
+      disk_quota.Charge(owner, bytes);
+    };
+  }
+  hooks.acquire = [this](const JobSnapshot& job) -> absl::StatusOr<JobDatasets> {
+    TRAINERD_ASSIGN_OR_RETURN(torch::Device job_device, ResolveDevice(job.device));
+    return datasets.AcquireForJob(job.id, job.spec.dataset, job.spec.validation_dataset,
+                                  job.estimated_memory_bytes, job_device);
+  };
+  hooks.release = [this](const std::string& id) { datasets.ReleaseJob(id); };
+  // A TorchScript job taken up after a restart: its module checked as at Submit, on the job's
+  // worker thread (a restart serves at once; nothing of the module ran in the daemon meanwhile).
+  hooks.check_module = [this](const JobSnapshot& job,
+                              const TorchScriptJob& module) -> absl::StatusOr<TorchScriptJob> {
+    if (!options.allow_torchscript) {
+      return absl::PermissionDeniedError(
+          "this daemon no longer accepts TorchScript modules (--allow_torchscript=false)");
+    }
+    TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(job.spec.dataset));
+    JobSpec spec = job.spec;
+    spec.torchscript = module.archive;
+    TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
+                              LoadTorchScriptModule(spec, dataset, options.module_checker,
+                                                    absl::InfiniteFuture(), &check_stop));
+    TorchScriptJob checked;
+    checked.archive = module.archive;
+    checked.parameter_count = loaded.parameter_count;
+    checked.checked = true;
+    return checked;
+  };
+  hooks.start_report =
+      [this](const JobSnapshot& job, const ModelSpec& model,
+             const DatasetMeta& dataset) -> std::function<void(const JobSnapshot&, DeviceReport&)> {
+    monitor::DeviceSampler* sampler = options.sampler;
+    int64_t window = -1;
+    int64_t memory_at_start = 0;
+    if (sampler != nullptr) {
+      window = sampler->BeginWindow(job.device);
+      if (std::optional<monitor::DeviceReading> r = sampler->Latest(job.device)) {
+        memory_at_start = r->memory_used_bytes;
+      }
+    }
+    const int64_t rows = dataset.rows - HeldOutRows(job.spec.validation_fraction, dataset.rows);
+    const int64_t batch = std::min<int64_t>(job.spec.batch_size, std::max<int64_t>(rows, 1));
+    // A TorchScript module's cost is unknown (its spec is empty).
+    const double flops = model.layers.empty()
+                             ? 0.0
+                             : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
+    const int64_t layers = static_cast<int64_t>(model.layers.size());
+    return [this, sampler, window, memory_at_start, rows, batch, flops, layers](
+               const JobSnapshot& ended, DeviceReport& report) {
+      if (window >= 0) {
+        const monitor::WindowStats stats = sampler->EndWindow(window);
+        report.utilization_average = stats.utilization_average;
+        report.utilization_peak = stats.utilization_peak;
+        // The CPU has no allocator peak: the process's resident growth stands in for it.
+        if (report.peak_memory_bytes == 0 && ended.device == "cpu") {
+          report.peak_memory_bytes =
+              std::max<int64_t>(0, stats.peak_memory_used_bytes - memory_at_start);
+        }
+      }
+      report.flops_per_step = flops;
+      SpeedFigures figures;
+      figures.device = ended.device;
+      figures.queue_seconds = report.queue_seconds;
+      figures.data_seconds = report.data_seconds;
+      figures.compute_seconds = report.compute_seconds;
+      figures.host_transfer_seconds = report.host_transfer_seconds;
+      figures.steps = ended.steps;
+      figures.batch_size = batch;
+      figures.training_rows = rows;
+      figures.epochs_done = static_cast<int32_t>(ended.epochs.size());
+      figures.flops_per_step = flops;
+      figures.layers = layers;
+      if (std::optional<Diagnosis> diagnosis = CachedDiagnosis()) {
+        for (const DeviceDiagnosis& d : diagnosis->devices) {
+          if (d.device == ended.device) {
+            figures.peak_flops_per_second = d.matmul_flops_per_second;
+            figures.launch_seconds = d.launch_seconds;
+          }
+          if (d.device == "cpu") {
+            figures.cpu_peak_flops_per_second = d.matmul_flops_per_second;
+            figures.cpu_launch_seconds = d.launch_seconds;
+          }
+        }
+      }
+      // The fused path dispatches no operators: the kernel-count estimate of per-step overhead
+      // (speed_report.h) does not apply to it, so its verdict rests on the other figures.
+      const bool fused = report.engine == "fused";
+      if (fused) figures.launch_seconds.reset();
+      const SpeedVerdict verdict = JudgeSpeed(figures);
+      report.achieved_flops_per_second = verdict.achieved_flops_per_second;
+      report.peak_fraction = verdict.peak_fraction;
+      report.overhead_fraction = verdict.overhead_fraction;
+      report.bound = verdict.bound;
+      report.verdict = verdict.line;
+      if (fused && !report.verdict.empty()) {
+        absl::StrAppend(&report.verdict, "; fused path (no per-operator dispatch)");
+      }
+    };
+  };
+  return hooks;
+}
+
+
+}  // namespace trainerd::engine

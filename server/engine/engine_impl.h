@@ -1,0 +1,184 @@
+// Engine::Impl, the engine's state behind its facade (engine.h), shared by the files that
+// implement the facade: engine.cc (start, stop, the I/O and module-check threads, the job calls),
+// engine_datasets.cc, engine_admission.cc, engine_devices.cc and engine_recovery.cc. Internal to
+// the engine: nothing outside server/engine/ includes it.
+#pragma once
+
+#include "server/engine/engine.h"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/checked_size.h"
+#include "common/dataset_header.h"
+#include "common/file_io.h"
+#include "common/flops.h"
+#include "common/job_limits.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "server/engine/access.h"
+#include "server/engine/datasets/dataset_registry.h"
+#include "server/engine/datasets/disk_quota.h"
+#include "server/engine/devices/device.h"
+#include "server/engine/devices/diagnose.h"
+#include "server/engine/devices/placement.h"
+#include "server/engine/devices/speed_report.h"
+#include "server/engine/jobs/job_manager.h"
+#include "server/engine/log.h"
+#include "server/engine/torchscript/torchscript_module.h"
+#include "server/engine/training/fused_path.h"
+#include "server/engine/training/model.h"
+#include "server/monitor/sampler.h"
+
+namespace trainerd::engine {
+
+
+// Module checks that run at once, and that may wait for a thread beyond those.
+inline constexpr int kModuleCheckThreads = 2;
+inline constexpr size_t kMaxWaitingModuleChecks = 8;
+
+
+struct Engine::Impl {
+  Impl(const EngineOptions& options, torch::Device device, int64_t memory_budget)
+      : options(options),
+        device(device),
+        datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
+                 options.max_upload_bytes_in_flight, memory_budget),
+        disk_quota(options.max_disk_bytes_per_caller, DiskQuotaSources(options)),
+        jobs(JobOptions(options)) {
+    datasets.SetInUse(
+        [this](const std::string& name) { return !jobs.JobUsingDataset(name).empty(); });
+  }
+
+  JobManagerOptions JobOptions(const EngineOptions& options) {
+    JobManagerOptions out;
+    out.models_dir = options.data_dir + "/models";
+    out.data_dir = options.data_dir;
+    out.hooks = Hooks();
+    out.max_queued_jobs = options.max_queued_jobs;
+    out.max_concurrent_jobs = options.max_concurrent_jobs;
+    out.intra_op_threads = options.intra_op_threads;
+    out.flush_denormal = options.flush_denormal;
+    out.cpu_training_nice = options.cpu_training_nice;
+    out.store = options.job_store;
+    out.keep_checkpoints = options.keep_checkpoints;
+    out.max_finished_jobs = options.max_finished_jobs;
+    out.job_retention = options.job_retention;
+    out.worker = options.worker;
+    out.max_job_time = options.max_job_time;
+    return out;
+  }
+  // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last
+  // checkpoint (or epoch 0), and records those that cannot run any more as FAILED.
+  absl::Status Recover();
+  // Unfinished jobs whose records could not be read at the start, set aside (Recover).
+  int64_t records_set_aside = 0;
+
+  // The job manager's hooks: the observer, and the report's device figures (sampler window,
+  // FLOPs from the model spec, the verdict against this device's cached Diagnose figures).
+  JobHooks Hooks();
+  // Where the disk quota finds a caller's files: its datasets (the registry) and its jobs (the
+  // job manager's listing, ended jobs too).
+  DiskQuota::Sources DiskQuotaSources(const EngineOptions& options);
+  // The disk quota at admission, for a caller that is not an admin: OK below the quota with
+  // `more` bytes to add.
+  absl::Status CheckDiskQuota(const CallContext& caller, int64_t more, const std::string& what);
+  // An upload: RESOURCE_EXHAUSTED past max_datasets (everyone's) or max_datasets_per_caller (the
+  // caller's, not for admins). A name kept already is left to the registry (ALREADY_EXISTS).
+  absl::Status CheckDatasetCount(const std::string& name, const CallContext& caller) const;
+  // Submit's steps: the spec's defaults and the module's size and permission; admission (the
+  // checks against the dataset, the limits, the queue) under admission_mu, with `module` when the
+  // job brings one (then `checked_against` is the dataset it was checked against, which must not
+  // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
+  absl::StatusOr<JobSpec> Prepare(JobSpec spec);
+  // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
+  // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
+  torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);
+  // A job with device "auto": the cost model's estimate for each device Diagnose measured
+  // (device_cost.h); empty before any measurement.
+  std::vector<DeviceCostEstimate> EstimateDevices(const JobSpec& spec, const ModelSpec& model,
+                                                  bool torchscript, const DatasetMeta& dataset,
+                                                  int64_t dataset_bytes, int64_t training_rows,
+                                                  int64_t batch);
+  absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
+                                    std::optional<LoadedTorchScript> module,
+                                    const DatasetMeta* checked_against,
+                                    std::string_view module_bytes = {});
+  // Admit's checks without the queue: the spec against its dataset and the limits, its device
+  // placed, its estimates. Under admission_mu.
+  absl::StatusOr<SweepMember> CheckLocked(JobSpec spec, const CallContext& caller,
+                                          const LoadedTorchScript* module,
+                                          const DatasetMeta* checked_against)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
+  // RESOURCE_EXHAUSTED, naming the quota, when `caller` (not an admin) would have more than
+  // max_jobs_per_caller queued and running jobs with `more` more. Under admission_mu, so that two
+  // submissions cannot both take the last place.
+  absl::Status CheckJobQuotaLocked(const CallContext& caller, int64_t more) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
+  // The dataset `name` when `caller` may train on it (access.h); NOT_FOUND otherwise, as for a
+  // name nobody uploaded.
+  absl::StatusOr<DatasetMeta> UsableDataset(const std::string& name,
+                                            const CallContext& caller) const;
+  absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
+  // The cached diagnosis, if any (never measures).
+  std::optional<Diagnosis> CachedDiagnosis() const;
+  absl::StatusOr<Diagnosis> Measure();
+
+  const EngineOptions options;
+  const torch::Device device;
+  DatasetRegistry datasets;
+  DiskQuota disk_quota;  // before `jobs`, whose hooks ask it
+
+  // Diagnose: one measurement at a time; the figures are cached. Declared before `jobs` so that
+  // they outlive the workers that read them.
+  absl::Mutex diagnose_mu;  // held while measuring
+  mutable absl::Mutex cache_mu;
+  std::optional<Diagnosis> cache ABSL_GUARDED_BY(cache_mu);
+  std::thread diagnose_thread;          // diagnose_at_start
+  absl::Notification startup_measured;  // notified when diagnose_thread is done (or never ran)
+
+  JobManager jobs;
+
+  // disk_usage(): the last figures and when they were measured.
+  mutable absl::Mutex disk_mu;
+  DiskUsage disk ABSL_GUARDED_BY(disk_mu);
+  absl::Time disk_measured ABSL_GUARDED_BY(disk_mu) = absl::InfinitePast();
+
+  // Serialises Submit's dataset lookup with Delete's in-use check, so that a dataset cannot be
+  // deleted between a job's admission and its registration.
+  absl::Mutex admission_mu;
+
+  // The I/O thread runs dataset commits (file writes and host-to-device copies), off gRPC's
+  // threads.
+  std::mutex io_mu;
+  std::condition_variable io_cv;
+  std::deque<std::function<void()>> io_tasks;  // guarded by io_mu
+  bool io_stopping = false;                    // guarded by io_mu
+  std::thread io_thread;
+
+  // The module-check threads run Submit's checks of TorchScript modules (a separate process each,
+  // seconds at most), off gRPC's threads and without the admission lock. Set `check_stop` to end
+  // the checks in progress at shutdown.
+  std::mutex check_mu;
+  std::condition_variable check_cv;
+  std::deque<std::function<void()>> check_tasks;  // guarded by check_mu
+  bool check_stopping = false;                    // guarded by check_mu
+  std::atomic<bool> check_stop{false};
+  std::vector<std::thread> check_threads;
+};
+
+}  // namespace trainerd::engine
