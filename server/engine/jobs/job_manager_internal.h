@@ -1,5 +1,6 @@
-// What job_manager.cc and job_runner.cc, the two halves of JobManager, share: small helpers of
-// the engine's job bookkeeping. Not for use outside JobManager.
+// What the files of JobManager (job_manager.cc, job_queue.cc, job_runner.cc, job_events.cc,
+// job_records.cc) share: small helpers of the engine's job bookkeeping. Not for use outside
+// JobManager.
 #pragma once
 
 #include <exception>
@@ -19,5 +20,8 @@ void RemoveFile(const std::string& path);
 
 // What an exception says, for logs and a failed job's error.
 std::string ExceptionText(const std::exception_ptr& e);
+
+// Where TorchScript jobs' modules are kept, under the data folder.
+inline constexpr char kModulesFolder[] = "modules";
 
 }  // namespace trainerd::engine::job_internal

@@ -1,0 +1,167 @@
+// JobManager's event streams (job_manager.h): Publish, which records a state change or an epoch
+// (in the store first) and hands it to the job's watchers, in order under the job's publish_mu
+// (taken before mu_); and the watches themselves (Subscribe, Epochs, Unsubscribe).
+#include "server/engine/jobs/job_manager.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/page_token.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "server/engine/devices/device.h"
+#include "server/engine/jobs/job_manager_internal.h"
+#include "server/engine/log.h"
+#include "server/engine/training/checkpoint.h"
+#include "server/engine/training/torchscript_export.h"
+#include "server/engine/training/trainer.h"
+
+namespace trainerd::engine {
+
+using job_internal::ExceptionText;
+using job_internal::SummaryOf;
+
+void JobManager::Publish(Record* record, JobEvent event,
+                         const std::function<void(JobSnapshot&)>& mutate, absl::Status* recorded) {
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobSnapshot summary;  // an epoch's record for the store
+  {
+    absl::MutexLock lock(&mu_);
+    mutate(record->snap);
+    event.job_id = record->snap.id;
+    if (event.kind == JobEvent::Kind::kState) {
+      event.job = record->snap;
+    } else if (store_ != nullptr) {
+      summary = SummaryOf(record->snap);
+    }
+  }
+  // Written through before anyone hears of it, so that whoever sees the event can read it back.
+  if (store_ != nullptr) {
+    const absl::Status written = event.kind == JobEvent::Kind::kState
+                                     ? store_->SaveJob(event.job)
+                                     : store_->AppendEpoch(summary, event.epoch);
+    if (recorded != nullptr) *recorded = written;
+    if (!written.ok()) {
+      LogWarning(absl::StrCat("job '", event.job_id, "': ", written.message()));
+    } else if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) {
+      record->recorded_end = true;
+    }
+  }
+  // The observer first, so that whoever sees the event through a sink (a Watch) then finds it
+  // counted in the metrics. One that throws does not keep the event from the others; the first
+  // exception is rethrown at the end, so that a worker fails the job (FailAfterException).
+  std::exception_ptr failure;
+  auto deliver = [&](JobEventSink& sink) {
+    try {
+      sink.Push(event);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  if (options_.hooks.observer) deliver(*options_.hooks.observer);
+  for (const auto& sink : record->sinks) deliver(*sink);
+  if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
+  if (failure) std::rethrow_exception(failure);
+}
+
+void JobManager::PublishOutsideWorker(Record* record, JobEvent event,
+                                      const std::function<void(JobSnapshot&)>& mutate,
+                                      absl::Status* recorded) {
+  try {
+    Publish(record, std::move(event), mutate, recorded);
+  } catch (...) {
+    // The change is made and recorded; only an observer failed.
+    LogWarning(absl::StrCat("job '", record->snap.id, "': an event observer failed: ",
+                            ExceptionText(std::current_exception())));
+  }
+}
+
+void JobManager::EndWatches(Record* record) {
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobEvent event;
+  event.kind = JobEvent::Kind::kInterrupted;
+  event.job_id = record->snap.id;
+  for (const auto& sink : record->sinks) {
+    try {
+      sink->Push(event);
+    } catch (...) {
+      // Its stream ends with the server anyway.
+    }
+  }
+  record->sinks.clear();
+}
+
+
+absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
+                                                  std::shared_ptr<JobEventSink> sink,
+                                                  bool summary) {
+  std::shared_ptr<Record> record;
+  {
+    absl::MutexLock lock(&mu_);
+    record = FindLocked(id);
+  }
+  if (record == nullptr) {
+    // Ended before this Watch (or before a restart): its whole history, no events to follow.
+    if (store_ == nullptr) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+    absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
+    if (stored.ok() && summary) {
+      stored->epochs.clear();
+      stored->epochs.shrink_to_fit();
+      stored->parameters.clear();
+    }
+    return stored;
+  }
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  JobSnapshot snap;
+  {
+    absl::MutexLock lock(&mu_);
+    snap = summary ? SummaryOf(record->snap) : record->snap;
+  }
+  if (!IsTerminal(snap.state)) record->sinks.push_back(std::move(sink));
+  return snap;
+}
+
+absl::StatusOr<std::vector<EpochResult>> JobManager::Epochs(const std::string& id, int32_t after,
+                                                            int32_t limit) const {
+  limit = std::max(0, limit);
+  {
+    absl::MutexLock lock(&mu_);
+    if (std::shared_ptr<Record> record = FindLocked(id)) {
+      const std::vector<EpochResult>& all = record->snap.epochs;
+      // Epochs are kept in order of their numbers.
+      auto first = std::upper_bound(
+          all.begin(), all.end(), after,
+          [](int32_t value, const EpochResult& epoch) { return value < epoch.epoch; });
+      const auto last = first + std::min<ptrdiff_t>(limit, all.end() - first);
+      return std::vector<EpochResult>(first, last);
+    }
+  }
+  if (store_ != nullptr) return store_->LoadEpochs(id, after, limit);
+  return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
+}
+
+void JobManager::Unsubscribe(const std::string& id, const JobEventSink* sink) {
+  std::shared_ptr<Record> record;
+  {
+    absl::MutexLock lock(&mu_);
+    record = FindLocked(id);
+  }
+  if (record == nullptr) return;
+  std::lock_guard<std::mutex> publish_lock(record->publish_mu);
+  auto& sinks = record->sinks;
+  sinks.erase(
+      std::remove_if(sinks.begin(), sinks.end(), [sink](const auto& s) { return s.get() == sink; }),
+      sinks.end());
+}
+
+
+}  // namespace trainerd::engine

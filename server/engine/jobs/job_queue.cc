@@ -1,0 +1,271 @@
+// JobManager's queues (job_manager.h): each device's queues by priority, admission to them
+// (Enqueue, EnqueueSweep, within --max_queued_jobs), and the jobs recovery takes up again
+// (Requeue) or records as failed (FailUnrecoverable). Under mu_.
+#include "server/engine/jobs/job_manager.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <system_error>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/page_token.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "server/engine/devices/device.h"
+#include "server/engine/jobs/job_manager_internal.h"
+#include "server/engine/log.h"
+#include "server/engine/training/checkpoint.h"
+#include "server/engine/training/torchscript_export.h"
+#include "server/engine/training/trainer.h"
+
+namespace trainerd::engine {
+
+using job_internal::ExceptionText;
+using job_internal::RemoveFile;
+using job_internal::SummaryOf;
+using job_internal::kModulesFolder;
+
+std::string JobManager::Worker::PopNext() {
+  for (int p = 2; p >= 0; --p) {
+    if (queues[p].empty()) continue;
+    std::string id = std::move(queues[p].front());
+    queues[p].pop_front();
+    return id;
+  }
+  return "";
+}
+
+void JobManager::Worker::Remove(const std::string& id) {
+  for (auto& queue : queues) queue.erase(std::remove(queue.begin(), queue.end(), id), queue.end());
+}
+
+int64_t JobManager::QueuedLocked() const {
+  int64_t queued = pending_enqueues_;
+  for (const auto& [name, worker] : workers_) queued += static_cast<int64_t>(worker->queued());
+  return queued;
+}
+
+void JobManager::NotifyQueuedLocked(const JobSnapshot& job) {
+  if (!options_.hooks.observer) return;
+  // Under mu_, so that the QUEUED event precedes the job's first event from its worker (which
+  // needs mu_ to take the job); the observer only counts.
+  JobEvent event;
+  event.job_id = job.id;
+  event.job = job;
+  try {
+    options_.hooks.observer->Push(event);
+  } catch (...) {
+    LogWarning(absl::StrCat(
+        "job '", job.id, "': an event observer failed: ", ExceptionText(std::current_exception())));
+  }
+}
+
+void JobManager::QueueLocked(std::shared_ptr<Record> record) {
+  const std::string device_name = record->snap.device;
+  std::unique_ptr<Worker>& worker = workers_[device_name];
+  if (!worker) {
+    worker = std::make_unique<Worker>();
+    const int threads = options_.max_concurrent_jobs > 0 ? options_.max_concurrent_jobs
+                        : device_name == "cpu"           ? 1
+                                                         : 4;
+    for (int i = 0; i < threads; ++i) {
+      worker->threads.emplace_back([this, device_name] { WorkerLoop(device_name); });
+    }
+  }
+  worker->queues[static_cast<int>(record->snap.spec.priority)].push_back(record->snap.id);
+  order_.push_back(record->snap.id);
+  jobs_[record->snap.id] = std::move(record);
+  worker->cv.Signal();
+}
+
+absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
+                                                std::shared_ptr<const TorchScriptJob> torchscript,
+                                                std::string owner, std::string_view module_bytes,
+                                                int64_t estimated_memory_bytes,
+                                                std::vector<DeviceCostEstimate> device_estimates,
+                                                bool quota_exempt) {
+  // Admission first (cheap, under the lock), then the durable writes without it, then the queue.
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+    if (const int64_t queued = QueuedLocked();
+        options_.max_queued_jobs > 0 && queued >= options_.max_queued_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          queued, " jobs are already queued; this daemon queues at most ", options_.max_queued_jobs,
+          " (--max_queued_jobs); submit again when some have started"));
+    }
+    ++pending_enqueues_;
+  }
+  auto record = std::make_shared<Record>();
+  record->model = std::move(model);
+  record->torchscript = std::move(torchscript);
+  record->device = device;
+  record->quota_exempt = quota_exempt;
+  JobSnapshot& snap = record->snap;
+  snap.estimated_memory_bytes = estimated_memory_bytes;
+  snap.device_estimates = std::move(device_estimates);
+  snap.id = NewId();
+  snap.spec = std::move(spec);
+  snap.state = JobState::kQueued;
+  snap.owner = std::move(owner);
+  snap.device = DeviceName(device);
+  snap.create_time = absl::Now();
+
+  absl::Status recorded = absl::OkStatus();
+  if (!module_bytes.empty() && !options_.data_dir.empty()) {
+    // Before the record, so that a job the records hold always finds its module at a restart.
+    recorded = MakeFoldersDurably(absl::StrCat(options_.data_dir, "/", kModulesFolder));
+    if (recorded.ok()) recorded = WriteFileAtomically(ModuleFilePath(snap.id), {module_bytes});
+  }
+  if (recorded.ok() && store_ != nullptr) recorded = store_->SaveJob(snap);
+
+  absl::MutexLock lock(&mu_);
+  --pending_enqueues_;
+  if (recorded.ok() && stopping_) {
+    recorded = absl::UnavailableError("the daemon is shutting down");
+    if (store_ != nullptr) (void)store_->DeleteJob(snap.id);
+  }
+  if (!recorded.ok()) {
+    if (!module_bytes.empty()) RemoveFile(ModuleFilePath(snap.id));
+    if (recorded.code() == absl::StatusCode::kUnavailable) return recorded;
+    return absl::InternalError(absl::StrCat("cannot record the job: ", recorded.message()));
+  }
+  JobSnapshot copy = snap;
+  QueueLocked(std::move(record));
+  NotifyQueuedLocked(copy);
+  return copy;
+}
+
+absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<SweepMember> members,
+                                                                  std::string owner,
+                                                                  bool quota_exempt) {
+  const int64_t count = static_cast<int64_t>(members.size());
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+    if (const int64_t queued = QueuedLocked();
+        options_.max_queued_jobs > 0 && queued + count > options_.max_queued_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the sweep's ", count, " members would join ", queued,
+          " queued jobs; this daemon queues at most ", options_.max_queued_jobs,
+          " (--max_queued_jobs); submit a smaller sweep or again when some have started"));
+    }
+    pending_enqueues_ += count;
+  }
+  std::string sweep_id;
+  {
+    absl::MutexLock lock(&mu_);
+    sweep_id = absl::StrFormat("sweep-%012x", rng_() & 0xffffffffffffULL);
+  }
+  std::vector<std::shared_ptr<Record>> records;
+  auto ids = std::make_shared<std::vector<std::string>>();
+  for (SweepMember& member : members) {
+    std::string id = NewId();
+    while (std::find(ids->begin(), ids->end(), id) != ids->end()) id = NewId();
+    auto record = std::make_shared<Record>();
+    record->model = std::move(member.model);
+    record->device = member.device;
+    record->quota_exempt = quota_exempt;
+    JobSnapshot& snap = record->snap;
+    snap.id = id;
+    snap.sweep_id = sweep_id;
+    snap.estimated_memory_bytes = member.estimated_memory_bytes;
+    snap.device_estimates = std::move(member.device_estimates);
+    snap.spec = std::move(member.spec);
+    snap.state = JobState::kQueued;
+    snap.owner = owner;
+    snap.device = DeviceName(member.device);
+    snap.create_time = absl::Now();
+    ids->push_back(std::move(id));
+    records.push_back(std::move(record));
+  }
+  absl::Status recorded = absl::OkStatus();
+  size_t saved = 0;
+  if (store_ != nullptr) {
+    for (; saved < records.size() && recorded.ok(); ++saved) {
+      recorded = store_->SaveJob(records[saved]->snap);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  pending_enqueues_ -= count;
+  if (recorded.ok() && stopping_) recorded = absl::UnavailableError("the daemon is shutting down");
+  if (!recorded.ok()) {
+    // All or none: the members recorded so far are forgotten again.
+    for (size_t i = 0; i < saved && store_ != nullptr; ++i) {
+      (void)store_->DeleteJob(records[i]->snap.id);
+    }
+    if (recorded.code() == absl::StatusCode::kUnavailable) return recorded;
+    return absl::InternalError(absl::StrCat("cannot record the sweep: ", recorded.message()));
+  }
+  std::vector<JobSnapshot> out;
+  for (auto& record : records) {
+    record->pack = ids;
+    out.push_back(record->snap);
+    QueueLocked(std::move(record));
+  }
+  for (const JobSnapshot& copy : out) NotifyQueuedLocked(copy);
+  return out;
+}
+
+absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device device,
+                                 std::shared_ptr<const TorchScriptJob> torchscript,
+                                 ResumePoint resume) {
+  job.state = JobState::kQueued;
+  job.end_time = absl::InfinitePast();
+  job.epochs_completed = static_cast<int32_t>(job.epochs.size());
+  if (store_ != nullptr) {
+    // The epochs after the checkpoint run again: their old results go first, so that each epoch
+    // is reported once.
+    if (absl::Status erased = store_->DeleteEpochsAfter(job.id, resume.epoch); !erased.ok()) {
+      return erased;
+    }
+    if (absl::Status saved = store_->SaveJob(job); !saved.ok()) return saved;
+  }
+  auto record = std::make_shared<Record>();
+  record->model = std::move(model);
+  record->torchscript = std::move(torchscript);
+  record->device = device;
+  record->resume = std::move(resume);
+  // Whether its submitter was an admin is not recorded; a job the daemon had accepted keeps its
+  // checkpoints (the quota still refuses its owner's new uploads and jobs).
+  record->quota_exempt = true;
+  record->snap = std::move(job);
+  JobSnapshot copy;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the daemon is shutting down");
+    copy = SummaryOf(record->snap);
+    QueueLocked(std::move(record));
+    if (options_.hooks.observer) {
+      JobEvent event;
+      event.job_id = copy.id;
+      event.job = copy;
+      try {
+        options_.hooks.observer->Push(event);
+      } catch (...) {
+        LogWarning(absl::StrCat("job '", copy.id, "': an event observer failed: ",
+                                ExceptionText(std::current_exception())));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::FailUnrecoverable(JobSnapshot job, const std::string& reason,
+                                           JobState state) {
+  job.state = state;
+  job.error = reason;
+  job.end_time = absl::Now();
+  if (store_ != nullptr) return store_->SaveJob(job);
+  return absl::OkStatus();
+}
+
+
+}  // namespace trainerd::engine
