@@ -1,0 +1,151 @@
+// trainctl's sweep command: submits the members of a sweep and, with --watch, follows them in a
+// table redrawn in place on a terminal (once at the end elsewhere), then a summary line.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/cli.h"
+#include "client/command_support.h"
+#include "client/output.h"
+#include "client/progress_bar.h"
+#include "client/requests.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/status.h"
+#include "trainerd/v1/jobs.pb.h"
+
+namespace trainerd::client {
+namespace {
+
+// The exit code of a watched sweep whose members all ended: 0 when every one succeeded, 3 when
+// any failed, else 4 when any was cancelled (a failure says more than a cancellation, which a
+// person asked for).
+int SweepExitCode(const google::protobuf::RepeatedPtrField<v1::Job>& members) {
+  int code = kExitOk;
+  for (const v1::Job& job : members) {
+    if (job.state() == v1::JOB_STATE_FAILED) return kExitJobFailed;
+    if (job.state() == v1::JOB_STATE_CANCELLED) code = kExitJobCancelled;
+  }
+  return code;
+}
+
+// How often `sweep --watch` redraws its live table (asking GetJob about every member still
+// running): often enough to follow the epochs, seldom enough that a 256-member sweep costs the
+// daemon little.
+constexpr absl::Duration kSweepPollInterval = absl::Milliseconds(400);
+
+// The terminal's size, for the redrawn table; 0 for what ioctl cannot tell.
+struct TerminalSize {
+  int rows = 0;
+  int columns = 0;
+};
+TerminalSize StdoutTerminalSize() {
+  struct winsize size = {};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0) return {};
+  return {size.ws_row, size.ws_col};
+}
+
+// Follows the members of a sweep until every one ended, asking GetJob about each member that has
+// not ended whenever the first of them ended (seen on its WatchJob stream) or, on a terminal,
+// every kSweepPollInterval (rather than a WatchJob stream per member: a sweep may have
+// 256). On a terminal the table of members (SweepWatchTable) is redrawn in place; elsewhere it is
+// printed once at the end, so that a log gets one table. Then the summary line. With JSON, each
+// member's Job as one line when it ends. Exit code: SweepExitCode. No overall deadline, as for
+// `job watch`; Ctrl-C ends trainctl and leaves the members running.
+int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
+  google::protobuf::RepeatedPtrField<v1::Job>& members = *sweep.mutable_members();
+  const bool live = !context.structured && !context.names && isatty(STDOUT_FILENO) == 1;
+  const TerminalSize terminal = live ? StdoutTerminalSize() : TerminalSize();
+  // Rows for members: the terminal less the header, the "... more" line and the cursor's line.
+  const int max_rows = terminal.rows > 3 ? terminal.rows - 3 : 0;
+  LiveBlock screen(std::cout, terminal.columns);
+  std::vector<bool> printed(members.size(), false);  // JSON: the members already printed
+  while (true) {
+    bool all_ended = true;
+    for (v1::Job& member : members) {
+      if (IsTerminal(member.state())) continue;
+      v1::GetJobRequest request;
+      request.set_id(member.id());
+      grpc::ClientContext call;
+      context.connection.SetUnaryDeadline(&call);
+      v1::Job job;
+      grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
+      if (!status.ok()) return UnaryRpcFailure(context, status);
+      member = std::move(job);
+      if (!IsTerminal(member.state())) all_ended = false;
+    }
+    if (context.structured) {
+      for (int i = 0; i < members.size(); ++i) {
+        if (printed[i] || !IsTerminal(members[i].state())) continue;
+        if (int code = PrintMessage(context, members[i], /*stream=*/true); code != kExitOk) {
+          return code;
+        }
+        printed[i] = true;
+      }
+    }
+    if (all_ended) break;
+    if (live) screen.Show(SweepWatchTable(members, max_rows));
+    // Wait on the first member still running (a pack's members end together): until it ended, or
+    // on a terminal until the table is due again; then every member is asked again above.
+    for (v1::Job& member : members) {
+      if (IsTerminal(member.state())) continue;
+      absl::StatusOr<std::optional<v1::Job>> ended =
+          AwaitJobEnd(context, member.id(), live ? kSweepPollInterval : absl::InfiniteDuration());
+      if (!ended.ok()) {
+        return UnaryRpcFailure(context,
+                               grpc::Status(static_cast<grpc::StatusCode>(ended.status().code()),
+                                            std::string(ended.status().message())));
+      }
+      if (ended->has_value()) member = **std::move(ended);
+      break;
+    }
+  }
+  if (context.structured || context.names) return SweepExitCode(members);
+  // The last table whole, over the live one (which fitted the terminal) or alone.
+  const std::string table = SweepWatchTable(members);
+  if (live) {
+    screen.Show(table);
+  } else {
+    std::cout << table;
+  }
+  std::cout << SweepSummaryLine(members) << std::endl;
+  return SweepExitCode(members);
+}
+
+}  // namespace
+
+int Sweep(const CommandContext& context) {
+  absl::StatusOr<v1::SubmitSweepRequest> request = SweepRequestFromFlags(context.invocation);
+  if (!request.ok()) return UsageFailure(request.status());
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::SubmitSweepResponse response;
+  grpc::Status status = context.connection.jobs().SubmitSweep(&call, *request, &response);
+  if (!status.ok()) return UnaryRpcFailure(context, status);
+
+  const bool watch = context.invocation.Has("watch");
+  if (context.names) {
+    std::vector<std::string> ids;
+    for (const v1::Job& member : response.members()) ids.push_back(member.id());
+    PrintNames(ids);
+    if (!watch) return kExitOk;
+  } else if (context.structured) {
+    // With --watch the output is JSON Lines throughout, as for submit.
+    const int code = PrintMessage(context, response, /*stream=*/watch);
+    if (code != kExitOk || !watch) return code;
+  } else if (!watch) {
+    return PrintText(SweepSubmitTable(response, context.table));
+  } else {
+    // The id alone first, as without --watch; the watched table shows the members.
+    std::cout << response.sweep_id() << std::endl;
+  }
+  return WatchSweep(context, std::move(response));
+}
+
+}  // namespace trainerd::client
