@@ -1,5 +1,10 @@
 // How trainctl shows trainerd's messages: aligned tables, key-value views, watch lines, and JSON.
 // Pure functions of the messages (no gRPC, no I/O), so that their text can be tested as is.
+//
+// Where they are: output.cc holds the writers (TextTable, KeyValueLines, JSON and YAML) and the
+// formatting of single values (bytes, times, losses, SI quantities, enum names); the views of
+// particular messages are in dataset_views.cc, job_views.cc (with the lines of `job watch`),
+// sweep_views.cc and device_views.cc (devices, diagnose, top, and the report of `job get`).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,321 @@
+// trainctl's views of jobs (client/output.h): the table of `job list`, the key-value view of
+// `job get` (its spec described in words, the parameters, the checkpoints), and the lines of
+// `job watch` (one per epoch, then the outcome).
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/output.h"
+#include "client/view_cells.h"
+#include "common/table.h"
+#include "trainerd/v1/jobs.pb.h"
+
+namespace trainerd::client {
+namespace {
+
+// Longer model specs are cut in `job list` (`job get` shows them whole).
+constexpr size_t kMaxModelColumn = 40;
+
+// A fraction in [0, 1] as a percentage with two decimals, e.g. "97.25%".
+std::string FormatAccuracy(double accuracy) { return absl::StrFormat("%.2f%%", 100.0 * accuracy); }
+
+bool HasValidation(const v1::JobSpec& spec) {
+  return spec.validation_fraction() > 0 || !spec.validation_dataset().empty();
+}
+
+// "20% of dataset 'iris' (fixed split)" or "dataset 'iris-test'".
+std::string ValidationDescription(const v1::JobSpec& spec) {
+  if (!spec.validation_dataset().empty()) {
+    return absl::StrCat("dataset '", spec.validation_dataset(), "'");
+  }
+  return absl::StrFormat("%g%% of dataset '%s' (held out, split by the seed)",
+                         100.0 * spec.validation_fraction(), spec.dataset());
+}
+
+std::string OptimizerDescription(const v1::Optimizer& optimizer) {
+  std::string text = absl::StrCat(OptimizerName(optimizer.kind()), ", lr ",
+                                  absl::StrFormat("%g", optimizer.learning_rate()));
+  if (optimizer.kind() == v1::OPTIMIZER_KIND_SGD || optimizer.momentum() != 0) {
+    absl::StrAppend(&text, ", momentum ", absl::StrFormat("%g", optimizer.momentum()));
+  }
+  if (optimizer.nesterov()) absl::StrAppend(&text, " (nesterov)");
+  if (optimizer.has_weight_decay()) {
+    absl::StrAppend(&text, ", weight decay ", absl::StrFormat("%g", optimizer.weight_decay()));
+  }
+  if (optimizer.has_beta1())
+    absl::StrAppend(&text, absl::StrFormat(", beta1 %g", optimizer.beta1()));
+  if (optimizer.has_beta2())
+    absl::StrAppend(&text, absl::StrFormat(", beta2 %g", optimizer.beta2()));
+  if (optimizer.has_eps()) absl::StrAppend(&text, absl::StrFormat(", eps %g", optimizer.eps()));
+  if (optimizer.has_alpha())
+    absl::StrAppend(&text, absl::StrFormat(", alpha %g", optimizer.alpha()));
+  return text;
+}
+
+std::string LossDescription(const v1::JobSpec& spec) {
+  std::string text = LossName(spec.loss());
+  if (spec.loss() == v1::LOSS_HUBER) {
+    absl::StrAppend(
+        &text, absl::StrFormat(", delta %g", spec.huber_delta() == 0 ? 1.0 : spec.huber_delta()));
+  }
+  if (spec.label_smoothing() != 0) {
+    absl::StrAppend(&text, absl::StrFormat(", label smoothing %g", spec.label_smoothing()));
+  }
+  return text;
+}
+
+// "1 epoch", "5 epochs".
+std::string Epochs(int32_t count) { return absl::StrCat(count, count == 1 ? " epoch" : " epochs"); }
+
+bool HasSchedule(const v1::JobSpec& spec) {
+  const v1::Schedule& schedule = spec.schedule();
+  return schedule.kind() == v1::Schedule::STEP || schedule.kind() == v1::Schedule::COSINE ||
+         schedule.warmup_epochs() > 0;
+}
+
+// "cosine to 0.0001, warm-up 5 epochs; lr 0.0095 in epoch 7".
+// "bf16 (autocast)", or for fp16 "fp16 (autocast, loss scale 32768, 3 steps skipped)" with the
+// last epoch's scale and the skips of all epochs.
+std::string PrecisionDescription(const v1::Job& job) {
+  if (job.spec().precision() == v1::PRECISION_BF16) return "bf16 (autocast)";
+  std::string text = "fp16 (autocast, loss scaling";
+  if (job.epochs_size() > 0 && job.epochs(job.epochs_size() - 1).has_loss_scale()) {
+    int64_t skipped = 0;
+    for (const v1::EpochResult& epoch : job.epochs()) skipped += epoch.skipped_steps();
+    absl::StrAppend(&text, absl::StrFormat(": scale %g, %d %s skipped",
+                                           job.epochs(job.epochs_size() - 1).loss_scale(), skipped,
+                                           skipped == 1 ? "step" : "steps"));
+  }
+  return text + ")";
+}
+
+std::string ScheduleDescription(const v1::Job& job) {
+  const v1::Schedule& schedule = job.spec().schedule();
+  std::string text;
+  switch (schedule.kind()) {
+    case v1::Schedule::STEP:
+      text =
+          absl::StrFormat("step, times %g every %s", schedule.gamma() == 0 ? 0.1 : schedule.gamma(),
+                          Epochs(schedule.step_epochs()));
+      break;
+    case v1::Schedule::COSINE:
+      text = absl::StrFormat("cosine to %g", schedule.min_learning_rate());
+      break;
+    default:
+      text = "constant";
+      break;
+  }
+  if (schedule.warmup_epochs() > 0) {
+    absl::StrAppend(&text, ", warm-up ", Epochs(schedule.warmup_epochs()));
+  }
+  if (job.epochs_size() > 0) {
+    const v1::EpochResult& last = job.epochs(job.epochs_size() - 1);
+    absl::StrAppend(&text,
+                    absl::StrFormat("; lr %g in epoch %d", last.learning_rate(), last.epoch()));
+  }
+  return text;
+}
+
+std::string ParameterLine(const v1::Parameter& parameter) {
+  std::vector<std::string> values;
+  const int shown = std::min(parameter.values_size(), kShownParameterValues);
+  for (int i = 0; i < shown; ++i) values.push_back(absl::StrFormat("%.6g", parameter.values(i)));
+  std::string text =
+      absl::StrCat("  ", parameter.name(), " [", ShapeToString(ToVector(parameter.shape())),
+                   "]: ", absl::StrJoin(values, ", "));
+  if (parameter.values_size() > shown) {
+    absl::StrAppend(&text, ", ... (", parameter.values_size(), " values; all with -o json)");
+  }
+  return text;
+}
+
+}  // namespace
+
+std::string JobListTable(const v1::ListJobsResponse& response, TableOptions options) {
+  std::vector<std::string> headers = {"ID",     "STATE", "DATASET", "MODEL",
+                                      "EPOCHS", "LOSS",  "DEVICE",  "CREATED"};
+  if (options.wide) {
+    headers.insert(headers.end(), {"LOSS FN", "OPTIMIZER", "LR", "ENGINE", "SWEEP", "OWNER"});
+  }
+  TextTable table(std::move(headers));
+  for (const v1::Job& job : response.jobs()) {
+    std::string model = job.spec().model();
+    if (!options.wide && model.size() > kMaxModelColumn)
+      model = absl::StrCat(model.substr(0, kMaxModelColumn - 3), "...");
+    // A record the daemon cannot read shows as such; its other columns are empty.
+    std::vector<std::string> row = {job.id(),
+                                    job.record_damaged().empty()
+                                        ? JobStateName(job.state())
+                                        : absl::StrCat(JobStateName(job.state()), " (DAMAGED)"),
+                                    job.spec().dataset(),
+                                    model,
+                                    EpochProgress(job),
+                                    JobLoss(job),
+                                    JobDevice(job),
+                                    FormatTimestamp(job.create_time())};
+    if (options.wide) {
+      row.insert(row.end(),
+                 {LossName(job.spec().loss()), OptimizerName(job.spec().optimizer().kind()),
+                  SweptLearningRate(job), OrDash(job.report().engine()), OrDash(job.sweep_id()),
+                  OrDash(job.owner())});
+    }
+    table.AddRow(std::move(row));
+  }
+  return table.Render(options.headers);
+}
+
+std::string JobDetails(const v1::Job& job) {
+  const v1::JobSpec& spec = job.spec();
+  std::vector<std::pair<std::string, std::string>> lines = {
+      {"id", job.id()},
+      {"state", JobStateName(job.state())},
+  };
+  if (!job.error().empty()) lines.push_back({"error", job.error()});
+  if (!job.record_damaged().empty()) lines.push_back({"record", job.record_damaged()});
+  if (!job.checkpoint_error().empty()) {
+    lines.push_back({"checkpoint", absl::StrCat(job.checkpoint_error(), " (the job went on)")});
+  }
+  if (!job.owner().empty()) lines.push_back({"owner", job.owner()});
+  if (!job.sweep_id().empty()) lines.push_back({"sweep", job.sweep_id()});
+  std::string model = spec.model();
+  if (job.parameter_count() > 0)
+    absl::StrAppend(&model, " (", job.parameter_count(), " parameters)");
+  lines.insert(lines.end(), {
+                                {"dataset", spec.dataset()},
+                                {"model", model},
+                                {"loss", LossDescription(spec)},
+                                {"optimizer", OptimizerDescription(spec.optimizer())},
+                            });
+  // Shown only when set, so that a plain job's view stays short.
+  if (HasSchedule(spec)) lines.push_back({"schedule", ScheduleDescription(job)});
+  if (spec.clip_grad_norm() > 0) {
+    lines.push_back({"clip grad norm", absl::StrFormat("%g", spec.clip_grad_norm())});
+  }
+  if (HasValidation(spec)) lines.push_back({"validation", ValidationDescription(spec)});
+  if (spec.early_stop_patience() > 0) {
+    std::string patience = absl::StrCat(spec.early_stop_patience(), " epochs");
+    if (job.stopped_early()) absl::StrAppend(&patience, " (stopped early)");
+    lines.push_back({"early stopping", patience});
+  }
+  if (spec.precision() == v1::PRECISION_BF16 || spec.precision() == v1::PRECISION_FP16) {
+    lines.push_back({"precision", PrecisionDescription(job)});
+  }
+  if (spec.checkpoint_every() > 0) {
+    lines.push_back({"checkpoints", absl::StrCat("every ", spec.checkpoint_every(), " epochs, ",
+                                                 job.checkpoints_size(), " written")});
+  }
+  if (spec.priority() == v1::JOB_PRIORITY_HIGH) lines.push_back({"priority", "high"});
+  if (spec.priority() == v1::JOB_PRIORITY_LOW) lines.push_back({"priority", "low"});
+  if (spec.engine() == v1::ENGINE_FUSED) lines.push_back({"engine", "fused"});
+  if (spec.engine() == v1::ENGINE_LIBTORCH) lines.push_back({"engine", "libtorch"});
+  lines.insert(lines.end(), {
+                                {"batch size", absl::StrCat(spec.batch_size())},
+                                {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},
+                                {"seed", spec.has_seed() ? absl::StrCat(spec.seed()) : "-"},
+                                {"device", JobDevice(job)},
+                                {"epochs", EpochProgress(job)},
+                                {"final loss", JobLoss(job)},
+                            });
+  // The last epoch's validation numbers, when the job validates and has finished an epoch.
+  if (job.epochs_size() > 0 && job.epochs(job.epochs_size() - 1).has_validation_loss()) {
+    const v1::EpochResult& last = job.epochs(job.epochs_size() - 1);
+    lines.push_back({"val loss", FormatLoss(last.validation_loss())});
+    if (last.has_validation_accuracy()) {
+      lines.push_back({"val accuracy", FormatAccuracy(last.validation_accuracy())});
+    }
+  }
+  lines.insert(lines.end(), {
+                                {"wall time", absl::StrFormat("%.2f s", job.wall_seconds())},
+                                {"steps", absl::StrCat(job.steps())},
+                                {"samples/s", absl::StrFormat("%.1f", job.samples_per_second())},
+                                {"host syncs", absl::StrCat(job.host_syncs())},
+                                {"created", FormatTimestamp(job.create_time())},
+                                {"started", FormatTimestamp(job.start_time())},
+                                {"ended", FormatTimestamp(job.end_time())},
+                            });
+  // Taken up again after the daemon stopped (a crash, a drain): how often, and the last time.
+  if (job.restarts_size() > 0) {
+    const v1::JobRestart& last = job.restarts(job.restarts_size() - 1);
+    lines.push_back(
+        {"restarts",
+         absl::StrCat(job.restarts_size(), " (last ", FormatTimestamp(last.time()),
+                      last.from_epoch() > 0
+                          ? absl::StrCat(", from the checkpoint of epoch ", last.from_epoch())
+                          : std::string(", from the start"),
+                      ")")});
+  }
+  if (job.parameters_size() == 0) {
+    lines.push_back({"parameters", job.parameter_count() > 0 && IsTerminal(job.state())
+                                       ? "not reported (more than 1,000 values)"
+                                       : "-"});
+  } else {
+    lines.push_back({"parameters", ""});
+  }
+  std::string text = KeyValueLines(lines);
+  // The "parameters:" line has no value; drop the alignment spaces that follow it.
+  if (job.parameters_size() > 0) {
+    size_t end = text.find_last_not_of(" \n");
+    text.resize(end + 1);
+    text.push_back('\n');
+    for (const v1::Parameter& parameter : job.parameters()) {
+      absl::StrAppend(&text, ParameterLine(parameter), "\n");
+    }
+  }
+  // One line per checkpoint, after everything else: a long job can have many.
+  if (job.checkpoints_size() > 0) {
+    absl::StrAppend(&text, "checkpoint files:\n");
+    for (const v1::Checkpoint& checkpoint : job.checkpoints()) {
+      absl::StrAppend(&text, absl::StrFormat("  epoch %d  %s  (%d bytes)\n", checkpoint.epoch(),
+                                             checkpoint.path(), checkpoint.size_bytes()));
+    }
+  }
+  // Last, so that the verdict ends the view where the eye lands.
+  if (job.has_report()) absl::StrAppend(&text, DeviceReportSection(job.report()));
+  return text;
+}
+
+std::string EpochLine(const v1::EpochResult& epoch, int32_t planned_epochs) {
+  std::string text = absl::StrCat("epoch ", epoch.epoch());
+  if (planned_epochs > 0) absl::StrAppend(&text, "/", planned_epochs);
+  absl::StrAppend(&text, "  loss ", FormatLoss(epoch.loss()));
+  if (epoch.has_validation_loss()) {
+    absl::StrAppend(&text, "  val_loss ", FormatLoss(epoch.validation_loss()));
+  }
+  if (epoch.has_validation_accuracy()) {
+    absl::StrAppend(&text, "  val_acc ", FormatAccuracy(epoch.validation_accuracy()));
+  }
+  if (epoch.has_loss_scale()) {
+    absl::StrAppend(&text, absl::StrFormat("  scale %g", epoch.loss_scale()));
+    if (epoch.skipped_steps() > 0) absl::StrAppend(&text, "  skipped ", epoch.skipped_steps());
+  }
+  return text;
+}
+
+std::string JobOutcomeLine(const v1::Job& job) {
+  std::string text = absl::StrCat("job ", job.id(), " ", JobStateName(job.state()));
+  switch (job.state()) {
+    case v1::JOB_STATE_SUCCEEDED:
+      absl::StrAppend(&text, absl::StrFormat(" in %.2f s, final loss ", job.wall_seconds()),
+                      FormatLoss(job.final_loss()));
+      if (job.stopped_early()) {
+        absl::StrAppend(&text, " (stopped early after ", EpochProgress(job), " epochs)");
+      }
+      break;
+    case v1::JOB_STATE_FAILED:
+      if (!job.error().empty()) absl::StrAppend(&text, ": ", job.error());
+      break;
+    case v1::JOB_STATE_CANCELLED:
+      absl::StrAppend(&text, " after ", EpochProgress(job), " epochs");
+      break;
+    default:
+      break;
+  }
+  return text;
+}
+
+}  // namespace trainerd::client
