@@ -1,5 +1,8 @@
 // trainctl's command line: the table of commands and their flags, the parser that turns argv into
 // an Invocation, and the usage texts generated from the same table. No gRPC, no I/O.
+//
+// Where they are: the table in command_table.cc (submit's and sweep's flags in submit_flags.cc),
+// the parser in cli.cc, the usage texts in usage_text.cc.
 #pragma once
 
 #include <cstdint>

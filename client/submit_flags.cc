@@ -1,0 +1,120 @@
+// The flags of trainctl's submit and sweep (client/cli_internal.h), the JobSpec's fields, with
+// their help texts. Kept apart from the rest of the command table (command_table.cc) for their
+// number; sweep's are submit's, with lists for the swept values.
+#include <vector>
+
+#include "client/cli.h"
+#include "client/cli_internal.h"
+
+namespace trainerd::client {
+
+std::vector<FlagSpec> SubmitFlags() {
+  return {{"dataset", "NAME", "the resident dataset to train on (required)"},
+          {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
+          {"torchscript", "FILE",
+           "train this TorchScript module (torch.jit.script(m)\n"
+           ".save(FILE), at most 64 MiB) instead of --model"},
+          {"loss", "LOSS",
+           "mse, l1, huber or bce_with_logits (float32 targets\n"
+           "shaped like the output), cross_entropy or nll (int64\n"
+           "class targets; nll wants log-probabilities) (default mse)"},
+          {"huber-delta", "D", "huber: where the loss turns linear, > 0 (default 1)"},
+          {"label-smoothing", "S", "cross_entropy: 0 <= S < 1 (default 0)"},
+          {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},
+          {"lr", "RATE", "learning rate, > 0; the peak with a schedule (default 0.01)"},
+          {"momentum", "M", "sgd and rmsprop momentum, 0 <= M < 1 (default 0)"},
+          {"nesterov", "", "sgd: Nesterov momentum (needs --momentum above 0)"},
+          {"weight-decay", "W",
+           "L2 penalty, >= 0; decoupled for adamw (default 0,\n"
+           "adamw 0.01)"},
+          {"beta1", "B", "adam and adamw, 0 <= B < 1 (default 0.9)"},
+          {"beta2", "B", "adam and adamw, 0 <= B < 1 (default 0.999)"},
+          {"eps", "E", "adam, adamw and rmsprop, > 0 (default 1e-8)"},
+          {"alpha", "A", "rmsprop smoothing, 0 < A < 1 (default 0.99)"},
+          {"schedule", "KIND",
+           "learning rate per epoch: constant, step (times --gamma\n"
+           "every --step-epochs) or cosine (down to --min-lr)\n"
+           "(default constant)"},
+          {"step-epochs", "N", "step: epochs between decays, >= 1 (required with step)"},
+          {"gamma", "G", "step: decay factor, 0 < G <= 1 (default 0.1)"},
+          {"min-lr", "RATE", "cosine: the final rate, 0 <= RATE < --lr (default 0)"},
+          {"warmup-epochs", "N",
+           "ramp the rate up linearly over the first N epochs,\n"
+           "N < --epochs (default 0)"},
+          {"clip-grad-norm", "N",
+           "scale the gradients down to a global L2 norm of at\n"
+           "most N, > 0 (default 0: off)"},
+          {"batch-size", "N", "rows per step (default 32)"},
+          {"epochs", "N", "passes over the dataset (default 10)"},
+          {"validation-fraction", "F",
+           "hold out this fraction of the rows (a split fixed by\n"
+           "the seed) and report validation loss and, for\n"
+           "cross_entropy and nll, accuracy each epoch,\n"
+           "0 <= F < 1 (default 0: none)"},
+          {"validation-dataset", "NAME",
+           "validate on this resident dataset instead (same\n"
+           "shapes and target dtype as --dataset)"},
+          {"early-stop-patience", "N",
+           "stop after N epochs without a better validation loss;\n"
+           "needs validation (default 0: off)"},
+          {"checkpoint-every", "N",
+           "save model and optimizer state every N epochs under\n"
+           "the daemon's data folder, 1 <= N <= --epochs\n"
+           "(default 0: off)"},
+          {"precision", "P",
+           "fp32, bf16 or fp16: the forward pass under autocast;\n"
+           "fp16 adds loss scaling (default fp32)"},
+          {"seed", "S",
+           "seed for initialisation and shuffling (default: the\n"
+           "daemon picks one and reports it in the job)"},
+          {"device", "DEVICE",
+           "cpu, cuda, cuda:N or auto: the device the cost model\n"
+           "expects to finish first, from Diagnose's figures\n"
+           "(default: the daemon's default device)"},
+          {"priority", "P",
+           "high, normal or low: which queued job its device runs\n"
+           "next (FIFO within a priority; default normal)"},
+          {"engine", "E",
+           "auto, fused or libtorch: how the steps run; auto takes\n"
+           "the fused path (small MLPs, no per-operator overhead)\n"
+           "when the job qualifies (default auto)"},
+          {"max-job-time", "T",
+           "a --torchscript job's time limit, in seconds or as a\n"
+           "duration (90m): its worker is killed and the job FAILED\n"
+           "past it (default: the daemon's --max_job_time, 24h)"},
+          {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
+          {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}};
+}
+
+std::vector<FlagSpec> SweepFlags() {
+  std::vector<FlagSpec> flags;
+  for (const FlagSpec& flag : SubmitFlags()) {
+    if (flag.name == "torchscript") continue;
+    if (flag.name == "lr") {
+      flags.push_back({"lr", "RATE,...",
+                       "learning rates, each > 0, e.g. 0.1,0.03,0.01; the peak\n"
+                       "with a schedule (default 0.01)"});
+    } else if (flag.name == "momentum") {
+      flags.push_back({"momentum", "M,...",
+                       "sgd and rmsprop momenta, each 0 <= M < 1, e.g. 0,0.9\n"
+                       "(default 0)"});
+    } else if (flag.name == "weight-decay") {
+      flags.push_back({"weight-decay", "W,...",
+                       "L2 penalties, each >= 0; decoupled for adamw\n"
+                       "(default 0, adamw 0.01)"});
+    } else if (flag.name == "seed") {
+      flags.push_back({"seed", "S,...",
+                       "seeds, whole numbers >= 0, e.g. 1,2,3 (default: one\n"
+                       "seed the daemon picks, the same for every member)"});
+    } else if (flag.name == "watch") {
+      flags.push_back({"watch", "",
+                       "after submitting, show the members sorted by loss,\n"
+                       "refreshed until every member ended"});
+    } else {
+      flags.push_back(flag);
+    }
+  }
+  return flags;
+}
+
+}  // namespace trainerd::client
