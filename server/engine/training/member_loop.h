@@ -1,0 +1,192 @@
+// One job's epoch loop as the trainer drives it (trainer.cc, RunMembers): MemberLoop, cut at the
+// points where a pack of jobs meets, and EpochBatches, an epoch's batches gathered on the device.
+// Internal to the training room: only trainer.cc and member_loop.cc include it. No locks: a
+// MemberLoop belongs to the one job thread that runs its pack.
+#pragma once
+
+#include <c10/cuda/CUDAStream.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "server/engine/training/stacked_path.h"
+#include "server/engine/training/trainer.h"
+#include "server/engine/training/training_path.h"
+
+namespace trainerd::engine::trainer_internal {
+
+using Clock = std::chrono::steady_clock;
+
+// Rows are gathered for a chunk of whole batches at a time, at most this many bytes of features
+// and targets (or one batch, when a batch is larger): a dataset under it is gathered once per
+// epoch. Bounded so that a job on a large dataset holds one more chunk, not a second copy of its
+// data; a few percent of what a job on such a dataset holds anyway.
+constexpr int64_t kGatherChunkBytes = int64_t{16} << 20;
+
+// An epoch's batches in `order` (or as the rows lie, as narrow views, when `order` is undefined),
+// gathered on the device a chunk at a time (kGatherChunkBytes): each batch is then a view of its
+// chunk, so a step costs no gather of its own. Never a host copy. Batches are asked for in order,
+// at multiples of `batch` (the last may be shorter).
+class EpochBatches {
+ public:
+  EpochBatches(const torch::Tensor& features, const torch::Tensor& targets, torch::Tensor order,
+               int64_t batch)
+      : features_(features), targets_(targets), order_(std::move(order)) {
+    const int64_t rows = std::max<int64_t>(features.size(0), 1);
+    const int64_t row_bytes = std::max<int64_t>(1, (features.nbytes() + targets.nbytes()) / rows);
+    const int64_t batches = std::max<int64_t>(1, kGatherChunkBytes / row_bytes / batch);
+    chunk_rows_ = batches * batch;
+  }
+
+  // Rows [begin, begin + len) of the epoch's order, as a range of the chunk that holds them (no
+  // tensor is made for the batch itself: BatchView::x() and y() make the views when asked).
+  BatchView Get(int64_t begin, int64_t len) {
+    if (!order_.defined()) return BatchView{&features_, &targets_, begin, len};
+    if (!chunk_features_.defined() || begin < chunk_begin_ || begin + len > chunk_end_) {
+      chunk_begin_ = begin;
+      chunk_end_ = std::min(order_.size(0), begin + std::max(chunk_rows_, len));
+      const torch::Tensor idx = order_.narrow(/*dim=*/0, begin, chunk_end_ - begin);
+      chunk_features_ = features_.index_select(/*dim=*/0, idx);
+      chunk_targets_ = targets_.index_select(/*dim=*/0, idx);
+    }
+    return BatchView{&chunk_features_, &chunk_targets_, begin - chunk_begin_, len};
+  }
+
+ private:
+  torch::Tensor features_;
+  torch::Tensor targets_;
+  torch::Tensor order_;
+  int64_t chunk_rows_ = 0;
+  int64_t chunk_begin_ = 0;
+  int64_t chunk_end_ = 0;
+  torch::Tensor chunk_features_;
+  torch::Tensor chunk_targets_;
+};
+
+// A GPU job runs on a CUDA stream of its own, so that jobs sharing a device overlap their
+// kernels instead of queueing behind each other on the default stream. The stream first waits
+// (on the device, not the host) for the work queued before it on the default stream, e.g. the
+// copy that made the dataset resident.
+std::optional<c10::cuda::CUDAStream> JobStream(const torch::Device& device);
+
+// Whether the job's steps run on the fused path; `reason` says why not when engine auto cannot.
+bool TakesFusedPath(const TrainingRun& run, std::string* reason);
+
+// One job's epoch loop, cut at the points where a pack of jobs (a sweep's members, trained
+// together) meets: each step, each validation batch, and the epoch's one host transfer. A job
+// alone is a pack of one (RunTraining), so that a packed member runs exactly the code, the
+// generator draws and the arithmetic of the same job run alone. Every method that runs LibTorch
+// code may throw; the driver turns that into the member's failure.
+class MemberLoop {
+ public:
+  MemberLoop(const TrainingRun& run, Clock::time_point start)
+      : run_(run), spec_(run.spec), start_(start) {}
+
+  const TrainingRun& run() const { return run_; }
+  bool ended() const { return ended_; }
+  int32_t epoch() const { return epoch_; }
+  int64_t rows() const { return rows_; }
+  int64_t batch() const { return batch_; }
+  int64_t val_rows() const { return val_rows_; }
+  int64_t val_batch() const { return std::min<int64_t>(spec_.batch_size, val_rows_); }
+  HostTransfers& host() { return host_; }
+  TrainingOutcome& outcome() { return outcome_; }
+  // The epoch the next BeginEpoch starts, past spec.epochs when the loop is done.
+  bool more_epochs() const { return epoch_ + 1 <= spec_.epochs && !stopped_; }
+
+  // Everything before the first epoch: the path (with its model and optimizer), a resumed job's
+  // checkpoint, the validation split. `features` and `targets` are the dataset on the job's device
+  // (the driver made the one cross-device copy, when there was one). False when the job ended
+  // here (its outcome is set).
+  // `pack` (with the member's index in it): the stacked pack that runs the member's steps when it
+  // is not on the fused path; null for a job alone.
+  bool Setup(const torch::Tensor& features, const torch::Tensor& targets, StackedPack* pack,
+             size_t index);
+
+  // A cancel or an interrupt seen before a step: ends the member's run (its outcome set).
+  bool Cancelled();
+
+  void BeginEpoch();
+
+  void Step(int64_t begin) {
+    path_->Step(batches_->Get(begin, std::min(batch_, rows_ - begin)));
+    ++outcome_.steps;
+  }
+
+  // Validation: eval mode (dropout off, batchnorm on its running statistics), no autograd, in
+  // batches of batch_size; the loss (the training loss function with the same options) and the
+  // correct count are summed on the device like the training loss.
+  void BeginValidation() {
+    path_->BeginValidation();
+    val_batches_.emplace(val_features_, val_targets_, val_index_, val_batch());
+  }
+  void ValidateBatch(int64_t begin) {
+    path_->ValidateBatch(val_batches_->Get(begin, std::min(val_batch(), val_rows_ - begin)));
+  }
+  void EndValidation() { path_->EndValidation(); }
+
+  // The epoch's values for the one transfer (float64 scalars): training loss, then validation loss
+  // and accuracy, then the path's own values (fp16's loss scale and skipped steps).
+  std::vector<torch::Tensor> EpochValues();
+
+  // The epoch's values arrived (EpochValues' order). Checks them, checkpoints, publishes the
+  // epoch. False when the member's run ended here (a NaN, a failed checkpoint, a drain); an
+  // early stop ends the loop (more_epochs() false) with the job still to Finish.
+  bool AfterTransfer(const double* value);
+
+  // After the member's last epoch: the trained model, exported.
+  void Finish();
+
+  // Ends the member's run with `state` (kRunning: interrupted) and frees its path; returns false,
+  // so that `return End(...)` reads as "the run ended".
+  bool End(JobState state, std::string error);
+  // A LibTorch error or an allocation failure in one of the member's calls.
+  void Fail(std::exception_ptr error);
+
+  // The outcome with its times and counts; `loop_start` is when the pack's first step began.
+  TrainingOutcome TakeOutcome(std::optional<Clock::time_point> loop_start, int64_t peak_bytes);
+
+ private:
+  const TrainingRun& run_;
+  const JobSpec& spec_;
+  const Clock::time_point start_;
+  TrainingOutcome outcome_;
+  HostTransfers host_;
+  bool ended_ = false;
+  bool stopped_ = false;          // early stop: no more epochs, the job still to Finish
+  double earlier_seconds_ = 0;    // a resumed job's running time before this run
+  double loop_end_seconds_ = -1;  // since start; < 0 while the loop runs
+  at::Generator gen_;
+  std::unique_ptr<TrainingPath> path_;
+  torch::Tensor features_;
+  torch::Tensor targets_;
+  torch::Tensor val_features_;
+  torch::Tensor val_targets_;
+  torch::Tensor train_index_;  // fraction only: the rows that train, in split order
+  torch::Tensor val_index_;    // fraction only: the rows that validate
+  int64_t rows_ = 0;           // training rows
+  int64_t val_rows_ = 0;
+  int64_t batch_ = 1;
+  bool classification_ = false;
+  int32_t epoch_ = 0;  // the last epoch begun (a resumed job's checkpoint epoch before its first)
+  double learning_rate_ = 0.0;
+  // Early stopping is decided on the host from values that the epoch's one transfer brought.
+  double best_val_loss_ = std::numeric_limits<double>::infinity();
+  int32_t epochs_without_improvement_ = 0;
+  std::optional<EpochBatches> batches_;
+  std::optional<EpochBatches> val_batches_;
+  int val_loss_at_ = -1;  // each value's place in the transfer; -1 when the job has no such value
+  int val_accuracy_at_ = -1;
+  int extra_at_ = 0;
+  int value_count_ = 0;
+};
+
+}  // namespace trainerd::engine::trainer_internal
