@@ -3,7 +3,11 @@
 # target build in seconds; the engine links it. Included from server/engine/torchscript/CMakeLists.txt, and
 # (idempotently) from tests/engine and tests/fuzz, which use the target.
 include_guard(GLOBAL)
-add_library(trainerd_pickle_check STATIC ${CMAKE_CURRENT_LIST_DIR}/pickle_check.cc)
+add_library(trainerd_pickle_check STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/pickle_check.cc
+  ${CMAKE_CURRENT_LIST_DIR}/pickle_vocabulary.cc
+  ${CMAKE_CURRENT_LIST_DIR}/pickle_walker.cc
+  ${CMAKE_CURRENT_LIST_DIR}/pickle_walker_objects.cc)
 add_library(trainerd::pickle_check ALIAS trainerd_pickle_check)
 target_include_directories(trainerd_pickle_check PUBLIC ${PROJECT_SOURCE_DIR})
 target_link_libraries(trainerd_pickle_check
