@@ -7,9 +7,15 @@
 #      the Dockerfile's FROM lines use (debian:bookworm, debian:bookworm-slim);
 #   2. `podman build --isolation=chroot --format docker` builds the image (the Docker format keeps
 #      the HEALTHCHECK, which OCI images drop; chroot builds work where containers
-#      cannot start). The machine reaches PyPI through a CA of its own, which a debootstrapped
-#      base lacks: the host's bundle is mounted read-only into the build and named by the
-#      PIP_CERT build argument, as builds behind a corporate proxy do;
+#      cannot start). By default (IMAGE_BINARIES=prebuilt, as CI runs it) the binaries are the
+#      ones BUILD_DIR holds, which `make test` has just built and tested: deploy/image-out.sh
+#      lays them out with LibTorch's libraries in build/image-out/, exactly as the Dockerfile's
+#      build stage lays out its own, and the build takes them (BINARIES=prebuilt) instead of
+#      compiling trainerd and downloading torch a second time. IMAGE_BINARIES=build builds the
+#      Dockerfile's build stage from the sources, as `docker build` does by default: the
+#      machine reaches PyPI through a CA of its own, which a debootstrapped base lacks, so the
+#      host's bundle is mounted read-only into the build and named by the PIP_CERT build
+#      argument, as builds behind a corporate proxy do;
 #   3. the image is mounted (`podman image mount`) and checked: no compiler, no Python, LibTorch's
 #      CUDA library present, a non-root user, the ports, the volume and the health check;
 #   4. the image's own trainerd is started under chroot as the image's user with the image's
@@ -19,6 +25,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 WORK="${TRAINERD_IMAGE_WORK:-${XDG_CACHE_HOME:-$HOME/.cache}/trainerd/image}"
 IMAGE="localhost/trainerd:test"
+BINARIES="${IMAGE_BINARIES:-prebuilt}"
+BUILD_DIR="${BUILD_DIR:-build/release}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HOST_CA="${HOST_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"
 start=$SECONDS
@@ -44,11 +52,27 @@ podman tag docker.io/library/debian:bookworm docker.io/library/debian:bookworm-s
 log "base images ready"
 
 # --- 2. the build -----------------------------------------------------------------------------------
-log "podman build --isolation=chroot (the build stage runs install-deps and a Release build)"
+case "$BINARIES" in
+  prebuilt)
+    [ -x "$BUILD_DIR/server/trainerd" ] || fail "no $BUILD_DIR/server/trainerd: run make build first"
+    [ -f build/deps.env ] || fail "no build/deps.env: run make deps first"
+    torch_lib="$(. build/deps.env && echo "$TRAINERD_TORCH_LIB")"
+    deploy/image-out.sh "$BUILD_DIR" "$torch_lib" build/image-out
+    trap 'rm -rf build/image-out' EXIT
+    log "podman build --isolation=chroot, with the binaries of $BUILD_DIR (BINARIES=prebuilt)"
+    ;;
+  build)
+    log "podman build --isolation=chroot (the build stage runs install-deps and a Release build)"
+    ;;
+  *) fail "IMAGE_BINARIES must be prebuilt or build, not '$BINARIES'" ;;
+esac
 podman build --isolation=chroot --pull=never --layers --format docker -t "$IMAGE" \
   --volume "$HOST_CA:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt \
-  --build-arg JOBS="${JOBS:-2}" -f Dockerfile . >"$WORK/build.log" 2>&1 ||
+  --build-arg BINARIES="$BINARIES" --build-arg JOBS="${JOBS:-2}" -f Dockerfile . \
+  >"$WORK/build.log" 2>&1 ||
   { tail -40 "$WORK/build.log"; fail "podman build (log: $WORK/build.log)"; }
+rm -rf build/image-out
+trap - EXIT
 size=$(podman image inspect --format '{{.Size}}' "$IMAGE")
 log "built $IMAGE: $((size / 1000000)) MB"
 
