@@ -15,7 +15,8 @@ FUZZ_SECONDS   ?= 30
 # cmake's arguments for LibTorch and the CUDA toolkit, from deps.env (sourced in the same shell).
 TORCH_CMAKE_ARGS = -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
 	    -DCUDAToolkit_ROOT="$$TRAINERD_CUDA_ROOT" -DCUDA_TOOLKIT_ROOT_DIR="$$TRAINERD_CUDA_ROOT" \
-	    -DCMAKE_CUDA_COMPILER="$$TRAINERD_CUDA_ROOT/bin/nvcc" -DTORCH_CUDA_ARCH_LIST="9.0"
+	    -DCMAKE_CUDA_COMPILER="$$TRAINERD_CUDA_ROOT/bin/nvcc" -DTORCH_CUDA_ARCH_LIST="9.0" \
+	    -DTRAINERD_CCACHE_DIR="$$TRAINERD_CCACHE_DIR"
 
 # What the sanitizer build runs: the unit and service (integration) tests, and what they start.
 ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metrics_test \

@@ -49,6 +49,9 @@ case "$PROFILE" in
     APT_PACKAGES+=(yamllint docker-compose systemd)
     # make test-image: the image built for real with podman on a debootstrapped base.
     APT_PACKAGES+=(podman debootstrap)
+    # Compiler cache (docs/BUILDING.md): its cache lives beside the torch environment, outside the
+    # clone, so that rebuilding a fresh clone or the sanitizer build reuses earlier compiles.
+    APT_PACKAGES+=(ccache)
     ;;
   *) log "TRAINERD_DEPS_PROFILE must be build or test, not '$PROFILE'"; exit 2 ;;
 esac
@@ -152,5 +155,6 @@ TRAINERD_TORCH_LIB=$TORCH_LIB
 TRAINERD_TORCH_CUDA=$TORCH_CUDA
 TRAINERD_CUDA_ROOT=$CUDA_ROOT
 TRAINERD_DEPLOY_TOOLS=$TOOLS_VENV/bin
+TRAINERD_CCACHE_DIR=${TRAINERD_CCACHE_DIR:-$CACHE_ROOT/ccache}
 ENV
 log "ready: torch $TORCH_VERSION (built for CUDA $TORCH_CUDA) in $VENV; CUDA toolkit $CUDA_ROOT"
