@@ -11,6 +11,12 @@
 
 ARG DEBIAN_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
+# Where the binaries come from: "build" compiles them in the build stage below (the default);
+# "prebuilt" takes them from build/image-out/ in the build context, laid out as the build stage
+# lays out /out (tests/image/build_and_run.sh does this in CI with the binaries `make test` has
+# just built and tested, so that CI does not compile trainerd twice). The stage not named is
+# skipped (BuildKit and buildah skip unused stages).
+ARG BINARIES=build
 
 # --- build: the project's own recipe (deploy/install-deps.sh, then a Release build) -------------
 FROM ${DEBIAN_IMAGE} AS build
@@ -32,22 +38,17 @@ RUN deploy/install-deps.sh build/deps.env \
     && rm -rf /var/lib/apt/lists/* /root/.cache/pip
 COPY . .
 # The Makefile's own build (the same cmake arguments as make test's), without the tests.
+# Then the binaries, stripped, and LibTorch's and CUDA's libraries, laid out in /out
+# (deploy/image-out.sh, which CI also runs on the binaries it built: BINARIES=prebuilt).
 RUN make build BUILD_DIR=build/image CMAKE_ARGS=-DTRAINERD_BUILD_TESTS=OFF JOBS="$JOBS" \
     && . build/deps.env \
-    && mkdir -p /out/bin /out/lib \
-    && cp build/image/server/trainerd build/image/client/trainctl \
-          build/image/server/trainerd-module-check build/image/server/trainerd-worker /out/bin/ \
-    && strip /out/bin/* \
-    # LibTorch's libraries and the CUDA libraries they load, in the wheel's layout (libtorch_cuda
-    # finds them at $ORIGIN/../../nvidia): no headers, no static libraries, no Python bindings.
-    && site="$(dirname "$(dirname "$TRAINERD_TORCH_LIB")")" \
-    && mkdir -p /out/lib/torch \
-    && cp -a "$TRAINERD_TORCH_LIB" /out/lib/torch/lib \
-    && rm -f /out/lib/torch/lib/libtorch_python.so /out/lib/torch/lib/*.a \
-    && cp -a "$site/nvidia" /out/lib/nvidia \
-    && find /out/lib/nvidia \( -name include -o -name bin -o -name nvvm -o -name '__pycache__' \) \
-         -prune -exec rm -rf {} + \
-    && find /out/lib/nvidia \( -name '*.a' -o -name '*.py' -o -name '*.h' \) -delete
+    && deploy/image-out.sh build/image "$TRAINERD_TORCH_LIB" /out
+
+# --- prebuilt: the same /out, made outside the image (BINARIES=prebuilt) -------------------------
+FROM scratch AS prebuilt
+COPY build/image-out/ /out/
+
+FROM ${BINARIES} AS binaries
 
 # --- runtime: what runs, and no compiler or Python ----------------------------------------------
 FROM ${RUNTIME_IMAGE}
@@ -61,8 +62,8 @@ RUN apt-get update -qq \
     && useradd --system --uid 10001 --gid trainerd --home-dir /var/lib/trainerd \
          --shell /usr/sbin/nologin trainerd \
     && mkdir -p /var/lib/trainerd && chown trainerd:trainerd /var/lib/trainerd
-COPY --from=build /out/lib /opt/trainerd/lib
-COPY --from=build /out/bin /opt/trainerd/bin
+COPY --from=binaries /out/lib /opt/trainerd/lib
+COPY --from=binaries /out/bin /opt/trainerd/bin
 # (DL3064: these name the token's file, not a token.)
 # hadolint ignore=DL3064
 ENV PATH=/opt/trainerd/bin:$PATH \

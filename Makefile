@@ -63,9 +63,12 @@ deploy-check: build
 	@deploy/check.sh $(BUILD_DIR)/server/trainerd
 
 # The Dockerfile's image built for real (podman, chroot isolation) and its binaries run
-# (tests/image/build_and_run.sh). Needs root.
-test-image: deps
-	@tests/image/build_and_run.sh
+# (tests/image/build_and_run.sh). Needs root. By default the image takes the binaries this build
+# made (IMAGE_BINARIES=prebuilt: no second compile); IMAGE_BINARIES=build compiles them in the
+# Dockerfile's build stage, as `docker build` does.
+IMAGE_BINARIES ?= prebuilt
+test-image: $(if $(filter prebuilt,$(IMAGE_BINARIES)),build,deps)
+	@IMAGE_BINARIES=$(IMAGE_BINARIES) BUILD_DIR=$(BUILD_DIR) tests/image/build_and_run.sh
 
 # The unit and service tests built with AddressSanitizer and UndefinedBehaviorSanitizer (-O1, so
 # that the build stays quick). Leak checking is off: LibTorch and gRPC keep process-lifetime
