@@ -20,7 +20,8 @@ TORCH_CMAKE_ARGS = -DCMAKE_PREFIX_PATH="$$TRAINERD_TORCH_PREFIX" \
 
 # What the sanitizer build runs: the unit and service (integration) tests, and what they start.
 ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metrics_test \
-	service_test store_test job_records_test trainerd_module_check trainerd_worker pickle_check_test
+	service_test store_test job_records_test trainerd_module_check trainerd_worker pickle_check_test \
+	sandbox_test
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
 	module_check_fuzz pickle_check_fuzz
 
@@ -71,13 +72,14 @@ test-image: $(if $(filter prebuilt,$(IMAGE_BINARIES)),build,deps)
 	@IMAGE_BINARIES=$(IMAGE_BINARIES) BUILD_DIR=$(BUILD_DIR) tests/image/build_and_run.sh
 
 # The unit and service tests built with AddressSanitizer and UndefinedBehaviorSanitizer (-O1, so
-# that the build stays quick). Leak checking is off: LibTorch and gRPC keep process-lifetime
+# that the build stays quick; the tests' own files -O0: tests/CMakeLists.txt). Leak checking is off: LibTorch and gRPC keep process-lifetime
 # allocations that LeakSanitizer would report on every test.
 test-asan: deps
 	@. ./$(DEPS_ENV) && \
 	if [ ! -f $(ASAN_BUILD_DIR)/build.ninja ]; then \
 	  cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DTRAINERD_SANITIZE=ON \
+	    -DTRAINERD_TEST_OPTIMIZATION=-O0 \
 	    $(TORCH_CMAKE_ARGS) >/dev/null; \
 	fi && \
 	ninja -C $(ASAN_BUILD_DIR) -j $(JOBS) $(ASAN_TARGETS) && \
