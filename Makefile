@@ -25,7 +25,7 @@ ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metric
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
 	module_check_fuzz pickle_check_fuzz
 
-.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check test-image clean help
+.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check test-image python clean help
 
 all: build
 
@@ -37,6 +37,7 @@ help:
 	@echo "make bench    trainerd vs the seed's PyTorch loops (bench/README.md)"
 	@echo "make deploy-check  lint the Dockerfile, Kubernetes, Compose, systemd and YAML files"
 	@echo "make test-image    build the image with podman and run its trainerd and trainctl (root)"
+	@echo "make python   the Python client (python/) as a wheel in build/python/"
 	@echo "make build    configure and build ($(BUILD_TYPE)) into $(BUILD_DIR)"
 	@echo "make clean    remove $(BUILD_DIR)"
 
@@ -98,6 +99,12 @@ fuzz: deps
 	fi && \
 	ninja -C $(FUZZ_BUILD_DIR) -j $(JOBS) $(FUZZ_TARGETS) && \
 	tests/fuzz/run.sh $(FUZZ_BUILD_DIR)/tests/fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# The Python client (python/README.md) as a wheel: pip install build/python/trainerd-*.whl
+# (its gRPC modules are generated from proto/ by grpcio-tools while the wheel is built).
+python: deps
+	@. ./$(DEPS_ENV) && "$$TRAINERD_TORCH_VENV/bin/python" -m pip wheel -q --no-deps \
+	  --disable-pip-version-check -w build/python ./python && ls build/python/trainerd-*.whl
 
 # Only the GPU-labelled tests (they skip themselves without a CUDA device).
 test-gpu: build

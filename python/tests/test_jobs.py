@@ -1,0 +1,394 @@
+"""Jobs against the real daemon: submit, wait and watch to SUCCEEDED, FAILED and CANCELLED, the
+history, the report, the trained model in torch, listing, and the spec's local checks."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+import trainerd
+from conftest import class_data, seed_data
+
+UNREACHABLE = "127.0.0.1:1"
+
+
+def test_submit_wait_succeeds_with_history(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    job = client.submit(seed_dataset, model="linear:1", lr=0.1, batch_size=16, epochs=30, seed=7)
+    assert job.id.startswith("job-")
+    assert job.proto.state in (1, 2, 3)  # queued, running or (already) succeeded
+    assert job.wait(timeout=60) is job
+    assert job.state == trainerd.JobState.SUCCEEDED
+    assert job.ended
+    assert job.seed == 7
+    assert job.spec.optimizer.learning_rate == 0.1
+    assert job.spec.batch_size == 16
+    history = job.history
+    assert [e.epoch for e in history] == list(range(1, 31))
+    assert history[-1].loss < history[0].loss
+    assert history[-1].loss == pytest.approx(job.final_loss)
+    assert history[-1].validation_loss is None
+    assert job.report.verdict
+    assert job.report.host_syncs == job.proto.host_syncs
+    weights = job.parameters
+    assert weights["0.weight"].shape == (1, 1)
+    assert weights["0.weight"][0, 0] == pytest.approx(2.0, abs=0.3)
+    assert weights["0.bias"][0] == pytest.approx(1.0, abs=0.3)
+    assert "SUCCEEDED" in repr(job)
+
+
+def test_history_frame(client: trainerd.Client, seed_dataset: trainerd.Dataset) -> None:
+    pytest.importorskip("pandas")
+    job = client.submit(
+        "seed", model="linear:1", lr=0.1, epochs=4, validation_fraction=0.25, seed=1
+    ).wait()
+    frame = job.history_frame()
+    assert list(frame.index) == [1, 2, 3, 4]
+    assert {"loss", "validation_loss", "learning_rate"} <= set(frame.columns)
+    assert frame["validation_loss"].notna().all()
+
+
+def test_watch_yields_every_epoch_once(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    job = client.submit("seed", model="linear:1", lr=0.1, epochs=12, seed=3)
+    epochs = list(job.watch())
+    assert [e.epoch for e in epochs] == list(range(1, 13))
+    assert job.state == trainerd.JobState.SUCCEEDED
+    # A late watcher gets the whole history.
+    assert [e.epoch for e in job.watch()] == list(range(1, 13))
+    assert [e.loss for e in job.watch()] == [e.loss for e in job.history]
+
+
+def test_diverging_job_fails_with_the_daemons_reason(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    job = client.submit("seed", model="linear:1", lr=1e6, epochs=50, batch_size=16)
+    with pytest.raises(trainerd.JobFailed, match="loss became") as failure:
+        job.wait(timeout=60)
+    assert failure.value.job is job
+    assert "loss became" in failure.value.reason
+    assert job.state == trainerd.JobState.FAILED
+    assert job.error == failure.value.reason
+    # watch ends too, without raising; wait(check=False) returns the job.
+    list(job.watch())
+    assert job.wait(check=False).state == trainerd.JobState.FAILED
+    with pytest.raises(trainerd.FailedPrecondition):
+        job.model()
+
+
+def test_cancelled_job(client: trainerd.Client, seed_dataset: trainerd.Dataset) -> None:
+    job = client.submit("seed", model="linear:1", lr=0.01, epochs=1_000_000)
+    job.cancel()
+    with pytest.raises(trainerd.JobCancelled):
+        job.wait(timeout=60)
+    assert job.state == trainerd.JobState.CANCELLED
+    with pytest.raises(trainerd.FailedPrecondition):
+        job.cancel()
+    job.delete()
+    with pytest.raises(trainerd.NotFound):
+        client.job(job.id)
+
+
+def test_wait_times_out(client: trainerd.Client, seed_dataset: trainerd.Dataset) -> None:
+    job = client.submit("seed", model="linear:1", lr=0.01, epochs=1_000_000)
+    try:
+        with pytest.raises(TimeoutError):
+            job.wait(timeout=0.3)
+        with pytest.raises(trainerd.FailedPrecondition):
+            job.delete()  # still running
+    finally:
+        job.cancel()
+        job.wait(check=False)
+
+
+def test_model_predicts_what_the_daemon_reported(
+    client: trainerd.Client, name: str, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    x, y = seed_data(300, seed=5)
+    xv, yv = seed_data(100, seed=6)
+    client.upload(name, x, y)
+    client.upload(name + "-val", xv, yv)
+    job = client.submit(
+        name,
+        model="linear:8,relu,linear:1",
+        optimizer="adam",
+        lr=0.01,
+        epochs=15,
+        validation_dataset=name + "-val",
+        seed=11,
+    ).wait()
+    model = job.model()
+    with torch.no_grad():
+        predictions = model(torch.from_numpy(xv))
+    mse = float(torch.mean((predictions - torch.from_numpy(yv)) ** 2))
+    reported = job.history[-1].validation_loss
+    assert reported is not None
+    assert mse == pytest.approx(reported, rel=1e-5)
+
+    saved = job.save_model(tmp_path / "model.pt")
+    assert saved.read_bytes() == job.model_bytes()
+    loaded = torch.jit.load(str(saved))
+    with torch.no_grad():
+        assert torch.equal(loaded(torch.from_numpy(xv)), predictions)
+
+
+def test_classifier_accuracy_matches_the_daemons(client: trainerd.Client, name: str) -> None:
+    torch = pytest.importorskip("torch")
+    x, y = class_data(300)
+    xv, yv = class_data(90, seed=4)
+    client.upload(name, x, y)
+    client.upload(name + "-val", xv, yv)
+    job = client.submit(
+        name,
+        model="linear:16,relu,linear:3",
+        loss="cross_entropy",
+        optimizer="adam",
+        lr=0.02,
+        epochs=10,
+        validation_dataset=name + "-val",
+        seed=2,
+    ).wait()
+    last = job.history[-1]
+    with torch.no_grad():
+        logits = job.model()(torch.from_numpy(xv))
+    accuracy = float((logits.argmax(dim=1) == torch.from_numpy(yv)).float().mean())
+    assert last.validation_accuracy == pytest.approx(accuracy, abs=1e-6)
+    loss = float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(yv)))
+    assert last.validation_loss == pytest.approx(loss, rel=1e-5)
+
+
+def test_model_without_torch_is_bytes(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = client.submit("seed", model="linear:1", epochs=1).wait()
+    monkeypatch.setitem(__import__("sys").modules, "torch", None)  # import torch fails
+    data = job.model()
+    assert isinstance(data, bytes)
+    assert data[:2] == b"PK"  # a TorchScript archive is a ZIP file
+
+
+def test_torch_module_is_scripted_and_trained(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset, tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+
+    class Affine(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(1, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x)
+
+    job = client.submit("seed", model=Affine(), lr=0.1, epochs=20, seed=1).wait(timeout=120)
+    assert job.spec.model.startswith("torchscript")
+    trained = job.model()
+    with torch.no_grad():
+        out = trained(torch.tensor([[0.0], [1.0]]))
+    assert float(out[1] - out[0]) == pytest.approx(2.0, abs=0.4)
+
+    # The same module from a file, by path.
+    path = tmp_path / "affine.pt"
+    torch.jit.script(Affine()).save(str(path))
+    job2 = client.submit("seed", model=path, lr=0.1, epochs=2)
+    assert job2.wait(timeout=120).state == trainerd.JobState.SUCCEEDED
+
+
+def test_unscriptable_module_is_a_clear_error() -> None:
+    torch = pytest.importorskip("torch")
+
+    class Dynamic(torch.nn.Module):  # type: ignore[misc]
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return x * len({"a": io.StringIO()})
+
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(TypeError, match="cannot script the model"):
+        offline.submit("seed", model=Dynamic())
+
+
+def test_jobs_lists_filters_and_pages(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset, name: str
+) -> None:
+    x, y = seed_data(20)
+    client.upload(name, x, y)
+    ids = [client.submit(name, model="linear:1", epochs=1, seed=i).id for i in range(5)]
+    for job_id in ids:
+        client.job(job_id).wait()
+    listed = client.jobs(dataset=name)
+    assert [j.id for j in listed] == ids  # oldest first
+    newest = client.jobs(dataset=name, limit=2)
+    assert [j.id for j in newest] == ids[-2:]
+    assert all(j.dataset == name for j in client.jobs(state="succeeded", dataset=name))
+    assert client.jobs(state=trainerd.JobState.FAILED, dataset=name) == []
+    # Pages: three of 2 jobs' worth, followed to the end.
+    request_pages: list[int] = []
+    original = client._transport.unary  # noqa: SLF001
+
+    def counting(method: str, request, response_type, **kwargs):  # type: ignore[no-untyped-def]
+        if method.endswith("ListJobs"):
+            request_pages.append(request.page_size)
+        return original(method, request, response_type, **kwargs)
+
+    client._transport.unary = counting  # type: ignore[method-assign]  # noqa: SLF001
+    try:
+        import trainerd.client as module
+
+        old_page = module._LIST_PAGE  # noqa: SLF001
+        module._LIST_PAGE = 2  # noqa: SLF001
+        try:
+            assert [j.id for j in client.jobs(dataset=name)] == ids
+        finally:
+            module._LIST_PAGE = old_page  # noqa: SLF001
+    finally:
+        del client._transport.unary  # noqa: SLF001
+    assert request_pages == [2, 2, 2]
+    with pytest.raises(ValueError, match="state"):
+        client.jobs(state="done")
+
+
+# --- The spec -------------------------------------------------------------------------------
+
+
+def test_spec_defaults_are_trainctls(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    job = client.submit("seed", model="linear:1")
+    spec = job.spec
+    assert spec.loss == 1  # mse
+    assert spec.optimizer.kind == 1  # sgd
+    assert spec.optimizer.learning_rate == 0.01
+    assert spec.batch_size == 32
+    assert spec.epochs == 10
+    assert spec.shuffle is True
+    assert spec.seed != 0 or spec.HasField("seed")  # picked by the daemon and reported
+    job.wait()
+
+
+def test_spec_options_reach_the_daemon(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    job = client.submit(
+        "seed",
+        model="linear:4,tanh,linear:1",
+        loss="huber",
+        huber_delta=0.5,
+        optimizer="rmsprop",
+        lr=0.003,
+        momentum=0.5,
+        alpha=0.9,
+        eps=1e-7,
+        weight_decay=0.01,
+        schedule="step",
+        step_epochs=2,
+        gamma=0.5,
+        warmup_epochs=1,
+        clip_grad_norm=1.0,
+        batch_size=8,
+        epochs=4,
+        validation_fraction=0.2,
+        early_stop_patience=3,
+        checkpoint_every=2,
+        precision="fp32",
+        priority="high",
+        engine="libtorch",
+        seed=5,
+        device="cpu",
+        shuffle=False,
+    ).wait()
+    spec = job.spec
+    assert spec.huber_delta == 0.5
+    assert spec.optimizer.alpha == pytest.approx(0.9)
+    assert spec.optimizer.momentum == 0.5
+    assert spec.schedule.step_epochs == 2
+    assert spec.schedule.gamma == 0.5
+    assert spec.validation_fraction == pytest.approx(0.2)
+    assert spec.checkpoint_every == 2
+    assert spec.shuffle is False
+    assert job.report.engine == "libtorch"
+    assert len(job.proto.checkpoints) == 2
+    assert [e.learning_rate for e in job.history][:2] == pytest.approx([0.0015, 0.003])
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"lr": 0}, "lr must be > 0"),
+        ({"lr": -1.0}, "lr must be > 0"),
+        ({"momentum": 1.0}, r"momentum must be in \[0, 1\)"),
+        ({"optimizer": "adam", "momentum": 0.9}, "momentum applies to optimizer 'sgd'"),
+        ({"nesterov": True}, "nesterov needs momentum above 0"),
+        ({"beta1": 0.9}, "beta1 applies to optimizer 'adam'"),
+        ({"alpha": 0.9}, "alpha applies to optimizer 'rmsprop'"),
+        ({"loss": "hinge"}, "unknown loss 'hinge'"),
+        ({"optimizer": "lbfgs"}, "unknown optimizer"),
+        ({"huber_delta": 1.0}, "huber_delta applies to loss 'huber'"),
+        ({"label_smoothing": 0.1}, "label_smoothing applies to loss 'cross_entropy'"),
+        ({"schedule": "step"}, "needs step_epochs"),
+        ({"gamma": 0.5}, "gamma applies to schedule 'step'"),
+        ({"schedule": "cosine", "min_lr": 0.5}, r"min_lr must be in \[0, 0.01\)"),
+        ({"epochs": 0}, "epochs must be at least 1"),
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+        ({"validation_fraction": 1.0}, "validation_fraction"),
+        ({"early_stop_patience": 2}, "early_stop_patience watches the validation loss"),
+        ({"validation_fraction": 0.1, "validation_dataset": "v"}, "not both"),
+        ({"checkpoint_every": 11}, "checkpoint_every must be at most 10"),
+        ({"epochs": 5000, "checkpoint_every": 1}, "at most 1000 are allowed"),
+        ({"precision": "int8"}, "unknown precision"),
+        ({"priority": "urgent"}, "unknown priority"),
+        ({"engine": "cuda"}, "unknown engine"),
+        ({"seed": -1}, "seed must be at least 0"),
+        ({"max_job_time": 0}, "max_job_time must be a positive duration"),
+        ({"device": ""}, "device needs a device"),
+    ],
+)
+def test_spec_checks_before_sending(options: dict[str, object], error: str) -> None:
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(ValueError, match=error):
+        offline.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+
+
+def test_spec_type_errors_before_sending() -> None:
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(TypeError, match="lr must be a number"):
+        offline.submit("seed", model="linear:1", lr="fast")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="epochs must be a whole number"):
+        offline.submit("seed", model="linear:1", epochs=2.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="model must be"):
+        offline.submit("seed", model=42)
+    with pytest.raises(ValueError, match="model needs a spec"):
+        offline.submit("seed", model="")
+    with pytest.raises(ValueError, match="not valid"):
+        offline.submit("no such/name", model="linear:1")
+
+
+def test_daemon_refusals_carry_its_sentence(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    with pytest.raises(trainerd.InvalidArgument) as refused:
+        client.submit("seed", model="linear:3", loss="mse")
+    assert "linear:3" in str(refused.value) and "mse" in str(refused.value)
+    assert refused.value.code.name == "INVALID_ARGUMENT"
+    assert isinstance(refused.value, ValueError)
+    with pytest.raises(trainerd.InvalidArgument):
+        client.submit("seed", model="linear:1,bogus:3")
+    with pytest.raises(trainerd.NotFound, match="nosuchdataset"):
+        client.submit("nosuchdataset", model="linear:1")
+    with pytest.raises(trainerd.NotFound):
+        client.job("job-000000000000")
+    with pytest.raises(trainerd.InvalidArgument):
+        client.submit("seed", model="linear:1", loss="cross_entropy")  # float32 targets
+
+
+def test_model_argument_forms() -> None:
+    # The bytes given as model= go to the daemon as they are.
+    from trainerd._spec import model_argument
+
+    assert model_argument(b"PK-archive") == ("torchscript", b"PK-archive")
+    assert model_argument("linear:1") == ("linear:1", b"")
+    with pytest.raises(ValueError, match="empty"):
+        model_argument(b"")

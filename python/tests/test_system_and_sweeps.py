@@ -1,0 +1,101 @@
+"""System calls (version, devices, diagnose, health) and sweeps against the real daemon."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import trainerd
+from conftest import Daemon, run_trainctl, seed_data
+
+UNREACHABLE = "127.0.0.1:1"
+
+
+def test_version_matches_trainctls(client: trainerd.Client, daemon: Daemon) -> None:
+    version = client.version()
+    assert version.trainerd == trainerd.__version__
+    assert version.client == trainerd.__version__
+    assert version.libtorch.startswith("2.")
+    ctl = run_trainctl("--addr", daemon.address, "version", "-o", "name")
+    assert ctl.returncode == 0, ctl.stderr
+    assert ctl.stdout.strip() == version.trainerd
+
+
+def test_devices_show_the_cpu_and_resident_datasets(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    devices = client.devices()
+    cpu = next(d for d in devices if d.device == "cpu")
+    assert cpu.is_default
+    assert cpu.memory_total_bytes > 0
+    client.submit("seed", model="linear:1", epochs=1).wait()  # makes the dataset resident
+    assert "seed" in next(d for d in client.devices() if d.device == "cpu").datasets
+
+
+def test_diagnose_measures_the_cpu(client: trainerd.Client) -> None:
+    result = client.diagnose()
+    cpu = next(d for d in result.devices if d.device == "cpu")
+    assert cpu.matmul_flops_per_second > 0
+    assert result.libtorch_version.startswith("2.")
+    assert client.diagnose().cached
+
+
+def test_health(client: trainerd.Client) -> None:
+    assert client.health() == "SERVING"
+    assert client.health("no.such.Service") == "SERVICE_UNKNOWN"
+
+
+def test_sweep_ranks_its_members(client: trainerd.Client, seed_dataset: trainerd.Dataset) -> None:
+    pd = pytest.importorskip("pandas")
+    sweep = client.sweep(
+        "seed", model="linear:1", lr=[0.1, 0.03, 1e6], seed=[1, 2], epochs=30, batch_size=16
+    )
+    assert sweep.id.startswith("sweep-")
+    assert len(sweep) == 6
+    assert [j.spec.optimizer.learning_rate for j in sweep.jobs] == [0.1, 0.1, 0.03, 0.03, 1e6, 1e6]
+    assert [j.spec.seed for j in sweep.jobs] == [1, 2, 1, 2, 1, 2]
+    assert all(j.sweep_id == sweep.id for j in sweep.jobs)
+    assert sweep.wait(timeout=120) is sweep
+    assert sweep.ended
+    assert len(sweep.failed) == 2  # the diverging rate fails alone
+    assert all("loss became" in j.error for j in sweep.failed)
+    assert sweep.best_metric == "loss"
+    best = sweep.best()
+    assert best.spec.optimizer.learning_rate == 0.1
+    assert best.final_loss == min(j.final_loss for j in sweep.succeeded)
+    frame = sweep.frame()
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame["state"]).count("FAILED") == 2
+    assert frame.loc[best.id, "loss"] == pytest.approx(best.final_loss)
+
+
+def test_sweep_with_validation_ranks_by_validation_loss(
+    client: trainerd.Client, name: str
+) -> None:
+    x, y = seed_data(200, seed=9)
+    client.upload(name, x, y)
+    sweep = client.sweep(
+        name, model="linear:1", lr=[0.1, 0.01], momentum=[0.0, 0.9], epochs=5,
+        validation_fraction=0.25, seed=4,
+    ).wait()
+    assert sweep.best_metric == "validation_loss"
+    best = sweep.best()
+    scores = {j.id: j.history[-1].validation_loss for j in sweep.jobs}
+    assert scores[best.id] == min(s for s in scores.values() if s is not None)
+    assert len({j.spec.seed for j in sweep.jobs}) == 1
+
+
+def test_sweep_checks_before_sending() -> None:
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(ValueError, match="lr must be > 0"):
+        offline.sweep("seed", model="linear:1", lr=[0.1, -1])
+    with pytest.raises(ValueError, match="at most 256 members"):
+        offline.sweep("seed", model="linear:1", lr=list(np.linspace(0.01, 0.1, 20)), seed=range(20))
+    with pytest.raises(ValueError, match="nesterov needs momentum above 0"):
+        offline.sweep("seed", model="linear:1", momentum=[0.9, 0.0], nesterov=True)
+    with pytest.raises(ValueError, match="at least one value"):
+        offline.sweep("seed", model="linear:1", lr=[])
+    with pytest.raises(TypeError, match="model spec"):
+        offline.sweep("seed", model=b"PK")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="seed must be a whole number"):
+        offline.sweep("seed", model="linear:1", seed=[1.5])  # type: ignore[list-item]

@@ -1,0 +1,453 @@
+"""The JobSpec of ``Client.submit`` and ``Client.sweep``, built from keyword arguments that mirror
+trainctl's submit flags (client/submit_flags.cc; ``--batch-size`` is ``batch_size``) with the same
+defaults and the same local checks (client/requests.cc, JobSpecFromFlags), so that a typo is an
+error before anything is sent. The daemon checks the spec against the dataset at submit.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypedDict, Union
+
+from trainerd._optional import import_torch
+from trainerd._upload import validate_dataset_name
+from trainerd.v1 import jobs_pb2
+
+__all__ = [
+    "DEFAULTS",
+    "MAX_EPOCHS",
+    "MAX_SWEEP_MEMBERS",
+    "MAX_TORCHSCRIPT_BYTES",
+    "OPTION_NAMES",
+    "SpecOptions",
+    "SweepOptions",
+    "build_spec",
+    "model_argument",
+]
+
+#: trainctl's defaults (client/requests.cc and the help of client/submit_flags.cc).
+DEFAULTS: dict[str, Any] = {
+    "loss": "mse",
+    "optimizer": "sgd",
+    "lr": 0.01,
+    "momentum": 0.0,
+    "label_smoothing": 0.0,
+    "schedule": "constant",
+    "gamma": 0.1,
+    "min_lr": 0.0,
+    "warmup_epochs": 0,
+    "clip_grad_norm": 0.0,
+    "batch_size": 32,
+    "epochs": 10,
+    "validation_fraction": 0.0,
+    "early_stop_patience": 0,
+    "checkpoint_every": 0,
+    "precision": "fp32",
+    "priority": "normal",
+    "engine": "auto",
+    "shuffle": True,
+}
+
+MAX_EPOCHS = 1_000_000  # common/job_limits.h kMaxEpochs
+MAX_CHECKPOINTS_PER_JOB = 1000
+MAX_SWEEP_VALUES = 256
+MAX_SWEEP_MEMBERS = 256
+MAX_MODEL_SPEC_BYTES = 4096
+# The daemon's message limit less room for the spec (common/job_limits.h kMaxTorchScriptBytes).
+MAX_TORCHSCRIPT_BYTES = (64 << 20) - (64 << 10)
+_INT32_MAX = 2**31 - 1
+_UINT64_MAX = 2**64 - 1
+
+#: What ``model=`` takes: a spec string, a torch.nn.Module, a path to a TorchScript file, or the
+#: bytes of one.
+ModelArg = Union[str, "os.PathLike[str]", bytes, Any]
+
+
+class SweepOptions(TypedDict, total=False):
+    """The keyword arguments of a job's spec that a sweep applies to every member: all but
+    ``dataset``, ``model`` and the swept ``lr``, ``momentum``, ``weight_decay`` and ``seed``;
+    see :meth:`trainerd.Client.submit` for each one's meaning and default."""
+
+    loss: str
+    huber_delta: float
+    label_smoothing: float
+    optimizer: str
+    nesterov: bool
+    beta1: float
+    beta2: float
+    eps: float
+    alpha: float
+    schedule: str
+    step_epochs: int
+    gamma: float
+    min_lr: float
+    warmup_epochs: int
+    clip_grad_norm: float
+    batch_size: int
+    epochs: int
+    validation_fraction: float
+    validation_dataset: str
+    early_stop_patience: int
+    checkpoint_every: int
+    precision: str
+    device: str
+    priority: str
+    engine: str
+    max_job_time: float | datetime.timedelta
+    shuffle: bool
+
+
+class SpecOptions(SweepOptions, total=False):
+    """The keyword arguments of a job's spec (all but ``dataset`` and ``model``)."""
+
+    lr: float
+    momentum: float
+    weight_decay: float
+    seed: int
+
+
+#: Every option's name.
+OPTION_NAMES = frozenset(SpecOptions.__required_keys__ | SpecOptions.__optional_keys__)
+
+_LOSSES = {
+    "mse": jobs_pb2.LOSS_MSE,
+    "cross_entropy": jobs_pb2.LOSS_CROSS_ENTROPY,
+    "cross-entropy": jobs_pb2.LOSS_CROSS_ENTROPY,
+    "l1": jobs_pb2.LOSS_L1,
+    "huber": jobs_pb2.LOSS_HUBER,
+    "bce_with_logits": jobs_pb2.LOSS_BCE_WITH_LOGITS,
+    "bce-with-logits": jobs_pb2.LOSS_BCE_WITH_LOGITS,
+    "nll": jobs_pb2.LOSS_NLL,
+}
+_OPTIMIZERS = {
+    "sgd": jobs_pb2.OPTIMIZER_KIND_SGD,
+    "adam": jobs_pb2.OPTIMIZER_KIND_ADAM,
+    "adamw": jobs_pb2.OPTIMIZER_KIND_ADAMW,
+    "rmsprop": jobs_pb2.OPTIMIZER_KIND_RMSPROP,
+}
+_SCHEDULES = {
+    "constant": jobs_pb2.Schedule.CONSTANT,
+    "step": jobs_pb2.Schedule.STEP,
+    "cosine": jobs_pb2.Schedule.COSINE,
+}
+_PRECISIONS = {
+    "fp32": jobs_pb2.PRECISION_FP32,
+    "bf16": jobs_pb2.PRECISION_BF16,
+    "fp16": jobs_pb2.PRECISION_FP16,
+}
+_PRIORITIES = {
+    "high": jobs_pb2.JOB_PRIORITY_HIGH,
+    "normal": jobs_pb2.JOB_PRIORITY_NORMAL,
+    "low": jobs_pb2.JOB_PRIORITY_LOW,
+}
+_ENGINES = {
+    "auto": jobs_pb2.ENGINE_AUTO,
+    "fused": jobs_pb2.ENGINE_FUSED,
+    "libtorch": jobs_pb2.ENGINE_LIBTORCH,
+}
+
+
+def _choice(name: str, value: object, table: Mapping[str, int], what: str) -> int:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    found = table.get(value)
+    if found is None:
+        names = [k for k in table if "-" not in k]
+        expected = ", ".join(names[:-1]) + " or " + names[-1]
+        raise ValueError(f"{name}: unknown {what} {value!r} (expected {expected})")
+    return found
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return result
+
+
+def _number_in(
+    name: str, value: object, lo: float, lo_open: bool, hi: float, hi_open: bool
+) -> float:
+    """The value, which must lie between lo and hi (hi = inf: no upper bound); the error names
+    the interval, as trainctl's."""
+    number = _number(name, value)
+    ok = (number > lo if lo_open else number >= lo) and (number < hi if hi_open else number <= hi)
+    if ok:
+        return number
+    if math.isinf(hi):
+        interval = f"{'>' if lo_open else '>='} {lo:g}"
+    else:
+        interval = f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+    raise ValueError(f"{name} must be {interval}, got {number:g}")
+
+
+def _integer(name: str, value: object, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        # numpy integers are ints here too.
+        if hasattr(value, "__index__") and not isinstance(value, bool):
+            value = int(value.__index__())
+        else:
+            raise TypeError(f"{name} must be a whole number, not {type(value).__name__}")
+    assert isinstance(value, int)
+    if value < lo:
+        raise ValueError(f"{name} must be at least {lo}, got {value}")
+    if value > hi:
+        raise ValueError(f"{name} must be at most {hi}, got {value}")
+    return value
+
+
+def _applies(options: Mapping[str, Any], name: str, applies: bool, what: str) -> None:
+    if name in options and not applies:
+        raise ValueError(f"{name} applies to {what} only")
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    else:
+        seconds = _number(name, value)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"{name} must be a positive duration, got {value!r}")
+    return seconds
+
+
+def check_epochs_and_checkpoints(epochs: int, checkpoint_every: int) -> None:
+    """common/job_limits.h CheckEpochsAndCheckpoints, worded for Python."""
+    if checkpoint_every > 0 and epochs // checkpoint_every > MAX_CHECKPOINTS_PER_JOB:
+        raise ValueError(
+            f"a checkpoint every {checkpoint_every} epochs over {epochs} epochs writes "
+            f"{epochs // checkpoint_every} checkpoints; at most {MAX_CHECKPOINTS_PER_JOB} are "
+            f"allowed (checkpoint every "
+            f"{(epochs + MAX_CHECKPOINTS_PER_JOB - 1) // MAX_CHECKPOINTS_PER_JOB} epochs or more)"
+        )
+
+
+def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2.JobSpec:
+    """The JobSpec for ``dataset`` and ``model`` (a spec string, or "torchscript" when the module
+    travels beside it) with the options given (``options`` holds only those the caller gave, as
+    trainctl's flags: an option that does not apply is an error only when given)."""
+    unknown = sorted(set(options) - OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"unknown job option {unknown[0]!r}")
+    spec = jobs_pb2.JobSpec()
+    spec.dataset = validate_dataset_name(dataset)
+    spec.model = model
+
+    def get(name: str) -> Any:
+        return options.get(name, DEFAULTS.get(name))
+
+    loss = _choice("loss", get("loss"), _LOSSES, "loss")
+    spec.loss = loss  # type: ignore[assignment]
+
+    optimizer = spec.optimizer
+    kind = _choice("optimizer", get("optimizer"), _OPTIMIZERS, "optimizer")
+    optimizer.kind = kind  # type: ignore[assignment]
+    lr = _number("lr", get("lr"))
+    if lr <= 0:
+        raise ValueError(f"lr must be > 0, got {lr:g}")
+    optimizer.learning_rate = lr
+    sgd = kind == jobs_pb2.OPTIMIZER_KIND_SGD
+    rmsprop = kind == jobs_pb2.OPTIMIZER_KIND_RMSPROP
+    adam_like = kind in (jobs_pb2.OPTIMIZER_KIND_ADAM, jobs_pb2.OPTIMIZER_KIND_ADAMW)
+    _applies(options, "momentum", sgd or rmsprop, "optimizer 'sgd' and 'rmsprop'")
+    momentum = _number_in("momentum", get("momentum"), 0, False, 1, True)
+    optimizer.momentum = momentum
+    nesterov = options.get("nesterov", False)
+    if not isinstance(nesterov, bool):
+        raise TypeError("nesterov must be a bool")
+    if nesterov:
+        _applies(options, "nesterov", sgd, "optimizer 'sgd'")
+        if momentum <= 0:
+            raise ValueError("nesterov needs momentum above 0")
+        optimizer.nesterov = True
+    if "weight_decay" in options:
+        optimizer.weight_decay = _number_in(
+            "weight_decay", options["weight_decay"], 0, False, math.inf, True
+        )
+    for name in ("beta1", "beta2"):
+        _applies(options, name, adam_like, "optimizer 'adam' and 'adamw'")
+        if name in options:
+            setattr(optimizer, name, _number_in(name, options[name], 0, False, 1, True))
+    _applies(options, "eps", adam_like or rmsprop, "optimizer 'adam', 'adamw' and 'rmsprop'")
+    if "eps" in options:
+        optimizer.eps = _number_in("eps", options["eps"], 0, True, math.inf, True)
+    _applies(options, "alpha", rmsprop, "optimizer 'rmsprop'")
+    if "alpha" in options:
+        optimizer.alpha = _number_in("alpha", options["alpha"], 0, True, 1, True)
+
+    _applies(options, "huber_delta", loss == jobs_pb2.LOSS_HUBER, "loss 'huber'")
+    if "huber_delta" in options:
+        spec.huber_delta = _number_in("huber_delta", options["huber_delta"], 0, True, math.inf, True)
+    _applies(
+        options, "label_smoothing", loss == jobs_pb2.LOSS_CROSS_ENTROPY, "loss 'cross_entropy'"
+    )
+    spec.label_smoothing = _number_in("label_smoothing", get("label_smoothing"), 0, False, 1, True)
+
+    schedule = spec.schedule
+    schedule_kind = _choice("schedule", get("schedule"), _SCHEDULES, "schedule")
+    schedule.kind = schedule_kind  # type: ignore[assignment]
+    step = schedule_kind == jobs_pb2.Schedule.STEP
+    cosine = schedule_kind == jobs_pb2.Schedule.COSINE
+    _applies(options, "step_epochs", step, "schedule 'step'")
+    _applies(options, "gamma", step, "schedule 'step'")
+    _applies(options, "min_lr", cosine, "schedule 'cosine'")
+    if step:
+        if "step_epochs" not in options:
+            raise ValueError("schedule 'step' needs step_epochs=N")
+        schedule.step_epochs = _integer("step_epochs", options["step_epochs"], 1, _INT32_MAX)
+        schedule.gamma = _number_in("gamma", get("gamma"), 0, True, 1, False)
+    if cosine:
+        schedule.min_learning_rate = _number_in("min_lr", get("min_lr"), 0, False, lr, True)
+    schedule.warmup_epochs = _integer("warmup_epochs", get("warmup_epochs"), 0, _INT32_MAX)
+    spec.clip_grad_norm = _number_in(
+        "clip_grad_norm", get("clip_grad_norm"), 0, False, math.inf, True
+    )
+
+    spec.batch_size = _integer("batch_size", get("batch_size"), 1, 2**63 - 1)
+    epochs = _integer("epochs", get("epochs"), 1, MAX_EPOCHS)
+    spec.epochs = epochs
+
+    validation_fraction = _number_in(
+        "validation_fraction", get("validation_fraction"), 0, False, 1, True
+    )
+    if "validation_dataset" in options:
+        name = options["validation_dataset"]
+        if not isinstance(name, str) or not name:
+            raise ValueError("validation_dataset needs a dataset name")
+        if validation_fraction > 0:
+            raise ValueError("give either validation_fraction or validation_dataset, not both")
+        spec.validation_dataset = validate_dataset_name(name)
+    spec.validation_fraction = validation_fraction
+    patience = _integer("early_stop_patience", get("early_stop_patience"), 0, _INT32_MAX)
+    if patience > 0 and validation_fraction == 0 and not spec.validation_dataset:
+        raise ValueError(
+            "early_stop_patience watches the validation loss; add validation_fraction=F or "
+            "validation_dataset=NAME"
+        )
+    spec.early_stop_patience = patience
+    checkpoint_every = _integer("checkpoint_every", get("checkpoint_every"), 0, epochs)
+    check_epochs_and_checkpoints(epochs, checkpoint_every)
+    spec.checkpoint_every = checkpoint_every
+
+    spec.precision = _choice(  # type: ignore[assignment]
+        "precision", get("precision"), _PRECISIONS, "precision"
+    )
+    spec.priority = _choice(  # type: ignore[assignment]
+        "priority", get("priority"), _PRIORITIES, "priority"
+    )
+    spec.engine = _choice("engine", get("engine"), _ENGINES, "engine")  # type: ignore[assignment]
+    shuffle = get("shuffle")
+    if not isinstance(shuffle, bool):
+        raise TypeError("shuffle must be a bool")
+    spec.shuffle = shuffle
+    if "max_job_time" in options:
+        spec.max_job_seconds = _seconds("max_job_time", options["max_job_time"])
+    if "seed" in options:
+        spec.seed = _integer("seed", options["seed"], 0, _UINT64_MAX)
+    if "device" in options:
+        device = options["device"]
+        if not isinstance(device, str) or not device:
+            raise ValueError("device needs a device, e.g. 'cpu', 'cuda', 'cuda:0' or 'auto'")
+        spec.device = device
+    return spec
+
+
+def model_argument(model: object) -> tuple[str, bytes]:
+    """(spec text, TorchScript bytes) for ``model=``: a spec string ("linear:64,relu,linear:1")
+    with no module; or "torchscript" and the archive of a torch.nn.Module (scripted with
+    torch.jit.script), of a TorchScript file (a path), or given as bytes."""
+    if isinstance(model, bytes):
+        return "torchscript", _check_module_bytes(model, "model")
+    if isinstance(model, os.PathLike) or (
+        isinstance(model, str)
+        and (
+            os.sep in model
+            or model.endswith((".pt", ".pth", ".zip", ".ts", ".torchscript"))
+            or os.path.isfile(model)
+        )
+    ):
+        path = Path(os.fspath(model))
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            raise FileNotFoundError(f"model: cannot read '{path}': {e.strerror or e}") from e
+        return "torchscript", _check_module_bytes(data, f"model '{path}'")
+    if isinstance(model, str):
+        text = model.strip()
+        if not text or text == "torchscript":
+            raise ValueError(
+                "model needs a spec, e.g. 'linear:64,relu,linear:1', a torch.nn.Module or a "
+                "TorchScript file"
+            )
+        if len(text.encode()) > MAX_MODEL_SPEC_BYTES:
+            raise ValueError(f"model: the spec is longer than {MAX_MODEL_SPEC_BYTES} bytes")
+        return text, b""
+    if _is_torch_module(model):
+        return "torchscript", _script_module(model)
+    raise TypeError(
+        "model must be a spec string, a torch.nn.Module, a path to a TorchScript file or its "
+        f"bytes, not {type(model).__name__}"
+    )
+
+
+def _is_torch_module(value: object) -> bool:
+    for cls in type(value).__mro__:
+        if cls.__module__.startswith("torch") and cls.__name__ in ("Module", "ScriptModule"):
+            return True
+    return False
+
+
+def _script_module(module: Any) -> bytes:
+    torch = import_torch()
+
+    buffer = io.BytesIO()
+    try:
+        # torch.jit.script compiles some methods lazily: save is where those fail.
+        scripted = module if isinstance(module, torch.jit.ScriptModule) else torch.jit.script(module)
+        torch.jit.save(scripted, buffer)
+    except Exception as e:  # torch raises many kinds: NotSupportedError, RuntimeError, ...
+        first = next((line for line in str(e).strip().split("\n") if line.strip()), str(e))
+        raise TypeError(
+            f"cannot script the model ({type(module).__name__}) with torch.jit.script: "
+            f"{first.strip()}. Make its forward scriptable, or pass torch.jit.trace(model, "
+            "example) or a TorchScript file instead"
+        ) from e
+    return _check_module_bytes(buffer.getvalue(), "model")
+
+
+def _check_module_bytes(data: bytes, what: str) -> bytes:
+    if not data:
+        raise ValueError(f"{what} is empty")
+    if len(data) > MAX_TORCHSCRIPT_BYTES:
+        raise ValueError(
+            f"{what} has {len(data)} bytes; modules of at most {MAX_TORCHSCRIPT_BYTES} bytes can "
+            "be sent (the daemon's message limit)"
+        )
+    return data
+
+
+def sweep_values(name: str, values: object, *, whole: bool = False) -> list[Any]:
+    """A swept option's values: one value or a non-empty sequence of at most 256."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        items: list[Any] = [values]
+    else:
+        items = list(values)
+    if not items:
+        raise ValueError(f"{name}: give at least one value")
+    if len(items) > MAX_SWEEP_VALUES:
+        raise ValueError(
+            f"{name} has {len(items)} values; a sweep takes at most {MAX_SWEEP_VALUES} per list"
+        )
+    for item in items:
+        if whole:
+            _integer(name, item, 0, _UINT64_MAX)
+        else:
+            _number(name, item)
+    return items

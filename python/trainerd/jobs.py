@@ -1,0 +1,454 @@
+"""Training jobs: what :meth:`trainerd.Client.submit`, :meth:`~trainerd.Client.job` and
+:meth:`~trainerd.Client.jobs` return."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import io
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from trainerd._optional import import_torch
+from trainerd.errors import (
+    DeadlineExceeded,
+    JobCancelled,
+    JobFailed,
+    TrainerdError,
+)
+from trainerd.v1 import jobs_pb2
+
+if TYPE_CHECKING:
+    import pandas
+
+    from trainerd.client import Client
+
+__all__ = ["Epoch", "Job", "JobState"]
+
+_JOBS = "/trainerd.v1.JobService/"
+# A model download may be large on a slow link: it gets an upload's allowance (as trainctl).
+DOWNLOAD_TIMEOUT = 600.0
+
+
+class JobState(str, enum.Enum):
+    """A job's state; the last three are terminal."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+    @classmethod
+    def from_proto(cls, value: int) -> JobState:
+        name = jobs_pb2.JobState.Name(value)  # type: ignore[arg-type,unused-ignore]
+        return cls(name.removeprefix("JOB_STATE_"))
+
+    def to_proto(self) -> int:
+        return int(jobs_pb2.JobState.Value(f"JOB_STATE_{self.value}"))
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """One finished epoch of a job (trainerd.v1.EpochResult)."""
+
+    epoch: int
+    loss: float
+    elapsed_seconds: float
+    learning_rate: float
+    validation_loss: float | None = None
+    validation_accuracy: float | None = None
+    loss_scale: float | None = None
+    skipped_steps: int | None = None
+
+    @classmethod
+    def from_proto(cls, proto: jobs_pb2.EpochResult) -> Epoch:
+        def optional(name: str) -> Any:
+            return getattr(proto, name) if proto.HasField(name) else None
+
+        return cls(
+            epoch=proto.epoch,
+            loss=proto.loss,
+            elapsed_seconds=proto.elapsed_seconds,
+            learning_rate=proto.learning_rate,
+            validation_loss=optional("validation_loss"),
+            validation_accuracy=optional("validation_accuracy"),
+            loss_scale=optional("loss_scale"),
+            skipped_steps=optional("skipped_steps"),
+        )
+
+
+def _timestamp(message: Any, field: str) -> datetime.datetime | None:
+    if not message.HasField(field):
+        return None
+    value = getattr(message, field).ToDatetime(tzinfo=datetime.timezone.utc)
+    assert isinstance(value, datetime.datetime)
+    return value
+
+
+def epochs_of_event(event: jobs_pb2.JobEvent, last: int) -> tuple[list[Epoch], bool]:
+    """The epochs after ``last`` that a WatchJob event carries (an epoch event, or the job with
+    its epochs), and whether it says the job ended."""
+    if event.HasField("epoch"):
+        return ([Epoch.from_proto(event.epoch)] if event.epoch.epoch > last else []), False
+    if event.HasField("job"):
+        epochs = [Epoch.from_proto(e) for e in event.job.epochs if e.epoch > last]
+        return epochs, JobState.from_proto(event.job.state).ended
+    return [], False
+
+
+def checked_model(job_id: str, data: bytes, total: int) -> bytes:
+    """The downloaded archive, when all ``total`` bytes (the first chunk's figure) arrived."""
+    if len(data) != total or not data:
+        raise TrainerdError(
+            f"the model of job '{job_id}' arrived incomplete ({len(data)} of {max(total, 0)} "
+            "bytes)"
+        )
+    return data
+
+
+def load_model(data: bytes, map_location: str) -> Any:
+    """torch.jit.load of an archive's bytes; the bytes themselves without torch."""
+    try:
+        torch = import_torch()
+    except ImportError:
+        return data
+    return torch.jit.load(io.BytesIO(data), map_location=map_location)
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Writes ``data`` to a temporary file beside ``path`` and renames it over ``path``."""
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return target
+
+
+class JobBase:
+    """What every job object has: the figures of the daemon's last answer (trainerd.v1.Job).
+    :class:`Job` (and ``trainerd.aio.Job``) add the calls."""
+
+    def __init__(self, proto: jobs_pb2.Job) -> None:
+        self._proto = proto
+
+    # --- Figures ---------------------------------------------------------------------------
+
+    @property
+    def proto(self) -> jobs_pb2.Job:
+        """The daemon's message (trainerd.v1.Job) as last fetched."""
+        return self._proto
+
+    @property
+    def id(self) -> str:
+        return self._proto.id
+
+    @property
+    def error(self) -> str:
+        """For a FAILED job, the daemon's reason, e.g. "loss became NaN at epoch 3"."""
+        return self._proto.error
+
+    @property
+    def spec(self) -> jobs_pb2.JobSpec:
+        """The spec as the daemon accepted it, defaults filled in (seed, shuffle, device)."""
+        return self._proto.spec
+
+    @property
+    def dataset(self) -> str:
+        return self._proto.spec.dataset
+
+    @property
+    def seed(self) -> int:
+        return self._proto.spec.seed
+
+    @property
+    def device(self) -> str:
+        return self._proto.device
+
+    @property
+    def owner(self) -> str:
+        return self._proto.owner
+
+    @property
+    def sweep_id(self) -> str:
+        return self._proto.sweep_id
+
+    @property
+    def final_loss(self) -> float:
+        return self._proto.final_loss
+
+    @property
+    def epochs_completed(self) -> int:
+        return self._proto.epochs_completed
+
+    @property
+    def stopped_early(self) -> bool:
+        return self._proto.stopped_early
+
+    @property
+    def wall_seconds(self) -> float:
+        return self._proto.wall_seconds
+
+    @property
+    def steps(self) -> int:
+        return self._proto.steps
+
+    @property
+    def samples_per_second(self) -> float:
+        return self._proto.samples_per_second
+
+    @property
+    def parameter_count(self) -> int:
+        return self._proto.parameter_count
+
+    @property
+    def create_time(self) -> datetime.datetime | None:
+        return _timestamp(self._proto, "create_time")
+
+    @property
+    def start_time(self) -> datetime.datetime | None:
+        return _timestamp(self._proto, "start_time")
+
+    @property
+    def end_time(self) -> datetime.datetime | None:
+        return _timestamp(self._proto, "end_time")
+
+    @property
+    def cached_state(self) -> JobState:
+        """The state as last fetched (no call)."""
+        return JobState.from_proto(self._proto.state)
+
+    def _history(self) -> list[Epoch]:
+        return [Epoch.from_proto(e) for e in self._proto.epochs]
+
+    def _parameters(self) -> dict[str, np.ndarray[Any, np.dtype[np.float32]]]:
+        return {
+            p.name: np.asarray(p.values, dtype=np.float32).reshape(tuple(p.shape))
+            for p in self._proto.parameters
+        }
+
+    def _history_frame(self, history: list[Epoch]) -> pandas.DataFrame:
+        import pandas as pd
+
+        rows = [dataclasses.asdict(e) for e in history]
+        columns = [f.name for f in dataclasses.fields(Epoch)]
+        frame: pd.DataFrame = pd.DataFrame(rows, columns=columns).set_index("epoch")
+        return frame
+
+    def _needs_full(self) -> bool:
+        """Whether the figures may be stale or incomplete: the job has not ended, or this is a
+        listing's basic view (no epochs)."""
+        return not self.cached_state.ended or self._proto.epochs_completed != len(
+            self._proto.epochs
+        )
+
+    def raise_for_state(self) -> None:
+        """Raises JobFailed or JobCancelled when the job ended so (as last fetched)."""
+        state = JobState.from_proto(self._proto.state)
+        if state == JobState.FAILED:
+            raise JobFailed(self)
+        if state == JobState.CANCELLED:
+            raise JobCancelled(self)
+
+    def __repr__(self) -> str:
+        state = JobState.from_proto(self._proto.state).value
+        text = f"Job(id={self.id!r}, state={state}, dataset={self.dataset!r}"
+        text += f", epochs={self._proto.epochs_completed}/{self._proto.spec.epochs}"
+        if self._proto.epochs_completed:
+            text += f", final_loss={self._proto.final_loss:.6g}"
+        if self._proto.error:
+            text += f", error={self._proto.error!r}"
+        return text + ")"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+
+class Job(JobBase):
+    """A training job. Its figures are those of the daemon's last answer: ``state`` asks again
+    while the job has not ended; :meth:`refresh` always does.
+
+    Example::
+
+        job = client.submit("houses", model="linear:64,relu,linear:1", epochs=20)
+        for epoch in job.watch():
+            print(epoch.epoch, epoch.loss)
+        job.wait()                     # raises JobFailed / JobCancelled
+        model = job.model()            # torch.jit.load of the trained model
+    """
+
+    def __init__(self, client: Client, proto: jobs_pb2.Job) -> None:
+        super().__init__(proto)
+        self._client = client
+
+    @property
+    def state(self) -> JobState:
+        """The job's state, asked of the daemon again unless the job has already ended."""
+        if not JobState.from_proto(self._proto.state).ended:
+            self.refresh()
+        return JobState.from_proto(self._proto.state)
+
+    @property
+    def ended(self) -> bool:
+        return self.state.ended
+
+    @property
+    def report(self) -> jobs_pb2.DeviceReport:
+        """Where the job's time went and what bounded it (trainerd.v1.DeviceReport; its
+        ``verdict`` is one line), complete once the job ended."""
+        self._full()
+        return self._proto.report
+
+    @property
+    def history(self) -> list[Epoch]:
+        """Every finished epoch, in order."""
+        self._full()
+        return self._history()
+
+    @property
+    def parameters(self) -> dict[str, np.ndarray[Any, np.dtype[np.float32]]]:
+        """The trained parameters by name ("0.weight"), for models of at most 1,000 values;
+        empty otherwise."""
+        self._full()
+        return self._parameters()
+
+    def history_frame(self) -> pandas.DataFrame:
+        """The history as a pandas DataFrame, one row per epoch (needs pandas)."""
+        return self._history_frame(self.history)
+
+    # --- Calls -----------------------------------------------------------------------------
+
+    def refresh(self) -> Job:
+        """Asks the daemon for the job again (GetJob, every field); returns self."""
+        self._proto = self._client._get_job_proto(self.id)  # noqa: SLF001
+        return self
+
+    def _full(self) -> None:
+        """Makes sure the job is the full view and current unless it ended."""
+        if self._needs_full():
+            self.refresh()
+
+    def cancel(self) -> Job:
+        """Cancels the job if it is queued or running (a running one stops before its next
+        step); returns self. FailedPrecondition when it already ended."""
+        request = jobs_pb2.CancelJobRequest(id=self.id)
+        self._client._ensure_compatible()  # noqa: SLF001
+        self._proto = self._client._transport.unary(  # noqa: SLF001
+            _JOBS + "CancelJob", request, jobs_pb2.Job
+        )
+        return self
+
+    def delete(self) -> None:
+        """Forgets the job that ended: its record, model and checkpoints. FailedPrecondition while
+        it is queued or running (cancel it first)."""
+        self._client.delete_job(self.id)
+
+    def wait(self, timeout: float | None = None, *, check: bool = True) -> Job:
+        """Blocks until the job ends, on a WatchJob stream (the end is seen the moment the daemon
+        publishes it), and returns self, refreshed. With ``check`` (the default), a FAILED job
+        raises :class:`~trainerd.JobFailed` carrying the daemon's reason and a CANCELLED one
+        :class:`~trainerd.JobCancelled`. :class:`TimeoutError` when ``timeout`` seconds pass
+        first (the job goes on)."""
+        transport = self._client._transport  # noqa: SLF001
+        self._client._ensure_compatible()  # noqa: SLF001
+        start = time.monotonic()
+        stream = transport.unary_stream(
+            _JOBS + "WatchJob", jobs_pb2.WatchJobRequest(id=self.id), jobs_pb2.JobEvent,
+            timeout=timeout,
+        )
+        ended: jobs_pb2.Job | None = None
+        try:
+            for event in stream:
+                if event.HasField("job") and JobState.from_proto(event.job.state).ended:
+                    ended = event.job
+                    break
+        except DeadlineExceeded:
+            raise TimeoutError(
+                f"job '{self.id}' did not end within {timeout:g} s (it goes on)"
+            ) from None
+        finally:
+            stream.cancel()
+        self.refresh()
+        if ended is None and not JobState.from_proto(self._proto.state).ended:
+            if timeout is not None and time.monotonic() - start >= timeout:
+                raise TimeoutError(f"job '{self.id}' did not end within {timeout:g} s")
+            raise TrainerdError(f"the watch of job '{self.id}' ended before the job did")
+        if check:
+            self.raise_for_state()
+        return self
+
+    def watch(self) -> Iterator[Epoch]:
+        """Yields each epoch as the daemon reduces it (WatchJob): first the history, then every
+        new epoch, each once and in order, until the job ends. The job's state is then current
+        (``job.state``); a failure does not raise here (:meth:`wait` or
+        :meth:`raise_for_state` do). Stopping the loop early ends the stream, not the job."""
+        transport = self._client._transport  # noqa: SLF001
+        self._client._ensure_compatible()  # noqa: SLF001
+        stream = transport.unary_stream(
+            _JOBS + "WatchJob", jobs_pb2.WatchJobRequest(id=self.id), jobs_pb2.JobEvent,
+            timeout=None,
+        )
+        last = 0
+        try:
+            for event in stream:
+                epochs, ended = epochs_of_event(event, last)
+                for epoch in epochs:
+                    last = epoch.epoch
+                    yield epoch
+                if ended:
+                    break
+        finally:
+            stream.cancel()
+        self.refresh()
+
+    def model_bytes(self, *, timeout: float | None = None) -> bytes:
+        """The trained model as the bytes of a TorchScript archive (DownloadModel).
+        FailedPrecondition unless the job SUCCEEDED."""
+        transport = self._client._transport  # noqa: SLF001
+        self._client._ensure_compatible()  # noqa: SLF001
+        deadline = timeout if timeout is not None else max(DOWNLOAD_TIMEOUT, transport.timeout)
+        stream = transport.unary_stream(
+            _JOBS + "DownloadModel", jobs_pb2.DownloadModelRequest(id=self.id),
+            jobs_pb2.ModelChunk, timeout=deadline,
+        )
+        buffer = io.BytesIO()
+        total = -1
+        with stream:
+            for chunk in stream:
+                if total < 0:
+                    total = chunk.total_bytes
+                buffer.write(chunk.data)
+        return checked_model(self.id, buffer.getvalue(), total)
+
+    def model(self, *, map_location: str = "cpu") -> Any:
+        """The trained model, loaded with ``torch.jit.load`` (in eval mode; its forward takes a
+        float32 batch shaped like the dataset's features). Without torch, the archive's bytes."""
+        return load_model(self.model_bytes(), map_location)
+
+    def save_model(self, path: str | os.PathLike[str]) -> Path:
+        """Downloads the trained model to ``path`` (written to a temporary file beside it and
+        renamed over it once whole); returns the path."""
+        return write_atomically(path, self.model_bytes())

@@ -1,0 +1,160 @@
+"""Hyperparameter sweeps: what :meth:`trainerd.Client.sweep` returns."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from trainerd.jobs import Epoch, Job, JobBase, JobState
+
+if TYPE_CHECKING:
+    import pandas
+
+    from trainerd.client import Client
+
+__all__ = ["Sweep", "SweepBase"]
+
+JobT = TypeVar("JobT", bound=JobBase)
+
+
+class SweepBase(Generic[JobT]):
+    """What every sweep object has: its id, its members and the rankings of their results.
+    :class:`Sweep` (and ``trainerd.aio.Sweep``) add the calls."""
+
+    def __init__(self, sweep_id: str, jobs: Sequence[JobT]) -> None:
+        self.id = sweep_id
+        self.jobs: list[JobT] = list(jobs)
+        #: What :meth:`best` ranked by: "validation_loss" when the members validate (a
+        #: validation fraction or dataset), else "loss" (the final training loss).
+        self.best_metric = "validation_loss" if self._validates() else "loss"
+
+    def _validates(self) -> bool:
+        if not self.jobs:
+            return False
+        spec = self.jobs[0].spec
+        return spec.validation_fraction > 0 or bool(spec.validation_dataset)
+
+    def _state(self, job: JobT) -> JobState:
+        return job.cached_state
+
+    def _member_history(self, job: JobT) -> list[Epoch]:
+        return job._history()  # noqa: SLF001
+
+    @property
+    def succeeded(self) -> list[JobT]:
+        return [job for job in self.jobs if self._state(job) == JobState.SUCCEEDED]
+
+    @property
+    def failed(self) -> list[JobT]:
+        return [job for job in self.jobs if self._state(job) == JobState.FAILED]
+
+    def _score(self, job: JobT) -> float | None:
+        history = self._member_history(job)
+        if not history:
+            return None
+        if self.best_metric == "validation_loss":
+            return history[-1].validation_loss
+        return history[-1].loss
+
+    def best(self) -> JobT:
+        """The succeeded member with the lowest final validation loss when the members validate,
+        else the lowest final training loss (:attr:`best_metric` says which). ValueError when no
+        member succeeded."""
+        scored = [
+            (score, index, job)
+            for index, job in enumerate(self.succeeded)
+            if (score := self._score(job)) is not None
+        ]
+        if not scored:
+            raise ValueError(f"no member of sweep '{self.id}' succeeded")
+        return min(scored, key=lambda item: (item[0], item[1]))[2]
+
+    def frame(self) -> pandas.DataFrame:
+        """One row per member: its swept values, state and results (needs pandas)."""
+        import pandas as pd
+
+        rows: list[dict[str, Any]] = []
+        for job in self.jobs:
+            spec = job.spec
+            history = self._member_history(job)
+            last = history[-1] if history else None
+            rows.append(
+                {
+                    "id": job.id,
+                    "state": self._state(job).value,
+                    "lr": spec.optimizer.learning_rate,
+                    "momentum": spec.optimizer.momentum,
+                    "weight_decay": (
+                        spec.optimizer.weight_decay
+                        if spec.optimizer.HasField("weight_decay")
+                        else None
+                    ),
+                    "seed": spec.seed,
+                    "epochs": job.epochs_completed,
+                    "loss": last.loss if last else None,
+                    "validation_loss": last.validation_loss if last else None,
+                    "validation_accuracy": last.validation_accuracy if last else None,
+                    "wall_seconds": job.wall_seconds,
+                    "error": job.error,
+                }
+            )
+        frame: pd.DataFrame = pd.DataFrame(rows).set_index("id")
+        return frame
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r}, members={len(self.jobs)})"
+
+
+class Sweep(SweepBase[Job]):
+    """The members of one sweep (one Job each, in product order: learning rates outermost, then
+    momenta, weight decays, and seeds innermost).
+
+    Example::
+
+        sweep = client.sweep("houses", model="linear:1", lr=[0.1, 0.03, 0.01], seed=[1, 2])
+        sweep.wait()
+        best = sweep.best()            # by validation loss when the members validate
+        print(best.id, sweep.best_metric, sweep.frame())
+    """
+
+    def __init__(self, client: Client, sweep_id: str, jobs: list[Job]) -> None:
+        super().__init__(sweep_id, jobs)
+        self._client = client
+
+    def _state(self, job: Job) -> JobState:
+        return job.state  # asked again while the member runs
+
+    def _member_history(self, job: Job) -> list[Epoch]:
+        return job.history
+
+    def refresh(self) -> Sweep:
+        """Asks the daemon for every member again; returns self."""
+        for job in self.jobs:
+            job.refresh()
+        return self
+
+    @property
+    def ended(self) -> bool:
+        return all(job.state.ended for job in self.jobs)
+
+    def wait(self, timeout: float | None = None) -> Sweep:
+        """Blocks until every member ended (members that train as one pack end together), then
+        returns self. A member that failed does not raise: see :attr:`failed` (a diverging
+        learning rate is a normal outcome of a sweep). :class:`TimeoutError` when ``timeout``
+        seconds pass first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for job in self.jobs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if left == 0.0 and not job.state.ended:
+                raise TimeoutError(f"sweep '{self.id}' did not end within {timeout:g} s")
+            try:
+                job.wait(left, check=False)
+            except TimeoutError:
+                raise TimeoutError(
+                    f"sweep '{self.id}' did not end within {timeout:g} s"
+                ) from None
+        return self
