@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import trainerd
+import trainerd.aio
 from conftest import TOKEN, Daemon, run_trainctl
 from trainerd.config import DEFAULT_ADDRESS, config_path, load_config, resolve_settings
 
@@ -107,6 +108,14 @@ def test_client_reaches_the_daemon_through_a_trainctl_context(daemon: Daemon) ->
 
 
 # --- Errors of the connection ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True, "5"])
+def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(timeout: object) -> None:
+    for client_class in (trainerd.Client, trainerd.aio.Client):
+        with pytest.raises(ValueError, match="timeout must be a positive, finite number"):
+            client_class("127.0.0.1:1", timeout=timeout)  # type: ignore[arg-type]
+
 
 
 def test_unreachable_daemon_is_unavailable_naming_the_address() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -527,8 +528,13 @@ class Client:
 
 
 def _check_timeout(timeout: object) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or not timeout > 0
+    ):
+        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
 
 
 def _given(options: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@
 set -euo pipefail
 dir="$1"; seconds="$2"; shift 2
 jobs="${FUZZ_JOBS:-$(nproc)}"
+# A positive count (0, a negative or a word would never start a target, or never stop waiting).
+[[ "$jobs" =~ ^[1-9][0-9]{0,3}$ ]] || { echo "fuzz: FUZZ_JOBS must be 1-9999, not '$jobs'" >&2; exit 2; }
 corpus_root="$(cd "$(dirname "$0")" && pwd)/corpus"
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/trainerd-fuzz.XXXXXX")"
 
