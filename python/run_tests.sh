@@ -50,10 +50,10 @@ stamp="$(cd "$repo" && {
   "$venv/bin/python" --version
 } | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ] ||
-  ! "$venv/bin/python" -c 'import trainerd, pytest, mypy' 2>/dev/null; then
-  echo "run_tests.sh: installing ./python[torch,pandas,progress,test] into $venv" >&2
+  ! "$venv/bin/python" -c 'import trainerd, pytest, mypy, nbclient' 2>/dev/null; then
+  echo "run_tests.sh: installing ./python[torch,pandas,progress,test,notebook] into $venv" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade \
-    "$here[torch,pandas,progress,test]" >&2
+    "$here[torch,pandas,progress,test,notebook]" >&2
   echo "$stamp" >"$stamp_file"
 fi
 

@@ -1,4 +1,5 @@
-"""Progress bars for uploads and downloads: tqdm when it is installed and stderr is a terminal or
+"""Progress bars for uploads and downloads (and the decision, shared with the epoch bars of
+trainerd._display, of whether to draw one): tqdm when it is installed and stderr is a terminal or
 the code runs in Jupyter; off otherwise (logs and CI get no bar)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, Protocol, Union
 
-__all__ = ["Progress", "ProgressArg", "make_progress"]
+__all__ = ["Progress", "ProgressArg", "in_jupyter", "make_progress", "tqdm_class"]
 
 #: What ``progress=`` takes: None (automatic), True or False, or a callable given
 #: (bytes done, bytes in all) after each chunk.
@@ -64,18 +65,27 @@ def in_jupyter() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
+def tqdm_class(progress: bool | None) -> Any:
+    """The tqdm class a bar should be drawn with, or None for no bar: ``progress`` None draws one
+    in Jupyter (tqdm.auto, a widget there) or when stderr is a terminal (plain tqdm), True draws
+    one anyway, False never; None too when tqdm is not installed."""
+    if progress is False:
+        return None
+    jupyter = in_jupyter()
+    if progress is None and not (jupyter or sys.stderr.isatty()):
+        return None
+    try:
+        return importlib.import_module("tqdm.auto" if jupyter else "tqdm").tqdm
+    except ImportError:
+        return None
+
+
 def make_progress(progress: ProgressArg, total: int, description: str) -> Progress:
     """The progress display ``progress=`` asks for, over ``total`` bytes."""
     if callable(progress):
         return _Callback(progress, total)
-    if progress is False:
-        return _Off()
-    jupyter = in_jupyter()
-    if progress is None and not (jupyter or sys.stderr.isatty()):
-        return _Off()
-    try:
-        tqdm = importlib.import_module("tqdm.auto" if jupyter else "tqdm").tqdm
-    except ImportError:
+    tqdm = tqdm_class(progress)
+    if tqdm is None:
         return _Off()
     bar = tqdm(
         total=total,

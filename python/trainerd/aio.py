@@ -36,6 +36,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from trainerd import _health
+from trainerd._display import DisplayArg, JobDisplay, SweepDisplay
 from trainerd._progress import ProgressArg, make_progress
 from trainerd._transport import MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, _serialize
 from trainerd._upload import prepare_payload, validate_dataset_name
@@ -72,7 +73,7 @@ from trainerd.jobs import (
     load_model,
     write_atomically,
 )
-from trainerd.sweeps import SweepBase
+from trainerd.sweeps import POLL_SECONDS, SweepBase
 from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
 
 if TYPE_CHECKING:
@@ -239,28 +240,54 @@ class Job(JobBase):
     async def delete(self) -> None:
         await self._client.delete_job(self.id)
 
-    async def wait(self, timeout: float | None = None, *, check: bool = True) -> Job:
-        """Waits until the job ends (see :meth:`trainerd.Job.wait`)."""
+    async def _follow(
+        self, timeout: float | None, display: JobDisplay | None
+    ) -> jobs_pb2.Job | None:
+        """Follows the job on a WatchJob stream until it ends, handing each epoch to
+        ``display`` (see :meth:`trainerd.Job._follow`)."""
         await self._client._ensure_compatible()  # noqa: SLF001
-        start = time.monotonic()
-        ended = False
         stream = self._client._transport.stream(  # noqa: SLF001
             _JOBS + "WatchJob", jobs_pb2.WatchJobRequest(id=self.id), jobs_pb2.JobEvent,
             timeout=timeout,
         )
+        last = 0
         try:
             async for event in stream:
+                if display is not None:
+                    epochs, _ = epochs_of_event(event, last)
+                    for epoch in epochs:
+                        last = epoch.epoch
+                        display.add(epoch)
                 if event.HasField("job") and JobState.from_proto(event.job.state).ended:
-                    ended = True
-                    break
+                    ended: jobs_pb2.Job = event.job
+                    return ended
+        finally:
+            await stream.aclose()
+        return None
+
+    async def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        check: bool = True,
+        progress: DisplayArg = None,
+        plot: DisplayArg = None,
+    ) -> Job:
+        """Waits until the job ends (see :meth:`trainerd.Job.wait`), showing the bar and curve
+        ``progress`` and ``plot`` ask for (see :meth:`trainerd.Job.watch`)."""
+        start = time.monotonic()
+        display = self._display(progress, plot)
+        try:
+            ended = await self._follow(timeout, display)
         except DeadlineExceeded:
             raise TimeoutError(
                 f"job '{self.id}' did not end within {timeout:g} s (it goes on)"
             ) from None
         finally:
-            await stream.aclose()
+            if display is not None:
+                display.close()
         await self.refresh()
-        if not ended and not self.cached_state.ended:
+        if ended is None and not self.cached_state.ended:
             if timeout is not None and time.monotonic() - start >= timeout:
                 raise TimeoutError(f"job '{self.id}' did not end within {timeout:g} s")
             raise TrainerdError(f"the watch of job '{self.id}' ended before the job did")
@@ -268,9 +295,13 @@ class Job(JobBase):
             self.raise_for_state()
         return self
 
-    async def watch(self) -> AsyncIterator[Epoch]:
-        """Yields each epoch as the daemon reduces it (see :meth:`trainerd.Job.watch`)."""
+    async def watch(
+        self, *, progress: DisplayArg = None, plot: DisplayArg = None
+    ) -> AsyncIterator[Epoch]:
+        """Yields each epoch as the daemon reduces it, with the bar and curve ``progress`` and
+        ``plot`` ask for (see :meth:`trainerd.Job.watch`)."""
         await self._client._ensure_compatible()  # noqa: SLF001
+        display = self._display(progress, plot)
         stream = self._client._transport.stream(  # noqa: SLF001
             _JOBS + "WatchJob", jobs_pb2.WatchJobRequest(id=self.id), jobs_pb2.JobEvent,
             timeout=None,
@@ -281,11 +312,15 @@ class Job(JobBase):
                 epochs, ended = epochs_of_event(event, last)
                 for epoch in epochs:
                     last = epoch.epoch
+                    if display is not None:
+                        display.add(epoch)
                     yield epoch
                 if ended:
                     break
         finally:
             await stream.aclose()
+            if display is not None:
+                display.close()
         await self.refresh()
 
     async def model_bytes(self, *, timeout: float | None = None) -> bytes:
@@ -327,16 +362,54 @@ class Sweep(SweepBase[Job]):
         await asyncio.gather(*(job.refresh() for job in self.jobs))
         return self
 
-    async def wait(self, timeout: float | None = None) -> Sweep:
-        """Waits until every member ended; a failed member does not raise."""
+    async def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        progress: DisplayArg = None,
+        plot: DisplayArg = None,
+    ) -> Sweep:
+        """Waits until every member ended; a failed member does not raise. ``progress`` and
+        ``plot`` are :meth:`trainerd.Sweep.wait`'s."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        display = self._display(progress, plot)
+        if display is not None:
+            try:
+                await self._follow(deadline, timeout, display)
+            finally:
+                display.close()
+            return self
         for job in self.jobs:
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                await job.wait(left, check=False)
+                await job.wait(left, check=False, progress=False, plot=False)
             except TimeoutError:
-                raise TimeoutError(f"sweep '{self.id}' did not end within {timeout:g} s") from None
+                raise self._timed_out(timeout) from None
         return self
+
+    async def _follow(
+        self, deadline: float | None, timeout: float | None, display: SweepDisplay
+    ) -> None:
+        """As :meth:`trainerd.Sweep._follow`: every member still running asked again, shown,
+        then a wait of at most POLL_SECONDS on the first of them, until every member ended."""
+        while True:
+            await asyncio.gather(
+                *(job.refresh() for job in self.jobs if job._needs_full())  # noqa: SLF001
+            )
+            display.update(self.jobs)
+            running = [job for job in self.jobs if not job.cached_state.ended]
+            if not running:
+                return
+            wait = POLL_SECONDS
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timed_out(timeout)
+                wait = min(wait, left)
+            try:
+                await running[0]._follow(wait, None)  # noqa: SLF001
+            except DeadlineExceeded:
+                pass
 
 
 class Client:

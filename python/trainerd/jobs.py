@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from trainerd._display import DisplayArg, JobDisplay, job_display, job_html
 from trainerd._optional import import_torch
 from trainerd.errors import (
     DeadlineExceeded,
@@ -280,6 +281,15 @@ class JobBase:
             text += f", error={self._proto.error!r}"
         return text + ")"
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the job's state, id, dataset, losses (first, final, best; validation
+        loss and accuracy when it validates) and its device report, as of the last answer."""
+        return job_html(self)
+
+    def _display(self, progress: DisplayArg, plot: DisplayArg) -> JobDisplay | None:
+        """The bar and curve ``progress`` and ``plot`` ask for (see :meth:`Job.watch`)."""
+        return job_display(self.id, self._proto.spec.epochs, progress, plot)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.id == self.id
 
@@ -366,31 +376,63 @@ class Job(JobBase):
         it is queued or running (cancel it first)."""
         self._client.delete_job(self.id)
 
-    def wait(self, timeout: float | None = None, *, check: bool = True) -> Job:
-        """Blocks until the job ends, on a WatchJob stream (the end is seen the moment the daemon
-        publishes it), and returns self, refreshed. With ``check`` (the default), a FAILED job
-        raises :class:`~trainerd.JobFailed` carrying the daemon's reason and a CANCELLED one
-        :class:`~trainerd.JobCancelled`. :class:`TimeoutError` when ``timeout`` seconds pass
-        first (the job goes on)."""
+    def _repr_html_(self) -> str:
+        # Current figures when the job runs (or this is a listing's basic view); the last ones
+        # when the daemon cannot be asked: a view must not raise.
+        try:
+            self._full()
+        except TrainerdError:
+            pass
+        return job_html(self)
+
+    def _follow(self, timeout: float | None, display: JobDisplay | None) -> jobs_pb2.Job | None:
+        """Follows the job on a WatchJob stream until it ends, handing each epoch to
+        ``display``: the terminal Job event, or None when the stream ended without one.
+        DeadlineExceeded when ``timeout`` passes first."""
         transport = self._client._transport  # noqa: SLF001
         self._client._ensure_compatible()  # noqa: SLF001
-        start = time.monotonic()
         stream = transport.unary_stream(
             _JOBS + "WatchJob", jobs_pb2.WatchJobRequest(id=self.id), jobs_pb2.JobEvent,
             timeout=timeout,
         )
-        ended: jobs_pb2.Job | None = None
+        last = 0
         try:
             for event in stream:
+                if display is not None:
+                    epochs, _ = epochs_of_event(event, last)
+                    for epoch in epochs:
+                        last = epoch.epoch
+                        display.add(epoch)
                 if event.HasField("job") and JobState.from_proto(event.job.state).ended:
-                    ended = event.job
-                    break
+                    return event.job
+        finally:
+            stream.cancel()
+        return None
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        check: bool = True,
+        progress: DisplayArg = None,
+        plot: DisplayArg = None,
+    ) -> Job:
+        """Blocks until the job ends, on a WatchJob stream (the end is seen the moment the daemon
+        publishes it), and returns self, refreshed. With ``check`` (the default), a FAILED job
+        raises :class:`~trainerd.JobFailed` carrying the daemon's reason and a CANCELLED one
+        :class:`~trainerd.JobCancelled`. :class:`TimeoutError` when ``timeout`` seconds pass
+        first (the job goes on). ``progress`` and ``plot`` are :meth:`watch`'s."""
+        start = time.monotonic()
+        display = self._display(progress, plot)
+        try:
+            ended = self._follow(timeout, display)
         except DeadlineExceeded:
             raise TimeoutError(
                 f"job '{self.id}' did not end within {timeout:g} s (it goes on)"
             ) from None
         finally:
-            stream.cancel()
+            if display is not None:
+                display.close()
         self.refresh()
         if ended is None and not JobState.from_proto(self._proto.state).ended:
             if timeout is not None and time.monotonic() - start >= timeout:
@@ -400,13 +442,21 @@ class Job(JobBase):
             self.raise_for_state()
         return self
 
-    def watch(self) -> Iterator[Epoch]:
+    def watch(self, *, progress: DisplayArg = None, plot: DisplayArg = None) -> Iterator[Epoch]:
         """Yields each epoch as the daemon reduces it (WatchJob): first the history, then every
         new epoch, each once and in order, until the job ends. The job's state is then current
         (``job.state``); a failure does not raise here (:meth:`wait` or
-        :meth:`raise_for_state` do). Stopping the loop early ends the stream, not the job."""
+        :meth:`raise_for_state` do). Stopping the loop early ends the stream, not the job.
+
+        ``progress``: a tqdm bar over the epochs with the latest losses; None (the default)
+        draws one in Jupyter or when stderr is a terminal and tqdm is installed, True anyway
+        (with tqdm), False never. ``plot``: a loss curve (training loss, and validation loss when
+        the job validates) redrawn in place as epochs arrive; None draws it in a Jupyter kernel
+        when matplotlib is installed, True wherever IPython and matplotlib are (a warning when
+        they are not), False never."""
         transport = self._client._transport  # noqa: SLF001
         self._client._ensure_compatible()  # noqa: SLF001
+        display = self._display(progress, plot)
         stream = transport.unary_stream(
             _JOBS + "WatchJob", jobs_pb2.WatchJobRequest(id=self.id), jobs_pb2.JobEvent,
             timeout=None,
@@ -417,11 +467,15 @@ class Job(JobBase):
                 epochs, ended = epochs_of_event(event, last)
                 for epoch in epochs:
                     last = epoch.epoch
+                    if display is not None:
+                        display.add(epoch)
                     yield epoch
                 if ended:
                     break
         finally:
             stream.cancel()
+            if display is not None:
+                display.close()
         self.refresh()
 
     def model_bytes(self, *, timeout: float | None = None) -> bytes:

@@ -6,6 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from trainerd._display import DisplayArg, SweepDisplay, sweep_display, sweep_html
+from trainerd.errors import DeadlineExceeded, TrainerdError
 from trainerd.jobs import Epoch, Job, JobBase, JobState
 
 if TYPE_CHECKING:
@@ -16,6 +18,11 @@ if TYPE_CHECKING:
 __all__ = ["Sweep", "SweepBase"]
 
 JobT = TypeVar("JobT", bound=JobBase)
+
+#: While a sweep's progress is shown, how often its members are asked again (as `trainctl sweep
+#: --watch` redraws its table): often enough to follow the epochs, seldom enough that a 256-member
+#: sweep costs the daemon little. The end of the member waited on is seen at once.
+POLL_SECONDS = 0.4
 
 
 class SweepBase(Generic[JobT]):
@@ -102,6 +109,19 @@ class SweepBase(Generic[JobT]):
         frame: pd.DataFrame = pd.DataFrame(rows).set_index("id")
         return frame
 
+    def _repr_html_(self) -> str:
+        """Jupyter's view: one row per member (swept values, state, epochs, results), the best
+        member (as :meth:`best` ranks them) marked, as of the members' last answers."""
+        return sweep_html(self)
+
+    def _display(self, progress: DisplayArg, plot: DisplayArg) -> SweepDisplay | None:
+        """The bar (all members' epochs) and curve (each member's :attr:`best_metric`) that
+        ``progress`` and ``plot`` ask for (see :meth:`Sweep.wait`)."""
+        return sweep_display(self, progress, plot)
+
+    def _timed_out(self, timeout: float | None) -> TimeoutError:
+        return TimeoutError(f"sweep '{self.id}' did not end within {timeout:g} s")
+
     def __len__(self) -> int:
         return len(self.jobs)
 
@@ -141,20 +161,75 @@ class Sweep(SweepBase[Job]):
     def ended(self) -> bool:
         return all(job.state.ended for job in self.jobs)
 
-    def wait(self, timeout: float | None = None) -> Sweep:
+    def _repr_html_(self) -> str:
+        # The members current (full views, unless they ended and were fetched whole); their last
+        # answers when the daemon cannot be asked: a view must not raise.
+        try:
+            for job in self.jobs:
+                if job._needs_full():  # noqa: SLF001
+                    job.refresh()
+        except TrainerdError:
+            pass
+        return sweep_html(self)
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        progress: DisplayArg = None,
+        plot: DisplayArg = None,
+    ) -> Sweep:
         """Blocks until every member ended (members that train as one pack end together), then
         returns self. A member that failed does not raise: see :attr:`failed` (a diverging
         learning rate is a normal outcome of a sweep). :class:`TimeoutError` when ``timeout``
-        seconds pass first."""
+        seconds pass first.
+
+        ``progress``: a tqdm bar over all the members' epochs, with how many ended and the best
+        figure so far; None (the default) draws one in Jupyter or when stderr is a terminal and
+        tqdm is installed, True anyway (with tqdm), False never. ``plot``: each member's
+        :attr:`best_metric` by epoch, redrawn in place, the leading member's line emphasised;
+        None draws it in a Jupyter kernel when matplotlib is installed, True wherever IPython
+        and matplotlib are, False never. While either shows, the members are asked again every
+        0.4 s."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        display = self._display(progress, plot)
+        if display is not None:
+            try:
+                self._follow(deadline, timeout, display)
+            finally:
+                display.close()
+            return self
         for job in self.jobs:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if left == 0.0 and not job.state.ended:
-                raise TimeoutError(f"sweep '{self.id}' did not end within {timeout:g} s")
+                raise self._timed_out(timeout)
             try:
-                job.wait(left, check=False)
+                job.wait(left, check=False, progress=False, plot=False)
             except TimeoutError:
-                raise TimeoutError(
-                    f"sweep '{self.id}' did not end within {timeout:g} s"
-                ) from None
+                raise self._timed_out(timeout) from None
         return self
+
+    def _follow(
+        self, deadline: float | None, timeout: float | None, display: SweepDisplay
+    ) -> None:
+        """Asks the daemon about every member still running, shows them, and waits (at most
+        POLL_SECONDS) on the first of them, until every member ended (as trainctl's sweep
+        --watch)."""
+        while True:
+            for job in self.jobs:
+                if job._needs_full():  # noqa: SLF001
+                    job.refresh()
+            display.update(self.jobs)
+            running = [job for job in self.jobs if not job.cached_state.ended]
+            if not running:
+                return
+            wait = POLL_SECONDS
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise self._timed_out(timeout)
+                wait = min(wait, left)
+            try:
+                running[0]._follow(wait, None)  # noqa: SLF001
+            except DeadlineExceeded:
+                pass
