@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # `make bench`: trainerd against the seed's PyTorch loops on this machine's CPU (and GPU when
-# BENCH_DEVICES includes cuda), then the load test's latencies (32 concurrent clients for
-# BENCH_LOAD_SECONDS, default 60; 0 skips it). Results: tables on stdout, bench.json and load.txt
-# in $RESULTS_DIR (default build/bench). See bench/README.md.
+# BENCH_DEVICES includes cuda), then the Python client against trainctl (BENCH_PYTHON_CLIENT=0
+# skips it), then the load test's latencies (32 concurrent clients for BENCH_LOAD_SECONDS, default
+# 60; 0 skips it). Results: tables on stdout, bench.json, python_client.json and load.txt in
+# $RESULTS_DIR (default build/bench). See bench/README.md.
 set -euo pipefail
 BUILD_DIR="${BUILD_DIR:-build/release}"
 PYTHON="${PYTHON:-python3}"
 RESULTS_DIR="${RESULTS_DIR:-build/bench}"
 "$PYTHON" bench/bench.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR" \
   --devices "${BENCH_DEVICES:-cpu}" "$@"
+# The Python client against trainctl (upload throughput, submit-and-wait overhead), with the
+# client's own environment (python/venv.sh installs the package there when its sources changed);
+# BENCH_PYTHON_CLIENT=0 skips it.
+if [ "${BENCH_PYTHON_CLIENT:-1}" != 0 ]; then
+  pyclient_python="$(python/venv.sh "$PYTHON")"
+  "$pyclient_python" bench/python_client.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR"
+fi
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"
   TRAINERD_LOAD_SECONDS="${BENCH_LOAD_SECONDS:-60}" TRAINERD_LOAD_REPORT="$RESULTS_DIR/load.txt" \
