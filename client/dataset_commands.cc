@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,9 +42,11 @@ using PayloadReader = std::function<absl::StatusOr<size_t>(char* out, size_t siz
 // (for a payload checksummed as it is read; the header's sha256 is then empty). The first chunk is
 // read before the call starts, so that a bad value in it is refused as before any other call; a
 // read error after that cancels the call (the daemon registers nothing) and is still a local
-// error (exit 2).
+// error (exit 2). Once the daemon has the dataset, `notes` (what the upload converted) go to
+// stderr.
 int SendUpload(const CommandContext& context, const v1::DatasetHeader& header, int64_t total_bytes,
-               const PayloadReader& read, bool sha256_trailer) {
+               const PayloadReader& read, bool sha256_trailer,
+               const std::vector<std::string>& notes) {
   v1::UploadDatasetRequest chunk_request;
   std::string& chunk = *chunk_request.mutable_chunk();
   Sha256 sha256;
@@ -101,8 +104,13 @@ int SendUpload(const CommandContext& context, const v1::DatasetHeader& header, i
   const grpc::Status status = writer->Finish();
   progress.Finish();
   if (!status.ok()) return RpcFailure(context, status, timeout);
+  // What was converted, on stderr once the daemon has the dataset (a failed upload says only why).
+  for (const std::string& note : notes) std::cerr << "trainctl: " << note << std::endl;
   if (context.names) return PrintNames({dataset.name()});
-  return context.structured ? PrintMessage(context, dataset) : PrintText(DatasetDetails(dataset));
+  if (context.structured) return PrintMessage(context, dataset);
+  // One line suits a loop of uploads; -o wide (or `dataset get`) shows the whole description.
+  return PrintText(context.format == OutputFormat::kWide ? DatasetDetails(dataset)
+                                                         : DatasetUploadedLine(dataset));
 }
 
 }  // namespace
@@ -127,12 +135,13 @@ int DatasetUpload(const CommandContext& context) {
     return SendUpload(
         context, MakeDatasetHeader(header), source.total_bytes(),
         [&source](char* out, size_t size) { return source.Read(out, size); },
-        /*sha256_trailer=*/true);
+        /*sha256_trailer=*/true, source.notes());
   }
 
   // CSV (and .npy from a pipe or a device): the whole table is read, checked and encoded first, so
   // its checksum goes in the header.
-  absl::StatusOr<Table> table = ReadUploadInput(*input);
+  std::vector<std::string> notes;
+  absl::StatusOr<Table> table = ReadUploadInput(*input, &notes);
   if (!table.ok()) return UsageFailure(table.status());
   if (absl::Status limits = CheckUploadAgainstLimits(name, *table); !limits.ok()) {
     return UsageFailure(limits);
@@ -148,7 +157,7 @@ int DatasetUpload(const CommandContext& context) {
         offset += n;
         return n;
       },
-      /*sha256_trailer=*/false);
+      /*sha256_trailer=*/false, notes);
 }
 
 int DatasetList(const CommandContext& context) {

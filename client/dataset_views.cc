@@ -50,6 +50,17 @@ std::string DatasetListTable(const v1::ListDatasetsResponse& response, TableOpti
   return table.Render(options.headers);
 }
 
+std::string DatasetUploadedLine(const v1::Dataset& dataset) {
+  std::string targets = TensorDescription(dataset.target_shape(), dataset.target_dtype());
+  if (dataset.target_dtype() == v1::DTYPE_INT64) {
+    absl::StrAppend(&targets, " classes ", dataset.target_min(), "..", dataset.target_max());
+  }
+  return absl::StrCat("uploaded dataset '", dataset.name(), "': ", dataset.row_count(),
+                      dataset.row_count() == 1 ? " row" : " rows", ", features ",
+                      ShapeToString(ToVector(dataset.feature_shape())), ", targets ", targets, ", ",
+                      FormatBytes(dataset.size_bytes()), " on ", DatasetWhere(dataset), "\n");
+}
+
 std::string DatasetDetails(const v1::Dataset& dataset) {
   std::string targets = TensorDescription(dataset.target_shape(), dataset.target_dtype());
   if (dataset.target_dtype() == v1::DTYPE_INT64) {

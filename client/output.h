@@ -81,6 +81,9 @@ bool IsTerminal(v1::JobState state);
 // Wide: OWNER and SHA256 too.
 std::string DatasetListTable(const v1::ListDatasetsResponse& response, TableOptions options = {});
 std::string DatasetDetails(const v1::Dataset& dataset);
+// An upload's result in one line (what `dataset upload` prints without -o wide): "uploaded
+// dataset 'digits': 1797 rows, features (64), targets int64 classes 0..9, 456.2 KiB on cpu".
+std::string DatasetUploadedLine(const v1::Dataset& dataset);
 
 // `job list` / `job get`. Details show at most kShownParameterValues values per parameter.
 inline constexpr int kShownParameterValues = 10;

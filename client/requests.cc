@@ -212,10 +212,27 @@ absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation) {
 TargetDType EffectiveTargetDType(const UploadInput& input,
                                  std::optional<NpyDType> targets_file_dtype) {
   if (input.target_dtype_given || !targets_file_dtype.has_value()) return input.target_dtype;
-  return *targets_file_dtype == NpyDType::kInt64 ? TargetDType::kInt64 : TargetDType::kFloat32;
+  return NpyIsInteger(*targets_file_dtype) ? TargetDType::kInt64 : TargetDType::kFloat32;
 }
 
-absl::StatusOr<Table> ReadUploadInput(const UploadInput& input) {
+std::vector<std::string> NpyConversionNotes(NpyDType features_dtype,
+                                            std::optional<NpyDType> targets_file_dtype,
+                                            TargetDType targets) {
+  std::vector<std::string> notes;
+  if (features_dtype != NpyDType::kFloat32) {
+    notes.push_back(
+        absl::StrCat("features: ", NpyDTypeName(features_dtype), " values sent as float32"));
+  }
+  const NpyDType from = targets_file_dtype.value_or(features_dtype);
+  const bool int64 = targets == TargetDType::kInt64;
+  if (from != (int64 ? NpyDType::kInt64 : NpyDType::kFloat32)) {
+    notes.push_back(absl::StrCat("targets: ", NpyDTypeName(from), " values sent as ",
+                                 int64 ? "int64 class indices" : "float32"));
+  }
+  return notes;
+}
+
+absl::StatusOr<Table> ReadUploadInput(const UploadInput& input, std::vector<std::string>* notes) {
   absl::StatusOr<Table> table;
   if (input.npy) {
     TRAINERD_ASSIGN_OR_RETURN(NpyArray features, ReadNpyFile(input.features_path));
@@ -228,6 +245,14 @@ absl::StatusOr<Table> ReadUploadInput(const UploadInput& input) {
     options.target_dtype = EffectiveTargetDType(
         input, targets.has_value() ? std::optional<NpyDType>(targets->dtype) : std::nullopt);
     table = TableFromNpy(features, targets, options);
+    if (table.ok() && notes != nullptr) {
+      for (std::string& note : NpyConversionNotes(
+               features.dtype,
+               targets.has_value() ? std::optional<NpyDType>(targets->dtype) : std::nullopt,
+               options.target_dtype)) {
+        notes->push_back(std::move(note));
+      }
+    }
     if (!table.ok()) {
       // TableFromNpy does not know the file names; say which files it was about.
       std::string files = input.features_path;

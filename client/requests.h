@@ -38,17 +38,27 @@ struct UploadInput {
 };
 
 // The dtype the targets are uploaded as: --target-dtype when given; else, with a separate .npy
-// targets file, the file's own (an int64 array holds class indices: int64; a float array:
-// float32), as NumPy users expect; else float32 (CSV, and targets in a features array's last
-// columns, whose dtype says nothing about them).
+// targets file, the file's own (an integer or bool array holds class indices: int64; a float
+// array: float32), as NumPy users expect; else float32 (CSV, and targets in a features array's
+// last columns, whose dtype says nothing about them).
 TargetDType EffectiveTargetDType(const UploadInput& input,
                                  std::optional<NpyDType> targets_file_dtype);
+
+// What an upload of .npy arrays converts, a sentence each, for trainctl to say (on stderr): e.g.
+// "features: float64 values sent as float32" or "targets: int32 values sent as int64 class
+// indices". `targets_file_dtype` is the targets array's dtype, nullopt when the targets are the
+// features array's last columns. Nothing for arrays sent as they are.
+std::vector<std::string> NpyConversionNotes(NpyDType features_dtype,
+                                            std::optional<NpyDType> targets_file_dtype,
+                                            TargetDType targets);
 
 absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation);
 
 // Reads and checks the file(s) whole; the readers' messages name the file and, for CSV, the line.
-// (.npy input that is regular files is streamed instead: client/upload_stream.h.)
-absl::StatusOr<Table> ReadUploadInput(const UploadInput& input);
+// (.npy input that is regular files is streamed instead: client/upload_stream.h.) With `notes`,
+// .npy input appends its NpyConversionNotes there.
+absl::StatusOr<Table> ReadUploadInput(const UploadInput& input,
+                                      std::vector<std::string>* notes = nullptr);
 
 // The daemon's checks of an upload's header (common/dataset_header.h: the name, at most 8
 // dimensions of 1 to 2^31, sizes that do not overflow), run before anything is sent. The size

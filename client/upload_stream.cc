@@ -76,6 +76,10 @@ absl::StatusOr<std::unique_ptr<NpyUploadStream>> NpyUploadStream::Open(const Upl
                         absl::StrCat(stream->files_, ": ", layout.status().message()));
   }
 
+  stream->notes_ = NpyConversionNotes(
+      features.dtype, targets.has_value() ? std::optional<NpyDType>(targets->dtype) : std::nullopt,
+      layout->target_dtype);
+
   DatasetHeader& header = stream->header_;
   header.feature_shape = layout->feature_shape;
   header.target_shape = layout->target_shape;
@@ -128,8 +132,13 @@ absl::StatusOr<std::unique_ptr<NpyUploadStream>> NpyUploadStream::Open(const Upl
              int64_targets);
   }
   stream->raw_.resize(kReadBytes);
-  // At most kReadBytes / 4 values a block (float32), converted to at most 8 bytes each (int64).
-  stream->converted_.resize(kReadBytes / 4 * 8);
+  // At most kReadBytes / item values a block, converted to at most 8 bytes each (int64): 8 times
+  // the block for one-byte values (uint8 images, bool).
+  size_t smallest_item = 8;
+  for (const Pass& pass : stream->passes_) {
+    smallest_item = std::min(smallest_item, NpyItemSize(pass.dtype));
+  }
+  stream->converted_.resize(kReadBytes / smallest_item * 8);
   return stream;
 }
 

@@ -43,6 +43,8 @@ class NpyUploadStream {
   const DatasetHeader& header() const { return header_; }
   // Payload bytes: features then targets.
   int64_t total_bytes() const { return total_bytes_; }
+  // What the upload converts (NpyConversionNotes).
+  const std::vector<std::string>& notes() const { return notes_; }
 
   // Writes the next min(size, what is left) bytes of the payload at `out` and returns how many
   // (0 at the end). INVALID_ARGUMENT for a value TableFromNpy refuses, with its message after the
@@ -76,6 +78,7 @@ class NpyUploadStream {
   std::string files_;  // "x.npy" or "x.npy and y.npy", for value errors
   DatasetHeader header_;
   int64_t total_bytes_ = 0;
+  std::vector<std::string> notes_;
   std::vector<int> fds_;
   std::vector<Pass> passes_;
   size_t current_ = 0;  // index into passes_

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,18 +37,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "trainerd assumes a lit
 constexpr absl::string_view kMagic("\x93NUMPY", 6);
 
 size_t ItemSize(NpyDType dtype) { return NpyItemSize(dtype); }
-
-const char* NpyDTypeName(NpyDType dtype) {
-  switch (dtype) {
-    case NpyDType::kFloat32:
-      return "float32";
-    case NpyDType::kFloat64:
-      return "float64";
-    case NpyDType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
 
 // "(2, 3)", "(5,)", "()": the shape as NumPy prints it.
 std::string PythonShape(const std::vector<int64_t>& shape) {
@@ -211,12 +200,22 @@ absl::StatusOr<NpyDType> ParseDescr(const std::string& descr) {
   if (descr.size() == 3) {
     const char order = descr[0];
     const absl::string_view type = absl::string_view(descr).substr(1);
+    static constexpr std::pair<absl::string_view, NpyDType> kTypes[] = {
+        {"f4", NpyDType::kFloat32}, {"f8", NpyDType::kFloat64}, {"i8", NpyDType::kInt64},
+        {"i4", NpyDType::kInt32},   {"i2", NpyDType::kInt16},   {"i1", NpyDType::kInt8},
+        {"u8", NpyDType::kUInt64},  {"u4", NpyDType::kUInt32},  {"u2", NpyDType::kUInt16},
+        {"u1", NpyDType::kUInt8},   {"b1", NpyDType::kBool},
+    };
     std::optional<NpyDType> dtype;
-    if (type == "f4") dtype = NpyDType::kFloat32;
-    if (type == "f8") dtype = NpyDType::kFloat64;
-    if (type == "i8") dtype = NpyDType::kInt64;
+    for (const auto& [code, value] : kTypes) {
+      if (type == code) dtype = value;
+    }
     if (dtype.has_value()) {
-      if (order == '<' || order == '=' || order == '|') return *dtype;
+      // One-byte types have no byte order ('|'); NumPy may still write '<' or '='.
+      if (order == '<' || order == '=' || order == '|' ||
+          (NpyItemSize(*dtype) == 1 && order == '>')) {
+        return *dtype;
+      }
       if (order == '>') {
         return absl::InvalidArgumentError(
             absl::StrCat("big-endian npy dtype '", descr,
@@ -226,7 +225,8 @@ absl::StatusOr<NpyDType> ParseDescr(const std::string& descr) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported npy dtype '", absl::CHexEscape(descr),
-                   "' (supported: '<f4' float32, '<f8' float64, '<i8' int64)"));
+                   "' (supported: float32, float64, int8-int64, uint8-uint64 and bool; convert "
+                   "others with arr.astype('<f4'))"));
 }
 
 // Reads a little-endian unsigned integer of `size` bytes at `bytes`.
@@ -266,6 +266,42 @@ T LoadAt(const char* in, int64_t i) {
 template <typename T>
 void StoreAt(char* out, int64_t i, T value) {
   std::memcpy(out + i * static_cast<int64_t>(sizeof(T)), &value, sizeof(T));
+}
+
+// Converts `count` integer values of type `From` at `in` to `To` at `out` (no checks).
+template <typename From, typename To>
+void ConvertIntegers(const char* in, int64_t count, char* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    StoreAt(out, i, static_cast<To>(LoadAt<From>(in, i)));
+  }
+}
+
+// Calls fn.template operator()<T>() with T the C++ type of integer `dtype` (bool as uint8: NumPy
+// stores it as one byte, 0 or 1).
+template <typename Fn>
+void WithIntegerType(NpyDType dtype, Fn&& fn) {
+  switch (dtype) {
+    case NpyDType::kInt64:
+      return fn(int64_t{});
+    case NpyDType::kInt32:
+      return fn(int32_t{});
+    case NpyDType::kInt16:
+      return fn(int16_t{});
+    case NpyDType::kInt8:
+      return fn(int8_t{});
+    case NpyDType::kUInt64:
+      return fn(uint64_t{});
+    case NpyDType::kUInt32:
+      return fn(uint32_t{});
+    case NpyDType::kUInt16:
+      return fn(uint16_t{});
+    case NpyDType::kUInt8:
+    case NpyDType::kBool:
+      return fn(uint8_t{});
+    case NpyDType::kFloat32:
+    case NpyDType::kFloat64:
+      return;
+  }
 }
 
 // Whether the `count` float32 values at `values` are all finite: none has an exponent of all
@@ -409,7 +445,58 @@ absl::Status WithPath(const std::string& path, const absl::Status& status) {
 
 }  // namespace
 
-size_t NpyItemSize(NpyDType dtype) { return dtype == NpyDType::kFloat32 ? 4 : 8; }
+const char* NpyDTypeName(NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat32:
+      return "float32";
+    case NpyDType::kFloat64:
+      return "float64";
+    case NpyDType::kInt64:
+      return "int64";
+    case NpyDType::kInt32:
+      return "int32";
+    case NpyDType::kInt16:
+      return "int16";
+    case NpyDType::kInt8:
+      return "int8";
+    case NpyDType::kUInt64:
+      return "uint64";
+    case NpyDType::kUInt32:
+      return "uint32";
+    case NpyDType::kUInt16:
+      return "uint16";
+    case NpyDType::kUInt8:
+      return "uint8";
+    case NpyDType::kBool:
+      return "bool";
+  }
+  return "unknown";
+}
+
+bool NpyIsInteger(NpyDType dtype) {
+  return dtype != NpyDType::kFloat32 && dtype != NpyDType::kFloat64;
+}
+
+size_t NpyItemSize(NpyDType dtype) {
+  switch (dtype) {
+    case NpyDType::kFloat64:
+    case NpyDType::kInt64:
+    case NpyDType::kUInt64:
+      return 8;
+    case NpyDType::kFloat32:
+    case NpyDType::kInt32:
+    case NpyDType::kUInt32:
+      return 4;
+    case NpyDType::kInt16:
+    case NpyDType::kUInt16:
+      return 2;
+    case NpyDType::kInt8:
+    case NpyDType::kUInt8:
+    case NpyDType::kBool:
+      return 1;
+  }
+  return 8;
+}
 
 absl::StatusOr<NpyHeaderInfo> ParseNpyHeader(std::string_view std_bytes) {
   // Debian's Abseil has its own absl::string_view (not std::string_view): convert once.
@@ -525,10 +612,10 @@ absl::Status NpyValuesToFloat32(NpyDType from, const char* in, int64_t count, ch
         }
       }
       break;
-    case NpyDType::kInt64:
-      for (int64_t i = 0; i < count; ++i) {
-        StoreAt(out, i, static_cast<float>(LoadAt<int64_t>(in, i)));
-      }
+    default:
+      // Integers (and bool): every value has a float32, rounded to 24 bits beyond 2^24.
+      WithIntegerType(from,
+                      [&](auto type) { ConvertIntegers<decltype(type), float>(in, count, out); });
       break;
   }
   return absl::OkStatus();
@@ -538,6 +625,23 @@ absl::Status NpyValuesToInt64(NpyDType from, const char* in, int64_t count, char
                               const char* name, const std::vector<int64_t>& shape, int64_t first) {
   if (from == NpyDType::kInt64) {
     if (count > 0) std::memcpy(out, in, static_cast<size_t>(count) * sizeof(int64_t));
+    return absl::OkStatus();
+  }
+  if (from == NpyDType::kUInt64) {
+    for (int64_t i = 0; i < count; ++i) {
+      const uint64_t value = LoadAt<uint64_t>(in, i);
+      if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return absl::InvalidArgumentError(absl::StrCat(ElementName(name, shape, first + i), ": ",
+                                                       value, " is out of range for int64"));
+      }
+      StoreAt(out, i, static_cast<int64_t>(value));
+    }
+    return absl::OkStatus();
+  }
+  if (NpyIsInteger(from)) {
+    // Every value of the narrower integers (and bool) is an int64.
+    WithIntegerType(from,
+                    [&](auto type) { ConvertIntegers<decltype(type), int64_t>(in, count, out); });
     return absl::OkStatus();
   }
   for (int64_t i = 0; i < count; ++i) {

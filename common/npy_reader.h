@@ -1,7 +1,8 @@
-// Reads NumPy .npy files (format versions 1.0-3.0; float32, float64 or int64; little-endian;
-// C order) and turns them into a Table. Used by trainctl for `dataset upload`, either whole
-// (ReadNpyFile, TableFromNpy) or streamed (ReadNpyHeader, LayOutNpyTable and the NpyValuesTo*
-// conversions, which TableFromNpy is built on: both give the same payload and the same errors).
+// Reads NumPy .npy files (format versions 1.0-3.0; float32, float64, signed and unsigned
+// integers of 1 to 8 bytes or bool; little-endian; C order) and turns them into a Table. Used by
+// trainctl for `dataset upload`, either whole (ReadNpyFile, TableFromNpy) or streamed
+// (ReadNpyHeader, LayOutNpyTable and the NpyValuesTo* conversions, which TableFromNpy is built on:
+// both give the same payload and the same errors).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,25 @@
 
 namespace trainerd {
 
-enum class NpyDType { kFloat32, kFloat64, kInt64 };
+enum class NpyDType {
+  kFloat32,
+  kFloat64,
+  kInt64,
+  kInt32,
+  kInt16,
+  kInt8,
+  kUInt64,
+  kUInt32,
+  kUInt16,
+  kUInt8,
+  kBool,
+};
+
+// "float32", "int32", "uint8", "bool", ...: NumPy's names.
+const char* NpyDTypeName(NpyDType dtype);
+
+// Integer and bool arrays: what a class-index targets file is (int64 targets by default).
+bool NpyIsInteger(NpyDType dtype);
 
 struct NpyArray {
   std::vector<int64_t> shape;
@@ -25,7 +44,8 @@ struct NpyArray {
 };
 
 // Parses the bytes of a .npy file. INVALID_ARGUMENT with a reason for a bad magic, an unsupported
-// version, dtype ('<f4', '<f8', '<i8' and '|' / '=' forms are accepted) or Fortran order, a
+// version, dtype ('<f4', '<f8', '<i1'..'<i8', '<u1'..'<u8', '|b1', with '|' / '=' forms) or
+// Fortran order, a
 // malformed header, or a payload whose size does not match the shape.
 absl::StatusOr<NpyArray> ParseNpy(std::string_view bytes);
 absl::StatusOr<NpyArray> ReadNpyFile(const std::string& path);
@@ -80,7 +100,9 @@ struct NpyColumns {
 // How TableFromNpy lays out the table of `features` and `targets`, decided from their figures
 // alone (with the same checks and messages). The payload is, row by row, the `feature_columns`
 // of the features array converted to float32, then row by row the `target_columns` of the
-// targets array (or, without one, of the features array) converted to target_dtype.
+// targets array (or, without one, of the features array) converted to target_dtype. Integers
+// convert to float32 features (exactly up to 2^24) and to int64 targets (uint64 values above
+// int64's range are refused), float values to int64 targets only when integral.
 struct NpyTableLayout {
   int64_t rows = 0;
   std::vector<int64_t> feature_shape;
@@ -106,7 +128,7 @@ absl::Status NpyValuesToFloat32(NpyDType from, const char* in, int64_t count, ch
 absl::Status NpyValuesToInt64(NpyDType from, const char* in, int64_t count, char* out,
                               const char* name, const std::vector<int64_t>& shape, int64_t first);
 
-// 4 for float32, 8 for float64 and int64.
+// The bytes of one value: 1 (int8, uint8, bool) to 8 (float64, int64, uint64).
 size_t NpyItemSize(NpyDType dtype);
 
 }  // namespace trainerd

@@ -91,11 +91,11 @@ std::vector<T> Values(int64_t count) {
   return values;
 }
 
-// Class indices 0..9.
+// Class indices 0..classes-1.
 template <typename T>
-std::vector<T> Classes(int64_t count) {
+std::vector<T> Classes(int64_t count, int64_t classes = 10) {
   std::vector<T> values(static_cast<size_t>(count));
-  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<T>((i * 7) % 10);
+  for (int64_t i = 0; i < count; ++i) values[i] = static_cast<T>((i * 7) % classes);
   return values;
 }
 
@@ -215,6 +215,25 @@ std::vector<SameBytesCase> SameBytesCases() {
                    {5},
                    {1},
                    70001});
+  // uint8 images (one-byte values: a block converts to eight times its size) with int32 labels,
+  // as scikit-learn and NumPy users have them: float32 features and int64 class indices.
+  cases.push_back({"Uint8FeaturesInt32ClassTargets",
+                   MakeNpy("|u1", {300001, 7}, Bytes(Classes<uint8_t>(300001 * 7))),
+                   MakeNpy("<i4", {300001}, Bytes(Classes<int32_t>(300001))),
+                   TargetDType::kInt64,
+                   1,
+                   {7},
+                   {},
+                   300001});
+  // int16 values asked for as float32 targets; a bool feature column.
+  cases.push_back({"BoolFeaturesInt16FloatTargets",
+                   MakeNpy("|b1", {4099, 3}, Bytes(Classes<uint8_t>(4099 * 3, 2))),
+                   MakeNpy("<i2", {4099}, Bytes(Classes<int16_t>(4099))),
+                   TargetDType::kFloat32,
+                   1,
+                   {3},
+                   {1},
+                   4099});
   // No targets file: the last 3 columns of a 2-D float64 array (rows straddle the read blocks).
   cases.push_back({"LastColumnsOfFloat64Array",
                    MakeNpy("<f8", {50001, 7}, Bytes(Values<double>(50001 * 7))),
@@ -568,7 +587,7 @@ TEST_F(UploadCommandTest, SendsHeaderWithoutChecksumThenChunksThenTheirSha256Las
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(out_, &printed).ok()) << out_;
   EXPECT_EQ(printed.sha256(), Sha256Hex(expected));
   EXPECT_EQ(printed.size_bytes(), static_cast<int64_t>(expected.size()));
-  EXPECT_THAT(err_, IsEmpty());
+  EXPECT_EQ(err_, "trainctl: features: float64 values sent as float32\n");
 }
 
 TEST_F(UploadCommandTest, ChunksOfALargerUploadAreEachAtMostOneMiB) {
@@ -632,6 +651,8 @@ TEST_F(UploadCommandTest, TargetsTakeTheirDTypeFromTheNpyFileUnlessTheFlagSaysOt
       folder_.Write("labels.npy", MakeNpy("<i8", {rows}, Bytes(Classes<int64_t>(rows))));
   const std::string values =
       folder_.Write("values.npy", MakeNpy("<f8", {rows}, Bytes(Values<double>(rows))));
+  const std::string labels32 =
+      folder_.Write("labels32.npy", MakeNpy("<i4", {rows}, Bytes(Classes<int32_t>(rows))));
   struct Case {
     std::vector<std::string> args;
     v1::DType dtype;
@@ -644,6 +665,9 @@ TEST_F(UploadCommandTest, TargetsTakeTheirDTypeFromTheNpyFileUnlessTheFlagSaysOt
       {{"b", x, "--targets", values}, v1::DTYPE_FLOAT32, {1}},
       // The flag still wins.
       {{"c", x, "--targets", labels, "--target-dtype", "float32"}, v1::DTYPE_FLOAT32, {1}},
+      // An int32 label file (NumPy's int on some platforms, many a loader's): class indices too.
+      {{"d", x, "--targets", labels32}, v1::DTYPE_INT64, {}},
+      {{"e", x, "--targets", labels32, "--target-dtype", "int64"}, v1::DTYPE_INT64, {}},
   };
   size_t done = 0;
   for (const Case& c : cases) {
@@ -657,6 +681,45 @@ TEST_F(UploadCommandTest, TargetsTakeTheirDTypeFromTheNpyFileUnlessTheFlagSaysOt
   }
 }
 
+// One line on stdout suits a loop of uploads; what was converted is said on stderr; -o wide shows
+// the whole description.
+TEST_F(UploadCommandTest, PrintsOneLineAndSaysWhatItConverted) {
+  const std::string x = folder_.Write("x.npy", MakeNpy("<f8", {3, 2}, Bytes(Values<double>(6))));
+  const std::string y =
+      folder_.Write("y.npy", MakeNpy("<i4", {3}, Bytes(std::vector<int32_t>({0, 2, 1}))));
+  ASSERT_EQ(Run({"digits", x, "--targets", y}), kExitOk) << err_;
+  EXPECT_EQ(out_,
+            "uploaded dataset 'digits': 3 rows, features 2, targets scalar int64 classes "
+            "0..0, 48 B on cpu\n");
+  EXPECT_EQ(err_,
+            "trainctl: features: float64 values sent as float32\n"
+            "trainctl: targets: int32 values sent as int64 class indices\n");
+
+  ASSERT_EQ(Run({"digits", x, "--targets", y, "-o", "wide"}), kExitOk) << err_;
+  EXPECT_THAT(out_, HasSubstr("\nsha256:    1aad05f4"));
+  EXPECT_THAT(out_, HasSubstr("\nrows:      3\n"));
+  // float32 features and int64 targets are sent as they are: nothing to say.
+  const std::string x32 = folder_.Write("x32.npy", MakeNpy("<f4", {3, 2}, Bytes(Values<float>(6))));
+  const std::string y64 =
+      folder_.Write("y64.npy", MakeNpy("<i8", {3}, Bytes(std::vector<int64_t>({0, 2, 1}))));
+  ASSERT_EQ(Run({"plain", x32, "--targets", y64}), kExitOk) << err_;
+  EXPECT_EQ(err_, "");
+}
+
+TEST(NpyConversionNotesTest, NamesEachConversion) {
+  EXPECT_THAT(NpyConversionNotes(NpyDType::kFloat32, NpyDType::kInt64, TargetDType::kInt64),
+              IsEmpty());
+  EXPECT_THAT(NpyConversionNotes(NpyDType::kUInt8, NpyDType::kBool, TargetDType::kInt64),
+              ElementsAre("features: uint8 values sent as float32",
+                          "targets: bool values sent as int64 class indices"));
+  EXPECT_THAT(NpyConversionNotes(NpyDType::kFloat32, NpyDType::kInt64, TargetDType::kFloat32),
+              ElementsAre("targets: int64 values sent as float32"));
+  // Targets in the features array's last columns: their dtype is the features'.
+  EXPECT_THAT(NpyConversionNotes(NpyDType::kFloat64, std::nullopt, TargetDType::kInt64),
+              ElementsAre("features: float64 values sent as float32",
+                          "targets: float64 values sent as int64 class indices"));
+}
+
 TEST(UploadInputTest, CsvAndTargetColumnsStayFloat32UnlessAsked) {
   UploadInput input;
   input.features_path = "data.csv";
@@ -666,6 +729,9 @@ TEST(UploadInputTest, CsvAndTargetColumnsStayFloat32UnlessAsked) {
   EXPECT_EQ(EffectiveTargetDType(input, std::nullopt), TargetDType::kFloat32);
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kInt64), TargetDType::kInt64);
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kFloat64), TargetDType::kFloat32);
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kInt32), TargetDType::kInt64);
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kUInt8), TargetDType::kInt64);
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kBool), TargetDType::kInt64);
   input.target_dtype = TargetDType::kInt64;
   input.target_dtype_given = true;
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kFloat32), TargetDType::kInt64);

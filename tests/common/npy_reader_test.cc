@@ -179,9 +179,45 @@ TEST(ParseNpyTest, RejectsBigEndian) {
 }
 
 TEST(ParseNpyTest, RejectsUnsupportedDType) {
-  EXPECT_EQ(ParseError(MakeNpy(1, "<i4", "(1,)", Bytes<int32_t>({1}))),
-            "unsupported npy dtype '<i4' (supported: '<f4' float32, '<f8' float64, '<i8' int64)");
-  EXPECT_THAT(ParseError(MakeNpy(1, "|u1", "(1,)", "x")), HasSubstr("unsupported npy dtype '|u1'"));
+  EXPECT_EQ(ParseError(MakeNpy(1, "<f2", "(1,)", Bytes<uint16_t>({1}))),
+            "unsupported npy dtype '<f2' (supported: float32, float64, int8-int64, uint8-uint64 "
+            "and bool; convert others with arr.astype('<f4'))");
+  EXPECT_THAT(ParseError(MakeNpy(1, "<c8", "(1,)", Bytes<float>({1, 2}))),
+              HasSubstr("unsupported npy dtype '<c8'"));
+  EXPECT_THAT(ParseError(MakeNpy(1, "|O", "(1,)", "12345678")),
+              HasSubstr("unsupported npy dtype '|O'"));
+  EXPECT_EQ(ParseError(MakeNpy(1, ">i4", "(1,)", Bytes<int32_t>({1}))),
+            "big-endian npy dtype '>i4' is not supported; save with arr.astype('<i4')");
+}
+
+// What scikit-learn and NumPy users have: int32 labels (np.int32, the default int on Windows),
+// uint8 images, bool masks.
+TEST(ParseNpyTest, ParsesIntegersOfEveryWidthAndBool) {
+  const struct {
+    const char* descr;
+    NpyDType dtype;
+    std::string data;
+  } cases[] = {
+      {"<i4", NpyDType::kInt32, Bytes<int32_t>({-3, 7})},
+      {"<i2", NpyDType::kInt16, Bytes<int16_t>({-3, 7})},
+      {"|i1", NpyDType::kInt8, Bytes<int8_t>({-3, 7})},
+      {"<u8", NpyDType::kUInt64, Bytes<uint64_t>({3, 7})},
+      {"<u4", NpyDType::kUInt32, Bytes<uint32_t>({3, 7})},
+      {"<u2", NpyDType::kUInt16, Bytes<uint16_t>({3, 7})},
+      {"|u1", NpyDType::kUInt8, Bytes<uint8_t>({3, 7})},
+      {"|b1", NpyDType::kBool, Bytes<uint8_t>({0, 1})},
+  };
+  for (const auto& c : cases) {
+    const absl::StatusOr<NpyArray> array = ParseNpy(MakeNpy(1, c.descr, "(2,)", c.data));
+    ASSERT_TRUE(array.ok()) << c.descr << ": " << array.status();
+    EXPECT_EQ(array->dtype, c.dtype) << c.descr;
+    EXPECT_EQ(array->data.size(), c.data.size()) << c.descr;
+    EXPECT_TRUE(NpyIsInteger(c.dtype)) << c.descr;
+  }
+  EXPECT_EQ(NpyItemSize(NpyDType::kInt32), 4u);
+  EXPECT_EQ(NpyItemSize(NpyDType::kUInt8), 1u);
+  EXPECT_EQ(std::string(NpyDTypeName(NpyDType::kUInt16)), "uint16");
+  EXPECT_FALSE(NpyIsInteger(NpyDType::kFloat64));
 }
 
 TEST(ParseNpyTest, RejectsStructuredDType) {
@@ -351,7 +387,7 @@ TEST_F(NpyFileTest, ReadNpyHeaderRefusesWhatReadNpyFileRefuses) {
        {std::string(), std::string("garbage"), good.substr(0, 7), good.substr(0, 9),
         good.substr(0, 11), good.substr(0, 40), good.substr(0, good.size() - 1), good + "x",
         MakeNpy(2, "<i8", "(1,)", Bytes<int64_t>({1, 2})), MakeNpy(4, "<f4", "(1,)", ""),
-        MakeNpy(1, "<i4", "(1,)", Bytes<int32_t>({1}))}) {
+        MakeNpy(1, "<f2", "(1,)", Bytes<uint16_t>({1}))}) {
     const std::string& path = Write(bad);
     const absl::StatusOr<NpyHeaderInfo> info = ReadNpyHeader(path);
     EXPECT_FALSE(info.ok());
@@ -415,6 +451,33 @@ TEST(TableFromNpyTest, SplitsIntegralLastColumnIntoInt64Targets) {
   EXPECT_THAT(table->features, ElementsAre(0.5f, 1.5f));
   EXPECT_THAT(table->targets_i64, ElementsAre(1, 2));
   EXPECT_TRUE(ValidateTable(*table).ok());
+}
+
+TEST(TableFromNpyTest, IntegerArraysConvertToInt64TargetsAndFloat32Features) {
+  const NpyArray features = Array<uint8_t>(NpyDType::kUInt8, {2, 2}, {0, 255, 17, 3});
+  const NpyArray targets = Array<int32_t>(NpyDType::kInt32, {2}, {9, -1});
+  const absl::StatusOr<Table> table = TableFromNpy(features, targets, Int64Targets());
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->features, ElementsAre(0.0f, 255.0f, 17.0f, 3.0f));
+  EXPECT_THAT(table->targets_i64, ElementsAre(9, -1));
+
+  const NpyArray mask = Array<uint8_t>(NpyDType::kBool, {3}, {1, 0, 1});
+  const NpyArray x = Array<int16_t>(NpyDType::kInt16, {3}, {-2, 0, 2});
+  const absl::StatusOr<Table> bools = TableFromNpy(x, mask, Int64Targets());
+  ASSERT_TRUE(bools.ok()) << bools.status();
+  EXPECT_THAT(bools->features, ElementsAre(-2.0f, 0.0f, 2.0f));
+  EXPECT_THAT(bools->targets_i64, ElementsAre(1, 0, 1));
+}
+
+TEST(TableFromNpyTest, Uint64TargetsBeyondInt64AreRefusedNamingTheElement) {
+  const NpyArray features = Array<float>(NpyDType::kFloat32, {2}, {1, 2});
+  const NpyArray targets = Array<uint64_t>(NpyDType::kUInt64, {2}, {5, uint64_t{1} << 63});
+  EXPECT_EQ(TableError(features, targets, Int64Targets()),
+            "targets[1]: 9223372036854775808 is out of range for int64");
+  const NpyArray fits = Array<uint64_t>(NpyDType::kUInt64, {2}, {5, (uint64_t{1} << 63) - 1});
+  const absl::StatusOr<Table> table = TableFromNpy(features, fits, Int64Targets());
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->targets_i64, ElementsAre(5, std::numeric_limits<int64_t>::max()));
 }
 
 TEST(TableFromNpyTest, RejectsFractionalInt64TargetNamingTheElement) {

@@ -98,7 +98,8 @@ TEST_F(SecurityEndToEndTest, ATokenIsEnforcedThroughTrainctl) {
   EXPECT_EQ(wrong.exit_code, 1);
   EXPECT_THAT(wrong.err, HasSubstr("check the token"));
   // The file, or the variable.
-  RunResult upload = Ctl({"--token-file", token_file_, "dataset", "upload", "seed", csv_});
+  RunResult upload =
+      Ctl({"--token-file", token_file_, "dataset", "upload", "seed", csv_, "-o", "wide"});
   ASSERT_EQ(upload.exit_code, 0) << upload.err;
   EXPECT_THAT(upload.out, HasSubstr("owner:     ci-runner"));
   RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--epochs", "3",
