@@ -125,16 +125,20 @@ std::string TopScreen(const v1::ListDevicesResponse& devices, const v1::ListJobs
 // (weight decay, seed) shows as "-".
 std::string SweepSubmitTable(const v1::SubmitSweepResponse& response, TableOptions options = {});
 
-// `sweep --watch`: the members sorted by loss, lowest final loss first, members without a
-// finished epoch last (ties keep product order), with ID, LR, MOMENTUM, WD, SEED, STATE, EPOCH
-// ("3/20"), LOSS (final loss) and VAL LOSS (the last epoch's, "-" without validation). With
-// `max_members` > 0 and more members than that, only the first max_members rows are shown and a
-// last line says how many more there are (so that a redrawn table fits the terminal).
+// `sweep --watch`: the members sorted by loss, lowest first: by the last epoch's validation loss
+// when the members validate (what tells them apart on rows they never trained on), else by the
+// final training loss; members without that loss yet, or with a NaN one, after them, and members
+// without a finished epoch last (ties keep product order). Columns ID, LR, MOMENTUM, WD, SEED,
+// STATE, EPOCH ("3/20"), LOSS (final training loss), VAL LOSS and VAL ACC (the last epoch's, "-"
+// without them). With `max_members` > 0 and more members than that, only the first max_members
+// rows are shown and a last line says how many more there are (so that a redrawn table fits the
+// terminal).
 std::string SweepWatchTable(const google::protobuf::RepeatedPtrField<v1::Job>& members,
                             int max_members = 0);
-// The line under the watched table: "4 succeeded, 1 failed, 1 cancelled; best job-0123456789ab,
-// loss 0.012345", the best being the succeeded member with the lowest final loss ("no member
-// succeeded" when none did). No trailing newline.
+// The line under the watched table, naming the best succeeded member and by what: "4 succeeded, 1
+// failed, 1 cancelled; best job-0123456789ab by validation loss 0.081234, validation accuracy
+// 97.2% (training loss 0.012345)", or "... best job-0123456789ab by training loss 0.012345 (the
+// members do not validate)"; "no member succeeded" when none did. No trailing newline.
 std::string SweepSummaryLine(const google::protobuf::RepeatedPtrField<v1::Job>& members);
 
 // `job watch`: "epoch 12/100  loss 0.012345" (without "/N" when planned_epochs <= 0), followed by

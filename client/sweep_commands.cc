@@ -107,6 +107,19 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
     }
   }
   if (context.structured || context.names) return SweepExitCode(members);
+  // A member whose end came on its WatchJob stream has no epochs in that message: asked once
+  // more, so that the table and the best member have their validation figures.
+  for (v1::Job& member : members) {
+    if (member.epochs_size() >= member.epochs_completed()) continue;
+    v1::GetJobRequest request;
+    request.set_id(member.id());
+    grpc::ClientContext call;
+    context.connection.SetUnaryDeadline(&call);
+    v1::Job job;
+    grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
+    if (!status.ok()) return UnaryRpcFailure(context, status);
+    member = std::move(job);
+  }
   // The last table whole, over the live one (which fitted the terminal) or alone.
   const std::string table = SweepWatchTable(members);
   if (live) {

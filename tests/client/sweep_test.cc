@@ -385,13 +385,44 @@ v1::SubmitSweepResponse WatchedSweep() {
 }
 
 TEST(SweepWatchTableTest, MembersSortedByLossWithoutEpochsLast) {
+  // job-01 and job-05 validate: the table ranks by validation loss, job-02 (running, no
+  // validation loss yet) after them.
   EXPECT_EQ(SweepWatchTable(WatchedSweep().members()),
-            "ID      LR     MOMENTUM  WD      SEED  STATE      EPOCH  LOSS      VAL LOSS\n"
-            "job-02  0.1    0.9       -       2     RUNNING    5/20   0.020000  -\n"
-            "job-01  0.1    0.9       -       1     SUCCEEDED  20/20  0.050000  0.070000\n"
-            "job-05  0.001  0.9       0.0001  1     CANCELLED  2/20   0.300000  0.250000\n"
-            "job-04  1.5    0.9       -       2     FAILED     3/20   NaN       -\n"
-            "job-03  0.01   0.9       -       1     QUEUED     0/20   -         -\n");
+            "ID      LR     MOMENTUM  WD      SEED  STATE      EPOCH  LOSS      VAL LOSS  VAL ACC\n"
+            "job-01  0.1    0.9       -       1     SUCCEEDED  20/20  0.050000  0.070000  -\n"
+            "job-05  0.001  0.9       0.0001  1     CANCELLED  2/20   0.300000  0.250000  -\n"
+            "job-02  0.1    0.9       -       2     RUNNING    5/20   0.020000  -         -\n"
+            "job-04  1.5    0.9       -       2     FAILED     3/20   NaN       -         -\n"
+            "job-03  0.01   0.9       -       1     QUEUED     0/20   -         -         -\n");
+}
+
+// On scikit-learn's digits a sweep named the member with the second-worst validation loss of
+// eight as the best, by its training loss: with validation, the validation loss ranks.
+TEST(SweepWatchTableTest, ValidatingMembersRankByValidationLossWithAccuracy) {
+  v1::SubmitSweepResponse sweep;
+  const struct {
+    const char* id;
+    double loss;
+    double validation_loss;
+    double accuracy;
+  } members[] = {{"job-01", 0.001, 0.31, 0.912},
+                 {"job-02", 0.020, 0.09, 0.975},
+                 {"job-03", 0.008, 0.12, 0.961}};
+  for (const auto& m : members) {
+    v1::Job* job = sweep.add_members();
+    *job = Member(m.id, 0.1, 0.0, std::nullopt, 1, v1::JOB_STATE_SUCCEEDED);
+    job->mutable_spec()->set_validation_fraction(0.2);
+    Train(job, 20, m.loss, m.validation_loss);
+    job->mutable_epochs(19)->set_validation_accuracy(m.accuracy);
+  }
+  EXPECT_EQ(SweepWatchTable(sweep.members()),
+            "ID      LR   MOMENTUM  WD  SEED  STATE      EPOCH  LOSS      VAL LOSS  VAL ACC\n"
+            "job-02  0.1  0         -   1     SUCCEEDED  20/20  0.020000  0.090000  97.5%\n"
+            "job-03  0.1  0         -   1     SUCCEEDED  20/20  0.008000  0.120000  96.1%\n"
+            "job-01  0.1  0         -   1     SUCCEEDED  20/20  0.001000  0.310000  91.2%\n");
+  EXPECT_EQ(SweepSummaryLine(sweep.members()),
+            "3 succeeded, 0 failed, 0 cancelled; best job-02 by validation loss 0.090000, "
+            "validation accuracy 97.5% (training loss 0.020000)");
 }
 
 TEST(SweepWatchTableTest, EqualLossesKeepProductOrderAndBasicViewCountsEpochs) {
@@ -406,17 +437,17 @@ TEST(SweepWatchTableTest, EqualLossesKeepProductOrderAndBasicViewCountsEpochs) {
   const std::string table = SweepWatchTable(sweep.members());
   const std::vector<std::string> lines = absl::StrSplit(table, '\n');
   ASSERT_EQ(lines.size(), 5u);
-  EXPECT_EQ(lines[1], "job-02  0.1  0         -   7     RUNNING  4/20   0.250000  -");
-  EXPECT_EQ(lines[2], "job-03  0.1  0         -   7     RUNNING  4/20   0.250000  -");
-  EXPECT_EQ(lines[3], "job-01  0.1  0         -   7     RUNNING  4/20   0.500000  -");
+  EXPECT_EQ(lines[1], "job-02  0.1  0         -   7     RUNNING  4/20   0.250000  -         -");
+  EXPECT_EQ(lines[2], "job-03  0.1  0         -   7     RUNNING  4/20   0.250000  -         -");
+  EXPECT_EQ(lines[3], "job-01  0.1  0         -   7     RUNNING  4/20   0.500000  -         -");
 }
 
 TEST(SweepWatchTableTest, MaxMembersCutsTheTableWithACount) {
   const v1::SubmitSweepResponse sweep = WatchedSweep();
   EXPECT_EQ(SweepWatchTable(sweep.members(), /*max_members=*/2),
-            "ID      LR   MOMENTUM  WD  SEED  STATE      EPOCH  LOSS      VAL LOSS\n"
-            "job-02  0.1  0.9       -   2     RUNNING    5/20   0.020000  -\n"
-            "job-01  0.1  0.9       -   1     SUCCEEDED  20/20  0.050000  0.070000\n"
+            "ID      LR     MOMENTUM  WD      SEED  STATE      EPOCH  LOSS      VAL LOSS  VAL ACC\n"
+            "job-01  0.1    0.9       -       1     SUCCEEDED  20/20  0.050000  0.070000  -\n"
+            "job-05  0.001  0.9       0.0001  1     CANCELLED  2/20   0.300000  0.250000  -\n"
             "... and 3 more\n");
   EXPECT_EQ(SweepWatchTable(sweep.members(), /*max_members=*/5), SweepWatchTable(sweep.members()));
 }
@@ -424,7 +455,8 @@ TEST(SweepWatchTableTest, MaxMembersCutsTheTableWithACount) {
 TEST(SweepSummaryLineTest, CountsOutcomesAndNamesTheBestSucceededMember) {
   // job-02 has the lowest loss but is still running: the best is among those that succeeded.
   EXPECT_EQ(SweepSummaryLine(WatchedSweep().members()),
-            "1 succeeded, 1 failed, 1 cancelled; best job-01, loss 0.050000");
+            "1 succeeded, 1 failed, 1 cancelled; best job-01 by validation loss 0.070000 "
+            "(training loss 0.050000)");
 }
 
 TEST(SweepSummaryLineTest, LowestLossWinsAndTheFirstOfEqualOnes) {
@@ -437,7 +469,8 @@ TEST(SweepSummaryLineTest, LowestLossWinsAndTheFirstOfEqualOnes) {
     Train(job, 20, loss, std::nullopt);
   }
   EXPECT_EQ(SweepSummaryLine(sweep.members()),
-            "4 succeeded, 0 failed, 0 cancelled; best job-02, loss 0.012500");
+            "4 succeeded, 0 failed, 0 cancelled; best job-02 by training loss 0.012500 (the "
+            "members do not validate)");
 }
 
 TEST(SweepSummaryLineTest, NoMemberSucceeded) {
@@ -671,11 +704,12 @@ TEST_F(SweepCommandTest, WatchPrintsTheFinalTableOnceAndExitsZeroWhenAllSucceede
   // Into a pipe: the id, one table (the final one, lowest loss first), the summary.
   EXPECT_EQ(out_,
             "sweep-00000000000a\n"
-            "ID      LR   MOMENTUM  WD  SEED  STATE      EPOCH  LOSS      VAL LOSS\n"
-            "job-03  0.1  0         -   -     SUCCEEDED  4/4    0.166667  -\n"
-            "job-02  0.2  0         -   -     SUCCEEDED  4/4    0.250000  -\n"
-            "job-01  0.3  0         -   -     SUCCEEDED  4/4    0.500000  -\n"
-            "3 succeeded, 0 failed, 0 cancelled; best job-03, loss 0.166667\n");
+            "ID      LR   MOMENTUM  WD  SEED  STATE      EPOCH  LOSS      VAL LOSS  VAL ACC\n"
+            "job-03  0.1  0         -   -     SUCCEEDED  4/4    0.166667  -         -\n"
+            "job-02  0.2  0         -   -     SUCCEEDED  4/4    0.250000  -         -\n"
+            "job-01  0.3  0         -   -     SUCCEEDED  4/4    0.500000  -         -\n"
+            "3 succeeded, 0 failed, 0 cancelled; best job-03 by training loss 0.166667 (the "
+            "members do not validate)\n");
   EXPECT_THAT(out_, Not(HasSubstr("\x1b[")));
   EXPECT_THAT(err_, IsEmpty());
 }
@@ -685,13 +719,17 @@ TEST_F(SweepCommandTest, WatchExitsAsAFailedJobWhenAMemberFailed) {
   jobs_.outcomes["job-03"] = v1::JOB_STATE_CANCELLED;
   // A failure outranks a cancellation: 3.
   EXPECT_EQ(Run({"--lr", "0.3,0.2,0.1", "--watch"}), kExitJobFailed) << err_;
-  EXPECT_EQ(OutLines().at(5), "1 succeeded, 1 failed, 1 cancelled; best job-01, loss 0.500000");
+  EXPECT_EQ(OutLines().at(5),
+            "1 succeeded, 1 failed, 1 cancelled; best job-01 by training loss "
+            "0.500000 (the members do not validate)");
 }
 
 TEST_F(SweepCommandTest, WatchExitsAsACancelledJobWhenAMemberWasCancelled) {
   jobs_.outcomes["job-01"] = v1::JOB_STATE_CANCELLED;
   EXPECT_EQ(Run({"--lr", "0.3,0.2", "--watch"}), kExitJobCancelled) << err_;
-  EXPECT_EQ(OutLines().at(4), "1 succeeded, 0 failed, 1 cancelled; best job-02, loss 0.250000");
+  EXPECT_EQ(OutLines().at(4),
+            "1 succeeded, 0 failed, 1 cancelled; best job-02 by training loss "
+            "0.250000 (the members do not validate)");
 }
 
 TEST_F(SweepCommandTest, NameOutputPrintsTheMembersIdsAndWatchingKeepsTheExitCode) {
