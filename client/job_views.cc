@@ -28,13 +28,16 @@ bool HasValidation(const v1::JobSpec& spec) {
   return spec.validation_fraction() > 0 || !spec.validation_dataset().empty();
 }
 
-// "20% of dataset 'iris' (fixed split)" or "dataset 'iris-test'".
+// "dataset 'iris-test'", or a held-out fraction with the rule that recovers its rows (jobs.proto,
+// JobSpec.validation_fraction), so that the trained model can be evaluated on them elsewhere.
 std::string ValidationDescription(const v1::JobSpec& spec) {
   if (!spec.validation_dataset().empty()) {
     return absl::StrCat("dataset '", spec.validation_dataset(), "'");
   }
-  return absl::StrFormat("%g%% of dataset '%s' (held out, split by the seed)",
-                         100.0 * spec.validation_fraction(), spec.dataset());
+  return absl::StrFormat(
+      "%g%% of dataset '%s' held out: the last round(%g * rows) of "
+      "torch.randperm(rows, generator=torch.Generator().manual_seed(%d))",
+      100.0 * spec.validation_fraction(), spec.dataset(), spec.validation_fraction(), spec.seed());
 }
 
 std::string OptimizerDescription(const v1::Optimizer& optimizer) {

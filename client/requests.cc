@@ -330,7 +330,12 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
     spec.set_model(model->ToString());
   }
 
-  TRAINERD_ASSIGN_OR_RETURN(v1::Loss loss, ParseLoss(invocation.Get("loss", "mse")));
+  // Without --loss the daemon picks it by the dataset's targets (cross_entropy for int64 class
+  // indices, mse for float32 values), which trainctl does not know.
+  v1::Loss loss = v1::LOSS_UNSPECIFIED;
+  if (invocation.Has("loss")) {
+    TRAINERD_ASSIGN_OR_RETURN(loss, ParseLoss(invocation.Get("loss")));
+  }
   spec.set_loss(loss);
 
   v1::Optimizer* optimizer = spec.mutable_optimizer();
@@ -388,8 +393,10 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
                               GetDoubleIn(invocation, "huber-delta", 0, 0, true, kInf, true));
     spec.set_huber_delta(delta);
   }
-  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "label-smoothing",
-                                        loss == v1::LOSS_CROSS_ENTROPY, "--loss cross_entropy"));
+  // Without --loss, the daemon says whether the loss its targets call for takes it.
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(
+      invocation, "label-smoothing", loss == v1::LOSS_CROSS_ENTROPY || loss == v1::LOSS_UNSPECIFIED,
+      "--loss cross_entropy"));
   TRAINERD_ASSIGN_OR_RETURN(double smoothing,
                             GetDoubleIn(invocation, "label-smoothing", 0, 0, false, 1, true));
   spec.set_label_smoothing(smoothing);

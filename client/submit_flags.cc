@@ -17,7 +17,8 @@ std::vector<FlagSpec> SubmitFlags() {
           {"loss", "LOSS",
            "mse, l1, huber or bce_with_logits (float32 targets\n"
            "shaped like the output), cross_entropy or nll (int64\n"
-           "class targets; nll wants log-probabilities) (default mse)"},
+           "class targets; nll wants log-probabilities) (default:\n"
+           "cross_entropy for int64 targets, mse for float32)"},
           {"huber-delta", "D", "huber: where the loss turns linear, > 0 (default 1)"},
           {"label-smoothing", "S", "cross_entropy: 0 <= S < 1 (default 0)"},
           {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},

@@ -31,8 +31,9 @@ __all__ = [
 ]
 
 #: trainctl's defaults (client/requests.cc and the help of client/submit_flags.cc).
+#: No "loss": without one the daemon picks it by the dataset's targets (cross_entropy for int64
+#: class indices, mse for float32 values).
 DEFAULTS: dict[str, Any] = {
-    "loss": "mse",
     "optimizer": "sgd",
     "lr": 0.01,
     "momentum": 0.0,
@@ -243,7 +244,9 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
     def get(name: str) -> Any:
         return options.get(name, DEFAULTS.get(name))
 
-    loss = _choice("loss", get("loss"), _LOSSES, "loss")
+    loss = jobs_pb2.LOSS_UNSPECIFIED
+    if options.get("loss") is not None:
+        loss = _choice("loss", options["loss"], _LOSSES, "loss")
     spec.loss = loss  # type: ignore[assignment]
 
     optimizer = spec.optimizer
@@ -285,8 +288,12 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
     _applies(options, "huber_delta", loss == jobs_pb2.LOSS_HUBER, "loss 'huber'")
     if "huber_delta" in options:
         spec.huber_delta = _number_in("huber_delta", options["huber_delta"], 0, True, math.inf, True)
+    # Without a loss, the daemon says whether the one the targets call for takes it.
     _applies(
-        options, "label_smoothing", loss == jobs_pb2.LOSS_CROSS_ENTROPY, "loss 'cross_entropy'"
+        options,
+        "label_smoothing",
+        loss in (jobs_pb2.LOSS_CROSS_ENTROPY, jobs_pb2.LOSS_UNSPECIFIED),
+        "loss 'cross_entropy'",
     )
     spec.label_smoothing = _number_in("label_smoothing", get("label_smoothing"), 0, False, 1, True)
 

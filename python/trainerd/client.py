@@ -365,7 +365,7 @@ class Client:
         dataset: DatasetArg,
         *,
         model: Any,
-        loss: str = "mse",
+        loss: str | None = None,
         huber_delta: float | None = None,
         label_smoothing: float | None = None,
         optimizer: str = "sgd",
@@ -408,7 +408,9 @@ class Client:
             model: a spec ("linear:64,relu,linear:1"), a ``torch.nn.Module`` (scripted with
                 ``torch.jit.script``), a path to a TorchScript file, or its bytes.
             loss: mse, l1, huber or bce_with_logits (float32 targets shaped like the output),
-                cross_entropy or nll (int64 class targets; nll wants log-probabilities).
+                cross_entropy or nll (int64 class targets; nll wants log-probabilities). None:
+                the daemon picks cross_entropy for int64 targets, mse for float32 ones
+                (``job.spec.loss`` says which).
             huber_delta: huber: where the loss turns linear, > 0 (default 1).
             label_smoothing: cross_entropy: 0 <= S < 1 (default 0).
             optimizer: sgd, adam, adamw or rmsprop.

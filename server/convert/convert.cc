@@ -200,10 +200,15 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
     case v1::LOSS_NLL:
       out.loss = engine::LossKind::kNll;
       break;
+    case v1::LOSS_UNSPECIFIED:
+      // Picked at admission by the dataset's targets (engine::ResolveLossFromTargets).
+      out.loss_from_targets = true;
+      break;
     default:
-      return absl::InvalidArgumentError(
-          "loss must be set: LOSS_MSE, LOSS_CROSS_ENTROPY, LOSS_L1, LOSS_HUBER, "
-          "LOSS_BCE_WITH_LOGITS or LOSS_NLL");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown loss ", static_cast<int>(spec.loss()),
+          ": LOSS_MSE, LOSS_CROSS_ENTROPY, LOSS_L1, LOSS_HUBER, LOSS_BCE_WITH_LOGITS or LOSS_NLL, "
+          "or unset for the one the dataset's targets call for"));
   }
   const v1::Optimizer& optimizer = spec.optimizer();
   switch (optimizer.kind()) {

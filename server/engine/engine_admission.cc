@@ -50,10 +50,11 @@ absl::Status Engine::Impl::CheckJobQuotaLocked(const CallContext& caller, int64_
   int64_t held = 0;
   for (const JobSnapshot& job : jobs.ActiveJobs()) held += job.owner == caller.owner ? 1 : 0;
   if (held + more > options.max_jobs_per_caller) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "caller '", caller.owner, "' has ", held, " queued or running jobs", more > 1 ? absl::StrCat(" and asked for ", more, " more") : "",
-        "; its quota is ", options.max_jobs_per_caller,
-        " (--max_jobs_per_caller): wait for some to end or cancel some"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("caller '", caller.owner, "' has ", held, " queued or running jobs",
+                     more > 1 ? absl::StrCat(" and asked for ", more, " more") : "",
+                     "; its quota is ", options.max_jobs_per_caller,
+                     " (--max_jobs_per_caller): wait for some to end or cancel some"));
   }
   return absl::OkStatus();
 }
@@ -72,6 +73,7 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
                                                       const LoadedTorchScript* module,
                                                       const DatasetMeta* checked_against) {
   TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, UsableDataset(spec.dataset, caller));
+  ResolveLossFromTargets(spec, dataset);
   if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
                                      dataset.create_time != checked_against->create_time)) {
     return absl::AbortedError(absl::StrCat("dataset '", spec.dataset,
@@ -166,8 +168,8 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                                                 const DatasetMeta* checked_against,
                                                 std::string_view module_bytes) {
   // Before admission_mu: it walks the caller's files (at most every few seconds).
-  TRAINERD_RETURN_IF_ERROR(CheckDiskQuota(caller, static_cast<int64_t>(module_bytes.size()),
-                                          "this job's module"));
+  TRAINERD_RETURN_IF_ERROR(
+      CheckDiskQuota(caller, static_cast<int64_t>(module_bytes.size()), "this job's module"));
   absl::MutexLock lock(&admission_mu);
   TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, 1));
   TRAINERD_ASSIGN_OR_RETURN(
@@ -189,7 +191,6 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                        job.owner.empty() ? "" : absl::StrCat(", for ", job.owner)));
   return job;
 }
-
 
 absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
   // Draining or stopped: said first, whatever else is wrong with the spec.
@@ -235,6 +236,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
   {
     absl::MutexLock lock(&admission_mu);
     TRAINERD_ASSIGN_OR_RETURN(checked_against, UsableDataset(spec.dataset, caller));
+    ResolveLossFromTargets(spec, checked_against);
     TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, checked_against).status());
   }
   spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
@@ -367,6 +369,5 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     done(absl::UnavailableError("the daemon is shutting down"));
   }
 }
-
 
 }  // namespace trainerd::engine

@@ -108,4 +108,11 @@ int64_t HeldOutRows(double validation_fraction, int64_t rows) {
   return std::llround(validation_fraction * static_cast<double>(rows));
 }
 
+void ResolveLossFromTargets(JobSpec& spec, const DatasetMeta& dataset) {
+  if (!spec.loss_from_targets) return;
+  spec.loss =
+      dataset.target_dtype == TargetDType::kInt64 ? LossKind::kCrossEntropy : LossKind::kMse;
+  spec.loss_from_targets = false;
+}
+
 }  // namespace trainerd::engine

@@ -85,6 +85,9 @@ struct JobSpec {
   // `model` with "torchscript (N bytes)" and clears this, so that jobs never echo the bytes.
   std::string torchscript;
   LossKind loss = LossKind::kMse;
+  // The caller named no loss: admission picks it by the dataset's targets (ResolveLossFromTargets)
+  // and clears this, so that a queued job's spec always names its loss.
+  bool loss_from_targets = false;
   OptimizerKind optimizer = OptimizerKind::kSgd;
   double learning_rate = 0.0;          // > 0
   double momentum = 0.0;               // sgd and rmsprop, [0, 1)
@@ -127,6 +130,10 @@ struct JobSpec {
 // How many of `rows` a validation fraction holds out: round(fraction * rows). Rounding rather
 // than truncating, so that 0.29 of 100 rows is 29 and not 28 (0.29 * 100 is 28.999... in doubles).
 int64_t HeldOutRows(double validation_fraction, int64_t rows);
+
+// A spec that named no loss (loss_from_targets) gets the one its dataset's targets call for:
+// cross_entropy for int64 class indices, mse for float32 values. Nothing for a spec that named one.
+void ResolveLossFromTargets(JobSpec& spec, const DatasetMeta& dataset);
 
 enum class JobState { kQueued, kRunning, kSucceeded, kFailed, kCancelled };
 
@@ -219,7 +226,7 @@ struct JobSnapshot {
   int64_t host_syncs = 0;
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
-  bool stopped_early = false;               // SUCCEEDED before spec.epochs by early stopping
+  bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
   // A cancel was asked for while the job ran: recorded before the cancel is answered, so that a
   // restart ends the job CANCELLED instead of taking it up again.
   bool cancel_requested = false;

@@ -314,8 +314,10 @@ TEST(JobDetailsTest, ValidationShowsItsSourceAndTheLastEpochsNumbers) {
 
   const std::string text = JobDetails(job);
 
-  EXPECT_THAT(text, HasSubstr("\nvalidation:      20% of dataset 'iris' (held out, split by the "
-                              "seed)\n"
+  // With the rule that recovers the held-out rows.
+  EXPECT_THAT(text, HasSubstr("\nvalidation:      20% of dataset 'iris' held out: the last "
+                              "round(0.2 * rows) of torch.randperm(rows, "
+                              "generator=torch.Generator().manual_seed(7))\n"
                               "early stopping:  5 epochs (stopped early)\n"));
   EXPECT_THAT(text, HasSubstr("\nfinal loss:      0.012345\n"
                               "val loss:        0.062500\n"

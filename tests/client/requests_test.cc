@@ -60,7 +60,8 @@ TEST(JobSpecFromFlagsTest, DefaultsWhenOnlyDatasetAndModelAreGiven) {
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_EQ(spec->dataset(), "iris");
   EXPECT_EQ(spec->model(), "linear:3");
-  EXPECT_EQ(spec->loss(), v1::LOSS_MSE);
+  // No --loss: unset, for the daemon to pick by the dataset's targets.
+  EXPECT_EQ(spec->loss(), v1::LOSS_UNSPECIFIED);
   EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_SGD);
   EXPECT_DOUBLE_EQ(spec->optimizer().learning_rate(), 0.01);
   EXPECT_EQ(spec->optimizer().momentum(), 0.0);

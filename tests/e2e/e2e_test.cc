@@ -383,6 +383,66 @@ TEST_F(EndToEndTest, SweepTrainsItsMembersAsOnePackAndWatchesThemToTheEnd) {
   EXPECT_GT(std::filesystem::file_size(model), 0u);
 }
 
+// What a new user hit with scikit-learn's data, against the real daemon: int32 labels upload as
+// int64 class indices (said on stderr) in one line; a job without --loss trains with
+// cross_entropy on them; a validating sweep names its best member by validation loss.
+TEST_F(EndToEndTest, IntLabelsDefaultLossAndValidatingSweepWorkAsANewUserExpects) {
+  std::vector<double> x;
+  std::vector<int32_t> y;
+  for (int i = 0; i < 120; ++i) {
+    const int label = i % 3;
+    x.push_back(label * 4.0 - 4 + 0.1 * (i % 7));
+    x.push_back((label == 2 ? 4.0 : -4.0) - 0.1 * (i % 5));
+    y.push_back(label);
+  }
+  const std::string xf = WriteFile("x.npy", Npy("<f8", {120, 2}, x.data(), x.size() * 8));
+  const std::string yf = WriteFile("y.npy", Npy("<i4", {120}, y.data(), y.size() * 4));
+  RunResult up = Ctl({"dataset", "upload", "three", xf, "--targets", yf});
+  ASSERT_EQ(up.exit_code, 0) << up.err;
+  EXPECT_THAT(up.out, ::testing::MatchesRegex("uploaded dataset 'three': 120 rows, features 2, "
+                                              "targets scalar int64 classes 0..2, .* on cpu\n"));
+  EXPECT_THAT(up.err, HasSubstr("targets: int32 values sent as int64 class indices"));
+  EXPECT_THAT(up.err, HasSubstr("features: float64 values sent as float32"));
+
+  RunResult job = Ctl({"submit", "--dataset", "three", "--model", "linear:3", "--epochs", "5",
+                       "--seed", "3", "--watch"});
+  ASSERT_EQ(job.exit_code, 0) << job.out << job.err;
+  const std::string id = job.out.substr(0, job.out.find('\n'));
+  RunResult got = Ctl({"-o", "json", "job", "get", id});
+  v1::Job trained;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &trained).ok()) << got.out;
+  EXPECT_EQ(trained.spec().loss(), v1::LOSS_CROSS_ENTROPY);
+
+  RunResult sweep = Ctl({"sweep", "--dataset", "three", "--model", "linear:8,relu,linear:3",
+                         "--optimizer", "adam", "--lr", "0.05,0.01,0.0001", "--epochs", "8",
+                         "--validation-fraction", "0.25", "--seed", "5", "--watch"});
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out << sweep.err;
+  EXPECT_THAT(sweep.out, HasSubstr("VAL ACC"));
+  // The best by validation loss, which the summary names and the table lists first.
+  double lowest = 1e300;
+  std::string best;
+  std::istringstream lines(sweep.out);
+  std::vector<std::string> ids;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(ids.size(), 3u) << sweep.out;
+  for (const std::string& member : ids) {
+    RunResult member_json = Ctl({"-o", "json", "job", "get", member});
+    v1::Job m;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(member_json.out, &m).ok());
+    ASSERT_GT(m.epochs_size(), 0);
+    ASSERT_TRUE(m.epochs(m.epochs_size() - 1).has_validation_loss());
+    const double v = m.epochs(m.epochs_size() - 1).validation_loss();
+    if (v < lowest) {
+      lowest = v;
+      best = member;
+    }
+  }
+  EXPECT_EQ(ids.front(), best) << sweep.out;
+  EXPECT_THAT(sweep.out, HasSubstr("best " + best + " by validation loss")) << sweep.out;
+}
+
 TEST_F(EndToEndTest, DatasetSurvivesRestart) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   RunResult before = Ctl({"-o", "json", "dataset", "get", "seed"});

@@ -165,10 +165,10 @@ std::shared_ptr<const Dataset> RegressionDataset() {
 // Runs the members stacked (engine libtorch) and each alone; expects the same losses and
 // parameters within float32 tolerance (a batched product sums in another order than addmm; the
 // parameters get more room: rmsprop's division by a root mean square amplifies those last bits
-// where a gradient is near zero).
-void ExpectStackedEqualsAlone(std::vector<TrainingRun> runs) {
+// where a gradient is near zero; `parameter_scale` widens theirs further).
+void ExpectStackedEqualsAlone(std::vector<TrainingRun> runs, double parameter_scale = 1) {
   constexpr double kTolerance = 2e-4;
-  constexpr double kParameterTolerance = 1e-3;
+  const double kParameterTolerance = 1e-3 * parameter_scale;
   std::vector<Recorded> packed;
   std::vector<TrainingOutcome> outcomes = RunPack(runs, packed);
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -222,9 +222,18 @@ TEST(StackedPathTest, EveryOptimizerWithMixedMomentaAndDecaysEqualsTheJobsAlone)
       run.spec.nesterov = c.nesterov;  // one setting for the pack
       if (m >= 2) run.spec.weight_decay = 0.01 * m;
       run.spec.clip_grad_norm = 0.5;  // each member's own norm is clipped
+      // rmsprop steps by grad / (sqrt(mean of grad^2) + eps): with the default eps of 1e-8, a
+      // weight whose gradient is only rounding noise (a unit relu nearly silences) moves by a
+      // whole learning rate either way, so the two summation orders part by whole steps (0.07
+      // in a weight after four epochs on one validation split). An eps of 1e-3 keeps noise-sized
+      // gradients noise-sized and still tests the arithmetic; momentum 0.8 still carries such
+      // normalised steps along, so its members' weights agree to 1e-2 (6.7e-3 seen) while every
+      // epoch's loss agrees to 2e-4. A wrong step (a missing decay, a buffer of another member)
+      // moves the first epoch's loss by far more.
+      if (optimizer == OptimizerKind::kRmsprop) run.spec.eps = 1e-3;
       runs.push_back(std::move(run));
     }
-    ExpectStackedEqualsAlone(std::move(runs));
+    ExpectStackedEqualsAlone(std::move(runs), optimizer == OptimizerKind::kRmsprop ? 10 : 1);
   }
 }
 

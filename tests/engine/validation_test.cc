@@ -2,6 +2,8 @@
 // dataset is evaluated every epoch (loss, and accuracy for class losses) within the epoch's one
 // host transfer; early stopping ends a job whose validation loss stops improving; Submit refuses
 // validation options that cannot work, with a sentence.
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -131,6 +133,50 @@ TEST_F(ValidationTest, WithoutValidationEpochsCarryNoValidationNumbers) {
     EXPECT_FALSE(epoch.validation_loss.has_value());
     EXPECT_FALSE(epoch.validation_accuracy.has_value());
   }
+}
+
+// The split is torch.randperm(rows, generator=torch.Generator().manual_seed(seed)), its last
+// round(f * rows) rows held out, whatever the device: with it a caller evaluates the trained model
+// on exactly the rows the daemon validated on. The model's loss there is the last epoch's
+// validation loss.
+TEST_F(ValidationTest, HeldOutRowsAreTheLastOfTheSeedsCpuPermutation) {
+  const Table table = SeedTable(/*rows=*/800);
+  ASSERT_TRUE(Upload(*engine_, "seed", table).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.epochs = 4;
+  spec.validation_fraction = 0.25;
+  spec.seed = 1234567890123ull;
+
+  absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  const ParameterValues* weight = test_support::FindParameter(*job, "0.weight");
+  const ParameterValues* bias = test_support::FindParameter(*job, "0.bias");
+  ASSERT_NE(weight, nullptr);
+  ASSERT_NE(bias, nullptr);
+
+  at::Generator gen = at::detail::createCPUGenerator(*spec.seed);
+  const torch::Tensor split = torch::randperm(800, gen, torch::kLong);
+  const int64_t held_out = HeldOutRows(0.25, 800);
+  ASSERT_EQ(held_out, 200);
+  double sum = 0;
+  for (int64_t i = 800 - held_out; i < 800; ++i) {
+    const int64_t row = split[i].item<int64_t>();
+    const double prediction = weight->values[0] * table.features[row] + bias->values[0];
+    const double error = prediction - table.targets_f32[row];
+    sum += error * error;
+  }
+  ASSERT_TRUE(job->epochs.back().validation_loss.has_value());
+  EXPECT_NEAR(sum / held_out, *job->epochs.back().validation_loss, 1e-6);
+  // Any other 200 rows give another loss: the first 200 of the permutation (which trained).
+  double other = 0;
+  for (int64_t i = 0; i < held_out; ++i) {
+    const int64_t row = split[i].item<int64_t>();
+    const double error =
+        weight->values[0] * table.features[row] + bias->values[0] - table.targets_f32[row];
+    other += error * error;
+  }
+  EXPECT_GT(std::abs(other / held_out - *job->epochs.back().validation_loss), 1e-5);
 }
 
 TEST_F(ValidationTest, HeldOutRowsAreNotTrainedOn) {

@@ -427,7 +427,16 @@ void PrintTo(const InvalidSpec& spec, std::ostream* os) { *os << spec.name; }
 
 std::vector<InvalidSpec> InvalidSpecs() {
   return {
-      {"LossUnspecified", [](v1::JobSpec* spec) { spec->set_loss(v1::LOSS_UNSPECIFIED); }, "loss"},
+      {"UnknownLoss", [](v1::JobSpec* spec) { spec->set_loss(static_cast<v1::Loss>(42)); },
+       "unknown loss 42"},
+      // No loss: the targets choose (cross_entropy here), which then refuses a one-output model
+      // on class indices 0..2 with its own sentence.
+      {"LossFromClassTargetsIsCrossEntropy",
+       [](v1::JobSpec* spec) {
+         spec->set_loss(v1::LOSS_UNSPECIFIED);
+         spec->set_dataset("classes");
+       },
+       "loss cross_entropy needs one score per class"},
       {"OptimizerUnspecified",
        [](v1::JobSpec* spec) {
          spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_UNSPECIFIED);

@@ -122,10 +122,15 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
 
   // Validation rows: a fixed held-out part of the dataset, or a second dataset.
   //  - A fraction is split once per job, not per epoch, so that validation rows never train.
-  //    The split is one permutation drawn from the job's generator before the first epoch's
-  //    shuffle, so the seed reproduces it; rows - round(f * rows) train, the rest validate. The
-  //    split is kept as index tensors (gathered per batch, as shuffled batches are anyway)
-  //    rather than as copies, so the resident dataset is never duplicated on the device.
+  //    The split is one permutation of the rows drawn on the CPU from a generator of its own
+  //    seeded with the job's seed, whatever the device: rows - round(f * rows) train, the rest
+  //    validate. That is torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
+  //    in PyTorch (the same LibTorch), so that a caller can recover the held-out rows and
+  //    evaluate the trained model on them (JobSpec.validation_fraction in jobs.proto;
+  //    Job.validation_rows() in the Python client). The job's own generator (which the
+  //    model's set-up may have drawn from) is left to the shuffles. The split is kept as index
+  //    tensors (gathered per batch, as shuffled batches are anyway) rather than as copies, so the
+  //    resident dataset is never duplicated on the device.
   //  - Without validation the generator draws exactly what it did before validation existed,
   //    so existing seeds keep their losses.
   val_features_ = features_;
@@ -135,7 +140,10 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   if (spec_.validation_fraction > 0) {
     val_rows_ = HeldOutRows(spec_.validation_fraction, dataset_rows);
     rows_ = dataset_rows - val_rows_;
-    torch::Tensor split = torch::randperm(dataset_rows, gen_, index_options);
+    at::Generator split_gen = at::detail::createCPUGenerator(seed);
+    torch::Tensor split =
+        torch::randperm(dataset_rows, split_gen, torch::TensorOptions().dtype(torch::kLong))
+            .to(index_options.device());
     train_index_ = split.narrow(/*dim=*/0, /*start=*/0, rows_);
     val_index_ = split.narrow(/*dim=*/0, /*start=*/rows_, val_rows_);
   } else if (run_.validation_dataset != nullptr) {
