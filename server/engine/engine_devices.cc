@@ -178,7 +178,6 @@ torch::Device Engine::Impl::Place(const JobSpec& spec, const DatasetMeta& datase
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(chosen));
 }
 
-
 JobHooks Engine::Impl::Hooks() {
   JobHooks hooks;
   hooks.observer = options.observer;
@@ -221,13 +220,7 @@ JobHooks Engine::Impl::Hooks() {
              const DatasetMeta& dataset) -> std::function<void(const JobSnapshot&, DeviceReport&)> {
     monitor::DeviceSampler* sampler = options.sampler;
     int64_t window = -1;
-    int64_t memory_at_start = 0;
-    if (sampler != nullptr) {
-      window = sampler->BeginWindow(job.device);
-      if (std::optional<monitor::DeviceReading> r = sampler->Latest(job.device)) {
-        memory_at_start = r->memory_used_bytes;
-      }
-    }
+    if (sampler != nullptr) window = sampler->BeginWindow(job.device);
     const int64_t rows = dataset.rows - HeldOutRows(job.spec.validation_fraction, dataset.rows);
     const int64_t batch = std::min<int64_t>(job.spec.batch_size, std::max<int64_t>(rows, 1));
     // A TorchScript module's cost is unknown (its spec is empty).
@@ -235,17 +228,15 @@ JobHooks Engine::Impl::Hooks() {
                              ? 0.0
                              : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
     const int64_t layers = static_cast<int64_t>(model.layers.size());
-    return [this, sampler, window, memory_at_start, rows, batch, flops, layers](
-               const JobSnapshot& ended, DeviceReport& report) {
+    return [this, sampler, window, rows, batch, flops, layers](const JobSnapshot& ended,
+                                                               DeviceReport& report) {
       if (window >= 0) {
         const monitor::WindowStats stats = sampler->EndWindow(window);
         report.utilization_average = stats.utilization_average;
         report.utilization_peak = stats.utilization_peak;
-        // The CPU has no allocator peak: the process's resident growth stands in for it.
-        if (report.peak_memory_bytes == 0 && ended.device == "cpu") {
-          report.peak_memory_bytes =
-              std::max<int64_t>(0, stats.peak_memory_used_bytes - memory_at_start);
-        }
+        // (The peak memory is the job's own: the training loop measured it, CpuMemoryMeter on
+        // the CPU. The process's resident growth, which stood in for it once, said more about
+        // the allocator and the other jobs than about this one.)
       }
       report.flops_per_step = flops;
       SpeedFigures figures;
@@ -289,6 +280,5 @@ JobHooks Engine::Impl::Hooks() {
   };
   return hooks;
 }
-
 
 }  // namespace trainerd::engine

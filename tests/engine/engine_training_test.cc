@@ -51,6 +51,67 @@ TEST_F(EngineTrainingTest, SeedJobConvergesToTheLineItWasDrawnFrom) {
   EXPECT_EQ(job->parameter_count, 2);
 }
 
+// A spec without a loss gets the one its targets call for: cross_entropy for int64 class
+// indices (which mse would refuse), mse for float32 values; the job's spec says which.
+TEST_F(EngineTrainingTest, WithoutALossTheTargetsChooseIt) {
+  ASSERT_TRUE(Upload(*engine_, "clusters", test_support::ClustersTable()).ok());
+  ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
+  JobSpec classes = SeedSpec("clusters");
+  classes.model = "linear:3";
+  classes.epochs = 3;
+  classes.loss_from_targets = true;
+  absl::StatusOr<JobSnapshot> classified = RunJob(*engine_, classes);
+  ASSERT_TRUE(classified.ok()) << classified.status();
+  EXPECT_EQ(classified->state, JobState::kSucceeded) << classified->error;
+  EXPECT_EQ(classified->spec.loss, LossKind::kCrossEntropy);
+  EXPECT_FALSE(classified->spec.loss_from_targets);
+  ASSERT_TRUE(classified->epochs.back().loss > 0);
+
+  JobSpec values = SeedSpec("seed");
+  values.epochs = 3;
+  values.loss = LossKind::kCrossEntropy;  // overridden: loss_from_targets says none was named
+  values.loss_from_targets = true;
+  absl::StatusOr<JobSnapshot> regressed = RunJob(*engine_, values);
+  ASSERT_TRUE(regressed.ok()) << regressed.status();
+  EXPECT_EQ(regressed->state, JobState::kSucceeded) << regressed->error;
+  EXPECT_EQ(regressed->spec.loss, LossKind::kMse);
+
+  // A loss that was named is kept, and checked as before.
+  JobSpec named = SeedSpec("clusters");
+  named.model = "linear:3";
+  absl::StatusOr<JobSnapshot> refused = engine_->SubmitJob(named, {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("loss mse needs float32 targets"));
+}
+
+// The device report's peak memory on the CPU is the job's own tensors, measured: at least the
+// parameters, their gradients and Adam's two moments, the same for the same job, and nothing like
+// the process's growth (the dataset, resident before, is not the job's).
+TEST_F(EngineTrainingTest, CpuPeakMemoryIsTheJobsOwnTensors) {
+  ASSERT_TRUE(Upload(*engine_, "wide", test_support::RandomTable(512, 64)).ok());
+  JobSpec spec = SeedSpec("wide");
+  spec.model = "linear:256,relu,linear:1";
+  spec.optimizer = OptimizerKind::kAdam;
+  spec.learning_rate = 1e-3;
+  spec.batch_size = 64;
+  spec.epochs = 3;
+  const int64_t parameters = 64 * 256 + 256 + 256 + 1;
+  std::vector<int64_t> peaks;
+  for (int run = 0; run < 2; ++run) {
+    absl::StatusOr<JobSnapshot> job = RunJob(*engine_, spec);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    ASSERT_EQ(job->parameter_count, parameters);
+    peaks.push_back(job->report.peak_memory_bytes);
+  }
+  // Parameters, gradients, exp_avg and exp_avg_sq: four float32 copies.
+  EXPECT_GE(peaks[0], 4 * 4 * parameters);
+  // Plus a batch's activations (64 x 256 floats a few times over) and small scratch; well under
+  // the dataset's 512 x 65 floats plus everything the process holds.
+  EXPECT_LT(peaks[0], 4 * 4 * parameters + 16 * 64 * 256 * 4 + (1 << 20));
+  EXPECT_EQ(peaks[0], peaks[1]);
+}
+
 TEST_F(EngineTrainingTest, EpochsAreNumberedFromOneWithGrowingElapsedTime) {
   ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
   JobSpec spec = SeedSpec("seed");

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "server/engine/devices/cpu_memory_meter.h"
 #include "server/engine/devices/cpu_threads.h"
 #include "server/engine/devices/device.h"
 #include "server/engine/training/member_loop.h"
@@ -54,6 +55,17 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
   const torch::Device device = first.device;
   ResetPeakMemory(device);
   const int64_t allocated_at_start = AllocatedBytes(device);
+  // On the CPU, the pack's own tensors are counted as this thread allocates and frees them, from
+  // the members' set-up to the end of the first epoch: by then every step has allocated what
+  // every later one will (optimizer state comes at the first step, validation at the epoch's
+  // end), and the count's cost (a lookup per allocation) is not paid for the whole job.
+  std::optional<CpuMemoryMeter> cpu_meter;
+  int64_t cpu_peak = 0;
+  if (device.is_cpu()) cpu_meter.emplace();
+  auto peak_bytes = [&]() -> int64_t {
+    if (device.is_cpu()) return cpu_meter.has_value() ? cpu_meter->peak_bytes() : cpu_peak;
+    return std::max<int64_t>(0, PeakAllocatedBytes(device) - allocated_at_start);
+  };
   // Declared before the members, so that it outlives their paths (which point into it).
   std::unique_ptr<StackedPack> pack;
   std::vector<std::unique_ptr<MemberLoop>> members;
@@ -64,8 +76,7 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
     for (size_t i = 0; i < members.size(); ++i) {
       if (delivered[i] || !members[i]->ended()) continue;
       delivered[i] = true;
-      const int64_t peak = std::max<int64_t>(0, PeakAllocatedBytes(device) - allocated_at_start);
-      deliver(i, members[i]->TakeOutcome(loop_start, peak));
+      deliver(i, members[i]->TakeOutcome(loop_start, peak_bytes()));
     }
   };
   try {
@@ -194,6 +205,10 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
         }
       }
       deliver_ended();
+      if (cpu_meter.has_value()) {  // the first epoch ended: its peak stands for the job's
+        cpu_peak = cpu_meter->peak_bytes();
+        cpu_meter.reset();
+      }
     }
     ForEachRunning(members, [](MemberLoop& m) { m.Finish(); });
   } catch (...) {
