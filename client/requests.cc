@@ -212,7 +212,10 @@ absl::StatusOr<UploadInput> UploadInputFromFlags(const Invocation& invocation) {
 TargetDType EffectiveTargetDType(const UploadInput& input,
                                  std::optional<NpyDType> targets_file_dtype) {
   if (input.target_dtype_given || !targets_file_dtype.has_value()) return input.target_dtype;
-  return NpyIsInteger(*targets_file_dtype) ? TargetDType::kInt64 : TargetDType::kFloat32;
+  // A bool array is a 0/1 target for bce_with_logits more often than two classes (as the Python
+  // client decides it too).
+  const bool classes = NpyIsInteger(*targets_file_dtype) && *targets_file_dtype != NpyDType::kBool;
+  return classes ? TargetDType::kInt64 : TargetDType::kFloat32;
 }
 
 std::vector<std::string> NpyConversionNotes(NpyDType features_dtype,

@@ -38,7 +38,7 @@ struct UploadInput {
 };
 
 // The dtype the targets are uploaded as: --target-dtype when given; else, with a separate .npy
-// targets file, the file's own (an integer or bool array holds class indices: int64; a float
+// targets file, the file's own (an integer array holds class indices: int64; a float or bool
 // array: float32), as NumPy users expect; else float32 (CSV, and targets in a features array's
 // last columns, whose dtype says nothing about them).
 TargetDType EffectiveTargetDType(const UploadInput& input,

@@ -731,7 +731,7 @@ TEST(UploadInputTest, CsvAndTargetColumnsStayFloat32UnlessAsked) {
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kFloat64), TargetDType::kFloat32);
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kInt32), TargetDType::kInt64);
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kUInt8), TargetDType::kInt64);
-  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kBool), TargetDType::kInt64);
+  EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kBool), TargetDType::kFloat32);
   input.target_dtype = TargetDType::kInt64;
   input.target_dtype_given = true;
   EXPECT_EQ(EffectiveTargetDType(input, NpyDType::kFloat32), TargetDType::kInt64);
