@@ -327,7 +327,10 @@ def test_spec_options_reach_the_daemon(
         ({"loss": "hinge"}, "unknown loss 'hinge'"),
         ({"optimizer": "lbfgs"}, "unknown optimizer"),
         ({"huber_delta": 1.0}, "huber_delta applies to loss 'huber'"),
-        ({"label_smoothing": 0.1}, "label_smoothing applies to loss 'cross_entropy'"),
+        (
+            {"label_smoothing": 0.1, "loss": "mse"},
+            "label_smoothing applies to loss 'cross_entropy'",
+        ),
         ({"schedule": "step"}, "needs step_epochs"),
         ({"gamma": 0.5}, "gamma applies to schedule 'step'"),
         ({"schedule": "cosine", "min_lr": 0.5}, r"min_lr must be in \[0, 0.01\)"),

@@ -244,7 +244,7 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
     def get(name: str) -> Any:
         return options.get(name, DEFAULTS.get(name))
 
-    loss = jobs_pb2.LOSS_UNSPECIFIED
+    loss: int = jobs_pb2.LOSS_UNSPECIFIED
     if options.get("loss") is not None:
         loss = _choice("loss", options["loss"], _LOSSES, "loss")
     spec.loss = loss  # type: ignore[assignment]

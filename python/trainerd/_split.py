@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainerd._optional import import_torch
 
@@ -24,7 +24,7 @@ def held_out_count(rows: int, fraction: float) -> int:
     return int(whole) + (1 if value - whole >= 0.5 else 0)
 
 
-def held_out_rows(rows: int, fraction: float, seed: int) -> numpy.ndarray:
+def held_out_rows(rows: int, fraction: float, seed: int) -> numpy.ndarray[Any, numpy.dtype[numpy.int64]]:
     """The indices (int64, in the daemon's order) of the rows a job with this ``seed`` held out of
     a dataset of ``rows`` rows: the last ``round(fraction * rows)`` of
     ``torch.randperm(rows, generator=torch.Generator().manual_seed(seed))``, drawn on the CPU
@@ -40,5 +40,5 @@ def held_out_rows(rows: int, fraction: float, seed: int) -> numpy.ndarray:
     count = held_out_count(rows, fraction)
     generator = torch.Generator().manual_seed(seed)
     permutation = torch.randperm(rows, generator=generator, dtype=torch.int64)
-    result: numpy.ndarray = permutation[rows - count :].numpy()
+    result: numpy.ndarray[Any, numpy.dtype[numpy.int64]] = permutation[rows - count :].numpy()
     return result

@@ -36,6 +36,7 @@ import numpy as np
 from google.protobuf.message import Message
 
 from trainerd import _health
+from trainerd._split import held_out_rows
 from trainerd._display import DisplayArg, JobDisplay, SweepDisplay
 from trainerd._progress import ProgressArg, make_progress
 from trainerd._transport import MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, _serialize
@@ -344,6 +345,16 @@ class Job(JobBase):
 
     async def save_model(self, path: str | os.PathLike[str]) -> Path:
         return write_atomically(path, await self.model_bytes())
+
+    async def validation_rows(
+        self, rows: int | None = None
+    ) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The rows the job held out for validation (see :meth:`trainerd.Job.validation_rows`)."""
+        if not self.spec.validation_fraction > 0:
+            raise ValueError(f"job '{self.id}' holds no rows out (it has no validation_fraction)")
+        if rows is None:
+            rows = (await self._client.dataset(self.dataset)).rows
+        return held_out_rows(rows, self.spec.validation_fraction, self.seed)
 
 
 class Sweep(SweepBase[Job]):

@@ -18,6 +18,7 @@ import numpy as np
 
 from trainerd._display import DisplayArg, JobDisplay, job_display, job_html
 from trainerd._optional import import_torch
+from trainerd._split import held_out_rows
 from trainerd.errors import (
     DeadlineExceeded,
     JobCancelled,
@@ -506,3 +507,33 @@ class Job(JobBase):
         """Downloads the trained model to ``path`` (written to a temporary file beside it and
         renamed over it once whole); returns the path."""
         return write_atomically(path, self.model_bytes())
+
+    def validation_rows(self, rows: int | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The indices of the dataset rows the job held out for validation
+        (``validation_fraction``), in the daemon's order: evaluate the trained model on them to
+        get the job's last validation loss and accuracy. ``rows``: the dataset's row count (asked
+        of the daemon when not given). Needs torch, the daemon's version (jobs.proto,
+        JobSpec.validation_fraction, says the rule). ValueError for a job that held none out.
+
+        Example::
+
+            job = client.submit(ds, model="linear:64,relu,linear:10", validation_fraction=0.2)
+            job.wait()
+            held_out = job.validation_rows()
+            logits = job.model()(torch.from_numpy(X[held_out]))
+        """
+        return held_out_rows(
+            self._held_out_dataset_rows(rows), self.spec.validation_fraction, self.seed
+        )
+
+    def _held_out_dataset_rows(self, rows: int | None) -> int:
+        if not self.spec.validation_fraction > 0:
+            raise ValueError(
+                f"job '{self.id}' holds no rows out "
+                + (
+                    f"(it validates on dataset '{self.spec.validation_dataset}')"
+                    if self.spec.validation_dataset
+                    else "(it has no validation_fraction)"
+                )
+            )
+        return rows if rows is not None else self._client.dataset(self.dataset).rows

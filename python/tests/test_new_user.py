@@ -1,0 +1,118 @@
+"""What a new user hit with scikit-learn's data, from Python against the real daemon: the loss
+follows the targets, the held-out rows can be recovered and give the daemon's validation figures,
+int32 labels are class indices, and a sweep's best member is the best on held-out rows."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import trainerd
+import trainerd.aio
+from conftest import Daemon, class_data, seed_data
+from trainerd._split import held_out_count
+from trainerd.v1 import jobs_pb2
+
+torch = pytest.importorskip("torch")
+
+
+def test_without_a_loss_the_targets_choose_it(client: trainerd.Client, name: str) -> None:
+    x, y = class_data(150)
+    ds = client.upload(name, x.astype(np.float64), y.astype(np.int32))
+    assert ds.target_dtype == "int64"  # int32 labels are class indices
+    job = client.submit(ds, model="linear:3", lr=0.1, epochs=3, seed=2)
+    job.wait(timeout=60)
+    assert job.spec.loss == jobs_pb2.LOSS_CROSS_ENTROPY
+
+    xs, ys = seed_data(64)
+    values = client.upload(name + "-values", xs, ys)
+    regression = client.submit(values, model="linear:1", epochs=2, seed=2)
+    regression.wait(timeout=60)
+    assert regression.spec.loss == jobs_pb2.LOSS_MSE
+
+
+def test_held_out_rows_give_the_daemons_validation_figures(
+    client: trainerd.Client, name: str
+) -> None:
+    x, y = class_data(300, seed=11)
+    ds = client.upload(name, x, y)
+    job = client.submit(
+        ds,
+        model="linear:16,relu,linear:3",
+        optimizer="adam",
+        lr=0.01,
+        epochs=4,
+        validation_fraction=0.25,
+        seed=987654321987,
+    )
+    job.wait(timeout=60)
+    rows = job.validation_rows()
+    assert rows.dtype == np.int64
+    assert len(rows) == 75 and len(set(rows.tolist())) == 75
+    assert np.array_equal(rows, job.validation_rows(rows=300))
+    last = job.history[-1]
+    assert last.validation_loss is not None and last.validation_accuracy is not None
+
+    model = job.model()
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x[rows]))
+    targets = torch.from_numpy(y[rows])
+    loss = torch.nn.functional.cross_entropy(logits, targets).item()
+    accuracy = (logits.argmax(dim=1) == targets).double().mean().item()
+    assert loss == pytest.approx(last.validation_loss, rel=1e-5, abs=1e-6)
+    assert accuracy == last.validation_accuracy
+    # The other rows (which trained) give another loss.
+    trained = np.setdiff1d(np.arange(300), rows)
+    with torch.no_grad():
+        other = torch.nn.functional.cross_entropy(
+            model(torch.from_numpy(x[trained])), torch.from_numpy(y[trained])
+        ).item()
+    assert other != pytest.approx(last.validation_loss, rel=1e-4)
+
+    plain = client.submit(ds, model="linear:3", epochs=1, seed=1)
+    plain.wait(timeout=60)
+    with pytest.raises(ValueError, match="holds no rows out"):
+        plain.validation_rows()
+
+
+def test_held_out_count_rounds_as_the_daemon_does() -> None:
+    assert held_out_count(100, 0.29) == 29  # 0.29 * 100 is 28.999... in doubles
+    assert held_out_count(10, 0.25) == 3  # 2.5 rounds away from zero, as llround
+    assert held_out_count(10, 0.0) == 0
+    assert held_out_count(7, 0.5) == 4
+
+
+def test_aio_validation_rows_match_the_sync_client(
+    daemon: Daemon, client: trainerd.Client, name: str
+) -> None:
+    x, y = class_data(120, seed=5)
+    ds = client.upload(name, x, y)
+    job = client.submit(ds, model="linear:3", epochs=2, validation_fraction=0.3, seed=77)
+    job.wait(timeout=60)
+
+    async def main() -> np.ndarray:
+        async with trainerd.aio.Client(daemon.address) as aclient:
+            ajob = await aclient.job(job.id)
+            return await ajob.validation_rows()
+
+    assert np.array_equal(asyncio.run(main()), job.validation_rows())
+
+
+def test_sweep_best_is_the_best_on_held_out_rows(client: trainerd.Client, name: str) -> None:
+    x, y = class_data(240, seed=21)
+    ds = client.upload(name, x, y)
+    sweep = client.sweep(
+        ds,
+        model="linear:8,relu,linear:3",
+        optimizer="adam",
+        lr=[0.05, 0.01, 0.001],
+        epochs=6,
+        validation_fraction=0.25,
+        seed=[3],
+    )
+    sweep.wait(timeout=120)
+    best = sweep.best()
+    finals = {job.id: job.history[-1].validation_loss for job in sweep.jobs}
+    assert finals[best.id] == min(v for v in finals.values() if v is not None)
