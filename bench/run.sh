@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: trainerd against the seed's PyTorch loops on this machine's CPU (and GPU when
 # BENCH_DEVICES includes cuda), then the Python client against trainctl (BENCH_PYTHON_CLIENT=0
-# skips it), then the load test's latencies (32 concurrent clients for BENCH_LOAD_SECONDS, default
+# skips it), then c10d's all-reduce on loopback (BENCH_COLLECTIVES=0 skips it), then the load
+# test's latencies (32 concurrent clients for BENCH_LOAD_SECONDS, default
 # 60; 0 skips it). Results: tables on stdout, bench.json, python_client.json and load.txt in
 # $RESULTS_DIR (default build/bench). See bench/README.md.
 set -euo pipefail
@@ -16,6 +17,12 @@ RESULTS_DIR="${RESULTS_DIR:-build/bench}"
 if [ "${BENCH_PYTHON_CLIENT:-1}" != 0 ]; then
   pyclient_python="$(python/venv.sh "$PYTHON")"
   "$pyclient_python" bench/python_client.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR"
+fi
+# c10d's all-reduce (Gloo) on loopback: latency and bus bandwidth for 2 and 4 ranks;
+# BENCH_COLLECTIVES=0 skips it.
+if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
+  mkdir -p "$RESULTS_DIR"
+  "$BUILD_DIR/tests/engine/collectives_bench" --json "$RESULTS_DIR/collectives.json"
 fi
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"

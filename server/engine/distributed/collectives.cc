@@ -1,0 +1,218 @@
+// The one file that includes c10d's Gloo process group: its header pulls in gloo's own headers,
+// which the torch wheel does not ship (Debian's libgloo-dev does; the symbols are in
+// libtorch_cpu.so). Everything else sees collectives.h.
+#include "server/engine/distributed/collectives.h"
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainerd::engine {
+namespace {
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// c10d's exceptions carry a long message with a C++ backtrace: its first line says what happened.
+std::string FirstLine(const std::exception& error) {
+  std::string text = error.what();
+  const size_t end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+// A timeout (the other ranks did not answer in time) or a rank that went away (a closed
+// connection, a reset): what the caller can do differs, so the codes do too.
+absl::Status CollectiveError(const std::string& what, const std::exception& error) {
+  const std::string line = FirstLine(error);
+  const bool timed_out = absl::StrContains(line, "imed out") || absl::StrContains(line, "imeout");
+  const std::string message = absl::StrCat(what, ": ", line);
+  return timed_out ? absl::DeadlineExceededError(message) : absl::UnavailableError(message);
+}
+
+// Every collective's enqueue in this process, one at a time. c10d's flight recorder (a process-wide
+// ring of the collectives issued, on by default) inserts a group it has not seen into its map
+// before taking its own mutex (FlightRecorder::recordWithResetEnabled, torch 2.11): two groups of
+// one process enqueuing at once corrupt the map and crash (seen in collectives_test's ranks as
+// threads, as it would be in a daemon running two jobs' ranks). Only the enqueue is serialised,
+// not the collective's wait; it costs a lock per step.
+std::mutex& EnqueueMutex() {
+  static std::mutex* mutex = new std::mutex();
+  return *mutex;
+}
+
+// The keys of the join count and of the signal that every rank came (under the group's prefix).
+constexpr char kJoinedKey[] = "trainerd/joined";
+constexpr char kAllJoinedKey[] = "trainerd/all-joined";
+
+}  // namespace
+
+struct RendezvousHost::Server {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+absl::StatusOr<std::unique_ptr<RendezvousHost>> RendezvousHost::Start(const std::string& host,
+                                                                      int port_min, int port_max,
+                                                                      int world_size,
+                                                                      absl::Duration timeout) {
+  if (world_size < 1) return absl::InvalidArgumentError("a group needs at least one rank");
+  if (port_min < 0 || port_max > 65535 || port_min > port_max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the store's port range ", port_min, "-", port_max, " is not a range"));
+  }
+  std::string last_error = "no port tried";
+  for (int port = port_min; port <= port_max; ++port) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(port);
+    options.isServer = true;
+    options.numWorkers = static_cast<size_t>(world_size);
+    options.waitWorkers = false;  // the ranks meet in CpuGroup::Join, with a count of who came
+    options.timeout = Millis(timeout);
+    try {
+      auto host_object = std::unique_ptr<RendezvousHost>(new RendezvousHost());
+      host_object->server_ = std::make_unique<Server>();
+      host_object->server_->store = c10::make_intrusive<c10d::TCPStore>(host, options);
+      host_object->port_ = host_object->server_->store->getPort();
+      return host_object;
+    } catch (const std::exception& error) {
+      last_error = FirstLine(error);  // in use: the next one
+    }
+  }
+  return absl::UnavailableError(absl::StrCat("cannot host a rendezvous store on ", host, " ports ",
+                                             port_min, "-", port_max, ": ", last_error));
+}
+
+RendezvousHost::~RendezvousHost() = default;
+
+struct CpuGroup::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+};
+
+absl::StatusOr<std::unique_ptr<CpuGroup>> CpuGroup::Join(const GroupOptions& options) {
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", options.rank, " of ", options.world_size, " is not a rank"));
+  }
+  if (options.prefix.empty()) {
+    return absl::InvalidArgumentError("a group needs a prefix (the job and its attempt)");
+  }
+  const std::string who =
+      absl::StrCat("group '", options.prefix, "' rank ", options.rank, " of ", options.world_size);
+  auto group = std::unique_ptr<CpuGroup>(new CpuGroup());
+  group->impl_ = std::make_unique<Impl>();
+  group->rank_ = options.rank;
+  group->world_size_ = options.world_size;
+  group->prefix_ = options.prefix;
+  try {
+    c10d::TCPStoreOptions client;
+    client.port = static_cast<uint16_t>(options.store_port);
+    client.isServer = false;
+    client.timeout = Millis(options.timeout);
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.store_host, client);
+    group->impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.prefix, tcp);
+  } catch (const std::exception& error) {
+    return absl::UnavailableError(absl::StrCat(who, ": cannot reach the rendezvous store at ",
+                                               options.store_host, ":", options.store_port, ": ",
+                                               FirstLine(error)));
+  }
+  c10d::Store& store = *group->impl_->store;
+  // Every rank counts itself in; the last to come says so. A rank that never comes leaves the
+  // others waiting only until the timeout, and they can say how many came.
+  try {
+    if (store.add(kJoinedKey, 1) == options.world_size) store.set(kAllJoinedKey, "1");
+    store.wait({kAllJoinedKey}, Millis(options.timeout));
+  } catch (const std::exception& error) {
+    int64_t joined = -1;
+    try {
+      joined = store.add(kJoinedKey, 0);
+    } catch (const std::exception&) {
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat(who, ": only ", joined, " of ", options.world_size, " ranks joined within ",
+                     absl::FormatDuration(options.timeout), " (", FirstLine(error), ")"));
+  }
+  try {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(Millis(options.timeout));
+    gloo_options->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForHostname(options.interface_host));
+    gloo_options->threads = 1;  // one collective at a time per rank: the step's bucket
+    group->impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+        group->impl_->store, options.rank, options.world_size, gloo_options);
+  } catch (const std::exception& error) {
+    return CollectiveError(absl::StrCat(who, ": cannot connect to the other ranks"), error);
+  }
+  return group;
+}
+
+CpuGroup::~CpuGroup() = default;
+
+absl::Status CpuGroup::AllReduceSum(torch::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() ||
+      (tensor.scalar_type() != torch::kFloat32 && tensor.scalar_type() != torch::kFloat64)) {
+    return absl::InvalidArgumentError(
+        "all-reduce takes a contiguous float32 or float64 CPU tensor");
+  }
+  try {
+    std::vector<at::Tensor> tensors = {tensor};
+    c10::intrusive_ptr<c10d::Work> work;
+    {
+      std::lock_guard<std::mutex> lock(EnqueueMutex());
+      work = impl_->group->allreduce(tensors);
+    }
+    work->wait();
+  } catch (const std::exception& error) {
+    return CollectiveError(absl::StrCat("group '", prefix_, "' rank ", rank_, " of ", world_size_,
+                                        ": all-reduce failed"),
+                           error);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuGroup::AllReduceMean(const std::vector<torch::Tensor>& tensors) {
+  if (tensors.empty()) return absl::OkStatus();
+  std::vector<torch::Tensor> flat;
+  flat.reserve(tensors.size());
+  for (const torch::Tensor& t : tensors) flat.push_back(t.detach().reshape({-1}));
+  torch::Tensor bucket = torch::cat(flat);
+  if (absl::Status status = AllReduceSum(bucket); !status.ok()) return status;
+  bucket.div_(static_cast<double>(world_size_));
+  int64_t offset = 0;
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    t.copy_(bucket.narrow(0, offset, n).view_as(t));
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuGroup::Barrier() {
+  try {
+    c10::intrusive_ptr<c10d::Work> work;
+    {
+      std::lock_guard<std::mutex> lock(EnqueueMutex());
+      work = impl_->group->barrier();
+    }
+    work->wait();
+  } catch (const std::exception& error) {
+    return CollectiveError(
+        absl::StrCat("group '", prefix_, "' rank ", rank_, " of ", world_size_, ": barrier failed"),
+        error);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainerd::engine
