@@ -199,6 +199,35 @@ absl::Status CpuGroup::AllReduceMean(const std::vector<torch::Tensor>& tensors) 
   return absl::OkStatus();
 }
 
+absl::Status CpuGroup::AllReduceRowWeightedMean(const std::vector<torch::Tensor>& tensors,
+                                                int64_t rows) {
+  if (tensors.empty()) return absl::OkStatus();
+  // float64 bucket: the row counts and the weighted sums stay exact enough whatever the dtype.
+  std::vector<torch::Tensor> flat;
+  flat.reserve(tensors.size() + 1);
+  for (const torch::Tensor& t : tensors) {
+    flat.push_back(t.detach().reshape({-1}).to(torch::kFloat64) * static_cast<double>(rows));
+  }
+  flat.push_back(torch::full({1}, static_cast<double>(rows), torch::kFloat64));
+  torch::Tensor bucket = torch::cat(flat);
+  if (absl::Status status = AllReduceSum(bucket); !status.ok()) return status;
+  const int64_t total = bucket.numel() - 1;
+  const double all_rows = bucket[total].item<double>();
+  if (!(all_rows > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("group '", prefix_, "': the ranks' batches have no rows"));
+  }
+  bucket = bucket.narrow(0, 0, total).div_(all_rows);
+  int64_t offset = 0;
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& t : tensors) {
+    const int64_t n = t.numel();
+    t.copy_(bucket.narrow(0, offset, n).view_as(t));
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuGroup::Barrier() {
   try {
     c10::intrusive_ptr<c10d::Work> work;

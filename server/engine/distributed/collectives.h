@@ -84,6 +84,12 @@ class CpuGroup {
   // the launch and latency cost of a collective is paid once.
   absl::Status AllReduceMean(const std::vector<torch::Tensor>& tensors);
 
+  // The rows-weighted mean over the ranks of each tensor of `tensors`, the rank's being a mean over
+  // its `rows` rows (its slice of a global batch): in one all-reduce of the tensors times `rows`
+  // and `rows` itself, divided by the total. With unequal slices (a global batch's short last
+  // part) this is still the global batch's mean, which a plain mean of means is not.
+  absl::Status AllReduceRowWeightedMean(const std::vector<torch::Tensor>& tensors, int64_t rows);
+
   // Returns once every rank called it (or an error, as AllReduceSum).
   absl::Status Barrier();
 

@@ -173,6 +173,17 @@ class LibTorchPath final : public TrainingPath {
     } else {
       loss.backward();
     }
+    if (exchange_ != nullptr) {
+      std::vector<torch::Tensor> gradients;
+      gradients.reserve(parameters_.size());
+      for (torch::Tensor& p : parameters_) {
+        // A parameter the loss did not reach has no gradient yet: zeros, so that every rank's
+        // bucket has the same layout.
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        gradients.push_back(p.grad());
+      }
+      exchange_->Exchange(gradients, x.size(0));
+    }
     // Clipping scales the gradients by a device scalar; its norm never reaches the host.
     if (spec_.clip_grad_norm > 0) ClipGradNorm(parameters_, spec_.clip_grad_norm);
     if (scaler_) {
@@ -182,6 +193,11 @@ class LibTorchPath final : public TrainingPath {
     }
     torch::NoGradGuard no_grad;
     loss_sum_.add_(loss.detach(), /*alpha=*/static_cast<double>(x.size(0)));
+  }
+
+  bool SetGradientExchange(GradientExchange* exchange) override {
+    exchange_ = exchange;
+    return true;
   }
 
   void BeginValidation() override {
@@ -266,6 +282,7 @@ class LibTorchPath final : public TrainingPath {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;
   bool classification_ = false;
+  GradientExchange* exchange_ = nullptr;  // a data-parallel rank's; not owned
   torch::Tensor loss_sum_;
   torch::Tensor val_loss_sum_;
   torch::Tensor val_correct_;

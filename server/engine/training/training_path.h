@@ -67,6 +67,19 @@ struct BatchView {
   torch::Tensor y() const { return targets->narrow(/*dim=*/0, offset, rows); }
 };
 
+// How a data-parallel job's ranks combine their gradients between backward and the optimizer's
+// update (issue 21; distributed/gradient_exchange.h is the one on c10d). Each rank's path computes
+// the gradients of its slice's mean loss, `rows` rows of the step's global batch; Exchange leaves
+// in `gradients`, on every rank, their rows-weighted mean over the ranks: the gradients of the
+// global batch's mean loss, what one process training on the whole global batch computes. Called
+// on the path's thread once per step, in the same order on every rank; throws (std::exception)
+// when the ranks cannot combine (a rank left, a timeout), which fails the job.
+class GradientExchange {
+ public:
+  virtual ~GradientExchange() = default;
+  virtual void Exchange(const std::vector<torch::Tensor>& gradients, int64_t rows) = 0;
+};
+
 // One way of running a job's steps. The loop calls, per epoch: SetLearningRate, BeginEpoch,
 // Step for each batch, then (with validation) BeginValidation, ValidateBatch for each batch,
 // EndValidation; then it stacks EpochValues() into the epoch's one transfer and hands the values
@@ -98,6 +111,12 @@ class TrainingPath {
   virtual std::vector<torch::Tensor> ExtraEpochValues() = 0;
   virtual void AfterTransfer(const double* extra_values) = 0;
 
+  // A data-parallel job's rank: `exchange` (outliving the path) combines every step's gradients
+  // with the other ranks' after backward (and after fp16's unscaling, so that an overflow on one
+  // rank skips the step on all) and before clipping and the update, so that clipping sees the
+  // global batch's gradients as one process would. False for a path that cannot (the fused and
+  // stacked paths, today): the job must then run on one that can.
+  virtual bool SetGradientExchange(GradientExchange* exchange) { return false; }
   // Checkpoints: the model, the optimizer and the path's own state with the loop's `state`.
   virtual absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
                                                   const LoopState& state) = 0;
