@@ -112,6 +112,15 @@ bool IsHandshakeFailure(absl::string_view message) {
          absl::StrContains(lower, "tls") || absl::StrContains(lower, "certificate");
 }
 
+// What a plaintext client hears from a daemon that serves TLS: the server closes the connection at
+// the client's first (plaintext) bytes, and gRPC reports that, with no word of TLS in it.
+bool LooksLikeClosedByTlsServer(absl::string_view message) {
+  const std::string lower = absl::AsciiStrToLower(message);
+  return absl::StrContains(lower, "socket closed") ||
+         absl::StrContains(lower, "connection reset") ||
+         absl::StrContains(lower, "connection closed") || absl::StrContains(lower, "end of file");
+}
+
 absl::StatusOr<std::string> ReadFlagFile(absl::string_view flag, const std::string& path) {
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
@@ -242,7 +251,8 @@ std::string Connection::DescribeError(const grpc::Status& status, absl::Duration
     case grpc::StatusCode::UNAVAILABLE:
       if (!connected) {
         std::string hint;
-        if (!had_replies && IsHandshakeFailure(message)) {
+        if (!had_replies && (IsHandshakeFailure(message) ||
+                             (!options_.security.use_tls && LooksLikeClosedByTlsServer(message)))) {
           hint = options_.security.use_tls
                      ? " (check --tls-ca, --tls-server-name and, for mutual TLS, --tls-cert and "
                        "--tls-key)"

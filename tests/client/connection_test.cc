@@ -204,6 +204,13 @@ TEST(DescribeHandshakeTest, AFailedHandshakeSuggestsTheTlsFlags) {
       plain.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Ssl handshake failed"),
                           absl::Seconds(5)),
       EndsWith("(if trainerd serves TLS, give --tls-ca)"));
+  // A TLS daemon closes a plaintext client's connection: gRPC says only that.
+  EXPECT_THAT(plain.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed"),
+                                  absl::Seconds(5)),
+              EndsWith("(if trainerd serves TLS, give --tls-ca)"));
+  EXPECT_THAT(tls.DescribeError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed"),
+                                absl::Seconds(5)),
+              Not(HasSubstr("--tls-ca")));
 }
 
 class LoadClientSecurityTest : public ::testing::Test {

@@ -145,6 +145,7 @@ TEST_F(SecurityEndToEndTest, TlsAndMutualTlsWithOpensslCertificates) {
   EXPECT_EQ(tls.exit_code, 0) << tls.err;
   RunResult plaintext = Ctl({"dataset", "list"});
   EXPECT_EQ(plaintext.exit_code, 1);
+  EXPECT_THAT(plaintext.err, HasSubstr("give --tls-ca")) << plaintext.err;
   RunResult untrusted = Ctl({"--tls-ca", pki->other_ca_cert, "--tls-server-name", "localhost",
                              "dataset", "list"});
   EXPECT_EQ(untrusted.exit_code, 1);
