@@ -24,7 +24,7 @@
 namespace trainerd::engine {
 namespace {
 
-constexpr int64_t kRows = 100;
+constexpr int64_t kRows = 100;  // MakeDataset's rows
 
 TrainingRun MakeRun(const std::shared_ptr<const Dataset>& dataset, OptimizerKind optimizer) {
   TrainingRun run;
@@ -84,11 +84,12 @@ std::vector<torch::Tensor> Alone(const TrainingRun& run, int world) {
   std::unique_ptr<TrainingPath> path =
       MakeLibTorchPath(run, at::detail::createCPUGenerator(*run.spec.seed));
   const int64_t global = run.spec.batch_size * world;
+  const int64_t all_rows = run.dataset->features.size(0);
   for (int epoch = 0; epoch < run.spec.epochs; ++epoch) {
     path->BeginEpoch();
-    for (int64_t begin = 0; begin < kRows; begin += global) {
+    for (int64_t begin = 0; begin < all_rows; begin += global) {
       path->Step(BatchView{&run.dataset->features, &run.dataset->targets, begin,
-                           std::min(global, kRows - begin)});
+                           std::min(global, all_rows - begin)});
     }
   }
   return Parameters(*path, run);
@@ -117,12 +118,12 @@ std::vector<torch::Tensor> Ranks(const TrainingRun& run, int world, const std::s
           MakeLibTorchPath(run, at::detail::createCPUGenerator(*run.spec.seed));
       ASSERT_TRUE(path->SetGradientExchange(&exchange));
       const int64_t global = run.spec.batch_size * world;
+      const int64_t all_rows = run.dataset->features.size(0);
       int64_t steps = 0;
       for (int epoch = 0; epoch < run.spec.epochs; ++epoch) {
         path->BeginEpoch();
-        for (int64_t begin = 0; begin < kRows; begin += global) {
-          const auto [from, rows] = Slice(begin, std::min(global, kRows - begin), rank, world);
-          ASSERT_GT(rows, 0) << "the test's layout leaves no rank empty";
+        for (int64_t begin = 0; begin < all_rows; begin += global) {
+          const auto [from, rows] = Slice(begin, std::min(global, all_rows - begin), rank, world);
           path->Step(BatchView{&run.dataset->features, &run.dataset->targets, from, rows});
           ++steps;
         }
@@ -166,6 +167,24 @@ TEST(DataParallelTest, RanksTrainTheModelOnePathTrainsOnTheGlobalBatches) {
       untrained.spec.epochs = 0;
       EXPECT_FALSE(torch::allclose(alone[0], Alone(untrained, world)[0], 1e-3, 1e-3));
     }
+  }
+}
+
+// 92 rows on 3 ranks of 10: the last global batch has 2 rows, split 1, 1 and none; the rank with
+// none still steps (zero gradients, no weight), so the three stay one model, the one-path model.
+TEST(DataParallelTest, ARankWithAnEmptySliceStillStepsWithTheOthers) {
+  auto full = MakeDataset();
+  auto dataset = std::make_shared<Dataset>(*full);
+  dataset->features = full->features.narrow(0, 0, 92).contiguous();
+  dataset->targets = full->targets.narrow(0, 0, 92).contiguous();
+  dataset->meta.rows = 92;
+  const TrainingRun run = MakeRun(dataset, OptimizerKind::kAdam);
+  const std::vector<torch::Tensor> alone = Alone(run, 3);
+  const std::vector<torch::Tensor> ranks = Ranks(run, 3, "dp-empty/1");
+  ASSERT_EQ(ranks.size(), alone.size());
+  for (size_t k = 0; k < alone.size(); ++k) {
+    EXPECT_TRUE(torch::allclose(ranks[k], alone[k], /*rtol=*/1e-4, /*atol=*/1e-5))
+        << "parameter " << k << ": " << (ranks[k] - alone[k]).abs().max();
   }
 }
 

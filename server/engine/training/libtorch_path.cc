@@ -163,6 +163,7 @@ class LibTorchPath final : public TrainingPath {
   }
 
   void Step(const BatchView& batch) override {
+    if (batch.rows == 0 && exchange_ != nullptr) return EmptySliceStep();
     const torch::Tensor x = batch.x();
     const torch::Tensor y = batch.y();
     optimizer_->zero_grad();
@@ -193,6 +194,26 @@ class LibTorchPath final : public TrainingPath {
     }
     torch::NoGradGuard no_grad;
     loss_sum_.add_(loss.detach(), /*alpha=*/static_cast<double>(x.size(0)));
+  }
+
+  // A data-parallel rank whose slice of a short last global batch is empty still takes the step
+  // with the others: no forward, zero gradients weighted by no rows into the exchange, then the
+  // same clipping and update as every rank, so that the ranks' models stay one.
+  void EmptySliceStep() {
+    optimizer_->zero_grad();
+    std::vector<torch::Tensor> gradients;
+    gradients.reserve(parameters_.size());
+    for (torch::Tensor& p : parameters_) {
+      p.mutable_grad() = torch::zeros_like(p);
+      gradients.push_back(p.grad());
+    }
+    exchange_->Exchange(gradients, 0);
+    if (spec_.clip_grad_norm > 0) ClipGradNorm(parameters_, spec_.clip_grad_norm);
+    if (scaler_) {
+      scaler_->Step(*optimizer_, parameters_);
+    } else {
+      optimizer_->step();
+    }
   }
 
   bool SetGradientExchange(GradientExchange* exchange) override {

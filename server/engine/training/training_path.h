@@ -115,7 +115,8 @@ class TrainingPath {
   // with the other ranks' after backward (and after fp16's unscaling, so that an overflow on one
   // rank skips the step on all) and before clipping and the update, so that clipping sees the
   // global batch's gradients as one process would. False for a path that cannot (the fused and
-  // stacked paths, today): the job must then run on one that can.
+  // stacked paths, today): the job must then run on one that can. With an exchange, a Step on no
+  // rows (a rank's empty slice of a short last global batch) still exchanges and updates.
   virtual bool SetGradientExchange(GradientExchange* exchange) { return false; }
   // Checkpoints: the model, the optimizer and the path's own state with the loop's `state`.
   virtual absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
