@@ -58,6 +58,18 @@ TerminalSize StdoutTerminalSize() {
 // printed once at the end, so that a log gets one table. Then the summary line. With JSON, each
 // member's Job as one line when it ends. Exit code: SweepExitCode. No overall deadline, as for
 // `job watch`; Ctrl-C ends trainctl and leaves the members running.
+// Asks the daemon for `member` again (GetJob, the full view) and replaces it with the answer.
+grpc::Status Refresh(const CommandContext& context, v1::Job& member) {
+  v1::GetJobRequest request;
+  request.set_id(member.id());
+  grpc::ClientContext call;
+  context.connection.SetUnaryDeadline(&call);
+  v1::Job job;
+  grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
+  if (status.ok()) member = std::move(job);
+  return status;
+}
+
 int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
   google::protobuf::RepeatedPtrField<v1::Job>& members = *sweep.mutable_members();
   const bool live = !context.structured && !context.names && isatty(STDOUT_FILENO) == 1;
@@ -70,14 +82,9 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
     bool all_ended = true;
     for (v1::Job& member : members) {
       if (IsTerminal(member.state())) continue;
-      v1::GetJobRequest request;
-      request.set_id(member.id());
-      grpc::ClientContext call;
-      context.connection.SetUnaryDeadline(&call);
-      v1::Job job;
-      grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
-      if (!status.ok()) return UnaryRpcFailure(context, status);
-      member = std::move(job);
+      if (grpc::Status status = Refresh(context, member); !status.ok()) {
+        return UnaryRpcFailure(context, status);
+      }
       if (!IsTerminal(member.state())) all_ended = false;
     }
     if (context.structured) {
@@ -111,14 +118,9 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
   // more, so that the table and the best member have their validation figures.
   for (v1::Job& member : members) {
     if (member.epochs_size() >= member.epochs_completed()) continue;
-    v1::GetJobRequest request;
-    request.set_id(member.id());
-    grpc::ClientContext call;
-    context.connection.SetUnaryDeadline(&call);
-    v1::Job job;
-    grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
-    if (!status.ok()) return UnaryRpcFailure(context, status);
-    member = std::move(job);
+    if (grpc::Status status = Refresh(context, member); !status.ok()) {
+      return UnaryRpcFailure(context, status);
+    }
   }
   // The last table whole, over the live one (which fitted the terminal) or alone.
   const std::string table = SweepWatchTable(members);
