@@ -16,7 +16,10 @@ namespace trainerd::engine {
 //
 // Blocks freed on another thread (a tensor the job handed out) are not subtracted, and blocks the
 // thread frees that it did not allocate are ignored: the peak may then be a little high, never
-// lower than what the job held. Not thread-safe: one meter per thread, made and read there.
+// lower than what the job held. LibTorch's reporter (c10::ProfiledCPUMemoryReporter) keeps the
+// size of each block allocated while a meter runs until the block is freed on a metered thread:
+// the few a job hands out (its outcome's tensors) stay in its table, a few entries per job. Not
+// thread-safe: one meter per thread, made and read there.
 class CpuMemoryMeter {
  public:
   CpuMemoryMeter();
