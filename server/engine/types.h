@@ -119,6 +119,10 @@ struct JobSpec {
   Precision precision = Precision::kFp32;
   JobPriority priority = JobPriority::kNormal;
   EngineKind engine = EngineKind::kAuto;
+  // > 1: a data-parallel job of this many ranks (issue 21; engine-internal so far: the API does
+  // not set it yet). Each rank trains its slice of every global batch of replicas * batch_size
+  // rows (RunRank, distributed/data_parallel.h).
+  int32_t replicas = 1;
   // > 0: a TorchScript job's worker process is ended (and the job FAILED) after it has run this
   // many seconds; 0: the daemon's default (--max_job_time). Spec-built jobs are bounded by their
   // epochs and ignore it.

@@ -3,9 +3,14 @@
 // slice of every global batch, end with the model one path trains on the whole global batches,
 // also when the last global batch splits unevenly (the exchange weighs each rank by its rows), with
 // clipping and Adam; and the same layout repeats bit for bit.
+#include "server/engine/distributed/data_parallel.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -14,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/distributed/collectives.h"
@@ -186,6 +192,103 @@ TEST(DataParallelTest, ARankWithAnEmptySliceStillStepsWithTheOthers) {
     EXPECT_TRUE(torch::allclose(ranks[k], alone[k], /*rtol=*/1e-4, /*atol=*/1e-5))
         << "parameter " << k << ": " << (ranks[k] - alone[k]).abs().max();
   }
+}
+
+// A whole job as ranks (RunDataParallel: threads, each RunRank on the LibTorch path) against the
+// same job as one rank with the global batch: shuffled epochs, a held-out fraction, Adam and
+// clipping. Every epoch's loss and validation loss, the steps, the host transfers (one per epoch
+// on the leader, plus the model's read-back) and the trained parameters agree, and the ranks'
+// run repeats bit for bit.
+struct Recorded {
+  TrainingOutcome outcome;
+  std::vector<EpochResult> epochs;
+};
+
+Recorded RunJob(TrainingRun run) {
+  Recorded recorded;
+  run.on_epoch = [&](const EpochResult& e, int64_t, int64_t) { recorded.epochs.push_back(e); };
+  recorded.outcome =
+      run.spec.replicas > 1 ? RunDataParallel(run, absl::Seconds(30)) : RunTraining(run);
+  return recorded;
+}
+
+TEST(DataParallelJobTest, RanksTrainTheJobAsOneRankWithTheGlobalBatch) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kAdam);
+  run.spec.epochs = 4;
+  run.spec.validation_fraction = 0.2;  // 80 rows train: global batches of 30, 30, 20
+  run.spec.engine = EngineKind::kLibTorch;
+  TrainingRun one = run;
+  one.spec.batch_size = 30;
+  TrainingRun ranks = run;
+  ranks.spec.replicas = 3;
+
+  const Recorded alone = RunJob(one);
+  const Recorded first = RunJob(ranks);
+  const Recorded again = RunJob(ranks);
+  ASSERT_EQ(alone.outcome.state, JobState::kSucceeded) << alone.outcome.error;
+  ASSERT_EQ(first.outcome.state, JobState::kSucceeded) << first.outcome.error;
+  ASSERT_EQ(first.epochs.size(), 4u);
+  ASSERT_EQ(alone.epochs.size(), 4u);
+  for (size_t e = 0; e < 4; ++e) {
+    EXPECT_NEAR(first.epochs[e].loss, alone.epochs[e].loss, 1e-5 * alone.epochs[e].loss);
+    ASSERT_TRUE(first.epochs[e].validation_loss.has_value());
+    EXPECT_NEAR(*first.epochs[e].validation_loss, *alone.epochs[e].validation_loss,
+                1e-5 * *alone.epochs[e].validation_loss);
+    EXPECT_EQ(first.epochs[e].loss, again.epochs[e].loss);  // bit for bit
+  }
+  EXPECT_LT(first.epochs.back().loss, first.epochs.front().loss);
+  EXPECT_EQ(first.outcome.steps, alone.outcome.steps);
+  EXPECT_EQ(first.outcome.steps, 4 * 3);
+  EXPECT_EQ(first.outcome.host_syncs, alone.outcome.host_syncs);
+  ASSERT_EQ(first.outcome.parameters.size(), alone.outcome.parameters.size());
+  for (size_t p = 0; p < alone.outcome.parameters.size(); ++p) {
+    const auto& want = alone.outcome.parameters[p].values;
+    const auto& got = first.outcome.parameters[p].values;
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t v = 0; v < want.size(); ++v) {
+      EXPECT_NEAR(got[v], want[v], 1e-4 * std::max(1.0f, std::fabs(want[v])))
+          << alone.outcome.parameters[p].name << "[" << v << "]";
+    }
+  }
+  EXPECT_FALSE(first.outcome.model_archive.empty());  // rank 0 exported the model
+}
+
+// The ranks agree at each epoch's end on what every one of them decides: a cancel seen by any
+// rank ends the job CANCELLED on all, and a diverging loss fails it on all with the sentence of
+// one rank, neither waiting for a timeout.
+TEST(DataParallelJobTest, RanksEndTogetherOnACancelAndOnADivergingLoss) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.replicas = 2;
+  std::atomic<bool> cancel{true};
+  run.cancel = &cancel;
+  const Recorded cancelled = RunJob(run);
+  EXPECT_EQ(cancelled.outcome.state, JobState::kCancelled) << cancelled.outcome.error;
+  EXPECT_TRUE(cancelled.epochs.empty());
+
+  TrainingRun diverging = MakeRun(dataset, OptimizerKind::kSgd);
+  diverging.spec.replicas = 2;
+  diverging.spec.learning_rate = 1e12;
+  diverging.spec.clip_grad_norm = 0;
+  const auto start = std::chrono::steady_clock::now();
+  const Recorded failed = RunJob(diverging);
+  EXPECT_EQ(failed.outcome.state, JobState::kFailed);
+  EXPECT_THAT(failed.outcome.error, ::testing::HasSubstr("loss became"));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 20);
+}
+
+TEST(DataParallelJobTest, WhatRanksCannotTrainYetIsRefusedWithAReason) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.replicas = 2;
+  run.spec.precision = Precision::kBf16;
+  const TrainingOutcome refused = RunDataParallel(run);
+  EXPECT_EQ(refused.state, JobState::kFailed);
+  EXPECT_EQ(refused.error, "this job cannot train as ranks: ranks train in float32");
+  run.spec.precision = Precision::kFp32;
+  run.spec.replicas = 1;
+  EXPECT_EQ(RunDataParallel(run).error, "a data-parallel job has at least 2 ranks");
 }
 
 // Without the exchange the ranks' models part: the test above is not passing by accident.

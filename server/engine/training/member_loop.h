@@ -120,6 +120,15 @@ class MemberLoop {
     path_->Step(batches_->Get(begin, std::min(batch_, rows_ - begin)));
     ++outcome_.steps;
   }
+  // A data-parallel rank's step on rows [begin, begin + len) of the epoch's order (none: a step
+  // that only exchanges and updates, training_path.h).
+  void StepRows(int64_t begin, int64_t len) {
+    path_->Step(len > 0 ? batches_->Get(begin, len) : BatchView{&features_, &targets_, 0, 0});
+    ++outcome_.steps;
+  }
+  bool SetGradientExchange(GradientExchange* exchange) {
+    return path_->SetGradientExchange(exchange);
+  }
 
   // Validation: eval mode (dropout off, batchnorm on its running statistics), no autograd, in
   // batches of batch_size; the loss (the training loss function with the same options) and the
@@ -130,6 +139,10 @@ class MemberLoop {
   }
   void ValidateBatch(int64_t begin) {
     path_->ValidateBatch(val_batches_->Get(begin, std::min(val_batch(), val_rows_ - begin)));
+  }
+  // A data-parallel rank's share of a validation batch: rows [begin, begin + len), maybe none.
+  void ValidateRows(int64_t begin, int64_t len) {
+    if (len > 0) path_->ValidateBatch(val_batches_->Get(begin, len));
   }
   void EndValidation() { path_->EndValidation(); }
 

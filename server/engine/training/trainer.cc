@@ -230,6 +230,134 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   return outcome;
 }
 
+std::string DataParallelUnsupported(const TrainingRun& run) {
+  if (!run.device.is_cpu()) return "ranks on a GPU need NCCL, which is not wired yet";
+  if (run.torchscript != nullptr) return "a TorchScript module trains on one rank";
+  if (run.spec.precision != Precision::kFp32) return "ranks train in float32";
+  if (run.spec.engine == EngineKind::kFused) return "ranks train on the LibTorch path";
+  if (!run.resume_from.empty()) return "ranks cannot resume from a checkpoint yet";
+  return "";
+}
+
+namespace {
+
+// Rank `rank` of `world`'s rows of the global batch [begin, begin + rows): equal slices of
+// ceil(rows / world), the last ones shorter or empty.
+std::pair<int64_t, int64_t> RankSlice(int64_t begin, int64_t rows, int rank, int world) {
+  const int64_t each = (rows + world - 1) / world;
+  const int64_t from = std::min(rows, rank * each);
+  const int64_t to = std::min(rows, (rank + 1) * each);
+  return {begin + from, to - from};
+}
+
+}  // namespace
+
+TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
+  const auto start = Clock::now();
+  const int rank = comms.rank();
+  const int world = comms.world_size();
+  // The rank's copy of the run: on the LibTorch path (the one that exchanges gradients); rank 0
+  // alone reports epochs and writes checkpoints.
+  TrainingRun run = job;
+  run.spec.engine = EngineKind::kLibTorch;
+  // A drain is not honoured by ranks yet (they cannot resume from a checkpoint): the epoch-end
+  // interrupt flag, agreed over the ranks, is how the job is stopped to be taken up again.
+  run.drain = nullptr;
+  if (rank != 0) {
+    run.on_epoch = nullptr;
+    run.checkpoint_dir.clear();
+    run.on_checkpoint = nullptr;
+    run.on_checkpoint_failed = nullptr;
+  }
+  MemberLoop member(run, start);
+  std::optional<Clock::time_point> loop_start;
+  std::optional<CpuMemoryMeter> cpu_meter;
+  int64_t cpu_peak = 0;
+  const std::string unsupported = DataParallelUnsupported(run);
+  if (!unsupported.empty()) {
+    member.End(JobState::kFailed, absl::StrCat("this job cannot train as ranks: ", unsupported));
+    return member.TakeOutcome(loop_start, 0);
+  }
+  try {
+    if (run.intra_op_threads > 0) SetIntraOpThreads(run.intra_op_threads);
+    SetFlushDenormal(run.flush_denormal);
+    LowerThreadPriority(run.cpu_nice);
+    cpu_meter.emplace();
+    if (member.Setup(run.dataset->features, run.dataset->targets, nullptr, 0) &&
+        !member.SetGradientExchange(&comms)) {
+      member.End(JobState::kFailed, "this job's training path cannot exchange gradients");
+    }
+    loop_start = Clock::now();
+    while (!member.ended() && member.more_epochs()) {
+      member.BeginEpoch();
+      const int64_t global = member.batch() * world;
+      for (int64_t begin = 0; begin < member.rows() && !member.ended(); begin += global) {
+        // (A cancel is read at the epoch's end, where the ranks agree on it.)
+        const auto [from, len] =
+            RankSlice(begin, std::min(global, member.rows() - begin), rank, world);
+        member.StepRows(from, len);
+      }
+      if (member.val_rows() > 0) {
+        const int64_t global_val = member.val_batch() * world;
+        member.BeginValidation();
+        for (int64_t begin = 0; begin < member.val_rows(); begin += global_val) {
+          const auto [from, len] =
+              RankSlice(begin, std::min(global_val, member.val_rows() - begin), rank, world);
+          member.ValidateRows(from, len);
+        }
+        member.EndValidation();
+      }
+      // The epoch's values summed over the ranks (each rank's loss sum over the job's rows is
+      // its share of the mean), with the ranks' cancel and interrupt flags: every rank sees the
+      // same figures and stops at the same epoch.
+      std::vector<torch::Tensor> values = member.EpochValues();
+      const bool cancel = run.cancel != nullptr && run.cancel->load(std::memory_order_relaxed);
+      const bool interrupt =
+          run.interrupt != nullptr && run.interrupt->load(std::memory_order_relaxed);
+      values.push_back(torch::full({}, cancel ? 1.0 : 0.0, torch::kFloat64));
+      values.push_back(torch::full({}, interrupt ? 1.0 : 0.0, torch::kFloat64));
+      torch::Tensor reduced = torch::stack(values).contiguous();
+      comms.AllReduceSum(reduced);
+      HostTransfers transfer;
+      const torch::Tensor host = transfer.ToHost(reduced).contiguous();
+      member.host().CountShared(transfer.seconds());
+      const double* value = host.data_ptr<double>();
+      const int64_t count = host.numel();
+      if (cpu_meter.has_value()) {  // the first epoch's peak stands for the job's
+        cpu_peak = cpu_meter->peak_bytes();
+        cpu_meter.reset();
+      }
+      if (value[count - 1] > 0) {
+        member.outcome().interrupted = true;
+        member.End(JobState::kRunning, "");
+        break;
+      }
+      if (value[count - 2] > 0) {
+        member.End(JobState::kCancelled, "");
+        break;
+      }
+      if (member.AfterTransfer(value) && !member.more_epochs()) {
+        if (rank == 0) {
+          member.Finish();
+        } else {
+          member.End(JobState::kSucceeded, "");
+        }
+      }
+    }
+    if (!member.ended()) {  // an early stop: the loop is done, the job still to finish
+      if (rank == 0) {
+        member.Finish();
+      } else {
+        member.End(JobState::kSucceeded, "");
+      }
+    }
+  } catch (...) {
+    member.Fail(std::current_exception());
+  }
+  const int64_t peak = cpu_meter.has_value() ? cpu_meter->peak_bytes() : cpu_peak;
+  return member.TakeOutcome(loop_start, peak);
+}
+
 std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) {
   if (member.torchscript != nullptr || lead.torchscript != nullptr) {
     return "a TorchScript module trains alone";

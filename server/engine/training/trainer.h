@@ -17,6 +17,7 @@
 #include "common/model_spec.h"
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/training/training_outcome.h"
+#include "server/engine/training/training_path.h"
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
@@ -80,6 +81,32 @@ struct TrainingRun {
 // Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a
 // sentence (out-of-memory named as such).
 TrainingOutcome RunTraining(const TrainingRun& run);
+
+// What a data-parallel job's rank needs of its group (distributed/data_parallel.h has the one on
+// c10d): the gradient exchange of every step, and a sum of the epoch's values over the ranks.
+// Methods throw (std::exception) when the ranks cannot combine.
+class RankComms : public GradientExchange {
+ public:
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Sums `values` (a contiguous float64 CPU tensor) over the ranks, in place.
+  virtual void AllReduceSum(torch::Tensor& values) = 0;
+};
+
+// Why `run` cannot train as ranks today ("" when it can): the CPU, a text-spec model, float32, not
+// taken up from a checkpoint.
+std::string DataParallelUnsupported(const TrainingRun& run);
+
+// Rank comms.rank() of a data-parallel job (run.spec.replicas = comms.world_size()) on the
+// calling thread: the job's loop on the LibTorch path, each step on the rank's slice of the global
+// batch of world_size * batch_size rows of the epoch's order (slices of ceil(rows / world_size),
+// the last ones shorter or empty), its gradients exchanged before the update; validation split
+// alike; the epoch's values summed over the ranks in one all-reduce before the one transfer, so
+// that every rank sees the same losses and takes the same decisions (a NaN, an early stop). Rank
+// 0 reports the epochs, writes the checkpoints and exports the model; the others are silent. The
+// job then trains as one rank with batch world_size * batch_size and the same seed does, within
+// float32 rounding. Never throws.
+TrainingOutcome RunRank(const TrainingRun& run, RankComms& comms);
 
 // Why `member` cannot train in one pack with `lead` ("" when it can): packed members share the
 // dataset, the device, the model, the batch size, the epochs and the validation split's size (a
