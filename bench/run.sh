@@ -23,6 +23,8 @@ fi
 if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"
   "$BUILD_DIR/tests/engine/collectives_bench" --json "$RESULTS_DIR/collectives.json"
+  # A data-parallel MLP as 1, 2 and 4 ranks (engine-internal ranks, issue 21).
+  "$BUILD_DIR/tests/engine/data_parallel_bench" --json "$RESULTS_DIR/data_parallel.json"
 fi
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"
