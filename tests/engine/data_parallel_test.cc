@@ -266,6 +266,21 @@ TEST(DataParallelJobTest, RanksEndTogetherOnACancelAndOnADivergingLoss) {
   const Recorded cancelled = RunJob(run);
   EXPECT_EQ(cancelled.outcome.state, JobState::kCancelled) << cancelled.outcome.error;
   EXPECT_TRUE(cancelled.epochs.empty());
+  EXPECT_EQ(cancelled.outcome.steps, 1);  // the ranks stop together after the step that told them
+
+  // A cancel during the job (here, as the first epoch is reported): the ranks stop together after
+  // the next step.
+  cancel = false;
+  TrainingRun mid = run;
+  Recorded during;
+  mid.on_epoch = [&](const EpochResult& e, int64_t, int64_t) {
+    during.epochs.push_back(e);
+    cancel = true;
+  };
+  during.outcome = RunDataParallel(mid, absl::Seconds(30));
+  EXPECT_EQ(during.outcome.state, JobState::kCancelled) << during.outcome.error;
+  EXPECT_EQ(during.epochs.size(), 1u);
+  EXPECT_EQ(during.outcome.steps, 5 + 1);  // 100 rows in global batches of 20, then one more
 
   TrainingRun diverging = MakeRun(dataset, OptimizerKind::kSgd);
   diverging.spec.replicas = 2;

@@ -200,7 +200,7 @@ absl::Status CpuGroup::AllReduceMean(const std::vector<torch::Tensor>& tensors) 
 }
 
 absl::Status CpuGroup::AllReduceRowWeightedMean(const std::vector<torch::Tensor>& tensors,
-                                                int64_t rows) {
+                                                int64_t rows, std::vector<double>* extra) {
   if (tensors.empty()) return absl::OkStatus();
   // The bucket has the gradients' dtype (float32: half the bytes of float64 on the wire, and no
   // conversion); the row counts ride in it exactly (integers below 2^24).
@@ -211,9 +211,14 @@ absl::Status CpuGroup::AllReduceRowWeightedMean(const std::vector<torch::Tensor>
     flat.push_back(t.detach().reshape({-1}).mul(static_cast<double>(rows)));
   }
   flat.push_back(torch::full({1}, static_cast<double>(rows), torch::TensorOptions(dtype)));
+  const int64_t extras = extra != nullptr ? static_cast<int64_t>(extra->size()) : 0;
+  for (int64_t i = 0; i < extras; ++i) {
+    flat.push_back(torch::full({1}, (*extra)[i], torch::TensorOptions(dtype)));
+  }
   torch::Tensor bucket = torch::cat(flat);
   if (absl::Status status = AllReduceSum(bucket); !status.ok()) return status;
-  const int64_t total = bucket.numel() - 1;
+  const int64_t total = bucket.numel() - 1 - extras;
+  for (int64_t i = 0; i < extras; ++i) (*extra)[i] = bucket[total + 1 + i].item().toDouble();
   const double all_rows = bucket[total].item().toDouble();
   if (!(all_rows > 0)) {
     return absl::InvalidArgumentError(

@@ -88,7 +88,10 @@ class CpuGroup {
   // its `rows` rows (its slice of a global batch): in one all-reduce of the tensors times `rows`
   // and `rows` itself, divided by the total. With unequal slices (a global batch's short last
   // part) this is still the global batch's mean, which a plain mean of means is not.
-  absl::Status AllReduceRowWeightedMean(const std::vector<torch::Tensor>& tensors, int64_t rows);
+  // With `extra`, its values ride in the same all-reduce and come back summed over the ranks (a
+  // step's stop votes: one collective a step, not two).
+  absl::Status AllReduceRowWeightedMean(const std::vector<torch::Tensor>& tensors, int64_t rows,
+                                        std::vector<double>* extra = nullptr);
 
   // Returns once every rank called it (or an error, as AllReduceSum).
   absl::Status Barrier();

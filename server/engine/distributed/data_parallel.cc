@@ -25,8 +25,12 @@ class GroupRankComms final : public RankComms {
   int rank() const override { return group_.rank(); }
   int world_size() const override { return group_.world_size(); }
   void Exchange(const std::vector<torch::Tensor>& gradients, int64_t rows) override {
-    Check(group_.AllReduceRowWeightedMean(gradients, rows));
+    std::vector<double> votes = {vote_.cancel ? 1.0 : 0.0, vote_.interrupt ? 1.0 : 0.0};
+    Check(group_.AllReduceRowWeightedMean(gradients, rows, &votes));
+    agreed_ = StopVote{votes[0] > 0, votes[1] > 0};
   }
+  void VoteStop(StopVote vote) override { vote_ = vote; }
+  StopVote agreed_stop() const override { return agreed_; }
   void AllReduceSum(torch::Tensor& values) override { Check(group_.AllReduceSum(values)); }
 
  private:
@@ -34,6 +38,8 @@ class GroupRankComms final : public RankComms {
     if (!status.ok()) throw std::runtime_error(std::string(status.message()));
   }
   CpuGroup& group_;
+  StopVote vote_;
+  StopVote agreed_;
 };
 
 // A failure that only says the rank lost the others (they left, or timed out).

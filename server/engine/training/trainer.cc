@@ -291,12 +291,27 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
     while (!member.ended() && member.more_epochs()) {
       member.BeginEpoch();
       const int64_t global = member.batch() * world;
-      for (int64_t begin = 0; begin < member.rows() && !member.ended(); begin += global) {
-        // (A cancel is read at the epoch's end, where the ranks agree on it.)
+      bool stop = false;
+      for (int64_t begin = 0; begin < member.rows() && !stop; begin += global) {
+        // Each rank's cancel and interrupt flags ride in the step's exchange: the ranks agree on
+        // the step they stop after (a rank alone stopping would leave the others waiting).
+        comms.VoteStop(
+            {run.cancel != nullptr && run.cancel->load(std::memory_order_relaxed),
+             run.interrupt != nullptr && run.interrupt->load(std::memory_order_relaxed)});
         const auto [from, len] =
             RankSlice(begin, std::min(global, member.rows() - begin), rank, world);
         member.StepRows(from, len);
+        const RankComms::StopVote agreed = comms.agreed_stop();
+        if (agreed.interrupt) {
+          member.outcome().interrupted = true;
+          member.End(JobState::kRunning, "");
+          stop = true;
+        } else if (agreed.cancel) {
+          member.End(JobState::kCancelled, "");
+          stop = true;
+        }
       }
+      if (stop) break;
       if (member.val_rows() > 0) {
         const int64_t global_val = member.val_batch() * world;
         member.BeginValidation();

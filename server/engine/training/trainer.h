@@ -91,6 +91,14 @@ class RankComms : public GradientExchange {
   virtual int world_size() const = 0;
   // Sums `values` (a contiguous float64 CPU tensor) over the ranks, in place.
   virtual void AllReduceSum(torch::Tensor& values) = 0;
+  // This rank's wish to stop (a cancel, an interrupt), carried by the next Exchange; after it,
+  // agreed_stop() says whether any rank wished it: every rank stops after the same step.
+  struct StopVote {
+    bool cancel = false;
+    bool interrupt = false;
+  };
+  virtual void VoteStop(StopVote vote) = 0;
+  virtual StopVote agreed_stop() const = 0;
 };
 
 // Why `run` cannot train as ranks today ("" when it can): the CPU, a text-spec model, float32, not
