@@ -1,9 +1,11 @@
 // `make bench` (bench/run.sh): a data-parallel job's scaling on this machine's CPU. An MLP of a
-// few widths trained as 1, 2 and 4 ranks (RunRank through Gloo groups, ranks as threads, one
-// intra-op thread each) with the same global batch (ranks x 64 rows of a 64-feature dataset):
-// seconds per epoch, the speed-up over one rank with the same global batch, the scaling
-// efficiency (speed-up / ranks) and the share of the ranks' time spent in collectives. Not a
-// test: nothing is asserted. Prints a table; with --json PATH also writes the figures there.
+// few widths trained as 2 and 4 ranks (RunRank through Gloo groups, ranks as threads, one
+// intra-op thread each) against one rank with the same global batch (ranks x B rows a step of a
+// 64-feature dataset), for per-rank batches B of 64 and 512: seconds per epoch, the speed-up, the
+// scaling efficiency (speed-up / ranks) and the share of the ranks' time spent in collectives.
+// A step's all-reduce costs the same whatever B; its compute grows with B: the table shows where
+// ranks start to pay. Not a test: nothing is asserted. Prints a table; with --json PATH also
+// writes the figures there.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -59,6 +61,7 @@ class TimedComms final : public RankComms {
 
 struct Row {
   int width;
+  int64_t batch;
   int ranks;
   double epoch_seconds;
   double speedup;
@@ -69,14 +72,15 @@ constexpr int64_t kRows = 4096;
 constexpr int64_t kFeatures = 64;
 constexpr int kEpochs = 3;
 
-TrainingRun MakeRun(const std::shared_ptr<const Dataset>& dataset, int width, int ranks) {
+TrainingRun MakeRun(const std::shared_ptr<const Dataset>& dataset, int width, int64_t batch,
+                    int ranks) {
   TrainingRun run;
   run.spec.dataset = "bench";
   run.spec.model = absl::StrCat("linear:", width, ",relu,linear:", width, ",relu,linear:10");
   run.spec.loss = LossKind::kCrossEntropy;
   run.spec.optimizer = OptimizerKind::kSgd;
   run.spec.learning_rate = 0.01;
-  run.spec.batch_size = 64;  // per rank; Measure gives one rank the global batch
+  run.spec.batch_size = batch;  // per rank; Measure gives one rank the global batch
   run.spec.epochs = kEpochs;
   run.spec.seed = 1;
   run.spec.device = "cpu";
@@ -90,9 +94,9 @@ TrainingRun MakeRun(const std::shared_ptr<const Dataset>& dataset, int width, in
 
 // Seconds per epoch and the ranks' mean share of time in collectives.
 std::pair<double, double> Measure(const std::shared_ptr<const Dataset>& dataset, int width,
-                                  int ranks, int global_ranks) {
-  TrainingRun run = MakeRun(dataset, width, ranks);
-  if (ranks == 1) run.spec.batch_size = 64 * global_ranks;  // the same global batch
+                                  int64_t batch, int ranks, int global_ranks) {
+  TrainingRun run = MakeRun(dataset, width, batch, ranks);
+  if (ranks == 1) run.spec.batch_size = batch * global_ranks;  // the same global batch
   run.spec.replicas = ranks;
   if (ranks == 1) {
     const auto start = Clock::now();
@@ -104,7 +108,7 @@ std::pair<double, double> Measure(const std::shared_ptr<const Dataset>& dataset,
       RendezvousHost::Start("127.0.0.1", 0, 0, ranks, absl::Seconds(60));
   if (!host.ok()) return {0, 0};
   std::vector<double> shares(ranks);
-  const std::string prefix = absl::StrCat("bench-", width, "-", ranks);
+  const std::string prefix = absl::StrCat("bench-", width, "-", batch, "-", ranks);
   const auto start = Clock::now();
   std::vector<std::thread> threads;
   for (int rank = 0; rank < ranks; ++rank) {
@@ -155,20 +159,23 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   std::printf(
       "data-parallel MLP (64 features, two hidden layers of WIDTH), 4096 rows, %d epochs,\n"
-      "64 rows per rank per step, one intra-op thread per rank, Gloo on loopback\n",
+      "B rows per rank per step, one intra-op thread per rank, Gloo on loopback\n",
       kEpochs);
-  std::printf("%6s %6s %14s %14s %10s %11s %12s\n", "width", "ranks", "1 rank s/ep", "N ranks s/ep",
-              "speed-up", "efficiency", "collectives");
-  for (int width : {64, 256, 1024}) {
-    for (int ranks : {2, 4}) {
-      // One rank with the same global batch (ranks x 64 rows a step), then the ranks.
-      const double one = Measure(dataset, width, 1, ranks).first;
-      const auto [many, share] = Measure(dataset, width, ranks, ranks);
-      const double speedup = many > 0 ? one / many : 0;
-      rows.push_back({width, ranks, many, speedup, share});
-      std::printf("%6d %6d %14.4f %14.4f %9.2fx %10.0f%% %11.0f%%\n", width, ranks, one, many,
-                  speedup, 100 * speedup / ranks, 100 * share);
-      std::fflush(stdout);
+  std::printf("%6s %5s %6s %14s %14s %10s %11s %12s\n", "width", "B", "ranks", "1 rank s/ep",
+              "N ranks s/ep", "speed-up", "efficiency", "collectives");
+  for (int width : {256, 1024}) {
+    for (int64_t batch : {int64_t{64}, int64_t{512}}) {
+      for (int ranks : {2, 4}) {
+        // One rank with the same global batch (ranks x B rows a step), then the ranks.
+        const double one = Measure(dataset, width, batch, 1, ranks).first;
+        const auto [many, share] = Measure(dataset, width, batch, ranks, ranks);
+        const double speedup = many > 0 ? one / many : 0;
+        rows.push_back({width, batch, ranks, many, speedup, share});
+        std::printf("%6d %5lld %6d %14.4f %14.4f %9.2fx %10.0f%% %11.0f%%\n", width,
+                    static_cast<long long>(batch), ranks, one, many, speedup, 100 * speedup / ranks,
+                    100 * share);
+        std::fflush(stdout);
+      }
     }
   }
   if (!json_path.empty()) {
@@ -176,9 +183,9 @@ int main(int argc, char** argv) {
     out << "[\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       out << absl::StrFormat(
-          "  {\"width\": %d, \"ranks\": %d, \"epoch_seconds\": %.6f, \"speedup\": %.4f, "
-          "\"collective_share\": %.4f}%s\n",
-          rows[i].width, rows[i].ranks, rows[i].epoch_seconds, rows[i].speedup,
+          "  {\"width\": %d, \"batch\": %d, \"ranks\": %d, \"epoch_seconds\": %.6f, "
+          "\"speedup\": %.4f, \"collective_share\": %.4f}%s\n",
+          rows[i].width, rows[i].batch, rows[i].ranks, rows[i].epoch_seconds, rows[i].speedup,
           rows[i].collective_share, i + 1 < rows.size() ? "," : "");
     }
     out << "]\n";
