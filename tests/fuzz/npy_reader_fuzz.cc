@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (array.status().code() != absl::StatusCode::kInvalidArgument) std::abort();
     return 0;
   }
-  const int64_t item = array->dtype == trainerd::NpyDType::kFloat32 ? 4 : 8;
+  const int64_t item = static_cast<int64_t>(trainerd::NpyItemSize(array->dtype));
   const absl::StatusOr<int64_t> expected =
       trainerd::CheckedByteSize(1, array->shape, item, "the array");
   if (!expected.ok() || *expected != static_cast<int64_t>(array->data.size())) std::abort();
