@@ -74,7 +74,7 @@ from trainerd.jobs import (
     load_model,
     write_atomically,
 )
-from trainerd.sweeps import POLL_SECONDS, SweepBase
+from trainerd.sweeps import SweepBase
 from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
 
 if TYPE_CHECKING:
@@ -411,12 +411,7 @@ class Sweep(SweepBase[Job]):
             running = [job for job in self.jobs if not job.cached_state.ended]
             if not running:
                 return
-            wait = POLL_SECONDS
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._timed_out(timeout)
-                wait = min(wait, left)
+            wait = self._poll_wait(deadline, timeout)
             try:
                 await running[0]._follow(wait, None)  # noqa: SLF001
             except DeadlineExceeded:

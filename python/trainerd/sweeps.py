@@ -119,6 +119,16 @@ class SweepBase(Generic[JobT]):
         ``progress`` and ``plot`` ask for (see :meth:`Sweep.wait`)."""
         return sweep_display(self, progress, plot)
 
+    def _poll_wait(self, deadline: float | None, timeout: float | None) -> float:
+        """How long the live display's wait may follow a member before asking about all again:
+        POLL_SECONDS, less when the deadline is nearer; TimeoutError once it passed."""
+        if deadline is None:
+            return POLL_SECONDS
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise self._timed_out(timeout)
+        return min(POLL_SECONDS, left)
+
     def _timed_out(self, timeout: float | None) -> TimeoutError:
         return TimeoutError(f"sweep '{self.id}' did not end within {timeout:g} s")
 
@@ -223,12 +233,7 @@ class Sweep(SweepBase[Job]):
             running = [job for job in self.jobs if not job.cached_state.ended]
             if not running:
                 return
-            wait = POLL_SECONDS
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise self._timed_out(timeout)
-                wait = min(wait, left)
+            wait = self._poll_wait(deadline, timeout)
             try:
                 running[0]._follow(wait, None)  # noqa: SLF001
             except DeadlineExceeded:
