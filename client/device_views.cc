@@ -95,6 +95,15 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
     lines.push_back(
         {"packed", absl::StrCat(report.packed_members(), " sweep members trained as one model")});
   }
+  // A data-parallel job: rank 0's time in the all-reduces (part of compute).
+  if (report.collective_seconds() > 0) {
+    std::string collectives = absl::StrFormat("%.2f s", report.collective_seconds());
+    if (report.has_collective_fraction()) {
+      absl::StrAppend(&collectives, " (", Percent(report.collective_fraction(), 1),
+                      " of compute, rank 0)");
+    }
+    lines.push_back({"collectives", collectives});
+  }
   lines.push_back({"host syncs", absl::StrCat(report.host_syncs())});
   lines.push_back({"host→device", FormatBytes(report.host_to_device_bytes())});
   // FLOPs are unknown (0) for TorchScript modules; a dash says so rather than "0 FLOP".

@@ -216,8 +216,21 @@ std::string JobDetails(const v1::Job& job) {
   if (spec.priority() == v1::JOB_PRIORITY_LOW) lines.push_back({"priority", "low"});
   if (spec.engine() == v1::ENGINE_FUSED) lines.push_back({"engine", "fused"});
   if (spec.engine() == v1::ENGINE_LIBTORCH) lines.push_back({"engine", "libtorch"});
+  // A data-parallel job: the per-rank batch, the global one, and where each rank ran.
+  if (spec.replicas() > 1) {
+    lines.push_back({"batch size", absl::StrCat(spec.batch_size(), " per rank, ",
+                                                job.global_batch_size(), " global")});
+    std::vector<std::string> placed;
+    for (const v1::RankPlacement& rank : job.ranks()) {
+      placed.push_back(absl::StrCat(rank.rank(), ": ", rank.device(), " on ", rank.node()));
+    }
+    lines.push_back({"ranks", placed.empty() ? absl::StrCat(spec.replicas(), " (not started)")
+                                             : absl::StrCat(spec.replicas(), " (",
+                                                            absl::StrJoin(placed, ", "), ")")});
+  } else {
+    lines.push_back({"batch size", absl::StrCat(spec.batch_size())});
+  }
   lines.insert(lines.end(), {
-                                {"batch size", absl::StrCat(spec.batch_size())},
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},
                                 {"seed", spec.has_seed() ? absl::StrCat(spec.seed()) : "-"},
                                 {"device", JobDevice(job)},

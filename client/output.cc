@@ -298,6 +298,8 @@ std::string BoundName(v1::DeviceReport::Bound bound) {
       return "data-bound";
     case v1::DeviceReport::BALANCED:
       return "balanced";
+    case v1::DeviceReport::COMMUNICATION_BOUND:
+      return "communication-bound";
     case v1::DeviceReport::BOUND_UNSPECIFIED:
       return "-";
     default:

@@ -485,6 +485,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(v1::Engine engine, ParseEngine(invocation.Get("engine", "auto")));
   spec.set_engine(engine);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
+  // The daemon bounds it (--max_replicas); here only its type and sign.
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t replicas, invocation.GetInt("replicas", 1, 1, 1 << 20));
+  if (replicas > 1) spec.set_replicas(static_cast<int32_t>(replicas));
   if (invocation.Has("max-job-time")) {
     TRAINERD_ASSIGN_OR_RETURN(const absl::Duration duration,
                               ParseDurationFlag("--max-job-time", invocation.Get("max-job-time")));

@@ -79,6 +79,11 @@ std::vector<FlagSpec> SubmitFlags() {
            "auto, fused or libtorch: how the steps run; auto takes\n"
            "the fused path (small MLPs, no per-operator overhead)\n"
            "when the job qualifies (default auto)"},
+          {"replicas", "N",
+           "train on N ranks, data-parallel: each takes its slice of\n"
+           "every global batch of N * --batch-size rows and the\n"
+           "gradients are averaged, as one rank with batch\n"
+           "N * --batch-size would train (CPU ranks; default 1)"},
           {"max-job-time", "T",
            "a --torchscript job's time limit, in seconds or as a\n"
            "duration (90m): its worker is killed and the job FAILED\n"

@@ -3,7 +3,7 @@
 # Fails when a file of the engine room server/engine/<ROOM>/ includes a header of another room that
 # it does not declare in MAY_INCLUDE, or one of the files that sit above every room (engine.h,
 # access.h, the engine's own .cc files' headers). "base" in MAY_INCLUDE allows the engine's base:
-# types.h, log.h and job_store.h. Run at build time by trainerd_engine_room (TrainerdTargets.cmake)
+# types.h, log.h, job_store.h and remote_ranks.h. Run at build time by trainerd_engine_room (TrainerdTargets.cmake)
 # whenever a file of the room changes; it writes STAMP when the room keeps to what it declares.
 cmake_policy(SET CMP0057 NEW)  # if(IN_LIST), which a script does not get from a project
 file(GLOB files "${SOURCE_DIR}/server/engine/${ROOM}/*.h" "${SOURCE_DIR}/server/engine/${ROOM}/*.cc")
@@ -18,7 +18,7 @@ foreach(file IN LISTS files)
       if(NOT room STREQUAL ROOM AND NOT room IN_LIST MAY_INCLUDE)
         string(APPEND problems "  ${where} includes server/engine/${path}\n")
       endif()
-    elseif(NOT ("base" IN_LIST MAY_INCLUDE AND path MATCHES "^(types|log|job_store)\\.h$"))
+    elseif(NOT ("base" IN_LIST MAY_INCLUDE AND path MATCHES "^(types|log|job_store|remote_ranks)\\.h$"))
       string(APPEND problems "  ${where} includes server/engine/${path}\n")
     endif()
   endforeach()

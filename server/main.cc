@@ -145,13 +145,24 @@ ABSL_FLAG(std::string, worker, "",
 ABSL_FLAG(absl::Duration, max_job_time, absl::Hours(24),
           "a TorchScript job's time limit when it gives none (trainctl submit --max-job-time): "
           "its worker is killed and the job FAILED once it has run this long; 0 for none");
+// Data-parallel jobs (docs/ARCHITECTURE.md, "Data-parallel jobs").
+ABSL_FLAG(int32_t, max_replicas, 8,
+          "the most ranks one job may ask for (trainctl submit --replicas); on the CPU they are "
+          "threads of this daemon and share its cores");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
+          "how long a data-parallel job's ranks may take to meet, and one collective may wait for "
+          "the other ranks, before the job fails naming the rank that did not come");
+ABSL_FLAG(std::string, node_name, "",
+          "this daemon's name in a data-parallel job's rank placements (Job.ranks); empty: the "
+          "host name");
 ABSL_FLAG(absl::Duration, worker_grace, absl::Seconds(5),
           "how long a TorchScript job's worker may take to stop after a cancel or a shutdown "
           "asked it to, before it is killed");
-ABSL_FLAG(int32_t, worker_pool, 1,
-          "TorchScript workers kept started and warm per device (LibTorch loaded, sandbox applied), "
-          "so that a job's worker is ready when it starts, and with them one module checker; "
-          "each serves one job or one check; 0: none");
+ABSL_FLAG(
+    int32_t, worker_pool, 1,
+    "TorchScript workers kept started and warm per device (LibTorch loaded, sandbox applied), "
+    "so that a job's worker is ready when it starts, and with them one module checker; "
+    "each serves one job or one check; 0: none");
 ABSL_FLAG(int64_t, worker_memory_limit_bytes, int64_t{8} << 30,
           "a CPU TorchScript job's worker's address space beyond its libraries and datasets, in "
           "bytes; 0 for none");
@@ -189,8 +200,9 @@ void RaiseOpenFileLimit(int64_t max_datasets) {
   const uint64_t need = 2 * datasets + 1024;
   if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < need) {
     trainerd::engine::LogWarning(absl::StrCat(
-        "the open-file limit is ", limit.rlim_cur, ", short of the ", need, " that --max_datasets=",
-        max_datasets, " may take (two per resident CPU dataset, and 1,024 for the rest): raise it "
+        "the open-file limit is ", limit.rlim_cur, ", short of the ", need,
+        " that --max_datasets=", max_datasets,
+        " may take (two per resident CPU dataset, and 1,024 for the rest): raise it "
         "(systemd LimitNOFILE=, docker --ulimit nofile=, ulimit -n) or lower --max_datasets; "
         "past it, calls fail RESOURCE_EXHAUSTED until datasets are deleted"));
   }
@@ -351,6 +363,14 @@ int main(int argc, char** argv) {
   options.engine.module_checker.pool = options.engine.worker.pool > 0 ? 1 : 0;
   options.engine.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
   options.engine.max_job_time = absl::GetFlag(FLAGS_max_job_time);
+  options.engine.max_replicas = absl::GetFlag(FLAGS_max_replicas);
+  options.engine.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  options.engine.node_name = absl::GetFlag(FLAGS_node_name);
+  if (options.engine.max_replicas < 1 ||
+      options.engine.collective_timeout <= absl::ZeroDuration()) {
+    std::cerr << "trainerd: --max_replicas must be at least 1 and --collective_timeout positive\n";
+    return 2;
+  }
   if (options.engine.worker.grace < absl::ZeroDuration() ||
       options.engine.max_job_time < absl::ZeroDuration() ||
       options.engine.worker.memory_limit_bytes < 0) {

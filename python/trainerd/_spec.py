@@ -101,6 +101,7 @@ class SweepOptions(TypedDict, total=False):
     engine: str
     max_job_time: float | datetime.timedelta
     shuffle: bool
+    replicas: int
 
 
 class SpecOptions(SweepOptions, total=False):
@@ -354,6 +355,11 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
     if not isinstance(shuffle, bool):
         raise TypeError("shuffle must be a bool")
     spec.shuffle = shuffle
+    if "replicas" in options:
+        # The daemon bounds it (--max_replicas); 1 is a one-rank job, sent as unset.
+        replicas = _integer("replicas", options["replicas"], 1, _INT32_MAX)
+        if replicas > 1:
+            spec.replicas = replicas
     if "max_job_time" in options:
         spec.max_job_seconds = _seconds("max_job_time", options["max_job_time"])
     if "seed" in options:

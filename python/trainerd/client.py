@@ -396,6 +396,7 @@ class Client:
         engine: str = "auto",
         max_job_time: float | datetime.timedelta | None = None,
         shuffle: bool = True,
+        replicas: int | None = None,
     ) -> Job:
         """Submits a training job and returns it, QUEUED (SubmitJob).
 
@@ -443,6 +444,10 @@ class Client:
             max_job_time: a TorchScript job's time limit, seconds or a timedelta.
             shuffle: reshuffle the rows every epoch (trainctl's ``--no-shuffle`` is
                 ``shuffle=False``).
+            replicas: train on N ranks, data-parallel (CPU ranks): each takes its slice of every
+                global batch of ``replicas * batch_size`` rows and the gradients are averaged,
+                so the job trains as one rank with batch ``replicas * batch_size`` would
+                (``job.ranks`` says where each ran; default 1).
 
         Example::
 

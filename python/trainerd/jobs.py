@@ -192,6 +192,22 @@ class JobBase:
         return self._proto.owner
 
     @property
+    def replicas(self) -> int:
+        """The ranks the job trains on, data-parallel (1 for a one-rank job)."""
+        return max(1, self._proto.spec.replicas)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Rows per optimizer step over all the ranks: ``spec.batch_size * replicas``."""
+        return self._proto.global_batch_size or self._proto.spec.batch_size * self.replicas
+
+    @property
+    def ranks(self) -> list[tuple[int, str, str]]:
+        """Where each rank of a data-parallel job ran, as (rank, device, node), rank 0 first;
+        empty for a one-rank job or before it starts."""
+        return [(r.rank, r.device, r.node) for r in self._proto.ranks]
+
+    @property
     def sweep_id(self) -> str:
         return self._proto.sweep_id
 

@@ -322,6 +322,11 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
         "default)");
   }
   out.max_job_seconds = spec.max_job_seconds();
+  if (spec.replicas() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replicas must be >= 1 (0 or unset: one rank), got ", spec.replicas()));
+  }
+  out.replicas = std::max<int32_t>(1, spec.replicas());
   return out;
 }
 
@@ -363,6 +368,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_priority(ToProto(spec.priority));
   out.set_engine(ToProto(spec.engine));
   out.set_max_job_seconds(spec.max_job_seconds);
+  if (spec.replicas > 1) out.set_replicas(spec.replicas);  // one rank: left unset, as sent
   return out;
 }
 
@@ -420,6 +426,8 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   out.set_engine_reason(r.engine_reason);
   out.set_packed_members(r.packed_members);
   out.set_worker_start_seconds(r.worker_start_seconds);
+  out.set_collective_seconds(r.collective_seconds);
+  if (r.collective_fraction) out.set_collective_fraction(*r.collective_fraction);
   switch (r.bound) {
     case engine::SpeedBound::kUnspecified:
       out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
@@ -438,6 +446,9 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
       break;
     case engine::SpeedBound::kBalanced:
       out.set_bound(v1::DeviceReport::BALANCED);
+      break;
+    case engine::SpeedBound::kCommunicationBound:
+      out.set_bound(v1::DeviceReport::COMMUNICATION_BOUND);
       break;
   }
   out.set_verdict(r.verdict);
@@ -518,6 +529,13 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_record_damaged(job.record_damaged);
   out.set_checkpoint_error(job.checkpoint_error);
   out.set_model_sha256(job.model_sha256);
+  for (const engine::RankPlacement& r : job.ranks) {
+    v1::RankPlacement* rank = out.add_ranks();
+    rank->set_rank(r.rank);
+    rank->set_device(r.device);
+    rank->set_node(r.node);
+  }
+  out.set_global_batch_size(job.spec.batch_size * std::max<int32_t>(1, job.spec.replicas));
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
   out.set_sweep_id(job.sweep_id);
   for (const engine::DeviceCostEstimate& e : job.device_estimates) {
@@ -605,6 +623,8 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   out.engine_reason = r.engine_reason();
   out.packed_members = r.packed_members();
   out.worker_start_seconds = r.worker_start_seconds();
+  out.collective_seconds = r.collective_seconds();
+  if (r.has_collective_fraction()) out.collective_fraction = r.collective_fraction();
   switch (r.bound()) {
     case v1::DeviceReport::LAUNCH_BOUND:
       out.bound = engine::SpeedBound::kLaunchBound;
@@ -620,6 +640,9 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
       break;
     case v1::DeviceReport::BALANCED:
       out.bound = engine::SpeedBound::kBalanced;
+      break;
+    case v1::DeviceReport::COMMUNICATION_BOUND:
+      out.bound = engine::SpeedBound::kCommunicationBound;
       break;
     default:
       out.bound = engine::SpeedBound::kUnspecified;
@@ -660,6 +683,9 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.record_damaged = job.record_damaged();
   out.checkpoint_error = job.checkpoint_error();
   out.model_sha256 = job.model_sha256();
+  for (const v1::RankPlacement& r : job.ranks()) {
+    out.ranks.push_back(engine::RankPlacement{r.rank(), r.device(), r.node()});
+  }
   out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.sweep_id = job.sweep_id();
   for (const v1::DeviceEstimate& e : job.device_estimates()) {

@@ -96,6 +96,13 @@ struct EngineOptions {
   WorkerOptions worker;
   // A TorchScript job's time limit when its spec gives none; zero: none (--max_job_time).
   absl::Duration max_job_time = absl::ZeroDuration();
+  // Data-parallel jobs (JobSpec::replicas): the most ranks a job may ask for (INVALID_ARGUMENT
+  // above it), how long its ranks may take to meet and any one collective may wait for the others
+  // before the job fails naming the rank that did not come (never a hang), and the name this
+  // daemon gives itself in a job's rank placements (empty: the host name).
+  int32_t max_replicas = 8;
+  absl::Duration collective_timeout = absl::Seconds(60);
+  std::string node_name;
   // Diagnose(refresh) measures again only when the cached figures are at least this old; younger
   // ones are returned (marked cached). Zero: every refresh measures.
   absl::Duration diagnose_min_interval = absl::Seconds(30);

@@ -130,6 +130,23 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
     device = Place(spec, dataset, estimate.total_bytes);
     spec.device = DeviceName(device);
   }
+  // A data-parallel job: within the daemon's bound, and one its ranks can train; each rank holds
+  // a replica of the working set on the device.
+  if (spec.replicas > 1) {
+    if (spec.replicas > options.max_replicas) {
+      return absl::InvalidArgumentError(absl::StrCat("replicas ", spec.replicas,
+                                                     " is more than this daemon runs for one job (",
+                                                     options.max_replicas, ", --max_replicas)"));
+    }
+    const std::string why = DataParallelSpecUnsupported(spec, model, (module != nullptr), device);
+    if (!why.empty()) {
+      const std::string message = absl::StrCat("a job with replicas cannot train here: ", why);
+      if (!device.is_cpu()) return absl::FailedPreconditionError(message);
+      return absl::InvalidArgumentError(message);
+    }
+    TRAINERD_ASSIGN_OR_RETURN(estimate.total_bytes, CheckedMul(estimate.total_bytes, spec.replicas,
+                                                               "the ranks' working sets"));
+  }
   // engine fused is a promise: a job it cannot take is refused now, saying why.
   if (spec.engine == EngineKind::kFused) {
     const std::string why =

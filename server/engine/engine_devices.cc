@@ -251,6 +251,8 @@ JobHooks Engine::Impl::Hooks() {
       figures.epochs_done = static_cast<int32_t>(ended.epochs.size());
       figures.flops_per_step = flops;
       figures.layers = layers;
+      figures.ranks = std::max<int32_t>(1, ended.spec.replicas);
+      figures.collective_seconds = report.collective_seconds;
       if (std::optional<Diagnosis> diagnosis = CachedDiagnosis()) {
         for (const DeviceDiagnosis& d : diagnosis->devices) {
           if (d.device == ended.device) {
@@ -271,6 +273,7 @@ JobHooks Engine::Impl::Hooks() {
       report.achieved_flops_per_second = verdict.achieved_flops_per_second;
       report.peak_fraction = verdict.peak_fraction;
       report.overhead_fraction = verdict.overhead_fraction;
+      report.collective_fraction = verdict.collective_fraction;
       report.bound = verdict.bound;
       report.verdict = verdict.line;
       if (fused && !report.verdict.empty()) {

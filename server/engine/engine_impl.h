@@ -4,8 +4,6 @@
 // the engine: nothing outside server/engine/ includes it.
 #pragma once
 
-#include "server/engine/engine.h"
-
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -37,20 +35,20 @@
 #include "server/engine/devices/diagnose.h"
 #include "server/engine/devices/placement.h"
 #include "server/engine/devices/speed_report.h"
+#include "server/engine/engine.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript/torchscript_module.h"
 #include "server/engine/training/fused_path.h"
 #include "server/engine/training/model.h"
+#include "server/engine/training/trainer.h"
 #include "server/monitor/sampler.h"
 
 namespace trainerd::engine {
 
-
 // Module checks that run at once, and that may wait for a thread beyond those.
 inline constexpr int kModuleCheckThreads = 2;
 inline constexpr size_t kMaxWaitingModuleChecks = 8;
-
 
 struct Engine::Impl {
   Impl(const EngineOptions& options, torch::Device device, int64_t memory_budget)
@@ -80,6 +78,8 @@ struct Engine::Impl {
     out.job_retention = options.job_retention;
     out.worker = options.worker;
     out.max_job_time = options.max_job_time;
+    out.collective_timeout = options.collective_timeout;
+    out.node_name = options.node_name;
     return out;
   }
   // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last

@@ -202,6 +202,16 @@ struct DeviceReport {
   // A TorchScript job: the seconds from starting its worker process to the worker's first
   // message (the process, LibTorch's start and the sandbox); 0 for a job run in the daemon.
   double worker_start_seconds = 0.0;
+  // A data-parallel job: rank 0's seconds inside collectives and their share of compute_seconds.
+  double collective_seconds = 0.0;
+  std::optional<double> collective_fraction;
+};
+
+// Where one rank of a data-parallel job ran (proto RankPlacement).
+struct RankPlacement {
+  int32_t rank = 0;
+  std::string device;  // "cpu", "cuda:1"
+  std::string node;    // the daemon's node name
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -251,6 +261,9 @@ struct JobSnapshot {
   std::string record_damaged;
   std::string checkpoint_error;  // the last checkpoint that could not be written, in a sentence
   std::string model_sha256;      // of the trained model's archive, once written
+  // A data-parallel job (spec.replicas > 1): where each rank ran, rank 0 first; set when it
+  // starts. Empty for a one-rank job.
+  std::vector<RankPlacement> ranks;
 };
 
 // Models with at most this many parameter values report them in the Job.

@@ -2,7 +2,9 @@
 
 #include <deque>
 #include <sstream>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -141,7 +143,23 @@ class Metrics::JobObserver final : public engine::JobEventSink {
                       .Name("trainerd_job_samples_per_second")
                       .Help("Training rows per second so far of a running (or recently ended) "
                             "job.")
-                      .Register(registry)) {
+                      .Register(registry)),
+        job_rank_(prometheus::BuildGauge()
+                      .Name("trainerd_job_rank_info")
+                      .Help("1 for each rank of a running (or recently ended) data-parallel job, "
+                            "labelled with the device and the daemon (node) it runs on.")
+                      .Register(registry)),
+        job_collective_(prometheus::BuildGauge()
+                            .Name("trainerd_job_collective_seconds")
+                            .Help("Seconds rank 0 of an ended data-parallel job spent in "
+                                  "collectives (DeviceReport.collective_seconds).")
+                            .Register(registry)),
+        collective_seconds_(prometheus::BuildCounter()
+                                .Name("trainerd_collective_seconds_total")
+                                .Help("Seconds the ranks 0 of data-parallel jobs spent in "
+                                      "collectives, all ended jobs.")
+                                .Register(registry)
+                                .Add({})) {
     // Every final state is present from the start, so that rate() sees the first job.
     for (const char* state : {"succeeded", "failed", "cancelled"})
       finished_.Add({{"state", state}});
@@ -172,6 +190,8 @@ class Metrics::JobObserver final : public engine::JobEventSink {
     prometheus::Gauge* planned = nullptr;
     prometheus::Gauge* loss = nullptr;
     prometheus::Gauge* rate = nullptr;
+    std::vector<prometheus::Gauge*> ranks;  // a data-parallel job's trainerd_job_rank_info
+    prometheus::Gauge* collective = nullptr;
   };
 
   void OnState(const engine::JobSnapshot& snap) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -194,6 +214,13 @@ class Metrics::JobObserver final : public engine::JobEventSink {
       job.epoch = &job_epoch_.Add(labels);
       job.planned = &job_planned_.Add(labels);
       job.planned->Set(snap.spec.epochs);
+      for (const engine::RankPlacement& rank : snap.ranks) {
+        job.ranks.push_back(&job_rank_.Add({{"job_id", snap.id},
+                                            {"rank", std::to_string(rank.rank)},
+                                            {"device", rank.device},
+                                            {"node", rank.node}}));
+        job.ranks.back()->Set(1);
+      }
       return;
     }
     if (!engine::IsTerminal(snap.state)) return;
@@ -208,6 +235,13 @@ class Metrics::JobObserver final : public engine::JobEventSink {
     if (snap.host_syncs > job.host_syncs) {
       host_syncs_.Increment(static_cast<double>(snap.host_syncs - job.host_syncs));
       job.host_syncs = snap.host_syncs;
+    }
+    if (snap.report.collective_seconds > 0) {
+      collective_seconds_.Increment(snap.report.collective_seconds);
+      if (job.epoch != nullptr) {
+        job.collective = &job_collective_.Add({{"job_id", snap.id}});
+        job.collective->Set(snap.report.collective_seconds);
+      }
     }
     const absl::Time now = absl::Now();
     job.ended = now;
@@ -263,7 +297,10 @@ class Metrics::JobObserver final : public engine::JobEventSink {
     if (job.planned != nullptr) job_planned_.Remove(job.planned);
     if (job.loss != nullptr) job_loss_.Remove(job.loss);
     if (job.rate != nullptr) job_rate_.Remove(job.rate);
-    job.epoch = job.planned = job.loss = job.rate = nullptr;
+    for (prometheus::Gauge* rank : job.ranks) job_rank_.Remove(rank);
+    job.ranks.clear();
+    if (job.collective != nullptr) job_collective_.Remove(job.collective);
+    job.epoch = job.planned = job.loss = job.rate = job.collective = nullptr;
   }
 
   const absl::Duration ttl_;
@@ -283,6 +320,9 @@ class Metrics::JobObserver final : public engine::JobEventSink {
   prometheus::Family<prometheus::Gauge>& job_planned_;
   prometheus::Family<prometheus::Gauge>& job_loss_;
   prometheus::Family<prometheus::Gauge>& job_rate_;
+  prometheus::Family<prometheus::Gauge>& job_rank_;
+  prometheus::Family<prometheus::Gauge>& job_collective_;
+  prometheus::Counter& collective_seconds_;
 };
 
 // Series computed at scrape time from the engine, the sampler and /proc. Also expires the
@@ -331,10 +371,10 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
       out.push_back(std::move(rejected));
     }
     if (auth_tokens_) {
-      MetricFamily tokens = Family(
-          "trainerd_auth_tokens",
-          "Bearer tokens valid now (--auth_token_file); 0 means every token is revoked.",
-          MetricType::Gauge);
+      MetricFamily tokens =
+          Family("trainerd_auth_tokens",
+                 "Bearer tokens valid now (--auth_token_file); 0 means every token is revoked.",
+                 MetricType::Gauge);
       tokens.metric.push_back(Value(static_cast<double>(auth_tokens_())));
       out.push_back(std::move(tokens));
     }
@@ -422,8 +462,7 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
       free.metric.push_back(Value(static_cast<double>(disk.free_bytes)));
       out.push_back(std::move(free));
       MetricFamily total = Family("trainerd_disk_total_bytes",
-                                  "Size of the file system of the data folder.",
-                                  MetricType::Gauge);
+                                  "Size of the file system of the data folder.", MetricType::Gauge);
       total.metric.push_back(Value(static_cast<double>(disk.total_bytes)));
       out.push_back(std::move(total));
     }
@@ -482,14 +521,14 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
     // The names every Prometheus client library's process collector uses.
     const monitor::DescriptorStats descriptors = monitor::ReadDescriptorStats();
     if (descriptors.open_fds >= 0) {
-      MetricFamily open = Family("process_open_fds", "Number of open file descriptors.",
-                                 MetricType::Gauge);
+      MetricFamily open =
+          Family("process_open_fds", "Number of open file descriptors.", MetricType::Gauge);
       open.metric.push_back(Value(static_cast<double>(descriptors.open_fds)));
       out.push_back(std::move(open));
     }
     if (descriptors.max_fds >= 0) {
-      MetricFamily max = Family("process_max_fds", "Maximum number of open file descriptors.",
-                                MetricType::Gauge);
+      MetricFamily max =
+          Family("process_max_fds", "Maximum number of open file descriptors.", MetricType::Gauge);
       max.metric.push_back(Value(static_cast<double>(descriptors.max_fds)));
       out.push_back(std::move(max));
     }

@@ -250,6 +250,49 @@ TEST_F(DurabilityTest, KilledMidJobResumesFromItsCheckpointWithTheSameLosses) {
   EXPECT_TRUE(FileExists(ModelFile(job.id())));
 }
 
+// A data-parallel job (2 ranks, threads of the daemon) taken up after a kill -9 goes on from rank
+// 0's last checkpoint, and one drained at SIGTERM from the checkpoint its ranks agreed to write at
+// an epoch's end: both end bit for bit as the job run without a stop, with its ranks.
+TEST_F(DurabilityTest, DataParallelJobResumesOnItsRanksAfterAKillAndAfterADrain) {
+  ASSERT_TRUE(Upload("seed", SeedPayload(kSeedRows, 42), kSeedRows).ok());
+  v1::JobSpec spec = Spec(60, 5);
+  spec.set_model("linear:16,relu,linear:1");  // no dropout: ranks refuse it
+  spec.set_replicas(2);
+  v1::Job reference;
+  ASSERT_TRUE(Submit(spec, &reference).ok());
+  reference = WaitForEnd(reference.id());
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  ASSERT_EQ(reference.ranks_size(), 2);
+
+  for (const int signal : {SIGKILL, SIGTERM}) {
+    SCOPED_TRACE(signal == SIGKILL ? "kill -9" : "SIGTERM");
+    v1::Job job;
+    ASSERT_TRUE(Submit(spec, &job).ok());
+    const v1::Job midway = WaitForEpochs(job.id(), 12);
+    ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << "the job ended before the stop";
+    if (signal == SIGKILL) {
+      Kill();
+    } else {
+      ASSERT_EQ(::kill(daemon_->pid(), SIGTERM), 0);
+      EXPECT_EQ(daemon_->Stop(SIGTERM, 60), 0) << daemon_->Stderr();  // exits 0 once drained
+      daemon_.reset();
+    }
+    Start();
+    const v1::Job resumed = WaitForEnd(job.id());
+    ASSERT_EQ(resumed.state(), v1::JOB_STATE_SUCCEEDED) << resumed.error();
+    ASSERT_EQ(resumed.restarts_size(), 1);
+    EXPECT_GE(resumed.restarts(0).from_epoch(), signal == SIGKILL ? 10 : 12);
+    if (signal == SIGKILL) {
+      EXPECT_EQ(resumed.restarts(0).from_epoch() % 5, 0);
+    }
+    ASSERT_EQ(resumed.epochs_size(), 60);
+    ExpectEachEpochOnce(resumed);
+    EXPECT_EQ(Losses(resumed), Losses(reference));  // bit for bit
+    EXPECT_EQ(resumed.ranks_size(), 2);
+    EXPECT_TRUE(FileExists(ModelFile(job.id())));
+  }
+}
+
 TEST_F(DurabilityTest, KilledJobWithoutCheckpointsStartsOverAndQueuedJobsBehindItRun) {
   ASSERT_TRUE(Upload("seed", SeedPayload(kSeedRows, 42), kSeedRows).ok());
   v1::Job first, second, third;

@@ -106,6 +106,10 @@ TEST(SetFlushDenormalTest, SubnormalResultsBecomeZeroOnThatThreadOnly) {
   };
   float flushed = -1;
   float kept = -1;
+  // Tests that trained on this thread before (RunTraining, a data-parallel job's rank 0) left it
+  // flushing, as a job's worker thread does; LibTorch then flushes what a new thread computes too,
+  // whatever that thread's own flag says. This thread stands for a daemon thread that never trains.
+  SetFlushDenormal(false);
   std::thread([&] {
     SetFlushDenormal(true);
     flushed = product();

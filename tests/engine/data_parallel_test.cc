@@ -5,6 +5,7 @@
 // clipping and Adam; and the same layout repeats bit for bit.
 #include "server/engine/distributed/data_parallel.h"
 
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -24,8 +25,10 @@
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/distributed/collectives.h"
 #include "server/engine/distributed/gradient_exchange.h"
+#include "server/engine/training/checkpoint.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/training/training_path.h"
+#include "tests/engine/engine_test_support.h"
 
 namespace trainerd::engine {
 namespace {
@@ -300,10 +303,112 @@ TEST(DataParallelJobTest, WhatRanksCannotTrainYetIsRefusedWithAReason) {
   run.spec.precision = Precision::kBf16;
   const TrainingOutcome refused = RunDataParallel(run);
   EXPECT_EQ(refused.state, JobState::kFailed);
-  EXPECT_EQ(refused.error, "this job cannot train as ranks: ranks train in float32");
+  EXPECT_EQ(refused.error,
+            "this job cannot train as ranks: ranks train in float32 (precision fp32)");
+  run.spec.precision = Precision::kFp32;
+  run.model = *ParseModelSpec("linear:12,relu,dropout:0.2,linear:2");
+  EXPECT_THAT(RunDataParallel(run).error, ::testing::HasSubstr("dropout layers train on one rank"));
+  run.model = *ParseModelSpec("linear:12,batchnorm,relu,linear:2");
+  EXPECT_THAT(RunDataParallel(run).error,
+              ::testing::HasSubstr("batchnorm layers train on one rank"));
+  run.model = *ParseModelSpec(run.spec.model);
   run.spec.precision = Precision::kFp32;
   run.spec.replicas = 1;
   EXPECT_EQ(RunDataParallel(run).error, "a data-parallel job has at least 2 ranks");
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+void ExpectParametersNear(const TrainingOutcome& got, const TrainingOutcome& want) {
+  ASSERT_EQ(got.parameters.size(), want.parameters.size());
+  for (size_t p = 0; p < want.parameters.size(); ++p) {
+    ASSERT_EQ(got.parameters[p].values.size(), want.parameters[p].values.size());
+    for (size_t v = 0; v < want.parameters[p].values.size(); ++v) {
+      const float w = want.parameters[p].values[v];
+      EXPECT_NEAR(got.parameters[p].values[v], w, 1e-4 * std::max(1.0f, std::fabs(w)))
+          << want.parameters[p].name << "[" << v << "]";
+    }
+  }
+}
+
+// Rank 0's checkpoint holds the one model all ranks hold, with the optimizer's state and the
+// job's generator (the same on every rank): a job taken up from it on another number of ranks
+// (or on one), with the same global batch, goes on as the uninterrupted job does.
+TEST(DataParallelJobTest, ACheckpointOfRanksResumesOnAnotherNumberOfRanks) {
+  const auto dataset = MakeDataset();
+  const test_support::ScratchDir dir;
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kAdam);
+  run.spec.engine = EngineKind::kLibTorch;
+  run.spec.epochs = 4;
+  run.spec.batch_size = 15;  // 2 ranks: global batches of 30
+  run.spec.replicas = 2;
+  run.spec.checkpoint_every = 2;
+  run.checkpoint_dir = dir.path();
+  const Recorded whole = RunJob(run);
+  ASSERT_EQ(whole.outcome.state, JobState::kSucceeded) << whole.outcome.error;
+  ASSERT_EQ(whole.epochs.size(), 4u);
+  const std::string checkpoint = dir.path() + "/" + CheckpointFileName(2);
+  ASSERT_TRUE(FileExists(checkpoint));
+  for (int world : {1, 3}) {
+    SCOPED_TRACE(absl::StrCat(world, " ranks"));
+    TrainingRun resumed = run;
+    resumed.spec.replicas = world;
+    resumed.spec.batch_size = 30 / world;
+    resumed.checkpoint_dir.clear();
+    resumed.resume_from = checkpoint;
+    const Recorded after = RunJob(resumed);
+    ASSERT_EQ(after.outcome.state, JobState::kSucceeded) << after.outcome.error;
+    ASSERT_EQ(after.epochs.size(), 2u);
+    for (size_t e = 0; e < 2; ++e) {
+      EXPECT_EQ(after.epochs[e].epoch, static_cast<int32_t>(e) + 3);
+      EXPECT_NEAR(after.epochs[e].loss, whole.epochs[e + 2].loss, 1e-5 * whole.epochs[e + 2].loss);
+    }
+    EXPECT_EQ(after.outcome.steps, whole.outcome.steps);
+    ExpectParametersNear(after.outcome, whole.outcome);
+  }
+}
+
+// A drain (the daemon stopping) asked of the job is voted on at the epoch's end: every rank stops
+// after the same epoch, rank 0 checkpoints it, and the job taken up from there on its ranks ends
+// bit for bit as the uninterrupted job.
+TEST(DataParallelJobTest, ADrainStopsEveryRankAfterTheSameEpochAndTheJobResumesExactly) {
+  const auto dataset = MakeDataset();
+  const test_support::ScratchDir dir;
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.epochs = 4;
+  run.spec.replicas = 2;
+  run.checkpoint_dir = dir.path();
+  const Recorded reference = RunJob(run);
+  ASSERT_EQ(reference.outcome.state, JobState::kSucceeded) << reference.outcome.error;
+
+  std::atomic<bool> drain{false};
+  TrainingRun draining = run;
+  draining.drain = &drain;
+  std::vector<EpochResult> before;
+  draining.on_epoch = [&](const EpochResult& e, int64_t, int64_t) {
+    before.push_back(e);
+    drain = true;  // seen at the next epoch's end
+  };
+  const TrainingOutcome stopped = RunDataParallel(draining, absl::Seconds(30));
+  EXPECT_EQ(stopped.state, JobState::kRunning) << stopped.error;
+  EXPECT_TRUE(stopped.interrupted);
+  ASSERT_EQ(before.size(), 2u);
+  const std::string checkpoint = dir.path() + "/" + CheckpointFileName(2);
+  ASSERT_TRUE(FileExists(checkpoint));
+
+  TrainingRun resumed = run;
+  resumed.checkpoint_dir.clear();
+  resumed.resume_from = checkpoint;
+  const Recorded after = RunJob(resumed);
+  ASSERT_EQ(after.outcome.state, JobState::kSucceeded) << after.outcome.error;
+  ASSERT_EQ(after.epochs.size(), 2u);
+  EXPECT_EQ(before[0].loss, reference.epochs[0].loss);
+  EXPECT_EQ(before[1].loss, reference.epochs[1].loss);
+  EXPECT_EQ(after.epochs[0].loss, reference.epochs[2].loss);  // bit for bit
+  EXPECT_EQ(after.epochs[1].loss, reference.epochs[3].loss);
 }
 
 // Without the exchange the ranks' models part: the test above is not passing by accident.

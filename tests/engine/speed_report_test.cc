@@ -50,6 +50,40 @@ TEST(SpeedBoundNameTest, NamesEveryBound) {
   EXPECT_STREQ(SpeedBoundName(SpeedBound::kTransferBound), "transfer-bound");
   EXPECT_STREQ(SpeedBoundName(SpeedBound::kDataBound), "data-bound");
   EXPECT_STREQ(SpeedBoundName(SpeedBound::kBalanced), "balanced");
+  EXPECT_STREQ(SpeedBoundName(SpeedBound::kCommunicationBound), "communication-bound");
+}
+
+// A data-parallel job: its collectives' share of compute decides before launch overhead does (the
+// ranks wait on each other whatever the kernels cost); below the threshold the share is reported
+// and the verdict is the one-rank job's.
+TEST(JudgeSpeedTest, RanksWaitingOnCollectivesAreCommunicationBound) {
+  SpeedFigures f = SeedJobOnH200();
+  f.device = "cpu";
+  f.ranks = 2;
+  f.batch_size = 64;
+  f.training_rows = 800;  // 400 a rank: a per-rank batch of 128 still fits
+  f.collective_seconds = 0.62 * f.compute_seconds;
+  SpeedVerdict v = JudgeSpeed(f);
+  EXPECT_EQ(v.bound, SpeedBound::kCommunicationBound);
+  ASSERT_TRUE(v.collective_fraction.has_value());
+  EXPECT_NEAR(*v.collective_fraction, 0.62, 1e-12);
+  EXPECT_EQ(v.line,
+            "communication-bound: 62% of step time in collectives across 2 ranks \xE2\x80\x94 a "
+            "per-rank batch of 128 or fewer ranks will be faster");
+
+  f.batch_size = 256;  // 512 would not fit in a rank's 400 rows
+  EXPECT_EQ(JudgeSpeed(f).line,
+            "communication-bound: 62% of step time in collectives across 2 ranks \xE2\x80\x94 "
+            "fewer ranks will be faster");
+
+  f.collective_seconds = 0.1 * f.compute_seconds;
+  v = JudgeSpeed(f);
+  EXPECT_NE(v.bound, SpeedBound::kCommunicationBound);
+  ASSERT_TRUE(v.collective_fraction.has_value());
+  EXPECT_NEAR(*v.collective_fraction, 0.1, 1e-12);
+
+  f.ranks = 1;  // a one-rank job has no share to report
+  EXPECT_FALSE(JudgeSpeed(f).collective_fraction.has_value());
 }
 
 TEST(JudgeSpeedTest, SeedJobOnH200IsLaunchBoundAndTheCpuWouldBeFaster) {
@@ -234,7 +268,7 @@ TEST(JudgeSpeedTest, BalancedGivesTheFigures) {
   f.steps = 100;
   f.compute_seconds = 100 * 1e-3;  // 1 ms a step
   f.flops_per_step = 0.2 * kH200PeakFlops * 1e-3;
-  f.layers = 5;  // 40 kernels
+  f.layers = 5;             // 40 kernels
   f.launch_seconds = 5e-6;  // 200 us
   f.peak_flops_per_second = kH200PeakFlops;
   f.batch_size = 256;

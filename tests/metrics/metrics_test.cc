@@ -69,13 +69,16 @@ TEST(MetricsTest, JobLifeDrivesCountersGaugesAndTheDurationHistogram) {
   EXPECT_THAT(text, HasSubstr("\ntrainerd_samples_total 1600\n"));
   EXPECT_THAT(text, HasSubstr("\ntrainerd_host_syncs_total 3\n"));
   EXPECT_THAT(text, HasSubstr("\ntrainerd_job_duration_seconds_count{state=\"succeeded\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("trainerd_job_duration_seconds_bucket{state=\"succeeded\",le=\"5\"} 1"));
-  EXPECT_THAT(text, HasSubstr("trainerd_job_duration_seconds_bucket{state=\"succeeded\",le=\"1\"} 0"));
+  EXPECT_THAT(text,
+              HasSubstr("trainerd_job_duration_seconds_bucket{state=\"succeeded\",le=\"5\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("trainerd_job_duration_seconds_bucket{state=\"succeeded\",le=\"1\"} 0"));
   // The per-job series stay for the TTL after the end.
   EXPECT_THAT(text, HasSubstr("\ntrainerd_job_epoch{job_id=\"job-000000000001\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("\ntrainerd_job_epochs_planned{job_id=\"job-000000000001\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("\ntrainerd_job_loss{job_id=\"job-000000000001\"} 0.25\n"));
-  EXPECT_THAT(text, HasSubstr("\ntrainerd_job_samples_per_second{job_id=\"job-000000000001\"} 1234.5\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\ntrainerd_job_samples_per_second{job_id=\"job-000000000001\"} 1234.5\n"));
 }
 
 TEST(MetricsTest, RunningJobIsCountedAndQueuedJobCancelledLeavesNoSeries) {
@@ -105,6 +108,41 @@ TEST(MetricsTest, JobTakenUpAgainAtARestartIsQueuedButNotSubmittedAgain) {
   const std::string text = metrics.Render();
   EXPECT_THAT(text, HasSubstr("\ntrainerd_jobs_submitted_total 0\n"));
   EXPECT_THAT(text, HasSubstr("\ntrainerd_jobs_queued 1\n"));
+}
+
+// A data-parallel job: a series per rank while it runs (where each rank is), and its ranks'
+// collective time once it ended; all of them leave with the job's other series.
+TEST(MetricsTest, DataParallelJobHasASeriesPerRankAndItsCollectiveTime) {
+  for (const bool expire : {false, true}) {
+    MetricsOptions options;
+    if (expire) options.job_series_ttl = absl::ZeroDuration();
+    Metrics metrics(options);
+    auto observer = metrics.job_observer();
+    const std::string id = "job-0000000000dp";
+    observer->Push(State(id, engine::JobState::kQueued));
+    engine::JobEvent running = State(id, engine::JobState::kRunning);
+    running.job.spec.replicas = 2;
+    running.job.ranks = {{0, "cpu", "node-a"}, {1, "cpu", "node-a"}};
+    running.job.start_time = absl::Now();
+    observer->Push(running);
+    std::string text = metrics.Render();
+    EXPECT_THAT(text, HasSubstr("\ntrainerd_job_rank_info{device=\"cpu\",job_id=\"" + id +
+                                "\",node=\"node-a\",rank=\"0\"} 1\n"));
+    EXPECT_THAT(text, HasSubstr("rank=\"1\"} 1\n"));
+    engine::JobEvent done = running;
+    done.job.state = engine::JobState::kSucceeded;
+    done.job.report.collective_seconds = 1.5;
+    observer->Push(done);
+    text = metrics.Render();
+    EXPECT_THAT(text, HasSubstr("\ntrainerd_collective_seconds_total 1.5\n"));
+    if (expire) {
+      EXPECT_THAT(text, Not(HasSubstr("job_id=\"" + id + "\"")));
+    } else {
+      EXPECT_THAT(text,
+                  HasSubstr("\ntrainerd_job_collective_seconds{job_id=\"" + id + "\"} 1.5\n"));
+      EXPECT_THAT(text, HasSubstr("rank=\"1\"} 1\n"));
+    }
+  }
 }
 
 TEST(MetricsTest, PerJobSeriesAreRemovedOnceTheTtlHasPassed) {
@@ -139,7 +177,8 @@ TEST(MetricsTest, RpcsAreCountedByMethodAndCodeAndForeignMethodsBecomeOther) {
   const std::string text = metrics.Render();
   EXPECT_THAT(text, HasSubstr("trainerd_grpc_requests_total{code=\"NOT_FOUND\",method=\"/trainerd."
                               "v1.JobService/GetJob\"} 2"));
-  EXPECT_THAT(text, HasSubstr("trainerd_grpc_requests_total{code=\"UNIMPLEMENTED\",method=\"other\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("trainerd_grpc_requests_total{code=\"UNIMPLEMENTED\",method=\"other\"} 1"));
   EXPECT_THAT(text, HasSubstr("trainerd_grpc_request_duration_seconds_count{method=\"/trainerd.v1."
                               "JobService/GetJob\"} 2"));
   EXPECT_EQ(RpcMethodLabel("/grpc.health.v1.Health/Check"), "/grpc.health.v1.Health/Check");
@@ -152,8 +191,9 @@ TEST(MetricsTest, BuildInfoAndProcessSeriesArePresentWithoutEngineOrSampler) {
   options.cuda_version = "13.0";
   Metrics metrics(options);
   const std::string text = metrics.Render();
-  EXPECT_THAT(text, HasSubstr("trainerd_build_info{cuda_version=\"13.0\",libtorch_version=\"2.11.0\","
-                              "version=\"0.1.0\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("trainerd_build_info{cuda_version=\"13.0\",libtorch_version=\"2.11.0\","
+                        "version=\"0.1.0\"} 1"));
   EXPECT_THAT(text, HasSubstr("\n# TYPE process_cpu_seconds_total counter\n"));
   EXPECT_THAT(text, HasSubstr("\nprocess_resident_memory_bytes "));
   EXPECT_THAT(text, HasSubstr("\n# TYPE process_open_fds gauge\n"));

@@ -83,6 +83,8 @@ const char* SpeedBoundName(SpeedBound bound) {
       return "data-bound";
     case SpeedBound::kBalanced:
       return "balanced";
+    case SpeedBound::kCommunicationBound:
+      return "communication-bound";
   }
   return "unspecified";
 }
@@ -135,6 +137,26 @@ SpeedVerdict JudgeSpeed(const SpeedFigures& f) {
     verdict.line = absl::StrCat("transfer-bound: ", Percent(transfer / total),
                                 " of the job's time went to host transfers");
     return verdict;
+  }
+
+  if (f.ranks > 1) {
+    verdict.collective_fraction = std::min(1.0, NonNegative(f.collective_seconds) / compute);
+    if (*verdict.collective_fraction >= kCommunicationBoundShare) {
+      verdict.bound = SpeedBound::kCommunicationBound;
+      verdict.line = absl::StrCat("communication-bound: ", Percent(*verdict.collective_fraction),
+                                  " of step time in collectives across ", f.ranks, " ranks");
+      std::vector<std::string> options;
+      // Each rank trains its slice of the epoch: a larger per-rank batch is possible while it
+      // fits in that slice.
+      const int64_t rank_rows = f.training_rows > 0 ? f.training_rows / f.ranks : 0;
+      if (f.batch_size > 0 && (rank_rows == 0 || 2 * f.batch_size <= rank_rows)) {
+        options.push_back(absl::StrCat("a per-rank batch of ", 2 * f.batch_size));
+      }
+      options.push_back("fewer ranks");
+      absl::StrAppend(&verdict.line, " \xE2\x80\x94 ", absl::StrJoin(options, " or "),
+                      " will be faster");
+      return verdict;
+    }
   }
 
   const bool below_compute_bound =

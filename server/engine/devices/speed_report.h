@@ -17,6 +17,11 @@
 // The verdict, first match wins (thresholds are the k* constants below):
 //   data-bound      data preparation > 30% of data + compute + host transfer time;
 //   transfer-bound  host transfers > 30% of it;
+//   communication-bound  a data-parallel job whose collectives take >= 40% of its compute time
+//                   (collective_fraction): "communication-bound: 62% of step time in
+//                   collectives across 2 ranks — a per-rank batch of 1024 or fewer ranks will
+//                   be faster" (the batch: twice the current one, within the rows a rank
+//                   trains per epoch);
 //   launch-bound    overhead_fraction >= 0.5 and peak_fraction (when known) < 0.5;
 //   compute-bound   peak_fraction >= 0.5: "compute-bound: 71% of measured peak";
 //   balanced        otherwise, with the figures that are known;
@@ -50,15 +55,21 @@ enum class SpeedBound {
   kTransferBound,
   kDataBound,
   kBalanced,
+  kCommunicationBound,
 };
 
-// "unspecified", "launch-bound", "compute-bound", "transfer-bound", "data-bound", "balanced".
+// "unspecified", "launch-bound", "compute-bound", "transfer-bound", "data-bound", "balanced",
+// "communication-bound".
 const char* SpeedBoundName(SpeedBound bound);
 
 // Share of data + compute + host transfer time above which data preparation, or host transfers,
 // are said to bound the job.
 inline constexpr double kDataBoundShare = 0.30;
 inline constexpr double kTransferBoundShare = 0.30;
+// Share of a data-parallel job's compute time spent in collectives (rank 0's time inside the
+// gradients' all-reduce, waiting for the slowest rank included) from which it is
+// communication-bound: more ranks would make it slower, not faster.
+inline constexpr double kCommunicationBoundShare = 0.40;
 // Share of the step time that is fixed per-step overhead from which a job is launch-bound.
 inline constexpr double kLaunchBoundOverheadFraction = 0.5;
 // A step that does almost no arithmetic (under 2% of the measured peak): its overhead is the step
@@ -92,6 +103,10 @@ struct SpeedFigures {
   // The CPU's Diagnose figures, to tell whether the cpu device would run a GPU job faster.
   std::optional<double> cpu_peak_flops_per_second;
   std::optional<double> cpu_launch_seconds;
+  // A data-parallel job: its ranks, and rank 0's seconds inside collectives (part of
+  // compute_seconds). ranks <= 1: a one-rank job.
+  int32_t ranks = 1;
+  double collective_seconds = 0.0;
 };
 
 struct SpeedVerdict {
@@ -99,8 +114,9 @@ struct SpeedVerdict {
   std::string line;  // the DeviceReport's verdict
   double steps_per_second = 0.0;
   double achieved_flops_per_second = 0.0;
-  std::optional<double> peak_fraction;      // 0..1
-  std::optional<double> overhead_fraction;  // 0..1
+  std::optional<double> peak_fraction;        // 0..1
+  std::optional<double> overhead_fraction;    // 0..1
+  std::optional<double> collective_fraction;  // 0..1, a data-parallel job's
 };
 
 // Never divides by zero: missing figures leave the derived ones unset (or 0) and, when nothing

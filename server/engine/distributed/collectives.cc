@@ -56,6 +56,9 @@ std::mutex& EnqueueMutex() {
 // The keys of the join count and of the signal that every rank came (under the group's prefix).
 constexpr char kJoinedKey[] = "trainerd/joined";
 constexpr char kAllJoinedKey[] = "trainerd/all-joined";
+// Set (before kAllJoinedKey, which wakes the waiting ranks) when the leader gives the meeting up:
+// a rank on a peer could not start, so the others must not wait for it until the timeout.
+constexpr char kAbortKey[] = "trainerd/abort";
 
 }  // namespace
 
@@ -96,6 +99,16 @@ absl::StatusOr<std::unique_ptr<RendezvousHost>> RendezvousHost::Start(const std:
 
 RendezvousHost::~RendezvousHost() = default;
 
+void RendezvousHost::Abort(const std::string& prefix, const std::string& reason) {
+  try {
+    c10d::PrefixStore store(prefix, server_->store);
+    store.set(kAbortKey, reason);
+    store.set(kAllJoinedKey, "abort");
+  } catch (const std::exception&) {
+    // The store is going away: the ranks' waits fail on their own.
+  }
+}
+
 struct CpuGroup::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
@@ -134,6 +147,11 @@ absl::StatusOr<std::unique_ptr<CpuGroup>> CpuGroup::Join(const GroupOptions& opt
   try {
     if (store.add(kJoinedKey, 1) == options.world_size) store.set(kAllJoinedKey, "1");
     store.wait({kAllJoinedKey}, Millis(options.timeout));
+    if (store.check({kAbortKey})) {
+      const std::vector<uint8_t> reason = store.get(kAbortKey);
+      return absl::AbortedError(absl::StrCat(
+          who, ": the leader gave the meeting up: ", std::string(reason.begin(), reason.end())));
+    }
   } catch (const std::exception& error) {
     int64_t joined = -1;
     try {

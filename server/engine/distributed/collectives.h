@@ -35,6 +35,11 @@ class RendezvousHost {
 
   int port() const { return port_; }
 
+  // Gives up the meeting of the group under `prefix`: its ranks waiting in CpuGroup::Join (and
+  // those that come later) return ABORTED with `reason` at once, instead of waiting for a rank
+  // that will not come until the timeout. For a rank on a peer that could not start.
+  void Abort(const std::string& prefix, const std::string& reason);
+
   struct Server;
 
  private:

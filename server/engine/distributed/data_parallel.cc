@@ -1,8 +1,11 @@
 #include "server/engine/distributed/data_parallel.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -18,7 +21,9 @@ namespace trainerd::engine {
 namespace {
 
 // RankComms on a CpuGroup: the step's gradients rows-weighted in one all-reduce, the epoch's
-// values summed in another.
+// values summed in another. Times its collectives (seconds()): on the CPU a Gloo collective
+// returns when it is done, so the wall time inside them is the rank's time in communication,
+// waiting for the slowest rank included.
 class GroupRankComms final : public RankComms {
  public:
   explicit GroupRankComms(CpuGroup& group) : group_(group) {}
@@ -26,33 +31,68 @@ class GroupRankComms final : public RankComms {
   int world_size() const override { return group_.world_size(); }
   void Exchange(const std::vector<torch::Tensor>& gradients, int64_t rows) override {
     std::vector<double> votes = {vote_.cancel ? 1.0 : 0.0, vote_.interrupt ? 1.0 : 0.0};
-    Check(group_.AllReduceRowWeightedMean(gradients, rows, &votes));
+    Timed([&] { return group_.AllReduceRowWeightedMean(gradients, rows, &votes); });
     agreed_ = StopVote{votes[0] > 0, votes[1] > 0};
   }
   void VoteStop(StopVote vote) override { vote_ = vote; }
   StopVote agreed_stop() const override { return agreed_; }
-  void AllReduceSum(torch::Tensor& values) override { Check(group_.AllReduceSum(values)); }
+  void AllReduceSum(torch::Tensor& values) override {
+    Timed([&] { return group_.AllReduceSum(values); });
+  }
+  double seconds() const { return seconds_; }
 
  private:
+  template <typename F>
+  void Timed(F collective) {
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status status = collective();
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Check(status);
+  }
   static void Check(const absl::Status& status) {
     if (!status.ok()) throw std::runtime_error(std::string(status.message()));
   }
   CpuGroup& group_;
   StopVote vote_;
   StopVote agreed_;
+  double seconds_ = 0.0;
 };
 
 // A failure that only says the rank lost the others (they left, or timed out).
 bool LostTheOthers(const std::string& error) {
   return absl::StrContains(error, "all-reduce failed") ||
-         absl::StrContains(error, "ranks joined within");
+         absl::StrContains(error, "ranks joined within") ||
+         absl::StrContains(error, "the leader gave the meeting up") ||
+         absl::StrContains(error, "cannot connect to the other ranks");
 }
 
 std::atomic<uint64_t> next_group{0};
 
 }  // namespace
 
-TrainingOutcome RunDataParallel(const TrainingRun& run, absl::Duration timeout) {
+TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group_options) {
+  absl::StatusOr<std::unique_ptr<CpuGroup>> group = CpuGroup::Join(group_options);
+  if (!group.ok()) {
+    TrainingOutcome failed;
+    failed.state = JobState::kFailed;
+    failed.error = std::string(group.status().message());
+    return failed;
+  }
+  GroupRankComms comms(**group);
+  TrainingOutcome outcome = RunRank(run, comms);
+  outcome.collective_seconds = comms.seconds();
+  return outcome;
+}
+
+TrainingOutcome RunDataParallel(const TrainingRun& run, absl::Duration timeout,
+                                const std::string& group) {
+  DataParallelOptions options;
+  options.timeout = timeout;
+  options.group = group;
+  return RunDataParallel(run, options);
+}
+
+TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOptions& options) {
   const int world = run.spec.replicas;
   TrainingOutcome failed;
   failed.state = JobState::kFailed;
@@ -64,38 +104,103 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, absl::Duration timeout) 
     failed.error = absl::StrCat("this job cannot train as ranks: ", why);
     return failed;
   }
-  absl::StatusOr<std::unique_ptr<RendezvousHost>> host =
-      RendezvousHost::Start("127.0.0.1", 0, 0, world, timeout);
+  auto peer_of = [&](int rank) -> std::string {
+    return static_cast<size_t>(rank) < options.peers.size() ? options.peers[rank] : "";
+  };
+  for (int rank = 0; rank < world; ++rank) {
+    if (!peer_of(rank).empty() && (options.remote == nullptr || rank == 0)) {
+      failed.error =
+          absl::StrCat("rank ", rank, " cannot run on ", peer_of(rank),
+                       rank == 0 ? ": rank 0 runs on the leader" : ": this daemon has no peers");
+      return failed;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<RendezvousHost>> host = RendezvousHost::Start(
+      options.store_host, options.port_min, options.port_max, world, options.timeout);
   if (!host.ok()) {
     failed.error = std::string(host.status().message());
     return failed;
   }
-  // The group's prefix: unique in this process (one store per job, but a clear name in errors).
-  const std::string prefix =
-      absl::StrCat("job-", run.spec.dataset, "-", next_group.fetch_add(1), "/1");
+  // The group's prefix: the job and its attempt (one store per job, but a clear name in errors).
+  const std::string prefix = options.group.empty() ? absl::StrCat("job-", run.spec.dataset, "-",
+                                                                  next_group.fetch_add(1), "/1")
+                                                   : options.group;
   std::vector<TrainingOutcome> outcomes(static_cast<size_t>(world));
-  auto rank_main = [&](int rank) {
-    GroupOptions options;
-    options.store_port = (*host)->port();
-    options.prefix = prefix;
-    options.rank = rank;
-    options.world_size = world;
-    options.timeout = timeout;
-    absl::StatusOr<std::unique_ptr<CpuGroup>> group = CpuGroup::Join(options);
-    if (!group.ok()) {
-      outcomes[rank].state = JobState::kFailed;
-      outcomes[rank].error = std::string(group.status().message());
-      return;
+
+  // The peers' ranks first: each call returns at once and reports its rank's end. One that cannot
+  // start gives the meeting up, so that the ranks here fail at once naming it.
+  std::mutex remote_mu;
+  std::condition_variable remote_done;
+  int remote_pending = 0;
+  std::vector<std::unique_ptr<RemoteRanks::Call>> calls;
+  for (int rank = 1; rank < world; ++rank) {
+    const std::string peer = peer_of(rank);
+    if (peer.empty()) continue;
+    RemoteRankRequest request;
+    request.spec = run.spec;
+    request.job_id = options.job_id;
+    request.rank = rank;
+    request.world_size = world;
+    request.store_host = options.store_host;
+    request.store_port = (*host)->port();
+    request.prefix = prefix;
+    request.timeout_seconds = absl::ToDoubleSeconds(options.timeout);
+    request.dataset_sha256 = run.dataset->meta.sha256;
+    {
+      std::lock_guard<std::mutex> lock(remote_mu);
+      ++remote_pending;
     }
-    GroupRankComms comms(**group);
-    outcomes[rank] = RunRank(run, comms);
-    // The group goes here: a rank that ended early closes its connections, and the others' next
-    // collective fails at once instead of waiting for the timeout.
+    RendezvousHost* store = host->get();
+    calls.push_back(
+        options.remote->StartRank(peer, request, [&, rank, peer, store](RemoteRankResult result) {
+          TrainingOutcome outcome;
+          outcome.state = result.state;
+          outcome.error = result.error;
+          outcome.steps = result.steps;
+          outcome.collective_seconds = result.collective_seconds;
+          if (!result.status.ok()) {
+            outcome.state = JobState::kFailed;
+            outcome.error = absl::StrCat("on ", peer, ": ", result.status.message());
+            store->Abort(prefix, absl::StrCat("rank ", rank, " ", outcome.error));
+          } else if (outcome.state == JobState::kFailed) {
+            outcome.error = absl::StrCat("on ", peer, ": ", outcome.error);
+          }
+          std::lock_guard<std::mutex> lock(remote_mu);
+          outcomes[rank] = std::move(outcome);
+          --remote_pending;
+          remote_done.notify_all();
+        }));
+  }
+
+  auto rank_main = [&](int rank) {
+    GroupOptions group_options;
+    group_options.store_host = options.store_host;
+    group_options.store_port = (*host)->port();
+    group_options.prefix = prefix;
+    group_options.rank = rank;
+    group_options.world_size = world;
+    group_options.timeout = options.timeout;
+    group_options.interface_host = options.interface_host;
+    // The group is gone when this returns: a rank that ended early closes its connections, and
+    // the others' next collective fails at once instead of waiting for the timeout.
+    outcomes[rank] = RunJoinedRank(run, group_options);
   };
   std::vector<std::thread> threads;
-  for (int rank = 1; rank < world; ++rank) threads.emplace_back(rank_main, rank);
+  for (int rank = 1; rank < world; ++rank) {
+    if (peer_of(rank).empty()) threads.emplace_back(rank_main, rank);
+  }
   rank_main(0);
   for (std::thread& t : threads) t.join();
+  // The peers' ranks end with the job: a rank still running there (this daemon's ranks failed
+  // first) is cancelled, and its answer awaited, so that nothing of the job outlives it.
+  {
+    std::unique_lock<std::mutex> lock(remote_mu);
+    if (remote_pending > 0) {
+      for (auto& call : calls) call->Cancel();
+    }
+    remote_done.wait(lock, [&] { return remote_pending == 0; });
+  }
+  calls.clear();
 
   TrainingOutcome outcome = std::move(outcomes[0]);
   if (outcome.state == JobState::kFailed && LostTheOthers(outcome.error)) {

@@ -104,6 +104,10 @@ struct JobManagerOptions {
   WorkerOptions worker;
   // A TorchScript job's time limit when its spec gives none (JobSpec::max_job_seconds); zero: none.
   absl::Duration max_job_time = absl::ZeroDuration();
+  // Data-parallel jobs (RunDataParallel): the ranks' rendezvous and collective timeout, and this
+  // daemon's name in their placements (empty: the host name).
+  absl::Duration collective_timeout = absl::Seconds(60);
+  std::string node_name;
 };
 
 // Where a job taken up again at start goes on from.

@@ -1,8 +1,6 @@
 // JobManager's queues (job_manager.h): each device's queues by priority, admission to them
 // (Enqueue, EnqueueSweep, within --max_queued_jobs), and the jobs recovery takes up again
 // (Requeue) or records as failed (FailUnrecoverable). Under mu_.
-#include "server/engine/jobs/job_manager.h"
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +17,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
+#include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
 #include "server/engine/training/checkpoint.h"
@@ -28,9 +27,9 @@
 namespace trainerd::engine {
 
 using job_internal::ExceptionText;
+using job_internal::kModulesFolder;
 using job_internal::RemoveFile;
 using job_internal::SummaryOf;
-using job_internal::kModulesFolder;
 
 std::string JobManager::Worker::PopNext() {
   for (int p = 2; p >= 0; --p) {
@@ -206,7 +205,8 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
   }
   std::vector<JobSnapshot> out;
   for (auto& record : records) {
-    record->pack = ids;
+    // Members with replicas train one after another, each as its ranks: a pack is one rank.
+    if (record->snap.spec.replicas <= 1) record->pack = ids;
     out.push_back(record->snap);
     QueueLocked(std::move(record));
   }
@@ -266,6 +266,5 @@ absl::Status JobManager::FailUnrecoverable(JobSnapshot job, const std::string& r
   if (store_ != nullptr) return store_->SaveJob(job);
   return absl::OkStatus();
 }
-
 
 }  // namespace trainerd::engine

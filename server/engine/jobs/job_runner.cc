@@ -4,6 +4,8 @@
 // and packed sweep members run together (RunPack). Queueing, records, reads and retention are in
 // job_manager.cc. The same locks: mu_ for the manager's state, a job's publish_mu for its events
 // (taken before mu_).
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -19,6 +21,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
+#include "server/engine/distributed/data_parallel.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
@@ -46,6 +49,14 @@ int WantedIntraOpThreads(const ModelSpec& model, const TorchScriptJob* torchscri
     flops = 6.0 * static_cast<double>(torchscript->parameter_count) * static_cast<double>(batch);
   }
   return IntraOpThreadsFor(flops, cores);
+}
+
+// This daemon's name in a data-parallel job's rank placements: --node_name, or the host name.
+std::string NodeName(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "localhost";
+  return host;
 }
 
 }  // namespace
@@ -275,6 +286,14 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     snap.state = JobState::kRunning;
     snap.report.intra_op_threads = threads;
     snap.report.packed_members = packed_members;
+    // A data-parallel job's ranks: all threads of this daemon on the job's device, today.
+    snap.ranks.clear();
+    if (snap.spec.replicas > 1) {
+      const std::string node = NodeName(options_.node_name);
+      for (int32_t rank = 0; rank < snap.spec.replicas; ++rank) {
+        snap.ranks.push_back(RankPlacement{rank, snap.device, node});
+      }
+    }
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
@@ -465,6 +484,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   report.engine_reason = outcome.engine_reason;
   report.packed_members = state.packed_members;
   report.worker_start_seconds = state.worker_start_seconds;
+  report.collective_seconds = outcome.collective_seconds;
   if (state.finish_report) {
     JobSnapshot ended;
     {
@@ -520,12 +540,30 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   } release{this, shared->snap.id};
   // A CPU job's intra-op threads, from its size alone (cpu_threads.h), taken from the cores the
   // running CPU jobs leave; a GPU job's host side needs one.
-  const int threads = WantedThreads(shared);
+  // A data-parallel job's ranks each want what one rank's slice would; together they hold at most
+  // the cores (more ranks than cores share them).
+  int32_t replicas = 1;
+  int32_t attempt = 1;
+  {
+    absl::MutexLock lock(&mu_);
+    replicas = std::max<int32_t>(1, shared->snap.spec.replicas);
+    attempt = static_cast<int32_t>(shared->snap.restarts.size()) + 1;
+  }
+  int threads = WantedThreads(shared);
+  if (replicas > 1 && shared->device.is_cpu()) {
+    threads = std::min(cpu_threads_.cores(), threads * replicas);
+  }
   if (!AcquireThreads(shared, threads)) return;
   if (shared->device.is_cpu()) release.cpu_threads = threads;
   StartedRun started = StartRun(shared, threads, /*packed_members=*/0);
   TrainingOutcome outcome;
-  if (started->module != nullptr) {
+  if (replicas > 1) {
+    started->run.intra_op_threads = std::max(1, threads / replicas);
+    // The store's keys and the errors name the job and its attempt: a job taken up again after a
+    // restart meets under a prefix of its own.
+    outcome = RunDataParallel(started->run, options_.collective_timeout,
+                              absl::StrCat(shared->snap.id, "/", attempt));
+  } else if (started->module != nullptr) {
     // Untrusted code: trained in a worker process of its own, never in the daemon.
     const double seconds = started->run.spec.max_job_seconds;
     const absl::Duration limit = seconds > 0 ? absl::Seconds(seconds) : options_.max_job_time;

@@ -8,6 +8,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -230,13 +231,32 @@ TrainingOutcome RunTraining(const TrainingRun& run) {
   return outcome;
 }
 
-std::string DataParallelUnsupported(const TrainingRun& run) {
-  if (!run.device.is_cpu()) return "ranks on a GPU need NCCL, which is not wired yet";
-  if (run.torchscript != nullptr) return "a TorchScript module trains on one rank";
-  if (run.spec.precision != Precision::kFp32) return "ranks train in float32";
-  if (run.spec.engine == EngineKind::kFused) return "ranks train on the LibTorch path";
-  if (!run.resume_from.empty()) return "ranks cannot resume from a checkpoint yet";
+std::string DataParallelSpecUnsupported(const JobSpec& spec, const ModelSpec& model,
+                                        bool torchscript, const torch::Device& device) {
+  if (!device.is_cpu()) {
+    return "ranks on a GPU need NCCL, which this daemon does not wire yet (train the ranks on "
+           "device cpu, or one rank on the GPU)";
+  }
+  if (torchscript) return "a TorchScript module trains on one rank";
+  if (spec.precision != Precision::kFp32) return "ranks train in float32 (precision fp32)";
+  if (spec.engine == EngineKind::kFused) {
+    return "ranks train on the LibTorch path (engine auto or libtorch, not fused)";
+  }
+  for (const LayerSpec& layer : model.layers) {
+    if (layer.kind == LayerKind::kDropout) {
+      return "dropout layers train on one rank (each rank's masks would draw from the "
+             "generator that shuffles the rows, and the ranks' orders would part)";
+    }
+    if (layer.kind == LayerKind::kBatchNorm) {
+      return "batchnorm layers train on one rank (their statistics would be each rank's "
+             "slice's, not the global batch's: there is no synchronised batchnorm yet)";
+    }
+  }
   return "";
+}
+
+std::string DataParallelUnsupported(const TrainingRun& run) {
+  return DataParallelSpecUnsupported(run.spec, run.model, run.torchscript != nullptr, run.device);
 }
 
 namespace {
@@ -260,9 +280,11 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
   // alone reports epochs and writes checkpoints.
   TrainingRun run = job;
   run.spec.engine = EngineKind::kLibTorch;
-  // A drain is not honoured by ranks yet (they cannot resume from a checkpoint): the epoch-end
-  // interrupt flag, agreed over the ranks, is how the job is stopped to be taken up again.
-  run.drain = nullptr;
+  // A drain (the daemon stopping: finish the epoch, checkpoint, resume at the next start) is
+  // voted on at each epoch's end like a cancel, so that every rank stops after the same epoch;
+  // the loop sees the agreed vote. Every rank takes the job up from rank 0's checkpoint.
+  std::atomic<bool> drain_agreed{false};
+  run.drain = &drain_agreed;
   if (rank != 0) {
     run.on_epoch = nullptr;
     run.checkpoint_dir.clear();
@@ -329,6 +351,8 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
       const bool cancel = run.cancel != nullptr && run.cancel->load(std::memory_order_relaxed);
       const bool interrupt =
           run.interrupt != nullptr && run.interrupt->load(std::memory_order_relaxed);
+      const bool drain = job.drain != nullptr && job.drain->load(std::memory_order_relaxed);
+      values.push_back(torch::full({}, drain ? 1.0 : 0.0, torch::kFloat64));
       values.push_back(torch::full({}, cancel ? 1.0 : 0.0, torch::kFloat64));
       values.push_back(torch::full({}, interrupt ? 1.0 : 0.0, torch::kFloat64));
       torch::Tensor reduced = torch::stack(values).contiguous();
@@ -351,7 +375,17 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
         member.End(JobState::kCancelled, "");
         break;
       }
-      if (member.AfterTransfer(value) && !member.more_epochs()) {
+      drain_agreed.store(value[count - 3] > 0, std::memory_order_relaxed);
+      const bool went_on = member.AfterTransfer(value);
+      // Rank 0 checkpointed and stopped for the drain (AfterTransfer); the others stop with it.
+      if (went_on && rank != 0 && drain_agreed.load(std::memory_order_relaxed) &&
+          !job.checkpoint_dir.empty() && member.epoch() < run.spec.epochs &&
+          !member.outcome().stopped_early) {
+        member.outcome().interrupted = true;
+        member.End(JobState::kRunning, "");
+        break;
+      }
+      if (went_on && !member.more_epochs()) {
         if (rank == 0) {
           member.Finish();
         } else {

@@ -101,8 +101,13 @@ class RankComms : public GradientExchange {
   virtual StopVote agreed_stop() const = 0;
 };
 
-// Why `run` cannot train as ranks today ("" when it can): the CPU, a text-spec model, float32, not
-// taken up from a checkpoint.
+// Why a job cannot train as ranks today ("" when it can): ranks train on the CPU (Gloo; NCCL for
+// GPUs is not wired yet), on the LibTorch path in float32, from a text-spec model without dropout
+// (each rank's masks would draw from the generator that shuffles, and the ranks' orders would part)
+// or batchnorm (its statistics would be each rank's slice's, not the global batch's). Checked at
+// admission (as INVALID_ARGUMENT, or FAILED_PRECONDITION for the device) and again by RunRank.
+std::string DataParallelSpecUnsupported(const JobSpec& spec, const ModelSpec& model,
+                                        bool torchscript, const torch::Device& device);
 std::string DataParallelUnsupported(const TrainingRun& run);
 
 // Rank comms.rank() of a data-parallel job (run.spec.replicas = comms.world_size()) on the

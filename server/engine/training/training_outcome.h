@@ -46,6 +46,8 @@ struct TrainingOutcome {
   // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
   // manager writes to the models folder; empty otherwise.
   std::string model_archive;
+  // A data-parallel job: rank 0's seconds inside collectives (in loop_seconds).
+  double collective_seconds = 0.0;
 };
 
 }  // namespace trainerd::engine

@@ -1,0 +1,69 @@
+// Ranks of a data-parallel job on other trainerd daemons (the leader's --peers), as the engine
+// sees them: an interface the service layer implements over gRPC (server/service/peer_client.h),
+// so that the engine never includes gRPC. The peer's side of a call is Engine::RunRankForPeer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "server/engine/types.h"
+
+namespace trainerd::engine {
+
+// One rank the leader asks a peer to run (proto RunRankRequest).
+struct RemoteRankRequest {
+  JobSpec spec;  // as the leader accepted it (seed filled in)
+  std::string job_id;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  std::string store_host;  // the leader's rendezvous store
+  int32_t store_port = 0;
+  std::string prefix;  // "<job id>/<attempt>"
+  double timeout_seconds = 60.0;
+  std::string dataset_sha256;
+};
+
+// How a rank ended on its daemon (proto RunRankResponse), or why it could not run there.
+struct RemoteRankResult {
+  // Not OK: the peer refused the rank or could not be reached (the call's status); the fields
+  // below are then unset.
+  absl::Status status;
+  JobState state = JobState::kFailed;
+  std::string error;
+  int64_t steps = 0;
+  double collective_seconds = 0.0;
+  std::string node;  // the peer's node name
+};
+
+class RemoteRanks {
+ public:
+  virtual ~RemoteRanks() = default;
+
+  // The peers this daemon may place ranks on (--peers), as "host:port".
+  virtual std::vector<std::string> peers() const = 0;
+
+  // Whether `peer` holds dataset `name` with this SHA-256, asked within a few seconds: OK, or the
+  // reason in a sentence that names the peer (unreachable, refused the credentials, lacks the
+  // dataset, holds another version of it).
+  virtual absl::Status CheckDataset(const std::string& peer, const std::string& name,
+                                    const std::string& sha256) = 0;
+
+  // A rank running on a peer; destroying it (or Cancel) cancels the call, which ends the rank
+  // there at its next step.
+  class Call {
+   public:
+    virtual ~Call() = default;
+    virtual void Cancel() = 0;
+  };
+
+  // Starts `request` on `peer` and returns at once; `done` is called once, on another thread,
+  // when the rank ended there or the call failed. `done` may be called before StartRank returns.
+  virtual std::unique_ptr<Call> StartRank(const std::string& peer, const RemoteRankRequest& request,
+                                          std::function<void(RemoteRankResult)> done) = 0;
+};
+
+}  // namespace trainerd::engine
