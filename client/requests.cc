@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "client/contexts.h"
 #include "common/csv_reader.h"
 #include "common/dataset_header.h"
 #include "common/file_io.h"
@@ -488,6 +490,30 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   // The daemon bounds it (--max_replicas); here only its type and sign.
   TRAINERD_ASSIGN_OR_RETURN(const int64_t replicas, invocation.GetInt("replicas", 1, 1, 1 << 20));
   if (replicas > 1) spec.set_replicas(static_cast<int32_t>(replicas));
+  if (invocation.Has("nodes")) {
+    if (replicas < 2) {
+      return absl::InvalidArgumentError("--nodes places ranks: give --replicas N (N >= 2) too");
+    }
+    // A context's name stands for its address, which the daemon matches against its --peers.
+    absl::StatusOr<ClientConfig> config = LoadClientConfig(ConfigPath(
+        std::getenv("TRAINCTL_CONFIG"), std::getenv("XDG_CONFIG_HOME"), std::getenv("HOME")));
+    for (absl::string_view node :
+         absl::StrSplit(invocation.Get("nodes"), ',', absl::SkipWhitespace())) {
+      const std::string name(absl::StripAsciiWhitespace(node));
+      const ClientContext* context = config.ok() ? config->Find(name) : nullptr;
+      if (context != nullptr) {
+        spec.add_nodes(context->address);
+      } else if (name.find(':') != std::string::npos) {
+        spec.add_nodes(name);
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--nodes: '", name,
+                         "' is neither a context (trainctl config get-contexts) nor "
+                         "HOST:PORT"));
+      }
+    }
+    if (spec.nodes_size() == 0) return absl::InvalidArgumentError("--nodes needs a node");
+  }
   if (invocation.Has("max-job-time")) {
     TRAINERD_ASSIGN_OR_RETURN(const absl::Duration duration,
                               ParseDurationFlag("--max-job-time", invocation.Get("max-job-time")));

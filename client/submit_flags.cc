@@ -84,6 +84,11 @@ std::vector<FlagSpec> SubmitFlags() {
            "every global batch of N * --batch-size rows and the\n"
            "gradients are averaged, as one rank with batch\n"
            "N * --batch-size would train (CPU ranks; default 1)"},
+          {"nodes", "NODE,...",
+           "with --replicas: other daemons (peers of this one)\n"
+           "that run some of the ranks, round the list after this\n"
+           "daemon; each a context name or HOST:PORT as the daemon's\n"
+           "--peers names it (default: every rank here)"},
           {"max-job-time", "T",
            "a --torchscript job's time limit, in seconds or as a\n"
            "duration (90m): its worker is killed and the job FAILED\n"

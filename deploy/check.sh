@@ -23,7 +23,8 @@ step hadolint "$tools/hadolint" Dockerfile
 # kustomization.yaml is kustomize's, not a resource; the ServiceMonitor's schema is the Prometheus
 # Operator's CRD, which kubernetes-validate does not hold (yamllint still checks it).
 step kubernetes-validate "$tools/kubernetes-validate" --strict --quiet \
-  deploy/k8s/namespace.yaml deploy/k8s/daemonset.yaml deploy/k8s/service.yaml
+  deploy/k8s/namespace.yaml deploy/k8s/daemonset.yaml deploy/k8s/service.yaml \
+  deploy/k8s/networkpolicy.yaml
 
 mapfile -t yaml_files < <(git ls-files '*.yaml' '*.yml')
 step yamllint yamllint --strict -c .yamllint.yaml "${yaml_files[@]}"

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -16,7 +17,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flags_from_env.h"
 #include "common/memory_size.h"
@@ -152,6 +156,27 @@ ABSL_FLAG(int32_t, max_replicas, 8,
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
           "how long a data-parallel job's ranks may take to meet, and one collective may wait for "
           "the other ranks, before the job fails naming the rank that did not come");
+ABSL_FLAG(std::string, peers, "",
+          "other trainerd daemons this one may place a job's ranks on (trainctl submit --nodes) "
+          "and runs ranks for: host:port,... or dns:NAME:PORT for every address NAME resolves to "
+          "(a Kubernetes headless Service), looked up again as jobs ask; empty: none");
+ABSL_FLAG(std::string, peer_token_file, "",
+          "the bearer token (first line; a NAME: prefix is dropped) this daemon presents to its "
+          "peers; it must be an admin token of theirs");
+ABSL_FLAG(std::string, peer_tls_ca, "",
+          "PEM CA that the peers' server certificates are checked against (turns TLS on for calls "
+          "to peers)");
+ABSL_FLAG(std::string, peer_tls_cert, "",
+          "PEM client certificate this daemon presents to its peers (mutual TLS; with "
+          "--peer_tls_key)");
+ABSL_FLAG(std::string, peer_tls_key, "", "PEM key of --peer_tls_cert");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
+          "the address a data-parallel job's rendezvous store listens on and its ranks' transport "
+          "binds, which the peers must reach (this node's address on their network); ranks on "
+          "this daemon alone need only loopback");
+ABSL_FLAG(std::string, rendezvous_ports, "0-0",
+          "the port range of data-parallel jobs' rendezvous stores (open it between peers, e.g. "
+          "29500-29599); 0-0: any free port");
 ABSL_FLAG(std::string, node_name, "",
           "this daemon's name in a data-parallel job's rank placements (Job.ranks); empty: the "
           "host name");
@@ -366,6 +391,49 @@ int main(int argc, char** argv) {
   options.engine.max_replicas = absl::GetFlag(FLAGS_max_replicas);
   options.engine.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   options.engine.node_name = absl::GetFlag(FLAGS_node_name);
+  options.engine.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  {
+    const std::string ports = absl::GetFlag(FLAGS_rendezvous_ports);
+    const std::vector<std::string> range = absl::StrSplit(ports, '-');
+    int low = -1;
+    int high = -1;
+    if (range.size() != 2 || !absl::SimpleAtoi(range[0], &low) ||
+        !absl::SimpleAtoi(range[1], &high) || low < 0 || high > 65535 || low > high) {
+      std::cerr << "trainerd: --rendezvous_ports must be LOW-HIGH within 0-65535, got '" << ports
+                << "'\n";
+      return 2;
+    }
+    options.engine.rendezvous_port_min = low;
+    options.engine.rendezvous_port_max = high;
+  }
+  {
+    options.peers.peers = absl::GetFlag(FLAGS_peers);
+    // This daemon as its peers see it (a headless Service's names list it too).
+    options.peers.self = absl::StrCat(options.engine.advertise_host, ":",
+                                      options.listen.substr(options.listen.rfind(':') + 1));
+    const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
+    if (!token_file.empty()) {
+      // The first line that is not a comment, as trainctl reads --token-file; a line of a
+      // daemon's token file ("NAME:TOKEN admin") works too: its first word, less "NAME:".
+      std::ifstream in(token_file);
+      std::string line;
+      while (in && std::getline(in, line)) {
+        const std::vector<std::string> words =
+            absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+        if (words.empty() || words[0][0] == '#') continue;
+        const size_t colon = words[0].find(':');
+        options.peers.token = colon == std::string::npos ? words[0] : words[0].substr(colon + 1);
+        break;
+      }
+      if (options.peers.token.empty()) {
+        std::cerr << "trainerd: --peer_token_file: '" << token_file << "' holds no token\n";
+        return 2;
+      }
+    }
+    options.peers.tls_ca_file = absl::GetFlag(FLAGS_peer_tls_ca);
+    options.peers.tls_cert_file = absl::GetFlag(FLAGS_peer_tls_cert);
+    options.peers.tls_key_file = absl::GetFlag(FLAGS_peer_tls_key);
+  }
   if (options.engine.max_replicas < 1 ||
       options.engine.collective_timeout <= absl::ZeroDuration()) {
     std::cerr << "trainerd: --max_replicas must be at least 1 and --collective_timeout positive\n";

@@ -54,5 +54,12 @@ def test_replicas_are_checked_before_sending_and_refused_with_the_daemons_reason
     offline = trainerd.Client(UNREACHABLE)
     with pytest.raises(ValueError, match="replicas must be at least 1"):
         offline.submit("seed", model="linear:1", replicas=0)
+    with pytest.raises(ValueError, match="give replicas"):
+        offline.submit("seed", model="linear:1", nodes=["127.0.0.1:1"])
+    with pytest.raises(TypeError, match="nodes must be a list"):
+        offline.submit("seed", model="linear:1", replicas=2, nodes="127.0.0.1:1")
+    # The test daemon has no --peers.
+    with pytest.raises(trainerd.FailedPrecondition, match="no --peers"):
+        client.submit("seed", model="linear:1", replicas=2, nodes=["127.0.0.1:1"])
     with pytest.raises(trainerd.InvalidArgument, match="ranks train in float32"):
         client.submit("seed", model="linear:1", replicas=2, precision="bf16")

@@ -10,7 +10,7 @@ import datetime
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Union
 
@@ -102,6 +102,7 @@ class SweepOptions(TypedDict, total=False):
     max_job_time: float | datetime.timedelta
     shuffle: bool
     replicas: int
+    nodes: Sequence[str]
 
 
 class SpecOptions(SweepOptions, total=False):
@@ -360,6 +361,13 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
         replicas = _integer("replicas", options["replicas"], 1, _INT32_MAX)
         if replicas > 1:
             spec.replicas = replicas
+    if "nodes" in options:
+        nodes = options["nodes"]
+        if isinstance(nodes, str) or not all(isinstance(n, str) and n for n in nodes):
+            raise TypeError("nodes must be a list of peers' 'host:port' names")
+        if spec.replicas < 2:
+            raise ValueError("nodes places ranks on other daemons: give replicas (at least 2) too")
+        spec.nodes.extend(nodes)
     if "max_job_time" in options:
         spec.max_job_seconds = _seconds("max_job_time", options["max_job_time"])
     if "seed" in options:

@@ -8,7 +8,7 @@ import hashlib
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from google.protobuf.message import Message
@@ -397,6 +397,7 @@ class Client:
         max_job_time: float | datetime.timedelta | None = None,
         shuffle: bool = True,
         replicas: int | None = None,
+        nodes: Sequence[str] | None = None,
     ) -> Job:
         """Submits a training job and returns it, QUEUED (SubmitJob).
 
@@ -448,6 +449,8 @@ class Client:
                 global batch of ``replicas * batch_size`` rows and the gradients are averaged,
                 so the job trains as one rank with batch ``replicas * batch_size`` would
                 (``job.ranks`` says where each ran; default 1).
+            nodes: with replicas, other daemons (the daemon's ``--peers``, as "host:port") that
+                run some of the ranks, round the list after this one; each must hold the dataset.
 
         Example::
 

@@ -327,6 +327,23 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
         absl::StrCat("replicas must be >= 1 (0 or unset: one rank), got ", spec.replicas()));
   }
   out.replicas = std::max<int32_t>(1, spec.replicas());
+  if (spec.nodes_size() > 0) {
+    if (out.replicas < 2) {
+      return absl::InvalidArgumentError(
+          "nodes place some of a job's ranks on other daemons: give replicas (at least 2) too");
+    }
+    if (spec.nodes_size() >= out.replicas) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nodes lists ", spec.nodes_size(), " daemons for ", out.replicas,
+          " ranks, rank 0 running here: at most ", out.replicas - 1, " nodes"));
+    }
+    for (const std::string& node : spec.nodes()) {
+      if (node.empty() || node.size() > 255) {
+        return absl::InvalidArgumentError("each of nodes is a peer's host:port");
+      }
+      out.nodes.push_back(node);
+    }
+  }
   return out;
 }
 
@@ -369,6 +386,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_engine(ToProto(spec.engine));
   out.set_max_job_seconds(spec.max_job_seconds);
   if (spec.replicas > 1) out.set_replicas(spec.replicas);  // one rank: left unset, as sent
+  for (const std::string& node : spec.nodes) out.add_nodes(node);
   return out;
 }
 

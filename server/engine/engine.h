@@ -4,6 +4,7 @@
 // not see LibTorch's include directories (its bundled protobuf headers clash with Debian's).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "server/engine/job_store.h"
 #include "server/engine/torchscript/module_sandbox.h"
 #include "server/engine/torchscript/worker_options.h"
+#include "server/engine/remote_ranks.h"
 #include "server/engine/types.h"
 
 namespace trainerd::monitor {
@@ -103,6 +105,14 @@ struct EngineOptions {
   int32_t max_replicas = 8;
   absl::Duration collective_timeout = absl::Seconds(60);
   std::string node_name;
+  // Ranks on other daemons (JobSpec::nodes): the peers and the calls to them (--peers; the
+  // service layer's gRPC client), null without peers. The address this daemon's rendezvous stores
+  // listen on and its ranks' transport binds, which peers must reach (--advertise_host), and the
+  // stores' port range (--rendezvous_ports; 0-0: any port).
+  std::shared_ptr<RemoteRanks> remote_ranks;
+  std::string advertise_host = "127.0.0.1";
+  int32_t rendezvous_port_min = 0;
+  int32_t rendezvous_port_max = 0;
   // Diagnose(refresh) measures again only when the cached figures are at least this old; younger
   // ones are returned (marked cached). Zero: every refresh measures.
   absl::Duration diagnose_min_interval = absl::Seconds(30);
@@ -276,6 +286,16 @@ class Engine {
   absl::StatusOr<SweepSnapshot> SubmitSweep(JobSpec spec, const SweepAxes& axes,
                                             const CallContext& caller = {});
   absl::StatusOr<JobSnapshot> GetJob(const std::string& id) const;
+
+  // A peer's side of a data-parallel job led by another daemon (PeerService.RunRank): checks the
+  // call (an admin caller; the store on one of this daemon's peers; the dataset here the leader's,
+  // by SHA-256; a spec ranks can train), then joins the leader's group and trains the rank on the
+  // CPU until the job ends there, or `cancel` is set (the leader cancelled the call), or the
+  // daemon shuts down. Blocking for the job's length: the caller runs it on a thread of its own.
+  // The result's status says why the rank could not run (PERMISSION_DENIED, FAILED_PRECONDITION,
+  // INVALID_ARGUMENT, UNAVAILABLE); otherwise how the rank ended.
+  RemoteRankResult RunRankForPeer(const RemoteRankRequest& request, const CallContext& caller,
+                                  const std::atomic<bool>* cancel);
   // A page of jobs, filtered, in the summary view unless `query.full` (job_store.h); jobs from
   // before a restart included. INVALID_ARGUMENT for a page token the engine did not give.
   absl::StatusOr<JobPage> ListJobs(const JobQuery& query = {}) const;

@@ -29,7 +29,8 @@ MemoryEstimate EstimateModuleMemory(int64_t parameter_count, const DatasetMeta& 
   return estimate;
 }
 
-// The optimizer's float32 state per parameter, for the memory estimate.
+}  // namespace
+
 int64_t OptimizerSlots(const JobSpec& spec) {
   switch (spec.optimizer) {
     case OptimizerKind::kSgd:
@@ -42,8 +43,6 @@ int64_t OptimizerSlots(const JobSpec& spec) {
   }
   return 2;
 }
-
-}  // namespace
 
 absl::Status Engine::Impl::CheckJobQuotaLocked(const CallContext& caller, int64_t more) const {
   if (options.max_jobs_per_caller <= 0 || caller.admin) return absl::OkStatus();
@@ -270,6 +269,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
 absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
   if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(spec, caller));
   return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
 }
 
@@ -297,6 +297,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     }
   }
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(spec, caller));
   // An empty list keeps the spec's value (a seed Prepare drew when the spec had none: every
   // member then starts from the same weights).
   const std::vector<double> lrs =
@@ -356,8 +357,17 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
                             std::function<void(absl::StatusOr<JobSnapshot>)> done) {
   absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec));
   if (!prepared.ok() || prepared->torchscript.empty()) {
-    done(prepared.ok() ? impl_->Admit(*std::move(prepared), caller, std::nullopt, nullptr)
-                       : absl::StatusOr<JobSnapshot>(prepared.status()));
+    if (!prepared.ok()) {
+      done(prepared.status());
+      return;
+    }
+    // A job with nodes asks them first (seconds at most; the caller runs this off the RPC
+    // threads, as the service's blocking pool does).
+    if (absl::Status peers = impl_->CheckPeers(*prepared, caller); !peers.ok()) {
+      done(peers);
+      return;
+    }
+    done(impl_->Admit(*std::move(prepared), caller, std::nullopt, nullptr));
     return;
   }
   // std::function needs a copyable callable: the spec (with its module bytes) moves into a holder.

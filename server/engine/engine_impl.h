@@ -46,6 +46,9 @@
 
 namespace trainerd::engine {
 
+// The optimizer's float32 state per parameter, for the memory estimate (engine_admission.cc).
+int64_t OptimizerSlots(const JobSpec& spec);
+
 // Module checks that run at once, and that may wait for a thread beyond those.
 inline constexpr int kModuleCheckThreads = 2;
 inline constexpr size_t kMaxWaitingModuleChecks = 8;
@@ -80,6 +83,10 @@ struct Engine::Impl {
     out.max_job_time = options.max_job_time;
     out.collective_timeout = options.collective_timeout;
     out.node_name = options.node_name;
+    out.remote_ranks = options.remote_ranks;
+    out.advertise_host = options.advertise_host;
+    out.rendezvous_port_min = options.rendezvous_port_min;
+    out.rendezvous_port_max = options.rendezvous_port_max;
     return out;
   }
   // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last
@@ -105,6 +112,9 @@ struct Engine::Impl {
   // job brings one (then `checked_against` is the dataset it was checked against, which must not
   // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
   absl::StatusOr<JobSpec> Prepare(JobSpec spec);
+  // A job with nodes: each is one of this daemon's peers and holds the job's datasets (asked of
+  // it, within seconds, before admission; outside the admission lock). OK for a job without.
+  absl::Status CheckPeers(const JobSpec& spec, const CallContext& caller) const;
   // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
   // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
   torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);
@@ -178,6 +188,9 @@ struct Engine::Impl {
   std::deque<std::function<void()>> check_tasks;  // guarded by check_mu
   bool check_stopping = false;                    // guarded by check_mu
   std::atomic<bool> check_stop{false};
+  // Set when the daemon starts to stop (Drain, Shutdown): the ranks it runs for peers stop after
+  // their next step (an interrupt, which the leader reports as the rank's daemon stopping).
+  std::atomic<bool> peer_ranks_stop{false};
   std::vector<std::thread> check_threads;
 };
 

@@ -1,5 +1,7 @@
 #include "server/engine/types.h"
 
+#include <unistd.h>
+
 #include <cmath>
 
 namespace trainerd::engine {
@@ -113,6 +115,13 @@ void ResolveLossFromTargets(JobSpec& spec, const DatasetMeta& dataset) {
   spec.loss =
       dataset.target_dtype == TargetDType::kInt64 ? LossKind::kCrossEntropy : LossKind::kMse;
   spec.loss_from_targets = false;
+}
+
+std::string NodeName(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) return "localhost";
+  return host;
 }
 
 }  // namespace trainerd::engine

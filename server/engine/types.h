@@ -123,6 +123,9 @@ struct JobSpec {
   // not set it yet). Each rank trains its slice of every global batch of replicas * batch_size
   // rows (RunRank, distributed/data_parallel.h).
   int32_t replicas = 1;
+  // Peers (their --peers names) that run some of the ranks, round-robin after this daemon
+  // (proto JobSpec.nodes); empty: every rank here.
+  std::vector<std::string> nodes;
   // > 0: a TorchScript job's worker process is ended (and the job FAILED) after it has run this
   // many seconds; 0: the daemon's default (--max_job_time). Spec-built jobs are bounded by their
   // epochs and ignore it.
@@ -206,6 +209,9 @@ struct DeviceReport {
   double collective_seconds = 0.0;
   std::optional<double> collective_fraction;
 };
+
+// This daemon's name in rank placements: `configured` (--node_name), or the host name.
+std::string NodeName(const std::string& configured);
 
 // Where one rank of a data-parallel job ran (proto RankPlacement).
 struct RankPlacement {

@@ -62,7 +62,8 @@ std::set<std::string> KnownRpcMethods() {
       "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"};
   for (const char* name : {v1::DatasetService::service_full_name(),
                            v1::JobService::service_full_name(),
-                           v1::SystemService::service_full_name()}) {
+                           v1::SystemService::service_full_name(),
+                           v1::PeerService::service_full_name()}) {
     const google::protobuf::ServiceDescriptor* service =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
     if (service == nullptr) continue;
@@ -145,6 +146,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     if (!set_aside.empty()) engine::LogWarning(set_aside);
     engine_options.job_store = std::move(job_store);
   }
+  if (!absl::StripAsciiWhitespace(options.peers.peers).empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(engine_options.remote_ranks, MakePeerClient(options.peers));
+  }
   engine_options.observer = server->metrics_->job_observer();
   engine_options.sampler = server->sampler_.get();
   TRAINERD_ASSIGN_OR_RETURN(server->engine_, engine::Engine::Create(engine_options));
@@ -183,6 +187,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   builder.RegisterService(server->dataset_service_.get());
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->system_service_.get());
+  server->peer_service_ =
+      std::make_unique<PeerServiceImpl>(server->engine_.get(), authenticator.get());
+  builder.RegisterService(server->peer_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MetricsInterceptorFactory(server->metrics_.get(), KnownRpcMethods()));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -228,6 +235,9 @@ Server::~Server() {
   }
   // The services before the engine they use (Diagnose's threads are joined here).
   system_service_.reset();
+  // The ranks run for peers have stopped (the engine's Shutdown told them); their threads answer
+  // their calls, then go, while the gRPC server still exists.
+  peer_service_.reset();
   server_.reset();
   blocking_.reset();  // nothing is queued once the server is down; joins the pool
   engine_.reset();

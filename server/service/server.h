@@ -17,6 +17,8 @@
 #include "server/service/credentials.h"
 #include "server/service/dataset_service.h"
 #include "server/service/job_service.h"
+#include "server/service/peer_client.h"
+#include "server/service/peer_service.h"
 #include "server/service/system_service.h"
 
 namespace trainerd::service {
@@ -58,6 +60,9 @@ struct ServerOptions {
   // Keep job records in <engine.data_dir>/jobs.db (SQLite), so that jobs outlive the process and
   // unfinished ones resume at the next start. Off only in tests that want the in-memory engine.
   bool keep_job_records = true;
+  // The peers this daemon may place ranks on (JobSpec.nodes), and its credentials for them
+  // (peer_client.h); no peers: none, and it runs no ranks for others.
+  PeerClientOptions peers;
 };
 
 // Owns the engine and the gRPC server. Thread-safe: Shutdown may be called from any thread, once
@@ -108,6 +113,7 @@ class Server {
   std::unique_ptr<DatasetServiceImpl> dataset_service_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<SystemServiceImpl> system_service_;
+  std::unique_ptr<PeerServiceImpl> peer_service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

@@ -160,8 +160,8 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
           outcome.collective_seconds = result.collective_seconds;
           if (!result.status.ok()) {
             outcome.state = JobState::kFailed;
-            outcome.error = absl::StrCat("on ", peer, ": ", result.status.message());
-            store->Abort(prefix, absl::StrCat("rank ", rank, " ", outcome.error));
+            outcome.error = std::string(result.status.message());  // it names the peer
+            store->Abort(prefix, absl::StrCat("rank ", rank, ": ", outcome.error));
           } else if (outcome.state == JobState::kFailed) {
             outcome.error = absl::StrCat("on ", peer, ": ", outcome.error);
           }
@@ -195,7 +195,9 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   // first) is cancelled, and its answer awaited, so that nothing of the job outlives it.
   {
     std::unique_lock<std::mutex> lock(remote_mu);
-    if (remote_pending > 0) {
+    // Their answers (how and why they ended) come a moment after the ranks here ended; a peer's
+    // rank that still runs after that is cancelled.
+    if (!remote_done.wait_for(lock, std::chrono::seconds(5), [&] { return remote_pending == 0; })) {
       for (auto& call : calls) call->Cancel();
     }
     remote_done.wait(lock, [&] { return remote_pending == 0; });
@@ -203,6 +205,26 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   calls.clear();
 
   TrainingOutcome outcome = std::move(outcomes[0]);
+  // The ranks agreed to stop for a reason this daemon did not give (a peer's daemon stopping, its
+  // rank cancelled there): the job fails, naming that rank, rather than waiting to be taken up
+  // again (an interrupt) or looking cancelled by its owner.
+  const bool stopping_here = (run.interrupt != nullptr && run.interrupt->load()) ||
+                             (run.drain != nullptr && run.drain->load());
+  const bool cancelled_here = run.cancel != nullptr && run.cancel->load();
+  if ((outcome.interrupted && !stopping_here) ||
+      (outcome.state == JobState::kCancelled && !cancelled_here)) {
+    outcome.interrupted = false;
+    outcome.state = JobState::kFailed;
+    outcome.error = "a rank on a peer stopped the job";
+    for (int rank = 1; rank < world; ++rank) {
+      const TrainingOutcome& other = outcomes[rank];
+      if (peer_of(rank).empty() || other.state == JobState::kSucceeded) continue;
+      outcome.error =
+          absl::StrCat("rank ", rank, " on ", peer_of(rank), " stopped the job: ",
+                       other.error.empty() ? std::string("it was cancelled there") : other.error);
+      break;
+    }
+  }
   if (outcome.state == JobState::kFailed && LostTheOthers(outcome.error)) {
     for (int rank = 1; rank < world; ++rank) {
       const TrainingOutcome& other = outcomes[rank];

@@ -24,6 +24,7 @@
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/devices/cpu_threads.h"
 #include "server/engine/job_store.h"
+#include "server/engine/remote_ranks.h"
 #include "server/engine/torchscript/worker_launcher.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/types.h"
@@ -108,6 +109,11 @@ struct JobManagerOptions {
   // daemon's name in their placements (empty: the host name).
   absl::Duration collective_timeout = absl::Seconds(60);
   std::string node_name;
+  // Ranks on peers (JobSpec::nodes), and where this daemon's stores and ranks listen.
+  std::shared_ptr<RemoteRanks> remote_ranks;
+  std::string advertise_host = "127.0.0.1";
+  int32_t rendezvous_port_min = 0;
+  int32_t rendezvous_port_max = 0;
 };
 
 // Where a job taken up again at start goes on from.

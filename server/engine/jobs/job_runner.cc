@@ -4,8 +4,6 @@
 // and packed sweep members run together (RunPack). Queueing, records, reads and retention are in
 // job_manager.cc. The same locks: mu_ for the manager's state, a job's publish_mu for its events
 // (taken before mu_).
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -51,12 +49,12 @@ int WantedIntraOpThreads(const ModelSpec& model, const TorchScriptJob* torchscri
   return IntraOpThreadsFor(flops, cores);
 }
 
-// This daemon's name in a data-parallel job's rank placements: --node_name, or the host name.
-std::string NodeName(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) return "localhost";
-  return host;
+// The peer that runs rank `rank` of a job with `nodes` (JobSpec::nodes): round the list starting
+// here; "" for this daemon.
+std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank) {
+  if (nodes.empty()) return "";
+  const size_t slot = static_cast<size_t>(rank) % (nodes.size() + 1);
+  return slot == 0 ? "" : nodes[slot - 1];
 }
 
 }  // namespace
@@ -286,12 +284,15 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     snap.state = JobState::kRunning;
     snap.report.intra_op_threads = threads;
     snap.report.packed_members = packed_members;
-    // A data-parallel job's ranks: all threads of this daemon on the job's device, today.
+    // A data-parallel job's ranks: threads of this daemon on the job's device, or ranks on the
+    // peers its nodes name (on their CPU).
     snap.ranks.clear();
     if (snap.spec.replicas > 1) {
       const std::string node = NodeName(options_.node_name);
       for (int32_t rank = 0; rank < snap.spec.replicas; ++rank) {
-        snap.ranks.push_back(RankPlacement{rank, snap.device, node});
+        const std::string peer = PeerOfRank(snap.spec.nodes, rank);
+        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node}
+                                          : RankPlacement{rank, "cpu", peer});
       }
     }
     if (snap.start_time == absl::InfinitePast()) {
@@ -544,25 +545,40 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   // the cores (more ranks than cores share them).
   int32_t replicas = 1;
   int32_t attempt = 1;
+  std::vector<std::string> rank_peers;  // [rank]: the peer that runs it, "" here
   {
     absl::MutexLock lock(&mu_);
     replicas = std::max<int32_t>(1, shared->snap.spec.replicas);
     attempt = static_cast<int32_t>(shared->snap.restarts.size()) + 1;
+    for (int32_t rank = 0; rank < replicas; ++rank) {
+      rank_peers.push_back(PeerOfRank(shared->snap.spec.nodes, rank));
+    }
   }
+  const int32_t local_ranks =
+      static_cast<int32_t>(std::count(rank_peers.begin(), rank_peers.end(), std::string()));
   int threads = WantedThreads(shared);
-  if (replicas > 1 && shared->device.is_cpu()) {
-    threads = std::min(cpu_threads_.cores(), threads * replicas);
+  if (local_ranks > 1 && shared->device.is_cpu()) {
+    threads = std::min(cpu_threads_.cores(), threads * local_ranks);
   }
   if (!AcquireThreads(shared, threads)) return;
   if (shared->device.is_cpu()) release.cpu_threads = threads;
   StartedRun started = StartRun(shared, threads, /*packed_members=*/0);
   TrainingOutcome outcome;
   if (replicas > 1) {
-    started->run.intra_op_threads = std::max(1, threads / replicas);
+    started->run.intra_op_threads = std::max(1, threads / local_ranks);
+    DataParallelOptions parallel;
+    parallel.timeout = options_.collective_timeout;
     // The store's keys and the errors name the job and its attempt: a job taken up again after a
     // restart meets under a prefix of its own.
-    outcome = RunDataParallel(started->run, options_.collective_timeout,
-                              absl::StrCat(shared->snap.id, "/", attempt));
+    parallel.group = absl::StrCat(shared->snap.id, "/", attempt);
+    parallel.job_id = shared->snap.id;
+    parallel.store_host = options_.advertise_host;
+    parallel.interface_host = options_.advertise_host;
+    parallel.port_min = options_.rendezvous_port_min;
+    parallel.port_max = options_.rendezvous_port_max;
+    parallel.peers = rank_peers;
+    parallel.remote = options_.remote_ranks.get();
+    outcome = RunDataParallel(started->run, parallel);
   } else if (started->module != nullptr) {
     // Untrusted code: trained in a worker process of its own, never in the daemon.
     const double seconds = started->run.spec.max_job_seconds;

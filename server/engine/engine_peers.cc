@@ -1,0 +1,182 @@
+// Ranks on peers: the leader's check of a job's nodes before admission (CheckPeers), and a peer's
+// side of a rank the leader runs here (RunRankForPeer). The calls between daemons are the service
+// layer's (RemoteRanks, remote_ranks.h); the group is the distributed room's.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "server/engine/distributed/data_parallel.h"
+#include "server/engine/engine_impl.h"
+
+namespace trainerd::engine {
+namespace {
+
+// "host" of "host:port" ("[v6]:port" too).
+std::string HostOf(const std::string& peer) {
+  if (!peer.empty() && peer.front() == '[') {
+    const size_t end = peer.find(']');
+    return end == std::string::npos ? peer : peer.substr(1, end - 1);
+  }
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+}  // namespace
+
+absl::Status Engine::Impl::CheckPeers(const JobSpec& spec, const CallContext& caller) const {
+  if (spec.nodes.empty()) return absl::OkStatus();
+  if (options.remote_ranks == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this daemon has no --peers: it cannot run ranks on ", absl::StrJoin(spec.nodes, ", ")));
+  }
+  const std::vector<std::string> peers = options.remote_ranks->peers();
+  for (const std::string& node : spec.nodes) {
+    if (std::find(peers.begin(), peers.end(), node) == peers.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("node '", node,
+                                                     "' is not one of this daemon's --peers (",
+                                                     absl::StrJoin(peers, ", "), ")"));
+    }
+  }
+  // Each node must hold the job's datasets as they are here: asked of each once.
+  std::vector<DatasetMeta> needed;
+  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta dataset, UsableDataset(spec.dataset, caller));
+  needed.push_back(dataset);
+  if (!spec.validation_dataset.empty() && spec.validation_dataset != spec.dataset) {
+    TRAINERD_ASSIGN_OR_RETURN(DatasetMeta validation,
+                              UsableDataset(spec.validation_dataset, caller));
+    needed.push_back(validation);
+  }
+  const std::set<std::string> nodes(spec.nodes.begin(), spec.nodes.end());
+  for (const std::string& node : nodes) {
+    for (const DatasetMeta& meta : needed) {
+      TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckDataset(node, meta.name, meta.sha256));
+    }
+  }
+  return absl::OkStatus();
+}
+
+RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const CallContext& caller,
+                                        const std::atomic<bool>* cancel) {
+  Impl& impl = *impl_;
+  RemoteRankResult result;
+  result.node = NodeName(impl.options.node_name);
+  auto refuse = [&](absl::Status status) {
+    result.status = std::move(status);
+    return result;
+  };
+  const std::string who = absl::StrCat("rank ", request.rank, " of job '", request.job_id, "'");
+  // Training here on another daemon's behalf is an operator's act: the leader presents an
+  // admin's credentials of this daemon (its --peer_token_file, or its certificate).
+  if (!caller.admin) {
+    return refuse(absl::PermissionDeniedError(absl::StrCat(
+        who, ": running a rank for another daemon takes an admin's credentials here")));
+  }
+  if (impl.options.remote_ranks == nullptr) {
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat(who, ": this daemon has no --peers and runs no ranks for other daemons")));
+  }
+  // The store must be a peer's: this daemon connects to no address a caller chooses.
+  const std::vector<std::string> peers = impl.options.remote_ranks->peers();
+  if (std::none_of(peers.begin(), peers.end(),
+                   [&](const std::string& peer) { return HostOf(peer) == request.store_host; })) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        who, ": its rendezvous store on '", request.store_host,
+        "' is not on one of this daemon's --peers (", absl::StrJoin(peers, ", "), ")")));
+  }
+  if (request.world_size < 2 || request.world_size > impl.options.max_replicas ||
+      request.rank < 1 || request.rank >= request.world_size || request.store_port <= 0 ||
+      request.store_port > 65535 || request.prefix.empty() ||
+      !(request.timeout_seconds > 0 && request.timeout_seconds <= 3600)) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        who, ": not a rank this daemon runs (rank ", request.rank, " of ", request.world_size,
+        ", at most ", impl.options.max_replicas, " ranks, a timeout of at most an hour)")));
+  }
+  JobSpec spec = request.spec;
+  spec.replicas = request.world_size;
+  absl::StatusOr<DatasetMeta> dataset = impl.UsableDataset(spec.dataset, caller);
+  if (!dataset.ok()) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        who, ": dataset '", spec.dataset, "' is not on this daemon (upload it here too)")));
+  }
+  if (dataset->sha256 != request.dataset_sha256) {
+    return refuse(absl::FailedPreconditionError(
+        absl::StrCat(who, ": dataset '", spec.dataset, "' here (sha256 ", dataset->sha256,
+                     ") is not the leader's (", request.dataset_sha256, ")")));
+  }
+  absl::StatusOr<ModelSpec> model = CheckJobSpec(spec, *dataset);
+  if (!model.ok()) {
+    return refuse(
+        absl::Status(model.status().code(), absl::StrCat(who, ": ", model.status().message())));
+  }
+  const std::string why = DataParallelSpecUnsupported(spec, *model, false, torch::kCPU);
+  if (!why.empty()) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(who, ": ", why)));
+  }
+  // The rank's datasets resident here and its working set reserved, as a job's; waits while
+  // running jobs hold the memory, at most the group's timeout.
+  const std::string holder = absl::StrCat(request.job_id, "/rank-", request.rank);
+  const int64_t rows = dataset->rows - HeldOutRows(spec.validation_fraction, dataset->rows);
+  const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, rows));
+  absl::StatusOr<MemoryEstimate> estimate =
+      EstimateTrainingMemory(*model, dataset->feature_shape, batch, OptimizerSlots(spec));
+  if (!estimate.ok()) return refuse(estimate.status());
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(request.timeout_seconds * 1e3));
+  absl::StatusOr<JobDatasets> held;
+  while (true) {
+    held = impl.datasets.AcquireForJob(holder, spec.dataset, spec.validation_dataset,
+                                       estimate->total_bytes, torch::kCPU);
+    if (held.ok() || held.status().code() != absl::StatusCode::kUnavailable) break;
+    if (std::chrono::steady_clock::now() > deadline || (cancel != nullptr && cancel->load())) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!held.ok()) {
+    return refuse(
+        absl::Status(held.status().code(), absl::StrCat(who, ": ", held.status().message())));
+  }
+  TrainingRun run;
+  run.spec = spec;
+  run.model = *model;
+  run.dataset = held->dataset;
+  run.validation_dataset = held->validation_dataset;
+  run.device = torch::kCPU;
+  run.cancel = cancel;
+  run.interrupt = &impl.peer_ranks_stop;
+  run.intra_op_threads = 1;
+  run.flush_denormal = impl.options.flush_denormal;
+  run.cpu_nice = impl.options.cpu_training_nice;
+  GroupOptions group;
+  group.store_host = request.store_host;
+  group.store_port = request.store_port;
+  group.prefix = request.prefix;
+  group.rank = request.rank;
+  group.world_size = request.world_size;
+  group.timeout = absl::Seconds(request.timeout_seconds);
+  group.interface_host = impl.options.advertise_host;
+  LogInfo(absl::StrCat(who, " (of ", request.world_size, ") starts here for the daemon at ",
+                       request.store_host));
+  const TrainingOutcome outcome = RunJoinedRank(run, group);
+  impl.datasets.ReleaseJob(holder);
+  LogInfo(absl::StrCat(who, " ended ", JobStateName(outcome.state),
+                       outcome.error.empty() ? "" : ": ", outcome.error));
+  result.state = outcome.state;
+  result.error = outcome.error;
+  if (outcome.interrupted && impl.peer_ranks_stop.load()) {
+    result.error = "the daemon there is stopping";
+  }
+  result.steps = outcome.steps;
+  result.collective_seconds = outcome.collective_seconds;
+  return result;
+}
+
+}  // namespace trainerd::engine

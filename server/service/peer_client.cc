@@ -1,0 +1,268 @@
+#include "server/service/peer_client.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "server/convert/convert.h"
+#include "trainerd/v1/datasets.grpc.pb.h"
+#include "trainerd/v1/peers.grpc.pb.h"
+
+namespace trainerd::service {
+
+using convert::FromProto;
+using convert::ToProto;
+namespace {
+
+// How long Submit waits for a peer to say whether it holds a dataset.
+constexpr auto kCheckDeadline = std::chrono::seconds(5);
+// How often --peers' DNS names are looked up again.
+constexpr auto kResolveInterval = std::chrono::seconds(5);
+
+absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool HostPort(const std::string& entry) {
+  const size_t colon = entry.rfind(':');
+  int port = 0;
+  return colon != std::string::npos && colon > 0 &&
+         absl::SimpleAtoi(entry.substr(colon + 1), &port) && port > 0 && port <= 65535;
+}
+
+// A status from a peer, in a sentence that names it and says what the operator can do.
+absl::Status PeerError(const std::string& peer, const grpc::Status& status,
+                       const std::string& what) {
+  const std::string message = status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "peer ", peer,
+          " refused this daemon's credentials (--peer_token_file, --peer_tls_*): ", message));
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return absl::UnavailableError(
+          absl::StrCat("peer ", peer, " cannot be reached ", what, ": ", message));
+    default:
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("peer ", peer, ": ", message));
+  }
+}
+
+class GrpcRemoteRanks final : public engine::RemoteRanks {
+ public:
+  GrpcRemoteRanks(PeerClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
+      : options_(std::move(options)), credentials_(std::move(credentials)) {}
+
+  std::vector<std::string> peers() const override {
+    std::lock_guard<std::mutex> lock(peers_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (!resolved_once_ || now - resolved_at_ > kResolveInterval) {
+      absl::StatusOr<std::vector<std::string>> peers = ResolvePeers(options_.peers, options_.self);
+      if (peers.ok()) resolved_ = *std::move(peers);  // a failed lookup keeps the last answer
+      resolved_once_ = true;
+      resolved_at_ = now;
+    }
+    return resolved_;
+  }
+
+  absl::Status CheckDataset(const std::string& peer, const std::string& name,
+                            const std::string& sha256) override {
+    auto stub = v1::DatasetService::NewStub(Channel(peer));
+    grpc::ClientContext context;
+    Authorize(&context);
+    context.set_deadline(std::chrono::system_clock::now() + kCheckDeadline);
+    v1::GetDatasetRequest request;
+    request.set_name(name);
+    v1::Dataset dataset;
+    const grpc::Status status = stub->GetDataset(&context, request, &dataset);
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("dataset '", name, "' is not on peer ", peer, " (upload it there too)"));
+    }
+    if (!status.ok()) return PeerError(peer, status, "to check the dataset");
+    if (dataset.sha256() != sha256) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("dataset '", name, "' on peer ", peer, " (sha256 ", dataset.sha256(),
+                       ") is not this daemon's (", sha256, "): upload the same file there"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<Call> StartRank(const std::string& peer, const engine::RemoteRankRequest& rank,
+                                  std::function<void(engine::RemoteRankResult)> done) override {
+    // What the call needs lives as long as the call: shared by the handle and the callback.
+    struct State {
+      grpc::ClientContext context;
+      v1::RunRankRequest request;
+      v1::RunRankResponse response;
+      std::unique_ptr<v1::PeerService::Stub> stub;
+    };
+    auto state = std::make_shared<State>();
+    state->stub = v1::PeerService::NewStub(Channel(peer));
+    Authorize(&state->context);
+    v1::RunRankRequest& request = state->request;
+    *request.mutable_spec() = ToProto(rank.spec);
+    request.set_job_id(rank.job_id);
+    request.set_rank(rank.rank);
+    request.set_world_size(rank.world_size);
+    request.set_store_host(rank.store_host);
+    request.set_store_port(rank.store_port);
+    request.set_prefix(rank.prefix);
+    request.set_timeout_seconds(rank.timeout_seconds);
+    request.set_dataset_sha256(rank.dataset_sha256);
+    state->stub->async()->RunRank(
+        &state->context, &state->request, &state->response,
+        [state, peer, done = std::move(done)](grpc::Status status) {
+          engine::RemoteRankResult result;
+          if (!status.ok()) {
+            result.status = PeerError(peer, status, "for its rank");
+          } else {
+            absl::StatusOr<engine::JobState> state_of = FromProto(state->response.state());
+            result.state = state_of.ok() ? *state_of : engine::JobState::kFailed;
+            if (state->response.state() == v1::JOB_STATE_RUNNING) {
+              result.state = engine::JobState::kRunning;  // stopped there, not over
+            }
+            result.error = state->response.error();
+            result.steps = state->response.steps();
+            result.collective_seconds = state->response.collective_seconds();
+            result.node = state->response.node();
+          }
+          done(std::move(result));
+        });
+    class Handle final : public Call {
+     public:
+      explicit Handle(std::shared_ptr<State> state) : state_(std::move(state)) {}
+      void Cancel() override { state_->context.TryCancel(); }
+
+     private:
+      std::shared_ptr<State> state_;
+    };
+    return std::make_unique<Handle>(state);
+  }
+
+ private:
+  void Authorize(grpc::ClientContext* context) const {
+    if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
+  }
+
+  std::shared_ptr<grpc::Channel> Channel(const std::string& peer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = channels_.find(peer);
+    if (it != channels_.end()) return it->second;
+    // No keepalive pings: a rank's call is silent for the job's length, and a server's default
+    // policy answers frequent pings on a silent connection by closing it. A peer cut off is
+    // noticed by the ranks' collectives instead (Gloo's closed connection, or the collective
+    // timeout), which end the rank, and with it the call.
+    auto channel = grpc::CreateChannel(peer, credentials_);
+    channels_.emplace(peer, channel);
+    return channel;
+  }
+
+  const PeerClientOptions options_;
+  const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  mutable std::mutex peers_mu_;
+  mutable std::vector<std::string> resolved_;  // guarded by peers_mu_
+  mutable bool resolved_once_ = false;
+  mutable std::chrono::steady_clock::time_point resolved_at_;
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;  // guarded by mu_
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options) {
+  // The form now (a name that does not resolve yet is not an error: its daemons may come later).
+  for (absl::string_view raw : absl::StrSplit(options.peers, ',', absl::SkipWhitespace())) {
+    std::string entry(absl::StripAsciiWhitespace(raw));
+    if (absl::StartsWith(entry, "dns:")) entry = entry.substr(4);
+    if (!HostPort(entry)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers: '", entry, "' is not host:port (or dns:NAME:PORT)"));
+    }
+  }
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
+      !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+      return absl::InvalidArgumentError(
+          "--peer_tls_cert and --peer_tls_key go together (this daemon's client certificate)");
+    }
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_ca_file.empty()) {
+      absl::StatusOr<std::string> ca = ReadFile(options.tls_ca_file, "--peer_tls_ca");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+    }
+    if (!options.tls_cert_file.empty()) {
+      absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "--peer_tls_cert");
+      if (!cert.ok()) return cert.status();
+      absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "--peer_tls_key");
+      if (!key.ok()) return key.status();
+      ssl.pem_cert_chain = *cert;
+      ssl.pem_private_key = *key;
+    }
+    credentials = grpc::SslCredentials(ssl);
+  }
+  return std::make_shared<GrpcRemoteRanks>(std::move(options), std::move(credentials));
+}
+
+absl::StatusOr<std::vector<std::string>> ResolvePeers(const std::string& flag,
+                                                      const std::string& self) {
+  std::vector<std::string> peers;
+  std::set<std::string> seen;
+  for (absl::string_view raw : absl::StrSplit(flag, ',', absl::SkipWhitespace())) {
+    std::string entry(absl::StripAsciiWhitespace(raw));
+    if (absl::StartsWith(entry, "dns:")) {
+      const std::string name_port = entry.substr(4);
+      if (!HostPort(name_port)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--peers: '", entry, "' is not dns:NAME:PORT"));
+      }
+      const size_t colon = name_port.rfind(':');
+      const std::string name = name_port.substr(0, colon);
+      const std::string port = name_port.substr(colon + 1);
+      addrinfo hints{};
+      hints.ai_family = AF_INET;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      if (getaddrinfo(name.c_str(), port.c_str(), &hints, &found) != 0 || found == nullptr) {
+        continue;  // none of its daemons is up yet
+      }
+      for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        char text[INET_ADDRSTRLEN] = {};
+        const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+        if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) == nullptr) continue;
+        const std::string peer = absl::StrCat(text, ":", port);
+        if (peer != self && seen.insert(peer).second) peers.push_back(peer);
+      }
+      freeaddrinfo(found);
+      continue;
+    }
+    if (!HostPort(entry)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers: '", entry, "' is not host:port (or dns:NAME:PORT)"));
+    }
+    if (seen.insert(entry).second) peers.push_back(entry);
+  }
+  return peers;
+}
+
+}  // namespace trainerd::service

@@ -1,0 +1,47 @@
+// engine::RemoteRanks over gRPC: the leader's calls to its peers (--peers), with this daemon's own
+// credentials for them (--peer_token_file, and TLS with --peer_tls_ca and a client certificate
+// for mutual TLS). One channel per peer, made when first used.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/engine/remote_ranks.h"
+
+namespace trainerd::service {
+
+struct PeerClientOptions {
+  // --peers as given: "host:port" entries, and "dns:NAME:PORT" entries that stand for every
+  // address NAME resolves to, resolved again when a job asks (at most every few seconds), so that
+  // the daemons of a headless Service that start after this one are found too.
+  std::string peers;
+  // This daemon's own host:port, left out when a DNS name lists it.
+  std::string self;
+  // The bearer token presented to the peers (the first line of --peer_token_file; a "NAME:"
+  // prefix is allowed and dropped, as trainctl allows); empty: none.
+  std::string token;
+  // PEM files: the CA the peers' certificates are checked against (turns TLS on), and this
+  // daemon's client certificate and key for mutual TLS. All empty: plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+// Reads the PEM files and checks --peers' form; INVALID_ARGUMENT naming the flag when one cannot
+// be read or an entry is not host:port or dns:NAME:PORT.
+absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options);
+
+// --peers: "host:port" entries as they are, and "dns:NAME:PORT" entries as one peer per address
+// NAME resolves to now (a Kubernetes headless Service's A records; none while none of its daemons
+// is up). `self`: this daemon's own host:port, left out when a DNS name lists it.
+// INVALID_ARGUMENT for an entry that is not host:port.
+absl::StatusOr<std::vector<std::string>> ResolvePeers(const std::string& flag,
+                                                      const std::string& self);
+
+}  // namespace trainerd::service

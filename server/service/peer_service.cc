@@ -1,0 +1,106 @@
+#include "server/service/peer_service.h"
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "server/convert/convert.h"
+#include "server/service/call_context.h"
+#include "server/service/grpc_status.h"
+
+namespace trainerd::service {
+
+using convert::FromProto;
+using convert::ToProto;
+namespace {
+
+// The call's reactor: its cancellation (the leader cancelled, went away, or this server stops)
+// becomes the rank's cancel flag; the rank's thread answers once the rank ended.
+class RankReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit RankReactor(std::shared_ptr<std::atomic<bool>> cancel) : cancel_(std::move(cancel)) {}
+  void OnCancel() override { cancel_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> cancel_;
+};
+
+}  // namespace
+
+PeerServiceImpl::PeerServiceImpl(engine::Engine* engine, Authenticator* authenticator)
+    : engine_(engine), authenticator_(authenticator) {}
+
+PeerServiceImpl::~PeerServiceImpl() {
+  std::vector<Rank> ranks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ranks.swap(ranks_);
+  }
+  for (Rank& rank : ranks) rank.thread.join();
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::RunRank(grpc::CallbackServerContext* context,
+                                                   const v1::RunRankRequest* request,
+                                                   v1::RunRankResponse* response) {
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  auto* reactor = new RankReactor(cancel);
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  absl::StatusOr<engine::JobSpec> spec = FromProto(request->spec());
+  if (!spec.ok()) {
+    reactor->Finish(ToGrpcStatus(spec.status()));
+    return reactor;
+  }
+  engine::RemoteRankRequest rank;
+  rank.spec = *std::move(spec);
+  rank.job_id = request->job_id();
+  rank.rank = request->rank();
+  rank.world_size = request->world_size();
+  rank.store_host = request->store_host();
+  rank.store_port = request->store_port();
+  rank.prefix = request->prefix();
+  rank.timeout_seconds = request->timeout_seconds();
+  rank.dataset_sha256 = request->dataset_sha256();
+  // The rank trains for the job's length: on a thread of its own. It touches the reactor and the
+  // response only to answer, after which gRPC may free them.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = ranks_.begin(); it != ranks_.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = ranks_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (ranks_.size() >= kMaxPeerRanks) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 "this daemon already runs its most ranks for its peers"));
+    return reactor;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  Rank& started = ranks_.emplace_back();
+  started.done = done;
+  started.thread = std::thread(
+      [engine = engine_, reactor, response, cancel, caller, done, rank = std::move(rank)] {
+        struct Done {
+          std::atomic<bool>* flag;
+          ~Done() { flag->store(true); }
+        } mark{done.get()};
+        const engine::RemoteRankResult result = engine->RunRankForPeer(rank, caller, cancel.get());
+        if (!result.status.ok()) {
+          reactor->Finish(ToGrpcStatus(result.status));
+          return;
+        }
+        response->set_state(ToProto(result.state));
+        response->set_error(result.error);
+        response->set_steps(result.steps);
+        response->set_collective_seconds(result.collective_seconds);
+        response->set_node(result.node);
+        reactor->Finish(grpc::Status::OK);
+      });
+  return reactor;
+}
+
+}  // namespace trainerd::service

@@ -1,0 +1,319 @@
+// End to end, a data-parallel job whose ranks run on several trainerd daemons (--peers, submit
+// --nodes) on loopback, each daemon a process of its own with authentication on: the ranks train
+// as one rank with the global batch does, repeat bit for bit and say where they ran; what cannot
+// run is refused at submit naming the peer and the reason (a missing dataset, credentials the
+// peer refuses, a peer that is down, a node that is no peer); and a peer killed (-9) or stopped
+// (SIGTERM) mid-job, or a leader killed, ends the job (or the peer's rank) within a bounded time
+// while every daemon left keeps serving.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/e2e/subprocess.h"
+#include "trainerd/v1/jobs.pb.h"
+
+namespace trainerd::e2e {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kLeaderToken[] = "0123456789abcdef0123456789abcdef-leader";
+constexpr char kUserToken[] = "0123456789abcdef0123456789abcdef-user00";
+
+// A port free now (bound, read and closed): the daemons must know each other's before starting.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class PeersEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           ("trainerd-peers-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    tokens_ = Write("tokens",
+                    std::string("leader:") + kLeaderToken + " admin\nuser:" + kUserToken + "\n");
+    leader_token_ = Write("leader.token", std::string("leader:") + kLeaderToken + "\n");
+    user_token_ = Write("user.token", std::string(kUserToken) + "\n");
+  }
+  void TearDown() override {
+    daemons_.clear();
+    std::filesystem::remove_all(dir_);
+  }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  // Daemons 0..n-1 on ports chosen now, each a peer of every other.
+  void StartAll(int n) {
+    for (int i = 0; i < n; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+    daemons_.resize(n);
+    for (int i = 0; i < n; ++i) Start(i);
+  }
+
+  void Start(int i, const std::vector<std::string>& extra = {}) {
+    std::string peers;
+    for (size_t j = 0; j < addresses_.size(); ++j) {
+      if (static_cast<int>(j) == i) continue;
+      peers += (peers.empty() ? "" : ",") + addresses_[j];
+    }
+    std::vector<std::string> argv = {
+        TRAINERD_BIN,
+        "--listen=" + addresses_[i],
+        "--data_dir=" + (dir_ / ("data-" + std::to_string(i))).string(),
+        "--device=cpu",
+        "--metrics_listen=",
+        "--diagnose_at_start=false",
+        "--auth_token_file=" + tokens_,
+        "--peers=" + peers,
+        "--peer_token_file=" + leader_token_,
+        "--collective_timeout=20s",
+        "--shutdown_timeout=5s",
+        "--node_name=node-" + std::to_string(i)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    daemons_[i] = std::make_unique<Daemon>(argv);
+    std::string line;
+    ASSERT_TRUE(daemons_[i]->ReadLine(&line, 60))
+        << "trainerd " << i << " did not start: " << daemons_[i]->Stderr();
+    ASSERT_THAT(line, HasSubstr("listening on")) << line;
+  }
+
+  RunResult Ctl(int i, std::vector<std::string> args) {
+    args.insert(args.begin(), {TRAINCTL_BIN, "--addr", addresses_[i], "--token-file", user_token_});
+    return e2e::Run(args);
+  }
+
+  // `rows` rows of y = sin(x0 + x1) + x2 * x3 as CSV, uploaded to each daemon of `to`.
+  void Upload(const std::vector<int>& to, int rows = 240, const std::string& name = "waves") {
+    std::mt19937 rng(5);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::string csv = "a,b,c,d,y\n";
+    for (int r = 0; r < rows; ++r) {
+      double x[4];
+      for (double& v : x) v = normal(rng);
+      csv += std::to_string(x[0]) + "," + std::to_string(x[1]) + "," + std::to_string(x[2]) + "," +
+             std::to_string(x[3]) + "," + std::to_string(std::sin(x[0] + x[1]) + x[2] * x[3]) +
+             "\n";
+    }
+    const std::string path = Write(name + ".csv", csv);
+    for (int i : to) {
+      RunResult up = Ctl(i, {"dataset", "upload", name, path});
+      ASSERT_EQ(up.exit_code, 0) << up.err;
+    }
+  }
+
+  std::vector<std::string> SpecFlags(const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {
+        "submit",      "--dataset", "waves", "--model",  "linear:16,tanh,linear:1",
+        "--optimizer", "adam",      "--lr",  "0.01",     "--epochs",
+        "6",           "--seed",    "21",    "--engine", "libtorch"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  v1::Job Get(int i, const std::string& id) {
+    RunResult got = Ctl(i, {"-o", "json", "job", "get", id});
+    v1::Job job;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &job).ok())
+        << got.out << got.err;
+    return job;
+  }
+
+  // Submits on daemon `i`, follows the job to its end, returns it.
+  v1::Job Train(int i, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = SpecFlags(extra);
+    args.push_back("--watch");
+    RunResult run = Ctl(i, args);
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    return Get(i, run.out.substr(0, run.out.find('\n')));
+  }
+
+  // Submits on daemon `i` without waiting; the job's id.
+  std::string Submit(int i, const std::vector<std::string>& extra) {
+    RunResult run = Ctl(i, SpecFlags(extra));
+    EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
+    return run.out.substr(0, run.out.find('\n'));
+  }
+
+  v1::Job WaitFor(int i, const std::string& id, int epochs, int seconds) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    v1::Job job;
+    while (std::chrono::steady_clock::now() < deadline) {
+      job = Get(i, id);
+      if (job.epochs_completed() >= epochs || job.state() == v1::JOB_STATE_SUCCEEDED ||
+          job.state() == v1::JOB_STATE_FAILED || job.state() == v1::JOB_STATE_CANCELLED) {
+        return job;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return job;
+  }
+
+  std::filesystem::path dir_;
+  std::string tokens_;
+  std::string leader_token_;
+  std::string user_token_;
+  std::vector<std::string> addresses_;
+  std::vector<std::unique_ptr<Daemon>> daemons_;
+};
+
+// Three daemons, one rank each: the job trains as one rank with the global batch of 24 does
+// (within float32 rounding), again bit for bit, and says where its ranks ran.
+TEST_F(PeersEndToEndTest, RanksOnThreeDaemonsTrainAsOneRankWithTheGlobalBatch) {
+  StartAll(3);
+  Upload({0, 1, 2});
+  const std::string nodes = addresses_[1] + "," + addresses_[2];
+  const v1::Job one = Train(0, {"--batch-size", "24"});
+  const v1::Job ranks = Train(0, {"--batch-size", "8", "--replicas", "3", "--nodes", nodes});
+  const v1::Job again = Train(0, {"--batch-size", "8", "--replicas", "3", "--nodes", nodes});
+  ASSERT_EQ(one.state(), v1::JOB_STATE_SUCCEEDED) << one.error();
+  ASSERT_EQ(ranks.state(), v1::JOB_STATE_SUCCEEDED) << ranks.error();
+  ASSERT_EQ(again.state(), v1::JOB_STATE_SUCCEEDED) << again.error();
+  ASSERT_EQ(ranks.epochs_size(), 6);
+  for (int e = 0; e < 6; ++e) {
+    EXPECT_NEAR(ranks.epochs(e).loss(), one.epochs(e).loss(), 1e-5 * one.epochs(e).loss());
+    EXPECT_EQ(again.epochs(e).loss(), ranks.epochs(e).loss());  // bit for bit
+  }
+  EXPECT_EQ(ranks.steps(), one.steps());
+  EXPECT_EQ(ranks.host_syncs(), one.host_syncs());  // one transfer per epoch, on the leader
+  for (int p = 0; p < one.parameters_size(); ++p) {
+    for (int v = 0; v < one.parameters(p).values_size(); ++v) {
+      const double want = one.parameters(p).values(v);
+      EXPECT_NEAR(ranks.parameters(p).values(v), want, 1e-4 * std::max(1.0, std::fabs(want)));
+    }
+  }
+  ASSERT_EQ(ranks.ranks_size(), 3);
+  EXPECT_EQ(ranks.ranks(0).node(), "node-0");
+  EXPECT_EQ(ranks.ranks(1).node(), addresses_[1]);
+  EXPECT_EQ(ranks.ranks(2).node(), addresses_[2]);
+  EXPECT_EQ(ranks.global_batch_size(), 24);
+  EXPECT_GT(ranks.report().collective_seconds(), 0.0);
+  // The model is the leader's to give: it downloads there.
+  RunResult model = Ctl(0, {"job", "model", ranks.id(), "-f", (dir_ / "m.pt").string()});
+  EXPECT_EQ(model.exit_code, 0) << model.err;
+  EXPECT_GT(std::filesystem::file_size(dir_ / "m.pt"), 100u);
+}
+
+// What cannot run on the peers is refused at submit, naming the peer and the reason, and nothing
+// is queued.
+TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
+  StartAll(3);
+  Upload({0, 1});  // daemon 2 lacks it
+  RunResult lacking = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[2]}));
+  EXPECT_NE(lacking.exit_code, 0);
+  EXPECT_THAT(lacking.err, HasSubstr("dataset 'waves' is not on peer " + addresses_[2]));
+
+  RunResult stranger = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", "127.0.0.1:1"}));
+  EXPECT_NE(stranger.exit_code, 0);
+  EXPECT_THAT(stranger.err, HasSubstr("is not one of this daemon's --peers"));
+
+  RunResult no_replicas = Ctl(0, SpecFlags({"--nodes", addresses_[1]}));
+  EXPECT_EQ(no_replicas.exit_code, 2);  // refused before anything was sent
+  EXPECT_THAT(no_replicas.err, HasSubstr("--replicas"));
+
+  // A peer that is down.
+  daemons_[2]->Stop(SIGKILL, 30);
+  RunResult down = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[2]}));
+  EXPECT_NE(down.exit_code, 0);
+  EXPECT_THAT(down.err, HasSubstr("peer " + addresses_[2] + " cannot be reached"));
+
+  // A leader whose token the peer does not accept as an admin's.
+  const std::string wrong = Write("wrong.token", std::string("user:") + kUserToken + "\n");
+  daemons_[0].reset();
+  Start(0, {"--peer_token_file=" + wrong});
+  RunResult refused = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[1]}));
+  EXPECT_EQ(refused.exit_code, 0) << refused.err;  // the dataset check needs no admin
+  const v1::Job job = WaitFor(0, refused.out.substr(0, refused.out.find('\n')), 99, 30);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(job.error(), HasSubstr("rank 1"));
+  EXPECT_THAT(job.error(), HasSubstr("refused this daemon's credentials"));
+  EXPECT_THAT(job.error(), HasSubstr("admin"));
+
+  RunResult list = Ctl(1, {"job", "list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;  // the peer serves on
+}
+
+// A peer killed mid-job: the leader's job fails within the bounded time naming the rank; both
+// survivors serve on and train the next job.
+TEST_F(PeersEndToEndTest, APeerKilledOrStoppedMidJobFailsTheJobNamingTheRank) {
+  StartAll(3);
+  Upload({0, 1, 2}, 6000);
+  for (const int signal : {SIGKILL, SIGTERM}) {
+    const int peer = signal == SIGKILL ? 1 : 2;
+    SCOPED_TRACE(signal == SIGKILL ? "kill -9" : "SIGTERM");
+    const std::string id = Submit(0, {"--epochs", "500", "--batch-size", "16", "--replicas", "2",
+                                      "--nodes", addresses_[peer]});
+    const v1::Job running = WaitFor(0, id, 2, 60);
+    ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+    const auto stopped = std::chrono::steady_clock::now();
+    if (signal == SIGKILL) {
+      daemons_[peer]->Stop(SIGKILL, 30);
+    } else {
+      EXPECT_EQ(daemons_[peer]->Stop(SIGTERM, 60), 0) << daemons_[peer]->Stderr();
+    }
+    const v1::Job ended = WaitFor(0, id, 1 << 30, 40);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    EXPECT_EQ(ended.state(), v1::JOB_STATE_FAILED) << ended.error() << daemons_[0]->Stderr();
+    EXPECT_THAT(ended.error(), HasSubstr("rank 1"));
+    EXPECT_LT(seconds, 30);  // within the collective timeout (20 s), never a hang
+    // SIGTERM: the peer's rank stops after its step and says why; kill -9: its connections close.
+    EXPECT_THAT(ended.error(), signal == SIGTERM
+                                   ? HasSubstr("stopped the job: the daemon there is stopping")
+                                   : HasSubstr("peer " + addresses_[peer] + " cannot be reached"));
+  }
+  // The leader serves on and trains the next job.
+  const v1::Job next = Train(0, {"--batch-size", "64", "--epochs", "1"});
+  EXPECT_EQ(next.state(), v1::JOB_STATE_SUCCEEDED) << next.error();
+}
+
+// The leader killed mid-job: the peer's rank ends within the bounded time, and nothing of the job
+// is left running there.
+TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {
+  StartAll(2);
+  Upload({0, 1}, 6000);
+  const std::string id = Submit(
+      0, {"--epochs", "500", "--batch-size", "16", "--replicas", "2", "--nodes", addresses_[1]});
+  ASSERT_EQ(WaitFor(0, id, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  daemons_[0]->Stop(SIGKILL, 30);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() < deadline) {
+    ended = daemons_[1]->Stderr().find("rank 1 of job '" + id + "' ended") != std::string::npos;
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(ended) << daemons_[1]->Stderr();
+  RunResult list = Ctl(1, {"dataset", "list"});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+}
+
+}  // namespace
+}  // namespace trainerd::e2e
