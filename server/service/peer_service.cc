@@ -48,6 +48,13 @@ grpc::ServerUnaryReactor* PeerServiceImpl::RunRank(grpc::CallbackServerContext* 
   auto cancel = std::make_shared<std::atomic<bool>>(false);
   auto* reactor = new RankReactor(cancel);
   const engine::CallContext caller = CallContextOf(context, authenticator_);
+  // Who may ask first (the engine asks again): a tenant learns nothing from its request's parse.
+  if (!caller.admin) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "running a rank for another daemon takes an admin's credentials "
+                                 "here"));
+    return reactor;
+  }
   absl::StatusOr<engine::JobSpec> spec = FromProto(request->spec());
   if (!spec.ok()) {
     reactor->Finish(ToGrpcStatus(spec.status()));

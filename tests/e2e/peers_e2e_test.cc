@@ -22,9 +22,11 @@
 
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/subprocess.h"
 #include "trainerd/v1/jobs.pb.h"
+#include "trainerd/v1/peers.grpc.pb.h"
 
 namespace trainerd::e2e {
 namespace {
@@ -313,6 +315,47 @@ TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {
   EXPECT_TRUE(ended) << daemons_[1]->Stderr();
   RunResult list = Ctl(1, {"dataset", "list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;
+}
+
+// PeerService.RunRank called directly: a tenant's token may not run a rank (PERMISSION_DENIED),
+// and even an admin's may not point a daemon at a store that is not on one of its peers
+// (FAILED_PRECONDITION): no caller makes a daemon connect where it chooses.
+TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
+  StartAll(2);
+  Upload({0, 1});
+  auto stub = v1::PeerService::NewStub(
+      grpc::CreateChannel(addresses_[1], grpc::InsecureChannelCredentials()));
+  v1::RunRankRequest request;
+  request.mutable_spec()->set_dataset("waves");
+  request.mutable_spec()->set_model("linear:1");
+  request.mutable_spec()->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_SGD);
+  request.mutable_spec()->mutable_optimizer()->set_learning_rate(0.1);
+  request.mutable_spec()->set_batch_size(8);
+  request.mutable_spec()->set_epochs(1);
+  request.mutable_spec()->set_device("cpu");
+  request.set_job_id("job-000000000000");
+  request.set_rank(1);
+  request.set_world_size(2);
+  request.set_store_port(29500);
+  request.set_prefix("job-000000000000/1");
+  request.set_timeout_seconds(5);
+  auto call = [&](const std::string& token, const std::string& store) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + token);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    request.set_store_host(store);
+    v1::RunRankResponse response;
+    return stub->RunRank(&context, request, &response);
+  };
+  const grpc::Status tenant = call(kUserToken, "127.0.0.1");
+  EXPECT_EQ(tenant.error_code(), grpc::StatusCode::PERMISSION_DENIED) << tenant.error_message();
+  EXPECT_THAT(tenant.error_message(), HasSubstr("admin"));
+  const grpc::Status elsewhere = call(kLeaderToken, "10.9.9.9");
+  EXPECT_EQ(elsewhere.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << elsewhere.error_message();
+  EXPECT_THAT(elsewhere.error_message(), HasSubstr("is not on one of this daemon's --peers"));
+  const grpc::Status stranger = call("not-a-token-at-all-0123456789", "127.0.0.1");
+  EXPECT_EQ(stranger.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
 }  // namespace
