@@ -35,6 +35,8 @@ def test_replicas_train_as_the_global_batch_and_the_model_loads(
     assert one.replicas == 1 and one.ranks == []
     assert [(r, device) for r, device, _ in ranks.ranks] == [(0, "cpu"), (1, "cpu"), (2, "cpu")]
     assert ranks.report.collective_seconds > 0
+    html = ranks._repr_html_()
+    assert "10 per rank, 30 global" in html and "2: cpu on " in html
     for mine, reference in zip(ranks.history, one.history, strict=True):
         assert mine.loss == pytest.approx(reference.loss, rel=1e-5)
         assert mine.validation_loss == pytest.approx(reference.validation_loss, rel=1e-5)

@@ -446,6 +446,11 @@ def report_rows(job: JobBase) -> list[tuple[str, str]]:
         rows.append(("device", device))
     if report.packed_members > 1:
         rows.append(("packed with", f"{report.packed_members} members"))
+    if report.collective_seconds > 0:
+        collectives = _seconds(report.collective_seconds)
+        if report.HasField("collective_fraction"):
+            collectives += f" ({report.collective_fraction:.0%} of compute, rank 0)"
+        rows.append(("collectives", collectives))
     if report.steps_per_second:
         rows.append(("steps/s", f"{report.steps_per_second:.4g}"))
     parts = [
@@ -493,6 +498,10 @@ def job_html(job: JobBase) -> str:
     ]
     if spec.model:
         rows.append(("model", spec.model))
+    if spec.replicas > 1:
+        rows.append(("batch", f"{spec.batch_size} per rank, {job.global_batch_size} global"))
+        placed = ", ".join(f"{rank}: {device} on {node}" for rank, device, node in job.ranks)
+        rows.append(("ranks", f"{spec.replicas} ({placed})" if placed else str(spec.replicas)))
     epochs = f"{proto.epochs_completed} of {spec.epochs}"
     if proto.stopped_early:
         epochs += " (stopped early)"

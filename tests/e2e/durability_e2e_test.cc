@@ -75,11 +75,8 @@ class DurabilityTest : public ::testing::Test {
     daemon_ = std::make_unique<Daemon>(argv);
     std::string line;
     ASSERT_TRUE(daemon_->ReadLine(&line, 60)) << "trainerd did not start: " << daemon_->Stderr();
-    const std::string marker = "listening on ";
-    const size_t at = line.find(marker);
-    ASSERT_NE(at, std::string::npos) << line;
-    addr_ =
-        line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
+    addr_ = ListeningAddress(line);
+    ASSERT_FALSE(addr_.empty()) << line;
     auto channel = grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials());
     datasets_ = v1::DatasetService::NewStub(channel);
     jobs_ = v1::JobService::NewStub(channel);

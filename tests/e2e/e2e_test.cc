@@ -86,11 +86,8 @@ class EndToEndTest : public ::testing::Test {
     daemon_ = std::make_unique<Daemon>(argv);
     std::string line;
     ASSERT_TRUE(daemon_->ReadLine(&line)) << "trainerd exited: " << daemon_->Stderr();
-    const std::string marker = "listening on ";
-    const size_t at = line.find(marker);
-    ASSERT_NE(at, std::string::npos) << line;
-    addr_ =
-        line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
+    addr_ = ListeningAddress(line);
+    ASSERT_FALSE(addr_.empty()) << line;
   }
 
   RunResult Ctl(std::vector<std::string> args) {

@@ -63,11 +63,8 @@ class FullDiskEndToEndTest : public ::testing::Test {
         "--metrics_listen=", "--diagnose_at_start=false"});
     std::string line;
     ASSERT_TRUE(daemon_->ReadLine(&line)) << "trainerd exited: " << daemon_->Stderr();
-    const std::string marker = "listening on ";
-    const size_t at = line.find(marker);
-    ASSERT_NE(at, std::string::npos) << line;
-    const size_t start = at + marker.size();
-    addr_ = line.substr(start, line.find(' ', start) - start);
+    addr_ = ListeningAddress(line);
+    ASSERT_FALSE(addr_.empty()) << line;
   }
   RunResult Ctl(std::vector<std::string> args) {
     args.insert(args.begin(), {TRAINCTL_BIN, "--addr", addr_});

@@ -188,4 +188,12 @@ std::string Daemon::Stderr() const {
   return ss.str();
 }
 
+std::string ListeningAddress(const std::string& line) {
+  const std::string marker = "listening on ";
+  const size_t at = line.find(marker);
+  if (at == std::string::npos) return "";
+  const size_t start = at + marker.size();
+  return line.substr(start, line.find(' ', start) - start);
+}
+
 }  // namespace trainerd::e2e

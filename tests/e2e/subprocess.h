@@ -26,6 +26,9 @@ inline constexpr int kDefaultTimeoutSeconds = 120;
 RunResult Run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
               int timeout_seconds = kDefaultTimeoutSeconds);
 
+// The address in trainerd's "listening on HOST:PORT ..." line; "" when the line has none.
+std::string ListeningAddress(const std::string& line);
+
 // A long-running child whose stdout can be read line by line. Killed (SIGKILL) on destruction if
 // still running. Not thread-safe.
 class Daemon {
