@@ -25,6 +25,9 @@ if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   "$BUILD_DIR/tests/engine/collectives_bench" --json "$RESULTS_DIR/collectives.json"
   # A data-parallel MLP as 1, 2 and 4 ranks (engine-internal ranks, issue 21).
   "$BUILD_DIR/tests/engine/data_parallel_bench" --json "$RESULTS_DIR/data_parallel.json"
+  # The same kind of job through the daemons: one rank, 2 ranks in one daemon, 2 on two daemons.
+  "$(python/venv.sh "$PYTHON")" bench/data_parallel_daemons.py --build-dir "$BUILD_DIR" \
+    --results-dir "$RESULTS_DIR"
 fi
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"
