@@ -25,7 +25,7 @@ import numpy as np
 
 import trainerd
 
-MODEL = "linear:512,relu,linear:512,relu,linear:1"
+MODEL = "linear:1024,relu,linear:1024,relu,linear:1"
 
 
 def free_port() -> int:
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--build-dir", default="build/release")
     parser.add_argument("--results-dir", default="build/bench")
     parser.add_argument("--rows", type=int, default=8192)
-    parser.add_argument("--batch", type=int, default=256, help="per-rank batch")
+    parser.add_argument("--batch", type=int, default=512, help="per-rank batch")
     parser.add_argument("--epochs", type=int, default=4, help="at least 2")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
