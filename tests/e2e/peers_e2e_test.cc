@@ -297,6 +297,37 @@ TEST_F(PeersEndToEndTest, APeerKilledOrStoppedMidJobFailsTheJobNamingTheRank) {
   EXPECT_EQ(next.state(), v1::JOB_STATE_SUCCEEDED) << next.error();
 }
 
+// A peer lost mid-job, with checkpoints: once, the job goes on from its last checkpoint with that
+// peer's rank on the leader (a new attempt), and ends as the job without the loss does.
+TEST_F(PeersEndToEndTest, APeerLostMidJobWithCheckpointsGoesOnWithoutItFromTheLastCheckpoint) {
+  StartAll(2);
+  Upload({0, 1}, 6000);
+  const std::vector<std::string> flags = {"--epochs",           "30", "--batch-size", "16",
+                                          "--replicas",         "2",  "--nodes",      addresses_[1],
+                                          "--checkpoint-every", "5"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  const std::string id = Submit(0, flags);
+  const v1::Job midway = WaitFor(0, id, 7, 60);
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  daemons_[1]->Stop(SIGKILL, 30);
+  const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.restarts_size(), 1);
+  EXPECT_GE(ended.restarts(0).from_epoch(), 5);
+  EXPECT_EQ(ended.restarts(0).from_epoch() % 5, 0);
+  ASSERT_EQ(ended.epochs_size(), 30);
+  for (int e = 0; e < 30; ++e) {
+    EXPECT_EQ(ended.epochs(e).epoch(), e + 1);
+    EXPECT_NEAR(ended.epochs(e).loss(), reference.epochs(e).loss(),
+                1e-6 * reference.epochs(e).loss());
+  }
+  ASSERT_EQ(ended.ranks_size(), 2);
+  EXPECT_EQ(ended.ranks(1).node(), "node-0");  // the lost peer's rank, now on the leader
+  const std::string log = daemons_[0]->Stderr();
+  EXPECT_THAT(log, HasSubstr("lost its peer " + addresses_[1]));
+}
+
 // The leader killed mid-job: the peer's rank ends within the bounded time, and nothing of the job
 // is left running there.
 TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {

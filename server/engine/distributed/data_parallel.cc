@@ -126,6 +126,8 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
                                                                   next_group.fetch_add(1), "/1")
                                                    : options.group;
   std::vector<TrainingOutcome> outcomes(static_cast<size_t>(world));
+  // [rank]: its peer went away (the call failed after it started, or the daemon there stopped).
+  std::vector<bool> lost(static_cast<size_t>(world), false);
 
   // The peers' ranks first: each call returns at once and reports its rank's end. One that cannot
   // start gives the meeting up, so that the ranks here fail at once naming it.
@@ -154,6 +156,7 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
     calls.push_back(
         options.remote->StartRank(peer, request, [&, rank, peer, store](RemoteRankResult result) {
           TrainingOutcome outcome;
+          bool went_away = false;
           outcome.state = result.state;
           outcome.error = result.error;
           outcome.steps = result.steps;
@@ -162,10 +165,15 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
             outcome.state = JobState::kFailed;
             outcome.error = std::string(result.status.message());  // it names the peer
             store->Abort(prefix, absl::StrCat("rank ", rank, ": ", outcome.error));
+            // Unreachable or cut off (not a refusal, which says the peer cannot run it at all).
+            went_away = result.status.code() == absl::StatusCode::kUnavailable;
+          } else if (outcome.state == JobState::kRunning) {
+            went_away = true;  // its daemon stopped it
           } else if (outcome.state == JobState::kFailed) {
             outcome.error = absl::StrCat("on ", peer, ": ", outcome.error);
           }
           std::lock_guard<std::mutex> lock(remote_mu);
+          lost[rank] = went_away;  // (a vector<bool>'s bits share words: under the lock)
           outcomes[rank] = std::move(outcome);
           --remote_pending;
           remote_done.notify_all();
@@ -223,6 +231,14 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
           absl::StrCat("rank ", rank, " on ", peer_of(rank), " stopped the job: ",
                        other.error.empty() ? std::string("it was cancelled there") : other.error);
       break;
+    }
+  }
+  if (outcome.state == JobState::kFailed) {
+    for (int rank = 1; rank < world; ++rank) {
+      if (lost[rank]) {
+        outcome.lost_peer = peer_of(rank);
+        break;
+      }
     }
   }
   if (outcome.state == JobState::kFailed && LostTheOthers(outcome.error)) {

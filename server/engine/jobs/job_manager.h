@@ -282,6 +282,11 @@ class JobManager {
   void RunJob(const std::shared_ptr<Record>& record);
   // A sweep's members taken off the queue together (claimed): trained as one pack.
   void RunPack(std::vector<std::shared_ptr<Record>> members);
+  // A data-parallel job that lost a peer (`failed.lost_peer`) and has a checkpoint: its record
+  // goes back to that checkpoint (epochs after it dropped, a restart recorded, the peer's ranks
+  // placed here) and `run` resumes from it. False without a usable checkpoint.
+  bool TakeUpWithoutPeer(const std::shared_ptr<Record>& shared, const TrainingOutcome& failed,
+                         TrainingRun* run);
   // A job's intra-op threads (1 off the CPU), from its size or --intra_op_threads. Needs its
   // dataset acquired.
   int WantedThreads(const std::shared_ptr<Record>& record);

@@ -48,6 +48,9 @@ struct TrainingOutcome {
   std::string model_archive;
   // A data-parallel job: rank 0's seconds inside collectives (in loop_seconds).
   double collective_seconds = 0.0;
+  // A data-parallel job that failed because a peer went away (killed, cut off, stopping): that
+  // peer, so that the job may go on from its last checkpoint without it. Empty otherwise.
+  std::string lost_peer;
 };
 
 }  // namespace trainerd::engine
