@@ -1,6 +1,8 @@
-// A data-parallel job in this process (JobSpec::replicas): its ranks as threads, each on the CPU,
-// meeting at a store this process hosts and training with RunRank (training/trainer.h) through a
-// Gloo group. The job manager calls it for a job with replicas (jobs/job_runner.cc).
+// A data-parallel job (JobSpec::replicas) led by this process: its ranks as threads here on the
+// CPU, and with JobSpec::nodes also ranks on peer daemons (RemoteRanks, remote_ranks.h), all
+// meeting at a store this process hosts and training with RunRank (training/trainer.h) through one
+// Gloo group. The job manager calls it for a job with replicas (jobs/job_runner.cc); a peer's
+// side of a rank is RunJoinedRank.
 #pragma once
 
 #include <string>
