@@ -4,6 +4,8 @@
 #pragma once
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "google/protobuf/timestamp.pb.h"
 #include "server/engine/engine.h"
 #include "server/engine/types.h"
 #include "trainerd/v1/datasets.pb.h"
@@ -33,5 +35,8 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job);
 engine::EpochResult FromProto(const v1::EpochResult& epoch);
 engine::DeviceReport FromProto(const v1::DeviceReport& report);
 absl::StatusOr<engine::JobState> FromProto(v1::JobState state);
+
+// `t` as a protobuf Timestamp (convert.cc and convert_devices.cc).
+void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out);
 
 }  // namespace trainerd::convert

@@ -1,8 +1,6 @@
 // JobManager's event streams (job_manager.h): Publish, which records a state change or an epoch
 // (in the store first) and hands it to the job's watchers, in order under the job's publish_mu
 // (taken before mu_); and the watches themselves (Subscribe, Epochs, Unsubscribe).
-#include "server/engine/jobs/job_manager.h"
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +17,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
+#include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
 #include "server/engine/training/checkpoint.h"
@@ -100,7 +99,6 @@ void JobManager::EndWatches(Record* record) {
   record->sinks.clear();
 }
 
-
 absl::StatusOr<JobSnapshot> JobManager::Subscribe(const std::string& id,
                                                   std::shared_ptr<JobEventSink> sink,
                                                   bool summary) {
@@ -162,6 +160,5 @@ void JobManager::Unsubscribe(const std::string& id, const JobEventSink* sink) {
       std::remove_if(sinks.begin(), sinks.end(), [sink](const auto& s) { return s.get() == sink; }),
       sinks.end());
 }
-
 
 }  // namespace trainerd::engine

@@ -73,9 +73,9 @@ std::string ExceptionText(const std::exception_ptr& e) {
 }  // namespace job_internal
 
 using job_internal::ExceptionText;
+using job_internal::kModulesFolder;
 using job_internal::RemoveFile;
 using job_internal::SummaryOf;
-using job_internal::kModulesFolder;
 
 JobManager::JobManager(JobManagerOptions options)
     : options_(std::move(options)),
@@ -110,12 +110,10 @@ std::string JobManager::ModuleFilePath(const std::string& id) const {
   return absl::StrCat(options_.data_dir, "/", kModulesFolder, "/", id, ".pt");
 }
 
-
 bool JobManager::accepting() const {
   absl::MutexLock lock(&mu_);
   return !stopping_;
 }
-
 
 int64_t JobManager::DeviceLoad(const std::string& device) const {
   absl::MutexLock lock(&mu_);
@@ -133,7 +131,6 @@ std::string JobManager::JobUsingDataset(const std::string& dataset) const {
   }
   return "";
 }
-
 
 void JobManager::Drain(absl::Duration timeout) {
   if (store_ == nullptr) {
@@ -218,6 +215,5 @@ void JobManager::Shutdown(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   workers_.clear();
 }
-
 
 }  // namespace trainerd::engine

@@ -282,6 +282,11 @@ class JobManager {
   void RunJob(const std::shared_ptr<Record>& record);
   // A sweep's members taken off the queue together (claimed): trained as one pack.
   void RunPack(std::vector<std::shared_ptr<Record>> members);
+  // A job with replicas as its ranks (threads here, ranks on peers: `rank_peers`, "" for here),
+  // with `threads` intra-op threads for the ranks here together; taken up once without a peer it
+  // lost mid-job when it has a checkpoint (job_ranks.cc).
+  TrainingOutcome RunRanks(const std::shared_ptr<Record>& shared, TrainingRun* run, int threads,
+                           int32_t attempt, std::vector<std::string> rank_peers);
   // A data-parallel job that lost a peer (`failed.lost_peer`) and has a checkpoint: its record
   // goes back to that checkpoint (epochs after it dropped, a restart recorded, the peer's ranks
   // placed here) and `run` resumes from it. False without a usable checkpoint.

@@ -1,6 +1,6 @@
-// What the files of JobManager (job_manager.cc, job_queue.cc, job_runner.cc, job_events.cc,
-// job_records.cc) share: small helpers of the engine's job bookkeeping. Not for use outside
-// JobManager.
+// What the files of JobManager (job_manager.cc, job_queue.cc, job_runner.cc, job_ranks.cc,
+// job_events.cc, job_records.cc) share: small helpers of the engine's job bookkeeping. Not for use
+// outside JobManager.
 #pragma once
 
 #include <exception>
@@ -23,5 +23,9 @@ std::string ExceptionText(const std::exception_ptr& e);
 
 // Where TorchScript jobs' modules are kept, under the data folder.
 inline constexpr char kModulesFolder[] = "modules";
+
+// The peer that runs rank `rank` of a job with `nodes` (JobSpec::nodes): round the list starting
+// here; "" for this daemon (job_ranks.cc).
+std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank);
 
 }  // namespace trainerd::engine::job_internal

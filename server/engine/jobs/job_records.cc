@@ -2,8 +2,6 @@
 // the store), cancellation, deletion with the job's files, and retention (ForgetEnded,
 // PruneEndedJobs: ended jobs leave memory, and past --max_finished_jobs or --job_retention the
 // records). mu_ guards the records; a cancellation publishes under the job's publish_mu.
-#include "server/engine/jobs/job_manager.h"
-
 #include <unistd.h>
 
 #include <cerrno>
@@ -20,6 +18,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
+#include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
 #include "server/engine/training/checkpoint.h"
@@ -126,7 +125,6 @@ absl::StatusOr<std::string> JobManager::ModelPath(const std::string& id) const {
   return absl::StrCat(options_.models_dir, "/", id, ".pt");
 }
 
-
 void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {
   {
     std::lock_guard<std::mutex> publish_lock(record->publish_mu);
@@ -136,7 +134,6 @@ void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {
   jobs_.erase(record->snap.id);
   order_.erase(std::remove(order_.begin(), order_.end(), record->snap.id), order_.end());
 }
-
 
 absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
   std::shared_ptr<Record> record;
@@ -281,6 +278,5 @@ void JobManager::PruneEndedJobs() {
     }
   }
 }
-
 
 }  // namespace trainerd::engine

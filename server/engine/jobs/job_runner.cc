@@ -19,7 +19,6 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
-#include "server/engine/distributed/data_parallel.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
@@ -47,14 +46,6 @@ int WantedIntraOpThreads(const ModelSpec& model, const TorchScriptJob* torchscri
     flops = 6.0 * static_cast<double>(torchscript->parameter_count) * static_cast<double>(batch);
   }
   return IntraOpThreadsFor(flops, cores);
-}
-
-// The peer that runs rank `rank` of a job with `nodes` (JobSpec::nodes): round the list starting
-// here; "" for this daemon.
-std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank) {
-  if (nodes.empty()) return "";
-  const size_t slot = static_cast<size_t>(rank) % (nodes.size() + 1);
-  return slot == 0 ? "" : nodes[slot - 1];
 }
 
 }  // namespace
@@ -237,55 +228,6 @@ bool JobManager::AcquireDatasets(const std::shared_ptr<Record>& record) {
   }
 }
 
-bool JobManager::TakeUpWithoutPeer(const std::shared_ptr<Record>& shared,
-                                   const TrainingOutcome& failed, TrainingRun* run) {
-  Record* record = shared.get();
-  std::vector<CheckpointInfo> checkpoints;
-  {
-    absl::MutexLock lock(&mu_);
-    checkpoints = record->snap.checkpoints;
-  }
-  // The newest checkpoint whose file is there and still matches its checksum, as a restart takes.
-  ResumePoint point;
-  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
-    const std::string path = absl::StrCat(options_.data_dir, "/", it->path);
-    absl::StatusOr<std::string> bytes = ReadFileToString(path);
-    if (!bytes.ok() || (!it->sha256.empty() && Sha256Hex(*bytes) != it->sha256)) continue;
-    point.checkpoint_path = path;
-    point.epoch = it->epoch;
-    break;
-  }
-  if (point.checkpoint_path.empty()) return false;
-  const int32_t from = point.epoch;
-  if (store_ != nullptr) {
-    if (absl::Status erased = store_->DeleteEpochsAfter(record->snap.id, from); !erased.ok()) {
-      LogWarning(absl::StrCat("job '", record->snap.id, "': ", erased.message()));
-      return false;
-    }
-  }
-  const std::string node = NodeName(options_.node_name);
-  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
-    snap.epochs.erase(std::remove_if(snap.epochs.begin(), snap.epochs.end(),
-                                     [from](const EpochResult& e) { return e.epoch > from; }),
-                      snap.epochs.end());
-    snap.checkpoints.erase(
-        std::remove_if(snap.checkpoints.begin(), snap.checkpoints.end(),
-                       [from](const CheckpointInfo& c) { return c.epoch > from; }),
-        snap.checkpoints.end());
-    snap.epochs_completed = from;
-    snap.final_loss = snap.epochs.empty() ? 0.0 : snap.epochs.back().loss;
-    snap.restarts.push_back(JobRestart{absl::Now(), from, JobState::kRunning});
-    for (RankPlacement& rank : snap.ranks) {
-      if (rank.node == failed.lost_peer) rank = RankPlacement{rank.rank, snap.device, node};
-    }
-  });
-  LogWarning(absl::StrCat("job '", record->snap.id, "' lost its peer ", failed.lost_peer, " (",
-                          failed.error, "); it goes on from the checkpoint of epoch ", from,
-                          " with that peer's ranks here"));
-  run->resume_from = point.checkpoint_path;
-  return true;
-}
-
 int JobManager::WantedThreads(const std::shared_ptr<Record>& record) {
   if (!record->device.is_cpu()) return 1;
   JobSpec spec;
@@ -339,7 +281,7 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     if (snap.spec.replicas > 1) {
       const std::string node = NodeName(options_.node_name);
       for (int32_t rank = 0; rank < snap.spec.replicas; ++rank) {
-        const std::string peer = PeerOfRank(snap.spec.nodes, rank);
+        const std::string peer = job_internal::PeerOfRank(snap.spec.nodes, rank);
         snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node}
                                           : RankPlacement{rank, "cpu", peer});
       }
@@ -600,7 +542,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
     replicas = std::max<int32_t>(1, shared->snap.spec.replicas);
     attempt = static_cast<int32_t>(shared->snap.restarts.size()) + 1;
     for (int32_t rank = 0; rank < replicas; ++rank) {
-      rank_peers.push_back(PeerOfRank(shared->snap.spec.nodes, rank));
+      rank_peers.push_back(job_internal::PeerOfRank(shared->snap.spec.nodes, rank));
     }
   }
   const int32_t local_ranks =
@@ -614,34 +556,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
   StartedRun started = StartRun(shared, threads, /*packed_members=*/0);
   TrainingOutcome outcome;
   if (replicas > 1) {
-    started->run.intra_op_threads = std::max(1, threads / local_ranks);
-    DataParallelOptions parallel;
-    parallel.timeout = options_.collective_timeout;
-    // The store's keys and the errors name the job and its attempt: a job taken up again after a
-    // restart meets under a prefix of its own.
-    parallel.group = absl::StrCat(shared->snap.id, "/", attempt);
-    parallel.job_id = shared->snap.id;
-    parallel.store_host = options_.advertise_host;
-    parallel.interface_host = options_.advertise_host;
-    parallel.port_min = options_.rendezvous_port_min;
-    parallel.port_max = options_.rendezvous_port_max;
-    parallel.peers = rank_peers;
-    parallel.remote = options_.remote_ranks.get();
-    outcome = RunDataParallel(started->run, parallel);
-    // A peer went away mid-job (killed, cut off, stopping): once, as torchrun restarts a job, the
-    // job goes on from its last checkpoint with that peer's ranks here, under the next attempt's
-    // prefix; without a checkpoint it fails, naming the rank and the peer.
-    if (outcome.state == JobState::kFailed && !outcome.lost_peer.empty() &&
-        !shared->cancel.load() && TakeUpWithoutPeer(shared, outcome, &started->run)) {
-      for (std::string& peer : parallel.peers) {
-        if (peer == outcome.lost_peer) peer.clear();
-      }
-      const int32_t here =
-          static_cast<int32_t>(std::count(parallel.peers.begin(), parallel.peers.end(), ""));
-      started->run.intra_op_threads = std::max(1, threads / here);
-      parallel.group = absl::StrCat(shared->snap.id, "/", attempt + 1);
-      outcome = RunDataParallel(started->run, parallel);
-    }
+    outcome = RunRanks(shared, &started->run, threads, attempt, std::move(rank_peers));
   } else if (started->module != nullptr) {
     // Untrusted code: trained in a worker process of its own, never in the daemon.
     const double seconds = started->run.spec.max_job_seconds;
