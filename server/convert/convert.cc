@@ -19,6 +19,11 @@ void SetTimestamp(absl::Time t, google::protobuf::Timestamp* out) {
 
 namespace {
 
+// What a request may declare of a data-parallel job before the daemon looks at it (its own
+// --max_replicas, at most this, is checked at admission).
+constexpr int32_t kMaxReplicasPerJob = 4096;
+constexpr int kMaxNodesPerJob = 256;
+
 absl::Time FromTimestamp(const google::protobuf::Timestamp& t) {
   return absl::FromUnixNanos(t.seconds() * 1000000000 + t.nanos());
 }
@@ -328,6 +333,12 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
         absl::StrCat("replicas must be >= 1 (0 or unset: one rank), got ", spec.replicas()));
   }
   out.replicas = std::max<int32_t>(1, spec.replicas());
+  // Bounded before anything is copied: the daemon's own --max_replicas is checked at admission.
+  if (spec.replicas() > kMaxReplicasPerJob || spec.nodes_size() > kMaxNodesPerJob) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a job has at most ", kMaxReplicasPerJob, " replicas and ", kMaxNodesPerJob,
+                     " nodes; got ", spec.replicas(), " and ", spec.nodes_size()));
+  }
   if (spec.nodes_size() > 0) {
     if (out.replicas < 2) {
       return absl::InvalidArgumentError(

@@ -4,7 +4,6 @@
 // a canary job trained before the attack are unchanged, nothing half-made is listed, and no
 // upload is left open or staged.
 #include <grpcpp/grpcpp.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -88,8 +87,9 @@ class HostileFixture : public ServiceTest {
   // The canary job's spec: a valid job on the canary dataset, for attacks to spoil.
   v1::JobSpec Spec() const { return LinearSpec("canary", 2); }
 
-  grpc::Status ReadStream(const std::function<std::unique_ptr<grpc::ClientReaderInterface<
-                              v1::JobEvent>>(grpc::ClientContext*)>& open) {
+  grpc::Status ReadStream(
+      const std::function<
+          std::unique_ptr<grpc::ClientReaderInterface<v1::JobEvent>>(grpc::ClientContext*)>& open) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
     auto reader = open(&context);
@@ -198,31 +198,33 @@ std::vector<Attack> Attacks() {
   const auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
   std::vector<Attack> attacks;
   // ---- UploadDataset: the header's fields ----
-  for (const std::string& name : {std::string("../evil"), std::string("a/b"),
-                                  std::string(".."), std::string(""), std::string(200, 'n'),
-                                  std::string("tab\there"), std::string("nul\0x", 5)}) {
-    attacks.push_back({absl::StrCat("UploadName", attacks.size()),
-                       [name](H* t) {
-                         return t->RawUpload({HeaderMessage(Header(name, {1}, 1)),
-                                              Chunk(Floats({1, 2}))});
-                       },
-                       kInvalid, "is invalid"});
+  for (const std::string& name :
+       {std::string("../evil"), std::string("a/b"), std::string(".."), std::string(""),
+        std::string(200, 'n'), std::string("tab\there"), std::string("nul\0x", 5)}) {
+    attacks.push_back(
+        {absl::StrCat("UploadName", attacks.size()),
+         [name](H* t) {
+           return t->RawUpload({HeaderMessage(Header(name, {1}, 1)), Chunk(Floats({1, 2}))});
+         },
+         kInvalid, "is invalid"});
   }
   attacks.push_back({"UploadNoFeatureShape",
                      [](H* t) { return t->RawUpload({HeaderMessage(Header("x", {}, 1))}); },
                      kInvalid, "needs at least one dimension"});
   attacks.push_back({"UploadZeroDimension",
-                     [](H* t) { return t->RawUpload({HeaderMessage(Header("x", {4, 0}, 1))}); },
+                     [](H* t) {
+                       return t->RawUpload({HeaderMessage(Header("x", {4, 0}, 1))});
+                     },
                      kInvalid, "every dimension must be between 1 and"});
   attacks.push_back({"UploadNegativeDimension",
                      [](H* t) { return t->RawUpload({HeaderMessage(Header("x", {-4}, 1))}); },
                      kInvalid, "every dimension must be between 1 and"});
-  attacks.push_back(
-      {"UploadRankNine",
-       [](H* t) {
-         return t->RawUpload({HeaderMessage(Header("x", std::vector<int64_t>(9, 1), 1))});
-       },
-       kInvalid, "at most 8"});
+  attacks.push_back({"UploadRankNine",
+                     [](H* t) {
+                       return t->RawUpload(
+                           {HeaderMessage(Header("x", std::vector<int64_t>(9, 1), 1))});
+                     },
+                     kInvalid, "at most 8"});
   attacks.push_back({"UploadOverflowingShape",
                      [](H* t) {
                        const int64_t d = int64_t{1} << 31;
@@ -231,8 +233,8 @@ std::vector<Attack> Attacks() {
                      kInvalid, "overflow"});
   attacks.push_back({"UploadOverflowingRows",
                      [](H* t) {
-                       return t->RawUpload(
-                           {HeaderMessage(Header("x", {1024}, std::numeric_limits<int64_t>::max()))});
+                       return t->RawUpload({HeaderMessage(
+                           Header("x", {1024}, std::numeric_limits<int64_t>::max()))});
                      },
                      kInvalid, "overflow"});
   attacks.push_back({"UploadHugeDeclaredSize",
@@ -269,32 +271,33 @@ std::vector<Attack> Attacks() {
                        return t->RawUpload({HeaderMessage(header), Chunk(Floats({1, 2}))});
                      },
                      grpc::StatusCode::DATA_LOSS, "sha256"});
-  attacks.push_back({"UploadExistingName",
-                     [](H* t) {
-                       return t->RawUpload(
-                           {HeaderMessage(Header("canary", {1}, 1)), Chunk(Floats({1, 2}))});
-                     },
-                     grpc::StatusCode::ALREADY_EXISTS, "already exists"});
+  attacks.push_back(
+      {"UploadExistingName",
+       [](H* t) {
+         return t->RawUpload({HeaderMessage(Header("canary", {1}, 1)), Chunk(Floats({1, 2}))});
+       },
+       grpc::StatusCode::ALREADY_EXISTS, "already exists"});
   // ---- UploadDataset: the stream ----
-  attacks.push_back({"UploadChunkBeforeHeader",
-                     [](H* t) {
-                       return t->RawUpload({Chunk(Floats({1, 2})), HeaderMessage(Header("x", {1}, 1))});
-                     },
-                     kInvalid, "must be the header"});
+  attacks.push_back(
+      {"UploadChunkBeforeHeader",
+       [](H* t) {
+         return t->RawUpload({Chunk(Floats({1, 2})), HeaderMessage(Header("x", {1}, 1))});
+       },
+       kInvalid, "must be the header"});
   attacks.push_back({"UploadHeaderTwice",
                      [](H* t) {
                        return t->RawUpload({HeaderMessage(Header("x", {1}, 1)),
                                             HeaderMessage(Header("x", {1}, 1))});
                      },
                      kInvalid, "sent once"});
-  attacks.push_back({"UploadEmptyStream", [](H* t) { return t->RawUpload({}); }, kInvalid,
-                     "no header"});
-  attacks.push_back({"UploadTruncated",
-                     [](H* t) {
-                       return t->RawUpload(
-                           {HeaderMessage(Header("x", {1}, 4)), Chunk(Floats({1, 2, 3}))});
-                     },
-                     kInvalid, "ended after 12 of the 32 payload bytes"});
+  attacks.push_back(
+      {"UploadEmptyStream", [](H* t) { return t->RawUpload({}); }, kInvalid, "no header"});
+  attacks.push_back(
+      {"UploadTruncated",
+       [](H* t) {
+         return t->RawUpload({HeaderMessage(Header("x", {1}, 4)), Chunk(Floats({1, 2, 3}))});
+       },
+       kInvalid, "ended after 12 of the 32 payload bytes"});
   attacks.push_back({"UploadOverLong",
                      [](H* t) {
                        return t->RawUpload({HeaderMessage(Header("x", {1}, 1)),
@@ -341,11 +344,10 @@ std::vector<Attack> Attacks() {
                        return t->GetDataset(std::string(1 << 20, 'a'), &dataset);
                      },
                      kInvalid, "(1048576 characters) is invalid"});
-  attacks.push_back({"DeleteDatasetTraversal",
-                     [](H* t) { return t->DeleteDataset("../models/x"); },
+  attacks.push_back({"DeleteDatasetTraversal", [](H* t) { return t->DeleteDataset("../models/x"); },
                      kInvalid, "is invalid"});
-  attacks.push_back({"DeleteDatasetEmptyName", [](H* t) { return t->DeleteDataset(""); },
-                     kInvalid, "is invalid"});
+  attacks.push_back({"DeleteDatasetEmptyName", [](H* t) { return t->DeleteDataset(""); }, kInvalid,
+                     "is invalid"});
   // ---- SubmitJob: every field ----
   const auto spoil = [](std::function<void(v1::JobSpec*)> mutate) {
     return [mutate](H* t) {
@@ -360,18 +362,50 @@ std::vector<Attack> Attacks() {
                        spoil([seconds](v1::JobSpec* s) { s->set_max_job_seconds(seconds); }),
                        kInvalid, "max_job_seconds must be a finite number of seconds >= 0"});
   }
+  // Data-parallel fields: negative, huge, nodes without replicas, more nodes than ranks, a node
+  // that is no peer (the daemon under test has none), a huge node name.
+  attacks.push_back({"SubmitNegativeReplicas", spoil([](v1::JobSpec* s) { s->set_replicas(-3); }),
+                     kInvalid, "replicas must be >= 1"});
+  attacks.push_back({"SubmitHugeReplicas",
+                     spoil([](v1::JobSpec* s) { s->set_replicas(2147483647); }), kInvalid,
+                     "a job has at most 4096 replicas"});
+  attacks.push_back({"SubmitReplicasPastTheDaemons",
+                     spoil([](v1::JobSpec* s) { s->set_replicas(9); }), kInvalid,
+                     "--max_replicas"});
+  attacks.push_back({"SubmitNodesWithoutReplicas",
+                     spoil([](v1::JobSpec* s) { s->add_nodes("127.0.0.1:1"); }), kInvalid,
+                     "give replicas"});
+  attacks.push_back({"SubmitMoreNodesThanRanks", spoil([](v1::JobSpec* s) {
+                       s->set_replicas(2);
+                       for (int i = 0; i < 3; ++i) s->add_nodes("127.0.0.1:1");
+                     }),
+                     kInvalid, "at most 1 nodes"});
+  attacks.push_back({"SubmitThousandsOfNodes", spoil([](v1::JobSpec* s) {
+                       s->set_replicas(4096);
+                       for (int i = 0; i < 4000; ++i) s->add_nodes("127.0.0.1:1");
+                     }),
+                     kInvalid, "256 nodes"});
+  attacks.push_back({"SubmitHugeNodeName", spoil([](v1::JobSpec* s) {
+                       s->set_replicas(2);
+                       s->add_nodes(std::string(1 << 16, 'a'));
+                     }),
+                     kInvalid, "each of nodes is a peer's host:port"});
+  attacks.push_back({"SubmitNodeWithoutPeers", spoil([](v1::JobSpec* s) {
+                       s->set_replicas(2);
+                       s->add_nodes("10.9.9.9:50051");
+                     }),
+                     grpc::StatusCode::FAILED_PRECONDITION, "has no --peers"});
   attacks.push_back({"SubmitUnknownDataset", spoil([](v1::JobSpec* s) { s->set_dataset("nope"); }),
                      grpc::StatusCode::NOT_FOUND, "dataset 'nope' not found"});
   attacks.push_back({"SubmitDatasetTraversal",
-                     spoil([](v1::JobSpec* s) { s->set_dataset("../canary"); }),
-                     kInvalid, "is invalid"});
+                     spoil([](v1::JobSpec* s) { s->set_dataset("../canary"); }), kInvalid,
+                     "is invalid"});
   attacks.push_back({"SubmitModelDoesNotParse",
                      spoil([](v1::JobSpec* s) { s->set_model("linear:abc"); }), kInvalid,
                      "layer 1"});
-  attacks.push_back({"SubmitModelEmpty", spoil([](v1::JobSpec* s) { s->set_model(""); }), kInvalid,
-                     "empty"});
-  attacks.push_back({"SubmitModelTooManyLayers",
-                     spoil([](v1::JobSpec* s) {
+  attacks.push_back(
+      {"SubmitModelEmpty", spoil([](v1::JobSpec* s) { s->set_model(""); }), kInvalid, "empty"});
+  attacks.push_back({"SubmitModelTooManyLayers", spoil([](v1::JobSpec* s) {
                        std::string model = "linear:1";
                        for (int i = 0; i < 100; ++i) model += ",relu";
                        s->set_model(model);
@@ -380,28 +414,27 @@ std::vector<Attack> Attacks() {
   attacks.push_back({"SubmitModelDoesNotFit",
                      spoil([](v1::JobSpec* s) { s->set_model("conv2d:4:3,flatten,linear:1"); }),
                      kInvalid, "CxHxW"});
-  attacks.push_back({"SubmitModelTooLarge",
-                     spoil([](v1::JobSpec* s) { s->set_model("linear:1048576,linear:1048576,linear:1"); }),
+  attacks.push_back({"SubmitModelTooLarge", spoil([](v1::JobSpec* s) {
+                       s->set_model("linear:1048576,linear:1048576,linear:1");
+                     }),
                      grpc::StatusCode::RESOURCE_EXHAUSTED, "at most 2147483648 are allowed"});
   attacks.push_back({"SubmitUnknownLoss",
                      spoil([](v1::JobSpec* s) { s->set_loss(static_cast<v1::Loss>(99)); }),
                      kInvalid, "loss"});
-  attacks.push_back({"SubmitUnknownOptimizer",
-                     spoil([](v1::JobSpec* s) {
+  attacks.push_back({"SubmitUnknownOptimizer", spoil([](v1::JobSpec* s) {
                        s->mutable_optimizer()->set_kind(static_cast<v1::OptimizerKind>(99));
                      }),
                      kInvalid, "optimizer"});
-  attacks.push_back({"SubmitNanLearningRate",
-                     spoil([](v1::JobSpec* s) {
+  attacks.push_back({"SubmitNanLearningRate", spoil([](v1::JobSpec* s) {
                        s->mutable_optimizer()->set_learning_rate(std::nan(""));
                      }),
                      kInvalid, "learning rate"});
   attacks.push_back({"SubmitNegativeLearningRate",
                      spoil([](v1::JobSpec* s) { s->mutable_optimizer()->set_learning_rate(-1); }),
                      kInvalid, "learning rate"});
-  attacks.push_back({"SubmitInfiniteMomentum",
-                     spoil([](v1::JobSpec* s) {
-                       s->mutable_optimizer()->set_momentum(std::numeric_limits<double>::infinity());
+  attacks.push_back({"SubmitInfiniteMomentum", spoil([](v1::JobSpec* s) {
+                       s->mutable_optimizer()->set_momentum(
+                           std::numeric_limits<double>::infinity());
                      }),
                      kInvalid, "momentum"});
   attacks.push_back({"SubmitZeroBatch", spoil([](v1::JobSpec* s) { s->set_batch_size(0); }),
@@ -413,8 +446,7 @@ std::vector<Attack> Attacks() {
   attacks.push_back({"SubmitTooManyEpochs",
                      spoil([](v1::JobSpec* s) { s->set_epochs(2000000000); }), kInvalid,
                      "epochs must be between 1 and 1000000"});
-  attacks.push_back({"SubmitTooManyCheckpoints",
-                     spoil([](v1::JobSpec* s) {
+  attacks.push_back({"SubmitTooManyCheckpoints", spoil([](v1::JobSpec* s) {
                        s->set_epochs(100000);
                        s->set_checkpoint_every(1);
                      }),
@@ -422,8 +454,8 @@ std::vector<Attack> Attacks() {
   attacks.push_back({"SubmitNegativeCheckpointEvery",
                      spoil([](v1::JobSpec* s) { s->set_checkpoint_every(-1); }), kInvalid,
                      "checkpoint every"});
-  attacks.push_back({"SubmitUnknownDevice",
-                     spoil([](v1::JobSpec* s) { s->set_device("tpu:0"); }), kInvalid, "tpu"});
+  attacks.push_back({"SubmitUnknownDevice", spoil([](v1::JobSpec* s) { s->set_device("tpu:0"); }),
+                     kInvalid, "tpu"});
   attacks.push_back({"SubmitNanValidationFraction",
                      spoil([](v1::JobSpec* s) { s->set_validation_fraction(std::nan("")); }),
                      kInvalid, "validation fraction"});
@@ -433,11 +465,11 @@ std::vector<Attack> Attacks() {
   attacks.push_back({"SubmitValidationDatasetTraversal",
                      spoil([](v1::JobSpec* s) { s->set_validation_dataset("../x"); }), kInvalid,
                      "is invalid"});
-  attacks.push_back({"SubmitUnknownPrecision",
-                     spoil([](v1::JobSpec* s) { s->set_precision(static_cast<v1::Precision>(42)); }),
+  attacks.push_back({"SubmitUnknownPrecision", spoil([](v1::JobSpec* s) {
+                       s->set_precision(static_cast<v1::Precision>(42));
+                     }),
                      kInvalid, "precision"});
-  attacks.push_back({"SubmitUnknownScheduleKind",
-                     spoil([](v1::JobSpec* s) {
+  attacks.push_back({"SubmitUnknownScheduleKind", spoil([](v1::JobSpec* s) {
                        s->mutable_schedule()->set_kind(static_cast<v1::Schedule::Kind>(-3));
                      }),
                      kInvalid, "schedule"});
@@ -456,8 +488,7 @@ std::vector<Attack> Attacks() {
                      },
                      grpc::StatusCode::PERMISSION_DENIED, "operator 'aten::from_file'"});
   attacks.push_back({"SubmitModuleAndModelText",
-                     [](H* t) { return t->Submit(t->Spec(), "whatever"); }, kInvalid,
-                     "not both"});
+                     [](H* t) { return t->Submit(t->Spec(), "whatever"); }, kInvalid, "not both"});
   // ---- The job calls ----
   attacks.push_back({"GetJobUnknown",
                      [](H* t) {
