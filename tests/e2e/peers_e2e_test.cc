@@ -14,10 +14,12 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -385,6 +387,24 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   EXPECT_EQ(elsewhere.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
       << elsewhere.error_message();
   EXPECT_THAT(elsewhere.error_message(), HasSubstr("is not on one of this daemon's --peers"));
+  // Hostile numbers from an admin: refused before anything joins or is acquired.
+  for (const auto& [field, set] : std::vector<std::pair<std::string, std::function<void()>>>{
+           {"NaN timeout", [&] { request.set_timeout_seconds(std::nan("")); }},
+           {"a day's timeout", [&] { request.set_timeout_seconds(86400); }},
+           {"rank 0", [&] { request.set_rank(0); }},
+           {"rank past the world", [&] { request.set_rank(7); }},
+           {"a huge world", [&] { request.set_world_size(1 << 30); }},
+           {"port 0", [&] { request.set_store_port(0); }},
+           {"port 70000", [&] { request.set_store_port(70000); }},
+           {"no prefix", [&] { request.set_prefix(""); }},
+       }) {
+    const v1::RunRankRequest kept = request;
+    set();
+    const grpc::Status refused = call(kLeaderToken, "127.0.0.1");
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << field << ": " << refused.error_message();
+    request = kept;
+  }
   const grpc::Status stranger = call("not-a-token-at-all-0123456789", "127.0.0.1");
   EXPECT_EQ(stranger.error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }

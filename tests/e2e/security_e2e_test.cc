@@ -2,6 +2,7 @@
 // (--token-file and $TRAINERD_TOKEN, and the one-line hint when it is missing), TLS and mutual TLS
 // with certificates made by openssl, an open address refused without authentication, a Unix
 // socket, and TorchScript modules checked as code.
+#include <google/protobuf/util/json_util.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,9 +12,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <google/protobuf/util/json_util.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -56,8 +56,8 @@ class SecurityEndToEndTest : public ::testing::Test {
   // (with the daemon's stderr in *error) when it exits instead of listening.
   bool StartDaemon(const std::vector<std::string>& flags, std::string* error = nullptr) {
     std::vector<std::string> argv = {TRAINERD_BIN, "--data_dir=" + (dir_ / "data").string(),
-                                     "--device=cpu", "--metrics_listen=",
-                                     "--diagnose_at_start=false"};
+                                     "--device=cpu",
+                                     "--metrics_listen=", "--diagnose_at_start=false"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     daemon_ = std::make_unique<Daemon>(argv);
     std::string line;
@@ -67,7 +67,8 @@ class SecurityEndToEndTest : public ::testing::Test {
     }
     const std::string marker = "listening on ";
     const size_t at = line.find(marker);
-    addr_ = line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
+    addr_ =
+        line.substr(at + marker.size(), line.find(' ', at + marker.size()) - at - marker.size());
     port_ = addr_.substr(addr_.rfind(':') + 1);
     return true;
   }
@@ -146,27 +147,26 @@ TEST_F(SecurityEndToEndTest, TlsAndMutualTlsWithOpensslCertificates) {
   RunResult plaintext = Ctl({"dataset", "list"});
   EXPECT_EQ(plaintext.exit_code, 1);
   EXPECT_THAT(plaintext.err, HasSubstr("give --tls-ca")) << plaintext.err;
-  RunResult untrusted = Ctl({"--tls-ca", pki->other_ca_cert, "--tls-server-name", "localhost",
-                             "dataset", "list"});
+  RunResult untrusted =
+      Ctl({"--tls-ca", pki->other_ca_cert, "--tls-server-name", "localhost", "dataset", "list"});
   EXPECT_EQ(untrusted.exit_code, 1);
   EXPECT_THAT(untrusted.err, HasSubstr("check --tls-ca"));
   daemon_.reset();
 
   // Mutual TLS, on an open address: the certificate authenticates, and names the caller.
-  ASSERT_TRUE(StartDaemon({"--listen=0.0.0.0:0", "--tls_cert_file=" + pki->server_cert,
-                           "--tls_key_file=" + pki->server_key,
-                           "--tls_client_ca_file=" + pki->ca_cert}));
+  ASSERT_TRUE(
+      StartDaemon({"--listen=0.0.0.0:0", "--tls_cert_file=" + pki->server_cert,
+                   "--tls_key_file=" + pki->server_key, "--tls_client_ca_file=" + pki->ca_cert}));
   addr_ = "127.0.0.1:" + port_;
   // The dataset uploaded before authentication has no owner: only admins see it. Alice uploads
   // her own.
-  RunResult upload = Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost",
-                          "--tls-cert", pki->client_cert, "--tls-key", pki->client_key, "dataset",
-                          "upload", "alices", csv_});
+  RunResult upload =
+      Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost", "--tls-cert",
+           pki->client_cert, "--tls-key", pki->client_key, "dataset", "upload", "alices", csv_});
   ASSERT_EQ(upload.exit_code, 0) << upload.err;
-  RunResult alice = Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost",
-                         "--tls-cert", pki->client_cert, "--tls-key", pki->client_key, "submit",
-                         "--dataset", "alices", "--model", "linear:1", "--epochs", "2", "-o",
-                         "json"});
+  RunResult alice = Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost", "--tls-cert",
+                         pki->client_cert, "--tls-key", pki->client_key, "submit", "--dataset",
+                         "alices", "--model", "linear:1", "--epochs", "2", "-o", "json"});
   ASSERT_EQ(alice.exit_code, 0) << alice.err;
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(alice.out, &job).ok()) << alice.out;
@@ -174,9 +174,9 @@ TEST_F(SecurityEndToEndTest, TlsAndMutualTlsWithOpensslCertificates) {
   RunResult no_certificate =
       Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost", "dataset", "list"});
   EXPECT_EQ(no_certificate.exit_code, 1);
-  RunResult mallory = Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost",
-                           "--tls-cert", pki->other_client_cert, "--tls-key",
-                           pki->other_client_key, "dataset", "list"});
+  RunResult mallory =
+      Ctl({"--tls-ca", pki->ca_cert, "--tls-server-name", "localhost", "--tls-cert",
+           pki->other_client_cert, "--tls-key", pki->other_client_key, "dataset", "list"});
   EXPECT_EQ(mallory.exit_code, 1);
   EXPECT_THAT(mallory.out, Not(HasSubstr("seed")));
 }
@@ -187,9 +187,8 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
   const std::string data = "--data_dir=" + (dir_ / "flags").string();
   for (const char* flag :
        {"--max_uploads_per_caller", "--max_watches_per_caller", "--max_diagnose_per_caller",
-        "--min_upload_bytes_per_second", "--max_jobs_per_caller",
-        "--max_dataset_bytes_per_caller", "--max_disk_bytes_per_caller", "--max_datasets",
-        "--max_datasets_per_caller"}) {
+        "--min_upload_bytes_per_second", "--max_jobs_per_caller", "--max_dataset_bytes_per_caller",
+        "--max_disk_bytes_per_caller", "--max_datasets", "--max_datasets_per_caller"}) {
     const RunResult negative = e2e::Run({TRAINERD_BIN, data, std::string(flag) + "=-1"});
     EXPECT_EQ(negative.exit_code, 2) << flag << ": " << negative.err;
     EXPECT_THAT(negative.err, HasSubstr(flag))
@@ -218,6 +217,34 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
     EXPECT_EQ(refused.exit_code, 2) << nice << ": " << refused.err;
     EXPECT_THAT(refused.err, HasSubstr("--cpu_training_nice must be from 0 to 19")) << refused.err;
   }
+  // The data-parallel flags: each hostile value refused at start, naming the flag.
+  const std::vector<std::pair<std::string, std::string>> parallel = {
+      {"--max_replicas=0", "--max_replicas"},
+      {"--max_replicas=-5", "--max_replicas"},
+      {"--max_replicas=99999999999999999999", "max_replicas"},
+      {"--collective_timeout=0s", "--collective_timeout"},
+      {"--collective_timeout=-1s", "--collective_timeout"},
+      {"--rendezvous_ports=5-1", "--rendezvous_ports"},
+      {"--rendezvous_ports=0-70000", "--rendezvous_ports"},
+      {"--rendezvous_ports=abc", "--rendezvous_ports"},
+      {"--rendezvous_ports=-", "--rendezvous_ports"},
+      {"--peer_token_file=/nonexistent/token", "--peer_token_file"},
+      {"--peers=no-port-here", "--peers"},
+      {"--peers=dns:name-without-port", "--peers"},
+  };
+  for (const auto& [value, names] : parallel) {
+    const RunResult refused = e2e::Run(
+        {TRAINERD_BIN, data, "--listen=127.0.0.1:0", "--device=cpu", "--metrics_listen=", value});
+    EXPECT_NE(refused.exit_code, 0) << value << ": " << refused.err;
+    EXPECT_THAT(refused.err, HasSubstr(names)) << value << ": " << refused.err;
+  }
+  {
+    const RunResult half =
+        e2e::Run({TRAINERD_BIN, data, "--listen=127.0.0.1:0", "--device=cpu",
+                  "--metrics_listen=", "--peers=127.0.0.1:1", "--peer_tls_cert=/etc/hostname"});
+    EXPECT_NE(half.exit_code, 0) << half.err;
+    EXPECT_THAT(half.err, HasSubstr("--peer_tls_cert and --peer_tls_key go together"));
+  }
   const RunResult interval = e2e::Run({TRAINERD_BIN, data, "--diagnose_min_interval=-1s"});
   EXPECT_EQ(interval.exit_code, 2) << interval.err;
   EXPECT_THAT(interval.err, HasSubstr("--diagnose_min_interval"));
@@ -244,8 +271,8 @@ TEST_F(SecurityEndToEndTest, TorchScriptModulesAreCheckedAsCode) {
   RunResult refused = Ctl({"submit", "--dataset", "seed", "--torchscript", evil});
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.err, HasSubstr("operator 'aten::from_file'"));
-  RunResult accepted = Ctl({"submit", "--dataset", "seed", "--torchscript", good, "--epochs", "2",
-                            "--watch"});
+  RunResult accepted =
+      Ctl({"submit", "--dataset", "seed", "--torchscript", good, "--epochs", "2", "--watch"});
   EXPECT_EQ(accepted.exit_code, 0) << accepted.err;
   daemon_.reset();
   ASSERT_TRUE(StartDaemon({"--listen=127.0.0.1:0", "--allow_torchscript=false"}));
