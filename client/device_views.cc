@@ -47,6 +47,14 @@ constexpr size_t kMaxDatasetNames = 24;
 // Cells inside the epoch bar of `top`.
 constexpr int kTopBarWidth = 20;
 
+// The RUNNING cell: the device's jobs, then the ranks it runs for peers' jobs ("job-…/rank-1 for
+// 10.0.0.5", or "a rank for a peer" for a caller who is not an admin).
+std::string RunningColumn(const v1::DeviceStatus& device) {
+  std::vector<std::string> cells(device.running_jobs().begin(), device.running_jobs().end());
+  cells.insert(cells.end(), device.peer_ranks().begin(), device.peer_ranks().end());
+  return cells.empty() ? "-" : absl::StrJoin(cells, ",");
+}
+
 }  // namespace
 
 std::string DeviceReportSection(const v1::DeviceReport& report) {
@@ -161,7 +169,7 @@ std::string DeviceListTable(const v1::ListDevicesResponse& response, TableOption
         device.has_utilization() ? Percent(device.utilization(), 0) : "-",
         memory,
         datasets,
-        device.running_jobs_size() > 0 ? absl::StrJoin(device.running_jobs(), ",") : "-",
+        RunningColumn(device),
         absl::StrCat(device.queued_jobs())};
     if (options.wide) row.push_back(OrDash(device.unusable_reason()));
     table.AddRow(std::move(row));

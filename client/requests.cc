@@ -501,7 +501,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
          absl::StrSplit(invocation.Get("nodes"), ',', absl::SkipWhitespace())) {
       const std::string name(absl::StripAsciiWhitespace(node));
       const ClientContext* context = config.ok() ? config->Find(name) : nullptr;
-      if (context != nullptr) {
+      if (name == "all" || name == "*") {
+        spec.add_nodes("*");  // every peer the daemon knows (a context named "all" loses)
+      } else if (context != nullptr) {
         spec.add_nodes(context->address);
       } else if (name.find(':') != std::string::npos) {
         spec.add_nodes(name);

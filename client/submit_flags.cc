@@ -88,7 +88,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "with --replicas: other daemons (peers of this one)\n"
            "that run some of the ranks, round the list after this\n"
            "daemon; each a context name or HOST:PORT as the daemon's\n"
-           "--peers names it (default: every rank here)"},
+           "--peers names it; 'all': every peer the daemon knows\n"
+           "(its --peers, or the group a cluster manager started it\n"
+           "in) (default: every rank here)"},
           {"max-job-time", "T",
            "a --torchscript job's time limit, in seconds or as a\n"
            "duration (90m): its worker is killed and the job FAILED\n"

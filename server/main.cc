@@ -1,5 +1,7 @@
 // trainerd: keeps uploaded datasets resident on a device and trains jobs submitted over gRPC.
 // Flags go into ServerOptions; Server::BuildAndStart does the rest; SIGINT/SIGTERM stop it.
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -177,6 +180,11 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
 ABSL_FLAG(std::string, rendezvous_ports, "0-0",
           "the port range of data-parallel jobs' rendezvous stores (open it between peers, e.g. "
           "29500-29599); 0-0: any free port");
+ABSL_FLAG(bool, cluster_env, true,
+          "honour a cluster manager's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (or Kubeflow's "
+          "PET_MASTER_ADDR, PET_MASTER_PORT, PET_NNODES and PET_NODE_RANK): this daemon is node "
+          "RANK of WORLD_SIZE, node 0 hosts the group's directory on MASTER_PORT, and the other "
+          "nodes are peers (docs/DEPLOY.md); false ignores them");
 ABSL_FLAG(std::string, node_name, "",
           "this daemon's name in a data-parallel job's rank placements (Job.ranks); empty: the "
           "host name");
@@ -201,6 +209,31 @@ std::string ExecutableDirectory() {
   if (n <= 0) return ".";
   const std::string self(path, static_cast<size_t>(n));
   return self.substr(0, self.rfind('/'));
+}
+
+// This host's first IPv4 address that is not loopback (its name's, as a pod's /etc/hosts gives
+// it), or "" when it has none.
+std::string HostAddress() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0 || found == nullptr) return "";
+  std::string out;
+  for (addrinfo* a = found; a != nullptr && out.empty(); a = a->ai_next) {
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) == nullptr) continue;
+    if (std::string(text).rfind("127.", 0) != 0) out = text;
+  }
+  ::freeaddrinfo(found);
+  return out;
+}
+
+bool IsLoopbackHost(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
 }  // namespace
@@ -405,6 +438,36 @@ int main(int argc, char** argv) {
     }
     options.engine.rendezvous_port_min = low;
     options.engine.rendezvous_port_max = high;
+  }
+  if (absl::GetFlag(FLAGS_cluster_env)) {
+    // A cluster manager's group of daemons: its other nodes are peers (cluster_directory.h).
+    absl::StatusOr<std::optional<trainerd::engine::ClusterOptions>> cluster =
+        trainerd::engine::ClusterFromEnvironment(trainerd::ProcessEnvironment());
+    if (!cluster.ok()) {
+      std::cerr << "trainerd: " << cluster.status().message()
+                << " (--cluster_env=false ignores these variables)\n";
+      return 2;
+    }
+    if (cluster->has_value()) {
+      // The others must reach this daemon: loopback will not do across machines. Unless set, the
+      // address is the host name's, as a pod's is.
+      if (options.engine.advertise_host == "127.0.0.1" &&
+          !IsLoopbackHost((*cluster)->master_addr)) {
+        options.engine.advertise_host = HostAddress();
+        if (options.engine.advertise_host.empty()) {
+          std::cerr << "trainerd: node " << (*cluster)->node_rank << " of a group of "
+                    << (*cluster)->nodes
+                    << " has no address but loopback: set --advertise_host to this node's "
+                       "address on the group's network\n";
+          return 2;
+        }
+      }
+      options.cluster = **cluster;
+      trainerd::engine::LogInfo(absl::StrCat(
+          "node ", (*cluster)->node_rank, " of ", (*cluster)->nodes, " (from $", (*cluster)->source,
+          "MASTER_ADDR and the rest): the group's directory is at ", (*cluster)->master_addr, ":",
+          (*cluster)->master_port, (*cluster)->node_rank == 0 ? ", hosted here" : ""));
+    }
   }
   {
     options.peers.peers = absl::GetFlag(FLAGS_peers);

@@ -61,7 +61,10 @@ def test_replicas_are_checked_before_sending_and_refused_with_the_daemons_reason
     with pytest.raises(TypeError, match="nodes must be a list"):
         offline.submit("seed", model="linear:1", replicas=2, nodes="127.0.0.1:1")
     # The test daemon has no --peers.
-    with pytest.raises(trainerd.FailedPrecondition, match="no --peers"):
+    with pytest.raises(trainerd.FailedPrecondition, match="has no peers"):
         client.submit("seed", model="linear:1", replicas=2, nodes=["127.0.0.1:1"])
+    # "all" is every peer the daemon knows: sent as "*", and this one knows none.
+    with pytest.raises(trainerd.FailedPrecondition, match=r"cannot run ranks on \*"):
+        client.submit("seed", model="linear:1", replicas=2, nodes="all")
     with pytest.raises(trainerd.InvalidArgument, match="ranks train in float32"):
         client.submit("seed", model="linear:1", replicas=2, precision="bf16")

@@ -102,7 +102,7 @@ class SweepOptions(TypedDict, total=False):
     max_job_time: float | datetime.timedelta
     shuffle: bool
     replicas: int
-    nodes: Sequence[str]
+    nodes: Sequence[str] | str
 
 
 class SpecOptions(SweepOptions, total=False):
@@ -363,8 +363,11 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
             spec.replicas = replicas
     if "nodes" in options:
         nodes = options["nodes"]
+        if nodes in ("all", "*"):
+            # Every peer the daemon knows (its --peers, or its cluster manager's group).
+            nodes = ["*"]
         if isinstance(nodes, str) or not all(isinstance(n, str) and n for n in nodes):
-            raise TypeError("nodes must be a list of peers' 'host:port' names")
+            raise TypeError("nodes must be a list of peers' 'host:port' names, or 'all'")
         if spec.replicas < 2:
             raise ValueError("nodes places ranks on other daemons: give replicas (at least 2) too")
         spec.nodes.extend(nodes)

@@ -397,7 +397,7 @@ class Client:
         max_job_time: float | datetime.timedelta | None = None,
         shuffle: bool = True,
         replicas: int | None = None,
-        nodes: Sequence[str] | None = None,
+        nodes: Sequence[str] | str | None = None,
     ) -> Job:
         """Submits a training job and returns it, QUEUED (SubmitJob).
 
@@ -451,6 +451,8 @@ class Client:
                 (``job.ranks`` says where each ran; default 1).
             nodes: with replicas, other daemons (the daemon's ``--peers``, as "host:port") that
                 run some of the ranks, round the list after this one; each must hold the dataset.
+                ``"all"``: every peer the daemon knows (its ``--peers``, or the group a cluster
+                manager started it in).
 
         Example::
 

@@ -66,6 +66,7 @@ v1::DeviceStatus ToProto(const engine::DeviceStatusInfo& d) {
   out.set_dataset_bytes(d.dataset_bytes);
   for (const std::string& id : d.running_jobs) out.add_running_jobs(id);
   out.set_queued_jobs(d.queued_jobs);
+  for (const std::string& rank : d.peer_ranks) out.add_peer_ranks(rank);
   out.set_is_default(d.is_default);
   out.set_unusable_reason(d.unusable_reason);
   return out;

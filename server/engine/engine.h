@@ -16,10 +16,12 @@
 #include "absl/time/time.h"
 #include "common/memory_size.h"
 #include "server/engine/devices/diagnosis_types.h"
+// The group of daemons a cluster manager starts (ClusterDirectory), which the server runs.
+#include "server/engine/distributed/cluster_directory.h"
 #include "server/engine/job_store.h"
+#include "server/engine/remote_ranks.h"
 #include "server/engine/torchscript/module_sandbox.h"
 #include "server/engine/torchscript/worker_options.h"
-#include "server/engine/remote_ranks.h"
 #include "server/engine/types.h"
 
 namespace trainerd::monitor {
@@ -138,6 +140,9 @@ struct DeviceStatusInfo {
   int64_t dataset_bytes = 0;
   std::vector<std::string> running_jobs;
   int32_t queued_jobs = 0;
+  // Ranks of other daemons' jobs that this daemon runs on the device (proto
+  // DeviceStatus.peer_ranks): "<job>/rank-<r> for <leader host>".
+  std::vector<std::string> peer_ranks;
   bool is_default = false;
   // Set for a GPU that the sampler's NVML sees but LibTorch cannot use: why (proto
   // DeviceStatus.unusable_reason). Empty for a usable device.

@@ -269,7 +269,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
 absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
   if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
-  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(spec, caller));
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller));
   return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
 }
 
@@ -297,7 +297,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     }
   }
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
-  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(spec, caller));
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller));
   // An empty list keeps the spec's value (a seed Prepare drew when the spec had none: every
   // member then starts from the same weights).
   const std::vector<double> lrs =
@@ -363,7 +363,7 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     }
     // A job with nodes asks them first (seconds at most; the caller runs this off the RPC
     // threads, as the service's blocking pool does).
-    if (absl::Status peers = impl_->CheckPeers(*prepared, caller); !peers.ok()) {
+    if (absl::Status peers = impl_->CheckPeers(&*prepared, caller); !peers.ok()) {
       done(peers);
       return;
     }

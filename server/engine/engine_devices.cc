@@ -11,6 +11,13 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
   const std::string default_name = DeviceName(impl_->device);
   const std::vector<DatasetMeta> datasets = impl_->datasets.List();
   const std::vector<JobSnapshot> jobs = impl_->jobs.ActiveJobs();
+  std::vector<std::string> peer_ranks;
+  {
+    absl::MutexLock lock(&impl_->peer_ranks_mu);
+    for (const auto& [rank, leader] : impl_->peer_ranks_running) {
+      peer_ranks.push_back(absl::StrCat(rank, " for ", leader));
+    }
+  }
   for (const std::string& name : AvailableDeviceNames()) {
     DeviceStatusInfo info;
     info.device = name;
@@ -35,6 +42,8 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
       if (job.state == JobState::kRunning) info.running_jobs.push_back(job.id);
       if (job.state == JobState::kQueued) ++info.queued_jobs;
     }
+    // Ranks for peers run on the CPU (GPU ranks are not wired: trainer.h).
+    if (name == "cpu") info.peer_ranks = peer_ranks;
     out.push_back(std::move(info));
   }
   // GPUs that NVML samples but LibTorch does not see: listed with their readings, so that an

@@ -12,6 +12,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -114,7 +115,8 @@ struct Engine::Impl {
   absl::StatusOr<JobSpec> Prepare(JobSpec spec);
   // A job with nodes: each is one of this daemon's peers and holds the job's datasets (asked of
   // it, within seconds, before admission; outside the admission lock). OK for a job without.
-  absl::Status CheckPeers(const JobSpec& spec, const CallContext& caller) const;
+  // Nodes "*" become the peers known now (at most replicas - 1), in `spec`.
+  absl::Status CheckPeers(JobSpec* spec, const CallContext& caller) const;
   // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
   // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
   torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);
@@ -191,6 +193,10 @@ struct Engine::Impl {
   // Set when the daemon starts to stop (Drain, Shutdown): the ranks it runs for peers stop after
   // their next step (an interrupt, which the leader reports as the rank's daemon stopping).
   std::atomic<bool> peer_ranks_stop{false};
+  // The ranks running here for other daemons' jobs (ListDevices' peer_ranks): "<job>/rank-<r>"
+  // to the host of the leader whose job it is.
+  mutable absl::Mutex peer_ranks_mu;
+  std::map<std::string, std::string> peer_ranks_running ABSL_GUARDED_BY(peer_ranks_mu);
   std::vector<std::thread> check_threads;
 };
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -30,13 +31,32 @@ std::string HostOf(const std::string& peer) {
 
 }  // namespace
 
-absl::Status Engine::Impl::CheckPeers(const JobSpec& spec, const CallContext& caller) const {
+absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller) const {
+  JobSpec& spec = *job;
   if (spec.nodes.empty()) return absl::OkStatus();
+  const bool every_peer = std::find(spec.nodes.begin(), spec.nodes.end(), "*") != spec.nodes.end();
+  if (every_peer && spec.nodes.size() > 1) {
+    return absl::InvalidArgumentError("nodes '*' stands for every peer: give it alone");
+  }
   if (options.remote_ranks == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "this daemon has no --peers: it cannot run ranks on ", absl::StrJoin(spec.nodes, ", ")));
+    return absl::FailedPreconditionError(
+        absl::StrCat("this daemon has no peers (--peers, or a cluster manager's group): it cannot "
+                     "run ranks on ",
+                     absl::StrJoin(spec.nodes, ", ")));
   }
   const std::vector<std::string> peers = options.remote_ranks->peers();
+  if (every_peer) {
+    // The peers known now, as many as the ranks after rank 0 can use; the job keeps this list
+    // (a restart or a resume places its ranks as the first attempt did).
+    if (peers.empty()) {
+      return absl::FailedPreconditionError(
+          "this daemon knows no peers yet (a cluster manager's group is found within seconds of "
+          "its daemons starting; --peers' DNS names once their daemons are up)");
+    }
+    spec.nodes.assign(
+        peers.begin(),
+        peers.begin() + std::min<size_t>(peers.size(), static_cast<size_t>(spec.replicas - 1)));
+  }
   for (const std::string& node : spec.nodes) {
     if (std::find(peers.begin(), peers.end(), node) == peers.end()) {
       return absl::InvalidArgumentError(absl::StrCat("node '", node,
@@ -144,6 +164,35 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
     return refuse(
         absl::Status(held.status().code(), absl::StrCat(who, ": ", held.status().message())));
   }
+  // Its thread is counted in this daemon's CPU budget, so that jobs queued here wait for it; it
+  // never waits for them (the job's other ranks already wait in a collective, and two daemons
+  // running ranks of each other's jobs must not wait on each other). ListDevices shows it.
+  impl.jobs.TakeCpuThreads(1);
+  {
+    absl::MutexLock lock(&impl.peer_ranks_mu);
+    impl.peer_ranks_running[holder] = request.store_host;
+  }
+  // Whatever way the rank ends: unlisted, its datasets and its thread given back.
+  class Running {
+   public:
+    Running(Impl& impl, std::string holder) : impl_(impl), holder_(std::move(holder)) {}
+    Running(const Running&) = delete;
+    Running& operator=(const Running&) = delete;
+    ~Running() {
+      {
+        absl::MutexLock lock(&impl_.peer_ranks_mu);
+        impl_.peer_ranks_running.erase(holder_);
+      }
+      impl_.datasets.ReleaseJob(holder_);
+      impl_.jobs.ReleaseCpuThreads(1);
+    }
+
+   private:
+    Impl& impl_;
+    const std::string holder_;
+  };
+  std::optional<Running> running;
+  running.emplace(impl, holder);
   TrainingRun run;
   run.spec = spec;
   run.model = *model;
@@ -166,7 +215,7 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   LogInfo(absl::StrCat(who, " (of ", request.world_size, ") starts here for the daemon at ",
                        request.store_host));
   const TrainingOutcome outcome = RunJoinedRank(run, group);
-  impl.datasets.ReleaseJob(holder);
+  running.reset();
   LogInfo(absl::StrCat(who, " ended ", JobStateName(outcome.state),
                        outcome.error.empty() ? "" : ": ", outcome.error));
   result.state = outcome.state;

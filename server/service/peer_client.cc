@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <functional>
@@ -80,7 +81,14 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       resolved_once_ = true;
       resolved_at_ = now;
     }
-    return resolved_;
+    if (!options_.discovered) return resolved_;
+    std::vector<std::string> out = resolved_;
+    for (std::string& peer : options_.discovered()) {
+      if (peer != options_.self && std::find(out.begin(), out.end(), peer) == out.end()) {
+        out.push_back(std::move(peer));
+      }
+    }
+    return out;
   }
 
   absl::Status CheckDataset(const std::string& peer, const std::string& name,

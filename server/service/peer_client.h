@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,9 @@ struct PeerClientOptions {
   std::string peers;
   // This daemon's own host:port, left out when a DNS name lists it.
   std::string self;
+  // Peers found another way, asked at every look (the group a cluster manager started,
+  // engine::ClusterDirectory); with --peers' too. Empty: none.
+  std::function<std::vector<std::string>()> discovered;
   // The bearer token presented to the peers (the first line of --peer_token_file; a "NAME:"
   // prefix is allowed and dropped, as trainctl allows); empty: none.
   std::string token;

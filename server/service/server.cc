@@ -55,15 +55,13 @@ absl::StatusOr<std::string> ReadMetricsToken(const std::string& path) {
 // the API's from its descriptors, the health service's and reflection's. A call to any other path
 // is counted under one label, so that junk paths cannot grow the metrics.
 std::set<std::string> KnownRpcMethods() {
-  std::set<std::string> methods = {
-      "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
-      "/grpc.health.v1.Health/List",
-      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-      "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"};
-  for (const char* name : {v1::DatasetService::service_full_name(),
-                           v1::JobService::service_full_name(),
-                           v1::SystemService::service_full_name(),
-                           v1::PeerService::service_full_name()}) {
+  std::set<std::string> methods = {"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
+                                   "/grpc.health.v1.Health/List",
+                                   "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                   "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"};
+  for (const char* name :
+       {v1::DatasetService::service_full_name(), v1::JobService::service_full_name(),
+        v1::SystemService::service_full_name(), v1::PeerService::service_full_name()}) {
     const google::protobuf::ServiceDescriptor* service =
         google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
     if (service == nullptr) continue;
@@ -128,7 +126,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     server->metrics_->SetAuthRejections(
         [auth = authenticator.get()] { return auth->rejected_calls(); });
     if (!options.auth_token_file.empty()) {
-      server->metrics_->SetAuthTokens([auth = authenticator.get()] { return auth->valid_tokens(); });
+      server->metrics_->SetAuthTokens(
+          [auth = authenticator.get()] { return auth->valid_tokens(); });
     }
   }
   engine::EngineOptions engine_options = options.engine;
@@ -146,8 +145,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     if (!set_aside.empty()) engine::LogWarning(set_aside);
     engine_options.job_store = std::move(job_store);
   }
-  if (!absl::StripAsciiWhitespace(options.peers.peers).empty()) {
-    TRAINERD_ASSIGN_OR_RETURN(engine_options.remote_ranks, MakePeerClient(options.peers));
+  PeerClientOptions peers = options.peers;
+  if (options.cluster) {
+    engine::ClusterOptions cluster = *options.cluster;
+    cluster.key = peers.token;
+    cluster.self = peers.self;
+    // Shared with the peer client, which asks it at every look; it stops with the client.
+    std::shared_ptr<engine::ClusterDirectory> directory;
+    TRAINERD_ASSIGN_OR_RETURN(directory, engine::ClusterDirectory::Start(std::move(cluster)));
+    peers.discovered = [directory] { return directory->peers(); };
+  }
+  if (!absl::StripAsciiWhitespace(peers.peers).empty() || peers.discovered) {
+    TRAINERD_ASSIGN_OR_RETURN(engine_options.remote_ranks, MakePeerClient(std::move(peers)));
   }
   engine_options.observer = server->metrics_->job_observer();
   engine_options.sampler = server->sampler_.get();

@@ -5,6 +5,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -63,6 +64,10 @@ struct ServerOptions {
   // The peers this daemon may place ranks on (JobSpec.nodes), and its credentials for them
   // (peer_client.h); no peers: none, and it runs no ranks for others.
   PeerClientOptions peers;
+  // The group of daemons a cluster manager started this one in (MASTER_ADDR and the rest,
+  // engine::ClusterFromEnvironment): its other daemons are peers too, found through node 0's
+  // directory. Its entries are signed with peers.token, and name peers.self.
+  std::optional<engine::ClusterOptions> cluster;
 };
 
 // Owns the engine and the gRPC server. Thread-safe: Shutdown may be called from any thread, once

@@ -141,6 +141,7 @@ grpc::ServerUnaryReactor* SystemServiceImpl::ListDevices(grpc::CallbackServerCon
                                  return !job.ok() || !engine::Owns(caller, job->owner);
                                }),
                 ids.end());
+      for (std::string& rank : device.peer_ranks) rank = "a rank for a peer";
     }
     *response->add_devices() = ToProto(device);
   }

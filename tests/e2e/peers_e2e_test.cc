@@ -29,6 +29,7 @@
 #include "tests/e2e/subprocess.h"
 #include "trainerd/v1/jobs.pb.h"
 #include "trainerd/v1/peers.grpc.pb.h"
+#include "trainerd/v1/system.pb.h"
 
 namespace trainerd::e2e {
 namespace {
@@ -83,25 +84,23 @@ class PeersEndToEndTest : public ::testing::Test {
     for (int i = 0; i < n; ++i) Start(i);
   }
 
-  void Start(int i, const std::vector<std::string>& extra = {}) {
+  // Daemon `i`, each other daemon its peer; with `env` ("NAME=VALUE", a cluster manager's
+  // variables), no --peers: the group's directory finds them.
+  void Start(int i, const std::vector<std::string>& extra = {},
+             const std::vector<std::string>& env = {}) {
     std::string peers;
-    for (size_t j = 0; j < addresses_.size(); ++j) {
+    for (size_t j = 0; j < addresses_.size() && env.empty(); ++j) {
       if (static_cast<int>(j) == i) continue;
       peers += (peers.empty() ? "" : ",") + addresses_[j];
     }
-    std::vector<std::string> argv = {
-        TRAINERD_BIN,
-        "--listen=" + addresses_[i],
-        "--data_dir=" + (dir_ / ("data-" + std::to_string(i))).string(),
-        "--device=cpu",
-        "--metrics_listen=",
-        "--diagnose_at_start=false",
-        "--auth_token_file=" + tokens_,
-        "--peers=" + peers,
-        "--peer_token_file=" + leader_token_,
-        "--collective_timeout=20s",
-        "--shutdown_timeout=5s",
-        "--node_name=node-" + std::to_string(i)};
+    std::vector<std::string> argv = {"/usr/bin/env", "-u", "MASTER_ADDR", "-u", "PET_MASTER_ADDR"};
+    argv.insert(argv.end(), env.begin(), env.end());
+    argv.insert(argv.end(), {TRAINERD_BIN, "--listen=" + addresses_[i],
+                             "--data_dir=" + (dir_ / ("data-" + std::to_string(i))).string(),
+                             "--device=cpu", "--metrics_listen=", "--diagnose_at_start=false",
+                             "--auth_token_file=" + tokens_, "--peers=" + peers,
+                             "--peer_token_file=" + leader_token_, "--collective_timeout=20s",
+                             "--shutdown_timeout=5s", "--node_name=node-" + std::to_string(i)});
     argv.insert(argv.end(), extra.begin(), extra.end());
     daemons_[i] = std::make_unique<Daemon>(argv);
     std::string line;
@@ -141,6 +140,20 @@ class PeersEndToEndTest : public ::testing::Test {
         "6",           "--seed",    "21",    "--engine", "libtorch"};
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
+  }
+
+  // The ranks daemon `i` lists on its CPU for peers (DeviceStatus.peer_ranks), as the caller
+  // whose token file is `token_file` sees them.
+  std::vector<std::string> PeerRanks(int i, const std::string& token_file) {
+    RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[i], "--token-file", token_file,
+                              "-o", "json", "devices"});
+    v1::ListDevicesResponse devices;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &devices).ok())
+        << got.out << got.err;
+    for (const v1::DeviceStatus& device : devices.devices()) {
+      if (device.device() == "cpu") return {device.peer_ranks().begin(), device.peer_ranks().end()};
+    }
+    return {};
   }
 
   v1::Job Get(int i, const std::string& id) {
@@ -224,6 +237,54 @@ TEST_F(PeersEndToEndTest, RanksOnThreeDaemonsTrainAsOneRankWithTheGlobalBatch) {
   RunResult model = Ctl(0, {"job", "model", ranks.id(), "-f", (dir_ / "m.pt").string()});
   EXPECT_EQ(model.exit_code, 0) << model.err;
   EXPECT_GT(std::filesystem::file_size(dir_ / "m.pt"), 100u);
+}
+
+// Daemons a cluster manager starts (its variables, no --peers) find each other through node 0's
+// directory whatever order they start in, and `--nodes all` puts a job's ranks on every one: it
+// trains as one rank with the global batch does. Variables that name a group badly stop the
+// daemon at start, naming the variable.
+TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryNode) {
+  for (int i = 0; i < 3; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  daemons_.resize(3);
+  const std::string port = std::to_string(FreePort());
+  // Node 2 with Kubeflow Trainer's PET_ variables, 1 and 0 with a PyTorchJob's; node 0 last.
+  Start(
+      2, {},
+      {"PET_MASTER_ADDR=127.0.0.1", "PET_MASTER_PORT=" + port, "PET_NNODES=3", "PET_NODE_RANK=2"});
+  Start(1, {}, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=3", "RANK=1"});
+  Start(0, {}, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=3", "RANK=0"});
+  Upload({0, 1, 2});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  auto knows = [&](int node) {
+    return daemons_[0]->Stderr().find("node " + std::to_string(node) + " is at " +
+                                      addresses_[node]) != std::string::npos;
+  };
+  while (!(knows(1) && knows(2)) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(knows(1) && knows(2)) << daemons_[0]->Stderr();
+  const v1::Job one = Train(0, {"--batch-size", "24"});
+  const v1::Job ranks = Train(0, {"--batch-size", "8", "--replicas", "3", "--nodes", "all"});
+  ASSERT_EQ(one.state(), v1::JOB_STATE_SUCCEEDED) << one.error();
+  ASSERT_EQ(ranks.state(), v1::JOB_STATE_SUCCEEDED) << ranks.error();
+  ASSERT_EQ(ranks.epochs_size(), 6);
+  for (int e = 0; e < 6; ++e) {
+    EXPECT_NEAR(ranks.epochs(e).loss(), one.epochs(e).loss(), 1e-5 * one.epochs(e).loss());
+  }
+  EXPECT_THAT(ranks.spec().nodes(), ::testing::ElementsAre(addresses_[1], addresses_[2]));
+  ASSERT_EQ(ranks.ranks_size(), 3);
+  EXPECT_EQ(ranks.ranks(1).node(), addresses_[1]);
+  EXPECT_EQ(ranks.ranks(2).node(), addresses_[2]);
+  // Two ranks take one node: the first the daemon knows.
+  const v1::Job two = Train(0, {"--batch-size", "12", "--replicas", "2", "--nodes", "all"});
+  ASSERT_EQ(two.state(), v1::JOB_STATE_SUCCEEDED) << two.error();
+  EXPECT_THAT(two.spec().nodes(), ::testing::ElementsAre(addresses_[1]));
+  // A group named without its size: the daemon does not start, and says which variable.
+  RunResult bad = e2e::Run({"/usr/bin/env", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+                            "RANK=1", TRAINERD_BIN, "--listen=127.0.0.1:0", "--device=cpu",
+                            "--data_dir=" + (dir_ / "bad").string()});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("$WORLD_SIZE is not set"));
 }
 
 // What cannot run on the peers is refused at submit, naming the peer and the reason, and nothing
@@ -338,6 +399,12 @@ TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {
   const std::string id = Submit(
       0, {"--epochs", "500", "--batch-size", "16", "--replicas", "2", "--nodes", addresses_[1]});
   ASSERT_EQ(WaitFor(0, id, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  // While it runs, the peer lists the rank on its CPU: by name to an admin, unnamed to a tenant.
+  const std::string rank = id + "/rank-1 for 127.0.0.1";
+  EXPECT_THAT(PeerRanks(1, leader_token_), ::testing::ElementsAre(rank));
+  EXPECT_THAT(PeerRanks(1, user_token_), ::testing::ElementsAre("a rank for a peer"));
+  RunResult table = Ctl(1, {"devices"});
+  EXPECT_THAT(table.out, HasSubstr("a rank for a peer")) << table.err;
   daemons_[0]->Stop(SIGKILL, 30);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   bool ended = false;
@@ -348,6 +415,7 @@ TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {
   EXPECT_TRUE(ended) << daemons_[1]->Stderr();
   RunResult list = Ctl(1, {"dataset", "list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(PeerRanks(1, leader_token_), ::testing::IsEmpty());
 }
 
 // PeerService.RunRank called directly: a tenant's token may not run a rank (PERMISSION_DENIED),

@@ -74,6 +74,23 @@ TEST(CpuThreadBudgetTest, JobsShareTheCoresAndOneRunsAloneWhateverItAsks) {
   EXPECT_EQ(CpuThreadBudget(0).cores(), 1);
 }
 
+// A rank run for a peer's job takes its thread whatever runs (it must not wait on this daemon's
+// jobs), and jobs asking after it wait for it as for any job.
+TEST(CpuThreadBudgetTest, TakenThreadsAreCountedButNeverRefused) {
+  CpuThreadBudget budget(2);
+  EXPECT_TRUE(budget.TryAcquire(2));
+  budget.Take(1);  // beyond the cores: counted, not refused
+  EXPECT_EQ(budget.in_use(), 3);
+  budget.Release(2);
+  EXPECT_FALSE(budget.TryAcquire(2));  // 1 + 2 > 2: the job waits for the peer's rank
+  EXPECT_TRUE(budget.TryAcquire(1));
+  budget.Release(1);
+  budget.Release(1);
+  EXPECT_EQ(budget.in_use(), 0);
+  EXPECT_TRUE(budget.TryAcquire(2));
+  budget.Release(2);
+}
+
 TEST(SetIntraOpThreadsTest, EachThreadKeepsItsOwnSetting) {
   // Two job workers: one sets 1 thread, the other 2 afterwards; the first still runs on 1.
   absl::Notification first_set;

@@ -394,7 +394,13 @@ std::vector<Attack> Attacks() {
                        s->set_replicas(2);
                        s->add_nodes("10.9.9.9:50051");
                      }),
-                     grpc::StatusCode::FAILED_PRECONDITION, "has no --peers"});
+                     grpc::StatusCode::FAILED_PRECONDITION, "has no peers (--peers"});
+  attacks.push_back({"SubmitEveryPeerBesideAPeer", spoil([](v1::JobSpec* s) {
+                       s->set_replicas(3);
+                       s->add_nodes("*");
+                       s->add_nodes("10.9.9.9:50051");
+                     }),
+                     kInvalid, "nodes '*' stands for every peer: give it alone"});
   attacks.push_back({"SubmitUnknownDataset", spoil([](v1::JobSpec* s) { s->set_dataset("nope"); }),
                      grpc::StatusCode::NOT_FOUND, "dataset 'nope' not found"});
   attacks.push_back({"SubmitDatasetTraversal",

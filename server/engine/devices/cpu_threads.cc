@@ -87,6 +87,11 @@ bool CpuThreadBudget::TryAcquire(int threads) {
   return true;
 }
 
+void CpuThreadBudget::Take(int threads) {
+  absl::MutexLock lock(&mu_);
+  in_use_ += std::max(threads, 1);
+}
+
 void CpuThreadBudget::Release(int threads) {
   absl::MutexLock lock(&mu_);
   in_use_ = std::max(0, in_use_ - std::max(threads, 1));

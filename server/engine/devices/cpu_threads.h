@@ -71,6 +71,10 @@ class CpuThreadBudget {
   // that a job asking for more than the cores still runs, alone); false otherwise. Hand them
   // back with Release.
   bool TryAcquire(int threads);
+  // Takes `threads` (at least 1) whether or not they fit: work that must not wait for this
+  // daemon's jobs (a rank run for another daemon's job, whose other ranks are already waiting in
+  // a collective) is counted, so that jobs queued here wait for it, but is never held back by them.
+  void Take(int threads);
   void Release(int threads);
 
   int cores() const { return cores_; }

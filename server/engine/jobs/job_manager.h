@@ -207,6 +207,13 @@ class JobManager {
   // The device's queued and running jobs ("cpu", "cuda:N"), for placement.
   int64_t DeviceLoad(const std::string& device) const;
 
+  // CPU threads of work this manager does not run, a rank run here for another daemon's job
+  // (Engine::RunRankForPeer): counted in the jobs' budget at once (CpuThreadBudget::Take), so
+  // that jobs queued here wait for them; given back with ReleaseCpuThreads.
+  void TakeCpuThreads(int threads) { cpu_threads_.Take(threads); }
+  void ReleaseCpuThreads(int threads) { ReleaseResources("", threads); }
+  int CpuThreadsInUse() const { return cpu_threads_.in_use(); }
+
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
   // no event is missed or delivered twice. A job that already ended gets no events.
   // `summary`: without epochs and parameters (Engine::SubscribeJob).
