@@ -491,7 +491,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(const int64_t replicas, invocation.GetInt("replicas", 1, 1, 1 << 20));
   if (replicas > 1) spec.set_replicas(static_cast<int32_t>(replicas));
   if (invocation.Has("nodes")) {
-    if (replicas < 2) {
+    if (replicas < 2 && !sweep) {
       return absl::InvalidArgumentError("--nodes places ranks: give --replicas N (N >= 2) too");
     }
     // A context's name stands for its address, which the daemon matches against its --peers.

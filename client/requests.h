@@ -76,7 +76,8 @@ v1::DatasetHeader MakeDatasetHeader(const std::string& name, const Table& table,
 // required, the model spec is parsed (and sent in canonical form), and numbers are range-checked.
 // Defaults: mse, sgd, lr 0.01, batch size 32, 10 epochs, momentum 0, shuffle on, seed and device
 // left to the daemon. With --torchscript FILE instead of --model (not both), the spec's model is
-// "torchscript".
+// "torchscript". For `sweep`, --nodes without --replicas spreads the members over the nodes (a
+// job's --nodes place its ranks, and need --replicas).
 absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation);
 
 // A sweep's limits, the daemon's too (SubmitSweep): values in each list, and members in all (the

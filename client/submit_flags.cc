@@ -90,7 +90,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "daemon; each a context name or HOST:PORT as the daemon's\n"
            "--peers names it; 'all': every peer the daemon knows\n"
            "(its --peers, or the group a cluster manager started it\n"
-           "in) (default: every rank here)"},
+           "in) (default: every rank here); sweep without --replicas:\n"
+           "the members go round this daemon and the nodes, each\n"
+           "training whole where it lands"},
           {"max-job-time", "T",
            "a --torchscript job's time limit, in seconds or as a\n"
            "duration (90m): its worker is killed and the job FAILED\n"

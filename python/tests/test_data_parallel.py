@@ -66,5 +66,8 @@ def test_replicas_are_checked_before_sending_and_refused_with_the_daemons_reason
     # "all" is every peer the daemon knows: sent as "*", and this one knows none.
     with pytest.raises(trainerd.FailedPrecondition, match=r"cannot run ranks on \*"):
         client.submit("seed", model="linear:1", replicas=2, nodes="all")
+    # A sweep's nodes without replicas spread its members: sent, and refused by this daemon.
+    with pytest.raises(trainerd.FailedPrecondition, match="has no peers"):
+        client.sweep("seed", model="linear:1", lr=[0.1, 0.01], nodes=["127.0.0.1:1"])
     with pytest.raises(trainerd.InvalidArgument, match="ranks train in float32"):
         client.submit("seed", model="linear:1", replicas=2, precision="bf16")

@@ -232,10 +232,13 @@ def check_epochs_and_checkpoints(epochs: int, checkpoint_every: int) -> None:
         )
 
 
-def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2.JobSpec:
+def build_spec(
+    dataset: str, model: str, options: Mapping[str, Any], sweep: bool = False
+) -> jobs_pb2.JobSpec:
     """The JobSpec for ``dataset`` and ``model`` (a spec string, or "torchscript" when the module
     travels beside it) with the options given (``options`` holds only those the caller gave, as
-    trainctl's flags: an option that does not apply is an error only when given)."""
+    trainctl's flags: an option that does not apply is an error only when given). ``sweep``:
+    ``nodes`` without ``replicas`` spreads the members over the nodes."""
     unknown = sorted(set(options) - OPTION_NAMES)
     if unknown:
         raise TypeError(f"unknown job option {unknown[0]!r}")
@@ -368,7 +371,7 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
             nodes = ["*"]
         if isinstance(nodes, str) or not all(isinstance(n, str) and n for n in nodes):
             raise TypeError("nodes must be a list of peers' 'host:port' names, or 'all'")
-        if spec.replicas < 2:
+        if spec.replicas < 2 and not sweep:
             raise ValueError("nodes places ranks on other daemons: give replicas (at least 2) too")
         spec.nodes.extend(nodes)
     if "max_job_time" in options:

@@ -525,7 +525,10 @@ class Client:
         keyword arguments are :meth:`submit`'s and apply to every member. Each value is checked
         as submit checks it; at most 256 members. Without ``seed`` every member gets the same
         seed (one the daemon picks), so members differ only in the swept values. ``model`` must
-        be a spec string (a sweep packs its members into one model).
+        be a spec string (a sweep packs its members into one model). ``nodes`` without
+        ``replicas`` spreads the members over this daemon and those peers (``"all"``: every
+        peer it knows): member m trains here when m % (1 + len(nodes)) is 0, else whole on that
+        peer, with the results it would have alone.
 
         Example::
 
@@ -706,13 +709,13 @@ def sweep_request(
     if module:
         raise TypeError("a sweep trains a model spec; a TorchScript file goes to submit()")
     first = dict(options, **{k: v[0] for k, v in swept.items()})
-    spec = build_spec(dataset, spec_model, first)
+    spec = build_spec(dataset, spec_model, first, sweep=True)
     # Each further value in place of the first, the others at theirs: the checks that tie two
     # options together (nesterov and the momentum, min_lr and the rate) involve one swept option
     # each, so this covers every member (as trainctl).
     for key, values in swept.items():
         for value in values[1:]:
-            build_spec(dataset, spec_model, dict(first, **{key: value}))
+            build_spec(dataset, spec_model, dict(first, **{key: value}), sweep=True)
     request = jobs_pb2.SubmitSweepRequest(spec=spec)
     request.learning_rates.extend(float(v) for v in swept["lr"])
     if "momentum" in swept:

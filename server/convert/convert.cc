@@ -339,16 +339,8 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
         absl::StrCat("a job has at most ", kMaxReplicasPerJob, " replicas and ", kMaxNodesPerJob,
                      " nodes; got ", spec.replicas(), " and ", spec.nodes_size()));
   }
+  // What nodes mean (a job's ranks, a sweep's members) is the engine's to check.
   if (spec.nodes_size() > 0) {
-    if (out.replicas < 2) {
-      return absl::InvalidArgumentError(
-          "nodes place some of a job's ranks on other daemons: give replicas (at least 2) too");
-    }
-    if (spec.nodes_size() >= out.replicas) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("nodes lists ", spec.nodes_size(), " daemons for ", out.replicas,
-                       " ranks, rank 0 running here: at most ", out.replicas - 1, " nodes"));
-    }
     for (const std::string& node : spec.nodes()) {
       if (node.empty() || node.size() > 255) {
         return absl::InvalidArgumentError("each of nodes is a peer's host:port");

@@ -32,7 +32,8 @@ inline absl::Status CheckMayManage(const CallContext& caller, const DatasetMeta&
   if (Owns(caller, meta.owner)) return absl::OkStatus();
   if (!meta.shared) return absl::NotFoundError(absl::StrCat("dataset '", meta.name, "' not found"));
   return absl::PermissionDeniedError(absl::StrCat(
-      "dataset '", meta.name, "' belongs to ", meta.owner.empty() ? "nobody (uploaded before authentication)" : meta.owner,
+      "dataset '", meta.name, "' belongs to ",
+      meta.owner.empty() ? "nobody (uploaded before authentication)" : meta.owner,
       ", who shared it for training; only its owner or an admin may change or delete it"));
 }
 

@@ -169,7 +169,6 @@ void Engine::CheckLoop() {
   }
 }
 
-
 absl::StatusOr<JobSnapshot> Engine::GetJob(const std::string& id) const {
   return impl_->jobs.Get(id);
 }
@@ -205,6 +204,5 @@ absl::StatusOr<std::string> Engine::ModelArchivePath(const std::string& id) cons
 void Engine::UnsubscribeJob(const std::string& id, const JobEventSink* sink) {
   impl_->jobs.Unsubscribe(id, sink);
 }
-
 
 }  // namespace trainerd::engine

@@ -266,10 +266,31 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
   return Admit(std::move(spec), caller, std::move(loaded), &checked_against, module_bytes);
 }
 
+namespace {
+
+// A job's nodes place its ranks: replicas >= 2, and at most replicas - 1 nodes (rank 0 runs
+// here). "*" is one entry (every peer, CheckPeers).
+absl::Status CheckNodesOfRanks(const JobSpec& spec) {
+  if (spec.nodes.empty()) return absl::OkStatus();
+  if (spec.replicas < 2) {
+    return absl::InvalidArgumentError(
+        "nodes place some of a job's ranks on other daemons: give replicas (at least 2) too");
+  }
+  if (static_cast<int64_t>(spec.nodes.size()) >= spec.replicas) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nodes lists ", spec.nodes.size(), " daemons for ", spec.replicas,
+                     " ranks, rank 0 running here: at most ", spec.replicas - 1, " nodes"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
+  TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
   if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
-  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller));
+  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller, spec.replicas - 1));
   return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
 }
 
@@ -296,8 +317,15 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
                        " members (the product of its lists); split it into smaller sweeps"));
     }
   }
+  // Nodes with replicas place each member's ranks; without, they spread the members: member m
+  // trains here when m mod (1 + nodes) is 0, else whole on that node (round the list, as ranks
+  // go), so that a sweep uses every daemon it names.
+  const bool spread = !spec.nodes.empty() && spec.replicas <= 1;
+  if (!spread) TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
-  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller));
+  TRAINERD_RETURN_IF_ERROR(
+      impl_->CheckPeers(&spec, caller, spread ? count - 1 : int64_t{spec.replicas} - 1));
+  const std::vector<std::string> nodes = spread ? spec.nodes : std::vector<std::string>{};
   // An empty list keeps the spec's value (a seed Prepare drew when the spec had none: every
   // member then starts from the same weights).
   const std::vector<double> lrs =
@@ -320,6 +348,11 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
         for (const std::optional<double>& decay : decays) {
           for (uint64_t seed : seeds) {
             JobSpec member = spec;
+            if (spread) {
+              const size_t slot = members.size() % (1 + nodes.size());
+              member.nodes.clear();
+              if (slot > 0) member.nodes.push_back(nodes[slot - 1]);
+            }
             member.learning_rate = lr;
             member.momentum = momentum;
             member.weight_decay = decay;
@@ -355,6 +388,10 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
 
 void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
                             std::function<void(absl::StatusOr<JobSnapshot>)> done) {
+  if (absl::Status nodes = CheckNodesOfRanks(spec); !nodes.ok()) {
+    done(nodes);
+    return;
+  }
   absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec));
   if (!prepared.ok() || prepared->torchscript.empty()) {
     if (!prepared.ok()) {
@@ -363,7 +400,8 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     }
     // A job with nodes asks them first (seconds at most; the caller runs this off the RPC
     // threads, as the service's blocking pool does).
-    if (absl::Status peers = impl_->CheckPeers(&*prepared, caller); !peers.ok()) {
+    if (absl::Status peers = impl_->CheckPeers(&*prepared, caller, prepared->replicas - 1);
+        !peers.ok()) {
       done(peers);
       return;
     }

@@ -50,10 +50,10 @@ absl::Status Engine::Impl::CheckDatasetCount(const std::string& name,
         " (--max_datasets); delete datasets that are no longer needed"));
   }
   if (per_caller && owned >= options.max_datasets_per_caller) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "caller '", caller.owner, "' owns ", owned, " datasets; its quota is ",
-        options.max_datasets_per_caller,
-        " (--max_datasets_per_caller): delete datasets it no longer needs"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("caller '", caller.owner, "' owns ", owned, " datasets; its quota is ",
+                     options.max_datasets_per_caller,
+                     " (--max_datasets_per_caller): delete datasets it no longer needs"));
   }
   return absl::OkStatus();
 }
@@ -91,8 +91,7 @@ absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const Dataset
     // The declared size again, against what the caller holds on disk.
     const absl::StatusOr<DatasetLayout> layout = CheckDatasetHeader(header, 0);
     if (layout.ok()) {
-      TRAINERD_RETURN_IF_ERROR(
-          impl_->CheckDiskQuota(caller, layout->total_bytes, "this upload"));
+      TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, layout->total_bytes, "this upload"));
     }
   }
   TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<DatasetUpload> upload,
@@ -160,6 +159,5 @@ absl::StatusOr<DatasetMeta> Engine::ShareDataset(const std::string& name, bool s
   TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
   return impl_->datasets.SetShared(name, shared);
 }
-
 
 }  // namespace trainerd::engine

@@ -38,7 +38,7 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
       info.dataset_bytes += meta.size_bytes;
     }
     for (const JobSnapshot& job : jobs) {
-      if (job.device != name) continue;
+      if (job.device != name || job.spec.runs_on_peer()) continue;  // a member on a peer: there
       if (job.state == JobState::kRunning) info.running_jobs.push_back(job.id);
       if (job.state == JobState::kQueued) ++info.queued_jobs;
     }

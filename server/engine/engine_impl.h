@@ -115,8 +115,9 @@ struct Engine::Impl {
   absl::StatusOr<JobSpec> Prepare(JobSpec spec);
   // A job with nodes: each is one of this daemon's peers and holds the job's datasets (asked of
   // it, within seconds, before admission; outside the admission lock). OK for a job without.
-  // Nodes "*" become the peers known now (at most replicas - 1), in `spec`.
-  absl::Status CheckPeers(JobSpec* spec, const CallContext& caller) const;
+  // Nodes "*" become the peers known now (at most `most`: replicas - 1 for a job's ranks, the
+  // members but one for a sweep spread over its nodes), in `spec`.
+  absl::Status CheckPeers(JobSpec* spec, const CallContext& caller, int64_t most) const;
   // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
   // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
   torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);

@@ -31,7 +31,7 @@ std::string HostOf(const std::string& peer) {
 
 }  // namespace
 
-absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller) const {
+absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, int64_t most) const {
   JobSpec& spec = *job;
   if (spec.nodes.empty()) return absl::OkStatus();
   const bool every_peer = std::find(spec.nodes.begin(), spec.nodes.end(), "*") != spec.nodes.end();
@@ -46,16 +46,16 @@ absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller) c
   }
   const std::vector<std::string> peers = options.remote_ranks->peers();
   if (every_peer) {
-    // The peers known now, as many as the ranks after rank 0 can use; the job keeps this list
+    // The peers known now, as many as can be used (`most`); the job keeps this list
     // (a restart or a resume places its ranks as the first attempt did).
     if (peers.empty()) {
       return absl::FailedPreconditionError(
           "this daemon knows no peers yet (a cluster manager's group is found within seconds of "
           "its daemons starting; --peers' DNS names once their daemons are up)");
     }
-    spec.nodes.assign(
-        peers.begin(),
-        peers.begin() + std::min<size_t>(peers.size(), static_cast<size_t>(spec.replicas - 1)));
+    spec.nodes.assign(peers.begin(),
+                      peers.begin() + std::min<int64_t>(static_cast<int64_t>(peers.size()),
+                                                        std::max<int64_t>(1, most)));
   }
   for (const std::string& node : spec.nodes) {
     if (std::find(peers.begin(), peers.end(), node) == peers.end()) {

@@ -18,8 +18,8 @@ absl::Status Engine::Impl::Recover() {
     if (!job.record_damaged.empty()) {
       // Nothing of it can be trusted to run; the others must not wait for it.
       ++records_set_aside;
-      LogWarning(absl::StrCat("job '", job.id, "' is set aside and not resumed: ",
-                              job.record_damaged));
+      LogWarning(
+          absl::StrCat("job '", job.id, "' is set aside and not resumed: ", job.record_damaged));
       continue;
     }
     const JobState previous = job.state;
@@ -75,9 +75,9 @@ absl::Status Engine::Impl::Recover() {
         ++in_a_row;
       }
       if (in_a_row >= kMaxRestartsWithoutProgress) {
-        const std::string reason = absl::StrCat(
-            "taken up ", kMaxRestartsWithoutProgress, " times in a row from epoch ", from,
-            " without finishing an epoch; it is not taken up again");
+        const std::string reason =
+            absl::StrCat("taken up ", kMaxRestartsWithoutProgress, " times in a row from epoch ",
+                         from, " without finishing an epoch; it is not taken up again");
         LogWarning(absl::StrCat("job '", job.id, "' ", reason));
         TRAINERD_RETURN_IF_ERROR(jobs.FailUnrecoverable(std::move(job), reason));
         continue;
@@ -134,6 +134,5 @@ absl::Status Engine::Impl::Recover() {
   jobs.PruneEndedJobs();
   return absl::OkStatus();
 }
-
 
 }  // namespace trainerd::engine

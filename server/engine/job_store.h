@@ -21,10 +21,10 @@ struct JobQuery {
   std::optional<JobState> state;     // only jobs in this state; unset: any
   std::string dataset;               // only jobs on this dataset; empty: any
   std::optional<std::string> owner;  // only this tenant's jobs (access.h); unset: everyone's
-  int32_t page_size = 100;        // at most this many (1..kMaxJobPageSize)
-  std::string page_token;         // from the previous page; empty: the first page
-  bool full = false;              // with epochs, parameters and checkpoints; else a summary
-  bool newest_first = false;      // else oldest first
+  int32_t page_size = 100;           // at most this many (1..kMaxJobPageSize)
+  std::string page_token;            // from the previous page; empty: the first page
+  bool full = false;                 // with epochs, parameters and checkpoints; else a summary
+  bool newest_first = false;         // else oldest first
 };
 
 inline constexpr int32_t kMaxJobPageSize = 1000;
@@ -42,8 +42,9 @@ struct JobPage {
 inline std::string JobQueryFilter(const JobQuery& query) {
   return std::string("state=") +
          (query.state.has_value() ? std::to_string(static_cast<int>(*query.state)) : "any") +
-         ";dataset=" + std::to_string(query.dataset.size()) + ":" + query.dataset +
-         ";owner=" + (query.owner.has_value() ? std::to_string(query.owner->size()) + ":" + *query.owner : "any") +
+         ";dataset=" + std::to_string(query.dataset.size()) + ":" + query.dataset + ";owner=" +
+         (query.owner.has_value() ? std::to_string(query.owner->size()) + ":" + *query.owner
+                                  : "any") +
          ";order=" + (query.newest_first ? "newest" : "oldest");
 }
 
@@ -62,8 +63,8 @@ class JobStore {
   virtual absl::StatusOr<JobSnapshot> LoadJob(const std::string& id) = 0;
   // The job's epochs after `after`, at most `limit`, in order (a watch pages a long history).
   // NOT_FOUND for an unknown id. This default reads the whole job; stores override it.
-  virtual absl::StatusOr<std::vector<EpochResult>> LoadEpochs(const std::string& id,
-                                                              int32_t after, int32_t limit) {
+  virtual absl::StatusOr<std::vector<EpochResult>> LoadEpochs(const std::string& id, int32_t after,
+                                                              int32_t limit) {
     absl::StatusOr<JobSnapshot> job = LoadJob(id);
     if (!job.ok()) return job.status();
     std::vector<EpochResult> out;

@@ -39,6 +39,26 @@ struct RemoteRankResult {
   std::string node;  // the peer's node name
 };
 
+// A whole job a peer trains on this daemon's behalf: a sweep's member dealt to it
+// (JobSpec::runs_on_peer).
+struct RemoteJobRequest {
+  JobSpec spec;        // as the leader accepted it (seed set), without its nodes
+  std::string job_id;  // the leader's id, for the peer's log
+};
+
+// How that job ended on the peer.
+struct RemoteJobResult {
+  // Not OK: the peer refused the job, could not be reached, or the call broke off; `job` is then
+  // unset. The sentence names the peer.
+  absl::Status status;
+  // The peer's job as it ended (its own id, state, error, epochs, steps, parameters, report).
+  JobSnapshot job;
+  // kSucceeded: the trained model's TorchScript archive, as the peer kept it.
+  std::string model_archive;
+  // Ended because `stop` said so: the peer's job was cancelled there.
+  bool stopped = false;
+};
+
 class RemoteRanks {
  public:
   virtual ~RemoteRanks() = default;
@@ -64,6 +84,14 @@ class RemoteRanks {
   // when the rank ended there or the call failed. `done` may be called before StartRank returns.
   virtual std::unique_ptr<Call> StartRank(const std::string& peer, const RemoteRankRequest& request,
                                           std::function<void(RemoteRankResult)> done) = 0;
+
+  // Trains `request` on `peer` as a job of its own there (its queue, its limits) and returns when
+  // it ended, calling `on_epoch` with each epoch as the peer reports it. `stop` is asked every
+  // few tenths of a second; once it says true, the peer's job is cancelled. The peer's job and
+  // its model are deleted there once they are read. Blocking: called on the job's worker thread.
+  virtual RemoteJobResult RunJob(const std::string& peer, const RemoteJobRequest& request,
+                                 const std::function<void(const EpochResult&)>& on_epoch,
+                                 const std::function<bool()>& stop) = 0;
 };
 
 }  // namespace trainerd::engine

@@ -119,12 +119,13 @@ struct JobSpec {
   Precision precision = Precision::kFp32;
   JobPriority priority = JobPriority::kNormal;
   EngineKind engine = EngineKind::kAuto;
-  // > 1: a data-parallel job of this many ranks (issue 21; engine-internal so far: the API does
-  // not set it yet). Each rank trains its slice of every global batch of replicas * batch_size
-  // rows (RunRank, distributed/data_parallel.h).
+  // > 1: a data-parallel job of this many ranks (proto JobSpec.replicas). Each rank trains its
+  // slice of every global batch of replicas * batch_size rows (RunRank,
+  // distributed/data_parallel.h).
   int32_t replicas = 1;
   // Peers (their --peers names) that run some of the ranks, round-robin after this daemon
-  // (proto JobSpec.nodes); empty: every rank here.
+  // (proto JobSpec.nodes); empty: every rank here. One node and one replica: a sweep's member
+  // that trains whole on that peer (runs_on_peer).
   std::vector<std::string> nodes;
   // > 0: a TorchScript job's worker process is ended (and the job FAILED) after it has run this
   // many seconds; 0: the daemon's default (--max_job_time). Spec-built jobs are bounded by their
@@ -132,6 +133,8 @@ struct JobSpec {
   double max_job_seconds = 0.0;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
+  // A sweep's member dealt to a peer: it trains there, whole (RemoteRanks::RunJob).
+  bool runs_on_peer() const { return replicas <= 1 && nodes.size() == 1; }
 };
 
 // How many of `rows` a validation fraction holds out: round(fraction * rows). Rounding rather

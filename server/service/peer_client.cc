@@ -5,11 +5,13 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -19,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "server/convert/convert.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
+#include "trainerd/v1/jobs.grpc.pb.h"
 #include "trainerd/v1/peers.grpc.pb.h"
 
 namespace trainerd::service {
@@ -29,6 +32,10 @@ namespace {
 
 // How long Submit waits for a peer to say whether it holds a dataset.
 constexpr auto kCheckDeadline = std::chrono::seconds(5);
+// A unary call to a peer about a sweep's member (submit, get, cancel, delete).
+constexpr auto kCallDeadline = std::chrono::seconds(30);
+// The largest model a peer may hand back for a member (trainerd's models are far smaller).
+constexpr size_t kMaxPeerModelBytes = size_t{1} << 30;
 // How often --peers' DNS names are looked up again.
 constexpr auto kResolveInterval = std::chrono::seconds(5);
 
@@ -164,6 +171,124 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       std::shared_ptr<State> state_;
     };
     return std::make_unique<Handle>(state);
+  }
+
+  engine::RemoteJobResult RunJob(const std::string& peer, const engine::RemoteJobRequest& job,
+                                 const std::function<void(const engine::EpochResult&)>& on_epoch,
+                                 const std::function<bool()>& stop) override {
+    engine::RemoteJobResult result;
+    auto stub = v1::JobService::NewStub(Channel(peer));
+    // Submitted as a job of the peer's own: its queue, admission and limits decide.
+    v1::Job submitted;
+    {
+      grpc::ClientContext context;
+      Authorize(&context);
+      context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+      v1::SubmitJobRequest request;
+      *request.mutable_spec() = ToProto(job.spec);
+      const grpc::Status status = stub->SubmitJob(&context, request, &submitted);
+      if (!status.ok()) {
+        result.status = PeerError(peer, status, "to train a sweep's member");
+        return result;
+      }
+    }
+    const std::string id = submitted.id();
+    // Its epochs as they come; `stop` is asked while the stream waits, and cancels it there.
+    std::atomic<bool> done{false};
+    std::atomic<bool> stopped{false};
+    std::thread watchdog([&] {
+      while (!done.load()) {
+        if (!stopped.load() && stop()) {
+          stopped.store(true);
+          grpc::ClientContext context;
+          Authorize(&context);
+          context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+          v1::CancelJobRequest request;
+          request.set_id(id);
+          v1::Job ignored;
+          (void)stub->CancelJob(&context, request, &ignored);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+    grpc::Status watched;
+    {
+      grpc::ClientContext context;
+      Authorize(&context);
+      v1::WatchJobRequest request;
+      request.set_id(id);
+      std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub->WatchJob(&context, request);
+      v1::JobEvent event;
+      while (reader->Read(&event)) {
+        if (event.has_epoch()) on_epoch(FromProto(event.epoch()));
+      }
+      watched = reader->Finish();
+    }
+    done.store(true);
+    watchdog.join();
+    result.stopped = stopped.load();
+    if (!watched.ok()) {
+      result.status = PeerError(peer, watched, "while it trained a sweep's member");
+      return result;
+    }
+    v1::Job ended;
+    {
+      grpc::ClientContext context;
+      Authorize(&context);
+      context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+      v1::GetJobRequest request;
+      request.set_id(id);
+      const grpc::Status status = stub->GetJob(&context, request, &ended);
+      if (!status.ok()) {
+        result.status = PeerError(peer, status, "to read a sweep's member");
+        return result;
+      }
+    }
+    absl::StatusOr<engine::JobSnapshot> snapshot = FromProto(ended);
+    if (!snapshot.ok()) {
+      result.status = absl::InternalError(absl::StrCat(
+          "peer ", peer,
+          " answered with a job this daemon cannot read: ", snapshot.status().message()));
+      return result;
+    }
+    result.job = *std::move(snapshot);
+    if (ended.state() == v1::JOB_STATE_SUCCEEDED) {
+      grpc::ClientContext context;
+      Authorize(&context);
+      v1::DownloadModelRequest request;
+      request.set_id(id);
+      std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
+          stub->DownloadModel(&context, request);
+      v1::ModelChunk chunk;
+      bool too_big = false;
+      while (reader->Read(&chunk)) {
+        if (result.model_archive.size() + chunk.data().size() > kMaxPeerModelBytes) {
+          too_big = true;
+          context.TryCancel();
+          break;
+        }
+        result.model_archive += chunk.data();
+      }
+      const grpc::Status status = reader->Finish();
+      if (too_big) {
+        result.status = absl::ResourceExhaustedError(absl::StrCat(
+            "peer ", peer, "'s model of the member is larger than ", kMaxPeerModelBytes, " bytes"));
+        return result;
+      }
+      if (!status.ok()) {
+        result.status = PeerError(peer, status, "to give the member's model");
+        return result;
+      }
+    }
+    // The member's home is this daemon: nothing of it stays there.
+    grpc::ClientContext context;
+    Authorize(&context);
+    context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    v1::DeleteJobRequest request;
+    request.set_id(id);
+    v1::DeleteJobResponse deleted;
+    (void)stub->DeleteJob(&context, request, &deleted);
+    return result;
   }
 
  private:

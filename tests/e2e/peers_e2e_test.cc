@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -285,6 +286,142 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
                             "--data_dir=" + (dir_ / "bad").string()});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("$WORLD_SIZE is not set"));
+}
+
+// A sweep spread over two daemons (--nodes without --replicas): its members go round them, each
+// trains whole where it lands and ends with the results of the same job submitted alone; the
+// leader keeps every member's record and model, and nothing of them stays on the peer.
+TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheMemberAlone) {
+  StartAll(2);
+  Upload({0, 1});
+  RunResult run =
+      Ctl(0, {"sweep",       "--dataset", "waves",   "--model",      "linear:16,tanh,linear:1",
+              "--optimizer", "adam",      "--lr",    "0.01,0.03",    "--seed",
+              "3,4",         "--epochs",  "5",       "--batch-size", "16",
+              "--engine",    "libtorch",  "--nodes", "all",          "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("4 succeeded, 0 failed, 0 cancelled"));
+  std::vector<std::string> ids;
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(ids.size(), 4u) << run.out;
+  int on_peer = 0;
+  for (const std::string& id : ids) {
+    const v1::Job member = Get(0, id);
+    ASSERT_EQ(member.state(), v1::JOB_STATE_SUCCEEDED) << member.error();
+    const bool there = member.spec().nodes_size() == 1;
+    if (there) {
+      ++on_peer;
+      EXPECT_EQ(member.spec().nodes(0), addresses_[1]);
+      ASSERT_EQ(member.ranks_size(), 1);
+      EXPECT_EQ(member.ranks(0).node(), addresses_[1]);
+      EXPECT_EQ(member.ranks(0).device(), "cpu");
+      EXPECT_EQ(member.report().packed_members(), 0);  // alone there
+    }
+    // The same job alone, on the leader: the member's every epoch, bit for bit.
+    const v1::Job alone =
+        Train(0, {"--lr", std::to_string(member.spec().optimizer().learning_rate()), "--seed",
+                  std::to_string(member.spec().seed()), "--epochs", "5", "--batch-size", "16"});
+    ASSERT_EQ(alone.state(), v1::JOB_STATE_SUCCEEDED) << alone.error();
+    ASSERT_EQ(member.epochs_size(), 5);
+    for (int e = 0; e < 5; ++e) {
+      EXPECT_NEAR(member.epochs(e).loss(), alone.epochs(e).loss(), 1e-6 * alone.epochs(e).loss())
+          << id << (there ? " on the peer" : " here") << ", epoch " << e + 1;
+    }
+    EXPECT_EQ(member.steps(), alone.steps());
+    // Its model is the leader's to give, wherever it trained.
+    RunResult model = Ctl(0, {"job", "model", id, "-f", (dir_ / (id + ".pt")).string()});
+    EXPECT_EQ(model.exit_code, 0) << model.err;
+    EXPECT_GT(std::filesystem::file_size(dir_ / (id + ".pt")), 100u);
+  }
+  EXPECT_EQ(on_peer, 2);  // members 1 and 3 of 0-3
+  // Nothing of the members stays on the peer.
+  RunResult listed = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
+                               "job", "list", "--all"});
+  EXPECT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_THAT(listed.out, ::testing::Not(HasSubstr("job-"))) << listed.out;
+}
+
+// A spread sweep's member on the peer cancelled on the leader ends CANCELLED, there as here, and
+// a node without the dataset is refused at submit naming it.
+TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerCancelsThereAndANodeWithoutTheDataIsRefused) {
+  StartAll(3);
+  Upload({0, 1}, 6000);
+  const std::vector<std::string> sweep = {
+      "sweep", "--dataset", "waves",    "--model", "linear:16,tanh,linear:1",
+      "--lr",  "0.01,0.03", "--epochs", "500",     "--batch-size",
+      "16",    "--engine",  "libtorch", "--nodes"};
+  std::vector<std::string> refused = sweep;
+  refused.push_back(addresses_[2]);
+  RunResult no_data = Ctl(0, refused);
+  EXPECT_NE(no_data.exit_code, 0);
+  EXPECT_THAT(no_data.err, HasSubstr("dataset 'waves' is not on peer " + addresses_[2]));
+  std::vector<std::string> spread = sweep;
+  spread.push_back(addresses_[1]);
+  RunResult run = Ctl(0, spread);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> ids;
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(ids.size(), 2u) << run.out;
+  const std::string there = Get(0, ids[0]).spec().nodes_size() == 1 ? ids[0] : ids[1];
+  ASSERT_EQ(WaitFor(0, there, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Ctl(0, {"job", "cancel", ids[0] == there ? ids[1] : ids[0]}).exit_code, 0);
+  EXPECT_EQ(Ctl(0, {"job", "cancel", there}).exit_code, 0);
+  const v1::Job ended = WaitFor(0, there, 1 << 30, 30);
+  EXPECT_EQ(ended.state(), v1::JOB_STATE_CANCELLED) << ended.error();
+  EXPECT_LT(ended.epochs_completed(), 500);
+  // There it was cancelled too, and deleted once read: nothing of it goes on or stays.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  std::string log;
+  while (std::chrono::steady_clock::now() < deadline) {
+    log = daemons_[1]->Stderr();
+    if (log.find("deleted with its model") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_THAT(log, HasSubstr("deleted with its model"));
+  RunResult listed = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
+                               "job", "list", "--all"});
+  EXPECT_THAT(listed.out, ::testing::Not(HasSubstr("job-"))) << listed.out;
+}
+
+// The leader stopped (SIGTERM) while a spread sweep's member trains on the peer: the member is
+// cancelled there, stays RUNNING here, and at the leader's next start trains over on the peer to
+// the results of an uninterrupted member.
+TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerStartsOverThereAfterTheLeaderRestarts) {
+  StartAll(2);
+  Upload({0, 1}, 6000);
+  RunResult run =
+      Ctl(0, {"sweep", "--dataset", "waves", "--model", "linear:16,tanh,linear:1", "--optimizer",
+              "adam", "--lr", "0.01,0.03", "--seed", "9", "--epochs", "30", "--batch-size", "16",
+              "--engine", "libtorch", "--nodes", addresses_[1]});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> ids;
+  std::istringstream lines(run.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(ids.size(), 2u) << run.out;
+  const std::string there = Get(0, ids[0]).spec().nodes_size() == 1 ? ids[0] : ids[1];
+  ASSERT_EQ(WaitFor(0, there, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(daemons_[0]->Stop(SIGTERM, 60), 0) << daemons_[0]->Stderr();
+  Start(0);
+  const v1::Job ended = WaitFor(0, there, 1 << 30, 120);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.epochs_size(), 30);
+  ASSERT_EQ(ended.restarts_size(), 1);
+  EXPECT_EQ(ended.restarts(0).from_epoch(), 0);
+  const v1::Job alone = Train(0, {"--lr", std::to_string(ended.spec().optimizer().learning_rate()),
+                                  "--seed", "9", "--epochs", "30", "--batch-size", "16"});
+  ASSERT_EQ(alone.state(), v1::JOB_STATE_SUCCEEDED) << alone.error();
+  for (int e = 0; e < 30; ++e) {
+    EXPECT_NEAR(ended.epochs(e).loss(), alone.epochs(e).loss(), 1e-6 * alone.epochs(e).loss());
+  }
+  EXPECT_EQ(ended.ranks(0).node(), addresses_[1]);
 }
 
 // What cannot run on the peers is refused at submit, naming the peer and the reason, and nothing

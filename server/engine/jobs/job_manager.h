@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -269,6 +270,10 @@ class JobManager {
     // A TorchScript job: its module, trained in a worker process, and that process's start time.
     std::shared_ptr<const TorchScriptJob> module;
     double worker_start_seconds = 0.0;
+    // A job that trained on a peer (RunOnPeer): the peer's report and throughput, which the
+    // job's report takes as they are (its queue time is this daemon's).
+    std::optional<DeviceReport> peer_report;
+    double peer_samples_per_second = 0.0;
   };
   using StartedRun = std::unique_ptr<StartedRunState>;
   enum class Acquired { kYes, kNotNow, kEnded };
@@ -289,6 +294,10 @@ class JobManager {
   void RunJob(const std::shared_ptr<Record>& record);
   // A sweep's members taken off the queue together (claimed): trained as one pack.
   void RunPack(std::vector<std::shared_ptr<Record>> members);
+  // A job that trains whole on a peer (JobSpec::runs_on_peer; job_remote.cc): nothing of it is
+  // held here but its record; a cancel cancels it there, a drain or a shutdown too (it starts
+  // over at the next start).
+  void RunOnPeer(const std::shared_ptr<Record>& record);
   // A job with replicas as its ranks (threads here, ranks on peers: `rank_peers`, "" for here),
   // with `threads` intra-op threads for the ranks here together; taken up once without a peer it
   // lost mid-job when it has a checkpoint (job_ranks.cc).

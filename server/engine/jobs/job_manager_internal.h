@@ -28,4 +28,9 @@ inline constexpr char kModulesFolder[] = "modules";
 // here; "" for this daemon (job_ranks.cc).
 std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank);
 
+// The queue a job waits in: its device's, or its peer's ("peer HOST:PORT").
+inline std::string QueueOf(const JobSnapshot& snap) {
+  return snap.spec.runs_on_peer() ? "peer " + snap.spec.nodes.front() : snap.device;
+}
+
 }  // namespace trainerd::engine::job_internal

@@ -67,13 +67,15 @@ void JobManager::NotifyQueuedLocked(const JobSnapshot& job) {
 }
 
 void JobManager::QueueLocked(std::shared_ptr<Record> record) {
-  const std::string device_name = record->snap.device;
+  const std::string device_name = job_internal::QueueOf(record->snap);
   std::unique_ptr<Worker>& worker = workers_[device_name];
   if (!worker) {
     worker = std::make_unique<Worker>();
-    const int threads = options_.max_concurrent_jobs > 0 ? options_.max_concurrent_jobs
-                        : device_name == "cpu"           ? 1
-                                                         : 4;
+    // A peer's queue: one member at a time there (the peer queues and bounds its own jobs).
+    const int threads = record->snap.spec.runs_on_peer()   ? 1
+                        : options_.max_concurrent_jobs > 0 ? options_.max_concurrent_jobs
+                        : device_name == "cpu"             ? 1
+                                                           : 4;
     for (int i = 0; i < threads; ++i) {
       worker->threads.emplace_back([this, device_name] { WorkerLoop(device_name); });
     }
@@ -206,7 +208,10 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
   std::vector<JobSnapshot> out;
   for (auto& record : records) {
     // Members with replicas train one after another, each as its ranks: a pack is one rank.
-    if (record->snap.spec.replicas <= 1) record->pack = ids;
+    // A member that runs on a peer trains there alone.
+    if (record->snap.spec.replicas <= 1 && !record->snap.spec.runs_on_peer()) {
+      record->pack = ids;
+    }
     out.push_back(record->snap);
     QueueLocked(std::move(record));
   }

@@ -156,7 +156,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
         running = true;
       } else {
         // Queued: take it out of its device's queue; it never runs.
-        workers_.at(record->snap.device)->Remove(id);
+        workers_.at(job_internal::QueueOf(record->snap))->Remove(id);
       }
     }
   }

@@ -477,7 +477,10 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   report.packed_members = state.packed_members;
   report.worker_start_seconds = state.worker_start_seconds;
   report.collective_seconds = outcome.collective_seconds;
-  if (state.finish_report) {
+  if (state.peer_report) {
+    report = *state.peer_report;  // measured where it trained
+    report.queue_seconds = state.started.report.queue_seconds;
+  } else if (state.finish_report) {
     JobSnapshot ended;
     {
       absl::MutexLock lock(&mu_);
@@ -499,7 +502,9 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     snap.wall_seconds = outcome.wall_seconds;
     snap.final_loss = outcome.final_loss;
     const double samples = static_cast<double>(rows) * outcome.epochs_done;
-    snap.samples_per_second = outcome.wall_seconds > 0 ? samples / outcome.wall_seconds : 0;
+    snap.samples_per_second = state.peer_report          ? state.peer_samples_per_second
+                              : outcome.wall_seconds > 0 ? samples / outcome.wall_seconds
+                                                         : 0;
     snap.parameter_count = outcome.parameter_count;
     snap.parameters = std::move(outcome.parameters);
     snap.stopped_early = outcome.stopped_early;
@@ -513,6 +518,15 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
 }
 
 void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
+  bool on_peer = false;
+  {
+    absl::MutexLock lock(&mu_);
+    on_peer = shared->snap.spec.runs_on_peer();
+  }
+  if (on_peer) {
+    RunOnPeer(shared);  // job_remote.cc: nothing of it trains here
+    return;
+  }
   if (!CheckModuleBeforeStart(shared)) return;
   if (!AcquireDatasets(shared)) return;
   // Whatever way the run ends, the memory and the CPU threads go back and waiting jobs look again:
@@ -596,7 +610,7 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
     absl::MutexLock lock(&mu_);
     for (auto it = later.rbegin(); it != later.rend(); ++it) {
       (*it)->claimed = false;
-      Worker* worker = workers_.at((*it)->snap.device).get();
+      Worker* worker = workers_.at(job_internal::QueueOf((*it)->snap)).get();
       worker->queues[static_cast<int>((*it)->snap.spec.priority)].push_front((*it)->snap.id);
       worker->cv.Signal();
     }
@@ -619,7 +633,7 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
       if (!StopsBeforeStart(acquired[i])) {
         absl::MutexLock lock(&mu_);
         acquired[i]->claimed = false;
-        Worker* worker = workers_.at(acquired[i]->snap.device).get();
+        Worker* worker = workers_.at(job_internal::QueueOf(acquired[i]->snap)).get();
         worker->queues[static_cast<int>(acquired[i]->snap.spec.priority)].push_front(
             acquired[i]->snap.id);
         worker->cv.Signal();
