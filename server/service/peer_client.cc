@@ -34,6 +34,8 @@ namespace {
 constexpr auto kCheckDeadline = std::chrono::seconds(5);
 // A unary call to a peer about a sweep's member (submit, get, cancel, delete).
 constexpr auto kCallDeadline = std::chrono::seconds(30);
+// How long a stopping member's peer has to say it cancelled the member.
+constexpr auto kStopDeadline = std::chrono::seconds(5);
 // The largest model a peer may hand back for a member (trainerd's models are far smaller).
 constexpr size_t kMaxPeerModelBytes = size_t{1} << 30;
 // How often --peers' DNS names are looked up again.
@@ -193,28 +195,36 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
     }
     const std::string id = submitted.id();
-    // Its epochs as they come; `stop` is asked while the stream waits, and cancels it there.
+    // Its epochs as they come; `stop` is asked while the stream waits, and cancels the job
+    // there. Should the stream not end soon after (the peer cut off), it is given up: a stop here
+    // (a cancel, a drain, a shutdown) never waits on a peer.
+    grpc::ClientContext watch;
+    Authorize(&watch);
     std::atomic<bool> done{false};
     std::atomic<bool> stopped{false};
     std::thread watchdog([&] {
+      std::chrono::steady_clock::time_point stopped_at;
       while (!done.load()) {
         if (!stopped.load() && stop()) {
           stopped.store(true);
+          stopped_at = std::chrono::steady_clock::now();
           grpc::ClientContext context;
           Authorize(&context);
-          context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+          context.set_deadline(std::chrono::system_clock::now() + kStopDeadline);
           v1::CancelJobRequest request;
           request.set_id(id);
           v1::Job ignored;
           (void)stub->CancelJob(&context, request, &ignored);
+        }
+        if (stopped.load() && std::chrono::steady_clock::now() - stopped_at > kStopDeadline) {
+          watch.TryCancel();
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     });
     grpc::Status watched;
     {
-      grpc::ClientContext context;
-      Authorize(&context);
+      grpc::ClientContext& context = watch;
       v1::WatchJobRequest request;
       request.set_id(id);
       std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub->WatchJob(&context, request);
@@ -227,6 +237,11 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     done.store(true);
     watchdog.join();
     result.stopped = stopped.load();
+    if (result.stopped && !watched.ok()) {
+      // Cancelled there (or it could not be told); nothing more to read.
+      result.job.state = engine::JobState::kCancelled;
+      return result;
+    }
     if (!watched.ok()) {
       result.status = PeerError(peer, watched, "while it trained a sweep's member");
       return result;

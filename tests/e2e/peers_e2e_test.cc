@@ -344,9 +344,11 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
   EXPECT_THAT(listed.out, ::testing::Not(HasSubstr("job-"))) << listed.out;
 }
 
-// A spread sweep's member on the peer cancelled on the leader ends CANCELLED, there as here, and
-// a node without the dataset is refused at submit naming it.
-TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerCancelsThereAndANodeWithoutTheDataIsRefused) {
+// A spread sweep's member on the peer cancelled on the leader ends CANCELLED, there as here; one
+// whose peer is killed fails naming the peer; a node without the dataset is refused at submit
+// naming it.
+TEST_F(PeersEndToEndTest,
+       ASpreadSweepsMemberOnAPeerCancelsOrFailsThereAndANodeWithoutDataIsRefused) {
   StartAll(3);
   Upload({0, 1}, 6000);
   const std::vector<std::string> sweep = {
@@ -387,6 +389,22 @@ TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerCancelsThereAndANodeWithoutT
   RunResult listed = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
                                "job", "list", "--all"});
   EXPECT_THAT(listed.out, ::testing::Not(HasSubstr("job-"))) << listed.out;
+  // A peer killed while a member trains there fails that member, naming the peer, at once.
+  RunResult again = Ctl(0, spread);
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  std::vector<std::string> second;
+  std::istringstream more(again.out);
+  for (std::string line; std::getline(more, line);) {
+    if (line.rfind("job-", 0) == 0) second.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(second.size(), 2u) << again.out;
+  const std::string lost = Get(0, second[0]).spec().nodes_size() == 1 ? second[0] : second[1];
+  ASSERT_EQ(WaitFor(0, lost, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  daemons_[1]->Stop(SIGKILL, 30);
+  const v1::Job failed = WaitFor(0, lost, 1 << 30, 30);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.error(), HasSubstr("peer " + addresses_[1] + " cannot be reached"));
+  EXPECT_EQ(Ctl(0, {"job", "cancel", lost == second[0] ? second[1] : second[0]}).exit_code, 0);
 }
 
 // The leader stopped (SIGTERM) while a spread sweep's member trains on the peer: the member is

@@ -72,6 +72,13 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
     outcome.error = std::string(result.status.message());
   } else if (result.stopped && !record->cancel.load()) {
     outcome.interrupted = true;
+  } else if (result.job.id.empty()) {
+    // Cancelled, and the peer's end was not read (it did not answer in time): what came here.
+    outcome.state = JobState::kCancelled;
+    absl::MutexLock lock(&mu_);
+    outcome.epochs_done = record->snap.epochs_completed;
+    outcome.final_loss = record->snap.final_loss;
+    outcome.wall_seconds = record->snap.wall_seconds;
   } else {
     const JobSnapshot& there = result.job;
     outcome.state = there.state;
