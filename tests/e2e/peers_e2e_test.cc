@@ -157,6 +157,16 @@ class PeersEndToEndTest : public ::testing::Test {
     return {};
   }
 
+  // The member ids a `sweep` printed (its lines that start with a job id).
+  static std::vector<std::string> MemberIds(const std::string& out) {
+    std::vector<std::string> ids;
+    std::istringstream lines(out);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
+    }
+    return ids;
+  }
+
   v1::Job Get(int i, const std::string& id) {
     RunResult got = Ctl(i, {"-o", "json", "job", "get", id});
     v1::Job job;
@@ -301,11 +311,7 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
               "--engine",    "libtorch",  "--nodes", "all",          "--watch"});
   ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
   EXPECT_THAT(run.out, HasSubstr("4 succeeded, 0 failed, 0 cancelled"));
-  std::vector<std::string> ids;
-  std::istringstream lines(run.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
-  }
+  const std::vector<std::string> ids = MemberIds(run.out);
   ASSERT_EQ(ids.size(), 4u) << run.out;
   int on_peer = 0;
   for (const std::string& id : ids) {
@@ -364,11 +370,7 @@ TEST_F(PeersEndToEndTest,
   spread.push_back(addresses_[1]);
   RunResult run = Ctl(0, spread);
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  std::vector<std::string> ids;
-  std::istringstream lines(run.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
-  }
+  const std::vector<std::string> ids = MemberIds(run.out);
   ASSERT_EQ(ids.size(), 2u) << run.out;
   const std::string there = Get(0, ids[0]).spec().nodes_size() == 1 ? ids[0] : ids[1];
   ASSERT_EQ(WaitFor(0, there, 2, 60).state(), v1::JOB_STATE_RUNNING);
@@ -392,11 +394,7 @@ TEST_F(PeersEndToEndTest,
   // A peer killed while a member trains there fails that member, naming the peer, at once.
   RunResult again = Ctl(0, spread);
   ASSERT_EQ(again.exit_code, 0) << again.err;
-  std::vector<std::string> second;
-  std::istringstream more(again.out);
-  for (std::string line; std::getline(more, line);) {
-    if (line.rfind("job-", 0) == 0) second.push_back(line.substr(0, line.find(' ')));
-  }
+  const std::vector<std::string> second = MemberIds(again.out);
   ASSERT_EQ(second.size(), 2u) << again.out;
   const std::string lost = Get(0, second[0]).spec().nodes_size() == 1 ? second[0] : second[1];
   ASSERT_EQ(WaitFor(0, lost, 2, 60).state(), v1::JOB_STATE_RUNNING);
@@ -418,11 +416,7 @@ TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerStartsOverThereAfterTheLeade
               "adam", "--lr", "0.01,0.03", "--seed", "9", "--epochs", "30", "--batch-size", "16",
               "--engine", "libtorch", "--nodes", addresses_[1]});
   ASSERT_EQ(run.exit_code, 0) << run.err;
-  std::vector<std::string> ids;
-  std::istringstream lines(run.out);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind("job-", 0) == 0) ids.push_back(line.substr(0, line.find(' ')));
-  }
+  const std::vector<std::string> ids = MemberIds(run.out);
   ASSERT_EQ(ids.size(), 2u) << run.out;
   const std::string there = Get(0, ids[0]).spec().nodes_size() == 1 ? ids[0] : ids[1];
   ASSERT_EQ(WaitFor(0, there, 2, 60).state(), v1::JOB_STATE_RUNNING);
