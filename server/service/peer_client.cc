@@ -36,6 +36,8 @@ constexpr auto kCheckDeadline = std::chrono::seconds(5);
 constexpr auto kCallDeadline = std::chrono::seconds(30);
 // How long a stopping member's peer has to say it cancelled the member.
 constexpr auto kStopDeadline = std::chrono::seconds(5);
+// The largest message a peer may send (a Job with all its epochs).
+constexpr int kMaxPeerMessageBytes = 256 * 1024 * 1024;
 // The largest model a peer may hand back for a member (trainerd's models are far smaller).
 constexpr size_t kMaxPeerModelBytes = size_t{1} << 30;
 // How often --peers' DNS names are looked up again.
@@ -319,7 +321,11 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     // policy answers frequent pings on a silent connection by closing it. A peer cut off is
     // noticed by the ranks' collectives instead (Gloo's closed connection, or the collective
     // timeout), which end the rank, and with it the call.
-    auto channel = grpc::CreateChannel(peer, credentials_);
+    // A member's Job carries its every epoch (up to a million of them): past gRPC's default
+    // 4 MiB, as trainctl allows.
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(kMaxPeerMessageBytes);
+    auto channel = grpc::CreateCustomChannel(peer, credentials_, arguments);
     channels_.emplace(peer, channel);
     return channel;
   }
