@@ -22,6 +22,11 @@ std::vector<int64_t> ToVector(const google::protobuf::RepeatedField<int64_t>& va
 std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
 
 std::string JobDevice(const v1::Job& job) {
+  // A sweep's member dealt to a peer trains there: its device there, and the peer.
+  if (job.spec().replicas() <= 1 && job.spec().nodes_size() == 1) {
+    const std::string there = job.ranks_size() > 0 ? job.ranks(0).device() : job.spec().device();
+    return absl::StrCat(there.empty() ? "-" : there, " on ", job.spec().nodes(0));
+  }
   std::string device = OrDash(job.device().empty() ? job.spec().device() : job.device());
   // Chosen by device auto: the estimates it was chosen from, e.g. "cpu (auto: cpu 0.02 s,
   // cuda:0 0.31 s)".

@@ -325,6 +325,7 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
       EXPECT_EQ(member.ranks(0).node(), addresses_[1]);
       EXPECT_EQ(member.ranks(0).device(), "cpu");
       EXPECT_EQ(member.report().packed_members(), 0);  // alone there
+      EXPECT_THAT(Ctl(0, {"job", "get", id}).out, HasSubstr("cpu on " + addresses_[1]));
     }
     // The same job alone, on the leader: the member's every epoch, bit for bit.
     const v1::Job alone =
