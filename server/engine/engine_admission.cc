@@ -322,6 +322,9 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   // go), so that a sweep uses every daemon it names.
   const bool spread = !spec.nodes.empty() && spec.replicas <= 1;
   if (!spread) TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
+  // A member on a peer takes the device as the caller named it ("" or auto: the peer's choice);
+  // this daemon's placement is this daemon's.
+  const std::string asked_device = spec.device;
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
   TRAINERD_RETURN_IF_ERROR(
       impl_->CheckPeers(&spec, caller, spread ? count - 1 : int64_t{spec.replicas} - 1));
@@ -357,7 +360,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
             member.momentum = momentum;
             member.weight_decay = decay;
             member.seed = seed;
-            // One device for the whole sweep: the first member's (placed or chosen by cost).
+            // One device for the whole sweep here: the first member's (placed or chosen by cost).
             if (!members.empty()) member.device = members.front().spec.device;
             absl::StatusOr<SweepMember> checked =
                 impl_->CheckLocked(std::move(member), caller, nullptr, nullptr);
@@ -368,6 +371,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
                                ", momentum ", momentum, ", weight decay ", decay.value_or(0.0),
                                ", seed ", seed, "): ", checked.status().message()));
             }
+            if (checked->spec.runs_on_peer()) checked->spec.device = asked_device;
             members.push_back(*std::move(checked));
           }
         }

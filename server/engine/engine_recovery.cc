@@ -90,7 +90,11 @@ absl::Status Engine::Impl::Recover() {
       if (!job.spec.validation_dataset.empty()) {
         TRAINERD_RETURN_IF_ERROR(datasets.GetMeta(job.spec.validation_dataset).status());
       }
-      TRAINERD_ASSIGN_OR_RETURN(torch::Device device, ResolveDevice(job.spec.device));
+      // A sweep's member on a peer runs on the peer's device, which need not be one here.
+      torch::Device device = torch::kCPU;
+      if (!job.spec.runs_on_peer()) {
+        TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(job.spec.device));
+      }
       ModelSpec model;
       std::shared_ptr<const TorchScriptJob> module;
       if (absl::StartsWith(job.spec.model, "torchscript")) {

@@ -86,10 +86,12 @@ class RemoteRanks {
                                           std::function<void(RemoteRankResult)> done) = 0;
 
   // Trains `request` on `peer` as a job of its own there (its queue, its limits) and returns when
-  // it ended, calling `on_epoch` with each epoch as the peer reports it. `stop` is asked every
-  // few tenths of a second; once it says true, the peer's job is cancelled. The peer's job and
-  // its model are deleted there once they are read. Blocking: called on the job's worker thread.
+  // it ended, calling `on_queued` with the device the peer placed it on once it took the job, and
+  // `on_epoch` with each epoch as the peer reports it. `stop` is asked every few tenths of a
+  // second; once it says true, the peer's job is cancelled. The peer's job and its model are
+  // deleted there once they are read. Blocking: called on the job's worker thread.
   virtual RemoteJobResult RunJob(const std::string& peer, const RemoteJobRequest& request,
+                                 const std::function<void(const std::string& device)>& on_queued,
                                  const std::function<void(const EpochResult&)>& on_epoch,
                                  const std::function<bool()>& stop) = 0;
 };

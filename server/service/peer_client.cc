@@ -178,6 +178,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
   }
 
   engine::RemoteJobResult RunJob(const std::string& peer, const engine::RemoteJobRequest& job,
+                                 const std::function<void(const std::string&)>& on_queued,
                                  const std::function<void(const engine::EpochResult&)>& on_epoch,
                                  const std::function<bool()>& stop) override {
     engine::RemoteJobResult result;
@@ -197,6 +198,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
     }
     const std::string id = submitted.id();
+    on_queued(submitted.device());
     // Its epochs as they come; `stop` is asked while the stream waits, and cancels the job
     // there. Should the stream not end soon after (the peer cut off), it is given up: a stop here
     // (a cancel, a drain, a shutdown) never waits on a peer.

@@ -29,7 +29,8 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   state->threads = 0;  // none of this daemon's
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;  // a member taken up again starts over (no checkpoint here)
-    snap.ranks = {RankPlacement{0, spec.device.empty() ? "cpu" : spec.device, peer}};
+    // Its device there once the peer placed it (on_queued); until then what the caller named.
+    snap.ranks = {RankPlacement{0, spec.device, peer}};
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
@@ -66,12 +67,17 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   auto stop = [record] {
     return record->cancel.load() || record->drain.load() || record->interrupt.load();
   };
-  RemoteJobResult result = options_.remote_ranks->RunJob(peer, request, on_epoch, stop);
+  auto on_queued = [&](const std::string& device) {
+    Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
+      if (!snap.ranks.empty()) snap.ranks.front().device = device;
+    });
+  };
+  RemoteJobResult result = options_.remote_ranks->RunJob(peer, request, on_queued, on_epoch, stop);
   if (!result.status.ok()) {
     outcome.state = JobState::kFailed;
     outcome.error = std::string(result.status.message());
-  } else if (result.stopped && !record->cancel.load()) {
-    outcome.interrupted = true;
+  } else if (result.stopped && !record->cancel.load() && result.job.state != JobState::kSucceeded) {
+    outcome.interrupted = true;  // a drain or a shutdown (one that finished there first stands)
   } else if (result.job.id.empty()) {
     // Cancelled, and the peer's end was not read (it did not answer in time): what came here.
     outcome.state = JobState::kCancelled;
@@ -94,12 +100,6 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
     outcome.model_archive = std::move(result.model_archive);
     state->peer_report = there.report;
     state->peer_samples_per_second = there.samples_per_second;
-    // Where it ran, as the peer placed it.
-    if (!there.device.empty()) {
-      Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
-        if (!snap.ranks.empty()) snap.ranks.front().device = there.device;
-      });
-    }
   }
   EndRun(shared, *state, std::move(outcome), [] {});
 }
