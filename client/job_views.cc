@@ -229,6 +229,10 @@ std::string JobDetails(const v1::Job& job) {
                                                             absl::StrJoin(placed, ", "), ")")});
   } else {
     lines.push_back({"batch size", absl::StrCat(spec.batch_size())});
+    // A sweep's member that trains on a peer: the peer, and its job's id there once it took it.
+    if (spec.nodes_size() == 1 && job.ranks_size() > 0 && !job.ranks(0).job_id().empty()) {
+      lines.push_back({"on peer", absl::StrCat(spec.nodes(0), " as ", job.ranks(0).job_id())});
+    }
   }
   lines.insert(lines.end(), {
                                 {"shuffle", spec.has_shuffle() && !spec.shuffle() ? "no" : "yes"},

@@ -460,6 +460,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
     rank->set_rank(r.rank);
     rank->set_device(r.device);
     rank->set_node(r.node);
+    rank->set_job_id(r.job_id);
   }
   out.set_global_batch_size(job.spec.batch_size * std::max<int32_t>(1, job.spec.replicas));
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
@@ -561,7 +562,7 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.checkpoint_error = job.checkpoint_error();
   out.model_sha256 = job.model_sha256();
   for (const v1::RankPlacement& r : job.ranks()) {
-    out.ranks.push_back(engine::RankPlacement{r.rank(), r.device(), r.node()});
+    out.ranks.push_back(engine::RankPlacement{r.rank(), r.device(), r.node(), r.job_id()});
   }
   out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.sweep_id = job.sweep_id();

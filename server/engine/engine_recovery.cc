@@ -23,8 +23,9 @@ absl::Status Engine::Impl::Recover() {
       continue;
     }
     const JobState previous = job.state;
-    // A cancel recorded while it ran: it ends here, whatever stopped the daemon.
-    if (job.cancel_requested) {
+    // A cancel recorded while it ran: it ends here, whatever stopped the daemon. A member that
+    // went on training on a peer is first found again there, to be cancelled there too.
+    if (job.cancel_requested && job.peer_job_id().empty()) {
       LogInfo(absl::StrCat("job '", job.id, "' was cancelled before the daemon stopped"));
       TRAINERD_RETURN_IF_ERROR(jobs.FailUnrecoverable(
           job, "cancelled (the daemon stopped before the job did)", JobState::kCancelled));
@@ -112,12 +113,15 @@ absl::Status Engine::Impl::Recover() {
         TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(job.spec, dataset));
       }
       const std::string id = job.id;
+      // A member on a peer went on there: it is found again by its id there (job_remote.cc).
+      const std::string how =
+          job.spec.runs_on_peer() ? absl::StrCat("is followed again on peer ", job.spec.nodes[0])
+          : from > 0 ? absl::StrCat("resumes after epoch ", from, " from its last checkpoint")
+                     : std::string("starts over");
       TRAINERD_RETURN_IF_ERROR(
           jobs.Requeue(std::move(job), std::move(model), device, std::move(module), resume));
-      LogInfo(absl::StrCat(
-          "job '", id, "' (", JobStateName(previous), " when the daemon stopped) ",
-          from > 0 ? absl::StrCat("resumes after epoch ", from) : std::string("starts over"),
-          from > 0 ? " from its last checkpoint" : ""));
+      LogInfo(absl::StrCat("job '", id, "' (", JobStateName(previous), " when the daemon stopped) ",
+                           how));
       return absl::OkStatus();
     };
     JobSnapshot copy = job;  // take_up moves `job` once it cannot fail any more

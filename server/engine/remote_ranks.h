@@ -44,6 +44,17 @@ struct RemoteRankResult {
 struct RemoteJobRequest {
   JobSpec spec;        // as the leader accepted it (seed set), without its nodes
   std::string job_id;  // the leader's id, for the peer's log
+  // The peer's id of the job from an earlier run of this member (the leader stopped or was killed
+  // while it trained there): taken up again where it stands there rather than trained anew,
+  // unless the peer no longer has it or it was cancelled there. Empty: a new job there.
+  std::string resume_id;
+};
+
+// What RunJob's `stop` asks for.
+enum class RemoteStop {
+  kNone,    // go on
+  kCancel,  // the member was cancelled here: cancel it there
+  kDetach,  // this daemon is stopping: stop watching, leave it training there (resume_id)
 };
 
 // How that job ended on the peer.
@@ -55,8 +66,10 @@ struct RemoteJobResult {
   JobSnapshot job;
   // kSucceeded: the trained model's TorchScript archive, as the peer kept it.
   std::string model_archive;
-  // Ended because `stop` said so: the peer's job was cancelled there.
+  // Ended because `stop` said so: the peer's job was cancelled there (kCancel), or is left
+  // training there (kDetach: `detached`, and `job` is unset).
   bool stopped = false;
+  bool detached = false;
 };
 
 class RemoteRanks {
@@ -86,14 +99,17 @@ class RemoteRanks {
                                           std::function<void(RemoteRankResult)> done) = 0;
 
   // Trains `request` on `peer` as a job of its own there (its queue, its limits) and returns when
-  // it ended, calling `on_queued` with the device the peer placed it on once it took the job, and
-  // `on_epoch` with each epoch as the peer reports it. `stop` is asked every few tenths of a
-  // second; once it says true, the peer's job is cancelled. The peer's job and its model are
-  // deleted there once they are read. Blocking: called on the job's worker thread.
-  virtual RemoteJobResult RunJob(const std::string& peer, const RemoteJobRequest& request,
-                                 const std::function<void(const std::string& device)>& on_queued,
-                                 const std::function<void(const EpochResult&)>& on_epoch,
-                                 const std::function<bool()>& stop) = 0;
+  // it ended, calling `on_queued` with the job's id there and the device the peer placed it on
+  // once it took the job (or found it again: request.resume_id), and `on_epoch` with each epoch
+  // as the peer reports it, from the first (a job found again reports its epochs so far first).
+  // `stop` is asked every few tenths of a second: kCancel cancels the job there, kDetach stops
+  // watching it at once and leaves it training there. The peer's job and its model are deleted
+  // there once its end is read. Blocking: called on the job's worker thread.
+  virtual RemoteJobResult RunJob(
+      const std::string& peer, const RemoteJobRequest& request,
+      const std::function<void(const std::string& id, const std::string& device)>& on_queued,
+      const std::function<void(const EpochResult&)>& on_epoch,
+      const std::function<RemoteStop()>& stop) = 0;
 };
 
 }  // namespace trainerd::engine

@@ -221,6 +221,7 @@ struct RankPlacement {
   int32_t rank = 0;
   std::string device;  // "cpu", "cuda:1"
   std::string node;    // the daemon's node name
+  std::string job_id;  // a sweep's member on a peer: its job's id there
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -271,8 +272,14 @@ struct JobSnapshot {
   std::string checkpoint_error;  // the last checkpoint that could not be written, in a sentence
   std::string model_sha256;      // of the trained model's archive, once written
   // A data-parallel job (spec.replicas > 1): where each rank ran, rank 0 first; set when it
-  // starts. Empty for a one-rank job.
+  // starts. Empty for a one-rank job; one for a member on a peer (spec.runs_on_peer).
   std::vector<RankPlacement> ranks;
+
+  // A member on a peer whose job there the peer took: its id there; else empty. Such a member
+  // is cancelled there, even after this daemon's restart (jobs/job_remote.cc).
+  std::string peer_job_id() const {
+    return spec.runs_on_peer() && !ranks.empty() ? ranks.front().job_id : std::string();
+  }
 };
 
 // Models with at most this many parameter values report them in the Job.

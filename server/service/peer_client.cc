@@ -177,39 +177,74 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     return std::make_unique<Handle>(state);
   }
 
-  engine::RemoteJobResult RunJob(const std::string& peer, const engine::RemoteJobRequest& job,
-                                 const std::function<void(const std::string&)>& on_queued,
-                                 const std::function<void(const engine::EpochResult&)>& on_epoch,
-                                 const std::function<bool()>& stop) override {
+  engine::RemoteJobResult RunJob(
+      const std::string& peer, const engine::RemoteJobRequest& job,
+      const std::function<void(const std::string&, const std::string&)>& on_queued,
+      const std::function<void(const engine::EpochResult&)>& on_epoch,
+      const std::function<engine::RemoteStop()>& stop) override {
     engine::RemoteJobResult result;
     auto stub = v1::JobService::NewStub(Channel(peer));
-    // Submitted as a job of the peer's own: its queue, admission and limits decide.
-    v1::Job submitted;
-    {
+    std::string id;
+    std::string device;
+    if (!job.resume_id.empty()) {
+      // Taken up again where it stands there, unless the peer lost it (a restart there without
+      // its records, its retention) or it was cancelled there: then it trains anew.
+      grpc::ClientContext context;
+      Authorize(&context);
+      context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+      v1::GetJobRequest request;
+      request.set_id(job.resume_id);
+      v1::Job found;
+      const grpc::Status status = stub->GetJob(&context, request, &found);
+      if (status.ok() && found.state() != v1::JOB_STATE_CANCELLED) {
+        id = job.resume_id;
+        device = found.device();
+      } else if (status.ok()) {
+        DeleteThere(stub.get(), job.resume_id);
+      } else if (status.error_code() != grpc::StatusCode::NOT_FOUND) {
+        result.status = PeerError(peer, status, "to take a sweep's member up again");
+        return result;
+      }
+    }
+    if (id.empty() && stop() == engine::RemoteStop::kCancel) {
+      result.stopped = true;  // cancelled here, and nothing of it there to cancel
+      result.job.state = engine::JobState::kCancelled;
+      return result;
+    }
+    if (id.empty()) {
+      // Submitted as a job of the peer's own: its queue, admission and limits decide.
       grpc::ClientContext context;
       Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
       v1::SubmitJobRequest request;
       *request.mutable_spec() = ToProto(job.spec);
+      v1::Job submitted;
       const grpc::Status status = stub->SubmitJob(&context, request, &submitted);
       if (!status.ok()) {
         result.status = PeerError(peer, status, "to train a sweep's member");
         return result;
       }
+      id = submitted.id();
+      device = submitted.device();
     }
-    const std::string id = submitted.id();
-    on_queued(submitted.device());
-    // Its epochs as they come; `stop` is asked while the stream waits, and cancels the job
-    // there. Should the stream not end soon after (the peer cut off), it is given up: a stop here
-    // (a cancel, a drain, a shutdown) never waits on a peer.
+    on_queued(id, device);
+    // Its epochs as they come, from the first; `stop` is asked while the stream waits. A cancel
+    // cancels the job there, and should the stream not end soon after (the peer cut off), it is
+    // given up; a detach gives it up at once. A stop here never waits on a peer.
     grpc::ClientContext watch;
     Authorize(&watch);
     std::atomic<bool> done{false};
     std::atomic<bool> stopped{false};
+    std::atomic<bool> detached{false};
     std::thread watchdog([&] {
       std::chrono::steady_clock::time_point stopped_at;
       while (!done.load()) {
-        if (!stopped.load() && stop()) {
+        const engine::RemoteStop asked = stopped.load() ? engine::RemoteStop::kNone : stop();
+        if (asked == engine::RemoteStop::kDetach) {
+          stopped.store(true);
+          detached.store(true);
+          watch.TryCancel();
+        } else if (asked == engine::RemoteStop::kCancel) {
           stopped.store(true);
           stopped_at = std::chrono::steady_clock::now();
           grpc::ClientContext context;
@@ -220,7 +255,8 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
           v1::Job ignored;
           (void)stub->CancelJob(&context, request, &ignored);
         }
-        if (stopped.load() && std::chrono::steady_clock::now() - stopped_at > kStopDeadline) {
+        if (stopped.load() && !detached.load() &&
+            std::chrono::steady_clock::now() - stopped_at > kStopDeadline) {
           watch.TryCancel();
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -241,6 +277,10 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     done.store(true);
     watchdog.join();
     result.stopped = stopped.load();
+    if (detached.load() && !watched.ok()) {
+      result.detached = true;  // left training there; its id is the member's record
+      return result;
+    }
     if (result.stopped && !watched.ok()) {
       // Cancelled there (or it could not be told); nothing more to read.
       result.job.state = engine::JobState::kCancelled;
@@ -300,6 +340,12 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
     }
     // The member's home is this daemon: nothing of it stays there.
+    DeleteThere(stub.get(), id);
+    return result;
+  }
+
+ private:
+  void DeleteThere(v1::JobService::Stub* stub, const std::string& id) const {
     grpc::ClientContext context;
     Authorize(&context);
     context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
@@ -307,10 +353,8 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     request.set_id(id);
     v1::DeleteJobResponse deleted;
     (void)stub->DeleteJob(&context, request, &deleted);
-    return result;
   }
 
- private:
   void Authorize(grpc::ClientContext* context) const {
     if (!options_.token.empty()) context->AddMetadata("authorization", "Bearer " + options_.token);
   }

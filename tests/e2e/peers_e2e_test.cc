@@ -406,35 +406,96 @@ TEST_F(PeersEndToEndTest,
   EXPECT_EQ(Ctl(0, {"job", "cancel", lost == second[0] ? second[1] : second[0]}).exit_code, 0);
 }
 
-// The leader stopped (SIGTERM) while a spread sweep's member trains on the peer: the member is
-// cancelled there, stays RUNNING here, and at the leader's next start trains over on the peer to
-// the results of an uninterrupted member.
-TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerStartsOverThereAfterTheLeaderRestarts) {
+// The leader stopped (SIGTERM), then killed (-9), while a spread sweep's member trains on the
+// peer: the member goes on there, and each next start of the leader takes it up again by its id
+// there (Job.ranks[0].job_id), reading its epochs from the first. It trains there once, to the
+// results of the member alone, and nothing of it stays on the peer.
+TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerGoesOnThereWhileItsLeaderRestarts) {
   StartAll(2);
   Upload({0, 1}, 6000);
+  constexpr int kEpochs = 150;
   RunResult run =
       Ctl(0, {"sweep", "--dataset", "waves", "--model", "linear:16,tanh,linear:1", "--optimizer",
-              "adam", "--lr", "0.01,0.03", "--seed", "9", "--epochs", "30", "--batch-size", "16",
-              "--engine", "libtorch", "--nodes", addresses_[1]});
+              "adam", "--lr", "0.01,0.03", "--seed", "9", "--epochs", std::to_string(kEpochs),
+              "--batch-size", "16", "--engine", "libtorch", "--nodes", addresses_[1]});
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::vector<std::string> ids = MemberIds(run.out);
   ASSERT_EQ(ids.size(), 2u) << run.out;
   const std::string there = Get(0, ids[0]).spec().nodes_size() == 1 ? ids[0] : ids[1];
-  ASSERT_EQ(WaitFor(0, there, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  const v1::Job started = WaitFor(0, there, 2, 60);
+  ASSERT_EQ(started.state(), v1::JOB_STATE_RUNNING) << started.error();
+  ASSERT_EQ(started.ranks_size(), 1);
+  const std::string peer_id = started.ranks(0).job_id();
+  ASSERT_EQ(peer_id.rfind("job-", 0), 0u) << peer_id;
+  // The peer's job, as the leader's credentials read it there.
+  auto on_peer = [&]() -> RunResult {
+    return e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_, "-o",
+                     "json", "job", "get", peer_id});
+  };
+  auto epochs_on_peer = [&] {
+    v1::Job job;
+    RunResult got = on_peer();
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &job).ok()) << got.err;
+    EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING) << job.error();
+    return job.epochs_completed();
+  };
+  // Stopped: the member is left training there, RUNNING here.
   EXPECT_EQ(daemons_[0]->Stop(SIGTERM, 60), 0) << daemons_[0]->Stderr();
+  const int before = epochs_on_peer();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_GT(epochs_on_peer(), before);  // it went on while the leader was down
+  Start(0);
+  // Taken up again: the epochs so far, then new ones; killed, it is found again once more.
+  const v1::Job again = WaitFor(0, there, epochs_on_peer() + 2, 60);
+  ASSERT_EQ(again.state(), v1::JOB_STATE_RUNNING) << again.error();
+  EXPECT_EQ(again.ranks(0).job_id(), peer_id);
+  daemons_[0]->Stop(SIGKILL, 30);
+  EXPECT_GT(epochs_on_peer(), 0);
   Start(0);
   const v1::Job ended = WaitFor(0, there, 1 << 30, 120);
   ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
-  ASSERT_EQ(ended.epochs_size(), 30);
-  ASSERT_EQ(ended.restarts_size(), 1);
-  EXPECT_EQ(ended.restarts(0).from_epoch(), 0);
-  const v1::Job alone = Train(0, {"--lr", std::to_string(ended.spec().optimizer().learning_rate()),
-                                  "--seed", "9", "--epochs", "30", "--batch-size", "16"});
+  ASSERT_EQ(ended.epochs_size(), kEpochs);
+  EXPECT_EQ(ended.restarts_size(), 2);
+  EXPECT_EQ(ended.ranks(0).job_id(), peer_id);
+  EXPECT_EQ(ended.ranks(0).node(), addresses_[1]);
+  EXPECT_THAT(Ctl(0, {"job", "get", there}).out, HasSubstr(addresses_[1] + " as " + peer_id));
+  const v1::Job alone =
+      Train(0, {"--lr", std::to_string(ended.spec().optimizer().learning_rate()), "--seed", "9",
+                "--epochs", std::to_string(kEpochs), "--batch-size", "16"});
   ASSERT_EQ(alone.state(), v1::JOB_STATE_SUCCEEDED) << alone.error();
-  for (int e = 0; e < 30; ++e) {
+  for (int e = 0; e < kEpochs; ++e) {
     EXPECT_NEAR(ended.epochs(e).loss(), alone.epochs(e).loss(), 1e-6 * alone.epochs(e).loss());
   }
-  EXPECT_EQ(ended.ranks(0).node(), addresses_[1]);
+  // Its end read, it was deleted there.
+  RunResult gone = on_peer();
+  EXPECT_NE(gone.exit_code, 0);
+  EXPECT_THAT(gone.err, HasSubstr("not found")) << gone.out;
+
+  // A cancel the leader recorded but could not pass on before it was killed (the peer paused):
+  // its next start finds the member there and cancels it there, and nothing of it stays.
+  RunResult next = Ctl(0, {"sweep", "--dataset", "waves", "--model", "linear:16,tanh,linear:1",
+                           "--lr", "0.01,0.03", "--epochs", "5000", "--batch-size", "16",
+                           "--engine", "libtorch", "--nodes", addresses_[1]});
+  ASSERT_EQ(next.exit_code, 0) << next.err;
+  const std::vector<std::string> more = MemberIds(next.out);
+  ASSERT_EQ(more.size(), 2u) << next.out;
+  const std::string far = Get(0, more[0]).spec().nodes_size() == 1 ? more[0] : more[1];
+  const v1::Job running = WaitFor(0, far, 2, 60);
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.error();
+  const std::string far_id = running.ranks(0).job_id();
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
+  EXPECT_EQ(Ctl(0, {"job", "cancel", far}).exit_code, 0);
+  daemons_[0]->Stop(SIGKILL, 30);
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
+  Start(0);
+  const v1::Job cancelled = WaitFor(0, far, 1 << 30, 60);
+  EXPECT_EQ(cancelled.state(), v1::JOB_STATE_CANCELLED) << cancelled.error();
+  EXPECT_EQ(cancelled.ranks(0).job_id(), far_id);
+  RunResult far_gone = e2e::Run(
+      {TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_, "job", "get", far_id});
+  EXPECT_NE(far_gone.exit_code, 0);
+  EXPECT_THAT(far_gone.err, HasSubstr("not found")) << far_gone.out;
+  EXPECT_EQ(Ctl(0, {"job", "cancel", far == more[0] ? more[1] : more[0]}).exit_code, 0);
 }
 
 // What cannot run on the peers is refused at submit, naming the peer and the reason, and nothing

@@ -241,6 +241,9 @@ absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device
   // Whether its submitter was an admin is not recorded; a job the daemon had accepted keeps its
   // checkpoints (the quota still refuses its owner's new uploads and jobs).
   record->quota_exempt = true;
+  // Only a member that went on training on a peer comes back with its cancel (recovery ends any
+  // other such job): cancelled there once it is found again.
+  record->cancel.store(job.cancel_requested);
   record->snap = std::move(job);
   JobSnapshot copy;
   {

@@ -151,8 +151,10 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
             absl::StrCat("job '", id, "' already ended ", JobStateName(state)));
       }
       record->cancel.store(true);
-      // A running job (or one its worker has just taken) stops before its next step.
-      if (state == JobState::kRunning || record->claimed) {
+      // A running job (or one its worker has just taken) stops before its next step. So does a
+      // member that went on training on a peer while this daemon restarted: its worker cancels it
+      // there.
+      if (state == JobState::kRunning || record->claimed || !record->snap.peer_job_id().empty()) {
         running = true;
       } else {
         // Queued: take it out of its device's queue; it never runs.

@@ -2,6 +2,12 @@
 // (JobSpec::runs_on_peer). The peer trains it as a job of its own, in its queue and within its
 // limits, through RemoteRanks::RunJob; this daemon keeps the member's record, publishes its epochs
 // as the peer reports them, and keeps its model once the peer gives it.
+//
+// The peer's id of the job is recorded here (ranks[0].job_id) as soon as the peer took it. When
+// this daemon stops (a drain, a shutdown) or is killed while the member trains there, the job is
+// left training there, and the next start takes it up again by that id, reading its epochs from
+// the first: nothing is trained twice and nothing is left there unread. Only a cancel here
+// cancels it there, even one that came while this daemon stopped (Requeue keeps it).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -16,21 +22,26 @@ namespace trainerd::engine {
 
 void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   Record* record = shared.get();
-  if (StopsBeforeStart(shared)) return;
   JobSpec spec;
   std::string id;
+  std::string there_before;  // the peer's id of it from a run before this daemon's restart
   {
     absl::MutexLock lock(&mu_);
     spec = record->snap.spec;
     id = record->snap.id;
+    there_before = record->snap.peer_job_id();
   }
+  // Cancelled before it started here: ended, unless it went on there (found again after a
+  // restart), which RunJob then finds and cancels there.
+  if ((there_before.empty() || !record->cancel.load()) && StopsBeforeStart(shared)) return;
   const std::string peer = spec.nodes.front();
   auto state = std::make_unique<StartedRunState>();
   state->threads = 0;  // none of this daemon's
   Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
-    snap.state = JobState::kRunning;  // a member taken up again starts over (no checkpoint here)
-    // Its device there once the peer placed it (on_queued); until then what the caller named.
-    snap.ranks = {RankPlacement{0, spec.device, peer}};
+    snap.state = JobState::kRunning;
+    // Its device and id there once the peer took it (on_queued); until then what the caller
+    // named, and the id of an earlier run there.
+    snap.ranks = {RankPlacement{0, spec.device, peer, there_before}};
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
@@ -49,6 +60,7 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   request.spec = spec;
   request.spec.nodes.clear();
   request.job_id = id;
+  request.resume_id = there_before;
   const int32_t planned = spec.epochs;
   auto on_epoch = [&](const EpochResult& epoch) {
     JobEvent event;
@@ -62,22 +74,27 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
       snap.wall_seconds = epoch.elapsed_seconds;
     });
   };
-  // A cancel ends it there as here; a drain or a shutdown cancels it there too, and it starts
-  // over at the next start (this daemon holds no checkpoint of it).
+  // A cancel ends it there as here; a drain or a shutdown leaves it training there, to be taken
+  // up again at the next start.
   auto stop = [record] {
-    return record->cancel.load() || record->drain.load() || record->interrupt.load();
+    if (record->cancel.load()) return RemoteStop::kCancel;
+    if (record->drain.load() || record->interrupt.load()) return RemoteStop::kDetach;
+    return RemoteStop::kNone;
   };
-  auto on_queued = [&](const std::string& device) {
+  // Recorded (SaveJob) before its first epoch: a daemon killed from here on finds it again.
+  auto on_queued = [&](const std::string& there, const std::string& device) {
     Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
-      if (!snap.ranks.empty()) snap.ranks.front().device = device;
+      if (snap.ranks.empty()) return;
+      snap.ranks.front().job_id = there;
+      if (!device.empty()) snap.ranks.front().device = device;
     });
   };
   RemoteJobResult result = options_.remote_ranks->RunJob(peer, request, on_queued, on_epoch, stop);
   if (!result.status.ok()) {
     outcome.state = JobState::kFailed;
     outcome.error = std::string(result.status.message());
-  } else if (result.stopped && !record->cancel.load() && result.job.state != JobState::kSucceeded) {
-    outcome.interrupted = true;  // a drain or a shutdown (one that finished there first stands)
+  } else if (result.detached) {
+    outcome.interrupted = true;  // a drain or a shutdown: it goes on there, and is found again
   } else if (result.job.id.empty()) {
     // Cancelled, and the peer's end was not read (it did not answer in time): what came here.
     outcome.state = JobState::kCancelled;
