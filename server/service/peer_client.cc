@@ -14,11 +14,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/job_limits.h"
 #include "server/convert/convert.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
@@ -76,6 +78,25 @@ absl::Status PeerError(const std::string& peer, const grpc::Status& status,
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           absl::StrCat("peer ", peer, ": ", message));
   }
+}
+
+// What a peer answers for a member's job there is kept in the member's record and shown: an id
+// as this daemon's own are (at most kMaxJobIdLength of [A-Za-z0-9_-]) and a device name of at
+// most 64 such characters (and ':'), or the member fails naming the peer.
+absl::Status CheckPeerAnswer(const std::string& peer, const std::string& id,
+                             const std::string& device) {
+  auto plain = [](const std::string& text, size_t most, bool colon) {
+    return text.size() <= most && std::all_of(text.begin(), text.end(), [colon](char c) {
+             return absl::ascii_isalnum(c) || c == '-' || c == '_' || (colon && c == ':');
+           });
+  };
+  if (id.empty() || !plain(id, kMaxJobIdLength, false) || !plain(device, 64, true)) {
+    return absl::InternalError(
+        absl::StrCat("peer ", peer, " answered with a job id or device this daemon cannot keep (",
+                     id.size(), " and ", device.size(), " characters; at most ", kMaxJobIdLength,
+                     " and 64 letters, digits, '-' and '_')"));
+  }
+  return absl::OkStatus();
 }
 
 class GrpcRemoteRanks final : public engine::RemoteRanks {
@@ -226,6 +247,10 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
       id = submitted.id();
       device = submitted.device();
+    }
+    if (absl::Status checked = CheckPeerAnswer(peer, id, device); !checked.ok()) {
+      result.status = std::move(checked);
+      return result;
     }
     on_queued(id, device);
     // Its epochs as they come, from the first; `stop` is asked while the stream waits. A cancel
