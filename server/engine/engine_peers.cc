@@ -75,6 +75,7 @@ absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, i
   }
   const std::set<std::string> nodes(spec.nodes.begin(), spec.nodes.end());
   for (const std::string& node : nodes) {
+    TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckVersion(node));
     for (const DatasetMeta& meta : needed) {
       TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckDataset(node, meta.name, meta.sha256));
     }

@@ -79,6 +79,12 @@ class RemoteRanks {
   // The peers this daemon may place ranks on (--peers), as "host:port".
   virtual std::vector<std::string> peers() const = 0;
 
+  // Whether `peer` runs this daemon's trainerd and LibTorch versions, asked within a few seconds:
+  // OK, or FAILED_PRECONDITION naming the peer and both versions (or why it could not be asked).
+  // A peer of another version could read a spec's newer fields as unset, or its ranks differ in
+  // their collectives and numerics, as torchrun too wants one torch on every node.
+  virtual absl::Status CheckVersion(const std::string& peer) = 0;
+
   // Whether `peer` holds dataset `name` with this SHA-256, asked within a few seconds: OK, or the
   // reason in a sentence that names the peer (unreachable, refused the credentials, lacks the
   // dataset, holds another version of it).

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,7 @@
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 #include "trainerd/v1/peers.grpc.pb.h"
+#include "trainerd/v1/system.grpc.pb.h"
 
 namespace trainerd::service {
 
@@ -121,6 +123,29 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
     }
     return out;
+  }
+
+  absl::Status CheckVersion(const std::string& peer) override {
+    auto stub = v1::SystemService::NewStub(Channel(peer));
+    grpc::ClientContext context;
+    Authorize(&context);
+    context.set_deadline(std::chrono::system_clock::now() + kCheckDeadline);
+    v1::VersionInfo there;
+    const grpc::Status status = stub->GetVersion(&context, v1::GetVersionRequest(), &there);
+    if (!status.ok()) return PeerError(peer, status, "to ask its version");
+    if (there.trainerd_version() != options_.trainerd_version ||
+        there.libtorch_version() != options_.libtorch_version) {
+      // Quoted as sent, cut short: the peer's words are shown to the caller.
+      auto shown = [](const std::string& text) {
+        return absl::CHexEscape(text.substr(0, std::min<size_t>(text.size(), 64)));
+      };
+      return absl::FailedPreconditionError(absl::StrCat(
+          "peer ", peer, " runs trainerd ", shown(there.trainerd_version()), " on LibTorch ",
+          shown(there.libtorch_version()), ", this daemon trainerd ", options_.trainerd_version,
+          " on LibTorch ", options_.libtorch_version,
+          ": ranks and members train only on daemons of one version (upgrade them together)"));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CheckDataset(const std::string& peer, const std::string& name,

@@ -35,6 +35,9 @@ struct PeerClientOptions {
   std::string tls_ca_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // This daemon's trainerd and LibTorch versions, which a peer must run too (CheckVersion).
+  std::string trainerd_version;
+  std::string libtorch_version;
 };
 
 // Reads the PEM files and checks --peers' form; INVALID_ARGUMENT naming the flag when one cannot

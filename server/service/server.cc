@@ -146,6 +146,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     engine_options.job_store = std::move(job_store);
   }
   PeerClientOptions peers = options.peers;
+  peers.trainerd_version = TrainerdVersion();
+  peers.libtorch_version = engine::LibTorchVersionString();
   if (options.cluster) {
     engine::ClusterOptions cluster = *options.cluster;
     cluster.key = peers.token;

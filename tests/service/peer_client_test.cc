@@ -1,7 +1,7 @@
-// The peer client's answers from a peer that means harm, through a real gRPC server on loopback
-// standing in for the peer: what a peer says of a sweep's member there is kept in the member's
-// record and shown, so an id or a device this daemon's own could not be is refused, naming the
-// peer, before anything of it is kept.
+// The peer client against a real gRPC server on loopback standing in for the peer. What a peer
+// says of a sweep's member there is kept in the member's record and shown, so an id or a device
+// this daemon's own could not be is refused, naming the peer, before anything of it is kept. A
+// peer of another trainerd or LibTorch version is refused at submit, naming both.
 #include "server/service/peer_client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
+#include "trainerd/v1/system.grpc.pb.h"
 
 namespace trainerd::service::testing {
 namespace {
@@ -111,6 +112,60 @@ TEST(PeerClientTest, AMemberFoundAgainThereIsNotSubmittedTwiceAndItsDeviceIsChec
   const Outcome again = RunAgainst(&other, "job-lost");
   EXPECT_EQ(other.submits, 1);
   EXPECT_EQ(again.result.status.code(), absl::StatusCode::kInternal);
+}
+
+// A peer that answers GetVersion with the versions it is given.
+class VersionedPeer final : public v1::SystemService::Service {
+ public:
+  VersionedPeer(std::string trainerd, std::string libtorch) {
+    info_.set_trainerd_version(std::move(trainerd));
+    info_.set_libtorch_version(std::move(libtorch));
+  }
+  grpc::Status GetVersion(grpc::ServerContext*, const v1::GetVersionRequest*,
+                          v1::VersionInfo* info) override {
+    *info = info_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  v1::VersionInfo info_;
+};
+
+absl::Status CheckVersionOf(VersionedPeer* peer) {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(peer);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  PeerClientOptions options;
+  options.peers = "127.0.0.1:" + std::to_string(port);
+  options.trainerd_version = "1.2.0";
+  options.libtorch_version = "2.11.0";
+  absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+  if (!client.ok()) return client.status();
+  absl::Status checked = (*client)->CheckVersion(options.peers);
+  server->Shutdown();
+  return checked;
+}
+
+TEST(PeerClientTest, APeerOfAnotherTrainerdOrLibTorchVersionIsRefusedNamingBoth) {
+  VersionedPeer same("1.2.0", "2.11.0");
+  EXPECT_TRUE(CheckVersionOf(&same).ok()) << CheckVersionOf(&same);
+  VersionedPeer older("1.1.0", "2.11.0");
+  absl::Status refused = CheckVersionOf(&older);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("runs trainerd 1.1.0 on LibTorch 2.11.0, this daemon trainerd 1.2.0 on "
+                        "LibTorch 2.11.0: ranks and members train only on daemons of one "
+                        "version"));
+  VersionedPeer other_torch("1.2.0", "2.10.0");
+  EXPECT_THAT(std::string(CheckVersionOf(&other_torch).message()), HasSubstr("on LibTorch 2.10.0"));
+  // What it says is shown quoted and cut short, never as it came.
+  VersionedPeer hostile("\x1b[2J" + std::string(1 << 20, 'v'), "2.11.0");
+  absl::Status quoted = CheckVersionOf(&hostile);
+  EXPECT_EQ(quoted.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_LT(quoted.message().size(), 600u);
+  EXPECT_EQ(std::string(quoted.message()).find('\x1b'), std::string::npos);
 }
 
 }  // namespace
