@@ -305,6 +305,23 @@ def test_repr_html_escapes_every_text() -> None:
     assert "loss" not in rows  # no epoch, no losses
 
 
+def test_a_member_on_a_peer_shows_the_peer_and_its_job_there() -> None:
+    spec = jobs_pb2.JobSpec(dataset="d", model="linear:1", epochs=3, nodes=["10.0.0.2:50051"])
+    member = jobs_pb2.Job(id="job-here", state=jobs_pb2.JOB_STATE_RUNNING, spec=spec)
+    member.ranks.add(rank=0, device="cpu", node="10.0.0.2:50051", job_id="job-there")
+    job = trainerd.jobs.JobBase(member)
+    assert job.peer == ("10.0.0.2:50051", "job-there")
+    assert table_rows(job._repr_html_())["on peer"] == "10.0.0.2:50051 as job-there (cpu)"
+    # Not taken by the peer yet: the peer, no id.
+    queued = jobs_pb2.Job(id="job-q", state=jobs_pb2.JOB_STATE_QUEUED, spec=spec)
+    assert trainerd.jobs.JobBase(queued).peer == ("10.0.0.2:50051", "")
+    # A job with ranks on peers, or none, is no member on a peer.
+    ranks = jobs_pb2.JobSpec(dataset="d", model="linear:1", replicas=2, nodes=["10.0.0.2:50051"])
+    assert trainerd.jobs.JobBase(jobs_pb2.Job(id="job-r", spec=ranks)).peer is None
+    assert trainerd.jobs.JobBase(jobs_pb2.Job(id="job-1", spec=jobs_pb2.JobSpec())).peer is None
+    assert "on peer" not in table_rows(trainerd.jobs.JobBase(jobs_pb2.Job(id="job-1"))._repr_html_())
+
+
 def test_sweep_repr_html_has_a_row_per_member_and_marks_the_best(
     client: trainerd.Client, seed_dataset: trainerd.Dataset
 ) -> None:

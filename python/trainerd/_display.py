@@ -502,6 +502,10 @@ def job_html(job: JobBase) -> str:
         rows.append(("batch", f"{spec.batch_size} per rank, {job.global_batch_size} global"))
         placed = ", ".join(f"{rank}: {device} on {node}" for rank, device, node in job.ranks)
         rows.append(("ranks", f"{spec.replicas} ({placed})" if placed else str(spec.replicas)))
+    if job.peer is not None:
+        node, there = job.peer
+        device = job.ranks[0][1] if job.ranks else ""
+        rows.append(("on peer", f"{node} as {there}" + (f" ({device})" if device else "")))
     epochs = f"{proto.epochs_completed} of {spec.epochs}"
     if proto.stopped_early:
         epochs += " (stopped early)"

@@ -208,6 +208,18 @@ class JobBase:
         return [(r.rank, r.device, r.node) for r in self._proto.ranks]
 
     @property
+    def peer(self) -> tuple[str, str] | None:
+        """For a sweep's member that trains whole on a peer (a sweep with ``nodes`` and no
+        replicas deals members there): (the peer, the member's job id there, "" until the peer
+        took it). The daemon the sweep was sent to follows that job, also across its own
+        restarts, and keeps the results and the model here. None for any other job."""
+        spec = self._proto.spec
+        if spec.replicas > 1 or len(spec.nodes) != 1:
+            return None
+        there = self._proto.ranks[0].job_id if self._proto.ranks else ""
+        return (spec.nodes[0], there)
+
+    @property
     def sweep_id(self) -> str:
         return self._proto.sweep_id
 
