@@ -21,7 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/job_limits.h"
+#include "common/status_macros.h"
 #include "server/convert/convert.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
@@ -438,16 +441,12 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options) {
-  // The form now (a name that does not resolve yet is not an error: its daemons may come later).
-  for (absl::string_view raw : absl::StrSplit(options.peers, ',', absl::SkipWhitespace())) {
-    std::string entry(absl::StripAsciiWhitespace(raw));
-    if (absl::StartsWith(entry, "dns:")) entry = entry.substr(4);
-    if (!HostPort(entry)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--peers: '", entry, "' is not host:port (or dns:NAME:PORT)"));
-    }
-  }
+namespace {
+
+// The channel credentials of calls to peers: TLS with --peer_tls_* (a client certificate for
+// mutual TLS), else plaintext.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentials(
+    const PeerClientOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
       !options.tls_key_file.empty()) {
@@ -471,7 +470,58 @@ absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOp
     }
     credentials = grpc::SslCredentials(ssl);
   }
+  return credentials;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options) {
+  // The form now (a name that does not resolve yet is not an error: its daemons may come later).
+  for (absl::string_view raw : absl::StrSplit(options.peers, ',', absl::SkipWhitespace())) {
+    std::string entry(absl::StripAsciiWhitespace(raw));
+    if (absl::StartsWith(entry, "dns:")) entry = entry.substr(4);
+    if (!HostPort(entry)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--peers: '", entry, "' is not host:port (or dns:NAME:PORT)"));
+    }
+  }
+  TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                            PeerCredentials(options));
   return std::make_shared<GrpcRemoteRanks>(std::move(options), std::move(credentials));
+}
+
+absl::StatusOr<engine::GroupJoin> MakeGroupJoin(const PeerClientOptions& options,
+                                                const std::string& node0, absl::Duration deadline) {
+  TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                            PeerCredentials(options));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(node0, credentials);
+  const std::string token = options.token;
+  return engine::GroupJoin(
+      [channel, token, deadline](
+          int nodes, int rank,
+          const std::string& address) -> absl::StatusOr<std::map<int, std::string>> {
+        auto stub = v1::PeerService::NewStub(channel);
+        grpc::ClientContext context;
+        if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+        context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+        v1::JoinGroupRequest request;
+        request.set_nodes(nodes);
+        request.set_node_rank(rank);
+        request.set_address(address);
+        v1::JoinGroupResponse response;
+        const grpc::Status status = stub->JoinGroup(&context, request, &response);
+        if (!status.ok()) {
+          return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                              status.error_message());
+        }
+        // At most one entry per rank of the group; ClusterDirectory checks each.
+        std::map<int, std::string> heard;
+        for (const v1::JoinGroupResponse::Node& node : response.nodes()) {
+          if (static_cast<int>(heard.size()) >= nodes) break;
+          heard.emplace(node.rank(), node.address());
+        }
+        return heard;
+      });
 }
 
 absl::StatusOr<std::vector<std::string>> ResolvePeers(const std::string& flag,

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/engine/distributed/cluster_directory.h"
 #include "server/engine/remote_ranks.h"
 
 namespace trainerd::service {
@@ -43,6 +45,12 @@ struct PeerClientOptions {
 // Reads the PEM files and checks --peers' form; INVALID_ARGUMENT naming the flag when one cannot
 // be read or an entry is not host:port or dns:NAME:PORT.
 absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options);
+
+// How this daemon, a node other than 0 of a cluster manager's group, meets node 0 at `node0`
+// (MASTER_ADDR:MASTER_PORT): PeerService.JoinGroup with the peer credentials (the token, or the
+// client certificate), each try within `deadline`. INVALID_ARGUMENT when a PEM file cannot be read.
+absl::StatusOr<engine::GroupJoin> MakeGroupJoin(const PeerClientOptions& options,
+                                                const std::string& node0, absl::Duration deadline);
 
 // --peers: "host:port" entries as they are, and "dns:NAME:PORT" entries as one peer per address
 // NAME resolves to now (a Kubernetes headless Service's A records; none while none of its daemons

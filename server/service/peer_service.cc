@@ -1,5 +1,6 @@
 #include "server/service/peer_service.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,8 +31,40 @@ class RankReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-PeerServiceImpl::PeerServiceImpl(engine::Engine* engine, Authenticator* authenticator)
-    : engine_(engine), authenticator_(authenticator) {}
+PeerServiceImpl::PeerServiceImpl(engine::Engine* engine, Authenticator* authenticator,
+                                 engine::ClusterDirectory* group)
+    : engine_(engine), authenticator_(authenticator), group_(group) {}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::JoinGroup(grpc::CallbackServerContext* context,
+                                                     const v1::JoinGroupRequest* request,
+                                                     v1::JoinGroupResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // The group's own credentials: the peers' token (an admin's) or their certificates.
+  if (!CallContextOf(context, authenticator_).admin) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                                 "joining the group of daemons takes the peers' (admin) "
+                                 "credentials here"));
+    return reactor;
+  }
+  if (group_ == nullptr) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                 "this daemon is in no group of daemons (no MASTER_ADDR)"));
+    return reactor;
+  }
+  absl::StatusOr<std::map<int, std::string>> joined =
+      group_->Join(request->nodes(), request->node_rank(), request->address());
+  if (!joined.ok()) {
+    reactor->Finish(ToGrpcStatus(joined.status()));
+    return reactor;
+  }
+  for (const auto& [rank, address] : *joined) {
+    v1::JoinGroupResponse::Node* node = response->add_nodes();
+    node->set_rank(rank);
+    node->set_address(address);
+  }
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
 
 PeerServiceImpl::~PeerServiceImpl() {
   std::vector<Rank> ranks;

@@ -2,7 +2,8 @@
 // (peers.proto). Each call's rank trains on a thread of its own (never on gRPC's callback
 // threads), for as long as the job runs; the leader cancelling the call, or going away, ends the
 // rank at its next step. Engine::RunRankForPeer checks the call (an admin caller, the store on one
-// of this daemon's --peers, the dataset the leader's).
+// of this daemon's --peers, the dataset the leader's). On node 0 of a cluster manager's group it
+// also keeps the group's directory (JoinGroup), which it serves on MASTER_PORT too.
 #pragma once
 
 #include <atomic>
@@ -22,12 +23,18 @@ namespace trainerd::service {
 class PeerServiceImpl final : public v1::PeerService::CallbackService {
  public:
   // `authenticator` may be null (every caller is an admin: a daemon without authentication).
-  PeerServiceImpl(engine::Engine* engine, Authenticator* authenticator);
+  // `group`: the cluster manager's group this daemon is in (JoinGroup), or null; it must outlive
+  // this service.
+  PeerServiceImpl(engine::Engine* engine, Authenticator* authenticator,
+                  engine::ClusterDirectory* group = nullptr);
   ~PeerServiceImpl() override;
 
   grpc::ServerUnaryReactor* RunRank(grpc::CallbackServerContext* context,
                                     const v1::RunRankRequest* request,
                                     v1::RunRankResponse* response) override;
+  grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
+                                      const v1::JoinGroupRequest* request,
+                                      v1::JoinGroupResponse* response) override;
 
  private:
   struct Rank {
@@ -36,6 +43,7 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   };
   engine::Engine* const engine_;
   Authenticator* const authenticator_;
+  engine::ClusterDirectory* const group_;
   std::mutex mu_;
   std::vector<Rank> ranks_;  // guarded by mu_; the ended ones joined at the next call
 };

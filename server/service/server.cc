@@ -148,14 +148,35 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   PeerClientOptions peers = options.peers;
   peers.trainerd_version = TrainerdVersion();
   peers.libtorch_version = engine::LibTorchVersionString();
+  // Where node 0 of a group serves the group's directory: MASTER_PORT on --listen's host (on a
+  // Unix socket, every interface), with the same credentials.
+  std::string group_listen;
   if (options.cluster) {
     engine::ClusterOptions cluster = *options.cluster;
-    cluster.key = peers.token;
     cluster.self = peers.self;
-    // Shared with the peer client, which asks it at every look; it stops with the client.
-    std::shared_ptr<engine::ClusterDirectory> directory;
-    TRAINERD_ASSIGN_OR_RETURN(directory, engine::ClusterDirectory::Start(std::move(cluster)));
-    peers.discovered = [directory] { return directory->peers(); };
+    engine::GroupJoin join;
+    if (cluster.node_rank == 0) {
+      const std::string host = absl::StartsWith(options.listen, "unix:")
+                                   ? std::string("0.0.0.0")
+                                   : options.listen.substr(0, options.listen.rfind(':'));
+      group_listen = absl::StrCat(host, ":", cluster.master_port);
+      if (group_listen == options.listen) group_listen.clear();  // served there already
+      if (!group_listen.empty() && !IsLocalAddress(group_listen) && !authenticated &&
+          !options.insecure) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "refusing to serve the group of daemons on ", group_listen,
+            " ($MASTER_PORT), which other machines can reach, without authentication: give "
+            "--auth_token_file or mutual TLS, or --insecure"));
+      }
+    } else {
+      TRAINERD_ASSIGN_OR_RETURN(
+          join, MakeGroupJoin(peers, absl::StrCat(cluster.master_addr, ":", cluster.master_port),
+                              cluster.interval));
+    }
+    // Shared with the peer client, which asks it at every look, and the peer service.
+    TRAINERD_ASSIGN_OR_RETURN(server->group_,
+                              engine::ClusterDirectory::Start(std::move(cluster), std::move(join)));
+    peers.discovered = [directory = server->group_] { return directory->peers(); };
   }
   if (!absl::StripAsciiWhitespace(peers.peers).empty() || peers.discovered) {
     TRAINERD_ASSIGN_OR_RETURN(engine_options.remote_ranks, MakePeerClient(std::move(peers)));
@@ -198,8 +219,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   builder.RegisterService(server->dataset_service_.get());
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->system_service_.get());
-  server->peer_service_ =
-      std::make_unique<PeerServiceImpl>(server->engine_.get(), authenticator.get());
+  int group_port = 0;
+  if (!group_listen.empty()) {
+    builder.AddListeningPort(group_listen, MakeServerCredentials(options.tls, authenticator),
+                             &group_port);
+  }
+  server->peer_service_ = std::make_unique<PeerServiceImpl>(
+      server->engine_.get(), authenticator.get(), server->group_.get());
   builder.RegisterService(server->peer_service_.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(MetricsInterceptorFactory(server->metrics_.get(), KnownRpcMethods()));
@@ -213,6 +239,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   if (server->server_ == nullptr || (server->port_ == 0 && !unix_socket)) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on '", options.listen, "' (address in use or not valid)"));
+  }
+  if (!group_listen.empty() && group_port == 0) {
+    return absl::UnavailableError(absl::StrCat("node 0 cannot serve the group of daemons on ",
+                                               group_listen, " ($", options.cluster->source,
+                                               "MASTER_PORT): address in use or not valid"));
   }
   if (unix_socket) {
     // The owner and its group may connect; nobody else (gRPC creates it with the umask's mode).

@@ -66,7 +66,8 @@ struct ServerOptions {
   PeerClientOptions peers;
   // The group of daemons a cluster manager started this one in (MASTER_ADDR and the rest,
   // engine::ClusterFromEnvironment): its other daemons are peers too, found through node 0's
-  // directory. Its entries are signed with peers.token, and name peers.self.
+  // directory: node 0 serves it on MASTER_PORT too, and the others join it with the peer
+  // credentials (peers), each saying it is at peers.self.
   std::optional<engine::ClusterOptions> cluster;
 };
 
@@ -111,6 +112,8 @@ class Server {
   std::unique_ptr<monitor::DeviceSampler> sampler_;
   std::unique_ptr<metrics::Metrics> metrics_;
   std::string metrics_address_;
+  // The cluster manager's group (or null): the peer client asks it, the peer service serves it.
+  std::shared_ptr<engine::ClusterDirectory> group_;
   std::unique_ptr<engine::Engine> engine_;
   // The calls that wait on the disk (blocking_calls.h): after the gRPC server, before the engine.
   std::unique_ptr<BlockingCalls> blocking_;

@@ -274,6 +274,32 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_TRUE(knows(1) && knows(2)) << daemons_[0]->Stderr();
+  // The group meets over node 0's gRPC on MASTER_PORT, with the peers' credentials only.
+  auto join = [&](const std::string& address, const std::string& token, int nodes) {
+    auto stub =
+        v1::PeerService::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::JoinGroupRequest request;
+    request.set_nodes(nodes);
+    request.set_node_rank(1);
+    request.set_address(addresses_[1]);
+    v1::JoinGroupResponse response;
+    const grpc::Status status = stub->JoinGroup(&context, request, &response);
+    return std::make_pair(status, response);
+  };
+  const std::string group = "127.0.0.1:" + port;
+  EXPECT_EQ(join(group, "", 3).first.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(join(group, kUserToken, 3).first.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(join(group, kLeaderToken, 4).first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(join(addresses_[1], kLeaderToken, 3).first.error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
+  const auto [joined, heard] = join(group, kLeaderToken, 3);
+  ASSERT_TRUE(joined.ok()) << joined.error_message();
+  ASSERT_EQ(heard.nodes_size(), 3);
+  EXPECT_EQ(heard.nodes(0).address(), addresses_[0]);
+  EXPECT_EQ(heard.nodes(2).address(), addresses_[2]);
   const v1::Job one = Train(0, {"--batch-size", "24"});
   const v1::Job ranks = Train(0, {"--batch-size", "8", "--replicas", "3", "--nodes", "all"});
   ASSERT_EQ(one.state(), v1::JOB_STATE_SUCCEEDED) << one.error();

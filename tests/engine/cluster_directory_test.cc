@@ -1,16 +1,15 @@
 // The group of daemons a cluster manager starts (cluster_directory.h): its variables read as
-// Kubeflow and torchrun set them, and its directory on node 0's c10d::TCPStore on loopback, where
-// every node finds the others in whatever order they start, again after node 0 restarts, and never
-// an entry that is not signed with the group's token.
+// Kubeflow and torchrun set them, and its directory kept by node 0, where every node finds the
+// others in whatever order they start, again after node 0 restarts, and node 0 keeps nothing it
+// was told beyond one checked entry per rank. The nodes join through node 0's Join here, in
+// process; the gRPC call between daemons is the e2e tests' (peers_e2e_test.cc).
 #include "server/engine/distributed/cluster_directory.h"
-
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,30 +72,37 @@ TEST(ClusterFromEnvironmentTest, ReadsTheVariablesAsAClusterManagerSetsThem) {
   }
 }
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 class ClusterDirectoryTest : public ::testing::Test {
  protected:
-  ClusterOptions Node(int rank, const std::string& key = "the-group-token") {
+  ClusterOptions Node(int rank) {
     ClusterOptions options;
     options.master_addr = "127.0.0.1";
-    options.master_port = port_;
+    options.master_port = 29400;
     options.nodes = 3;
     options.node_rank = rank;
     options.self = "127.0.0.1:" + std::to_string(50000 + rank);
-    options.key = key;
     options.interval = absl::Milliseconds(100);
     return options;
+  }
+
+  // A join that reaches node 0 (while there is one) as PeerService.JoinGroup would.
+  GroupJoin ThroughNode0() {
+    return [this](int nodes, int rank,
+                  const std::string& address) -> absl::StatusOr<std::map<int, std::string>> {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (zero_ == nullptr) return absl::UnavailableError("node 0 is not up");
+      return zero_->Join(nodes, rank, address);
+    };
+  }
+  void StartNode0() {
+    absl::StatusOr<std::unique_ptr<ClusterDirectory>> zero = ClusterDirectory::Start(Node(0), {});
+    ASSERT_TRUE(zero.ok()) << zero.status();
+    std::lock_guard<std::mutex> lock(mu_);
+    zero_ = *std::move(zero);
+  }
+  void StopNode0() {
+    std::lock_guard<std::mutex> lock(mu_);
+    zero_.reset();
   }
 
   // Waits (at most 20 s) until `directory` lists `want`.
@@ -109,55 +115,99 @@ class ClusterDirectoryTest : public ::testing::Test {
     return false;
   }
 
-  int port_ = FreePort();
+  std::mutex mu_;
+  std::unique_ptr<ClusterDirectory> zero_;
 };
 
 TEST_F(ClusterDirectoryTest, NodesFindEachOtherWhateverOrderTheyStartIn) {
-  // The followers first: they wait for node 0's store without failing.
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> two = ClusterDirectory::Start(Node(2));
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> one = ClusterDirectory::Start(Node(1));
+  // The followers first: they wait for node 0 without failing.
+  absl::StatusOr<std::unique_ptr<ClusterDirectory>> two =
+      ClusterDirectory::Start(Node(2), ThroughNode0());
+  absl::StatusOr<std::unique_ptr<ClusterDirectory>> one =
+      ClusterDirectory::Start(Node(1), ThroughNode0());
   ASSERT_TRUE(two.ok() && one.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE((*one)->peers().empty());
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> zero = ClusterDirectory::Start(Node(0));
-  ASSERT_TRUE(zero.ok()) << zero.status();
-  EXPECT_TRUE(Lists(**zero, {"127.0.0.1:50001", "127.0.0.1:50002"})) << (*zero)->peers().size();
+  StartNode0();
+  EXPECT_TRUE(Lists(*zero_, {"127.0.0.1:50001", "127.0.0.1:50002"})) << zero_->peers().size();
   EXPECT_TRUE(Lists(**one, {"127.0.0.1:50000", "127.0.0.1:50002"}));
   EXPECT_TRUE(Lists(**two, {"127.0.0.1:50000", "127.0.0.1:50001"}));
-  // Node 0 restarts with an empty store: the others write their entries again.
-  zero->reset();
-  zero = ClusterDirectory::Start(Node(0));
-  ASSERT_TRUE(zero.ok()) << zero.status();
-  EXPECT_TRUE(Lists(**zero, {"127.0.0.1:50001", "127.0.0.1:50002"}));
-  // A second node 0 on the same port cannot host the store.
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> again = ClusterDirectory::Start(Node(0));
-  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(again.status().message(), HasSubstr("cannot host the group's directory on port"));
+  // Node 0 restarts with nothing: the others say where they are again.
+  StopNode0();
+  StartNode0();
+  EXPECT_TRUE(Lists(*zero_, {"127.0.0.1:50001", "127.0.0.1:50002"}));
+  // A node that moves is found where it is now.
+  two->reset();
+  ClusterOptions moved = Node(2);
+  moved.self = "10.0.0.7:50051";
+  two = ClusterDirectory::Start(moved, ThroughNode0());
+  ASSERT_TRUE(two.ok());
+  EXPECT_TRUE(Lists(**one, {"127.0.0.1:50000", "10.0.0.7:50051"}));
 }
 
-TEST_F(ClusterDirectoryTest, AnEntryNotSignedWithTheGroupsTokenIsNeverAPeer) {
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> zero = ClusterDirectory::Start(Node(0));
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> one = ClusterDirectory::Start(Node(1));
-  // A stranger who reaches the store writes node 2's entry with another token.
-  absl::StatusOr<std::unique_ptr<ClusterDirectory>> stranger =
-      ClusterDirectory::Start(Node(2, "a-stranger's-token"));
-  ASSERT_TRUE(zero.ok() && one.ok() && stranger.ok());
-  EXPECT_TRUE(Lists(**zero, {"127.0.0.1:50001"}));
-  EXPECT_TRUE(Lists(**one, {"127.0.0.1:50000"}));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_THAT((*zero)->peers(), ElementsAre("127.0.0.1:50001"));
-  EXPECT_TRUE((*stranger)->peers().empty());  // and it trusts none of theirs
+TEST_F(ClusterDirectoryTest, Node0KeepsOneCheckedEntryPerRankAndNothingElse) {
+  StartNode0();
+  // Another group's size, a rank out of range, node 0's own rank, and addresses that are no
+  // host:port are refused, naming what is wrong; nothing of them is kept.
+  EXPECT_THAT(zero_->Join(4, 1, "10.0.0.1:50051").status().message(),
+              HasSubstr("this group has 3 nodes; the caller says 4"));
+  for (int rank : {0, 3, -1, 1 << 30}) {
+    EXPECT_EQ(zero_->Join(3, rank, "10.0.0.1:50051").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << rank;
+  }
+  for (const std::string& address :
+       {std::string(), std::string("10.0.0.1"), std::string("10.0.0.1:0"),
+        std::string("10.0.0.1:65536"), std::string(":50051"), std::string("a b:50051"),
+        std::string("host\n:50051"), std::string(300, 'h') + ":50051"}) {
+    EXPECT_EQ(zero_->Join(3, 1, address).status().code(), absl::StatusCode::kInvalidArgument)
+        << address;
+  }
+  EXPECT_TRUE(zero_->peers().empty());
+  // A thousand joins keep one entry per rank: the last word of each.
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(zero_->Join(3, 1 + i % 2, "10.0.0." + std::to_string(i % 250) + ":50051").ok());
+  }
+  EXPECT_THAT(zero_->peers(), ElementsAre("10.0.0.248:50051", "10.0.0.249:50051"));
+  absl::StatusOr<std::map<int, std::string>> all = zero_->Join(3, 1, "[::1]:50051");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->size(), 3u);
+  EXPECT_EQ(all->at(0), "127.0.0.1:50000");
+  EXPECT_EQ(all->at(1), "[::1]:50051");
+  // Only node 0 keeps the directory.
+  absl::StatusOr<std::unique_ptr<ClusterDirectory>> one =
+      ClusterDirectory::Start(Node(1), ThroughNode0());
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)->Join(3, 2, "10.0.0.1:50051").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClusterDirectoryTest, WhatNode0SaysIsCheckedToo) {
+  // A node 0 (or a stand-in for it) that answers with entries no node could have written.
+  GroupJoin lying = [](int, int, const std::string&) -> absl::StatusOr<std::map<int, std::string>> {
+    return std::map<int, std::string>{{0, "10.0.0.1:50051"},
+                                      {2, "not an address"},
+                                      {7, "10.0.0.9:50051"},
+                                      {-1, "10.0.0.8:50051"}};
+  };
+  absl::StatusOr<std::unique_ptr<ClusterDirectory>> one = ClusterDirectory::Start(Node(1), lying);
+  ASSERT_TRUE(one.ok());
+  EXPECT_TRUE(Lists(**one, {"10.0.0.1:50051"}));
 }
 
 TEST_F(ClusterDirectoryTest, OptionsThatAreNoGroupsNodeAreRefused) {
   ClusterOptions bad = Node(3);  // of 3
-  EXPECT_EQ(ClusterDirectory::Start(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClusterDirectory::Start(bad, ThroughNode0()).status().code(),
+            absl::StatusCode::kInvalidArgument);
   bad = Node(0);
   bad.self.clear();
-  EXPECT_EQ(ClusterDirectory::Start(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClusterDirectory::Start(bad, {}).status().code(), absl::StatusCode::kInvalidArgument);
   bad = Node(0);
   bad.nodes = 1;
-  EXPECT_EQ(ClusterDirectory::Start(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClusterDirectory::Start(bad, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A node other than 0 with no way to reach node 0.
+  EXPECT_EQ(ClusterDirectory::Start(Node(1), {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

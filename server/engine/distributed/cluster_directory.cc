@@ -1,19 +1,14 @@
 #include "server/engine/distributed/cluster_directory.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <exception>
 #include <map>
 #include <mutex>
-#include <set>
 #include <thread>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,36 +17,6 @@
 
 namespace trainerd::engine {
 namespace {
-
-// Every key of the directory: a job's rendezvous never shares this store, but a prefix of our
-// own keeps the keys apart from anything else a cluster manager's store may hold.
-constexpr char kKeyPrefix[] = "trainerd/v1/nodes/";
-
-std::string FirstLine(const std::exception& error) {
-  const std::string what = error.what();
-  return what.substr(0, what.find('\n'));
-}
-
-std::string Hex(const unsigned char* bytes, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out.push_back(kDigits[bytes[i] >> 4]);
-    out.push_back(kDigits[bytes[i] & 15]);
-  }
-  return out;
-}
-
-// HMAC-SHA256 of what an entry says (the group's size, the node's rank and its address), in hex.
-std::string Sign(const std::string& key, int nodes, int rank, const std::string& address) {
-  const std::string message = absl::StrCat("trainerd node\n", nodes, "\n", rank, "\n", address);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &size);
-  return Hex(mac, size);
-}
 
 // The value of `name` in `env`, or nullopt.
 std::optional<std::string> Lookup(const std::vector<std::string>& env, const std::string& name) {
@@ -112,98 +77,87 @@ absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
   return options;
 }
 
+bool IsGroupAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (address.empty() || address.size() > 255 || colon == std::string::npos || colon == 0) {
+    return false;
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 || port > 65535) {
+    return false;
+  }
+  return std::all_of(address.begin(), address.begin() + static_cast<std::ptrdiff_t>(colon),
+                     [](char c) {
+                       return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == '_' ||
+                              c == ':' || c == '[' || c == ']';
+                     });
+}
+
 struct ClusterDirectory::State {
   ClusterOptions options;
-  c10::intrusive_ptr<c10d::TCPStore> server;  // node 0's
+  GroupJoin join;  // nodes other than 0
 
   mutable std::mutex mu;
   std::condition_variable wake;
   bool stop = false;                 // guarded by mu
-  std::map<int, std::string> known;  // guarded by mu: rank -> address
-  std::set<std::string> refused;     // guarded by mu: entries logged as refused
+  std::map<int, std::string> known;  // guarded by mu: rank -> address, this node's left out
   std::thread thread;
 
-  // Connects (or reconnects), then registers and reads until told to stop.
-  void Loop() {
-    c10::intrusive_ptr<c10d::TCPStore> client;
-    bool said_unreachable = false;
-    const std::string own_key = absl::StrCat(kKeyPrefix, options.node_rank);
-    const std::string own_value =
-        options.key.empty()
-            ? options.self
-            : absl::StrCat(options.self, " ",
-                           Sign(options.key, options.nodes, options.node_rank, options.self));
-    while (true) {
-      try {
-        if (client == nullptr) {
-          c10d::TCPStoreOptions connect;
-          connect.port = static_cast<uint16_t>(options.master_port);
-          connect.isServer = false;
-          connect.waitWorkers = false;
-          connect.timeout = Millis(options.interval);
-          client = c10::make_intrusive<c10d::TCPStore>(options.master_addr, connect);
-          LogInfo(absl::StrCat("node ", options.node_rank, " of ", options.nodes,
-                               ": joined the group's directory at ", options.master_addr, ":",
-                               options.master_port, " as ", options.self));
-          said_unreachable = false;
-        }
-        // Written again whenever it is missing: node 0 may have restarted with an empty store.
-        if (!client->check({own_key})) {
-          client->set(own_key, std::vector<uint8_t>(own_value.begin(), own_value.end()));
-        }
-        for (int rank = 0; rank < options.nodes; ++rank) {
-          if (rank == options.node_rank) continue;
-          const std::string key = absl::StrCat(kKeyPrefix, rank);
-          if (!client->check({key})) continue;
-          const std::vector<uint8_t> bytes = client->get(key);
-          Read(rank, std::string(bytes.begin(), bytes.end()));
-        }
-      } catch (const std::exception& error) {
-        client.reset();
-        if (!said_unreachable) {
-          LogWarning(absl::StrCat(
-              "node ", options.node_rank, " of ", options.nodes, ": the group's directory at ",
-              options.master_addr, ":", options.master_port, " cannot be reached (",
-              FirstLine(error), "); trying again every ", absl::FormatDuration(options.interval)));
-          said_unreachable = true;
-        }
-      }
-      std::unique_lock<std::mutex> lock(mu);
-      if (wake.wait_for(lock, Millis(options.interval), [this] { return stop; })) return;
-    }
+  std::string Name() const {
+    return absl::StrCat("node ", options.node_rank, " of ", options.nodes);
   }
 
-  // One entry read: kept when its signature checks.
-  void Read(int rank, const std::string& value) {
-    const std::vector<std::string> parts = absl::StrSplit(value, ' ');
-    std::string address = parts[0];
-    bool good = !address.empty() && parts.size() <= 2;
-    if (good && !options.key.empty()) {
-      const std::string want = Sign(options.key, options.nodes, rank, address);
-      good = parts.size() == 2 && parts[1].size() == want.size() &&
-             CRYPTO_memcmp(parts[1].data(), want.data(), want.size()) == 0;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    if (good) {
-      if (known[rank] != address) {
-        LogInfo(absl::StrCat("node ", options.node_rank, " of ", options.nodes, ": node ", rank,
-                             " is at ", address));
+  // Under mu: `address` is now node `rank`'s.
+  void KnowLocked(int rank, const std::string& address) {
+    if (rank == options.node_rank) return;
+    auto [it, added] = known.try_emplace(rank, address);
+    if (!added && it->second == address) return;
+    it->second = address;
+    LogInfo(absl::StrCat(Name(), ": node ", rank, " is at ", address));
+  }
+
+  // Says where this node is, hears where the others are, every interval until told to stop.
+  void Loop() {
+    bool said_unreachable = false;
+    bool joined = false;
+    while (true) {
+      absl::StatusOr<std::map<int, std::string>> heard =
+          join(options.nodes, options.node_rank, options.self);
+      if (heard.ok()) {
+        if (said_unreachable || !joined) {
+          LogInfo(absl::StrCat(Name(), ": joined the group at node 0, ", options.master_addr, ":",
+                               options.master_port, ", as ", options.self));
+        }
+        said_unreachable = false;
+        joined = true;
+        std::lock_guard<std::mutex> lock(mu);
+        for (const auto& [rank, address] : *heard) {
+          // What node 0 says is checked as node 0 checks what it is told.
+          if (rank >= 0 && rank < options.nodes && IsGroupAddress(address)) {
+            KnowLocked(rank, address);
+          }
+        }
+      } else if (!said_unreachable) {
+        LogWarning(absl::StrCat(Name(), ": node 0 of the group, ", options.master_addr, ":",
+                                options.master_port, ", cannot be joined (",
+                                heard.status().message(), "); trying again every ",
+                                absl::FormatDuration(options.interval)));
+        said_unreachable = true;
       }
-      known[rank] = address;
-    } else if (refused.size() < 64 && refused.insert(value).second) {
-      LogWarning(absl::StrCat("node ", options.node_rank, " of ", options.nodes,
-                              ": ignoring the directory's entry for node ", rank, " ('",
-                              value.substr(0, 80),
-                              "'): it is not signed with this daemon's peer token"));
+      std::unique_lock<std::mutex> lock(mu);
+      if (wake.wait_for(lock, Millis(options.interval), [this] { return stop; })) {
+        return;
+      }
     }
   }
 };
 
-absl::StatusOr<std::unique_ptr<ClusterDirectory>> ClusterDirectory::Start(ClusterOptions options) {
+absl::StatusOr<std::unique_ptr<ClusterDirectory>> ClusterDirectory::Start(ClusterOptions options,
+                                                                          GroupJoin join) {
   if (options.nodes < 2 || options.nodes > kMaxClusterNodes || options.node_rank < 0 ||
       options.node_rank >= options.nodes || options.master_port <= 0 ||
       options.master_port > 65535 || options.self.empty() ||
-      options.interval <= absl::ZeroDuration()) {
+      options.interval <= absl::ZeroDuration() || (options.node_rank != 0 && !join)) {
     return absl::InvalidArgumentError(absl::StrCat("node ", options.node_rank, " of ",
                                                    options.nodes, " on port ", options.master_port,
                                                    " is not a group's node"));
@@ -212,23 +166,38 @@ absl::StatusOr<std::unique_ptr<ClusterDirectory>> ClusterDirectory::Start(Cluste
   directory->state_ = std::make_unique<State>();
   State& state = *directory->state_;
   state.options = std::move(options);
-  if (state.options.node_rank == 0) {
-    try {
-      c10d::TCPStoreOptions host;
-      host.port = static_cast<uint16_t>(state.options.master_port);
-      host.isServer = true;
-      host.waitWorkers = false;
-      host.timeout = Millis(state.options.interval);
-      state.server = c10::make_intrusive<c10d::TCPStore>(state.options.master_addr, host);
-    } catch (const std::exception& error) {
-      return absl::UnavailableError(
-          absl::StrCat("node 0 of ", state.options.nodes,
-                       " cannot host the group's directory on port ", state.options.master_port,
-                       " ($", state.options.source, "MASTER_PORT): ", FirstLine(error)));
-    }
-  }
-  state.thread = std::thread([&state] { state.Loop(); });
+  state.join = std::move(join);
+  if (state.options.node_rank != 0) state.thread = std::thread([&state] { state.Loop(); });
   return directory;
+}
+
+absl::StatusOr<std::map<int, std::string>> ClusterDirectory::Join(int nodes, int rank,
+                                                                  const std::string& address) {
+  State& state = *state_;
+  const ClusterOptions& options = state.options;
+  if (options.node_rank != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this daemon is ", state.Name(), ": the group meets at node 0, ",
+                     options.master_addr, ":", options.master_port));
+  }
+  if (nodes != options.nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("this group has ", options.nodes, " nodes; the caller says ", nodes));
+  }
+  if (rank < 1 || rank >= nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node rank ", rank, " is not one of 1..", nodes - 1));
+  }
+  if (!IsGroupAddress(address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node ", rank, "'s address is not host:port of at most 255 letters, digits and '.-_:[]' (",
+        address.size(), " characters)"));
+  }
+  std::lock_guard<std::mutex> lock(state.mu);
+  state.KnowLocked(rank, address);
+  std::map<int, std::string> out = state.known;
+  out[0] = options.self;
+  return out;
 }
 
 ClusterDirectory::~ClusterDirectory() {

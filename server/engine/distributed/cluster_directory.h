@@ -4,14 +4,17 @@
 // PET_MASTER_PORT, PET_NNODES and PET_NODE_RANK). trainerd reads them as torchrun reads
 // --nnodes and --node_rank: WORLD_SIZE daemons, this one number RANK.
 //
-// Node 0 hosts a c10d::TCPStore on MASTER_PORT, as torchrun's rendezvous does; every daemon writes
-// its gRPC address there under its node rank and reads the others', again and again, so that
-// each daemon's peers are the group's other daemons, in whatever order they start or restart.
-// An entry is signed with the peers' shared token (HMAC-SHA256): the store takes any connection,
-// and a daemon must never send its token to an address a stranger wrote.
+// Node 0 keeps the group's directory, and serves it on MASTER_PORT with the daemon's own gRPC
+// server and credentials (PeerService.JoinGroup): every other daemon says there, again and
+// again, where it is under its node rank and hears where the others are, so that each daemon's
+// peers are the group's other daemons, in whatever order they start or restart. The meeting
+// carries the peers' credentials like every other call between daemons; there is no
+// unauthenticated port, and node 0 keeps at most one bounded entry per rank.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,18 +32,25 @@ struct ClusterOptions {
   std::string master_addr;
   int master_port = 0;
   int nodes = 0;      // the group's daemons
-  int node_rank = 0;  // this one's number, 0 hosts the store
+  int node_rank = 0;  // this one's number, 0 keeps the directory
   // Which variables they came from, for the log: "PET_" or "".
   std::string source;
-  // This daemon's gRPC address as the others reach it ("host:port"), written under its rank.
+  // This daemon's gRPC address as the others reach it ("host:port"), its entry.
   std::string self;
-  // Signs this daemon's entry and checks the others' (the peers' shared token); empty: entries
-  // are neither signed nor checked (a group without tokens, e.g. mutual TLS, whose calls check
-  // the peer's certificate instead).
-  std::string key;
-  // How often the entries are read again, and how long a connection to the store may take.
+  // How often a node says where it is again (and hears the others), and how long one try may
+  // take.
   absl::Duration interval = absl::Seconds(2);
 };
+
+// How a node other than 0 meets node 0: it sends the group's size, its rank and its address,
+// and gets back every entry node 0 knows, rank -> address. The service layer implements it over
+// gRPC (PeerService.JoinGroup at MASTER_ADDR:MASTER_PORT, with the peer credentials).
+using GroupJoin = std::function<absl::StatusOr<std::map<int, std::string>>(
+    int nodes, int rank, const std::string& address)>;
+
+// Whether `address` may be a node's entry: host:port, at most 255 characters of letters, digits
+// and ".-_:[]", the port 1..65535.
+bool IsGroupAddress(const std::string& address);
 
 // The group described by the environment `env` ("NAME=VALUE" entries): nullopt when it names no
 // group (no MASTER_ADDR nor PET_MASTER_ADDR, or a group of one); INVALID_ARGUMENT naming the
@@ -51,15 +61,22 @@ absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
 
 class ClusterDirectory {
  public:
-  // Node 0 hosts the store on master_port (UNAVAILABLE when the port is taken); every node then
-  // registers and reads in a thread of its own, retrying while the store cannot be reached.
-  static absl::StatusOr<std::unique_ptr<ClusterDirectory>> Start(ClusterOptions options);
+  // Node 0 keeps the entries (Join); every other node joins through `join` in a thread of its
+  // own, every interval, retrying while node 0 cannot be reached. INVALID_ARGUMENT for options
+  // that are no group's node, or a node other than 0 without `join`.
+  static absl::StatusOr<std::unique_ptr<ClusterDirectory>> Start(ClusterOptions options,
+                                                                 GroupJoin join);
   ~ClusterDirectory();
   ClusterDirectory(const ClusterDirectory&) = delete;
   ClusterDirectory& operator=(const ClusterDirectory&) = delete;
 
-  // The other daemons' addresses known now, in node order ("host:port"). An entry whose signature
-  // does not check is left out (and logged once).
+  // Node 0: node `rank` of a group of `nodes` is at `address` (PeerService.JoinGroup, from an
+  // admin caller). FAILED_PRECONDITION on any other node; INVALID_ARGUMENT for a group of another
+  // size, a rank out of 1..nodes-1 or an address IsGroupAddress refuses. Returns every entry,
+  // node 0's own and this one included.
+  absl::StatusOr<std::map<int, std::string>> Join(int nodes, int rank, const std::string& address);
+
+  // The other daemons' addresses known now, in node order ("host:port").
   std::vector<std::string> peers() const;
 
   struct State;
