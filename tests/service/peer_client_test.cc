@@ -49,19 +49,26 @@ class HostilePeer final : public v1::JobService::Service {
   std::string device_;
 };
 
+// A real server on a free loopback port with `service` (the stand-in peer); its address.
+std::unique_ptr<grpc::Server> ServePeer(grpc::Service* service, std::string* address) {
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *address = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
 struct Outcome {
   engine::RemoteJobResult result;
   std::vector<std::string> queued;  // the ids on_queued was told
 };
 
 Outcome RunAgainst(HostilePeer* peer, const std::string& resume_id = "") {
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(peer);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::string address;
+  std::unique_ptr<grpc::Server> server = ServePeer(peer, &address);
   Outcome out;
-  const std::string address = "127.0.0.1:" + std::to_string(port);
   PeerClientOptions options;
   options.peers = address;
   absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
@@ -132,13 +139,8 @@ class VersionedPeer final : public v1::SystemService::Service {
 };
 
 absl::Status CheckVersionOf(VersionedPeer* peer) {
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(peer);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   PeerClientOptions options;
-  options.peers = "127.0.0.1:" + std::to_string(port);
+  std::unique_ptr<grpc::Server> server = ServePeer(peer, &options.peers);
   options.trainerd_version = "1.2.0";
   options.libtorch_version = "2.11.0";
   absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
