@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -151,7 +152,12 @@ TEST_F(ClusterDirectoryTest, Node0KeepsOneCheckedEntryPerRankAndNothingElse) {
   // host:port are refused, naming what is wrong; nothing of them is kept.
   EXPECT_THAT(zero_->Join(4, 1, "10.0.0.1:50051").status().message(),
               HasSubstr("this group has 3 nodes; the caller says 4"));
-  for (int rank : {0, 3, -1, 1 << 30}) {
+  for (int nodes : {-1, 0, 2, std::numeric_limits<int>::max(), std::numeric_limits<int>::min()}) {
+    EXPECT_EQ(zero_->Join(nodes, 1, "10.0.0.1:50051").status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << nodes;
+  }
+  for (int rank : {0, 3, -1, 1 << 30, std::numeric_limits<int>::min()}) {
     EXPECT_EQ(zero_->Join(3, rank, "10.0.0.1:50051").status().code(),
               absl::StatusCode::kInvalidArgument)
         << rank;
