@@ -130,6 +130,9 @@ int Submit(const CommandContext& context) {
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *std::move(spec);
   request.set_torchscript_module(*std::move(torchscript));
+  if (context.invocation.Has("request-id")) {
+    request.set_request_id(context.invocation.Get("request-id"));
+  }
   grpc::ClientContext call;
   context.connection.SetUnaryDeadline(&call);
   v1::Job job;

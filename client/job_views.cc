@@ -258,6 +258,7 @@ std::string JobDetails(const v1::Job& job) {
                                 {"started", FormatTimestamp(job.start_time())},
                                 {"ended", FormatTimestamp(job.end_time())},
                             });
+  if (!job.request_id().empty()) lines.push_back({"request id", job.request_id()});
   // Taken up again after the daemon stopped (a crash, a drain): how often, and the last time.
   if (job.restarts_size() > 0) {
     const v1::JobRestart& last = job.restarts(job.restarts_size() - 1);

@@ -98,6 +98,10 @@ std::vector<FlagSpec> SubmitFlags() {
            "duration (90m): its worker is killed and the job FAILED\n"
            "past it (default: the daemon's --max_job_time, 24h)"},
           {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
+          {"request-id", "ID",
+           "makes a retry safe: the same ID with the same request\n"
+           "gets what its first call queued, not a second one\n"
+           "(1-128 of A-Z a-z 0-9 . _ : -, e.g. a CI run's id)"},
           {"watch", "", "after submitting, follow the job as 'trainctl job watch' does"}};
 }
 

@@ -138,6 +138,9 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
 int Sweep(const CommandContext& context) {
   absl::StatusOr<v1::SubmitSweepRequest> request = SweepRequestFromFlags(context.invocation);
   if (!request.ok()) return UsageFailure(request.status());
+  if (context.invocation.Has("request-id")) {
+    request->set_request_id(context.invocation.Get("request-id"));
+  }
   grpc::ClientContext call;
   context.connection.SetUnaryDeadline(&call);
   v1::SubmitSweepResponse response;

@@ -4,6 +4,7 @@ history, the report, the trained model in torch, listing, and the spec's local c
 from __future__ import annotations
 
 import io
+import uuid
 from pathlib import Path
 
 import pytest
@@ -395,3 +396,36 @@ def test_model_argument_forms() -> None:
     assert model_argument("linear:1") == ("linear:1", b"")
     with pytest.raises(ValueError, match="empty"):
         model_argument(b"")
+
+
+def test_a_request_id_makes_a_retried_submit_or_sweep_return_what_it_queued(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    request_id = str(uuid.uuid4())
+
+    def submit(request_id: str | None, epochs: int = 2) -> trainerd.Job:
+        return client.submit(
+            seed_dataset,
+            model="linear:1",
+            lr=0.1,
+            batch_size=16,
+            epochs=epochs,
+            seed=3,
+            request_id=request_id,
+        )
+
+    first = submit(request_id)
+    again = submit(request_id)
+    assert again.id == first.id
+    assert again.request_id == request_id
+    assert submit(None).request_id == ""
+    with pytest.raises(trainerd.AlreadyExists, match=first.id):
+        submit(request_id, epochs=3)
+    with pytest.raises(trainerd.InvalidArgument, match="1 to 128 characters"):
+        submit("not an id")
+    sweep_id = request_id + "-s"
+    sweep = client.sweep(seed_dataset, model="linear:1", lr=[0.1, 0.2], request_id=sweep_id)
+    repeated = client.sweep(seed_dataset, model="linear:1", lr=[0.1, 0.2], request_id=sweep_id)
+    assert repeated.id == sweep.id
+    assert [j.id for j in repeated.jobs] == [j.id for j in sweep.jobs]
+    assert first.wait(timeout=60).state == trainerd.JobState.SUCCEEDED

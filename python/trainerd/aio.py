@@ -617,11 +617,18 @@ class Client:
     # --- Jobs ------------------------------------------------------------------------------
 
     async def submit(
-        self, dataset: DatasetArg | Dataset, *, model: Any, **options: Unpack[SpecOptions]
+        self,
+        dataset: DatasetArg | Dataset,
+        *,
+        model: Any,
+        request_id: str | None = None,
+        **options: Unpack[SpecOptions],
     ) -> Job:
         """Submits a job; the keyword arguments are :meth:`trainerd.Client.submit`'s."""
         name = dataset.name if isinstance(dataset, DatasetBase) else dataset
         request = await asyncio.to_thread(submit_request, name, model, _given(dict(options)))
+        if request_id is not None:
+            request.request_id = request_id
         proto = await self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
         return Job(self, proto)
 
@@ -667,11 +674,14 @@ class Client:
         momentum: float | list[float] | tuple[float, ...] | None = None,
         weight_decay: float | list[float] | tuple[float, ...] | None = None,
         seed: int | list[int] | tuple[int, ...] | None = None,
+        request_id: str | None = None,
         **options: Unpack[SweepOptions],
     ) -> Sweep:
         """Submits a sweep (see :meth:`trainerd.Client.sweep`)."""
         name = dataset.name if isinstance(dataset, DatasetBase) else dataset
         request = sweep_request(name, model, lr, momentum, weight_decay, seed, dict(options))
+        if request_id is not None:
+            request.request_id = request_id
         response = await self._unary(_JOBS + "SubmitSweep", request, jobs_pb2.SubmitSweepResponse)
         return Sweep(self, response.sweep_id, [Job(self, m) for m in response.members])
 

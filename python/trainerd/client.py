@@ -398,6 +398,7 @@ class Client:
         shuffle: bool = True,
         replicas: int | None = None,
         nodes: Sequence[str] | str | None = None,
+        request_id: str | None = None,
     ) -> Job:
         """Submits a training job and returns it, QUEUED (SubmitJob).
 
@@ -453,6 +454,10 @@ class Client:
                 run some of the ranks, round the list after this one; each must hold the dataset.
                 ``"all"``: every peer the daemon knows (its ``--peers``, or the group a cluster
                 manager started it in).
+            request_id: makes a retry safe: a second submit with the same id and the same
+                arguments returns the job the first one queued instead of queueing another
+                (1 to 128 of ``A-Z a-z 0-9 . _ : -``; a ``str(uuid.uuid4())`` fits). The same id
+                with other arguments raises :class:`AlreadyExists`. Kept as long as the job is.
 
         Example::
 
@@ -460,10 +465,14 @@ class Client:
                                 lr=1e-3, epochs=50, validation_fraction=0.2)
         """
         options = {k: v for k, v in locals().items() if k in OPTION_NAMES}
-        return self._submit(dataset, model, _given(options))
+        return self._submit(dataset, model, _given(options), request_id)
 
-    def _submit(self, dataset: DatasetArg, model: Any, options: dict[str, Any]) -> Job:
+    def _submit(
+        self, dataset: DatasetArg, model: Any, options: dict[str, Any], request_id: str | None
+    ) -> Job:
         request = submit_request(dataset, model, options)
+        if request_id is not None:
+            request.request_id = request_id
         proto = self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
         return Job(self, proto)
 
@@ -516,6 +525,7 @@ class Client:
         momentum: float | list[float] | tuple[float, ...] | None = None,
         weight_decay: float | list[float] | tuple[float, ...] | None = None,
         seed: int | list[int] | tuple[int, ...] | None = None,
+        request_id: str | None = None,
         **options: Unpack[SweepOptions],
     ) -> Sweep:
         """Submits a hyperparameter sweep: one job per combination of the lists (SubmitSweep),
@@ -528,7 +538,8 @@ class Client:
         be a spec string (a sweep packs its members into one model). ``nodes`` without
         ``replicas`` spreads the members over this daemon and those peers (``"all"``: every
         peer it knows): member m trains here when m % (1 + len(nodes)) is 0, else whole on that
-        peer, with the results it would have alone.
+        peer, with the results it would have alone. ``request_id`` makes a retry safe, as for
+        :meth:`submit`: the same id and arguments return the sweep the first call queued.
 
         Example::
 
@@ -538,6 +549,8 @@ class Client:
         request = sweep_request(
             _dataset_name(dataset), model, lr, momentum, weight_decay, seed, dict(options)
         )
+        if request_id is not None:
+            request.request_id = request_id
         response = self._unary(_JOBS + "SubmitSweep", request, jobs_pb2.SubmitSweepResponse)
         return Sweep(self, response.sweep_id, [Job(self, m) for m in response.members])
 

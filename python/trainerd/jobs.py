@@ -224,6 +224,11 @@ class JobBase:
         return self._proto.sweep_id
 
     @property
+    def request_id(self) -> str:
+        """The request id it was submitted with ("" without one)."""
+        return self._proto.request_id
+
+    @property
     def final_loss(self) -> float:
         return self._proto.final_loss
 

@@ -178,6 +178,11 @@ struct CallContext {
   bool admin = true;
   // The caller's deadline: work done for the call (a module check) stops there.
   absl::Time deadline = absl::InfiniteFuture();
+  // A submit's request id (SubmitJobRequest.request_id, checked by the service: IsRequestId) and
+  // a digest of the rest of the request: a submit whose id this owner already used returns what
+  // that call queued, and is ALREADY_EXISTS when the digests differ. Empty: no id.
+  std::string request_id;
+  std::string request_digest;
 };
 
 // The most members one sweep may have (SubmitSweep).

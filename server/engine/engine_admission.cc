@@ -8,6 +8,20 @@ namespace trainerd::engine {
 
 namespace {
 
+// An admin's jobs are exempt from the disk quota.
+Submitter SubmitterOf(const CallContext& caller) {
+  return Submitter{caller.owner, /*quota_exempt=*/caller.admin, caller.request_id,
+                   caller.request_digest};
+}
+
+// A sweep from the jobs a repeated request id found (Submitted).
+SweepSnapshot SweepOf(std::vector<JobSnapshot> members) {
+  SweepSnapshot sweep;
+  sweep.id = members.front().sweep_id;
+  sweep.members = std::move(members);
+  return sweep;
+}
+
 // A TorchScript module's working set, roughly: its parameters, their gradients and the
 // optimizer's state exactly (from the parameter count); for activations, which depend on code
 // the daemon does not read, four times one batch's inputs and outputs.
@@ -179,6 +193,30 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
   return checked;
 }
 
+std::optional<absl::StatusOr<std::vector<JobSnapshot>>> Engine::Impl::Submitted(
+    const CallContext& caller) const {
+  if (caller.request_id.empty()) return std::nullopt;
+  JobQuery query;
+  query.owner = caller.owner;  // an id is the caller's own, an admin's too
+  query.request_id = caller.request_id;
+  query.page_size = static_cast<int32_t>(kMaxSweepMembers);
+  absl::StatusOr<JobPage> page = jobs.List(query);
+  if (!page.ok()) return page.status();
+  if (page->jobs.empty()) return std::nullopt;  // new, or its jobs were deleted
+  const JobSnapshot& first = page->jobs.front();
+  if (first.request_digest != caller.request_digest) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("request id '", caller.request_id, "' was already used for another request (",
+                     first.sweep_id.empty() ? absl::StrCat("job '", first.id, "'")
+                                            : absl::StrCat("sweep '", first.sweep_id, "'"),
+                     "); send a new request id with a new request"));
+  }
+  LogInfo(absl::StrCat("request id '", caller.request_id, "' repeated: answered with ",
+                       first.sweep_id.empty() ? absl::StrCat("job '", first.id, "'")
+                                              : absl::StrCat("sweep '", first.sweep_id, "'")));
+  return std::move(page->jobs);
+}
+
 absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
                                                 std::optional<LoadedTorchScript> module,
                                                 const DatasetMeta* checked_against,
@@ -187,6 +225,10 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   TRAINERD_RETURN_IF_ERROR(
       CheckDiskQuota(caller, static_cast<int64_t>(module_bytes.size()), "this job's module"));
   absl::MutexLock lock(&admission_mu);
+  if (auto found = Submitted(caller)) {
+    if (!found->ok()) return found->status();
+    return (*found)->front();
+  }
   TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, 1));
   TRAINERD_ASSIGN_OR_RETURN(
       SweepMember checked,
@@ -197,8 +239,8 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
                    module ? std::make_shared<const TorchScriptJob>(TorchScriptJob{
                                 std::string(module_bytes), module->parameter_count, true})
                           : nullptr,
-                   caller.owner, module_bytes, checked.estimated_memory_bytes,
-                   std::move(checked.device_estimates), /*quota_exempt=*/caller.admin));
+                   SubmitterOf(caller), module_bytes, checked.estimated_memory_bytes,
+                   std::move(checked.device_estimates)));
   if (!module_bytes.empty()) {
     disk_quota.Charge(caller.owner, static_cast<int64_t>(module_bytes.size()));
   }
@@ -287,6 +329,10 @@ absl::Status CheckNodesOfRanks(const JobSpec& spec) {
 }  // namespace
 
 absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
+  if (auto found = impl_->Submitted(caller)) {
+    if (!found->ok()) return found->status();
+    return (*found)->front();
+  }
   TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
   if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
@@ -300,6 +346,10 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     return absl::InvalidArgumentError(
         "a sweep trains a model described by a text spec; submit a TorchScript module as a job of "
         "its own");
+  }
+  if (auto found = impl_->Submitted(caller)) {
+    if (!found->ok()) return found->status();
+    return SweepOf(*std::move(*found));
   }
   // The member count before anything is built from it, through the one checked helper.
   int64_t count = 1;
@@ -344,15 +394,20 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, 0, "this sweep"));
   {
     absl::MutexLock lock(&impl_->admission_mu);
-    TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(
-        caller, static_cast<int64_t>(lrs.size() * momenta.size() * decays.size() * seeds.size())));
+    if (auto found = impl_->Submitted(caller)) {
+      if (!found->ok()) return found->status();
+      return SweepOf(*std::move(*found));
+    }
+    TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(caller, count));
+    int32_t index = -1;  // the member's place in the product
     for (double lr : lrs) {
       for (double momentum : momenta) {
         for (const std::optional<double>& decay : decays) {
           for (uint64_t seed : seeds) {
+            ++index;
             JobSpec member = spec;
             if (spread) {
-              const size_t slot = members.size() % (1 + nodes.size());
+              const size_t slot = static_cast<size_t>(index) % (1 + nodes.size());
               member.nodes.clear();
               if (slot > 0) member.nodes.push_back(nodes[slot - 1]);
             }
@@ -367,9 +422,9 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
             if (!checked.ok()) {
               return absl::Status(
                   checked.status().code(),
-                  absl::StrCat("sweep member ", members.size() + 1, " (learning rate ", lr,
-                               ", momentum ", momentum, ", weight decay ", decay.value_or(0.0),
-                               ", seed ", seed, "): ", checked.status().message()));
+                  absl::StrCat("sweep member ", index + 1, " (learning rate ", lr, ", momentum ",
+                               momentum, ", weight decay ", decay.value_or(0.0), ", seed ", seed,
+                               "): ", checked.status().message()));
             }
             if (checked->spec.runs_on_peer()) checked->spec.device = asked_device;
             members.push_back(*std::move(checked));
@@ -378,8 +433,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
       }
     }
     TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> jobs,
-                              impl_->jobs.EnqueueSweep(std::move(members), caller.owner,
-                                                       /*quota_exempt=*/caller.admin));
+                              impl_->jobs.EnqueueSweep(std::move(members), SubmitterOf(caller)));
     SweepSnapshot sweep;
     sweep.id = jobs.front().sweep_id;
     sweep.members = std::move(jobs);
@@ -392,6 +446,15 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
 
 void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
                             std::function<void(absl::StatusOr<JobSnapshot>)> done) {
+  // A retry gets its job before its module is checked again.
+  if (auto found = impl_->Submitted(caller)) {
+    if (!found->ok()) {
+      done(found->status());
+    } else {
+      done((*found)->front());
+    }
+    return;
+  }
   if (absl::Status nodes = CheckNodesOfRanks(spec); !nodes.ok()) {
     done(nodes);
     return;

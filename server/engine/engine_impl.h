@@ -127,6 +127,13 @@ struct Engine::Impl {
                                                   bool torchscript, const DatasetMeta& dataset,
                                                   int64_t dataset_bytes, int64_t training_rows,
                                                   int64_t batch);
+  // A submit that repeats a request id this owner used (CallContext::request_id): the jobs its
+  // first call queued (one job, or a sweep's members in order), as they stand now; ALREADY_EXISTS
+  // naming them when the rest of the request differed; nullopt for a new id (or none). Checked
+  // before the work a retry need not repeat (its peers, its module), and again under
+  // admission_mu, so that two calls racing with one id queue one job.
+  std::optional<absl::StatusOr<std::vector<JobSnapshot>>> Submitted(
+      const CallContext& caller) const;
   absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
                                     std::optional<LoadedTorchScript> module,
                                     const DatasetMeta* checked_against,

@@ -25,7 +25,7 @@ absl::Status Engine::Impl::Recover() {
     const JobState previous = job.state;
     // A cancel recorded while it ran: it ends here, whatever stopped the daemon. A member that
     // went on training on a peer is first found again there, to be cancelled there too.
-    if (job.cancel_requested && job.peer_job_id().empty()) {
+    if (job.cancel_requested && !job.may_be_on_peer()) {
       LogInfo(absl::StrCat("job '", job.id, "' was cancelled before the daemon stopped"));
       TRAINERD_RETURN_IF_ERROR(jobs.FailUnrecoverable(
           job, "cancelled (the daemon stopped before the job did)", JobState::kCancelled));

@@ -25,6 +25,7 @@ struct JobQuery {
   std::string page_token;            // from the previous page; empty: the first page
   bool full = false;                 // with epochs, parameters and checkpoints; else a summary
   bool newest_first = false;         // else oldest first
+  std::string request_id;            // only jobs submitted with this request id; empty: any
 };
 
 inline constexpr int32_t kMaxJobPageSize = 1000;
@@ -45,7 +46,8 @@ inline std::string JobQueryFilter(const JobQuery& query) {
          ";dataset=" + std::to_string(query.dataset.size()) + ":" + query.dataset + ";owner=" +
          (query.owner.has_value() ? std::to_string(query.owner->size()) + ":" + *query.owner
                                   : "any") +
-         ";order=" + (query.newest_first ? "newest" : "oldest");
+         ";order=" + (query.newest_first ? "newest" : "oldest") +
+         ";request=" + std::to_string(query.request_id.size()) + ":" + query.request_id;
 }
 
 // Thread-safe. Errors are INTERNAL sentences naming the store (the database file), except where
@@ -74,6 +76,7 @@ class JobStore {
     return out;
   }
   // A page of jobs in creation order. INVALID_ARGUMENT for a page token this store did not make.
+  // Only here does a job come back with its request_digest (a submit's retry compares it).
   virtual absl::StatusOr<JobPage> ListJobs(const JobQuery& query) = 0;
   // Jobs that were QUEUED or RUNNING when the records were last written, oldest first, with
   // their epochs: what a restart must take up again.

@@ -48,6 +48,10 @@ struct RemoteJobRequest {
   // while it trained there): taken up again where it stands there rather than trained anew,
   // unless the peer no longer has it or it was cancelled there. Empty: a new job there.
   std::string resume_id;
+  // The request id it is submitted there with (SubmitJobRequest.request_id), recorded here before
+  // the call: a daemon killed before it learned the id there submits again with it and gets the
+  // job that call queued, rather than a second one (or, cancelled meanwhile, finds it to cancel).
+  std::string request_id;
 };
 
 // What RunJob's `stop` asks for.

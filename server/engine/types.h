@@ -222,6 +222,8 @@ struct RankPlacement {
   std::string device;  // "cpu", "cuda:1"
   std::string node;    // the daemon's node name
   std::string job_id;  // a sweep's member on a peer: its job's id there
+  // ...and the request id it was submitted there with, recorded before the call (job_remote.cc)
+  std::string request_id;
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -274,11 +276,21 @@ struct JobSnapshot {
   // A data-parallel job (spec.replicas > 1): where each rank ran, rank 0 first; set when it
   // starts. Empty for a one-rank job; one for a member on a peer (spec.runs_on_peer).
   std::vector<RankPlacement> ranks;
+  // The caller's request id (CallContext::request_id) and the digest of the rest of its request:
+  // a submit that repeats the id gets this job back (Engine::SubmitJob). Empty without one.
+  std::string request_id;
+  std::string request_digest;
 
   // A member on a peer whose job there the peer took: its id there; else empty. Such a member
   // is cancelled there, even after this daemon's restart (jobs/job_remote.cc).
   std::string peer_job_id() const {
     return spec.runs_on_peer() && !ranks.empty() ? ranks.front().job_id : std::string();
+  }
+  // A member on a peer that a run before may have submitted there: its id there is known, or the
+  // request id it was submitted with (its id there then found by that).
+  bool may_be_on_peer() const {
+    return spec.runs_on_peer() && !ranks.empty() &&
+           (!ranks.front().job_id.empty() || !ranks.front().request_id.empty());
   }
 };
 

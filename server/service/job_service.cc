@@ -1,5 +1,8 @@
 #include "server/service/job_service.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -9,14 +12,15 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/file_io.h"
 #include "common/job_limits.h"
 #include "common/sha256.h"
 #include "server/convert/convert.h"
-#include "server/engine/log.h"
 #include "server/engine/access.h"
+#include "server/engine/log.h"
 #include "server/service/call_context.h"
 #include "server/service/grpc_status.h"
 
@@ -26,6 +30,38 @@ using convert::FromProto;
 using convert::ToProto;
 
 namespace {
+
+// SubmitJobRequest.request_id's form: 1 to 128 characters of [A-Za-z0-9._:-] (a UUID fits).
+absl::Status CheckRequestId(const std::string& id) {
+  if (id.size() > 128 || !std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+               c == ':' || c == '-';
+      })) {
+    return absl::InvalidArgumentError(
+        "request_id must be 1 to 128 characters of letters, digits, '.', '_', ':' and '-' "
+        "(a UUID fits)");
+  }
+  return absl::OkStatus();
+}
+
+// The digest a repeated request id is compared by: every field of the request but the id, and
+// which call it was. Deterministic serialization: the same request gives the same bytes.
+template <typename Request>
+std::string RequestDigest(const char* method, Request request) {
+  request.clear_request_id();
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    request.SerializeToCodedStream(&coded);
+  }
+  Sha256 hash;
+  hash.Update(method);
+  hash.Update(std::string_view("\0", 1));
+  hash.Update(bytes);
+  return hash.HexDigest();
+}
 
 // OK when `caller` may see and manage job `id` (access.h); NOT_FOUND, worded as for an unknown
 // id, when it may not. Owners never change, so the answer holds for the call that follows.
@@ -171,10 +207,10 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
 
    private:
     std::mutex mu_;
-    WatchReactor* reactor_ = nullptr;    // guarded by mu_
-    bool detached_ = false;              // guarded by mu_
-    bool interrupted_ = false;           // guarded by mu_
-    bool missed_epochs_ = false;         // guarded by mu_
+    WatchReactor* reactor_ = nullptr;     // guarded by mu_
+    bool detached_ = false;               // guarded by mu_
+    bool interrupted_ = false;            // guarded by mu_
+    bool missed_epochs_ = false;          // guarded by mu_
     std::optional<v1::Job> early_state_;  // guarded by mu_
   };
 
@@ -368,7 +404,8 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
       if (!expected_sha256_.empty() && digest != expected_sha256_) {
         engine::LogWarning(absl::StrCat("the model file '", path_, "' of job '", id_,
                                         "' does not match the checksum recorded when it was "
-                                        "written (", expected_sha256_, "; the file has ", digest,
+                                        "written (",
+                                        expected_sha256_, "; the file has ", digest,
                                         "): it is damaged"));
         Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
                             absl::StrCat("the model file of job '", id_,
@@ -405,7 +442,7 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
   std::string expected_sha256_;  // recorded with the job; empty: not checked
   Sha256 hash_;                  // of the bytes sent so far
   int64_t remaining_ = 0;        // bytes of the file not yet written
-  v1::ModelChunk chunk_;   // the write in flight
+  v1::ModelChunk chunk_;         // the write in flight
 };
 
 }  // namespace
@@ -415,13 +452,24 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                                                     v1::Job* response) {
   auto spec = FromProto(request->spec());
   if (!spec.ok()) return FinishWith(context, spec.status());
+  if (!request->request_id().empty()) {
+    if (absl::Status id = CheckRequestId(request->request_id()); !id.ok()) {
+      return FinishWith(context, id);
+    }
+  }
   spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
   engine::CallContext caller = CallContextOf(context, authenticator_);
+  caller.request_id = request->request_id();
   // A spec-built job is answered once its record is committed, from the blocking pool; a
   // TorchScript job from a module-check thread once its module was checked (seconds at most,
   // bounded by the caller's deadline).
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  auto submit = [engine = engine_, reactor, response, spec = *std::move(spec), caller]() mutable {
+  auto submit = [engine = engine_, reactor, request, response, spec = *std::move(spec),
+                 caller]() mutable {
+    // Off the callback thread: a module may be 64 MiB to hash. (The request lives until Finish.)
+    if (!caller.request_id.empty()) {
+      caller.request_digest = RequestDigest("SubmitJob", *request);
+    }
     engine->SubmitJobAsync(std::move(spec), std::move(caller),
                            [reactor, response](absl::StatusOr<engine::JobSnapshot> job) {
                              if (job.ok()) *response = ToProto(*job);
@@ -449,7 +497,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
   axes.momenta.assign(request->momenta().begin(), request->momenta().end());
   axes.weight_decays.assign(request->weight_decays().begin(), request->weight_decays().end());
   axes.seeds.assign(request->seeds().begin(), request->seeds().end());
-  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  engine::CallContext caller = CallContextOf(context, authenticator_);
+  if (!request->request_id().empty()) {
+    if (absl::Status id = CheckRequestId(request->request_id()); !id.ok()) {
+      return FinishWith(context, id);
+    }
+    caller.request_id = request->request_id();
+    caller.request_digest = RequestDigest("SubmitSweep", *request);  // small: no module
+  }
   // Spec-built members only: checked, committed and queued without waiting on training.
   return FinishFromPool(blocking_, context, caller.owner,
                         [engine = engine_, response, spec = *std::move(spec),
@@ -518,6 +573,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
   query.newest_first = request->newest_first();
   const engine::CallContext caller = CallContextOf(context, authenticator_);
   if (!caller.admin) query.owner = caller.owner;  // a tenant lists its own jobs
+  if (!request->request_id().empty()) {
+    if (absl::Status id = CheckRequestId(request->request_id()); !id.ok()) {
+      return FinishWith(context, id);
+    }
+    // A request id is its submitter's own, an admin's too (as at submit).
+    query.request_id = request->request_id();
+    query.owner = caller.owner;
+  }
   absl::StatusOr<engine::JobPage> page = engine_->ListJobs(query);
   if (page.ok()) {
     // Held to kMaxListReplyBytes (less a margin for the token and framing): a page that would

@@ -256,25 +256,66 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
     }
     if (id.empty() && stop() == engine::RemoteStop::kCancel) {
-      result.stopped = true;  // cancelled here, and nothing of it there to cancel
-      result.job.state = engine::JobState::kCancelled;
-      return result;
+      // Cancelled here before its id there was known: a submit that reached the peer before this
+      // daemon was killed is found by its request id, and followed until the cancel ends it.
+      if (!job.request_id.empty()) {
+        grpc::ClientContext context;
+        Authorize(&context);
+        context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+        v1::ListJobsRequest request;
+        request.set_request_id(job.request_id);
+        v1::ListJobsResponse found;
+        const grpc::Status status = stub->ListJobs(&context, request, &found);
+        if (!status.ok()) {
+          result.status = PeerError(peer, status, "to find a cancelled sweep's member");
+          return result;
+        }
+        if (found.jobs_size() > 0) {
+          id = found.jobs(0).id();
+          device = found.jobs(0).device();
+        }
+      }
+      if (id.empty()) {
+        result.stopped = true;  // cancelled here, and nothing of it there to cancel
+        result.job.state = engine::JobState::kCancelled;
+        return result;
+      }
     }
-    if (id.empty()) {
-      // Submitted as a job of the peer's own: its queue, admission and limits decide.
+    // Submitted as a job of the peer's own: its queue, admission and limits decide. With the
+    // member's request id, a submit that a killed daemon made before gets that job back. One
+    // found cancelled there (its delete lost) is deleted and submitted again, once.
+    bool taken = !id.empty();
+    for (int attempt = 0; !taken && attempt < 2; ++attempt) {
       grpc::ClientContext context;
       Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
       v1::SubmitJobRequest request;
       *request.mutable_spec() = ToProto(job.spec);
+      request.set_request_id(job.request_id);
       v1::Job submitted;
       const grpc::Status status = stub->SubmitJob(&context, request, &submitted);
       if (!status.ok()) {
         result.status = PeerError(peer, status, "to train a sweep's member");
         return result;
       }
+      if (submitted.state() == v1::JOB_STATE_CANCELLED) {
+        if (absl::Status checked = CheckPeerAnswer(peer, submitted.id(), submitted.device());
+            !checked.ok()) {
+          result.status = std::move(checked);
+          return result;
+        }
+        DeleteThere(stub.get(), submitted.id());
+        continue;
+      }
       id = submitted.id();
       device = submitted.device();
+      taken = true;
+    }
+    if (!taken) {
+      result.status = absl::UnavailableError(
+          absl::StrCat("peer ", peer, " keeps answering the member's request id '", job.request_id,
+                       "' with a cancelled job that it does not delete"));
+      return result;
     }
     if (absl::Status checked = CheckPeerAnswer(peer, id, device); !checked.ok()) {
       result.status = std::move(checked);

@@ -3,11 +3,10 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-
-#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -44,6 +43,12 @@ const char* const kMigrations[] = {
     // (BackfillOwners fills it from the records in the same transaction).
     "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
     "CREATE INDEX jobs_by_owner ON jobs(owner, seq);",
+    // 2 -> 3: a submit's request id and the digest of the rest of its request, so that a retry
+    // finds the job its first call queued (JobQuery::request_id) after that job ended or the
+    // daemon restarted. NULL for a job submitted without one, which the index leaves out.
+    "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
+    "ALTER TABLE jobs ADD COLUMN request_digest TEXT;"
+    "CREATE INDEX jobs_by_request ON jobs(owner, request_id) WHERE request_id IS NOT NULL;",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kJobStoreSchemaVersion,
               "one migration per schema version");
@@ -172,10 +177,9 @@ absl::StatusOr<engine::JobSnapshot> ParseRecord(const std::string& bytes, const 
                                                 const std::string& id) {
   v1::Job job;
   if (!job.ParseFromString(bytes) || job.id() != id) {
-    return absl::DataLossError(absl::StrCat(
-        "job records '", path, "': the record of job '", id,
-        "' is damaged; delete the job (trainctl job delete ", id,
-        ") or restore the file from a backup"));
+    return absl::DataLossError(absl::StrCat("job records '", path, "': the record of job '", id,
+                                            "' is damaged; delete the job (trainctl job delete ",
+                                            id, ") or restore the file from a backup"));
   }
   absl::StatusOr<engine::JobSnapshot> snapshot = convert::FromProto(job);
   if (!snapshot.ok()) {
@@ -190,8 +194,7 @@ absl::StatusOr<engine::JobSnapshot> ParseRecord(const std::string& bytes, const 
 engine::JobSnapshot DamagedJob(const std::string& id, int64_t state, const absl::Status& why) {
   engine::JobSnapshot job;
   job.id = id;
-  absl::StatusOr<engine::JobState> known =
-      convert::FromProto(static_cast<v1::JobState>(state));
+  absl::StatusOr<engine::JobState> known = convert::FromProto(static_cast<v1::JobState>(state));
   job.state = known.ok() ? *known : engine::JobState::kFailed;
   job.record_damaged = std::string(why.message());
   return job;
@@ -273,7 +276,8 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
   // OpenOrSetAside answers by moving the file aside.
   const auto damaged = [&](const std::string& why) {
     sqlite3_close(*writer);
-    return absl::DataLossError(absl::StrCat("the job records '", path, "' are damaged (", why, ")"));
+    return absl::DataLossError(
+        absl::StrCat("the job records '", path, "' are damaged (", why, ")"));
   };
   const auto is_damage = [&] {
     const int code = sqlite3_errcode(*writer) & 0xff;
@@ -371,16 +375,23 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
     return full;
   }
   Statement upsert(writer_,
-                   "INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner) "
-                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(id) DO UPDATE SET "
+                   "INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner, "
+                   "request_id, request_digest) "
+                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(id) DO UPDATE SET "
                    "state = excluded.state, dataset = excluded.dataset, "
                    "end_time_ns = excluded.end_time_ns, record = excluded.record, "
-                   "owner = excluded.owner");
+                   "owner = excluded.owner, request_id = excluded.request_id, "
+                   "request_digest = excluded.request_digest");
   upsert.Bind(1, job.id).Bind(2, convert::ToProto(job.state)).Bind(3, job.spec.dataset);
   if (engine::IsTerminal(job.state)) {
     upsert.Bind(4, EndTimeNanos(job));
   } else {
     upsert.BindNull(4);
+  }
+  if (job.request_id.empty()) {
+    upsert.BindNull(7).BindNull(8);
+  } else {
+    upsert.Bind(7, job.request_id).Bind(8, job.request_digest);
   }
   if (upsert.BindBlob(5, JobRecord(job)).Bind(6, job.owner).Step() != SQLITE_DONE) {
     return Error(writer_, path_, "save a job");
@@ -457,8 +468,8 @@ absl::StatusOr<engine::JobSnapshot> SqliteJobStore::LoadJob(const std::string& i
 }
 
 absl::StatusOr<std::vector<engine::EpochResult>> SqliteJobStore::LoadEpochs(const std::string& id,
-                                                                             int32_t after,
-                                                                             int32_t limit) {
+                                                                            int32_t after,
+                                                                            int32_t limit) {
   std::lock_guard<std::mutex> lock(read_mu_);
   ReadTransaction snapshot(reader_);
   Statement job(reader_, "SELECT seq FROM jobs WHERE id = ?1");
@@ -493,8 +504,10 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
   }
   const int64_t size = std::clamp<int64_t>(query.page_size, 1, engine::kMaxJobPageSize);
   const std::string sql = absl::StrCat(
-      "SELECT seq, id, state, record FROM jobs WHERE (?1 < 0 OR state = ?1) "
-      "AND (?2 = '' OR dataset = ?2) AND (?5 = 0 OR owner = ?6) AND seq ",
+      "SELECT seq, id, state, record, request_digest FROM jobs WHERE (?1 < 0 OR state = ?1) "
+      "AND (?2 = '' OR dataset = ?2) AND (?5 = 0 OR owner = ?6) ",
+      // A plain equality only with an id, so that the partial index serves it.
+      query.request_id.empty() ? "" : "AND request_id = ?7 ", "AND seq ",
       query.newest_first ? "<" : ">", " ?3 ORDER BY seq ", query.newest_first ? "DESC" : "ASC",
       " LIMIT ?4");
   std::lock_guard<std::mutex> lock(read_mu_);
@@ -508,6 +521,7 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
       .Bind(4, size + 1)  // one more tells whether another page follows
       .Bind(5, query.owner.has_value() ? int64_t{1} : int64_t{0})
       .Bind(6, query.owner.value_or(""));
+  if (!query.request_id.empty()) select.Bind(7, query.request_id);
   engine::JobPage page;
   int64_t last_seq = 0;
   int step = 0;
@@ -532,6 +546,7 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
         job->parameters.clear();
         job->checkpoints.clear();
       }
+      job->request_digest = select.Text(4);
       page.jobs.push_back(*std::move(job));
     }
     page.resume_tokens.push_back(MakePageToken(page_token_key_, last_seq, filter));
@@ -551,7 +566,8 @@ absl::StatusOr<std::vector<engine::JobSnapshot>> SqliteJobStore::LoadUnfinishedJ
   while ((step = select.Step()) == SQLITE_ROW) {
     absl::StatusOr<engine::JobSnapshot> job = ParseRecord(select.Blob(3), path_, select.Text(1));
     if (job.ok()) {
-      if (absl::Status epochs = ReadEpochsInto(reader_, path_, select.Int(0), &*job); !epochs.ok()) {
+      if (absl::Status epochs = ReadEpochsInto(reader_, path_, select.Int(0), &*job);
+          !epochs.ok()) {
         job = epochs;
       }
     }
@@ -584,8 +600,8 @@ absl::Status SqliteJobStore::Sync() {
       !full.ok()) {
     return full;
   }
-  return Exec(writer_, path_,
-              "UPDATE meta SET value = value WHERE key = 'schema_version'", "sync the records");
+  return Exec(writer_, path_, "UPDATE meta SET value = value WHERE key = 'schema_version'",
+              "sync the records");
 }
 
 absl::Status SqliteJobStore::DeleteEpochsAfter(const std::string& id, int32_t epoch) {

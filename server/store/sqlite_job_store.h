@@ -23,7 +23,7 @@ struct sqlite3;
 namespace trainerd::store {
 
 // The schema this build writes; Open migrates older databases to it and refuses newer ones.
-inline constexpr int kJobStoreSchemaVersion = 2;
+inline constexpr int kJobStoreSchemaVersion = 3;
 
 // Thread-safe: one connection for writes and one for reads, each behind its own mutex, so that a
 // listing never waits for (or holds up) a write beyond SQLite's own WAL locking.
@@ -48,8 +48,7 @@ class SqliteJobStore final : public engine::JobStore {
   absl::Status AppendEpoch(const engine::JobSnapshot& job,
                            const engine::EpochResult& epoch) override;
   absl::StatusOr<engine::JobSnapshot> LoadJob(const std::string& id) override;
-  absl::StatusOr<std::vector<engine::EpochResult>> LoadEpochs(const std::string& id,
-                                                              int32_t after,
+  absl::StatusOr<std::vector<engine::EpochResult>> LoadEpochs(const std::string& id, int32_t after,
                                                               int32_t limit) override;
   absl::StatusOr<engine::JobPage> ListJobs(const engine::JobQuery& query) override;
   absl::StatusOr<std::vector<engine::JobSnapshot>> LoadUnfinishedJobs() override;

@@ -565,16 +565,30 @@ TEST_F(EndToEndTest, CancelledJobEndsCancelled) {
 }
 
 // Job records outlive the daemon: after a restart `job list` (filtered), `job get` and `job model`
-// still work, and `job rm` deletes the job with its model.
+// still work, and `job rm` deletes the job with its model. With --request-id the same submit
+// after the restart (a CI step run again) prints the same job, and other flags are refused.
 TEST_F(EndToEndTest, JobsOutliveARestartAndRmDeletesThem) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
-  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1",
-                       "--epochs", "5", "--checkpoint-every", "1", "--watch"});
+  const std::vector<std::string> submit = {
+      "submit", "--dataset",    "seed",         "--model", "linear:1",
+      "--lr",   "0.1",          "--epochs",     "5",       "--checkpoint-every",
+      "1",      "--request-id", "ci-1234.train"};
+  std::vector<std::string> watched = submit;
+  watched.push_back("--watch");
+  RunResult run = Ctl(watched);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string id = run.out.substr(0, run.out.find('\n'));
   EXPECT_EQ(daemon_->Stop(SIGTERM, 60), 0);
   daemon_.reset();
   StartDaemon();
+  RunResult again = Ctl(submit);
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, id + "\n");
+  std::vector<std::string> other = submit;
+  other[8] = "6";  // --epochs
+  RunResult refused = Ctl(other);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("request id 'ci-1234.train' was already used"));
 
   RunResult succeeded = Ctl({"job", "list", "--state", "succeeded"});
   EXPECT_EQ(succeeded.exit_code, 0) << succeeded.err;
@@ -586,6 +600,7 @@ TEST_F(EndToEndTest, JobsOutliveARestartAndRmDeletesThem) {
   RunResult get = Ctl({"job", "get", id});
   EXPECT_EQ(get.exit_code, 0) << get.err;
   EXPECT_THAT(get.out, HasSubstr("SUCCEEDED"));
+  EXPECT_THAT(get.out, HasSubstr("ci-1234.train"));
   const std::string model = (dir_ / "model.pt").string();
   EXPECT_EQ(Ctl({"job", "model", id, "-f", model}).exit_code, 0);
   EXPECT_TRUE(std::filesystem::exists(model));

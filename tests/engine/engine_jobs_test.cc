@@ -55,6 +55,54 @@ class JobSubmitTest : public EngineFixture {
   }
 };
 
+// Without a job store (records in memory), as with one (tests/service/request_id_test.cc).
+TEST_F(JobSubmitTest, ARepeatedRequestIdGetsItsJobOrSweepBackAndAnotherDigestIsRefused) {
+  CallContext caller;
+  caller.owner = "alice";
+  caller.request_id = "r-1";
+  caller.request_digest = "digest-a";
+  absl::StatusOr<JobSnapshot> first = engine_->SubmitJob(SeedSpec("seed"), caller);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->request_id, "r-1");
+  absl::StatusOr<JobSnapshot> again = engine_->SubmitJob(SeedSpec("seed"), caller);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id, first->id);
+  // Found before anything else is checked: the spec is not read again.
+  JobSpec unusable = SeedSpec("no-such-dataset");
+  EXPECT_EQ(engine_->SubmitJob(unusable, caller)->id, first->id);
+
+  CallContext other = caller;
+  other.request_digest = "digest-b";
+  EXPECT_EQ(engine_->SubmitJob(SeedSpec("seed"), other).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  CallContext bob = caller;
+  bob.owner = "bob";
+  absl::StatusOr<JobSnapshot> bobs = engine_->SubmitJob(SeedSpec("seed"), bob);
+  ASSERT_TRUE(bobs.ok()) << bobs.status();
+  EXPECT_NE(bobs->id, first->id);
+
+  CallContext sweep_call = caller;
+  sweep_call.request_id = "r-2";
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.2, 0.3};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(SeedSpec("seed"), axes, sweep_call);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  absl::StatusOr<SweepSnapshot> repeated = engine_->SubmitSweep(SeedSpec("seed"), axes, sweep_call);
+  ASSERT_TRUE(repeated.ok()) << repeated.status();
+  EXPECT_EQ(repeated->id, sweep->id);
+  ASSERT_EQ(repeated->members.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(repeated->members[i].id, sweep->members[i].id);
+
+  JobQuery query;
+  query.owner = "alice";
+  query.request_id = "r-2";
+  EXPECT_THAT(engine_->ListJobs(query)->jobs, SizeIs(3));
+  query.request_id = "r-1";
+  EXPECT_THAT(engine_->ListJobs(query)->jobs, SizeIs(1));
+  query.owner = "bob";
+  EXPECT_THAT(engine_->ListJobs(query)->jobs, SizeIs(1));
+}
+
 TEST_F(JobSubmitTest, ValidJobIsQueuedWithAnId) {
   absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(SeedSpec("seed"));
   ASSERT_TRUE(job.ok()) << job.status();

@@ -1,7 +1,8 @@
 // The peer client against a real gRPC server on loopback standing in for the peer. What a peer
 // says of a sweep's member there is kept in the member's record and shown, so an id or a device
 // this daemon's own could not be is refused, naming the peer, before anything of it is kept. A
-// peer of another trainerd or LibTorch version is refused at submit, naming both.
+// member's request id found cancelled there is deleted there and submitted anew. A peer of another
+// trainerd or LibTorch version is refused at submit, naming both.
 #include "server/service/peer_client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -119,6 +120,56 @@ TEST(PeerClientTest, AMemberFoundAgainThereIsNotSubmittedTwiceAndItsDeviceIsChec
   const Outcome again = RunAgainst(&other, "job-lost");
   EXPECT_EQ(other.submits, 1);
   EXPECT_EQ(again.result.status.code(), absl::StatusCode::kInternal);
+}
+
+// A peer whose SubmitJob first answers with a job cancelled there (a member's request id whose
+// job there a lost delete left behind), then with a new one; it records what it was asked.
+class CancelledThenNewPeer final : public v1::JobService::Service {
+ public:
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+                         v1::Job* job) override {
+    request_ids.push_back(request->request_id());
+    const bool first = request_ids.size() == 1 && !deleted_old;
+    job->set_id(first ? "job-old" : "job-new");
+    job->set_device("cpu");
+    job->set_state(first ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_QUEUED);
+    return grpc::Status::OK;
+  }
+  grpc::Status DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* request,
+                         v1::DeleteJobResponse*) override {
+    if (request->id() == "job-old") deleted_old = true;
+    return grpc::Status::OK;
+  }
+
+  std::vector<std::string> request_ids;
+  bool deleted_old = false;
+};
+
+TEST(PeerClientTest, ARequestIdAnsweredWithACancelledJobThereIsDeletedAndSubmittedAgain) {
+  CancelledThenNewPeer peer;
+  std::string address;
+  std::unique_ptr<grpc::Server> server = ServePeer(&peer, &address);
+  PeerClientOptions options;
+  options.peers = address;
+  absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  engine::RemoteJobRequest request;
+  request.spec.dataset = "d";
+  request.spec.model = "linear:1";
+  request.job_id = "job-here";
+  request.request_id = "job-here.0123456789abcdef";
+  std::vector<std::string> queued;
+  const engine::RemoteJobResult result = (*client)->RunJob(
+      address, request, [&](const std::string& id, const std::string&) { queued.push_back(id); },
+      [](const engine::EpochResult&) {}, [] { return engine::RemoteStop::kNone; });
+  server->Shutdown();
+  EXPECT_TRUE(peer.deleted_old);
+  EXPECT_THAT(peer.request_ids,
+              ::testing::ElementsAre("job-here.0123456789abcdef", "job-here.0123456789abcdef"));
+  EXPECT_THAT(queued, ::testing::ElementsAre("job-new"));
+  // This stand-in cannot be watched: the member fails, naming the peer, after it was followed.
+  EXPECT_FALSE(result.status.ok());
+  EXPECT_THAT(std::string(result.status.message()), HasSubstr(address));
 }
 
 // A peer that answers GetVersion with the versions it is given.

@@ -387,9 +387,9 @@ TEST(SqliteJobStoreTest, PageTokensAreSignedForTheirFiltersAndOwnersFilterTheLis
   JobQuery everyone = alices;
   everyone.owner.reset();
   EXPECT_EQ(store->ListJobs(everyone).status().code(), absl::StatusCode::kInvalidArgument);
-  for (const std::string& forged : {std::string("seq-0"), std::string("seq-+3"),
-                                    std::string("p1.0.0123456789abcdef"),
-                                    "p1.1" + alices.page_token.substr(alices.page_token.find('.', 3))}) {
+  for (const std::string& forged :
+       {std::string("seq-0"), std::string("seq-+3"), std::string("p1.0.0123456789abcdef"),
+        "p1.1" + alices.page_token.substr(alices.page_token.find('.', 3))}) {
     JobQuery query = alices;
     query.page_token = forged;
     EXPECT_EQ(store->ListJobs(query).status().code(), absl::StatusCode::kInvalidArgument) << forged;
@@ -426,7 +426,9 @@ TEST(SqliteJobStoreTest, ASchemaOneFileIsMigratedWithItsOwners) {
   // Back to schema 1: without the column, as a build before it wrote the file.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* sql : {"DROP INDEX jobs_by_owner", "ALTER TABLE jobs DROP COLUMN owner",
+  for (const char* sql : {"DROP INDEX jobs_by_request", "ALTER TABLE jobs DROP COLUMN request_id",
+                          "ALTER TABLE jobs DROP COLUMN request_digest", "DROP INDEX jobs_by_owner",
+                          "ALTER TABLE jobs DROP COLUMN owner",
                           "UPDATE meta SET value = 1 WHERE key = 'schema_version'"}) {
     ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
   }
@@ -438,6 +440,54 @@ TEST(SqliteJobStoreTest, ASchemaOneFileIsMigratedWithItsOwners) {
   absl::StatusOr<engine::JobPage> page = store->ListJobs(carols);
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_THAT(Ids(*page), ElementsAre("job-1"));
+}
+
+// A database of schema 2 (before request ids) is migrated at open: its jobs have none, and the
+// jobs saved after it do, found by them with the digest they were saved with.
+TEST(SqliteJobStoreTest, ASchemaTwoFileIsMigratedAndRequestIdsFindTheirJobs) {
+  const std::string path = ScratchFile("request-ids");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-old", "d")).ok());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql : {"DROP INDEX jobs_by_request", "ALTER TABLE jobs DROP COLUMN request_id",
+                          "ALTER TABLE jobs DROP COLUMN request_digest",
+                          "UPDATE meta SET value = 2 WHERE key = 'schema_version'"}) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  }
+  sqlite3_close(db);
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  for (int i = 1; i <= 3; ++i) {
+    JobSnapshot job = MakeJob(absl::StrCat("job-", i), "d");
+    job.owner = i == 3 ? "bob" : "alice";
+    job.request_id = i == 1 ? "" : "sweep-7";
+    job.request_digest = absl::StrCat("digest-", i);
+    ASSERT_TRUE(store->SaveJob(job).ok());
+  }
+  JobQuery query;
+  query.owner = "alice";
+  query.request_id = "sweep-7";
+  absl::StatusOr<engine::JobPage> page = store->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(Ids(*page), ElementsAre("job-2"));
+  EXPECT_EQ(page->jobs[0].request_id, "sweep-7");
+  EXPECT_EQ(page->jobs[0].request_digest, "digest-2");
+  EXPECT_EQ(store->LoadJob("job-2")->request_id, "sweep-7");
+  query.owner = "bob";
+  EXPECT_THAT(Ids(*store->ListJobs(query)), ElementsAre("job-3"));
+  // Unfiltered, every job, the migrated one too; a page token is bound to its request id.
+  JobQuery all;
+  all.page_size = 1;
+  page = store->ListJobs(all);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-old"));
+  all.page_token = page->next_page_token;
+  all.request_id = "sweep-7";
+  EXPECT_EQ(store->ListJobs(all).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SqliteJobStoreTest, ReopeningKeepsTheSchemaVersion) {

@@ -123,6 +123,17 @@ struct ResumePoint {
   int32_t epoch = 0;            // the checkpoint's epoch; 0 without one
 };
 
+// Who queues a job (Enqueue, EnqueueSweep), as recorded on it.
+struct Submitter {
+  std::string owner;
+  // An admin's job, whose checkpoints JobHooks::may_checkpoint is not asked about (nor for a job
+  // taken up after a restart).
+  bool quota_exempt = false;
+  // CallContext::request_id and request_digest: a submit that repeats the id finds the job.
+  std::string request_id;
+  std::string request_digest;
+};
+
 // One member of a sweep, checked and placed (Engine::SubmitSweep).
 struct SweepMember {
   JobSpec spec;
@@ -147,25 +158,22 @@ class JobManager {
   // store, the job is durable when this returns. Its datasets are acquired when it starts
   // (JobHooks::acquire). `torchscript` is a TorchScript job's checked module (then `model` is
   // empty), trained in place, and `module_bytes` its archive (kept for a restart); null and empty
-  // for a spec-built model. `owner` is recorded on the job, and `estimated_memory_bytes` (its
-  // working set, as Submit estimated it). `quota_exempt`: an admin's job, whose checkpoints
-  // JobHooks::may_checkpoint is not asked about (nor for a job taken up after a restart).
+  // for a spec-built model. `by` is recorded on the job, and `estimated_memory_bytes` (its working
+  // set, as Submit estimated it).
   // UNAVAILABLE after Shutdown or Drain; RESOURCE_EXHAUSTED when max_queued_jobs jobs already
   // wait; INTERNAL when the job cannot be recorded.
   absl::StatusOr<JobSnapshot> Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                       std::shared_ptr<const TorchScriptJob> torchscript = nullptr,
-                                      std::string owner = "", std::string_view module_bytes = {},
+                                      Submitter by = {}, std::string_view module_bytes = {},
                                       int64_t estimated_memory_bytes = 0,
-                                      std::vector<DeviceCostEstimate> device_estimates = {},
-                                      bool quota_exempt = false);
+                                      std::vector<DeviceCostEstimate> device_estimates = {});
   // Queues a sweep's checked members as jobs of one sweep (a new sweep id on each), all or none,
   // and returns them QUEUED in order. Members queued on one device together train as one pack
   // (RunPackedTraining) when a worker takes the first of them; a member taken up again after a
   // restart trains alone. The same errors as Enqueue (RESOURCE_EXHAUSTED when the members would
   // take the queues past max_queued_jobs).
   absl::StatusOr<std::vector<JobSnapshot>> EnqueueSweep(std::vector<SweepMember> members,
-                                                        std::string owner = "",
-                                                        bool quota_exempt = false);
+                                                        Submitter by = {});
   // Takes up a job the store had as QUEUED or RUNNING when the daemon stopped (at start, before
   // any Enqueue): `job` is its record with its epochs up to `resume.epoch` and the restart
   // appended; it is recorded QUEUED and queued behind the jobs requeued before it. Not bounded by

@@ -88,10 +88,9 @@ void JobManager::QueueLocked(std::shared_ptr<Record> record) {
 
 absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, torch::Device device,
                                                 std::shared_ptr<const TorchScriptJob> torchscript,
-                                                std::string owner, std::string_view module_bytes,
+                                                Submitter by, std::string_view module_bytes,
                                                 int64_t estimated_memory_bytes,
-                                                std::vector<DeviceCostEstimate> device_estimates,
-                                                bool quota_exempt) {
+                                                std::vector<DeviceCostEstimate> device_estimates) {
   // Admission first (cheap, under the lock), then the durable writes without it, then the queue.
   {
     absl::MutexLock lock(&mu_);
@@ -108,14 +107,16 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
   record->model = std::move(model);
   record->torchscript = std::move(torchscript);
   record->device = device;
-  record->quota_exempt = quota_exempt;
+  record->quota_exempt = by.quota_exempt;
   JobSnapshot& snap = record->snap;
   snap.estimated_memory_bytes = estimated_memory_bytes;
   snap.device_estimates = std::move(device_estimates);
   snap.id = NewId();
   snap.spec = std::move(spec);
   snap.state = JobState::kQueued;
-  snap.owner = std::move(owner);
+  snap.owner = std::move(by.owner);
+  snap.request_id = std::move(by.request_id);
+  snap.request_digest = std::move(by.request_digest);
   snap.device = DeviceName(device);
   snap.create_time = absl::Now();
 
@@ -145,8 +146,7 @@ absl::StatusOr<JobSnapshot> JobManager::Enqueue(JobSpec spec, ModelSpec model, t
 }
 
 absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<SweepMember> members,
-                                                                  std::string owner,
-                                                                  bool quota_exempt) {
+                                                                  Submitter by) {
   const int64_t count = static_cast<int64_t>(members.size());
   {
     absl::MutexLock lock(&mu_);
@@ -173,7 +173,7 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     auto record = std::make_shared<Record>();
     record->model = std::move(member.model);
     record->device = member.device;
-    record->quota_exempt = quota_exempt;
+    record->quota_exempt = by.quota_exempt;
     JobSnapshot& snap = record->snap;
     snap.id = id;
     snap.sweep_id = sweep_id;
@@ -181,7 +181,9 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     snap.device_estimates = std::move(member.device_estimates);
     snap.spec = std::move(member.spec);
     snap.state = JobState::kQueued;
-    snap.owner = owner;
+    snap.owner = by.owner;
+    snap.request_id = by.request_id;
+    snap.request_digest = by.request_digest;
     snap.device = DeviceName(member.device);
     snap.create_time = absl::Now();
     ids->push_back(std::move(id));

@@ -77,6 +77,7 @@ absl::StatusOr<JobPage> JobManager::List(const JobQuery& query) const {
     if (query.state.has_value() && snap.state != *query.state) continue;
     if (!query.dataset.empty() && snap.spec.dataset != query.dataset) continue;
     if (query.owner.has_value() && snap.owner != *query.owner) continue;
+    if (!query.request_id.empty() && snap.request_id != query.request_id) continue;
     if (query.full) {
       page.jobs.push_back(snap);
     } else {
@@ -154,7 +155,7 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
       // A running job (or one its worker has just taken) stops before its next step. So does a
       // member that went on training on a peer while this daemon restarted: its worker cancels it
       // there.
-      if (state == JobState::kRunning || record->claimed || !record->snap.peer_job_id().empty()) {
+      if (state == JobState::kRunning || record->claimed || record->snap.may_be_on_peer()) {
         running = true;
       } else {
         // Queued: take it out of its device's queue; it never runs.

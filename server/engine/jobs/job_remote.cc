@@ -3,6 +3,9 @@
 // limits, through RemoteRanks::RunJob; this daemon keeps the member's record, publishes its epochs
 // as the peer reports them, and keeps its model once the peer gives it.
 //
+// Before the member is submitted there, the request id it is submitted with is recorded here
+// (ranks[0].request_id, once for the member's life): a daemon killed between the peer's taking the
+// job and its recording the job's id submits again with that id and gets the same job back.
 // The peer's id of the job is recorded here (ranks[0].job_id) as soon as the peer took it. When
 // this daemon stops (a drain, a shutdown) or is killed while the member trains there, the job is
 // left training there, and the next start takes it up again by that id, reading its epochs from
@@ -14,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
@@ -25,15 +29,26 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   JobSpec spec;
   std::string id;
   std::string there_before;  // the peer's id of it from a run before this daemon's restart
+  std::string request_id;    // its request id there, kept for the member's life
   {
     absl::MutexLock lock(&mu_);
     spec = record->snap.spec;
     id = record->snap.id;
     there_before = record->snap.peer_job_id();
+    if (spec.runs_on_peer() && !record->snap.ranks.empty()) {
+      request_id = record->snap.ranks.front().request_id;
+    }
   }
-  // Cancelled before it started here: ended, unless it went on there (found again after a
+  // A run before this daemon's restart may have submitted it there: its id there, or at least
+  // the request id it was submitted with, was recorded.
+  const bool may_be_there = !there_before.empty() || !request_id.empty();
+  if (request_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    request_id = absl::StrFormat("%s.%016x", id, rng_());
+  }
+  // Cancelled before it started here: ended, unless it may have gone on there (after a
   // restart), which RunJob then finds and cancels there.
-  if ((there_before.empty() || !record->cancel.load()) && StopsBeforeStart(shared)) return;
+  if ((!may_be_there || !record->cancel.load()) && StopsBeforeStart(shared)) return;
   const std::string peer = spec.nodes.front();
   auto state = std::make_unique<StartedRunState>();
   state->threads = 0;  // none of this daemon's
@@ -41,7 +56,7 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
     snap.state = JobState::kRunning;
     // Its device and id there once the peer took it (on_queued); until then what the caller
     // named, and the id of an earlier run there.
-    snap.ranks = {RankPlacement{0, spec.device, peer, there_before}};
+    snap.ranks = {RankPlacement{0, spec.device, peer, there_before, request_id}};
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
@@ -61,6 +76,7 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   request.spec.nodes.clear();
   request.job_id = id;
   request.resume_id = there_before;
+  request.request_id = request_id;
   const int32_t planned = spec.epochs;
   auto on_epoch = [&](const EpochResult& epoch) {
     JobEvent event;

@@ -282,8 +282,8 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       const std::string node = NodeName(options_.node_name);
       for (int32_t rank = 0; rank < snap.spec.replicas; ++rank) {
         const std::string peer = job_internal::PeerOfRank(snap.spec.nodes, rank);
-        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node, ""}
-                                          : RankPlacement{rank, "cpu", peer, ""});
+        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node, "", ""}
+                                          : RankPlacement{rank, "cpu", peer, "", ""});
       }
     }
     if (snap.start_time == absl::InfinitePast()) {
