@@ -16,36 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import tempfile
 import time
 
 import numpy as np
 
 import trainerd
+from daemons import free_port, start
 
 MODEL = "linear:1024,relu,linear:1024,relu,linear:1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start(build_dir: str, work: str, listen: str, peers: str, name: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [os.path.join(build_dir, "server", "trainerd"), f"--listen={listen}",
-         f"--data_dir={work}/{name}", "--device=cpu", "--metrics_listen=",
-         "--diagnose_at_start=false", "--intra_op_threads=1", f"--peers={peers}",
-         f"--node_name={name}"],
-        stdout=subprocess.PIPE, stderr=open(os.path.join(work, f"{name}.log"), "w"), text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
-    if "listening on" not in line:
-        raise RuntimeError(f"trainerd did not start: {line!r}")
-    return proc
 
 
 def main() -> None:
@@ -66,7 +46,8 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     results: dict[int, dict[str, dict[str, float]]] = {b: {} for b in batches}
     with tempfile.TemporaryDirectory() as work:
-        procs = [start(args.build_dir, work, addresses[i], addresses[1 - i], f"node-{i}")
+        procs = [start(args.build_dir, work, addresses[i], addresses[1 - i], f"node-{i}",
+                       "--intra_op_threads=1")
                  for i in range(2)]
         try:
             clients = [trainerd.Client(a) for a in addresses]

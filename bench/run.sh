@@ -28,6 +28,9 @@ if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   # The same kind of job through the daemons: one rank, 2 ranks in one daemon, 2 on two daemons.
   "$(python/venv.sh "$PYTHON")" bench/data_parallel_daemons.py --build-dir "$BUILD_DIR" \
     --results-dir "$RESULTS_DIR"
+  # A sweep spread over a peer (its share packed there) against the same sweep on one daemon.
+  "$(python/venv.sh "$PYTHON")" bench/spread_sweep.py --build-dir "$BUILD_DIR" \
+    --results-dir "$RESULTS_DIR"
 fi
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"

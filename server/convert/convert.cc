@@ -462,11 +462,13 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
     rank->set_node(r.node);
     rank->set_job_id(r.job_id);
     rank->set_request_id(r.request_id);
+    rank->set_sweep_member(r.sweep_member);
   }
   out.set_global_batch_size(job.spec.batch_size * std::max<int32_t>(1, job.spec.replicas));
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
   out.set_sweep_id(job.sweep_id);
   out.set_request_id(job.request_id);
+  out.set_sweep_member(job.sweep_member);
   for (const engine::DeviceCostEstimate& e : job.device_estimates) {
     v1::DeviceEstimate* estimate = out.add_device_estimates();
     estimate->set_device(e.device);
@@ -564,12 +566,13 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.checkpoint_error = job.checkpoint_error();
   out.model_sha256 = job.model_sha256();
   for (const v1::RankPlacement& r : job.ranks()) {
-    out.ranks.push_back(
-        engine::RankPlacement{r.rank(), r.device(), r.node(), r.job_id(), r.request_id()});
+    out.ranks.push_back(engine::RankPlacement{r.rank(), r.device(), r.node(), r.job_id(),
+                                              r.request_id(), r.sweep_member()});
   }
   out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.sweep_id = job.sweep_id();
   out.request_id = job.request_id();
+  out.sweep_member = job.sweep_member();
   for (const v1::DeviceEstimate& e : job.device_estimates()) {
     out.device_estimates.push_back({e.device(), e.step_seconds(), e.job_seconds()});
   }

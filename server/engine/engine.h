@@ -190,11 +190,21 @@ inline constexpr int64_t kMaxSweepMembers = 256;
 
 // A sweep's lists (SubmitSweep): each member takes one value of each; an empty list keeps the
 // spec's value.
+// One member given by its values (SweepAxes::points): unset keeps the spec's.
+struct SweepPoint {
+  std::optional<double> learning_rate;
+  std::optional<double> momentum;
+  std::optional<double> weight_decay;
+  std::optional<uint64_t> seed;
+};
+
 struct SweepAxes {
   std::vector<double> learning_rates;
   std::vector<double> momenta;
   std::vector<double> weight_decays;
   std::vector<uint64_t> seeds;
+  // The members one by one instead of the lists' product (the lists then empty).
+  std::vector<SweepPoint> points;
 };
 
 struct SweepSnapshot {

@@ -351,6 +351,16 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     if (!found->ok()) return found->status();
     return SweepOf(*std::move(*found));
   }
+  const bool listed = !axes.learning_rates.empty() || !axes.momenta.empty() ||
+                      !axes.weight_decays.empty() || !axes.seeds.empty();
+  if (!axes.points.empty() && listed) {
+    return absl::InvalidArgumentError(
+        "a sweep takes lists (a product) or points (members one by one), not both");
+  }
+  if (axes.points.size() > static_cast<size_t>(kMaxSweepMembers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the sweep has ", axes.points.size(), " points; at most ", kMaxSweepMembers));
+  }
   // The member count before anything is built from it, through the one checked helper.
   int64_t count = 1;
   for (const size_t axis : {axes.learning_rates.size(), axes.momenta.size(),
@@ -367,6 +377,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
                        " members (the product of its lists); split it into smaller sweeps"));
     }
   }
+  if (!axes.points.empty()) count = static_cast<int64_t>(axes.points.size());
   // Nodes with replicas place each member's ranks; without, they spread the members: member m
   // trains here when m mod (1 + nodes) is 0, else whole on that node (round the list, as ranks
   // go), so that a sweep uses every daemon it names.
@@ -379,17 +390,28 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   TRAINERD_RETURN_IF_ERROR(
       impl_->CheckPeers(&spec, caller, spread ? count - 1 : int64_t{spec.replicas} - 1));
   const std::vector<std::string> nodes = spread ? spec.nodes : std::vector<std::string>{};
-  // An empty list keeps the spec's value (a seed Prepare drew when the spec had none: every
-  // member then starts from the same weights).
-  const std::vector<double> lrs =
-      axes.learning_rates.empty() ? std::vector<double>{spec.learning_rate} : axes.learning_rates;
-  const std::vector<double> momenta =
-      axes.momenta.empty() ? std::vector<double>{spec.momentum} : axes.momenta;
-  std::vector<std::optional<double>> decays;
-  for (double d : axes.weight_decays) decays.push_back(d);
-  if (decays.empty()) decays.push_back(spec.weight_decay);
-  const std::vector<uint64_t> seeds =
-      axes.seeds.empty() ? std::vector<uint64_t>{*spec.seed} : axes.seeds;
+  // The members' values: the points, or the lists' product in order. An empty list keeps the
+  // spec's value (a seed Prepare drew when the spec had none: every member then starts from the
+  // same weights), as an unset value of a point does.
+  std::vector<SweepPoint> grid = axes.points;
+  if (grid.empty()) {
+    const std::vector<double> lrs =
+        axes.learning_rates.empty() ? std::vector<double>{spec.learning_rate} : axes.learning_rates;
+    const std::vector<double> momenta =
+        axes.momenta.empty() ? std::vector<double>{spec.momentum} : axes.momenta;
+    std::vector<std::optional<double>> decays;
+    for (double d : axes.weight_decays) decays.push_back(d);
+    if (decays.empty()) decays.push_back(spec.weight_decay);
+    const std::vector<uint64_t> seeds =
+        axes.seeds.empty() ? std::vector<uint64_t>{*spec.seed} : axes.seeds;
+    for (double lr : lrs) {
+      for (double momentum : momenta) {
+        for (const std::optional<double>& decay : decays) {
+          for (uint64_t seed : seeds) grid.push_back(SweepPoint{lr, momentum, decay, seed});
+        }
+      }
+    }
+  }
   std::vector<SweepMember> members;
   TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, 0, "this sweep"));
   {
@@ -399,38 +421,32 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
       return SweepOf(*std::move(*found));
     }
     TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(caller, count));
-    int32_t index = -1;  // the member's place in the product
-    for (double lr : lrs) {
-      for (double momentum : momenta) {
-        for (const std::optional<double>& decay : decays) {
-          for (uint64_t seed : seeds) {
-            ++index;
-            JobSpec member = spec;
-            if (spread) {
-              const size_t slot = static_cast<size_t>(index) % (1 + nodes.size());
-              member.nodes.clear();
-              if (slot > 0) member.nodes.push_back(nodes[slot - 1]);
-            }
-            member.learning_rate = lr;
-            member.momentum = momentum;
-            member.weight_decay = decay;
-            member.seed = seed;
-            // One device for the whole sweep here: the first member's (placed or chosen by cost).
-            if (!members.empty()) member.device = members.front().spec.device;
-            absl::StatusOr<SweepMember> checked =
-                impl_->CheckLocked(std::move(member), caller, nullptr, nullptr);
-            if (!checked.ok()) {
-              return absl::Status(
-                  checked.status().code(),
-                  absl::StrCat("sweep member ", index + 1, " (learning rate ", lr, ", momentum ",
-                               momentum, ", weight decay ", decay.value_or(0.0), ", seed ", seed,
-                               "): ", checked.status().message()));
-            }
-            if (checked->spec.runs_on_peer()) checked->spec.device = asked_device;
-            members.push_back(*std::move(checked));
-          }
-        }
+    for (size_t index = 0; index < grid.size(); ++index) {
+      const SweepPoint& point = grid[index];
+      JobSpec member = spec;
+      if (spread) {
+        const size_t slot = index % (1 + nodes.size());
+        member.nodes.clear();
+        if (slot > 0) member.nodes.push_back(nodes[slot - 1]);
       }
+      member.learning_rate = point.learning_rate.value_or(spec.learning_rate);
+      member.momentum = point.momentum.value_or(spec.momentum);
+      if (point.weight_decay.has_value()) member.weight_decay = point.weight_decay;
+      member.seed = point.seed.value_or(*spec.seed);
+      // One device for the whole sweep here: the first member's (placed or chosen by cost).
+      if (!members.empty()) member.device = members.front().spec.device;
+      const std::string values = absl::StrCat(
+          "learning rate ", member.learning_rate, ", momentum ", member.momentum, ", weight decay ",
+          member.weight_decay.value_or(0.0), ", seed ", *member.seed);
+      absl::StatusOr<SweepMember> checked =
+          impl_->CheckLocked(std::move(member), caller, nullptr, nullptr);
+      if (!checked.ok()) {
+        return absl::Status(checked.status().code(),
+                            absl::StrCat("sweep member ", index + 1, " (", values,
+                                         "): ", checked.status().message()));
+      }
+      if (checked->spec.runs_on_peer()) checked->spec.device = asked_device;
+      members.push_back(*std::move(checked));
     }
     TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> jobs,
                               impl_->jobs.EnqueueSweep(std::move(members), SubmitterOf(caller)));

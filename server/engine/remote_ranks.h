@@ -52,6 +52,19 @@ struct RemoteJobRequest {
   // the call: a daemon killed before it learned the id there submits again with it and gets the
   // job that call queued, rather than a second one (or, cancelled meanwhile, finds it to cancel).
   std::string request_id;
+  // A member sent before as one of a sweep there (RunSweep) whose id there was not recorded: that
+  // sweep's request id and the member's place in it (1-based), by which it is found there.
+  std::string share_request_id;
+  int32_t share_member = 0;
+};
+
+// Members of one sweep a peer trains together, as one sweep of its own (packed there).
+struct RemoteSweepRequest {
+  // Each member's spec as the leader accepted it, without its nodes: they differ only in their
+  // learning rate, momentum, weight decay and seed.
+  std::vector<JobSpec> members;
+  std::vector<std::string> job_ids;  // the leader's ids, for the peer's log
+  std::string request_id;            // recorded on each member before the call
 };
 
 // What RunJob's `stop` asks for.
@@ -59,6 +72,13 @@ enum class RemoteStop {
   kNone,    // go on
   kCancel,  // the member was cancelled here: cancel it there
   kDetach,  // this daemon is stopping: stop watching, leave it training there (resume_id)
+};
+
+// How a member on a peer is told of its job there, and asked whether to go on (RunJob, RunSweep).
+struct RemoteMemberCalls {
+  std::function<void(const std::string& id, const std::string& device)> on_queued;
+  std::function<void(const EpochResult&)> on_epoch;
+  std::function<RemoteStop()> stop;
 };
 
 // How that job ended on the peer.
@@ -120,6 +140,14 @@ class RemoteRanks {
       const std::function<void(const std::string& id, const std::string& device)>& on_queued,
       const std::function<void(const EpochResult&)>& on_epoch,
       const std::function<RemoteStop()>& stop) = 0;
+
+  // Trains `request`'s members on `peer` as one sweep there (SubmitSweep with the members as
+  // points and the request id: packed there as any sweep), then follows each member as RunJob
+  // does, all at once: `calls[i]` is member i's. Returns each member's result, in order; a sweep
+  // the peer refused fails every member with its reason. Blocking, on the members' worker.
+  virtual std::vector<RemoteJobResult> RunSweep(const std::string& peer,
+                                                const RemoteSweepRequest& request,
+                                                const std::vector<RemoteMemberCalls>& calls) = 0;
 };
 
 }  // namespace trainerd::engine

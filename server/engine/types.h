@@ -224,6 +224,8 @@ struct RankPlacement {
   std::string job_id;  // a sweep's member on a peer: its job's id there
   // ...and the request id it was submitted there with, recorded before the call (job_remote.cc)
   std::string request_id;
+  // ...sent with others of its sweep as one sweep there: its place in it, 1-based; 0: alone
+  int32_t sweep_member = 0;
 };
 
 // A job taken up again at a daemon's start (proto JobRestart).
@@ -264,7 +266,8 @@ struct JobSnapshot {
   // Submitted with device "auto": each measured device's estimated step and job time
   // (device_cost.h); the job runs on the cheapest. Empty otherwise.
   std::vector<DeviceCostEstimate> device_estimates;
-  std::string sweep_id;  // the sweep it is a member of (SubmitSweep); empty for a job alone
+  std::string sweep_id;      // the sweep it is a member of (SubmitSweep); empty for a job alone
+  int32_t sweep_member = 0;  // its place in that sweep, 1-based; 0 for a job alone
   absl::Time create_time = absl::InfinitePast();
   absl::Time start_time = absl::InfinitePast();  // InfinitePast: not started
   absl::Time end_time = absl::InfinitePast();    // InfinitePast: not ended

@@ -497,6 +497,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
   axes.momenta.assign(request->momenta().begin(), request->momenta().end());
   axes.weight_decays.assign(request->weight_decays().begin(), request->weight_decays().end());
   axes.seeds.assign(request->seeds().begin(), request->seeds().end());
+  if (request->points_size() > engine::kMaxSweepMembers) {
+    return FinishWith(context, absl::InvalidArgumentError(
+                                   absl::StrCat("the sweep has ", request->points_size(),
+                                                " points; at most ", engine::kMaxSweepMembers)));
+  }
+  for (const v1::SweepPoint& given : request->points()) {
+    engine::SweepPoint& point = axes.points.emplace_back();
+    if (given.has_learning_rate()) point.learning_rate = given.learning_rate();
+    if (given.has_momentum()) point.momentum = given.momentum();
+    if (given.has_weight_decay()) point.weight_decay = given.weight_decay();
+    if (given.has_seed()) point.seed = given.seed();
+  }
   engine::CallContext caller = CallContextOf(context, authenticator_);
   if (!request->request_id().empty()) {
     if (absl::Status id = CheckRequestId(request->request_id()); !id.ok()) {

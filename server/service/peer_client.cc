@@ -9,6 +9,7 @@
 #include <chrono>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -26,6 +27,7 @@
 #include "common/job_limits.h"
 #include "common/status_macros.h"
 #include "server/convert/convert.h"
+#include "server/engine/engine.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 #include "trainerd/v1/peers.grpc.pb.h"
@@ -255,6 +257,22 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
         return result;
       }
     }
+    if (id.empty() && !job.share_request_id.empty()) {
+      // Sent before as one of a sweep there, and its id there not recorded: found by that
+      // sweep's request id and its place in it (Job.sweep_member). One cancelled there trains
+      // anew, alone.
+      absl::StatusOr<std::optional<v1::Job>> found = FindShareMember(stub.get(), peer, job);
+      if (!found.ok()) {
+        result.status = found.status();
+        return result;
+      }
+      if (found->has_value() && (*found)->state() == v1::JOB_STATE_CANCELLED) {
+        DeleteThere(stub.get(), (*found)->id());
+      } else if (found->has_value()) {
+        id = (*found)->id();
+        device = (*found)->device();
+      }
+    }
     if (id.empty() && stop() == engine::RemoteStop::kCancel) {
       // Cancelled here before its id there was known: a submit that reached the peer before this
       // daemon was killed is found by its request id, and followed until the cancel ends it.
@@ -322,6 +340,112 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       return result;
     }
     on_queued(id, device);
+    return Follow(stub.get(), peer, id, on_epoch, stop);
+  }
+
+  std::vector<engine::RemoteJobResult> RunSweep(
+      const std::string& peer, const engine::RemoteSweepRequest& sweep,
+      const std::vector<engine::RemoteMemberCalls>& calls) override {
+    const size_t n = sweep.members.size();
+    std::vector<engine::RemoteJobResult> results(n);
+    auto fail_all = [&](const absl::Status& status) {
+      for (engine::RemoteJobResult& result : results) result.status = status;
+      return results;
+    };
+    if (n == 0 || calls.size() != n) {
+      return fail_all(absl::InternalError("a sweep for a peer needs one set of calls per member"));
+    }
+    // One sweep there: the first member's spec, every member a point (they differ only in
+    // these), under the request id each member recorded before this call.
+    v1::SubmitSweepRequest request;
+    engine::JobSpec base = sweep.members.front();
+    base.nodes.clear();
+    *request.mutable_spec() = ToProto(base);
+    for (const engine::JobSpec& member : sweep.members) {
+      v1::SweepPoint* point = request.add_points();
+      point->set_learning_rate(member.learning_rate);
+      point->set_momentum(member.momentum);
+      if (member.weight_decay.has_value()) point->set_weight_decay(*member.weight_decay);
+      if (member.seed.has_value()) point->set_seed(*member.seed);
+    }
+    request.set_request_id(sweep.request_id);
+    auto stub = v1::JobService::NewStub(Channel(peer));
+    v1::SubmitSweepResponse response;
+    {
+      grpc::ClientContext context;
+      Authorize(&context);
+      context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+      const grpc::Status status = stub->SubmitSweep(&context, request, &response);
+      if (!status.ok()) return fail_all(PeerError(peer, status, "to train a sweep's members"));
+    }
+    if (static_cast<size_t>(response.members_size()) != n) {
+      return fail_all(
+          absl::InternalError(absl::StrCat("peer ", peer, " answered a sweep of ", n,
+                                           " members with ", response.members_size(), " of them")));
+    }
+    for (const v1::Job& member : response.members()) {
+      if (absl::Status checked = CheckPeerAnswer(peer, member.id(), member.device());
+          !checked.ok()) {
+        return fail_all(checked);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      calls[i].on_queued(response.members(i).id(), response.members(i).device());
+    }
+    // Every member followed at once (they train together there): a thread each, as a member
+    // sent alone has its worker's.
+    std::vector<std::thread> followers;
+    followers.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      followers.emplace_back([&, i] {
+        results[i] =
+            Follow(stub.get(), peer, response.members(i).id(), calls[i].on_epoch, calls[i].stop);
+      });
+    }
+    for (std::thread& follower : followers) follower.join();
+    return results;
+  }
+
+ private:
+  // A member of a sweep sent there before (RemoteJobRequest::share_request_id), by its place in
+  // it; nullopt when the peer no longer has it (or what it has there is another member's).
+  absl::StatusOr<std::optional<v1::Job>> FindShareMember(v1::JobService::Stub* stub,
+                                                         const std::string& peer,
+                                                         const engine::RemoteJobRequest& job) {
+    grpc::ClientContext context;
+    Authorize(&context);
+    context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+    v1::ListJobsRequest request;
+    request.set_request_id(job.share_request_id);
+    request.set_page_size(static_cast<int32_t>(engine::kMaxSweepMembers));
+    v1::ListJobsResponse found;
+    const grpc::Status status = stub->ListJobs(&context, request, &found);
+    if (!status.ok()) return PeerError(peer, status, "to find a sweep's member");
+    // By its place (the members before it may be read and deleted there already), and only with
+    // its own values.
+    for (const v1::Job& there : found.jobs()) {
+      if (there.sweep_member() != job.share_member) continue;
+      absl::StatusOr<engine::JobSpec> spec = FromProto(there.spec());
+      if (!spec.ok() || spec->learning_rate != job.spec.learning_rate ||
+          spec->momentum != job.spec.momentum || spec->seed != job.spec.seed) {
+        return std::nullopt;
+      }
+      if (absl::Status checked = CheckPeerAnswer(peer, there.id(), there.device()); !checked.ok()) {
+        return checked;
+      }
+      return there;
+    }
+    return std::nullopt;
+  }
+
+  // Follows the member's job `id` there to its end: its epochs as they come, from the first;
+  // `stop` is asked while the stream waits. Then its end and model are read, and it is deleted
+  // there.
+  engine::RemoteJobResult Follow(v1::JobService::Stub* stub, const std::string& peer,
+                                 const std::string& id,
+                                 const std::function<void(const engine::EpochResult&)>& on_epoch,
+                                 const std::function<engine::RemoteStop()>& stop) {
+    engine::RemoteJobResult result;
     // Its epochs as they come, from the first; `stop` is asked while the stream waits. A cancel
     // cancels the job there, and should the stream not end soon after (the peer cut off), it is
     // given up; a detach gives it up at once. A stop here never waits on a peer.
@@ -434,11 +558,10 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       }
     }
     // The member's home is this daemon: nothing of it stays there.
-    DeleteThere(stub.get(), id);
+    DeleteThere(stub, id);
     return result;
   }
 
- private:
   void DeleteThere(v1::JobService::Stub* stub, const std::string& id) const {
     grpc::ClientContext context;
     Authorize(&context);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -325,7 +326,8 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
 }
 
 // A sweep spread over two daemons (--nodes without --replicas): its members go round them, each
-// trains whole where it lands and ends with the results of the same job submitted alone; the
+// trains whole where it lands (those on the peer packed there, as one sweep of the peer's) and
+// ends with the results of the same job submitted alone; the
 // leader keeps every member's record and model, and nothing of them stays on the peer.
 TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheMemberAlone) {
   StartAll(2);
@@ -340,6 +342,8 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
   const std::vector<std::string> ids = MemberIds(run.out);
   ASSERT_EQ(ids.size(), 4u) << run.out;
   int on_peer = 0;
+  std::set<std::string> sweep_requests_there;
+  std::set<int> places_there;
   for (const std::string& id : ids) {
     const v1::Job member = Get(0, id);
     ASSERT_EQ(member.state(), v1::JOB_STATE_SUCCEEDED) << member.error();
@@ -350,7 +354,10 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
       ASSERT_EQ(member.ranks_size(), 1);
       EXPECT_EQ(member.ranks(0).node(), addresses_[1]);
       EXPECT_EQ(member.ranks(0).device(), "cpu");
-      EXPECT_EQ(member.report().packed_members(), 0);  // alone there
+      // Sent there with the other member dealt to the peer, as one sweep: packed there.
+      EXPECT_EQ(member.report().packed_members(), 2);
+      places_there.insert(member.ranks(0).sweep_member());
+      sweep_requests_there.insert(member.ranks(0).request_id());
       EXPECT_THAT(Ctl(0, {"job", "get", id}).out, HasSubstr("cpu on " + addresses_[1]));
     }
     // The same job alone, on the leader: the member's every epoch, bit for bit.
@@ -370,6 +377,8 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
     EXPECT_GT(std::filesystem::file_size(dir_ / (id + ".pt")), 100u);
   }
   EXPECT_EQ(on_peer, 2);  // members 1 and 3 of 0-3
+  EXPECT_EQ(sweep_requests_there.size(), 1u);
+  EXPECT_THAT(places_there, ::testing::ElementsAre(1, 2));
   // Nothing of the members stays on the peer.
   RunResult listed = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
                                "job", "list", "--all"});

@@ -518,6 +518,36 @@ TEST_F(SweepTest, TheProductRunsAsOnePackAndEachMemberEqualsItsJobAlone) {
   }
 }
 
+// Points: members one by one (a random search), in order, each value unset keeping the spec's;
+// packed as a product's members are, and each equal to its job alone.
+TEST_F(SweepTest, PointsGiveExactlyTheirMembersInOrderPackedAndEachEqualsItsJobAlone) {
+  JobSpec base = Base();
+  base.weight_decay = 0.001;
+  SweepAxes axes;
+  axes.points = {SweepPoint{0.07, 0.3, std::nullopt, 11}, SweepPoint{std::nullopt, 0.0, 0.01, 5},
+                 SweepPoint{0.02, std::nullopt, 0.0, std::nullopt}};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->members.size(), 3u);
+  EXPECT_EQ(sweep->members[0].spec.learning_rate, 0.07);
+  EXPECT_EQ(sweep->members[0].spec.momentum, 0.3);
+  EXPECT_EQ(sweep->members[0].spec.weight_decay, 0.001);
+  EXPECT_EQ(*sweep->members[0].spec.seed, 11u);
+  EXPECT_EQ(sweep->members[1].spec.learning_rate, base.learning_rate);
+  EXPECT_EQ(sweep->members[1].spec.weight_decay, 0.01);
+  EXPECT_EQ(sweep->members[2].spec.momentum, base.momentum);
+  EXPECT_EQ(sweep->members[2].spec.seed, base.seed);
+  for (size_t i = 0; i < 3; ++i) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, sweep->members[i].id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    EXPECT_EQ(job->report.packed_members, 3);
+    absl::StatusOr<JobSnapshot> solo = RunJob(*engine_, job->spec);
+    ASSERT_TRUE(solo.ok());
+    EXPECT_EQ(Losses(*solo), Losses(*job)) << "member " << i;
+  }
+}
+
 TEST_F(SweepTest, WithoutSeedsEveryMemberSharesOneSeed) {
   JobSpec base = Base();
   base.seed.reset();
@@ -579,12 +609,18 @@ TEST_F(SweepTest, NanInfiniteAndNegativeListValuesRefuseTheSweep) {
     std::string member;
   };
   std::vector<Case> cases;
-  cases.push_back({SweepAxes{{0.1, nan}, {}, {}, {}}, "sweep member 2 (learning rate nan"});
-  cases.push_back({SweepAxes{{inf}, {}, {}, {}}, "sweep member 1 (learning rate inf"});
-  cases.push_back({SweepAxes{{}, {0.5, inf}, {}, {}}, "sweep member 2"});
-  cases.push_back({SweepAxes{{}, {-0.5}, {}, {}}, "sweep member 1"});
-  cases.push_back({SweepAxes{{}, {}, {0.0, -1.0}, {}}, "sweep member 2"});
-  cases.push_back({SweepAxes{{}, {}, {nan}, {}}, "sweep member 1"});
+  cases.push_back({SweepAxes{{0.1, nan}, {}, {}, {}, {}}, "sweep member 2 (learning rate nan"});
+  cases.push_back({SweepAxes{{inf}, {}, {}, {}, {}}, "sweep member 1 (learning rate inf"});
+  cases.push_back({SweepAxes{{}, {0.5, inf}, {}, {}, {}}, "sweep member 2"});
+  cases.push_back({SweepAxes{{}, {-0.5}, {}, {}, {}}, "sweep member 1"});
+  cases.push_back({SweepAxes{{}, {}, {0.0, -1.0}, {}, {}}, "sweep member 2"});
+  cases.push_back({SweepAxes{{}, {}, {nan}, {}, {}}, "sweep member 1"});
+  cases.push_back(
+      {SweepAxes{{}, {}, {}, {}, {SweepPoint{0.1, {}, {}, 1}, SweepPoint{nan, {}, {}, 2}}},
+       "sweep member 2 (learning rate nan"});
+  cases.push_back(
+      {SweepAxes{{0.1}, {}, {}, {}, {SweepPoint{0.1, {}, {}, 1}}}, "lists (a product) or points"});
+  cases.push_back({SweepAxes{{}, {}, {}, {}, std::vector<SweepPoint>(257)}, "257 points"});
   for (const Case& c : cases) {
     absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), c.axes);
     EXPECT_EQ(sweep.status().code(), absl::StatusCode::kInvalidArgument) << c.member;

@@ -3,9 +3,11 @@
 // daemon restarted, and until the job is deleted; another request under the same id is refused;
 // ids are each caller's own; racing retries queue one job. Then the peer client against a real
 // daemon: a sweep's member submitted there by a leader killed before it learned the job's id is
-// found again by its request id, to be followed or cancelled, never trained twice.
+// found again by its request id, to be followed or cancelled, never trained twice; a share of a
+// sweep sent there as one sweep is packed there, and each member found again by its place.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -347,6 +349,67 @@ TEST_F(MemberOnAPeerTest, ACancelBeforeItsIdWasKnownFindsTheJobThereAndCancelsIt
   EXPECT_TRUE(nothing.stopped);
   EXPECT_EQ(queued.size(), 1u);
   EXPECT_THAT(ListedAs(kOps, never.request_id), IsEmpty());
+}
+
+// A sweep's share for one peer goes there as one sweep (packed there). A leader killed before it
+// recorded the members' ids there finds each again by the sweep's request id and its place.
+TEST_F(MemberOnAPeerTest, AShareSentAsOneSweepIsPackedThereAndEachMemberIsFoundByItsPlace) {
+  std::shared_ptr<engine::RemoteRanks> leader = Leader();
+  ASSERT_NE(leader, nullptr);
+  engine::RemoteSweepRequest share;
+  share.request_id = "sweep-leader001.00000000000000cc";
+  for (int i = 0; i < 3; ++i) {
+    engine::RemoteJobRequest member = Member(/*epochs=*/30);
+    member.spec.learning_rate = 0.1 / (i + 1);
+    member.spec.seed = 7 + i;
+    share.members.push_back(member.spec);
+    share.job_ids.push_back(absl::StrCat("job-leader0000", i));
+  }
+  std::vector<std::string> ids(3);
+  std::atomic<int> queued{0};
+  std::vector<engine::RemoteMemberCalls> calls(3);
+  for (int i = 0; i < 3; ++i) {
+    calls[i].on_queued = [&, i](const std::string& id, const std::string&) {
+      ids[i] = id;
+      ++queued;
+    };
+    calls[i].on_epoch = [](const engine::EpochResult&) {};
+    // The leader dies as soon as the peer took them: nothing of their ids is kept.
+    calls[i].stop = [&] {
+      return queued.load() == 3 ? engine::RemoteStop::kDetach : engine::RemoteStop::kNone;
+    };
+  }
+  const std::vector<engine::RemoteJobResult> left =
+      leader->RunSweep(server_->address(), share, calls);
+  ASSERT_EQ(left.size(), 3u);
+  for (const engine::RemoteJobResult& result : left) {
+    EXPECT_TRUE(result.status.ok()) << result.status;
+    EXPECT_TRUE(result.detached);
+  }
+  EXPECT_THAT(ListedAs(kOps, share.request_id), ElementsAre(ids[0], ids[1], ids[2]));
+
+  // Restarted, each member knows only the sweep's request id and its place there.
+  for (int i = 0; i < 3; ++i) {
+    engine::RemoteJobRequest member = Member(30);
+    member.spec = share.members[i];
+    member.share_request_id = share.request_id;
+    member.share_member = i + 1;
+    member.request_id = absl::StrCat(share.request_id, ":", i + 1);
+    std::vector<std::string> found;
+    int epochs = 0;
+    const engine::RemoteJobResult result = leader->RunJob(
+        server_->address(), member,
+        [&](const std::string& id, const std::string&) { found.push_back(id); },
+        [&](const engine::EpochResult&) { ++epochs; }, [] { return engine::RemoteStop::kNone; });
+    ASSERT_TRUE(result.status.ok()) << result.status;
+    EXPECT_THAT(found, ElementsAre(ids[i])) << "member " << i + 1;
+    EXPECT_EQ(result.job.state, engine::JobState::kSucceeded);
+    EXPECT_EQ(result.job.spec.seed, share.members[i].seed);
+    EXPECT_EQ(result.job.report.packed_members, 3);
+    EXPECT_EQ(epochs, 30);
+    EXPECT_THAT(ListedAs(kOps, member.request_id), IsEmpty());  // never submitted alone
+  }
+  EXPECT_THAT(ListedAs(kOps, share.request_id), IsEmpty());
 }
 
 }  // namespace

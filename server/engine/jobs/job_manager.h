@@ -303,9 +303,19 @@ class JobManager {
   // A sweep's members taken off the queue together (claimed): trained as one pack.
   void RunPack(std::vector<std::shared_ptr<Record>> members);
   // A job that trains whole on a peer (JobSpec::runs_on_peer; job_remote.cc): nothing of it is
-  // held here but its record; a cancel cancels it there, a drain or a shutdown too (it starts
-  // over at the next start).
+  // held here but its record; a cancel cancels it there, a drain or a shutdown leaves it training
+  // there (taken up again at the next start).
   void RunOnPeer(const std::shared_ptr<Record>& record);
+  // A sweep's members dealt to one peer, taken off that peer's queue together: sent as one sweep
+  // there (packed there), each then followed as RunOnPeer follows one.
+  void RunPackOnPeer(std::vector<std::shared_ptr<Record>> members);
+  // RunOnPeer's steps: the member published RUNNING with where it goes (durably, before any call
+  // there); the calls through which the peer client reports its job there and asks whether to
+  // go on; and its end from the peer's result.
+  StartedRun StartOnPeer(const std::shared_ptr<Record>& record, const RankPlacement& placement);
+  RemoteMemberCalls MemberCalls(Record* record);
+  void EndOnPeer(const std::shared_ptr<Record>& record, StartedRunState& state,
+                 RemoteJobResult result, const std::string& peer);
   // A job with replicas as its ranks (threads here, ranks on peers: `rank_peers`, "" for here),
   // with `threads` intra-op threads for the ranks here together; taken up once without a peer it
   // lost mid-job when it has a checkpoint (job_ranks.cc).

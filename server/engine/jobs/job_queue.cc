@@ -177,6 +177,7 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     JobSnapshot& snap = record->snap;
     snap.id = id;
     snap.sweep_id = sweep_id;
+    snap.sweep_member = static_cast<int32_t>(records.size()) + 1;
     snap.estimated_memory_bytes = member.estimated_memory_bytes;
     snap.device_estimates = std::move(member.device_estimates);
     snap.spec = std::move(member.spec);
@@ -210,10 +211,8 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
   std::vector<JobSnapshot> out;
   for (auto& record : records) {
     // Members with replicas train one after another, each as its ranks: a pack is one rank.
-    // A member that runs on a peer trains there alone.
-    if (record->snap.spec.replicas <= 1 && !record->snap.spec.runs_on_peer()) {
-      record->pack = ids;
-    }
+    // Those dealt to one peer go there together (the worker takes those of its own queue).
+    if (record->snap.spec.replicas <= 1) record->pack = ids;
     out.push_back(record->snap);
     QueueLocked(std::move(record));
   }

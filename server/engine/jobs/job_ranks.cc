@@ -101,7 +101,7 @@ bool JobManager::TakeUpWithoutPeer(const std::shared_ptr<Record>& shared,
     snap.final_loss = snap.epochs.empty() ? 0.0 : snap.epochs.back().loss;
     snap.restarts.push_back(JobRestart{absl::Now(), from, JobState::kRunning});
     for (RankPlacement& rank : snap.ranks) {
-      if (rank.node == failed.lost_peer) rank = RankPlacement{rank.rank, snap.device, node, "", ""};
+      if (rank.node == failed.lost_peer) rank = RankPlacement{rank.rank, snap.device, node, "", "", 0};
     }
   });
   LogWarning(absl::StrCat("job '", record->snap.id, "' lost its peer ", failed.lost_peer, " (",

@@ -6,9 +6,13 @@
 // Before the member is submitted there, the request id it is submitted with is recorded here
 // (ranks[0].request_id, once for the member's life): a daemon killed between the peer's taking the
 // job and its recording the job's id submits again with that id and gets the same job back.
-// The peer's id of the job is recorded here (ranks[0].job_id) as soon as the peer took it. When
-// this daemon stops (a drain, a shutdown) or is killed while the member trains there, the job is
-// left training there, and the next start takes it up again by that id, reading its epochs from
+// The members a sweep deals to one peer go there together, as one sweep of the peer's
+// (RunPackOnPeer, RemoteRanks::RunSweep): packed there, as they would be here. Each is recorded
+// with that sweep's request id and its place in it before the call, and follows its own job there
+// afterwards; a member taken up again after a restart is followed (or found, or trained anew)
+// alone. The peer's id of the job is recorded here (ranks[0].job_id) as soon as the peer took it.
+// When this daemon stops (a drain, a shutdown) or is killed while the member trains there, the job
+// is left training there, and the next start takes it up again by that id, reading its epochs from
 // the first: nothing is trained twice and nothing is left there unread. Only a cancel here
 // cancels it there, even one that came while this daemon stopped (Requeue keeps it).
 #include <algorithm>
@@ -24,61 +28,28 @@
 
 namespace trainerd::engine {
 
-void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
-  Record* record = shared.get();
-  JobSpec spec;
-  std::string id;
-  std::string there_before;  // the peer's id of it from a run before this daemon's restart
-  std::string request_id;    // its request id there, kept for the member's life
-  {
-    absl::MutexLock lock(&mu_);
-    spec = record->snap.spec;
-    id = record->snap.id;
-    there_before = record->snap.peer_job_id();
-    if (spec.runs_on_peer() && !record->snap.ranks.empty()) {
-      request_id = record->snap.ranks.front().request_id;
-    }
-  }
-  // A run before this daemon's restart may have submitted it there: its id there, or at least
-  // the request id it was submitted with, was recorded.
-  const bool may_be_there = !there_before.empty() || !request_id.empty();
-  if (request_id.empty()) {
-    absl::MutexLock lock(&mu_);
-    request_id = absl::StrFormat("%s.%016x", id, rng_());
-  }
-  // Cancelled before it started here: ended, unless it may have gone on there (after a
-  // restart), which RunJob then finds and cancels there.
-  if ((!may_be_there || !record->cancel.load()) && StopsBeforeStart(shared)) return;
-  const std::string peer = spec.nodes.front();
+JobManager::StartedRun JobManager::StartOnPeer(const std::shared_ptr<Record>& shared,
+                                               const RankPlacement& placement) {
   auto state = std::make_unique<StartedRunState>();
   state->threads = 0;  // none of this daemon's
-  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
+  Publish(shared.get(), JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
     // Its device and id there once the peer took it (on_queued); until then what the caller
-    // named, and the id of an earlier run there.
-    snap.ranks = {RankPlacement{0, spec.device, peer, there_before, request_id}};
+    // named, the id of an earlier run there, and the request id it is (or was) submitted with.
+    snap.ranks = {placement};
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
     }
     state->started = snap;
   });
-  TrainingOutcome outcome;
-  if (options_.remote_ranks == nullptr) {
-    outcome.error =
-        absl::StrCat("it was to train on peer ", peer, ", and this daemon has no peers");
-    EndRun(shared, *state, std::move(outcome), [] {});
-    return;
-  }
-  LogInfo(absl::StrCat("job '", id, "' trains on peer ", peer));
-  RemoteJobRequest request;
-  request.spec = spec;
-  request.spec.nodes.clear();
-  request.job_id = id;
-  request.resume_id = there_before;
-  request.request_id = request_id;
-  const int32_t planned = spec.epochs;
-  auto on_epoch = [&](const EpochResult& epoch) {
+  return state;
+}
+
+RemoteMemberCalls JobManager::MemberCalls(Record* record) {
+  RemoteMemberCalls calls;
+  const int32_t planned = record->snap.spec.epochs;  // fixed at submit
+  calls.on_epoch = [this, record, planned](const EpochResult& epoch) {
     JobEvent event;
     event.kind = JobEvent::Kind::kEpoch;
     event.epoch = epoch;
@@ -92,20 +63,25 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   };
   // A cancel ends it there as here; a drain or a shutdown leaves it training there, to be taken
   // up again at the next start.
-  auto stop = [record] {
+  calls.stop = [record] {
     if (record->cancel.load()) return RemoteStop::kCancel;
     if (record->drain.load() || record->interrupt.load()) return RemoteStop::kDetach;
     return RemoteStop::kNone;
   };
   // Recorded (SaveJob) before its first epoch: a daemon killed from here on finds it again.
-  auto on_queued = [&](const std::string& there, const std::string& device) {
+  calls.on_queued = [this, record](const std::string& there, const std::string& device) {
     Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
       if (snap.ranks.empty()) return;
       snap.ranks.front().job_id = there;
       if (!device.empty()) snap.ranks.front().device = device;
     });
   };
-  RemoteJobResult result = options_.remote_ranks->RunJob(peer, request, on_queued, on_epoch, stop);
+  return calls;
+}
+
+void JobManager::EndOnPeer(const std::shared_ptr<Record>& shared, StartedRunState& state,
+                           RemoteJobResult result, const std::string& peer) {
+  TrainingOutcome outcome;
   if (!result.status.ok()) {
     outcome.state = JobState::kFailed;
     outcome.error = std::string(result.status.message());
@@ -115,9 +91,9 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
     // Cancelled, and the peer's end was not read (it did not answer in time): what came here.
     outcome.state = JobState::kCancelled;
     absl::MutexLock lock(&mu_);
-    outcome.epochs_done = record->snap.epochs_completed;
-    outcome.final_loss = record->snap.final_loss;
-    outcome.wall_seconds = record->snap.wall_seconds;
+    outcome.epochs_done = shared->snap.epochs_completed;
+    outcome.final_loss = shared->snap.final_loss;
+    outcome.wall_seconds = shared->snap.wall_seconds;
   } else {
     const JobSnapshot& there = result.job;
     outcome.state = there.state;
@@ -131,10 +107,119 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
     outcome.parameter_count = there.parameter_count;
     outcome.parameters = there.parameters;
     outcome.model_archive = std::move(result.model_archive);
-    state->peer_report = there.report;
-    state->peer_samples_per_second = there.samples_per_second;
+    state.peer_report = there.report;
+    state.peer_samples_per_second = there.samples_per_second;
   }
-  EndRun(shared, *state, std::move(outcome), [] {});
+  EndRun(shared, state, std::move(outcome), [] {});
+}
+
+void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
+  Record* record = shared.get();
+  JobSpec spec;
+  std::string id;
+  RankPlacement before;  // what a run before this daemon's restart recorded of it there
+  {
+    absl::MutexLock lock(&mu_);
+    spec = record->snap.spec;
+    id = record->snap.id;
+    if (!record->snap.ranks.empty()) before = record->snap.ranks.front();
+  }
+  // A run before this daemon's restart may have submitted it there: its id there, or at least
+  // the request id it was submitted with, was recorded.
+  const bool may_be_there = !before.job_id.empty() || !before.request_id.empty();
+  RankPlacement placement{
+      0, spec.device, spec.nodes.front(), before.job_id, before.request_id, before.sweep_member};
+  if (placement.request_id.empty()) {
+    absl::MutexLock lock(&mu_);
+    placement.request_id = absl::StrFormat("%s.%016x", id, rng_());
+  }
+  // Cancelled before it started here: ended, unless it may have gone on there (after a
+  // restart), which RunJob then finds and cancels there.
+  if ((!may_be_there || !record->cancel.load()) && StopsBeforeStart(shared)) return;
+  const std::string peer = spec.nodes.front();
+  StartedRun state = StartOnPeer(shared, placement);
+  if (options_.remote_ranks == nullptr) {
+    TrainingOutcome outcome;
+    outcome.error =
+        absl::StrCat("it was to train on peer ", peer, ", and this daemon has no peers");
+    EndRun(shared, *state, std::move(outcome), [] {});
+    return;
+  }
+  LogInfo(absl::StrCat("job '", id, "' trains on peer ", peer));
+  RemoteJobRequest request;
+  request.spec = spec;
+  request.spec.nodes.clear();
+  request.job_id = id;
+  request.resume_id = placement.job_id;
+  if (placement.sweep_member > 0) {
+    // Sent before as one of a sweep there: found there by that sweep's request id and its place;
+    // trained anew alone (should it be gone there) under an id of its own derived from both.
+    request.share_request_id = placement.request_id;
+    request.share_member = placement.sweep_member;
+    request.request_id = absl::StrCat(placement.request_id, ":", placement.sweep_member);
+  } else {
+    request.request_id = placement.request_id;
+  }
+  const RemoteMemberCalls calls = MemberCalls(record);
+  RemoteJobResult result =
+      options_.remote_ranks->RunJob(peer, request, calls.on_queued, calls.on_epoch, calls.stop);
+  EndOnPeer(shared, *state, std::move(result), peer);
+}
+
+void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
+  std::string peer;
+  std::string sweep_request;
+  {
+    absl::MutexLock lock(&mu_);
+    peer = members.front()->snap.spec.nodes.front();
+    sweep_request = absl::StrFormat("%s.%016x", members.front()->snap.sweep_id, rng_());
+  }
+  // The members that start (one cancelled meanwhile ends here, with nothing of it there), each
+  // recorded RUNNING with the sweep's request id and its place in the sweep there before the
+  // call: a daemon killed before it recorded their ids there finds them by both.
+  std::vector<std::shared_ptr<Record>> started;
+  std::vector<StartedRun> states;
+  RemoteSweepRequest request;
+  request.request_id = sweep_request;
+  for (const std::shared_ptr<Record>& member : members) {
+    if (StopsBeforeStart(member)) continue;
+    JobSpec spec;
+    {
+      absl::MutexLock lock(&mu_);
+      spec = member->snap.spec;
+    }
+    const int32_t place = static_cast<int32_t>(started.size()) + 1;
+    states.push_back(
+        StartOnPeer(member, RankPlacement{0, spec.device, peer, "", sweep_request, place}));
+    started.push_back(member);
+    request.job_ids.push_back(member->snap.id);
+    spec.nodes.clear();
+    request.members.push_back(std::move(spec));
+  }
+  if (started.empty()) return;
+  if (options_.remote_ranks == nullptr) {
+    for (size_t i = 0; i < started.size(); ++i) {
+      TrainingOutcome outcome;
+      outcome.error =
+          absl::StrCat("it was to train on peer ", peer, ", and this daemon has no peers");
+      EndRun(started[i], *states[i], std::move(outcome), [] {});
+    }
+    return;
+  }
+  LogInfo(absl::StrCat(started.size(), " members of sweep '", started.front()->snap.sweep_id,
+                       "' train on peer ", peer, " as one sweep there"));
+  std::vector<RemoteMemberCalls> calls;
+  for (const std::shared_ptr<Record>& member : started) calls.push_back(MemberCalls(member.get()));
+  std::vector<RemoteJobResult> results = options_.remote_ranks->RunSweep(peer, request, calls);
+  results.resize(started.size());  // a short answer fails the rest below
+  for (size_t i = 0; i < started.size(); ++i) {
+    if (results[i].status.ok() && !results[i].detached && !results[i].stopped &&
+        results[i].job.id.empty()) {
+      results[i].status =
+          absl::InternalError(absl::StrCat("peer ", peer, " gave no result for the member"));
+    }
+    EndOnPeer(started[i], *states[i], std::move(results[i]), peer);
+  }
 }
 
 }  // namespace trainerd::engine

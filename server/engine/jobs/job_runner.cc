@@ -55,6 +55,7 @@ void JobManager::WorkerLoop(const std::string& device_name) {
     std::shared_ptr<Record> record;
     std::vector<std::shared_ptr<Record>> pack;
     Worker* worker = nullptr;
+    bool on_peer = false;
     {
       absl::MutexLock lock(&mu_);
       worker = workers_.at(device_name).get();
@@ -62,15 +63,17 @@ void JobManager::WorkerLoop(const std::string& device_name) {
       if (stopped_ || stopping_) return;
       record = jobs_.at(worker->PopNext());
       record->claimed = true;
+      on_peer = record->snap.spec.runs_on_peer();
       ++worker->running;
-      // A sweep's member takes the members still queued here with it: they train as one pack.
+      // A sweep's member takes the members still queued here with it: they train as one pack
+      // (those dealt to one peer, as one sweep there).
       if (record->pack != nullptr) {
         pack.push_back(record);
         for (const std::string& id : *record->pack) {
           if (id == record->snap.id) continue;
           std::shared_ptr<Record> member = FindLocked(id);
           if (member == nullptr || member->claimed || IsTerminal(member->snap.state) ||
-              member->snap.device != device_name) {
+              job_internal::QueueOf(member->snap) != device_name) {
             continue;
           }
           const auto& queue = worker->queues[static_cast<int>(member->snap.spec.priority)];
@@ -82,7 +85,9 @@ void JobManager::WorkerLoop(const std::string& device_name) {
       }
     }
     try {
-      if (pack.size() > 1) {
+      if (pack.size() > 1 && on_peer) {
+        RunPackOnPeer(pack);
+      } else if (pack.size() > 1) {
         RunPack(pack);
       } else {
         RunJob(record);
@@ -282,8 +287,8 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       const std::string node = NodeName(options_.node_name);
       for (int32_t rank = 0; rank < snap.spec.replicas; ++rank) {
         const std::string peer = job_internal::PeerOfRank(snap.spec.nodes, rank);
-        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node, "", ""}
-                                          : RankPlacement{rank, "cpu", peer, "", ""});
+        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node, "", "", 0}
+                                          : RankPlacement{rank, "cpu", peer, "", "", 0});
       }
     }
     if (snap.start_time == absl::InfinitePast()) {
