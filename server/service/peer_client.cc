@@ -28,6 +28,7 @@
 #include "common/status_macros.h"
 #include "server/convert/convert.h"
 #include "server/engine/engine.h"
+#include "server/service/peer_credentials.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 #include "trainerd/v1/peers.grpc.pb.h"
@@ -51,14 +52,6 @@ constexpr int kMaxPeerMessageBytes = 256 * 1024 * 1024;
 constexpr size_t kMaxPeerModelBytes = size_t{1} << 30;
 // How often --peers' DNS names are looked up again.
 constexpr auto kResolveInterval = std::chrono::seconds(5);
-
-absl::StatusOr<std::string> ReadFile(const std::string& path, const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 bool HostPort(const std::string& entry) {
   const size_t colon = entry.rfind(':');
@@ -605,40 +598,6 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
 
 }  // namespace
 
-namespace {
-
-// The channel credentials of calls to peers: TLS with --peer_tls_* (a client certificate for
-// mutual TLS), else plaintext.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentials(
-    const PeerClientOptions& options) {
-  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
-  if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty() ||
-      !options.tls_key_file.empty()) {
-    if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
-      return absl::InvalidArgumentError(
-          "--peer_tls_cert and --peer_tls_key go together (this daemon's client certificate)");
-    }
-    grpc::SslCredentialsOptions ssl;
-    if (!options.tls_ca_file.empty()) {
-      absl::StatusOr<std::string> ca = ReadFile(options.tls_ca_file, "--peer_tls_ca");
-      if (!ca.ok()) return ca.status();
-      ssl.pem_root_certs = *ca;
-    }
-    if (!options.tls_cert_file.empty()) {
-      absl::StatusOr<std::string> cert = ReadFile(options.tls_cert_file, "--peer_tls_cert");
-      if (!cert.ok()) return cert.status();
-      absl::StatusOr<std::string> key = ReadFile(options.tls_key_file, "--peer_tls_key");
-      if (!key.ok()) return key.status();
-      ssl.pem_cert_chain = *cert;
-      ssl.pem_private_key = *key;
-    }
-    credentials = grpc::SslCredentials(ssl);
-  }
-  return credentials;
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options) {
   // The form now (a name that does not resolve yet is not an error: its daemons may come later).
   for (absl::string_view raw : absl::StrSplit(options.peers, ',', absl::SkipWhitespace())) {
@@ -652,40 +611,6 @@ absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOp
   TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                             PeerCredentials(options));
   return std::make_shared<GrpcRemoteRanks>(std::move(options), std::move(credentials));
-}
-
-absl::StatusOr<engine::GroupJoin> MakeGroupJoin(const PeerClientOptions& options,
-                                                const std::string& node0, absl::Duration deadline) {
-  TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
-                            PeerCredentials(options));
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(node0, credentials);
-  const std::string token = options.token;
-  return engine::GroupJoin(
-      [channel, token, deadline](
-          int nodes, int rank,
-          const std::string& address) -> absl::StatusOr<std::map<int, std::string>> {
-        auto stub = v1::PeerService::NewStub(channel);
-        grpc::ClientContext context;
-        if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
-        context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-        v1::JoinGroupRequest request;
-        request.set_nodes(nodes);
-        request.set_node_rank(rank);
-        request.set_address(address);
-        v1::JoinGroupResponse response;
-        const grpc::Status status = stub->JoinGroup(&context, request, &response);
-        if (!status.ok()) {
-          return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                              status.error_message());
-        }
-        // At most one entry per rank of the group; ClusterDirectory checks each.
-        std::map<int, std::string> heard;
-        for (const v1::JoinGroupResponse::Node& node : response.nodes()) {
-          if (static_cast<int>(heard.size()) >= nodes) break;
-          heard.emplace(node.rank(), node.address());
-        }
-        return heard;
-      });
 }
 
 absl::StatusOr<std::vector<std::string>> ResolvePeers(const std::string& flag,

@@ -108,20 +108,7 @@ class RequestIdTest : public ServiceTest {
     return ids;
   }
   v1::Job WaitAs(const std::string& token, const std::string& id) {
-    v1::Job job;
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < give_up) {
-      v1::GetJobRequest request;
-      request.set_id(id);
-      EXPECT_TRUE(jobs_->GetJob(As(token).get(), request, &job).ok());
-      if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
-          job.state() == v1::JOB_STATE_CANCELLED) {
-        return job;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    ADD_FAILURE() << "job " << id << " did not end";
-    return job;
+    return WaitForJobEnd(jobs_.get(), id, token);
   }
 
   std::string token_file_;

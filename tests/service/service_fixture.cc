@@ -438,6 +438,26 @@ grpc::Status ServiceTest::CancelJob(const std::string& id, v1::Job* job) {
   return jobs_->CancelJob(&context, request, job);
 }
 
+v1::Job WaitForJobEnd(v1::JobService::Stub* jobs, const std::string& id, const std::string& token) {
+  v1::Job job;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < give_up) {
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::GetJobRequest request;
+    request.set_id(id);
+    EXPECT_TRUE(jobs->GetJob(&context, request, &job).ok());
+    if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
+        job.state() == v1::JOB_STATE_CANCELLED) {
+      return job;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "job " << id << " did not end";
+  return job;
+}
+
 std::unique_ptr<JobWatch> ServiceTest::Watch(const std::string& id) {
   return std::make_unique<JobWatch>(jobs_.get(), id);
 }

@@ -82,6 +82,11 @@ class JobWatch {
 void ExpectEpochsThenTerminal(const std::vector<v1::JobEvent>& events, int epoch_count,
                               v1::JobState terminal);
 
+// Polls GetJob (as `token`'s caller, "" without credentials) until the job ended, for at most a
+// minute; the job as it ended (a test failure, and the job as last read, past the minute).
+v1::Job WaitForJobEnd(v1::JobService::Stub* jobs, const std::string& id,
+                      const std::string& token = "");
+
 // Starts a fresh server per test (over a fresh data folder) and stops it afterwards. Not
 // thread-safe: the helpers are called from the test's thread.
 class ServiceTest : public ::testing::Test {

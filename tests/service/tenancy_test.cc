@@ -10,11 +10,11 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <iterator>
-#include <functional>
-#include <mutex>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,8 +52,8 @@ class TenancyTest : public ServiceTest {
   void SetUp() override {
     ServiceTest::SetUp();
     token_file_ = data_dir_ + "-tokens";
-    WriteFile(token_file_, absl::StrCat("alice:", kAlice, "\nbob:", kBob, "\nops:", kOps,
-                                        " admin\n"));
+    WriteFile(token_file_,
+              absl::StrCat("alice:", kAlice, "\nbob:", kBob, "\nops:", kOps, " admin\n"));
     ServerOptions options = Options();
     options.auth_token_file = token_file_;
     StartServer(options);
@@ -135,18 +135,7 @@ class TenancyTest : public ServiceTest {
   }
   // Waits for the job to end, as `token`'s caller.
   v1::Job WaitAs(const std::string& token, const std::string& id) {
-    v1::Job job;
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < give_up) {
-      EXPECT_TRUE(GetJobAs(token, id, &job).ok());
-      if (job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
-          job.state() == v1::JOB_STATE_CANCELLED) {
-        return job;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    ADD_FAILURE() << "job " << id << " did not end";
-    return job;
+    return WaitForJobEnd(jobs_.get(), id, token);
   }
 
   std::string token_file_;
@@ -163,8 +152,7 @@ TEST_F(TenancyTest, ATenantSeesAndManagesOnlyItsOwnDatasets) {
   const grpc::Status get = GetDatasetAs(kBob, "alice-data");
   EXPECT_EQ(get.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(get.error_message(), "dataset 'alice-data' not found");
-  EXPECT_EQ(GetDatasetAs(kBob, "no-such-data").error_message(),
-            "dataset 'no-such-data' not found");
+  EXPECT_EQ(GetDatasetAs(kBob, "no-such-data").error_message(), "dataset 'no-such-data' not found");
   EXPECT_EQ(DeleteDatasetAs(kBob, "alice-data").error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(ShareAs(kBob, "alice-data", true).error_code(), grpc::StatusCode::NOT_FOUND);
   v1::Job job;
@@ -365,13 +353,12 @@ grpc::Status CallRaw(const std::shared_ptr<grpc::Channel>& channel, const std::s
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = std::move(s);
-                   done = true;
-                   cv.notify_one();
-                 });
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done = true;
+    cv.notify_one();
+  });
   std::unique_lock<std::mutex> lock(mu);
   cv.wait(lock, [&] { return done; });
   return status;
@@ -400,16 +387,18 @@ TEST_F(TenancyTest, OnlyTheHealthMethodsAreOpenAndJunkPathsShareOneLabel) {
   const std::string once = server_->metrics()->Render();
   EXPECT_THAT(once, HasSubstr("method=\"other\""));
   for (int i = 0; i < 200; ++i) {
-    EXPECT_EQ(CallRaw(channel_, absl::StrCat("/grpc.health.v1.Health/junk-", i), kAlice)
-                  .error_code(),
-              grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(
+        CallRaw(channel_, absl::StrCat("/grpc.health.v1.Health/junk-", i), kAlice).error_code(),
+        grpc::StatusCode::UNIMPLEMENTED);
     CallRaw(channel_, absl::StrCat("/evil.Service/", i), kAlice).IgnoreError();
   }
   const std::string after = server_->metrics()->Render();
   EXPECT_EQ(series(after), series(once));
   EXPECT_THAT(after, Not(HasSubstr("junk-")));
   EXPECT_THAT(after, Not(HasSubstr("evil")));
-  EXPECT_THAT(after, HasSubstr("trainerd_grpc_requests_total{code=\"UNIMPLEMENTED\",method=\"other\"} 401"));
+  EXPECT_THAT(
+      after,
+      HasSubstr("trainerd_grpc_requests_total{code=\"UNIMPLEMENTED\",method=\"other\"} 401"));
   EXPECT_LT(after.size(), once.size() + 256);
 }
 
