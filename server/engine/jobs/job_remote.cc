@@ -196,7 +196,15 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
     spec.nodes.clear();
     request.members.push_back(std::move(spec));
   }
-  if (started.empty()) return;
+  // The worker forgets the member it took; the pack's others leave memory here once ended, as a
+  // pack's members do (RunPack).
+  auto forget = [&] {
+    for (size_t i = 1; i < members.size(); ++i) ForgetEnded(members[i]);
+  };
+  if (started.empty()) {
+    forget();
+    return;
+  }
   if (options_.remote_ranks == nullptr) {
     for (size_t i = 0; i < started.size(); ++i) {
       TrainingOutcome outcome;
@@ -204,6 +212,7 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
           absl::StrCat("it was to train on peer ", peer, ", and this daemon has no peers");
       EndRun(started[i], *states[i], std::move(outcome), [] {});
     }
+    forget();
     return;
   }
   LogInfo(absl::StrCat(started.size(), " members of sweep '", started.front()->snap.sweep_id,
@@ -220,6 +229,7 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
     }
     EndOnPeer(started[i], *states[i], std::move(results[i]), peer);
   }
+  forget();
 }
 
 }  // namespace trainerd::engine
