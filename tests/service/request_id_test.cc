@@ -67,18 +67,7 @@ class RequestIdTest : public ServiceTest {
     return absl::StrCat("seed-", token.substr(0, 4));
   }
   grpc::Status UploadAs(const std::string& token) {
-    const Table table = SeedTable();
-    const std::string payload = EncodePayload(table);
-    v1::DatasetHeader header = HeaderFor(DatasetOf(token), table);
-    header.set_sha256(Sha256Hex(payload));
-    auto context = As(token);
-    v1::Dataset dataset;
-    auto writer = datasets_->UploadDataset(context.get(), &dataset);
-    for (const v1::UploadDatasetRequest& message : UploadMessages(header, payload)) {
-      if (!writer->Write(message)) break;
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return UploadSeedAs(datasets_.get(), DatasetOf(token), token);
   }
   grpc::Status SubmitAs(const std::string& token, const std::string& request_id, int32_t epochs,
                         v1::Job* job) {

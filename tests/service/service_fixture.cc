@@ -438,6 +438,24 @@ grpc::Status ServiceTest::CancelJob(const std::string& id, v1::Job* job) {
   return jobs_->CancelJob(&context, request, job);
 }
 
+grpc::Status UploadSeedAs(v1::DatasetService::Stub* datasets, const std::string& name,
+                          const std::string& token) {
+  const Table table = SeedTable();
+  const std::string payload = EncodePayload(table);
+  v1::DatasetHeader header = HeaderFor(name, table);
+  header.set_sha256(Sha256Hex(payload));
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  if (!token.empty()) context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+  v1::Dataset dataset;
+  auto writer = datasets->UploadDataset(&context, &dataset);
+  for (const v1::UploadDatasetRequest& message : UploadMessages(header, payload)) {
+    if (!writer->Write(message)) break;
+  }
+  writer->WritesDone();
+  return writer->Finish();
+}
+
 v1::Job WaitForJobEnd(v1::JobService::Stub* jobs, const std::string& id, const std::string& token) {
   v1::Job job;
   const absl::Time give_up = absl::Now() + absl::Seconds(60);

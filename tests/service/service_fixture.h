@@ -82,6 +82,11 @@ class JobWatch {
 void ExpectEpochsThenTerminal(const std::vector<v1::JobEvent>& events, int epoch_count,
                               v1::JobState terminal);
 
+// Uploads the seed table under `name` (its sha256 in the header) as `token`'s caller ("" without
+// credentials).
+grpc::Status UploadSeedAs(v1::DatasetService::Stub* datasets, const std::string& name,
+                          const std::string& token = "");
+
 // Polls GetJob (as `token`'s caller, "" without credentials) until the job ended, for at most a
 // minute; the job as it ended (a test failure, and the job as last read, past the minute).
 v1::Job WaitForJobEnd(v1::JobService::Stub* jobs, const std::string& id,

@@ -72,18 +72,7 @@ class TenancyTest : public ServiceTest {
   }
 
   grpc::Status UploadAs(const std::string& token, const std::string& name) {
-    const Table table = SeedTable();
-    const std::string payload = EncodePayload(table);
-    v1::DatasetHeader header = HeaderFor(name, table);
-    header.set_sha256(Sha256Hex(payload));
-    auto context = As(token);
-    v1::Dataset dataset;
-    auto writer = datasets_->UploadDataset(context.get(), &dataset);
-    for (const v1::UploadDatasetRequest& message : UploadMessages(header, payload)) {
-      if (!writer->Write(message)) break;
-    }
-    writer->WritesDone();
-    return writer->Finish();
+    return UploadSeedAs(datasets_.get(), name, token);
   }
   grpc::Status GetDatasetAs(const std::string& token, const std::string& name,
                             v1::Dataset* dataset = nullptr) {
