@@ -119,6 +119,11 @@ const std::vector<CommandSpec>& Commands() {
        "together on the daemon as one packed model ('trainctl job get' shows how many). A sweep\n"
        "trains a --model spec; --torchscript is for submit only.\n"
        "\n"
+       "With --points FILE the members are the file's lines instead, in order (a random search,\n"
+       "or any set no product gives): CSV whose header names some of lr, momentum, weight-decay\n"
+       "and seed; an empty cell, or a column left out, keeps the value of that flag, which then\n"
+       "takes one value. '-' reads the file from stdin.\n"
+       "\n"
        "With --watch, a table of the members sorted by loss (lowest first; members without a\n"
        "finished epoch last) is refreshed until every member ended (on a terminal; otherwise it\n"
        "is printed once at the end), then a line counts the outcomes and names the best member.\n"
@@ -129,7 +134,9 @@ const std::vector<CommandSpec>& Commands() {
        "  trainctl sweep --dataset iris --model linear:16,relu,linear:3 --loss cross_entropy \\\n"
        "      --lr 0.1,0.03,0.01 --momentum 0,0.9 --seed 1,2,3 --epochs 50 --watch\n"
        "  trainctl sweep --dataset iris --model linear:3 --optimizer adamw --lr 0.01 \\\n"
-       "      --weight-decay 0,0.01,0.1 -o json\n",
+       "      --weight-decay 0,0.01,0.1 -o json\n"
+       "  printf 'lr,seed\\n0.1,1\\n0.02,2\\n0.005,3\\n' | trainctl sweep --dataset iris \\\n"
+       "      --model linear:3 --points - --watch\n",
        {SweepFlags()}},
       {"job list",
        "ls",

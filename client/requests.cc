@@ -550,6 +550,7 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepRequestFromFlags(const Invocation& i
     return absl::InvalidArgumentError(
         "--torchscript is for 'trainctl submit' only: the members of a sweep train a --model spec");
   }
+  if (invocation.Has("points")) return SweepPointsRequestFromFlags(invocation);
   // The lists, with their elements as written: they are handed to JobSpecFromFlags as the flag's
   // value, so that every value meets submit's own checks and messages.
   struct SweptFlag {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -101,6 +102,26 @@ absl::StatusOr<std::vector<uint64_t>> ParseSweepSeeds(absl::string_view text);
 // --nesterov on the momentum or --min-lr below each rate); the product of the lists may not
 // exceed kMaxSweepMembers. --torchscript is refused: a sweep trains a text model.
 absl::StatusOr<v1::SubmitSweepRequest> SweepRequestFromFlags(const Invocation& invocation);
+
+// `sweep --points FILE` (FILE "-": standard input): the members one by one
+// (SubmitSweepRequest.points). The file is CSV: a header naming some of the columns lr
+// (learning_rate), momentum, weight-decay (weight_decay) and seed, in any order, then a line per
+// member; an empty cell keeps the spec's value; blank lines and lines starting with '#' are
+// skipped. At most kMaxSweepMembers members and kMaxSweepPointsFileBytes bytes.
+inline constexpr int64_t kMaxSweepPointsFileBytes = int64_t{1} << 20;
+struct SweepPointRow {
+  int line = 0;  // 1-based, for messages
+  v1::SweepPoint point;
+  std::map<std::string, std::string> flags;  // the values as written, by flag (lr, seed, ...)
+};
+// The members of a points file's text. INVALID_ARGUMENT naming the line: an unknown or repeated
+// column, a line with another number of values, a value that is not a number (a seed: a whole
+// number), more than kMaxSweepMembers members, no header or no members.
+absl::StatusOr<std::vector<SweepPointRow>> ParseSweepPoints(absl::string_view text);
+// The request of `sweep --points`: submit's flags make the spec (--lr, --momentum, --weight-decay
+// and --seed take one value, the members' default), and each member's values are checked as
+// submit checks its flags, the line named in the message.
+absl::StatusOr<v1::SubmitSweepRequest> SweepPointsRequestFromFlags(const Invocation& invocation);
 
 // "queued", "running", "succeeded", "failed" or "cancelled" (any case) as the API's JobState;
 // INVALID_ARGUMENT naming them otherwise.

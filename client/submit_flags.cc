@@ -125,6 +125,11 @@ std::vector<FlagSpec> SweepFlags() {
       flags.push_back({"seed", "S,...",
                        "seeds, whole numbers >= 0, e.g. 1,2,3 (default: one\n"
                        "seed the daemon picks, the same for every member)"});
+      flags.push_back({"points", "FILE",
+                       "the members one by one instead of the lists' product:\n"
+                       "a CSV file ('-': stdin) whose header names some of lr,\n"
+                       "momentum, weight-decay and seed, then a line per member\n"
+                       "(an empty cell keeps the flag's single value)"});
     } else if (flag.name == "watch") {
       flags.push_back({"watch", "",
                        "after submitting, show the members sorted by loss,\n"

@@ -99,3 +99,46 @@ def test_sweep_checks_before_sending() -> None:
         offline.sweep("seed", model=b"PK")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="seed must be a whole number"):
         offline.sweep("seed", model="linear:1", seed=[1.5])  # type: ignore[list-item]
+
+
+def test_sweep_points_are_the_members_in_order(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    sweep = client.sweep(
+        "seed", model="linear:1", lr=0.05, seed=7, epochs=5, batch_size=16,
+        points=[{"lr": 0.1, "seed": 1}, {"seed": 2}, {"lr": 0.03}],
+    )
+    assert len(sweep) == 3
+    # A key left out takes the argument's single value.
+    assert [j.spec.optimizer.learning_rate for j in sweep.jobs] == [0.1, 0.05, 0.03]
+    assert [j.spec.seed for j in sweep.jobs] == [1, 2, 7]
+    sweep.wait(timeout=120)
+    assert len(sweep.succeeded) == 3
+    assert all(j.proto.report.packed_members == 3 for j in sweep.jobs)
+    assert [j.proto.sweep_member for j in sweep.jobs] == [1, 2, 3]
+
+
+def test_sweep_points_are_checked_before_sending() -> None:
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(ValueError, match=r"points\[1\]: lr must be > 0"):
+        offline.sweep("seed", model="linear:1", points=[{"lr": 0.1}, {"lr": -1}])
+    with pytest.raises(ValueError, match="not batch_size"):
+        offline.sweep("seed", model="linear:1", points=[{"batch_size": 3}])
+    with pytest.raises(ValueError, match="seed takes one value with it"):
+        offline.sweep("seed", model="linear:1", seed=[1, 2], points=[{"lr": 0.1}])
+    with pytest.raises(ValueError, match="at most 256"):
+        offline.sweep("seed", model="linear:1", points=[{"seed": i} for i in range(257)])
+    with pytest.raises(ValueError, match="at least one member"):
+        offline.sweep("seed", model="linear:1", points=[])
+    with pytest.raises(TypeError, match="sequence of mappings"):
+        offline.sweep("seed", model="linear:1", points={"lr": 0.1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"points\[0\]: seed must be a whole number"):
+        offline.sweep("seed", model="linear:1", points=[{"seed": 1.5}])
+    # min_lr above the default rate is fine when every point gives a rate above it.
+    request = trainerd.client.sweep_request(
+        "seed", "linear:1", 0.01, None, None, None, {"schedule": "cosine", "min_lr": 0.05},
+        [{"lr": 0.1}, {"lr": 0.2}],
+    )
+    assert request.spec.optimizer.learning_rate == 0.1
+    assert [p.learning_rate for p in request.points] == [0.1, 0.2]
+    assert not request.points[0].HasField("seed")

@@ -26,7 +26,7 @@ import asyncio
 import io
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -674,12 +674,15 @@ class Client:
         momentum: float | list[float] | tuple[float, ...] | None = None,
         weight_decay: float | list[float] | tuple[float, ...] | None = None,
         seed: int | list[int] | tuple[int, ...] | None = None,
+        points: Sequence[Mapping[str, float]] | None = None,
         request_id: str | None = None,
         **options: Unpack[SweepOptions],
     ) -> Sweep:
         """Submits a sweep (see :meth:`trainerd.Client.sweep`)."""
         name = dataset.name if isinstance(dataset, DatasetBase) else dataset
-        request = sweep_request(name, model, lr, momentum, weight_decay, seed, dict(options))
+        request = sweep_request(
+            name, model, lr, momentum, weight_decay, seed, dict(options), points
+        )
         if request_id is not None:
             request.request_id = request_id
         response = await self._unary(_JOBS + "SubmitSweep", request, jobs_pb2.SubmitSweepResponse)

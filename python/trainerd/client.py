@@ -8,7 +8,7 @@ import hashlib
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from google.protobuf.message import Message
@@ -525,11 +525,17 @@ class Client:
         momentum: float | list[float] | tuple[float, ...] | None = None,
         weight_decay: float | list[float] | tuple[float, ...] | None = None,
         seed: int | list[int] | tuple[int, ...] | None = None,
+        points: Sequence[Mapping[str, float]] | None = None,
         request_id: str | None = None,
         **options: Unpack[SweepOptions],
     ) -> Sweep:
         """Submits a hyperparameter sweep: one job per combination of the lists (SubmitSweep),
         all QUEUED; members that share the architecture train together as one packed model.
+
+        Or, with ``points``, exactly the members it lists, in order (a random search, or any
+        set no product gives): each a mapping of some of ``lr``, ``momentum``,
+        ``weight_decay`` and ``seed``; a key left out takes the single value given to that
+        argument (``lr``, ``momentum``, ``weight_decay`` and ``seed`` take no lists then).
 
         ``lr``, ``momentum``, ``weight_decay`` and ``seed`` take one value or a list; the other
         keyword arguments are :meth:`submit`'s and apply to every member. Each value is checked
@@ -545,9 +551,13 @@ class Client:
 
             sweep = client.sweep("houses", model="linear:1", lr=[0.1, 0.03, 0.01], seed=[1, 2])
             best = sweep.wait().best()
+            rng = random.Random(0)
+            search = client.sweep("houses", model="linear:1", seed=1, points=[
+                {"lr": 10 ** rng.uniform(-4, -1), "weight_decay": 10 ** rng.uniform(-6, -2)}
+                for _ in range(32)])
         """
         request = sweep_request(
-            _dataset_name(dataset), model, lr, momentum, weight_decay, seed, dict(options)
+            _dataset_name(dataset), model, lr, momentum, weight_decay, seed, dict(options), points
         )
         if request_id is not None:
             request.request_id = request_id
@@ -693,6 +703,7 @@ def sweep_request(
     weight_decay: Any,
     seed: Any,
     options: dict[str, Any],
+    points: Any = None,
 ) -> jobs_pb2.SubmitSweepRequest:
     """SubmitSweep's request, every member's values checked as submit checks them."""
     if not isinstance(model, str):
@@ -703,6 +714,8 @@ def sweep_request(
     for name in ("lr", "momentum", "weight_decay", "seed"):
         if name in options:
             raise TypeError(f"{name} is given twice")
+    if points is not None:
+        return _points_request(dataset, model, lr, momentum, weight_decay, seed, options, points)
     swept: dict[str, list[Any]] = {"lr": sweep_values("lr", lr)}
     if momentum is not None:
         swept["momentum"] = sweep_values("momentum", momentum)
@@ -737,6 +750,73 @@ def sweep_request(
         request.weight_decays.extend(float(v) for v in swept["weight_decay"])
     if "seed" in swept:
         request.seeds.extend(int(v) for v in swept["seed"])
+    return request
+
+
+_POINT_KEYS = ("lr", "momentum", "weight_decay", "seed")
+
+
+def _points_request(
+    dataset: str,
+    model: str,
+    lr: Any,
+    momentum: Any,
+    weight_decay: Any,
+    seed: Any,
+    options: dict[str, Any],
+    points: Any,
+) -> jobs_pb2.SubmitSweepRequest:
+    """SubmitSweep's request with points: the members one by one, each checked as submit checks
+    its options (as ``trainctl sweep --points``)."""
+    if isinstance(points, (str, bytes, Mapping)) or not hasattr(points, "__iter__"):
+        raise TypeError("points must be a sequence of mappings such as {'lr': 0.1, 'seed': 1}")
+    rows = list(points)
+    if not rows:
+        raise ValueError("points: give at least one member")
+    if len(rows) > MAX_SWEEP_MEMBERS:
+        raise ValueError(f"points has {len(rows)} members; a sweep has at most {MAX_SWEEP_MEMBERS}")
+    base: dict[str, Any] = dict(options)
+    for key, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay),
+                       ("seed", seed)):
+        if value is None:
+            continue
+        if isinstance(value, (list, tuple, range)) or hasattr(value, "__len__"):
+            raise ValueError(
+                f"points gives each member's values: {key} takes one value with it (the "
+                "members' default), not a list"
+            )
+        base[key] = value
+    spec_model, _ = model_argument(model)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, Mapping):
+            raise TypeError(f"points[{number - 1}] must be a mapping, got {type(row).__name__}")
+        unknown = sorted(str(k) for k in row if k not in _POINT_KEYS)
+        if unknown:
+            raise ValueError(
+                f"points[{number - 1}]: a point sets lr, momentum, weight_decay and seed, not "
+                + ", ".join(unknown)
+            )
+        try:
+            build_spec(dataset, spec_model, dict(base, **row), sweep=True)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"points[{number - 1}]: {error}") from None
+    # The spec: the options, with the first point's value for each key every point sets (no
+    # member takes the option's value then, and it may not suit the others: min_lr above the
+    # default rate when every point gives a rate above it).
+    everyone = {k: v for k, v in rows[0].items() if all(k in row for row in rows)}
+    request = jobs_pb2.SubmitSweepRequest(
+        spec=build_spec(dataset, spec_model, dict(base, **everyone), sweep=True)
+    )
+    for row in rows:
+        point = request.points.add()
+        if "lr" in row:
+            point.learning_rate = float(row["lr"])
+        if "momentum" in row:
+            point.momentum = float(row["momentum"])
+        if "weight_decay" in row:
+            point.weight_decay = float(row["weight_decay"])
+        if "seed" in row:
+            point.seed = int(row["seed"])
     return request
 
 

@@ -380,6 +380,42 @@ TEST_F(EndToEndTest, SweepTrainsItsMembersAsOnePackAndWatchesThemToTheEnd) {
   EXPECT_GT(std::filesystem::file_size(model), 0u);
 }
 
+// trainctl sweep --points against the real daemon: the file's lines are the members, in order,
+// each with the values its line gives and the flags' for the cells it leaves empty, trained as
+// one pack.
+TEST_F(EndToEndTest, SweepPointsAreTheMembersOfTheFileInOrder) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  const std::string points =
+      WriteFile("points.csv", "# lr and seed per member\nseed,lr\n1,0.1\n2,\n3,0.03\n");
+  RunResult r = Ctl({"-o", "json", "sweep", "--dataset", "seed", "--model", "linear:1", "--points",
+                     points, "--lr", "0.05", "--epochs", "6", "--batch-size", "16"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  v1::SubmitSweepResponse response;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &response).ok()) << r.out;
+  ASSERT_EQ(response.members_size(), 3);
+  const double lrs[] = {0.1, 0.05, 0.03};
+  for (int i = 0; i < 3; ++i) {
+    const std::string& id = response.members(i).id();
+    RunResult wait = Ctl({"job", "wait", id});
+    EXPECT_EQ(wait.exit_code, 0) << wait.out << wait.err;
+    RunResult get = Ctl({"-o", "json", "job", "get", id});
+    v1::Job job;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+    EXPECT_EQ(job.sweep_id(), response.sweep_id());
+    EXPECT_EQ(job.sweep_member(), i + 1);
+    EXPECT_EQ(job.spec().seed(), static_cast<uint64_t>(i + 1));
+    EXPECT_DOUBLE_EQ(job.spec().optimizer().learning_rate(), lrs[i]);
+    EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+    EXPECT_EQ(job.epochs_size(), 6);
+    EXPECT_EQ(job.report().packed_members(), 3);
+  }
+  // A bad line is refused before anything is sent, naming it.
+  RunResult bad = Ctl({"sweep", "--dataset", "seed", "--model", "linear:1", "--points",
+                       WriteFile("bad.csv", "lr\n0.1\n-1\n")});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--points: line 3: --lr must be > 0, got -1"));
+}
+
 // What a new user hit with scikit-learn's data, against the real daemon: int32 labels upload as
 // int64 class indices (said on stderr) in one line; a job without --loss trains with
 // cross_entropy on them; a validating sweep names its best member by validation loss.
