@@ -122,6 +122,8 @@ def test_sweep_points_are_checked_before_sending() -> None:
     offline = trainerd.Client(UNREACHABLE)
     with pytest.raises(ValueError, match=r"points\[1\]: lr must be > 0"):
         offline.sweep("seed", model="linear:1", points=[{"lr": 0.1}, {"lr": -1}])
+    with pytest.raises(ValueError, match=r"points\[0\]: lr must be"):
+        offline.sweep("seed", model="linear:1", points=[{"lr": float("nan")}])
     with pytest.raises(ValueError, match="not batch_size"):
         offline.sweep("seed", model="linear:1", points=[{"batch_size": 3}])
     with pytest.raises(ValueError, match="seed takes one value with it"):

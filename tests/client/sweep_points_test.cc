@@ -107,6 +107,10 @@ TEST(ParseSweepPointsTest, BadFilesAreRefusedNamingTheLine) {
             "--points: line 3: has 1 values; the header names 2 (lr,seed)");
   EXPECT_EQ(error("lr\n0.1\nnan\n"), "--points: line 3: lr 'nan' is not a number");
   EXPECT_EQ(error("momentum\nabc\n"), "--points: line 2: momentum 'abc' is not a number");
+  EXPECT_EQ(error("weight_decay\n1e400\n"),
+            "--points: line 2: weight-decay '1e400' is not a number");  // overflows to inf
+  EXPECT_EQ(error("seed\n18446744073709551616\n"),
+            "--points: line 2: seed '18446744073709551616' is not a whole number in [0, 2^64)");
   EXPECT_EQ(error("seed\n-1\n"), "--points: line 2: seed '-1' is not a whole number in [0, 2^64)");
   EXPECT_EQ(error("seed\n1.5\n"),
             "--points: line 2: seed '1.5' is not a whole number in [0, 2^64)");
