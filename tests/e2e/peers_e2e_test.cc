@@ -476,9 +476,14 @@ TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerGoesOnThereWhileItsLeaderRes
   };
   // Stopped: the member is left training there, RUNNING here.
   EXPECT_EQ(daemons_[0]->Stop(SIGTERM, 60), 0) << daemons_[0]->Stderr();
+  // It goes on while the leader is down (polled: on a loaded machine an epoch may take seconds).
   const int before = epochs_on_peer();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_GT(epochs_on_peer(), before);  // it went on while the leader was down
+  int later = before;
+  for (int i = 0; i < 600 && later <= before; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    later = epochs_on_peer();
+  }
+  EXPECT_GT(later, before);
   Start(0);
   // Taken up again: the epochs so far, then new ones; killed, it is found again once more.
   const v1::Job again = WaitFor(0, there, epochs_on_peer() + 2, 60);
