@@ -5,14 +5,12 @@
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -28,6 +26,7 @@
 #include "common/status_macros.h"
 #include "server/convert/convert.h"
 #include "server/engine/engine.h"
+#include "server/service/member_watch.h"
 #include "server/service/peer_credentials.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
@@ -385,17 +384,17 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     for (size_t i = 0; i < n; ++i) {
       calls[i].on_queued(response.members(i).id(), response.members(i).device());
     }
-    // Every member followed at once (they train together there): a thread each, as a member
-    // sent alone has its worker's.
-    std::vector<std::thread> followers;
-    followers.reserve(n);
+    // Every member followed at once (they train together there), each stream a reactor whose
+    // events come back to this thread: no thread per member. Each is read and deleted there as
+    // it ends, while the others go on.
+    std::vector<WatchedMember> watched;
+    watched.reserve(n);
     for (size_t i = 0; i < n; ++i) {
-      followers.emplace_back([&, i] {
-        results[i] =
-            Follow(stub.get(), peer, response.members(i).id(), calls[i].on_epoch, calls[i].stop);
-      });
+      watched.push_back({response.members(i).id(), calls[i].on_epoch, calls[i].stop});
     }
-    for (std::thread& follower : followers) follower.join();
+    WatchMembers(stub.get(), watched, WatchOptionsHere(), [&](size_t i, const WatchEnd& end) {
+      results[i] = Finish(stub.get(), peer, response.members(i).id(), end);
+    });
     return results;
   }
 
@@ -431,64 +430,33 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     return std::nullopt;
   }
 
-  // Follows the member's job `id` there to its end: its epochs as they come, from the first;
-  // `stop` is asked while the stream waits. Then its end and model are read, and it is deleted
-  // there.
+  // Follows the member's job `id` there to its end (WatchMembers), then reads its end and model
+  // (Finish).
   engine::RemoteJobResult Follow(v1::JobService::Stub* stub, const std::string& peer,
                                  const std::string& id,
                                  const std::function<void(const engine::EpochResult&)>& on_epoch,
                                  const std::function<engine::RemoteStop()>& stop) {
     engine::RemoteJobResult result;
-    // Its epochs as they come, from the first; `stop` is asked while the stream waits. A cancel
-    // cancels the job there, and should the stream not end soon after (the peer cut off), it is
-    // given up; a detach gives it up at once. A stop here never waits on a peer.
-    grpc::ClientContext watch;
-    Authorize(&watch);
-    std::atomic<bool> done{false};
-    std::atomic<bool> stopped{false};
-    std::atomic<bool> detached{false};
-    std::thread watchdog([&] {
-      std::chrono::steady_clock::time_point stopped_at;
-      while (!done.load()) {
-        const engine::RemoteStop asked = stopped.load() ? engine::RemoteStop::kNone : stop();
-        if (asked == engine::RemoteStop::kDetach) {
-          stopped.store(true);
-          detached.store(true);
-          watch.TryCancel();
-        } else if (asked == engine::RemoteStop::kCancel) {
-          stopped.store(true);
-          stopped_at = std::chrono::steady_clock::now();
-          grpc::ClientContext context;
-          Authorize(&context);
-          context.set_deadline(std::chrono::system_clock::now() + kStopDeadline);
-          v1::CancelJobRequest request;
-          request.set_id(id);
-          v1::Job ignored;
-          (void)stub->CancelJob(&context, request, &ignored);
-        }
-        if (stopped.load() && !detached.load() &&
-            std::chrono::steady_clock::now() - stopped_at > kStopDeadline) {
-          watch.TryCancel();
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-    });
-    grpc::Status watched;
-    {
-      grpc::ClientContext& context = watch;
-      v1::WatchJobRequest request;
-      request.set_id(id);
-      std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub->WatchJob(&context, request);
-      v1::JobEvent event;
-      while (reader->Read(&event)) {
-        if (event.has_epoch()) on_epoch(FromProto(event.epoch()));
-      }
-      watched = reader->Finish();
-    }
-    done.store(true);
-    watchdog.join();
-    result.stopped = stopped.load();
-    if (detached.load() && !watched.ok()) {
+    WatchMembers(stub, {WatchedMember{id, on_epoch, stop}}, WatchOptionsHere(),
+                 [&](size_t, const WatchEnd& end) { result = Finish(stub, peer, id, end); });
+    return result;
+  }
+
+  WatchOptions WatchOptionsHere() const {
+    WatchOptions options;
+    options.authorize = [this](grpc::ClientContext* context) { Authorize(context); };
+    options.stop_deadline = kStopDeadline;
+    return options;
+  }
+
+  // A member whose stream there ended: a stop answered (cancelled there, or left training there
+  // by a detach), or its end and model read, and then the job deleted there.
+  engine::RemoteJobResult Finish(v1::JobService::Stub* stub, const std::string& peer,
+                                 const std::string& id, const WatchEnd& end) {
+    engine::RemoteJobResult result;
+    const grpc::Status& watched = end.status;
+    result.stopped = end.stopped;
+    if (end.detached && !watched.ok()) {
       result.detached = true;  // left training there; its id is the member's record
       return result;
     }

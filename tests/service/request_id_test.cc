@@ -7,6 +7,7 @@
 // sweep sent there as one sweep is packed there, and each member found again by its place.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <fstream>
@@ -386,6 +387,79 @@ TEST_F(MemberOnAPeerTest, AShareSentAsOneSweepIsPackedThereAndEachMemberIsFoundB
     EXPECT_THAT(ListedAs(kOps, member.request_id), IsEmpty());  // never submitted alone
   }
   EXPECT_THAT(ListedAs(kOps, share.request_id), IsEmpty());
+}
+
+// The threads of this process now.
+int ThreadCount() {
+  int count = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) count = std::stoi(line.substr(8));
+  }
+  return count;
+}
+
+// A share of 8 members is followed to the end from the calling thread: each member's epochs in
+// order, from the first; a cancel of one ends it there alone, while the others go on; and no
+// thread per member (before, a stream's and a watchdog's: 16 more).
+TEST_F(MemberOnAPeerTest, AShareIsFollowedWithoutAThreadPerMemberAndACancelEndsOneAlone) {
+  std::shared_ptr<engine::RemoteRanks> leader = Leader();
+  ASSERT_NE(leader, nullptr);
+  constexpr int kMembers = 8;
+  constexpr int kEpochs = 200;
+  engine::RemoteSweepRequest share;
+  share.request_id = "sweep-leader002.00000000000000dd";
+  for (int i = 0; i < kMembers; ++i) {
+    engine::RemoteJobRequest member = Member(kEpochs);
+    member.spec.learning_rate = 0.01 * (i + 1);
+    member.spec.seed = 11 + i;
+    share.members.push_back(member.spec);
+    share.job_ids.push_back(absl::StrCat("job-leader0010", i));
+  }
+  std::vector<std::vector<int32_t>> epochs(kMembers);  // written on the calling thread only
+  std::atomic<int> most_threads{0};
+  std::vector<engine::RemoteMemberCalls> calls(kMembers);
+  for (int i = 0; i < kMembers; ++i) {
+    calls[i].on_queued = [](const std::string&, const std::string&) {};
+    calls[i].on_epoch = [&, i](const engine::EpochResult& epoch) {
+      epochs[i].push_back(epoch.epoch);
+      most_threads = std::max(most_threads.load(), ThreadCount());
+    };
+    // Member 3 is cancelled here after its third epoch.
+    calls[i].stop = [&, i] {
+      return i == 2 && epochs[i].size() >= 3 ? engine::RemoteStop::kCancel
+                                             : engine::RemoteStop::kNone;
+    };
+  }
+  const int before = ThreadCount();
+  const std::vector<engine::RemoteJobResult> ended =
+      leader->RunSweep(server_->address(), share, calls);
+  ASSERT_EQ(ended.size(), static_cast<size_t>(kMembers));
+  for (int i = 0; i < kMembers; ++i) {
+    const engine::RemoteJobResult& result = ended[i];
+    ASSERT_TRUE(result.status.ok()) << "member " << i + 1 << ": " << result.status;
+    ASSERT_FALSE(epochs[i].empty()) << "member " << i + 1;
+    for (size_t e = 0; e < epochs[i].size(); ++e) {
+      EXPECT_EQ(epochs[i][e], static_cast<int32_t>(e + 1)) << "member " << i + 1;
+    }
+    if (i == 2) {
+      EXPECT_TRUE(result.stopped);
+      EXPECT_EQ(result.job.state, engine::JobState::kCancelled);
+      EXPECT_LT(epochs[i].size(), static_cast<size_t>(kEpochs));
+      continue;
+    }
+    EXPECT_FALSE(result.stopped) << "member " << i + 1;
+    EXPECT_EQ(result.job.state, engine::JobState::kSucceeded) << result.job.error;
+    EXPECT_EQ(epochs[i].size(), static_cast<size_t>(kEpochs));
+    EXPECT_EQ(result.job.report.packed_members, kMembers);
+    EXPECT_EQ(result.job.spec.seed, share.members[i].seed);
+    EXPECT_FALSE(result.model_archive.empty());
+  }
+  // The peer (in this process) trains the pack on one worker, and gRPC keeps a few threads of
+  // its own; following adds fewer threads than members.
+  EXPECT_LT(most_threads.load() - before, kMembers)
+      << "threads before " << before << ", at most " << most_threads.load();
+  EXPECT_THAT(ListedAs(kOps, share.request_id), IsEmpty());  // each read and deleted there
 }
 
 }  // namespace
