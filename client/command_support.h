@@ -83,8 +83,11 @@ int JobModel(const CommandContext& context);
 absl::StatusOr<std::optional<v1::Job>> AwaitJobEnd(const CommandContext& context,
                                                    const std::string& id, absl::Duration timeout);
 
-// sweep_commands.cc: sweep (with --watch, the live table of its members).
+// sweep_commands.cc: sweep (with --watch, the live table of its members), and `job list --sweep
+// ID` (JobList hands it over): the members of a sweep found again by its id, shown as the table
+// `sweep --watch` ends with, or followed as it follows them with --watch.
 int Sweep(const CommandContext& context);
+int SweepList(const CommandContext& context);
 
 // device_commands.cc: devices, top and diagnose. `devices --all-contexts` asks every context's
 // daemon, each with its own connection: RunCommand calls DevicesAllContexts with the config file

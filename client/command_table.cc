@@ -147,12 +147,22 @@ const std::vector<CommandSpec>& Commands() {
        "Lists the newest jobs (50 unless --limit or --all), the newest last, including jobs from\n"
        "before the daemon's last restart. A note on stderr says when older ones were left out.\n"
        "\n"
+       "With --sweep ID, the members of that sweep (as 'trainctl sweep' printed its id), every "
+       "one,\n"
+       "in the table 'sweep --watch' shows: sorted by loss, with their values, state, epoch and\n"
+       "losses, and the summary line once all ended. With --watch too, follows them as 'sweep\n"
+       "--watch' does, with its exit codes: how a sweep submitted from a notebook or CI is\n"
+       "picked up again.\n"
+       "\n"
        "  trainctl job list --state running\n"
        "  trainctl job list --dataset iris --limit 10\n"
-       "  trainctl job list --all -o json > jobs.json\n",
+       "  trainctl job list --all -o json > jobs.json\n"
+       "  trainctl job list --sweep sweep-f6e17bb93128 --watch\n",
        {{"state", "STATE",
          "only jobs in this state: queued, running, succeeded,\nfailed or cancelled"},
         {"dataset", "NAME", "only jobs on this dataset"},
+        {"sweep", "ID", "only the members of this sweep, every one, in order"},
+        {"watch", "", "with --sweep: follow its members until all ended"},
         {"limit", "N", "at most the newest N jobs, 1..1000 (default 50)"},
         {"all", "", "every job, page by page, oldest first"}}},
       {"job get",

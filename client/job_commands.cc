@@ -177,6 +177,12 @@ absl::StatusOr<std::optional<v1::Job>> AwaitJobEnd(const CommandContext& context
 // The newest --limit jobs (shown oldest first, so that the newest is at the bottom), or with
 // --all every page in creation order; filtered by --state and --dataset on the daemon.
 int JobList(const CommandContext& context) {
+  if (context.invocation.Has("sweep")) return SweepList(context);
+  if (context.invocation.Has("watch")) {
+    return UsageFailure(absl::InvalidArgumentError(
+        "--watch follows the members of a sweep (give --sweep ID); 'trainctl job watch ID' "
+        "follows one job"));
+  }
   constexpr int64_t kDefaultLimit = 50;
   constexpr int32_t kMaxPage = 1000;  // the daemon's largest page
   absl::StatusOr<int64_t> limit = context.invocation.GetInt("limit", kDefaultLimit, 1, kMaxPage);

@@ -9,10 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/cli.h"
 #include "client/command_support.h"
+#include "client/commands.h"
 #include "client/output.h"
 #include "client/progress_bar.h"
 #include "client/requests.h"
@@ -134,6 +137,70 @@ int WatchSweep(const CommandContext& context, v1::SubmitSweepResponse sweep) {
 }
 
 }  // namespace
+
+int SweepList(const CommandContext& context) {
+  const Invocation& invocation = context.invocation;
+  if (invocation.Has("limit") || invocation.Has("all")) {
+    return UsageFailure(absl::InvalidArgumentError(
+        "--sweep lists every member of the sweep (at most 256): --limit and --all do not apply"));
+  }
+  const std::string sweep_id = invocation.Get("sweep");
+  v1::ListJobsRequest request;
+  request.set_sweep_id(sweep_id);
+  const bool filtered = invocation.Has("state") || invocation.Has("dataset");
+  if (invocation.Has("state")) {
+    absl::StatusOr<v1::JobState> state = ParseJobState(invocation.Get("state"));
+    if (!state.ok()) return UsageFailure(state.status());
+    request.set_state(*state);
+  }
+  request.set_dataset(invocation.Get("dataset"));
+  request.set_page_size(1000);
+  v1::ListJobsResponse response;
+  while (true) {
+    grpc::ClientContext call;
+    context.connection.SetUnaryDeadline(&call);
+    v1::ListJobsResponse page;
+    grpc::Status status = context.connection.jobs().ListJobs(&call, request, &page);
+    if (!status.ok()) return UnaryRpcFailure(context, status);
+    for (v1::Job& job : *page.mutable_jobs()) *response.add_jobs() = std::move(job);
+    if (page.next_page_token().empty()) break;
+    request.set_page_token(page.next_page_token());
+  }
+  if (response.jobs().empty() && !filtered) {
+    PrintError(absl::StrCat("sweep '", sweep_id,
+                            "' not found (no job of yours is one of its members: deleted, or "
+                            "pruned by the daemon's retention)"));
+    return kExitFailure;
+  }
+  const bool watch = invocation.Has("watch");
+  if (context.names) {
+    std::vector<std::string> ids;
+    for (const v1::Job& member : response.jobs()) ids.push_back(member.id());
+    PrintNames(ids);
+    if (!watch) return kExitOk;
+  } else if (context.structured) {
+    const int code = PrintMessage(context, response, /*stream=*/watch);
+    if (code != kExitOk || !watch) return code;
+  }
+  v1::SubmitSweepResponse sweep;
+  sweep.set_sweep_id(sweep_id);
+  *sweep.mutable_members() = std::move(*response.mutable_jobs());
+  if (watch) return WatchSweep(context, std::move(sweep));
+  // The table `sweep --watch` ends with, as the members stand now: a listing's members have no
+  // epochs, so those that finished one are asked for whole (their validation figures).
+  for (v1::Job& member : *sweep.mutable_members()) {
+    if (member.epochs_completed() == 0) continue;
+    if (grpc::Status status = Refresh(context, member); !status.ok()) {
+      return UnaryRpcFailure(context, status);
+    }
+  }
+  std::cout << SweepWatchTable(sweep.members());
+  bool ended = true;
+  for (const v1::Job& member : sweep.members()) ended = ended && IsTerminal(member.state());
+  if (ended && !sweep.members().empty()) std::cout << SweepSummaryLine(sweep.members()) << "\n";
+  std::cout.flush();
+  return kExitOk;
+}
 
 int Sweep(const CommandContext& context) {
   absl::StatusOr<v1::SubmitSweepRequest> request = SweepRequestFromFlags(context.invocation);

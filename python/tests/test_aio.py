@@ -66,6 +66,11 @@ def test_aio_failures_cancel_and_sweep(daemon: Daemon, name: str) -> None:
             await sweep.wait(timeout=60)
             assert sweep.ended and len(sweep.succeeded) == 4
             assert sweep.best().spec.optimizer.learning_rate in (0.1, 0.03)
+            again = await client.get_sweep(sweep.id)
+            assert [j.id for j in again.jobs] == [j.id for j in sweep.jobs]
+            assert (await again.wait()).best().id == sweep.best().id
+            with pytest.raises(trainerd.NotFound, match="sweep-000000000000"):
+                await client.get_sweep("sweep-000000000000")
             with pytest.raises(trainerd.InvalidArgument, match="linear:3"):
                 await client.submit(name, model="linear:3")
             with pytest.raises(ValueError, match="NaN"):

@@ -144,3 +144,27 @@ def test_sweep_points_are_checked_before_sending() -> None:
     assert request.spec.optimizer.learning_rate == 0.1
     assert [p.learning_rate for p in request.points] == [0.1, 0.2]
     assert not request.points[0].HasField("seed")
+
+
+def test_a_sweep_is_picked_up_again_by_its_id(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    submitted = client.sweep("seed", model="linear:1", lr=[0.1, 0.03], seed=[1, 2], epochs=4,
+                             batch_size=16)
+    # A new session (another client) knows only the id.
+    with trainerd.Client(client.address) as other:
+        sweep = other.get_sweep(submitted.id)
+        assert sweep.id == submitted.id
+        assert [j.id for j in sweep.jobs] == [j.id for j in submitted.jobs]
+        assert [j.proto.sweep_member for j in sweep.jobs] == [1, 2, 3, 4]
+        sweep.wait(timeout=120)
+        assert len(sweep.succeeded) == 4
+        assert sweep.best().id in {j.id for j in submitted.jobs}
+        assert [j.id for j in other.jobs(sweep=submitted.id, state="succeeded")] == [
+            j.id for j in submitted.jobs
+        ]
+        assert other.jobs(sweep=submitted.id, state="failed") == []
+        with pytest.raises(trainerd.NotFound, match="sweep 'sweep-000000000000' not found"):
+            other.get_sweep("sweep-000000000000")
+        with pytest.raises(ValueError, match="sweep must be a sweep's id"):
+            other.jobs(sweep="sweep 1")

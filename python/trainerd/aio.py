@@ -63,7 +63,13 @@ from trainerd.client import (
 )
 from trainerd.config import Settings, resolve_settings
 from trainerd.datasets import DatasetBase
-from trainerd.errors import DeadlineExceeded, TrainerdError, Unimplemented, error_from_rpc
+from trainerd.errors import (
+    DeadlineExceeded,
+    NotFound,
+    TrainerdError,
+    Unimplemented,
+    error_from_rpc,
+)
 from trainerd.jobs import (
     DOWNLOAD_TIMEOUT,
     Epoch,
@@ -516,8 +522,6 @@ class Client:
         return response
 
     async def health(self, service: str = "") -> str:
-        from trainerd.errors import NotFound
-
         try:
             reply = await self._transport.raw_unary(
                 "/grpc.health.v1.Health/Check",
@@ -646,9 +650,10 @@ class Client:
         state: str | JobState | None = None,
         dataset: DatasetArg | Dataset | None = None,
         limit: int | None = None,
+        sweep: str | None = None,
     ) -> list[Job]:
         name = dataset.name if isinstance(dataset, DatasetBase) else dataset
-        request = list_jobs_request(state, name, limit)
+        request = list_jobs_request(state, name, limit, sweep)
         found: list[jobs_pb2.Job] = []
         while True:
             request.page_size = page_size(len(found), limit)
@@ -658,6 +663,14 @@ class Client:
                 break
             request.page_token = page.next_page_token
         return [Job(self, proto) for proto in ordered_jobs(found, limit)]
+
+    async def get_sweep(self, sweep_id: str) -> Sweep:
+        """The sweep with id ``sweep_id``, its members in order (see
+        :meth:`trainerd.Client.get_sweep`)."""
+        members = await self.jobs(sweep=sweep_id)
+        if not members:
+            raise NotFound(f"sweep {sweep_id!r} not found", address=self.address)
+        return Sweep(self, sweep_id, members)
 
     async def delete_job(self, job_id: str | Job) -> None:
         job_id = job_id.id if isinstance(job_id, Job) else job_id

@@ -28,7 +28,7 @@ from trainerd._upload import Payload, RawChunk, prepare_payload, validate_datase
 from trainerd._version import __version__
 from trainerd.config import Settings, resolve_settings
 from trainerd.datasets import Dataset
-from trainerd.errors import IncompatibleDaemon, TrainerdError, Unimplemented
+from trainerd.errors import IncompatibleDaemon, NotFound, TrainerdError, Unimplemented
 from trainerd.jobs import Job, JobState
 from trainerd.sweeps import Sweep
 from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
@@ -491,11 +491,13 @@ class Client:
         state: str | JobState | None = None,
         dataset: DatasetArg | None = None,
         limit: int | None = None,
+        sweep: str | None = None,
     ) -> list[Job]:
         """Jobs the caller may see, oldest first, following the daemon's pages (ListJobs, basic
-        view: a job's epochs are fetched when asked for). ``state`` and ``dataset`` filter on the
-        daemon; ``limit`` keeps the newest ``limit`` jobs (as trainctl job list --limit)."""
-        request = list_jobs_request(state, dataset, limit)
+        view: a job's epochs are fetched when asked for). ``state``, ``dataset`` and ``sweep``
+        (a sweep's id: its members, in order) filter on the daemon; ``limit`` keeps the newest
+        ``limit`` jobs (as trainctl job list --limit)."""
+        request = list_jobs_request(state, dataset, limit, sweep)
         found: list[jobs_pb2.Job] = []
         while True:
             request.page_size = page_size(len(found), limit)
@@ -506,6 +508,21 @@ class Client:
             request.page_token = page.next_page_token
         found = ordered_jobs(found, limit)
         return [Job(self, proto) for proto in found]
+
+    def get_sweep(self, sweep_id: str) -> Sweep:
+        """The sweep with id ``sweep_id`` (as :meth:`sweep` returned it, ``Sweep.id``), its
+        members in order: how a sweep is picked up again in a new session. NotFound when the
+        daemon knows none of its members (another tenant's, deleted, or pruned).
+
+        Example::
+
+            sweep = client.get_sweep("sweep-f6e17bb93128").wait()
+            sweep.best()
+        """
+        members = self.jobs(sweep=sweep_id)
+        if not members:
+            raise NotFound(f"sweep {sweep_id!r} not found", address=self.address)
+        return Sweep(self, sweep_id, members)
 
     def delete_job(self, job_id: str | Job) -> None:
         """Forgets a job that ended (DeleteJob)."""
@@ -663,10 +680,20 @@ def upload_requests(
 
 
 def list_jobs_request(
-    state: str | JobState | None, dataset: DatasetArg | None, limit: int | None
+    state: str | JobState | None,
+    dataset: DatasetArg | None,
+    limit: int | None,
+    sweep: str | None = None,
 ) -> jobs_pb2.ListJobsRequest:
     """The first page's request of Client.jobs (page_size is set per page)."""
     request = jobs_pb2.ListJobsRequest()
+    if sweep is not None:
+        if not isinstance(sweep, str) or not _SWEEP_ID.fullmatch(sweep):
+            raise ValueError(
+                f"sweep must be a sweep's id such as 'sweep-0123456789ab' (at most 64 letters, "
+                f"digits, '_' and '-'), got {sweep!r}"
+            )
+        request.sweep_id = sweep
     if state is not None:
         try:
             parsed = JobState(str(state).upper().replace("CANCELED", "CANCELLED"))
@@ -682,6 +709,9 @@ def list_jobs_request(
             raise ValueError(f"limit must be a whole number >= 1, got {limit!r}")
         request.newest_first = True
     return request
+
+
+_SWEEP_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def page_size(found: int, limit: int | None) -> int:

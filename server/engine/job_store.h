@@ -26,6 +26,7 @@ struct JobQuery {
   bool full = false;                 // with epochs, parameters and checkpoints; else a summary
   bool newest_first = false;         // else oldest first
   std::string request_id;            // only jobs submitted with this request id; empty: any
+  std::string sweep_id;              // only the members of this sweep; empty: any
 };
 
 inline constexpr int32_t kMaxJobPageSize = 1000;
@@ -47,7 +48,8 @@ inline std::string JobQueryFilter(const JobQuery& query) {
          (query.owner.has_value() ? std::to_string(query.owner->size()) + ":" + *query.owner
                                   : "any") +
          ";order=" + (query.newest_first ? "newest" : "oldest") +
-         ";request=" + std::to_string(query.request_id.size()) + ":" + query.request_id;
+         ";request=" + std::to_string(query.request_id.size()) + ":" + query.request_id +
+         ";sweep=" + std::to_string(query.sweep_id.size()) + ":" + query.sweep_id;
 }
 
 // Thread-safe. Errors are INTERNAL sentences naming the store (the database file), except where

@@ -44,6 +44,19 @@ absl::Status CheckRequestId(const std::string& id) {
   return absl::OkStatus();
 }
 
+// ListJobsRequest.sweep_id's form: at most 64 of [A-Za-z0-9_-] (the daemon's are
+// "sweep-" and 12 hex digits).
+absl::Status CheckSweepId(const std::string& id) {
+  if (id.size() > 64 || !std::all_of(id.begin(), id.end(), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      })) {
+    return absl::InvalidArgumentError(
+        "sweep_id must be at most 64 letters, digits, '_' and '-' (as SubmitSweep names a "
+        "sweep: sweep-0123456789ab)");
+  }
+  return absl::OkStatus();
+}
+
 // The digest a repeated request id is compared by: every field of the request but the id, and
 // which call it was. Deterministic serialization: the same request gives the same bytes.
 template <typename Request>
@@ -593,6 +606,10 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     query.request_id = request->request_id();
     query.owner = caller.owner;
   }
+  if (absl::Status sweep = CheckSweepId(request->sweep_id()); !sweep.ok()) {
+    return FinishWith(context, sweep);
+  }
+  query.sweep_id = request->sweep_id();
   absl::StatusOr<engine::JobPage> page = engine_->ListJobs(query);
   if (page.ok()) {
     // Held to kMaxListReplyBytes (less a margin for the token and framing): a page that would

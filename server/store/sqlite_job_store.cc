@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -49,6 +51,11 @@ const char* const kMigrations[] = {
     "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
     "ALTER TABLE jobs ADD COLUMN request_digest TEXT;"
     "CREATE INDEX jobs_by_request ON jobs(owner, request_id) WHERE request_id IS NOT NULL;",
+    // 3 -> 4: each sweep member's sweep id as a column, so that a sweep's members are listed by
+    // the index (JobQuery::sweep_id; BackfillColumn fills it from the records). NULL for a job
+    // alone, which the index leaves out.
+    "ALTER TABLE jobs ADD COLUMN sweep_id TEXT;"
+    "CREATE INDEX jobs_by_sweep ON jobs(sweep_id, seq) WHERE sweep_id IS NOT NULL;",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == kJobStoreSchemaVersion,
               "one migration per schema version");
@@ -200,26 +207,41 @@ engine::JobSnapshot DamagedJob(const std::string& id, int64_t state, const absl:
   return job;
 }
 
-// Fills the owner column of every job from its record (migration 1 -> 2). A damaged record keeps
-// the default '', which only admins see.
-absl::Status BackfillOwners(sqlite3* db, const std::string& path) {
-  std::vector<std::pair<int64_t, std::string>> owners;
+// Fills a column of every job from its record, as `value` reads it (a migration's new column:
+// the owner for 1 -> 2, the sweep id for 3 -> 4). A record that is damaged, or whose value is
+// empty, keeps the column's default.
+absl::Status BackfillColumn(sqlite3* db, const std::string& path, const char* update_sql,
+                            const std::function<std::string(const v1::Job&)>& value) {
+  std::vector<std::pair<int64_t, std::string>> values;
   {
     Statement select(db, "SELECT seq, record FROM jobs");
     int step = 0;
     while ((step = select.Step()) == SQLITE_ROW) {
       v1::Job job;
-      if (job.ParseFromString(select.Blob(1)) && !job.owner().empty()) {
-        owners.emplace_back(select.Int(0), job.owner());
-      }
+      if (!job.ParseFromString(select.Blob(1))) continue;
+      std::string read = value(job);
+      if (!read.empty()) values.emplace_back(select.Int(0), std::move(read));
     }
     if (step != SQLITE_DONE) return Error(db, path, "read the jobs to migrate");
   }
-  for (const auto& [seq, owner] : owners) {
-    Statement update(db, "UPDATE jobs SET owner = ?2 WHERE seq = ?1");
-    if (update.Bind(1, seq).Bind(2, owner).Step() != SQLITE_DONE) {
-      return Error(db, path, "migrate a job's owner");
+  for (const auto& [seq, text] : values) {
+    Statement update(db, update_sql);
+    if (update.Bind(1, seq).Bind(2, text).Step() != SQLITE_DONE) {
+      return Error(db, path, "migrate a job's record");
     }
+  }
+  return absl::OkStatus();
+}
+
+// What a migration to `version` fills from the records after its SQL, if anything.
+absl::Status BackfillFor(int version, sqlite3* db, const std::string& path) {
+  if (version == 2) {
+    return BackfillColumn(db, path, "UPDATE jobs SET owner = ?2 WHERE seq = ?1",
+                          [](const v1::Job& job) { return job.owner(); });
+  }
+  if (version == 4) {
+    return BackfillColumn(db, path, "UPDATE jobs SET sweep_id = ?2 WHERE seq = ?1",
+                          [](const v1::Job& job) { return job.sweep_id(); });
   }
   return absl::OkStatus();
 }
@@ -323,7 +345,7 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::Open(const std::
     {
       Transaction transaction(*writer, path);
       if (transaction.begun().ok() && Exec(*writer, path, kMigrations[next], "migrate").ok() &&
-          (next + 1 != 2 || BackfillOwners(*writer, path).ok())) {
+          BackfillFor(next + 1, *writer, path).ok()) {
         Statement set(*writer,
                       "INSERT INTO meta(key, value) VALUES('schema_version', ?1) "
                       "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
@@ -376,12 +398,12 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
   }
   Statement upsert(writer_,
                    "INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner, "
-                   "request_id, request_digest) "
-                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(id) DO UPDATE SET "
+                   "request_id, request_digest, sweep_id) "
+                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(id) DO UPDATE SET "
                    "state = excluded.state, dataset = excluded.dataset, "
                    "end_time_ns = excluded.end_time_ns, record = excluded.record, "
                    "owner = excluded.owner, request_id = excluded.request_id, "
-                   "request_digest = excluded.request_digest");
+                   "request_digest = excluded.request_digest, sweep_id = excluded.sweep_id");
   upsert.Bind(1, job.id).Bind(2, convert::ToProto(job.state)).Bind(3, job.spec.dataset);
   if (engine::IsTerminal(job.state)) {
     upsert.Bind(4, EndTimeNanos(job));
@@ -392,6 +414,11 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
     upsert.BindNull(7).BindNull(8);
   } else {
     upsert.Bind(7, job.request_id).Bind(8, job.request_digest);
+  }
+  if (job.sweep_id.empty()) {
+    upsert.BindNull(9);
+  } else {
+    upsert.Bind(9, job.sweep_id);
   }
   if (upsert.BindBlob(5, JobRecord(job)).Bind(6, job.owner).Step() != SQLITE_DONE) {
     return Error(writer_, path_, "save a job");
@@ -507,7 +534,8 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
       "SELECT seq, id, state, record, request_digest FROM jobs WHERE (?1 < 0 OR state = ?1) "
       "AND (?2 = '' OR dataset = ?2) AND (?5 = 0 OR owner = ?6) ",
       // A plain equality only with an id, so that the partial index serves it.
-      query.request_id.empty() ? "" : "AND request_id = ?7 ", "AND seq ",
+      query.request_id.empty() ? "" : "AND request_id = ?7 ",
+      query.sweep_id.empty() ? "" : "AND sweep_id = ?8 ", "AND seq ",
       query.newest_first ? "<" : ">", " ?3 ORDER BY seq ", query.newest_first ? "DESC" : "ASC",
       " LIMIT ?4");
   std::lock_guard<std::mutex> lock(read_mu_);
@@ -522,6 +550,7 @@ absl::StatusOr<engine::JobPage> SqliteJobStore::ListJobs(const engine::JobQuery&
       .Bind(5, query.owner.has_value() ? int64_t{1} : int64_t{0})
       .Bind(6, query.owner.value_or(""));
   if (!query.request_id.empty()) select.Bind(7, query.request_id);
+  if (!query.sweep_id.empty()) select.Bind(8, query.sweep_id);
   engine::JobPage page;
   int64_t last_seq = 0;
   int step = 0;

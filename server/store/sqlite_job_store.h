@@ -23,7 +23,7 @@ struct sqlite3;
 namespace trainerd::store {
 
 // The schema this build writes; Open migrates older databases to it and refuses newer ones.
-inline constexpr int kJobStoreSchemaVersion = 3;
+inline constexpr int kJobStoreSchemaVersion = 4;
 
 // Thread-safe: one connection for writes and one for reads, each behind its own mutex, so that a
 // listing never waits for (or holds up) a write beyond SQLite's own WAL locking.

@@ -416,6 +416,54 @@ TEST_F(EndToEndTest, SweepPointsAreTheMembersOfTheFileInOrder) {
   EXPECT_THAT(bad.err, HasSubstr("--points: line 3: --lr must be > 0, got -1"));
 }
 
+// A sweep submitted without --watch is found again by its id (`job list --sweep ID`), as a
+// notebook or CI step that went away would: listed in order, followed to the end with --watch
+// (exit 0, the summary), shown as a table; an unknown id is not found.
+TEST_F(EndToEndTest, ASweepIsPickedUpAgainByItsId) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult r = Ctl({"sweep", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1,0.03",
+                     "--seed", "1,2", "--epochs", "8", "--batch-size", "16"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string sweep = r.out.substr(0, r.out.find('\n'));
+  ASSERT_THAT(sweep, ::testing::StartsWith("sweep-")) << r.out;
+  std::vector<std::string> submitted;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) == 0) submitted.push_back(line.substr(0, line.find(' ')));
+  }
+  ASSERT_EQ(submitted.size(), 4u) << r.out;
+
+  RunResult names = Ctl({"-o", "name", "job", "list", "--sweep", sweep});
+  ASSERT_EQ(names.exit_code, 0) << names.err;
+  std::string in_order;
+  for (const std::string& id : submitted) in_order += id + "\n";
+  EXPECT_EQ(names.out, in_order);  // in the sweep's order
+
+  RunResult watched = Ctl({"job", "list", "--sweep", sweep, "--watch"});
+  ASSERT_EQ(watched.exit_code, 0) << watched.out << watched.err;
+  EXPECT_THAT(watched.out, HasSubstr("4 succeeded, 0 failed, 0 cancelled; best job-"));
+  for (const std::string& id : submitted) EXPECT_THAT(watched.out, HasSubstr(id));
+
+  RunResult table = Ctl({"job", "list", "--sweep", sweep});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("8/8"));
+  EXPECT_THAT(table.out, HasSubstr("4 succeeded"));
+  RunResult json = Ctl({"-o", "json", "job", "list", "--sweep", sweep, "--state", "succeeded"});
+  v1::ListJobsResponse listed;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json.out, &listed).ok()) << json.out;
+  ASSERT_EQ(listed.jobs_size(), 4);
+  EXPECT_EQ(listed.jobs(3).sweep_member(), 4);
+
+  RunResult unknown = Ctl({"job", "list", "--sweep", "sweep-000000000000"});
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("sweep 'sweep-000000000000' not found"));
+  RunResult bad = Ctl({"job", "list", "--sweep", "sweep 1"});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_THAT(bad.err, HasSubstr("sweep_id must be"));
+  EXPECT_EQ(Ctl({"job", "list", "--watch"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"job", "list", "--sweep", sweep, "--limit", "2"}).exit_code, 2);
+}
+
 // What a new user hit with scikit-learn's data, against the real daemon: int32 labels upload as
 // int64 class indices (said on stderr) in one line; a job without --loss trains with
 // cross_entropy on them; a validating sweep names its best member by validation loss.

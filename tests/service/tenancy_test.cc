@@ -268,6 +268,53 @@ TEST_F(TenancyTest, ATenantsJobsAreNotFoundToOthersAndAnAdminManagesThemAll) {
   EXPECT_EQ(GetJobAs(kAlice, done.id()).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// A sweep is found again by its id (ListJobsRequest.sweep_id): its members in their order, to
+// its owner and to an admin; to another tenant it is nothing. A sweep id of another form is
+// INVALID_ARGUMENT.
+TEST_F(TenancyTest, ASweepIsListedByItsIdToItsOwnerAndAnAdminOnly) {
+  ASSERT_TRUE(UploadAs(kAlice, "alice-data").ok());
+  v1::SubmitSweepRequest request;
+  *request.mutable_spec() = LinearSpec("alice-data", 2);
+  for (double lr : {0.1, 0.05, 0.02}) request.add_learning_rates(lr);
+  v1::SubmitSweepResponse sweep;
+  ASSERT_TRUE(jobs_->SubmitSweep(As(kAlice).get(), request, &sweep).ok());
+  v1::Job alone;
+  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", 2), &alone).ok());
+  auto list = [&](const std::string& token, const std::string& sweep_id, int page_size,
+                  v1::ListJobsResponse* response) {
+    v1::ListJobsRequest listing;
+    listing.set_sweep_id(sweep_id);
+    listing.set_page_size(page_size);
+    return jobs_->ListJobs(As(token).get(), listing, response);
+  };
+  for (const char* token : {kAlice, kOps}) {
+    v1::ListJobsResponse members;
+    ASSERT_TRUE(list(token, sweep.sweep_id(), 0, &members).ok());
+    ASSERT_EQ(members.jobs_size(), 3);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(members.jobs(i).id(), sweep.members(i).id());
+      EXPECT_EQ(members.jobs(i).sweep_member(), i + 1);
+    }
+  }
+  v1::ListJobsResponse bobs;
+  ASSERT_TRUE(list(kBob, sweep.sweep_id(), 0, &bobs).ok());
+  EXPECT_THAT(bobs.jobs(), IsEmpty());
+  v1::ListJobsResponse none;
+  ASSERT_TRUE(list(kAlice, "sweep-000000000000", 0, &none).ok());
+  EXPECT_THAT(none.jobs(), IsEmpty());
+  for (const std::string& bad :
+       {std::string("sweep 1"), std::string("sweep-1;drop"), std::string(65, 'a'),
+        std::string("sw\xc3\xa9"
+                    "ep")}) {
+    v1::ListJobsResponse refused;
+    const grpc::Status status = list(kAlice, bad, 0, &refused);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(status.error_message(), HasSubstr("sweep_id must be")) << bad;
+  }
+  for (const v1::Job& member : sweep.members()) WaitAs(kAlice, member.id());
+  WaitAs(kAlice, alone.id());
+}
+
 TEST_F(TenancyTest, OneAuthorizationHeaderPerCall) {
   auto context = As("");
   context->AddMetadata("authorization", "Bearer junk-junk-junk-junk-junk");

@@ -26,6 +26,7 @@ using engine::JobSnapshot;
 using engine::JobState;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 std::string ScratchFile(const std::string& name) {
   static int counter = 0;
@@ -426,7 +427,8 @@ TEST(SqliteJobStoreTest, ASchemaOneFileIsMigratedWithItsOwners) {
   // Back to schema 1: without the column, as a build before it wrote the file.
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* sql : {"DROP INDEX jobs_by_request", "ALTER TABLE jobs DROP COLUMN request_id",
+  for (const char* sql : {"DROP INDEX jobs_by_sweep", "ALTER TABLE jobs DROP COLUMN sweep_id",
+                          "DROP INDEX jobs_by_request", "ALTER TABLE jobs DROP COLUMN request_id",
                           "ALTER TABLE jobs DROP COLUMN request_digest", "DROP INDEX jobs_by_owner",
                           "ALTER TABLE jobs DROP COLUMN owner",
                           "UPDATE meta SET value = 1 WHERE key = 'schema_version'"}) {
@@ -453,7 +455,8 @@ TEST(SqliteJobStoreTest, ASchemaTwoFileIsMigratedAndRequestIdsFindTheirJobs) {
   }
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  for (const char* sql : {"DROP INDEX jobs_by_request", "ALTER TABLE jobs DROP COLUMN request_id",
+  for (const char* sql : {"DROP INDEX jobs_by_sweep", "ALTER TABLE jobs DROP COLUMN sweep_id",
+                          "DROP INDEX jobs_by_request", "ALTER TABLE jobs DROP COLUMN request_id",
                           "ALTER TABLE jobs DROP COLUMN request_digest",
                           "UPDATE meta SET value = 2 WHERE key = 'schema_version'"}) {
     ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
@@ -488,6 +491,64 @@ TEST(SqliteJobStoreTest, ASchemaTwoFileIsMigratedAndRequestIdsFindTheirJobs) {
   all.page_token = page->next_page_token;
   all.request_id = "sweep-7";
   EXPECT_EQ(store->ListJobs(all).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A database of schema 3 (before sweep ids were a column) is migrated at open: its sweeps'
+// members are found by their sweep id, in their order, as are those saved after.
+TEST(SqliteJobStoreTest, ASchemaThreeFileIsMigratedAndASweepsMembersAreFoundInOrder) {
+  const std::string path = ScratchFile("sweep-ids");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    for (const auto& [id, sweep] :
+         std::vector<std::pair<std::string, std::string>>{{"job-a1", "sweep-a"},
+                                                          {"job-alone", ""},
+                                                          {"job-a2", "sweep-a"},
+                                                          {"job-b1", "sweep-b"}}) {
+      JobSnapshot job = MakeJob(id, "d");
+      job.owner = "alice";
+      job.sweep_id = sweep;
+      ASSERT_TRUE(store->SaveJob(job).ok());
+    }
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  for (const char* sql : {"DROP INDEX jobs_by_sweep", "ALTER TABLE jobs DROP COLUMN sweep_id",
+                          "UPDATE meta SET value = 3 WHERE key = 'schema_version'"}) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  }
+  sqlite3_close(db);
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  JobSnapshot later = MakeJob("job-a3", "d");
+  later.owner = "alice";
+  later.sweep_id = "sweep-a";
+  ASSERT_TRUE(store->SaveJob(later).ok());
+  JobQuery query;
+  query.sweep_id = "sweep-a";
+  absl::StatusOr<engine::JobPage> page = store->ListJobs(query);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_THAT(Ids(*page), ElementsAre("job-a1", "job-a2", "job-a3"));
+  EXPECT_EQ(page->jobs[0].sweep_id, "sweep-a");
+  query.sweep_id = "sweep-b";
+  EXPECT_THAT(Ids(*store->ListJobs(query)), ElementsAre("job-b1"));
+  // With the owner: another tenant's sweep id finds nothing.
+  query.owner = "bob";
+  EXPECT_THAT(Ids(*store->ListJobs(query)), IsEmpty());
+  query.sweep_id = "sweep-none";
+  query.owner.reset();
+  EXPECT_THAT(Ids(*store->ListJobs(query)), IsEmpty());
+  // Pages of one, oldest first; a page token is bound to its sweep id.
+  JobQuery paged;
+  paged.sweep_id = "sweep-a";
+  paged.page_size = 1;
+  page = store->ListJobs(paged);
+  ASSERT_TRUE(page.ok());
+  EXPECT_THAT(Ids(*page), ElementsAre("job-a1"));
+  paged.page_token = page->next_page_token;
+  EXPECT_THAT(Ids(*store->ListJobs(paged)), ElementsAre("job-a2"));
+  paged.sweep_id = "sweep-b";
+  EXPECT_EQ(store->ListJobs(paged).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SqliteJobStoreTest, ReopeningKeepsTheSchemaVersion) {

@@ -78,6 +78,7 @@ absl::StatusOr<JobPage> JobManager::List(const JobQuery& query) const {
     if (!query.dataset.empty() && snap.spec.dataset != query.dataset) continue;
     if (query.owner.has_value() && snap.owner != *query.owner) continue;
     if (!query.request_id.empty() && snap.request_id != query.request_id) continue;
+    if (!query.sweep_id.empty() && snap.sweep_id != query.sweep_id) continue;
     if (query.full) {
       page.jobs.push_back(snap);
     } else {
