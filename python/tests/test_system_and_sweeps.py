@@ -115,7 +115,7 @@ def test_sweep_points_are_the_members_in_order(
     sweep.wait(timeout=120)
     assert len(sweep.succeeded) == 3
     assert all(j.proto.report.packed_members == 3 for j in sweep.jobs)
-    assert [j.proto.sweep_member for j in sweep.jobs] == [1, 2, 3]
+    assert [j.sweep_member for j in sweep.jobs] == [1, 2, 3]
 
 
 def test_sweep_points_are_checked_before_sending() -> None:
@@ -156,7 +156,7 @@ def test_a_sweep_is_picked_up_again_by_its_id(
         sweep = other.get_sweep(submitted.id)
         assert sweep.id == submitted.id
         assert [j.id for j in sweep.jobs] == [j.id for j in submitted.jobs]
-        assert [j.proto.sweep_member for j in sweep.jobs] == [1, 2, 3, 4]
+        assert [j.sweep_member for j in sweep.jobs] == [1, 2, 3, 4]
         sweep.wait(timeout=120)
         assert len(sweep.succeeded) == 4
         assert sweep.best().id in {j.id for j in submitted.jobs}

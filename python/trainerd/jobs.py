@@ -221,7 +221,13 @@ class JobBase:
 
     @property
     def sweep_id(self) -> str:
+        """The sweep it is a member of ("" for a job alone): :meth:`Client.get_sweep` takes it."""
         return self._proto.sweep_id
+
+    @property
+    def sweep_member(self) -> int:
+        """Its place in its sweep, from 1 (0 for a job alone)."""
+        return self._proto.sweep_member
 
     @property
     def request_id(self) -> str:

@@ -141,7 +141,7 @@ class SweepBase(Generic[JobT]):
 
 class Sweep(SweepBase[Job]):
     """The members of one sweep (one Job each, in product order: learning rates outermost, then
-    momenta, weight decays, and seeds innermost).
+    momenta, weight decays, and seeds innermost; or in the order of its ``points``).
 
     Example::
 
