@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "server/engine/datasets/dataset_file.h"
 #include "server/engine/distributed/data_parallel.h"
 #include "server/engine/engine_impl.h"
 
@@ -73,11 +74,25 @@ absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, i
                               UsableDataset(spec.validation_dataset, caller));
     needed.push_back(validation);
   }
+  // A node that lacks one gets it from here, once: read from this daemon's file and uploaded
+  // there (checksummed by the peer), before the job is admitted.
   const std::set<std::string> nodes(spec.nodes.begin(), spec.nodes.end());
   for (const std::string& node : nodes) {
     TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckVersion(node));
     for (const DatasetMeta& meta : needed) {
-      TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckDataset(node, meta.name, meta.sha256));
+      absl::Status held = options.remote_ranks->CheckDataset(node, meta.name, meta.sha256);
+      if (absl::IsNotFound(held)) {
+        const std::string path = datasets.PathFor(meta.name);
+        absl::StatusOr<DatasetFileHeader> file = ReadDatasetFileHeader(path);
+        held = file.ok() ? options.remote_ranks->CopyDataset(node, meta, path, file->payload_offset)
+                         : file.status();
+        if (!held.ok()) {
+          held = absl::Status(held.code(),
+                              absl::StrCat("dataset '", meta.name, "' is not on peer ", node,
+                                           ", and sending it there failed: ", held.message()));
+        }
+      }
+      TRAINERD_RETURN_IF_ERROR(held);
     }
   }
   return absl::OkStatus();

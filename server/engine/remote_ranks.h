@@ -109,11 +109,20 @@ class RemoteRanks {
   // their collectives and numerics, as torchrun too wants one torch on every node.
   virtual absl::Status CheckVersion(const std::string& peer) = 0;
 
-  // Whether `peer` holds dataset `name` with this SHA-256, asked within a few seconds: OK, or the
-  // reason in a sentence that names the peer (unreachable, refused the credentials, lacks the
-  // dataset, holds another version of it).
+  // Whether `peer` holds dataset `name` with this SHA-256, asked within a few seconds: OK;
+  // NOT_FOUND when it has no dataset of that name (CopyDataset can send it); else the reason in a
+  // sentence that names the peer (unreachable, refused the credentials, holds another dataset of
+  // that name).
   virtual absl::Status CheckDataset(const std::string& peer, const std::string& name,
                                     const std::string& sha256) = 0;
+
+  // Sends dataset `meta` to `peer`, which lacks it: its payload, read from this daemon's file
+  // `path` from `payload_offset` on, as an upload there with the peer credentials (the peer checks
+  // the bytes against the SHA-256, and stores the dataset as its uploads, owned by this daemon's
+  // identity there). OK once the peer holds it with the same SHA-256; else the reason naming the
+  // peer. Blocking for the transfer.
+  virtual absl::Status CopyDataset(const std::string& peer, const DatasetMeta& meta,
+                                   const std::string& path, int64_t payload_offset) = 0;
 
   // A rank running on a peer; destroying it (or Cancel) cancels the call, which ends the rank
   // there at its next step.

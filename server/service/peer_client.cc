@@ -26,6 +26,8 @@
 #include "common/status_macros.h"
 #include "server/convert/convert.h"
 #include "server/engine/engine.h"
+#include "server/engine/log.h"
+#include "server/service/dataset_copy.h"
 #include "server/service/member_watch.h"
 #include "server/service/peer_credentials.h"
 #include "trainerd/v1/datasets.grpc.pb.h"
@@ -156,8 +158,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     v1::Dataset dataset;
     const grpc::Status status = stub->GetDataset(&context, request, &dataset);
     if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("dataset '", name, "' is not on peer ", peer, " (upload it there too)"));
+      return absl::NotFoundError(absl::StrCat("dataset '", name, "' is not on peer ", peer));
     }
     if (!status.ok()) return PeerError(peer, status, "to check the dataset");
     if (dataset.sha256() != sha256) {
@@ -165,6 +166,28 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
           absl::StrCat("dataset '", name, "' on peer ", peer, " (sha256 ", dataset.sha256(),
                        ") is not this daemon's (", sha256, "): upload the same file there"));
     }
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyDataset(const std::string& peer, const engine::DatasetMeta& meta,
+                           const std::string& path, int64_t payload_offset) override {
+    auto stub = v1::DatasetService::NewStub(Channel(peer));
+    // Bounded, as every call to a peer: half a minute, and a second per 8 MiB (a link slower
+    // than 64 Mbit/s gives up).
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30) +
+                          std::chrono::seconds(meta.size_bytes >> 23);
+    const absl::Status sent = SendDataset(
+        stub.get(), meta, path, payload_offset,
+        [&](grpc::ClientContext* context) {
+          Authorize(context);
+          context->set_deadline(deadline);
+        },
+        [&](const grpc::Status& status) {
+          return PeerError(peer, status, absl::StrCat("to receive dataset '", meta.name, "'"));
+        });
+    if (!sent.ok()) return sent;
+    engine::LogInfo(absl::StrCat("dataset '", meta.name, "' (", meta.size_bytes,
+                                 " bytes) sent to peer ", peer, ", which lacked it"));
     return absl::OkStatus();
   }
 

@@ -29,6 +29,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/subprocess.h"
+#include "trainerd/v1/datasets.pb.h"
 #include "trainerd/v1/jobs.pb.h"
 #include "trainerd/v1/peers.grpc.pb.h"
 #include "trainerd/v1/system.pb.h"
@@ -387,21 +388,42 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
 }
 
 // A spread sweep's member on the peer cancelled on the leader ends CANCELLED, there as here; one
-// whose peer is killed fails naming the peer; a node without the dataset is refused at submit
-// naming it.
-TEST_F(PeersEndToEndTest,
-       ASpreadSweepsMemberOnAPeerCancelsOrFailsThereAndANodeWithoutDataIsRefused) {
+// whose peer is killed fails naming the peer; a node without the dataset gets it from the leader
+// at submit (checksummed there), once, and the member trains on it there.
+TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerCancelsOrFailsThereAndANodeWithoutDataGetsIt) {
   StartAll(3);
   Upload({0, 1}, 6000);
   const std::vector<std::string> sweep = {
       "sweep", "--dataset", "waves",    "--model", "linear:16,tanh,linear:1",
       "--lr",  "0.01,0.03", "--epochs", "500",     "--batch-size",
       "16",    "--engine",  "libtorch", "--nodes"};
-  std::vector<std::string> refused = sweep;
-  refused.push_back(addresses_[2]);
-  RunResult no_data = Ctl(0, refused);
-  EXPECT_NE(no_data.exit_code, 0);
-  EXPECT_THAT(no_data.err, HasSubstr("dataset 'waves' is not on peer " + addresses_[2]));
+  auto dataset_on = [&](int i) {
+    v1::Dataset dataset;
+    RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[i], "--token-file", leader_token_,
+                              "-o", "json", "dataset", "get", "waves"});
+    EXPECT_EQ(got.exit_code, 0) << got.err;
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &dataset).ok()) << got.out;
+    return dataset;
+  };
+  for (int twice = 0; twice < 2; ++twice) {
+    RunResult sent = Ctl(
+        0, {"sweep", "--dataset", "waves", "--model", "linear:4,tanh,linear:1", "--lr", "0.01,0.03",
+            "--epochs", "2", "--batch-size", "64", "--nodes", addresses_[2], "--watch"});
+    ASSERT_EQ(sent.exit_code, 0) << sent.out << sent.err;
+    EXPECT_THAT(sent.out, HasSubstr("2 succeeded"));
+  }
+  const v1::Dataset on_leader = dataset_on(0);
+  const v1::Dataset copied = dataset_on(2);
+  EXPECT_EQ(copied.sha256(), on_leader.sha256());
+  EXPECT_EQ(copied.row_count(), 6000);
+  EXPECT_EQ(copied.owner(), "leader");  // the leader's identity there
+  const std::string leader_log = daemons_[0]->Stderr();
+  size_t copies = 0;
+  for (size_t at = leader_log.find("sent to peer"); at != std::string::npos;
+       at = leader_log.find("sent to peer", at + 1)) {
+    ++copies;
+  }
+  EXPECT_EQ(copies, 1u) << leader_log;  // once: the second sweep found it there
   std::vector<std::string> spread = sweep;
   spread.push_back(addresses_[1]);
   RunResult run = Ctl(0, spread);
@@ -542,10 +564,12 @@ TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerGoesOnThereWhileItsLeaderRes
 // is queued.
 TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
   StartAll(3);
-  Upload({0, 1});  // daemon 2 lacks it
-  RunResult lacking = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[2]}));
-  EXPECT_NE(lacking.exit_code, 0);
-  EXPECT_THAT(lacking.err, HasSubstr("dataset 'waves' is not on peer " + addresses_[2]));
+  Upload({0, 1});
+  Upload({2}, 100);  // another dataset of that name
+  RunResult other = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[2]}));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.err, HasSubstr("dataset 'waves' on peer " + addresses_[2]));
+  EXPECT_THAT(other.err, HasSubstr("is not this daemon's"));
 
   RunResult stranger = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", "127.0.0.1:1"}));
   EXPECT_NE(stranger.exit_code, 0);
@@ -575,6 +599,19 @@ TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
 
   RunResult list = Ctl(1, {"job", "list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;  // the peer serves on
+
+  // A rank's peer that lacks the dataset gets it from the leader at submit, and the job trains.
+  Upload({0}, 240, "solo");
+  daemons_[0].reset();
+  Start(0);
+  RunResult solo = Ctl(0, {"submit", "--dataset", "solo", "--model", "linear:8,tanh,linear:1",
+                           "--epochs", "3", "--seed", "4", "--engine", "libtorch", "--replicas",
+                           "2", "--nodes", addresses_[1]});
+  ASSERT_EQ(solo.exit_code, 0) << solo.err;
+  const v1::Job trained = WaitFor(0, solo.out.substr(0, solo.out.find('\n')), 99, 60);
+  EXPECT_EQ(trained.state(), v1::JOB_STATE_SUCCEEDED) << trained.error();
+  ASSERT_EQ(trained.ranks_size(), 2);
+  EXPECT_EQ(trained.ranks(1).node(), addresses_[1]);
 }
 
 // A peer killed mid-job: the leader's job fails within the bounded time naming the rank; both

@@ -7,12 +7,15 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainerd/v1/datasets.grpc.pb.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 #include "trainerd/v1/system.grpc.pb.h"
 
@@ -219,6 +222,80 @@ TEST(PeerClientTest, APeerOfAnotherTrainerdOrLibTorchVersionIsRefusedNamingBoth)
   EXPECT_EQ(quoted.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_LT(quoted.message().size(), 600u);
   EXPECT_EQ(std::string(quoted.message()).find('\x1b'), std::string::npos);
+}
+
+// A peer's upload end that keeps what it receives and answers with a SHA-256 of its choosing.
+class ReceivingPeer final : public v1::DatasetService::Service {
+ public:
+  explicit ReceivingPeer(std::string answer) : answer_(std::move(answer)) {}
+  grpc::Status UploadDataset(grpc::ServerContext*,
+                             grpc::ServerReader<v1::UploadDatasetRequest>* reader,
+                             v1::Dataset* dataset) override {
+    v1::UploadDatasetRequest message;
+    while (reader->Read(&message)) {
+      if (message.has_header()) header = message.header();
+      if (message.data_case() == v1::UploadDatasetRequest::kChunk) {
+        ++chunks;
+        payload += message.chunk();
+      }
+    }
+    dataset->set_name(header.name());
+    dataset->set_sha256(answer_);
+    return grpc::Status::OK;
+  }
+  v1::DatasetHeader header;
+  std::string payload;
+  int chunks = 0;
+
+ private:
+  std::string answer_;
+};
+
+// CopyDataset sends the file's payload (from its offset, in chunks of at most 1 MiB) with the
+// header's values and SHA-256; a peer that answers with another SHA-256 is DATA_LOSS naming
+// both, and a file shorter than its header says is INTERNAL, sent no further.
+TEST(PeerClientTest, ADatasetIsSentFromItsFileAndItsChecksumIsHeldAgainstThePeers) {
+  const std::string path = ::testing::TempDir() + "peer_client_test_dataset.trds";
+  const int64_t offset = 4096;
+  std::string payload(int64_t{2} << 20 | 12345, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>(i * 7 % 251);
+  std::ofstream(path, std::ios::binary) << std::string(offset, 'h') << payload;
+  engine::DatasetMeta meta;
+  meta.name = "waves";
+  meta.feature_shape = {4};
+  meta.rows = 1000;
+  meta.size_bytes = static_cast<int64_t>(payload.size());
+  meta.sha256 = std::string(64, 'a');
+  auto copy = [&](ReceivingPeer* peer, const engine::DatasetMeta& sent) {
+    PeerClientOptions options;
+    std::unique_ptr<grpc::Server> server = ServePeer(peer, &options.peers);
+    absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    absl::Status copied = (*client)->CopyDataset(options.peers, sent, path, offset);
+    server->Shutdown();
+    return copied;
+  };
+  ReceivingPeer honest(meta.sha256);
+  EXPECT_TRUE(copy(&honest, meta).ok());
+  EXPECT_EQ(honest.payload, payload);
+  EXPECT_EQ(honest.chunks, 3);
+  EXPECT_EQ(honest.header.name(), "waves");
+  EXPECT_EQ(honest.header.row_count(), 1000);
+  EXPECT_EQ(honest.header.sha256(), meta.sha256);
+  ASSERT_EQ(honest.header.feature_shape_size(), 1);
+
+  ReceivingPeer liar(std::string(64, 'b'));
+  const absl::Status lied = copy(&liar, meta);
+  EXPECT_EQ(lied.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(lied.message()), HasSubstr("with sha256 bbbb"));
+
+  engine::DatasetMeta longer = meta;
+  longer.size_bytes += int64_t{3} << 20;
+  ReceivingPeer short_file(meta.sha256);
+  const absl::Status cut = copy(&short_file, longer);
+  EXPECT_EQ(cut.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(cut.message()), HasSubstr("shorter than its header says"));
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -191,6 +191,8 @@ class DatasetRegistry {
   absl::Status Delete(const std::string& name);
 
   const torch::Device& device() const { return device_; }
+  // Where dataset `name`'s file is (or would be).
+  std::string PathFor(const std::string& name) const;
 
  private:
   friend class DatasetUpload;
@@ -199,7 +201,6 @@ class DatasetRegistry {
   // it), or gives `bytes` back.
   absl::Status ReserveStaging(int64_t bytes, const std::string& name);
   void ReleaseStaging(int64_t bytes);
-  std::string PathFor(const std::string& name) const;
   absl::StatusOr<std::shared_ptr<const Dataset>> MakeResident(const DatasetMeta& meta,
                                                               const torch::Tensor& payload);
   // Reads a registered dataset's file and makes it resident (no lock held).
