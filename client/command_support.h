@@ -75,6 +75,12 @@ int JobCancel(const CommandContext& context);
 int JobRemove(const CommandContext& context);
 int JobModel(const CommandContext& context);
 
+// ListJobs from `request` on: its jobs appended to `response`, page after page while
+// `every_page` (else the first page only, its next_page_token kept). The first failed call's
+// status. (job_commands.cc; `job list --sweep` lists with it too.)
+grpc::Status ListJobPages(const CommandContext& context, v1::ListJobsRequest request,
+                          bool every_page, v1::ListJobsResponse* response);
+
 // Blocks until job `id` ended or `timeout` passed (InfiniteDuration: until it ended), on a WatchJob
 // stream: the end of a member is seen the moment the daemon publishes it, not at the next poll
 // (a packed sweep of small jobs may end within a tenth of a second). Returns the ended job, or

@@ -176,6 +176,23 @@ absl::StatusOr<std::optional<v1::Job>> AwaitJobEnd(const CommandContext& context
 
 // The newest --limit jobs (shown oldest first, so that the newest is at the bottom), or with
 // --all every page in creation order; filtered by --state and --dataset on the daemon.
+grpc::Status ListJobPages(const CommandContext& context, v1::ListJobsRequest request,
+                          bool every_page, v1::ListJobsResponse* response) {
+  while (true) {
+    grpc::ClientContext call;
+    context.connection.SetUnaryDeadline(&call);
+    v1::ListJobsResponse page;
+    grpc::Status status = context.connection.jobs().ListJobs(&call, request, &page);
+    if (!status.ok()) return status;
+    for (v1::Job& job : *page.mutable_jobs()) *response->add_jobs() = std::move(job);
+    if (!every_page || page.next_page_token().empty()) {
+      response->set_next_page_token(page.next_page_token());
+      return grpc::Status::OK;
+    }
+    request.set_page_token(page.next_page_token());
+  }
+}
+
 int JobList(const CommandContext& context) {
   if (context.invocation.Has("sweep")) return SweepList(context);
   if (context.invocation.Has("watch")) {
@@ -201,18 +218,8 @@ int JobList(const CommandContext& context) {
   request.set_page_size(all ? kMaxPage : static_cast<int32_t>(*limit));
   request.set_newest_first(!all);
   v1::ListJobsResponse response;
-  while (true) {
-    grpc::ClientContext call;
-    context.connection.SetUnaryDeadline(&call);
-    v1::ListJobsResponse page;
-    grpc::Status status = context.connection.jobs().ListJobs(&call, request, &page);
-    if (!status.ok()) return UnaryRpcFailure(context, status);
-    for (v1::Job& job : *page.mutable_jobs()) *response.add_jobs() = std::move(job);
-    if (!all || page.next_page_token().empty()) {
-      response.set_next_page_token(page.next_page_token());
-      break;
-    }
-    request.set_page_token(page.next_page_token());
+  if (grpc::Status status = ListJobPages(context, request, all, &response); !status.ok()) {
+    return UnaryRpcFailure(context, status);
   }
   if (!all) {
     // Asked newest first; shown (and printed as JSON) oldest first like --all.

@@ -156,15 +156,9 @@ int SweepList(const CommandContext& context) {
   request.set_dataset(invocation.Get("dataset"));
   request.set_page_size(1000);
   v1::ListJobsResponse response;
-  while (true) {
-    grpc::ClientContext call;
-    context.connection.SetUnaryDeadline(&call);
-    v1::ListJobsResponse page;
-    grpc::Status status = context.connection.jobs().ListJobs(&call, request, &page);
-    if (!status.ok()) return UnaryRpcFailure(context, status);
-    for (v1::Job& job : *page.mutable_jobs()) *response.add_jobs() = std::move(job);
-    if (page.next_page_token().empty()) break;
-    request.set_page_token(page.next_page_token());
+  if (grpc::Status status = ListJobPages(context, request, /*every_page=*/true, &response);
+      !status.ok()) {
+    return UnaryRpcFailure(context, status);
   }
   if (response.jobs().empty() && !filtered) {
     PrintError(absl::StrCat("sweep '", sweep_id,
