@@ -162,9 +162,11 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     }
     if (!status.ok()) return PeerError(peer, status, "to check the dataset");
     if (dataset.sha256() != sha256) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("dataset '", name, "' on peer ", peer, " (sha256 ", dataset.sha256(),
-                       ") is not this daemon's (", sha256, "): upload the same file there"));
+      // The peer's SHA-256 is not shown: read with the leader's admin credentials, it may be
+      // another tenant's dataset there, of which the caller is to learn nothing more.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dataset '", name, "' on peer ", peer, " is not this daemon's (another SHA-256 than ",
+          sha256, "): the peer keeps its own, so give this one another name"));
     }
     return absl::OkStatus();
   }

@@ -570,6 +570,15 @@ TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
   EXPECT_NE(other.exit_code, 0);
   EXPECT_THAT(other.err, HasSubstr("dataset 'waves' on peer " + addresses_[2]));
   EXPECT_THAT(other.err, HasSubstr("is not this daemon's"));
+  {
+    // Nothing of the dataset there is shown (it may be another tenant's): not its SHA-256.
+    RunResult there = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[2], "--token-file",
+                                leader_token_, "-o", "json", "dataset", "get", "waves"});
+    v1::Dataset theirs;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(there.out, &theirs).ok()) << there.out;
+    ASSERT_EQ(theirs.sha256().size(), 64u);
+    EXPECT_EQ(other.err.find(theirs.sha256()), std::string::npos) << other.err;
+  }
 
   RunResult stranger = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", "127.0.0.1:1"}));
   EXPECT_NE(stranger.exit_code, 0);
@@ -604,9 +613,9 @@ TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
   Upload({0}, 240, "solo");
   daemons_[0].reset();
   Start(0);
-  RunResult solo = Ctl(0, {"submit", "--dataset", "solo", "--model", "linear:8,tanh,linear:1",
-                           "--epochs", "3", "--seed", "4", "--engine", "libtorch", "--replicas",
-                           "2", "--nodes", addresses_[1]});
+  RunResult solo =
+      Ctl(0, {"submit", "--dataset", "solo", "--model", "linear:8,tanh,linear:1", "--epochs", "3",
+              "--seed", "4", "--engine", "libtorch", "--replicas", "2", "--nodes", addresses_[1]});
   ASSERT_EQ(solo.exit_code, 0) << solo.err;
   const v1::Job trained = WaitFor(0, solo.out.substr(0, solo.out.find('\n')), 99, 60);
   EXPECT_EQ(trained.state(), v1::JOB_STATE_SUCCEEDED) << trained.error();
