@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -205,6 +207,86 @@ TEST(SharedMemoryTest, TheWorkersDescriptorCanNeitherWriteNorMapForWriting) {
   const void* base = bytes->data_ptr();
   *bytes = torch::Tensor();
   EXPECT_FALSE(FindSharedRegion(base, 1).has_value());
+}
+
+// What a worker would try with its dataset's descriptor if it escaped its interpreter: reopen the
+// file for writing (as a process of the daemon's user, which is the worker's user where the daemon
+// does not run as root: here root, whom the mode does not stop), write it, map it for writing,
+// shrink it (which turned the daemon's next read of the pages into SIGBUS), grow it, or take the
+// seals off; and, as another user, reopen it at all. Each is refused, and the daemon's bytes and
+// its own mapping are as they were.
+TEST(SharedMemoryTest, NoReopeningOfTheWorkersDescriptorCanWriteOrResizeTheDataset) {
+  absl::StatusOr<torch::Tensor> bytes = AllocateSharedHostBytes(8192, "sealed");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  bytes->fill_(5);
+  std::optional<SharedRegion> region = FindSharedRegion(bytes->data_ptr(), 8192);
+  ASSERT_TRUE(region.has_value());
+  const int fd = ReadOnlyDescriptor(*region);
+  ASSERT_GE(fd, 0);
+  struct stat st {};
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0400u);
+  // A second descriptor of the same region is another read-only open of the sealed file.
+  const int again = ReadOnlyDescriptor(*region);
+  ASSERT_GE(again, 0);
+  close(again);
+
+  int report[2];
+  ASSERT_EQ(pipe(report), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(report[0]);
+    auto say = [&](const char* what, bool refused) {
+      char line[128];
+      const int n = snprintf(line, sizeof(line), "%s %s\n", what, refused ? "refused" : "ALLOWED");
+      (void)!write(report[1], line, static_cast<size_t>(n));
+    };
+    const std::string path = "/proc/self/fd/" + std::to_string(fd);
+    const int rw = open(path.c_str(), O_RDWR);
+    // Root passes the mode (CAP_DAC_OVERRIDE): the seals below must hold on this descriptor.
+    if (geteuid() != 0) say("reopen-rw-as-the-owner", rw < 0);
+    const int target = rw >= 0 ? rw : fd;
+    say("pwrite", pwrite(target, "x", 1, 0) != 1);
+    say("mmap-write", mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, target, 0) ==
+                          MAP_FAILED);
+    say("ftruncate-shrink", ftruncate(target, 0) != 0);
+    say("ftruncate-grow", ftruncate(target, 1 << 20) != 0);
+    say("fallocate-grow", fallocate(target, 0, 0, 1 << 20) != 0);
+    say("unseal", fcntl(target, F_ADD_SEALS, F_SEAL_WRITE) != 0);
+    if (geteuid() == 0 && setresgid(65534, 65534, 65534) == 0 &&
+        setresuid(65534, 65534, 65534) == 0) {
+      const int other = open(path.c_str(), O_RDWR);
+      say("reopen-rw-as-another-user", other < 0);
+      const int other_ro = open(path.c_str(), O_RDONLY);
+      say("reopen-ro-as-another-user", other_ro < 0);
+    }
+    _exit(0);
+  }
+  close(report[1]);
+  std::string said;
+  char buffer[512];
+  ssize_t n;
+  while ((n = read(report[0], buffer, sizeof(buffer))) > 0) said.append(buffer, n);
+  close(report[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << said;
+  EXPECT_THAT(said, ::testing::Not(HasSubstr("ALLOWED"))) << said;
+  for (const char* what : {"pwrite", "mmap-write", "ftruncate-shrink", "ftruncate-grow",
+                           "fallocate-grow", "unseal"}) {
+    EXPECT_THAT(said, HasSubstr(std::string(what) + " refused")) << said;
+  }
+  if (geteuid() == 0) {
+    EXPECT_THAT(said, HasSubstr("reopen-rw-as-another-user refused"));
+    EXPECT_THAT(said, HasSubstr("reopen-ro-as-another-user refused"));
+  }
+  // The daemon's bytes are intact and its mapping still reads (no SIGBUS) and writes.
+  EXPECT_EQ(bytes->sum().item<int64_t>(), int64_t{5} * 8192);
+  ASSERT_EQ(fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, 8192);
+  bytes->data_ptr<uint8_t>()[8191] = 6;
+  EXPECT_EQ(bytes->data_ptr<uint8_t>()[8191], 6);
+  close(fd);
 }
 
 // ---- RunTrainingInWorker ------------------------------------------------------------------

@@ -14,8 +14,19 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 
+// Linux 5.1's seal (its value is the kernel's ABI); Debian 12's glibc headers may predate it.
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
 namespace trainerd::engine {
 namespace {
+
+// What a region's memory file is sealed with before its first read-only descriptor goes out: no
+// size change (a shrink would turn the daemon's own reads of the pages past it into SIGBUS), no
+// write and no new writable mapping by anyone (the daemon's mapping, made before, stays writable),
+// and no further change to the seals.
+constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 
 struct Live {
   int fd = -1;
@@ -54,7 +65,8 @@ void Unmap(void* context) {
 
 absl::StatusOr<torch::Tensor> AllocateSharedHostBytes(int64_t bytes, const std::string& name) {
   if (bytes < 0) return absl::InvalidArgumentError("a negative size of shared memory");
-  const int fd = ::memfd_create(absl::StrCat("trainerd-", name).c_str(), MFD_CLOEXEC);
+  const int fd =
+      ::memfd_create(absl::StrCat("trainerd-", name).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) {
     const int err = errno;
     if (IsOutOfDescriptors(err)) {
@@ -62,6 +74,14 @@ absl::StatusOr<torch::Tensor> AllocateSharedHostBytes(int64_t bytes, const std::
     }
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot create shared memory for '", name, "': ", std::strerror(err)));
+  }
+  // Readable by the daemon's user only (a memory file starts 0777): a process of another user
+  // cannot open it through /proc/<pid>/fd, and one of the daemon's user can open it read-only.
+  if (::fchmod(fd, 0400) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot restrict the mode of shared memory for '", name,
+                                            "': ", std::strerror(err)));
   }
   // One page at least, so that an empty dataset still has a mapping (and a base) of its own.
   const size_t length = static_cast<size_t>(std::max<int64_t>(bytes, 1));
@@ -107,6 +127,17 @@ std::optional<SharedRegion> FindSharedRegion(const void* data, int64_t bytes) {
 }
 
 int ReadOnlyDescriptor(const SharedRegion& region) {
+  // Sealed first (once: the seals include F_SEAL_SEAL), so that no descriptor of the file, however
+  // it is reopened, can write it, map it for writing or change its size.
+  const int seals = ::fcntl(region.fd, F_GET_SEALS);
+  if (seals < 0) return -1;
+  if ((seals & kSeals) != kSeals) {
+    if ((seals & F_SEAL_SEAL) != 0) {
+      errno = EPERM;  // sealed by someone else without these: never handed out
+      return -1;
+    }
+    if (::fcntl(region.fd, F_ADD_SEALS, kSeals) != 0) return -1;
+  }
   // A new open file description, read-only: mmap(PROT_WRITE) and mprotect to writable fail on it.
   return ::open(absl::StrCat("/proc/self/fd/", region.fd).c_str(), O_RDONLY | O_CLOEXEC);
 }

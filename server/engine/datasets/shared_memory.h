@@ -2,10 +2,14 @@
 // anonymous memory file (memfd) mapped into the daemon, so that a TorchScript job's worker
 // (server/worker/) maps the same pages read-only instead of receiving a second copy.
 //
-// The daemon allocates with AllocateSharedHostBytes; FindSharedRegion finds the region a tensor's
-// bytes lie in and ReadOnlyDescriptor makes the descriptor the worker gets: a second open of the
-// memory file with O_RDONLY, through which the worker can neither write nor map for writing.
-// Thread-safe.
+// The daemon allocates with AllocateSharedHostBytes (a memory file of mode 0400) and fills the
+// bytes; FindSharedRegion finds the region a tensor's bytes lie in and ReadOnlyDescriptor makes the
+// descriptor the worker gets: the file is first sealed against writes, new writable mappings and
+// size changes (the daemon's own mapping stays as it is), then opened a second time with O_RDONLY.
+// So a worker can neither write the bytes through its descriptor nor through any reopening of it
+// (/proc/self/fd/N with O_RDWR: refused by the mode, and powerless against the seals where it is
+// allowed), and cannot truncate the file under the daemon's feet. A region must therefore be filled
+// before its first read-only descriptor is made. Thread-safe.
 #pragma once
 
 #include <torch/torch.h>
@@ -33,6 +37,7 @@ struct SharedRegion {
 std::optional<SharedRegion> FindSharedRegion(const void* data, int64_t bytes);
 
 // A new read-only descriptor of the region's memory file (the caller closes it), or -1 with errno.
+// Seals the file first (see above): the daemon must not write the region afterwards.
 int ReadOnlyDescriptor(const SharedRegion& region);
 
 // The worker's side: maps `size` bytes of a read-only descriptor (PROT_READ, MAP_SHARED) and
