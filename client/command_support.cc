@@ -13,6 +13,7 @@
 #include "client/commands.h"
 #include "client/connection.h"
 #include "client/output.h"
+#include "common/safe_text.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/support/status.h"
 
@@ -58,13 +59,15 @@ int PrintMessage(const CommandContext& context, const google::protobuf::Message&
 }
 
 int PrintNames(const std::vector<std::string>& names) {
-  for (const std::string& name : names) std::cout << name << "\n";
+  for (const std::string& name : names) std::cout << EscapeControls(name) << "\n";
   std::cout << std::flush;
   return kExitOk;
 }
 
 int PrintText(const std::string& text) {
-  std::cout << text << std::flush;
+  // Views keep their lines; any control character that reached one from the daemon (a name, an
+  // error, a spec) is shown escaped rather than obeyed by the terminal.
+  std::cout << EscapeControls(text, LineBreaks::kKeep) << std::flush;
   return kExitOk;
 }
 

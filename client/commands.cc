@@ -26,6 +26,7 @@
 #include "client/connection.h"
 #include "client/contexts.h"
 #include "client/output.h"
+#include "common/safe_text.h"
 #include "common/version.h"
 
 namespace trainerd::client {
@@ -45,7 +46,8 @@ bool SupportsNameOutput(absl::string_view path) {
 
 void PrintError(absl::string_view message) {
   std::cout.flush();
-  std::cerr << "trainctl: " << message << std::endl;
+  // Messages quote the daemon: its control characters are shown, not obeyed.
+  std::cerr << "trainctl: " << EscapeControls(message, LineBreaks::kKeep) << std::endl;
 }
 
 int RunCommand(const Invocation& invocation) {

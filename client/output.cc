@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/safe_text.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace trainerd::client {
@@ -29,6 +30,9 @@ namespace trainerd::client {
 TextTable::TextTable(std::vector<std::string> headers) { rows_.push_back(std::move(headers)); }
 
 void TextTable::AddRow(std::vector<std::string> cells) {
+  // A cell is one line of text, whatever the daemon sent: a name or an error with control
+  // characters (a cursor move, a line break that starts a forged row) shows them escaped.
+  for (std::string& cell : cells) cell = EscapeControls(cell);
   cells.resize(std::max(cells.size(), rows_[0].size()));
   rows_.push_back(std::move(cells));
 }
@@ -64,7 +68,9 @@ std::string KeyValueLines(const std::vector<std::pair<std::string, std::string>>
   for (const auto& [key, value] : lines) width = std::max(width, DisplayWidth(key));
   std::string text;
   for (const auto& [key, value] : lines) {
-    absl::StrAppend(&text, key, ":", std::string(width - DisplayWidth(key) + 2, ' '), value, "\n");
+    // One line each, as a cell of a table is.
+    absl::StrAppend(&text, key, ":", std::string(width - DisplayWidth(key) + 2, ' '),
+                    EscapeControls(value), "\n");
   }
   return text;
 }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/job_limits.h"
+#include "common/safe_text.h"
 #include "common/status_macros.h"
 #include "common/table.h"
 
@@ -433,7 +434,8 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_owner(job.owner);
   *out.mutable_spec() = ToProto(job.spec);
   out.set_state(ToProto(job.state));
-  out.set_error(job.error);
+  // An error may quote a worker or a module: shown as text, never as terminal controls.
+  out.set_error(EscapeControls(job.error, LineBreaks::kSpace));
   for (const auto& epoch : job.epochs) *out.add_epochs() = ToProto(epoch);
   out.set_epochs_completed(
       std::max<int32_t>(job.epochs_completed, static_cast<int32_t>(job.epochs.size())));
@@ -453,7 +455,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   out.set_stopped_early(job.stopped_early);
   out.set_cancel_requested(job.cancel_requested);
   out.set_record_damaged(job.record_damaged);
-  out.set_checkpoint_error(job.checkpoint_error);
+  out.set_checkpoint_error(EscapeControls(job.checkpoint_error, LineBreaks::kSpace));
   out.set_model_sha256(job.model_sha256);
   for (const engine::RankPlacement& r : job.ranks) {
     v1::RankPlacement* rank = out.add_ranks();

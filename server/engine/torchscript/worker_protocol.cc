@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_text.h"
 #include "common/status_macros.h"
 
 namespace trainerd::engine {
@@ -595,6 +596,8 @@ absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, in
   TRAINERD_ASSIGN_OR_RETURN(o.interrupted, r.Bool());
   TRAINERD_ASSIGN_OR_RETURN(o.resumed_steps, r.Int(0, kMaxRows, "a step count"));
   TRAINERD_ASSIGN_OR_RETURN(o.error, r.Str(kMaxErrorBytes));
+  // The worker's words go into logs, records and terminals: as text, in one line.
+  o.error = EscapeControls(o.error, LineBreaks::kSpace);
   TRAINERD_ASSIGN_OR_RETURN(o.steps, r.Int(0, kMaxRows, "a step count"));
   TRAINERD_ASSIGN_OR_RETURN(o.host_syncs, r.Int(0, kMaxRows, "a sync count"));
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, max_epochs, "an epoch count"));
@@ -609,6 +612,7 @@ absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, in
   for (int64_t i = 0; i < count; ++i) {
     ParameterValues p;
     TRAINERD_ASSIGN_OR_RETURN(p.name, r.Str(kMaxNameBytes));
+    p.name = EscapeControls(p.name);
     TRAINERD_ASSIGN_OR_RETURN(p.shape, r.I64s(kMaxDims));
     TRAINERD_ASSIGN_OR_RETURN(const std::string raw, r.Str(sizeof(float) * kMaxReportedParameters));
     if (raw.size() % sizeof(float) != 0) {
@@ -631,6 +635,7 @@ absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, in
   TRAINERD_ASSIGN_OR_RETURN(o.peak_memory_bytes, r.Int(0, kMaxRows, "a byte count"));
   TRAINERD_ASSIGN_OR_RETURN(o.engine, r.Str(256));
   TRAINERD_ASSIGN_OR_RETURN(o.engine_reason, r.Str(kMaxErrorBytes));
+  o.engine_reason = EscapeControls(o.engine_reason, LineBreaks::kSpace);
   TRAINERD_ASSIGN_OR_RETURN(o.model_archive, r.Str(payload.size()));
   if (!r.done()) return absl::InvalidArgumentError("the outcome message has bytes after its end");
   return o;
