@@ -79,6 +79,9 @@ ENV PATH=/opt/trainerd/bin:$PATH \
     TRAINERD_METRICS_LISTEN=0.0.0.0:9400 \
     TRAINERD_DATA_DIR=/var/lib/trainerd \
     TRAINERD_AUTH_TOKEN_FILE=/run/secrets/trainerd_token
+# Submitted TorchScript trains in trainerd-worker, which confines itself with Landlock and seccomp:
+# the runtime's seccomp profile must allow landlock_* and seccomp(2) (Docker 23 and containerd 1.6
+# defaults do; docs/DEPLOY.md, "What a container runtime must allow").
 USER 10001:10001
 WORKDIR /var/lib/trainerd
 VOLUME ["/var/lib/trainerd"]

@@ -57,6 +57,41 @@ std::string RunningColumn(const v1::DeviceStatus& device) {
 
 }  // namespace
 
+std::string DescribeSandbox(const v1::WorkerSandbox& s) {
+  std::vector<std::string> parts;
+  parts.push_back(s.landlock() ? absl::StrCat("Landlock ABI ", s.landlock_abi())
+                               : absl::StrCat("no Landlock (", OrDash(s.landlock_error()), ")"));
+  parts.push_back(s.seccomp() ? "seccomp"
+                              : absl::StrCat("no seccomp (", OrDash(s.seccomp_error()), ")"));
+  parts.push_back(s.no_new_privileges() ? "no new privileges" : "new privileges possible");
+  parts.push_back(s.not_dumpable() ? "not dumpable" : "dumpable");
+  parts.push_back(s.network_namespace()
+                      ? "network namespace"
+                      : absl::StrCat("no network namespace (", OrDash(s.network_error()), ")"));
+  parts.push_back(s.uid() < 0
+                      ? "mixed user ids"
+                      : absl::StrCat("user ", s.uid(),
+                                     s.other_user() ? " (not the daemon's)" : " (the daemon's)"));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string SandboxSection(const google::protobuf::RepeatedPtrField<v1::WorkerSandbox>& sandboxes) {
+  if (sandboxes.empty()) return "";
+  std::string text = "sandbox of submitted code:\n";
+  for (const v1::WorkerSandbox& s : sandboxes) {
+    std::string verdict = "complete";
+    if (!s.missing().empty()) {
+      verdict = absl::StrCat("REFUSED, lacks ", absl::StrJoin(s.missing(), ", "));
+    } else if (!s.accepted_missing().empty()) {
+      verdict = absl::StrCat("lacks ", absl::StrJoin(s.accepted_missing(), ", "),
+                             " (accepted by --worker_sandbox_may_lack)");
+    }
+    absl::StrAppend(&text, "  ", s.program(), ": ", verdict, "\n    ", DescribeSandbox(s), "\n");
+    if (!s.refusal().empty()) absl::StrAppend(&text, "    ", s.refusal(), "\n");
+  }
+  return text;
+}
+
 std::string DeviceReportSection(const v1::DeviceReport& report) {
   // A report the daemon never filled in (a job still queued) would be all zeros: say nothing.
   if (report.ByteSizeLong() == 0) return "";
@@ -93,10 +128,14 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   if (report.intra_op_threads() > 0) {
     lines.push_back({"threads", absl::StrCat(report.intra_op_threads(), " intra-op")});
   }
-  // A TorchScript job trains in a sandboxed worker process: what starting it cost.
+  // A TorchScript job trains in a sandboxed worker process: what starting it cost, and what its
+  // sandbox held.
   if (report.worker_start_seconds() > 0) {
     lines.push_back({"worker start", absl::StrFormat("%.3f s (a sandboxed process of its own)",
                                                      report.worker_start_seconds())});
+  }
+  if (report.has_worker_sandbox()) {
+    lines.push_back({"sandbox", DescribeSandbox(report.worker_sandbox())});
   }
   // A sweep member trained in a pack: the times and speeds above are the pack's.
   if (report.packed_members() > 0) {
@@ -174,7 +213,14 @@ std::string DeviceListTable(const v1::ListDevicesResponse& response, TableOption
     if (options.wide) row.push_back(OrDash(device.unusable_reason()));
     table.AddRow(std::move(row));
   }
-  return table.Render(options.headers);
+  std::string text = table.Render(options.headers);
+  // Only a refusal is worth a line under the table: the whole sandbox is `diagnose`'s.
+  for (const v1::WorkerSandbox& s : response.worker_sandboxes()) {
+    if (s.missing().empty()) continue;
+    absl::StrAppend(&text, "TorchScript jobs are refused: ", s.program(), "'s sandbox lacks ",
+                    absl::StrJoin(s.missing(), ", "), " (trainctl diagnose says why)\n");
+  }
+  return text;
 }
 
 std::string DiagnoseTable(const v1::DiagnoseResponse& response) {
@@ -220,7 +266,8 @@ std::string DiagnoseTable(const v1::DiagnoseResponse& response) {
       "\nMATMUL: float32 n x n matrix product (2n^3 FLOPs); H2D: copies from pinned host memory\n"
       "(a memcpy on the cpu); LAUNCH: an empty kernel (the smallest op on the cpu); SYNC: one "
       "host\n"
-      "synchronisation; UTIL, SM: utilization and SM activity during the matrix products.\n");
+      "synchronisation; UTIL, SM: utilization and SM activity during the matrix products.\n",
+      response.worker_sandboxes().empty() ? "" : "\n", SandboxSection(response.worker_sandboxes()));
 }
 
 v1::ListJobsResponse RunningJobs(const v1::ListJobsResponse& response) {

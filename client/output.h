@@ -111,6 +111,10 @@ std::string JsonString(absl::string_view text);
 
 // `trainctl diagnose`: versions and measure time, then one row per device.
 std::string DiagnoseTable(const v1::DiagnoseResponse& response);
+// A process's sandbox in one line ("Landlock ABI 7, seccomp, ..."), and the section of `diagnose`
+// that says, per program, whether the daemon runs submitted code in it and why not.
+std::string DescribeSandbox(const v1::WorkerSandbox& sandbox);
+std::string SandboxSection(const google::protobuf::RepeatedPtrField<v1::WorkerSandbox>& sandboxes);
 
 // The RUNNING jobs of `response`, in its order.
 v1::ListJobsResponse RunningJobs(const v1::ListJobsResponse& response);

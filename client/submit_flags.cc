@@ -96,7 +96,7 @@ std::vector<FlagSpec> SubmitFlags() {
           {"max-job-time", "T",
            "a --torchscript job's time limit, in seconds or as a\n"
            "duration (90m): its worker is killed and the job FAILED\n"
-           "past it (default: the daemon's --max_job_time, 24h)"},
+           "past it (default and most: the daemon's --max_job_time, 24h)"},
           {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
           {"request-id", "ID",
            "makes a retry safe: the same ID with the same request\n"

@@ -2,6 +2,7 @@
 // Flags go into ServerOptions; Server::BuildAndStart does the rest; SIGINT/SIGTERM stop it.
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "common/memory_size.h"
 #include "common/version.h"
 #include "server/engine/log.h"
+#include "server/engine/torchscript/sandbox_policy.h"
 #include "server/service/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
@@ -133,8 +135,9 @@ ABSL_FLAG(int32_t, cpu_training_nice, 10,
 // Job records (docs/ARCHITECTURE.md, "Job records").
 ABSL_FLAG(absl::Duration, shutdown_timeout, absl::Seconds(60),
           "at SIGTERM or SIGINT, how long running jobs may take to finish their epoch and write a "
-          "checkpoint; past it they stop at a step boundary and resume from their last checkpoint "
-          "at the next start");
+          "checkpoint; past it they stop at a step boundary (a TorchScript job's worker that has "
+          "not stopped gets --worker_grace more, then is killed) and resume from their last "
+          "checkpoint at the next start");
 ABSL_FLAG(int32_t, keep_checkpoints, 0,
           "keep only each job's last N checkpoints (older files are deleted as new ones are "
           "written); 0 keeps all");
@@ -149,6 +152,12 @@ ABSL_FLAG(absl::Duration, torchscript_check_timeout, absl::Seconds(30),
 ABSL_FLAG(std::string, worker, "",
           "the trainerd-worker program in which TorchScript jobs train (untrusted code never runs "
           "in the daemon); empty: the one next to this executable");
+ABSL_FLAG(std::string, worker_sandbox_may_lack, "",
+          "required parts of the sandbox of the processes that run submitted TorchScript (the "
+          "module checker and the workers) that this daemon runs such code without: any of "
+          "landlock,seccomp,no_new_privileges,not_dumpable. Empty (the default): a process short "
+          "of any of them is sent no code, and its job is refused with the part and the fix "
+          "(docs/SECURITY.md); trainctl diagnose shows what the processes get");
 ABSL_FLAG(absl::Duration, max_job_time, absl::Hours(24),
           "a TorchScript job's time limit when it gives none (trainctl submit --max-job-time): "
           "its worker is killed and the job FAILED once it has run this long; 0 for none");
@@ -197,8 +206,9 @@ ABSL_FLAG(
     "so that a job's worker is ready when it starts, and with them one module checker; "
     "each serves one job or one check; 0: none");
 ABSL_FLAG(int64_t, worker_memory_limit_bytes, int64_t{8} << 30,
-          "a CPU TorchScript job's worker's address space beyond its libraries and datasets, in "
-          "bytes; 0 for none");
+          "a TorchScript job's worker's memory beyond its libraries and datasets, in bytes: its "
+          "address space on the CPU; on a GPU (whose driver reserves address space far beyond its "
+          "use) its heap and its device memory; 0 for none");
 
 namespace {
 
@@ -269,6 +279,10 @@ void RaiseOpenFileLimit(int64_t max_datasets) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Not dumpable, first thing: a process of the daemon's own user (a worker whose sandbox failed
+  // it, anything else that user runs) cannot open its /proc files (mem, environ, fd) or trace it,
+  // and it leaves no core dump holding tokens or datasets.
+  prctl(PR_SET_DUMPABLE, 0);
   // Block the stop signals before any thread starts, so that only sigwait below receives them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -420,6 +434,19 @@ int main(int argc, char** argv) {
   // The module checker's warm process follows the workers' setting (one, or none).
   options.engine.module_checker.pool = options.engine.worker.pool > 0 ? 1 : 0;
   options.engine.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
+  options.engine.measure_sandbox_at_start = options.engine.allow_torchscript;
+  for (absl::string_view part :
+       absl::StrSplit(absl::GetFlag(FLAGS_worker_sandbox_may_lack), ',', absl::SkipWhitespace())) {
+    const std::string name(absl::StripAsciiWhitespace(part));
+    const std::vector<std::string>& parts = trainerd::engine::RequiredSandboxParts();
+    if (std::find(parts.begin(), parts.end(), name) == parts.end()) {
+      std::cerr << "trainerd: --worker_sandbox_may_lack: '" << name
+                << "' is not a required part of the sandbox (landlock, seccomp, "
+                   "no_new_privileges, not_dumpable)\n";
+      return 2;
+    }
+    options.engine.worker_sandbox_may_lack.push_back(name);
+  }
   options.engine.max_job_time = absl::GetFlag(FLAGS_max_job_time);
   options.engine.max_replicas = absl::GetFlag(FLAGS_max_replicas);
   options.engine.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);

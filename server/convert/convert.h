@@ -26,6 +26,9 @@ v1::Job ToProto(const engine::JobSnapshot& job);
 v1::DeviceReport ToProto(const engine::DeviceReport& report);
 v1::DeviceStatus ToProto(const engine::DeviceStatusInfo& device);
 v1::DiagnoseResponse ToProto(const engine::Diagnosis& diagnosis);
+v1::WorkerSandbox ToProto(const SandboxReport& sandbox);
+v1::WorkerSandbox ToProto(const engine::WorkerSandboxStatus& sandbox);
+SandboxReport FromProto(const v1::WorkerSandbox& sandbox);
 v1::JobState ToProto(engine::JobState state);
 
 // The reverse of the job's conversions, for the job store (which keeps jobs as v1 messages).

@@ -4,6 +4,51 @@
 
 namespace trainerd::convert {
 
+v1::WorkerSandbox ToProto(const SandboxReport& r) {
+  v1::WorkerSandbox out;
+  out.set_program(r.program);
+  out.set_landlock_abi(r.landlock_abi);
+  out.set_landlock(r.landlock);
+  out.set_seccomp(r.seccomp);
+  out.set_no_new_privileges(r.no_new_privileges);
+  out.set_not_dumpable(r.not_dumpable);
+  out.set_network_namespace(r.network_namespace);
+  out.set_uid(r.uid);
+  out.set_other_user(r.other_user);
+  out.set_landlock_error(r.landlock_error);
+  out.set_seccomp_error(r.seccomp_error);
+  out.set_network_error(r.network_error);
+  return out;
+}
+
+SandboxReport FromProto(const v1::WorkerSandbox& s) {
+  SandboxReport out;
+  out.program = s.program();
+  out.landlock_abi = s.landlock_abi();
+  out.landlock = s.landlock();
+  out.seccomp = s.seccomp();
+  out.no_new_privileges = s.no_new_privileges();
+  out.not_dumpable = s.not_dumpable();
+  out.network_namespace = s.network_namespace();
+  out.uid = s.uid();
+  out.other_user = s.other_user();
+  out.landlock_error = s.landlock_error();
+  out.seccomp_error = s.seccomp_error();
+  out.network_error = s.network_error();
+  return out;
+}
+
+v1::WorkerSandbox ToProto(const engine::WorkerSandboxStatus& status) {
+  v1::WorkerSandbox out = ToProto(status.report);
+  for (const std::string& part : status.missing) out.add_missing(part);
+  for (const std::string& part : status.accepted_missing) out.add_accepted_missing(part);
+  out.set_refusal(status.refusal);
+  if (status.measured_at != absl::InfinitePast()) {
+    SetTimestamp(status.measured_at, out.mutable_measure_time());
+  }
+  return out;
+}
+
 v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   v1::DeviceReport out;
   out.set_queue_seconds(r.queue_seconds);
@@ -27,6 +72,7 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   out.set_worker_start_seconds(r.worker_start_seconds);
   out.set_collective_seconds(r.collective_seconds);
   if (r.collective_fraction) out.set_collective_fraction(*r.collective_fraction);
+  if (r.worker_sandbox) *out.mutable_worker_sandbox() = ToProto(*r.worker_sandbox);
   switch (r.bound) {
     case engine::SpeedBound::kUnspecified:
       out.set_bound(v1::DeviceReport::BOUND_UNSPECIFIED);
@@ -124,6 +170,7 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   out.worker_start_seconds = r.worker_start_seconds();
   out.collective_seconds = r.collective_seconds();
   if (r.has_collective_fraction()) out.collective_fraction = r.collective_fraction();
+  if (r.has_worker_sandbox()) out.worker_sandbox = FromProto(r.worker_sandbox());
   switch (r.bound()) {
     case v1::DeviceReport::LAUNCH_BOUND:
       out.bound = engine::SpeedBound::kLaunchBound;

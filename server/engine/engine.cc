@@ -3,6 +3,8 @@
 // queues (io_mu, check_mu), the disk figures (disk_mu), and the job calls, which the job manager
 // answers (jobs/). Datasets, admission, devices and recovery are in the engine_*.cc files beside
 // it; Engine::Impl is in engine_impl.h.
+#include <limits>
+
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
@@ -33,6 +35,23 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
   }
   for (int i = 0; i < kModuleCheckThreads; ++i) {
     impl_->check_threads.emplace_back([this] { CheckLoop(); });
+  }
+  // The sandbox that submitted code would get here, measured at once on a module-check thread
+  // (a checker started and left waiting for the first module), so that the log, ListDevices and
+  // the metrics say it before anyone submits.
+  if (impl_->options.measure_sandbox_at_start && impl_->options.allow_torchscript &&
+      !impl_->options.module_checker.program.empty()) {
+    std::lock_guard<std::mutex> lock(impl_->check_mu);
+    impl_->check_tasks.push_back(
+        {"", false, [impl = impl_.get()] {
+           absl::StatusOr<SandboxReport> measured =
+               MeasureCheckerSandbox(impl->options.module_checker, absl::Now() + absl::Seconds(60));
+           if (!measured.ok() && !impl->check_stop.load()) {
+             LogWarning(absl::StrCat("cannot measure the module checker's sandbox: ",
+                                     measured.status().message()));
+           }
+         }});
+    impl_->check_cv.notify_one();
   }
   if (impl_->options.diagnose_at_start) {
     impl_->diagnose_thread = std::thread([impl = impl_.get()] {
@@ -156,16 +175,35 @@ void Engine::IoLoop() {
 
 void Engine::CheckLoop() {
   while (true) {
-    std::function<void()> task;
+    Impl::CheckTask task;
     {
       std::unique_lock<std::mutex> lock(impl_->check_mu);
       impl_->check_cv.wait(lock,
                            [this] { return impl_->check_stopping || !impl_->check_tasks.empty(); });
       if (impl_->check_tasks.empty()) return;
-      task = std::move(impl_->check_tasks.front());
-      impl_->check_tasks.pop_front();
+      // The oldest task of the caller with the fewest checks running: a tenant with several
+      // waiting does not keep another's first check behind them.
+      auto chosen = impl_->check_tasks.begin();
+      int fewest = std::numeric_limits<int>::max();
+      for (auto it = impl_->check_tasks.begin(); it != impl_->check_tasks.end(); ++it) {
+        auto running = impl_->running_checks_of.find(it->owner);
+        const int n = running == impl_->running_checks_of.end() ? 0 : running->second;
+        if (n < fewest) {
+          fewest = n;
+          chosen = it;
+        }
+      }
+      task = std::move(*chosen);
+      impl_->check_tasks.erase(chosen);
+      ++impl_->running_checks_of[task.owner];
     }
-    task();  // after check_stop is set, a task ends quickly with UNAVAILABLE
+    task.run();  // after check_stop is set, a task ends quickly with UNAVAILABLE
+    std::lock_guard<std::mutex> lock(impl_->check_mu);
+    for (auto* counts : {&impl_->running_checks_of, &impl_->checks_of}) {
+      if (counts == &impl_->checks_of && !task.counted) continue;
+      auto it = counts->find(task.owner);
+      if (it != counts->end() && --it->second <= 0) counts->erase(it);
+    }
   }
 }
 

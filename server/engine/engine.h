@@ -100,6 +100,10 @@ struct EngineOptions {
   WorkerOptions worker;
   // A TorchScript job's time limit when its spec gives none; zero: none (--max_job_time).
   absl::Duration max_job_time = absl::ZeroDuration();
+  // Required parts of the sandbox of the processes that run submitted code that this daemon
+  // accepts missing (--worker_sandbox_may_lack; RequiredSandboxParts names them). Empty: a checker
+  // or worker short of any of them is sent no code, and its job is refused FAILED_PRECONDITION.
+  std::vector<std::string> worker_sandbox_may_lack;
   // Data-parallel jobs (JobSpec::replicas): the most ranks a job may ask for (INVALID_ARGUMENT
   // above it), how long its ranks may take to meet and any one collective may wait for the others
   // before the job fails naming the rank that did not come (never a hang), and the name this
@@ -126,6 +130,23 @@ struct EngineOptions {
   // Measure every device (Diagnose) on a background thread at start, so that the first jobs'
   // verdicts have the peak and launch figures. The daemon turns it on; tests leave it off.
   bool diagnose_at_start = false;
+  // Measure the sandbox of the module checker at start (a checker is started and left waiting),
+  // so that the log, ListDevices and the metrics say what submitted code would get before anyone
+  // submits. The daemon turns it on; tests leave it off.
+  bool measure_sandbox_at_start = false;
+};
+
+// The confinement a process that runs submitted code (program: "trainerd-module-check",
+// "trainerd-worker") got when it last started, as measured (sandbox_policy.h), and what the daemon
+// makes of it (proto WorkerSandbox).
+struct WorkerSandboxStatus {
+  SandboxReport report;
+  // Required parts it lacks: refused (the daemon runs no submitted code in such a process), and
+  // accepted by --worker_sandbox_may_lack.
+  std::vector<std::string> missing;
+  std::vector<std::string> accepted_missing;
+  std::string refusal;  // the FAILED_PRECONDITION sentence when `missing` is not empty
+  absl::Time measured_at = absl::InfinitePast();
 };
 
 // One device as ListDevices reports it (proto DeviceStatus).
@@ -183,6 +204,10 @@ struct CallContext {
   // that call queued, and is ALREADY_EXISTS when the digests differ. Empty: no id.
   std::string request_id;
   std::string request_digest;
+  // Optional, for work done for the call after its handler returned (a module check): not OK once
+  // the call is over for its client (cancelled, its deadline passed, its connection gone), and the
+  // work then stops with that status. Valid only until the call is answered.
+  std::function<absl::Status()> cancelled;
 };
 
 // The most members one sweep may have (SubmitSweep).
@@ -243,6 +268,10 @@ class Engine {
   // return the cached figures unless `refresh`. One measurement at a time: a concurrent call waits
   // and shares it.
   absl::StatusOr<Diagnosis> Diagnose(bool refresh);
+  // The sandbox of the processes that run submitted code as last measured, one per program that
+  // has started (the module checker is measured at the daemon's start; a worker when its first
+  // job starts); empty before any measurement or with TorchScript turned off.
+  std::vector<WorkerSandboxStatus> WorkerSandboxes() const;
   // Bytes copied from the host to a device since the process started.
   int64_t host_to_device_bytes() const;
   // Unfinished jobs set aside at the start because their records could not be read (named in the

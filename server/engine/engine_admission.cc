@@ -270,6 +270,14 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
         "this daemon does not accept TorchScript modules (it runs with --allow_torchscript=false); "
         "describe the model with a text spec instead");
   }
+  // A job's own time limit may only be shorter than the operator's: a caller cannot lift the
+  // bound --max_job_time puts on submitted code.
+  if (options.max_job_time > absl::ZeroDuration() &&
+      spec.max_job_seconds > absl::ToDoubleSeconds(options.max_job_time)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_job_seconds ", spec.max_job_seconds, " is over this daemon's --max_job_time of ",
+        absl::FormatDuration(options.max_job_time), "; a job's own limit may only be shorter"));
+  }
   if (static_cast<int64_t>(spec.torchscript.size()) > kMaxTorchScriptBytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the TorchScript module has ",
                                                      spec.torchscript.size(), " bytes; at most ",
@@ -298,9 +306,16 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
     TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, checked_against).status());
   }
   spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
-  TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
-                            LoadTorchScriptModule(spec, checked_against, options.module_checker,
-                                                  caller.deadline, &check_stop));
+  TRAINERD_ASSIGN_OR_RETURN(
+      LoadedTorchScript loaded,
+      LoadTorchScriptModule(spec, checked_against, options.module_checker, caller.deadline,
+                            [this, &caller] {
+                              if (check_stop.load()) {
+                                return absl::UnavailableError("the daemon is shutting down");
+                              }
+                              // Its client gone: the check ends with it.
+                              return caller.cancelled ? caller.cancelled() : absl::OkStatus();
+                            }));
   // Only a description stays in the spec, which every snapshot of the job copies; the bytes are
   // kept in a file of their own while the job may run (a restart loads them again).
   const std::string module_bytes = std::move(spec.torchscript);
@@ -493,29 +508,40 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
   }
   // std::function needs a copyable callable: the spec (with its module bytes) moves into a holder.
   auto holder = std::make_shared<JobSpec>(*std::move(prepared));
+  absl::Status refused;
   {
     std::lock_guard<std::mutex> lock(impl_->check_mu);
+    auto mine = impl_->checks_of.find(caller.owner);
     if (impl_->check_stopping) {
-      // Below, outside the lock.
+      refused = absl::UnavailableError("the daemon is shutting down");
+    } else if (mine != impl_->checks_of.end() && mine->second >= kMaxModuleChecksPerCaller) {
+      refused = absl::ResourceExhaustedError(absl::StrCat(
+          "you have ", kMaxModuleChecksPerCaller,
+          " TorchScript module checks running or waiting already; submit again when one has "
+          "ended"));
     } else if (impl_->check_tasks.size() >= kMaxWaitingModuleChecks) {
-      // Below, outside the lock.
-      holder.reset();
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat(kMaxWaitingModuleChecks,
+                       " TorchScript module checks are already waiting; submit again "
+                       "in a few seconds"));
     } else {
-      impl_->check_tasks.push_back([impl = impl_.get(), holder, caller, done = std::move(done)] {
-        done(impl->SubmitWithModule(std::move(*holder), caller));
-      });
+      ++impl_->checks_of[caller.owner];
+      impl_->check_tasks.push_back(
+          {caller.owner, true, [impl = impl_.get(), holder, caller, done = std::move(done)] {
+             // A call whose client went away while it waited is not checked at all.
+             if (caller.cancelled) {
+               if (absl::Status gone = caller.cancelled(); !gone.ok()) {
+                 done(gone);
+                 return;
+               }
+             }
+             done(impl->SubmitWithModule(std::move(*holder), caller));
+           }});
       impl_->check_cv.notify_one();
       return;
     }
   }
-  if (holder == nullptr) {
-    done(absl::ResourceExhaustedError(
-        absl::StrCat(kMaxWaitingModuleChecks,
-                     " TorchScript module checks are already waiting; submit again "
-                     "in a few seconds")));
-  } else {
-    done(absl::UnavailableError("the daemon is shutting down"));
-  }
+  done(refused);
 }
 
 }  // namespace trainerd::engine

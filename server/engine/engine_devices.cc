@@ -1,10 +1,71 @@
 // The engine's devices: ListDevices, Diagnose and its cache (diagnose_mu held while measuring,
 // cache_mu for the figures), the cost model's estimates for `--device auto` and the placement of a
-// job that names no device (under admission_mu), and the job manager's hooks that give a job's
-// report its device figures.
+// job that names no device (under admission_mu), the job manager's hooks that give a job's
+// report its device figures, and the sandbox of the processes that run submitted code as they
+// measure it (sandbox_mu).
+#include <unistd.h>
+
+#include "absl/strings/str_join.h"
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
+
+EngineOptions Engine::Impl::WithSandboxPolicy(EngineOptions options, Impl* impl) {
+  SandboxPolicy policy;
+  policy.daemon_uid = ::geteuid();
+  policy.may_lack.insert(options.worker_sandbox_may_lack.begin(),
+                         options.worker_sandbox_may_lack.end());
+  auto record = [impl](const SandboxReport& report) { impl->RecordSandbox(report); };
+  options.module_checker.sandbox_policy = policy;
+  options.module_checker.on_sandbox = record;
+  options.worker.sandbox_policy = policy;
+  options.worker.on_sandbox = record;
+  return options;
+}
+
+void Engine::Impl::RecordSandbox(const SandboxReport& report) {
+  WorkerSandboxStatus status;
+  status.report = report;
+  status.measured_at = absl::Now();
+  for (const SandboxShortfall& s : SandboxShortfalls(report, SandboxPolicy{})) {
+    if (options.module_checker.sandbox_policy.may_lack.count(s.part) > 0) {
+      status.accepted_missing.push_back(s.part);
+    } else {
+      status.missing.push_back(s.part);
+    }
+  }
+  const absl::Status checked = CheckSandbox(report, options.module_checker.sandbox_policy);
+  if (!checked.ok()) status.refusal = std::string(checked.message());
+  const std::string program = report.program.empty() ? "trainerd-worker" : report.program;
+  bool changed = true;
+  {
+    absl::MutexLock lock(&sandbox_mu);
+    auto it = sandboxes.find(program);
+    if (it != sandboxes.end()) {
+      changed = EncodeSandboxReport(it->second.report) != EncodeSandboxReport(report);
+    }
+    sandboxes[program] = status;
+  }
+  if (!changed) return;
+  const std::string described = DescribeSandbox(report);
+  if (!status.refusal.empty()) {
+    LogWarning(absl::StrCat(program, "'s sandbox: ", described, ". ", status.refusal));
+  } else if (!status.accepted_missing.empty()) {
+    LogWarning(absl::StrCat(program, "'s sandbox: ", described, "; it lacks ",
+                            absl::StrJoin(status.accepted_missing, ", "),
+                            ", which --worker_sandbox_may_lack accepts: submitted code runs "
+                            "without it"));
+  } else {
+    LogInfo(absl::StrCat(program, "'s sandbox: ", described));
+  }
+}
+
+std::vector<WorkerSandboxStatus> Engine::WorkerSandboxes() const {
+  std::vector<WorkerSandboxStatus> out;
+  absl::MutexLock lock(&impl_->sandbox_mu);
+  for (const auto& [program, status] : impl_->sandboxes) out.push_back(status);
+  return out;
+}
 
 std::vector<DeviceStatusInfo> Engine::ListDevices() const {
   std::vector<DeviceStatusInfo> out;
@@ -215,9 +276,13 @@ JobHooks Engine::Impl::Hooks() {
     TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, datasets.GetMeta(job.spec.dataset));
     JobSpec spec = job.spec;
     spec.torchscript = module.archive;
-    TRAINERD_ASSIGN_OR_RETURN(LoadedTorchScript loaded,
-                              LoadTorchScriptModule(spec, dataset, options.module_checker,
-                                                    absl::InfiniteFuture(), &check_stop));
+    TRAINERD_ASSIGN_OR_RETURN(
+        LoadedTorchScript loaded,
+        LoadTorchScriptModule(
+            spec, dataset, options.module_checker, absl::InfiniteFuture(), [this] {
+              return check_stop.load() ? absl::UnavailableError("the daemon is shutting down")
+                                       : absl::OkStatus();
+            }));
     TorchScriptJob checked;
     checked.archive = module.archive;
     checked.parameter_count = loaded.parameter_count;

@@ -50,18 +50,22 @@ namespace trainerd::engine {
 // The optimizer's float32 state per parameter, for the memory estimate (engine_admission.cc).
 int64_t OptimizerSlots(const JobSpec& spec);
 
-// Module checks that run at once, and that may wait for a thread beyond those.
+// Module checks that run at once, that may wait for a thread beyond those, and that one caller
+// may have running and waiting together (its share: a tenant that sends many slow modules holds
+// at most this many places, and the next free thread goes to the caller with the fewest checks
+// running).
 inline constexpr int kModuleCheckThreads = 2;
 inline constexpr size_t kMaxWaitingModuleChecks = 8;
+inline constexpr int kMaxModuleChecksPerCaller = 4;
 
 struct Engine::Impl {
   Impl(const EngineOptions& options, torch::Device device, int64_t memory_budget)
-      : options(options),
+      : options(WithSandboxPolicy(options, this)),
         device(device),
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
                  options.max_upload_bytes_in_flight, memory_budget),
         disk_quota(options.max_disk_bytes_per_caller, DiskQuotaSources(options)),
-        jobs(JobOptions(options)) {
+        jobs(JobOptions(this->options)) {
     datasets.SetInUse(
         [this](const std::string& name) { return !jobs.JobUsingDataset(name).empty(); });
   }
@@ -90,6 +94,13 @@ struct Engine::Impl {
     out.rendezvous_port_max = options.rendezvous_port_max;
     return out;
   }
+  // The options with the sandbox policy (--worker_sandbox_may_lack, the daemon's user) given to
+  // the module checker and the workers, and their measurements published to `impl`
+  // (RecordSandbox).
+  static EngineOptions WithSandboxPolicy(EngineOptions options, Impl* impl);
+  // A checker's or worker's sandbox as measured: kept for WorkerSandboxes() and logged when it
+  // differs from what that program got before (a warning when it falls short).
+  void RecordSandbox(const SandboxReport& report);
   // At start: takes up the jobs the store holds as QUEUED or RUNNING, each from its last
   // checkpoint (or epoch 0), and records those that cannot run any more as FAILED.
   absl::Status Recover();
@@ -171,6 +182,11 @@ struct Engine::Impl {
   std::thread diagnose_thread;          // diagnose_at_start
   absl::Notification startup_measured;  // notified when diagnose_thread is done (or never ran)
 
+  // The sandboxes measured, by program (RecordSandbox). Declared before `jobs`, whose workers
+  // record theirs.
+  mutable absl::Mutex sandbox_mu;
+  std::map<std::string, WorkerSandboxStatus> sandboxes ABSL_GUARDED_BY(sandbox_mu);
+
   JobManager jobs;
 
   // disk_usage(): the last figures and when they were measured.
@@ -195,8 +211,16 @@ struct Engine::Impl {
   // the checks in progress at shutdown.
   std::mutex check_mu;
   std::condition_variable check_cv;
-  std::deque<std::function<void()>> check_tasks;  // guarded by check_mu
-  bool check_stopping = false;                    // guarded by check_mu
+  struct CheckTask {
+    std::string owner;     // the caller whose share it takes
+    bool counted = false;  // in checks_of (a caller's check, not the daemon's own)
+    std::function<void()> run;
+  };
+  std::deque<CheckTask> check_tasks;  // guarded by check_mu
+  // Each caller's checks, running and waiting (guarded by check_mu; entries at 0 are erased).
+  std::map<std::string, int> checks_of;
+  std::map<std::string, int> running_checks_of;
+  bool check_stopping = false;  // guarded by check_mu
   std::atomic<bool> check_stop{false};
   // Set when the daemon starts to stop (Drain, Shutdown): the ranks it runs for peers stop after
   // their next step (an interrupt, which the leader reports as the rank's daemon stopping).

@@ -17,7 +17,9 @@ inline void LogWarning(std::string_view message) { Log(LogLevel::kWarning, messa
 inline void LogError(std::string_view message) { Log(LogLevel::kError, message); }
 
 // The first line of an exception's message, for a status: LibTorch's c10::Error carries a C++
-// stack trace after it, which no sentence for a user should.
+// stack trace after it, which no sentence for a user should. An error of the TorchScript
+// interpreter keeps the line that names its cause too ("The following operation failed in the
+// TorchScript interpreter: RuntimeError: ... not enough memory ...").
 std::string FirstLineOf(const std::exception& e);
 
 }  // namespace trainerd::engine

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/dataset_header.h"
+#include "common/sandbox_report.h"
 #include "common/table.h"
 #include "server/engine/devices/device_cost.h"
 #include "server/engine/devices/speed_report.h"
@@ -208,6 +209,9 @@ struct DeviceReport {
   // A TorchScript job: the seconds from starting its worker process to the worker's first
   // message (the process, LibTorch's start and the sandbox); 0 for a job run in the daemon.
   double worker_start_seconds = 0.0;
+  // A TorchScript job: the confinement its worker got, as measured before it was given the job
+  // (sandbox_report.h); unset for a job run in the daemon.
+  std::optional<SandboxReport> worker_sandbox;
   // A data-parallel job: rank 0's seconds inside collectives and their share of compute_seconds.
   double collective_seconds = 0.0;
   std::optional<double> collective_fraction;

@@ -466,6 +466,40 @@ class Metrics::ScrapeCollector final : public prometheus::Collectable {
       total.metric.push_back(Value(static_cast<double>(disk.total_bytes)));
       out.push_back(std::move(total));
     }
+    // The sandbox of the processes that run submitted code (sandbox_policy.h): one series per
+    // program and part, fixed in number (two programs, six parts).
+    const std::vector<engine::WorkerSandboxStatus> sandboxes = engine_->WorkerSandboxes();
+    if (!sandboxes.empty()) {
+      MetricFamily parts =
+          Family("trainerd_worker_sandbox",
+                 "1 when the process that runs submitted code (program: trainerd-module-check, "
+                 "trainerd-worker) had this part of its sandbox when it last started, else 0. "
+                 "Required: landlock, seccomp, no_new_privileges, not_dumpable; shown: "
+                 "network_namespace, other_user (docs/SECURITY.md).",
+                 MetricType::Gauge);
+      MetricFamily refused =
+          Family("trainerd_worker_sandbox_refused",
+                 "1 when that process lacked a required part that --worker_sandbox_may_lack does "
+                 "not accept: TorchScript jobs are refused (deploy/prometheus/alerts.yml: "
+                 "TrainerdWorkerSandboxIncomplete).",
+                 MetricType::Gauge);
+      for (const engine::WorkerSandboxStatus& status : sandboxes) {
+        const SandboxReport& r = status.report;
+        for (const auto& [part, has] : std::vector<std::pair<absl::string_view, bool>>{
+                 {kSandboxLandlock, r.landlock},
+                 {kSandboxSeccomp, r.seccomp},
+                 {kSandboxNoNewPrivileges, r.no_new_privileges},
+                 {kSandboxNotDumpable, r.not_dumpable},
+                 {kSandboxNetworkNamespace, r.network_namespace},
+                 {kSandboxOtherUser, r.other_user}}) {
+          parts.metric.push_back(
+              Value(has ? 1 : 0, {{"program", r.program}, {"part", std::string(part)}}));
+        }
+        refused.metric.push_back(Value(status.missing.empty() ? 0 : 1, {{"program", r.program}}));
+      }
+      out.push_back(std::move(parts));
+      out.push_back(std::move(refused));
+    }
     MetricFamily damaged = Family("trainerd_job_records_damaged",
                                   "Unfinished jobs set aside at the start because their records "
                                   "could not be read (each is named in the log).",

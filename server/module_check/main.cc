@@ -1,7 +1,8 @@
 // trainerd-module-check: the first load and trial forward of a TorchScript module submitted with a
 // job, in a process of its own (see server/engine/module_sandbox.h). trainerd starts it with the
 // module's archive on standard input and the dataset's row shape as an argument, kills it at the
-// check's deadline, and reads one result from standard output (EncodeModuleProbe). Before it reads
+// check's deadline, and reads one result from standard output (EncodeModuleProbe), after a first
+// line "sandbox REPORT" (common/sandbox_report.h) that it writes once confined. Before it reads
 // a byte of the module it confines itself as the worker does (server/worker/sandbox.h: its own
 // network, user nobody when root, no files, no processes, seccomp, limits on CPU time and address
 // space, death with its parent).
@@ -29,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/job_limits.h"
+#include "common/sandbox_report.h"
 #include "server/engine/torchscript/module_sandbox.h"
 #include "server/engine/torchscript/torchscript_module.h"
 #include "server/worker/sandbox.h"
@@ -88,7 +90,9 @@ int Answer(const absl::StatusOr<trainerd::engine::ModuleProbe>& result) {
 int main(int argc, char** argv) {
   // Confined before it reads a byte of anything: the worker's sandbox (server/worker/sandbox.h),
   // so that a checker kept warm by the daemon waits for its module already locked down.
-  const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces();
+  trainerd::SandboxReport report;
+  report.program = "trainerd-module-check";
+  const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces(&report);
   if (getppid() == 1) return 1;  // the daemon is already gone
   Arguments arguments;
   if (argc > 1) {
@@ -102,11 +106,15 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(1);
   trainerd::worker::SandboxOptions sandbox;
-  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox);
+  sandbox.max_threads = 64;
+  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox, &report);
   if (!locked.ok()) {
     std::cerr << "trainerd-module-check: " << locked.status().message() << std::endl;
     return 1;
   }
+  // What is in force, as measured, before a byte of the request is read: the daemon sends the
+  // module only to a checker whose sandbox holds what it requires.
+  std::cout << "sandbox " << trainerd::EncodeSandboxReport(report) << std::endl;
   if (argc == 1) {
     // A warm checker: its arguments are the request's first line.
     std::string line;
@@ -137,9 +145,8 @@ int main(int argc, char** argv) {
     if (n <= 0) break;
     archive.append(buffer, static_cast<size_t>(n));
     if (static_cast<int64_t>(archive.size()) > trainerd::kMaxTorchScriptBytes) {
-      return Answer(absl::ResourceExhaustedError(
-          absl::StrCat("the TorchScript module is larger than ", trainerd::kMaxTorchScriptBytes,
-                       " bytes")));
+      return Answer(absl::ResourceExhaustedError(absl::StrCat(
+          "the TorchScript module is larger than ", trainerd::kMaxTorchScriptBytes, " bytes")));
     }
   }
   return Answer(trainerd::engine::ProbeTorchScriptModule(archive, arguments.feature_shape,

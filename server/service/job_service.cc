@@ -473,6 +473,15 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
   spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
   engine::CallContext caller = CallContextOf(context, authenticator_);
   caller.request_id = request->request_id();
+  // A module's check stops when its caller goes away (the context lives until Finish, and
+  // IsCancelled may be asked from any thread in the callback API).
+  caller.cancelled = [context] {
+    return context->IsCancelled()
+               ? absl::CancelledError(
+                     "the submit call was cancelled (its client went away or its deadline "
+                     "passed): its module's check was stopped")
+               : absl::OkStatus();
+  };
   // A spec-built job is answered once its record is committed, from the blocking pool; a
   // TorchScript job from a module-check thread once its module was checked (seconds at most,
   // bounded by the caller's deadline).

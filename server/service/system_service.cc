@@ -46,13 +46,19 @@ class DiagnoseReactor final : public grpc::ServerUnaryReactor {
 
   // Finishes the call with the measurement (or a shutdown status), unless it was finished.
   static void Complete(const std::shared_ptr<Call>& call,
-                       const absl::StatusOr<engine::Diagnosis>& diagnosis) {
+                       const absl::StatusOr<engine::Diagnosis>& diagnosis,
+                       const std::vector<engine::WorkerSandboxStatus>& sandboxes = {}) {
     DiagnoseReactor* reactor = nullptr;
     {
       std::lock_guard<std::mutex> lock(call->mu);
       if (call->finished) return;
       call->finished = true;
-      if (diagnosis.ok()) *call->response = ToProto(*diagnosis);
+      if (diagnosis.ok()) {
+        *call->response = ToProto(*diagnosis);
+        for (const engine::WorkerSandboxStatus& s : sandboxes) {
+          *call->response->add_worker_sandboxes() = ToProto(s);
+        }
+      }
       reactor = call->reactor;
     }
     reactor->Finish(ToGrpcStatus(diagnosis.status()));
@@ -145,6 +151,10 @@ grpc::ServerUnaryReactor* SystemServiceImpl::ListDevices(grpc::CallbackServerCon
     }
     *response->add_devices() = ToProto(device);
   }
+  // The node's sandbox is the same for every tenant, and names nothing of another's.
+  for (const engine::WorkerSandboxStatus& sandbox : engine_->WorkerSandboxes()) {
+    *response->add_worker_sandboxes() = ToProto(sandbox);
+  }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -176,7 +186,7 @@ grpc::ServerUnaryReactor* SystemServiceImpl::Diagnose(grpc::CallbackServerContex
         }
         if (DiagnoseReactor::Finished(call)) return;  // nobody waits for this measurement
         absl::StatusOr<engine::Diagnosis> diagnosis = engine_->Diagnose(refresh);
-        DiagnoseReactor::Complete(call, diagnosis);
+        DiagnoseReactor::Complete(call, diagnosis, engine_->WorkerSandboxes());
       });
       cv_.notify_one();
       return reactor;

@@ -7,6 +7,8 @@
 //
 // Usage (by the daemon only): trainerd-worker --socket_fd=3
 #include <ATen/Parallel.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <signal.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -90,8 +92,8 @@ absl::StatusOr<std::shared_ptr<const trainerd::engine::Dataset>> MapDataset(
                            .view(target_dtype)
                            .reshape(target_shape);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("the dataset's shape does not fit its bytes: ",
-                                                   e.what()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the dataset's shape does not fit its bytes: ", e.what()));
   }
   return dataset;
 }
@@ -124,7 +126,9 @@ void WarmUp(const torch::Device& device) {
 
 int main(int argc, char** argv) {
   // First, while the process has one thread: death with the daemon, a network of its own.
-  const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces();
+  trainerd::SandboxReport report;
+  report.program = "trainerd-worker";
+  const std::vector<std::string> namespaces = trainerd::worker::EnterNamespaces(&report);
   if (getppid() == 1) return 1;  // the daemon is already gone
   std::string device_name = "cpu";
   for (int i = 1; i < argc; ++i) {
@@ -152,11 +156,19 @@ int main(int argc, char** argv) {
   }
   trainerd::worker::SandboxOptions sandbox;
   sandbox.gpu = device.is_cuda();
-  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox);
+  // The job's intra-op threads (at most the cores) and LibTorch's own, with room to spare.
+  sandbox.max_threads = 2 * static_cast<int64_t>(std::thread::hardware_concurrency()) + 64;
+  absl::StatusOr<std::vector<std::string>> locked = trainerd::worker::LockDown(sandbox, &report);
   if (!locked.ok()) return Die(std::string(locked.status().message()));
   std::vector<std::string> applied = namespaces;
   applied.insert(applied.end(), locked->begin(), locked->end());
-  if (!trainerd::engine::SendFrame(g_socket, WorkerFrame::kReady, absl::StrJoin(applied, "; "))
+  // What is in force, as measured: the daemon sends the job (and its module) only to a worker
+  // whose sandbox holds what it requires.
+  trainerd::engine::WorkerReady ready;
+  ready.sandbox = report;
+  ready.applied = absl::StrJoin(applied, "; ");
+  if (!trainerd::engine::SendFrame(g_socket, WorkerFrame::kReady,
+                                   trainerd::engine::EncodeWorkerReady(ready))
            .ok()) {
     return 1;
   }
@@ -165,8 +177,8 @@ int main(int argc, char** argv) {
   WorkerFrame type;
   std::string payload;
   std::vector<int> fds;
-  absl::Status received = trainerd::engine::ReceiveFrame(g_socket, size_t{64} << 30, &type,
-                                                         &payload, &fds);
+  absl::Status received =
+      trainerd::engine::ReceiveFrame(g_socket, size_t{64} << 30, &type, &payload, &fds);
   if (!received.ok() || type != WorkerFrame::kStart) return Die("no job from the daemon");
   absl::StatusOr<trainerd::engine::WorkerJob> job = trainerd::engine::DecodeWorkerJob(payload);
   payload.clear();
@@ -184,8 +196,8 @@ int main(int argc, char** argv) {
     return 0;
   };
   if (job->device != device_name) {
-    return report_failure(absl::StrCat("the worker was started for ", device_name, ", not ",
-                                       job->device));
+    return report_failure(
+        absl::StrCat("the worker was started for ", device_name, ", not ", job->device));
   }
   absl::StatusOr<std::shared_ptr<const trainerd::engine::Dataset>> dataset =
       MapDataset(job->dataset, fds[0], fds[1]);
@@ -203,8 +215,27 @@ int main(int argc, char** argv) {
   limits.address_space_bytes = job->memory_limit_bytes;
 #endif
   limits.cpu_seconds = job->cpu_seconds;
+#ifndef TRAINERD_UNDER_ASAN
+  limits.data_bytes = job->data_limit_bytes;
+#endif
   if (absl::Status limited = trainerd::worker::ApplyJobLimits(limits); !limited.ok()) {
     return report_failure(std::string(limited.message()));
+  }
+  // A GPU job's device memory: LibTorch's allocator refuses past it, as the host's limits do.
+  if (device.is_cuda() && job->device_memory_limit_bytes > 0) {
+    try {
+      const c10::DeviceIndex index = device.has_index() ? device.index() : 0;
+      const int64_t total =
+          static_cast<int64_t>(at::cuda::getDeviceProperties(index)->totalGlobalMem);
+      if (total > 0) {
+        c10::cuda::CUDACachingAllocator::setMemoryFraction(
+            std::min(1.0, static_cast<double>(job->device_memory_limit_bytes) /
+                              static_cast<double>(total)),
+            index);
+      }
+    } catch (const std::exception& e) {
+      return report_failure(absl::StrCat("cannot cap the job's device memory: ", e.what()));
+    }
   }
 
   // The daemon's requests, on a thread of their own; a daemon that goes away interrupts the job.

@@ -1,5 +1,6 @@
 // Tests for the device views of client/output.h: the report section of `job get`, `diagnose`,
 // `devices` and the screen of `top`, with the number formats they use.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -355,6 +356,82 @@ TEST(RunningJobsTest, KeepsOnlyRunningJobsInOrder) {
   const v1::ListJobsResponse running = RunningJobs(OneRunningAmongOthers());
   ASSERT_EQ(running.jobs_size(), 1);
   EXPECT_EQ(running.jobs(0).id(), "job-0123456789ab");
+}
+
+// ---- The sandbox of submitted code ----------------------------------------------------------
+
+v1::WorkerSandbox Sandbox(bool complete) {
+  v1::WorkerSandbox s;
+  s.set_program("trainerd-module-check");
+  s.set_landlock_abi(complete ? 7 : 0);
+  s.set_landlock(complete);
+  s.set_landlock_error(complete ? "" : "EPERM");
+  s.set_seccomp(true);
+  s.set_no_new_privileges(true);
+  s.set_not_dumpable(true);
+  s.set_network_namespace(false);
+  s.set_network_error("EPERM");
+  s.set_uid(61234);
+  if (!complete) {
+    s.add_missing("landlock");
+    s.set_refusal("submitted code is not run here: the sandbox of trainerd-module-check lacks "
+                  "landlock: ...");
+  }
+  return s;
+}
+
+TEST(SandboxViewsTest, DiagnoseSaysPerProgramWhetherSubmittedCodeRuns) {
+  v1::DiagnoseResponse response;
+  *response.add_worker_sandboxes() = Sandbox(true);
+  v1::WorkerSandbox worker = Sandbox(false);
+  worker.set_program("trainerd-worker");
+  *response.add_worker_sandboxes() = worker;
+  const std::string text = DiagnoseTable(response);
+  EXPECT_THAT(text, HasSubstr("sandbox of submitted code:\n  trainerd-module-check: complete\n"
+                              "    Landlock ABI 7, seccomp, no new privileges, not dumpable, no "
+                              "network namespace (EPERM), user 61234 (the daemon's)\n"));
+  EXPECT_THAT(text, HasSubstr("  trainerd-worker: REFUSED, lacks landlock\n"
+                              "    no Landlock (EPERM), seccomp"));
+  EXPECT_THAT(text, HasSubstr("    submitted code is not run here"));
+  // Without sandboxes (TorchScript off, an older daemon) nothing is added.
+  EXPECT_THAT(DiagnoseTable(v1::DiagnoseResponse()), Not(HasSubstr("sandbox")));
+}
+
+TEST(SandboxViewsTest, DevicesSayOnlyWhenModulesAreRefused) {
+  v1::ListDevicesResponse response;
+  response.add_devices()->set_device("cpu");
+  *response.add_worker_sandboxes() = Sandbox(true);
+  EXPECT_THAT(DeviceListTable(response), Not(HasSubstr("refused")));
+  *response.mutable_worker_sandboxes(0) = Sandbox(false);
+  EXPECT_THAT(DeviceListTable(response),
+              HasSubstr("TorchScript jobs are refused: trainerd-module-check's sandbox lacks "
+                        "landlock (trainctl diagnose says why)\n"));
+}
+
+TEST(SandboxViewsTest, AJobsReportSaysWhatItsWorkerHad) {
+  v1::DeviceReport report = LaunchBoundReport();
+  v1::WorkerSandbox s = Sandbox(true);
+  s.set_program("trainerd-worker");
+  s.set_other_user(true);
+  s.set_uid(65534);
+  *report.mutable_worker_sandbox() = s;
+  EXPECT_THAT(DeviceReportSection(report),
+              ContainsRegex("sandbox: +Landlock ABI 7, seccomp, no new privileges, not "
+                            "dumpable, no network namespace \\(EPERM\\), user 65534 \\(not "
+                            "the daemon's\\)"));
+}
+
+// Whatever a daemon sends, a table or a view shows it as text.
+TEST(TerminalSafetyTest, CellsAndValuesShowControlsEscaped) {
+  TextTable table({"ID", "ERROR"});
+  table.AddRow({"job-1", "\x1b]0;owned\x07\x1b[2J\rjob-2  SUCCEEDED\n"});
+  const std::string rendered = table.Render();
+  EXPECT_EQ(rendered.find('\x1b'), std::string::npos);
+  EXPECT_EQ(rendered.find('\r'), std::string::npos);
+  EXPECT_THAT(rendered, HasSubstr("\\x1b]0;owned\\x07\\x1b[2J\\x0djob-2  SUCCEEDED\\x0a"));
+  EXPECT_EQ(std::count(rendered.begin(), rendered.end(), '\n'), 2);
+  const std::string lines = KeyValueLines({{"error", "a\nstate: SUCCEEDED\x1b[K"}});
+  EXPECT_EQ(lines, "error:  a\\x0astate: SUCCEEDED\\x1b[K\n");
 }
 
 }  // namespace

@@ -7,8 +7,11 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -194,8 +197,8 @@ TEST(CheckModuleOperatorsTest, FromFileInAHelperMethodIsRefused) {
 }
 
 TEST(CheckModuleOperatorsTest, PrintIsRefused) {
-  const absl::Status status = CheckModuleOperators(MakeModule(
-      "def forward(self, x):\n  print(x)\n  return torch.linear(x, self.w, self.b)\n"));
+  const absl::Status status = CheckModuleOperators(
+      MakeModule("def forward(self, x):\n  print(x)\n  return torch.linear(x, self.w, self.b)\n"));
   EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(status.message(), HasSubstr("prim::Print"));
 }
@@ -235,8 +238,8 @@ TEST(ModuleProbeTest, EncodedResultsDecodeToThemselves) {
   ASSERT_TRUE(scalar_back.ok()) << scalar_back.status();
   EXPECT_TRUE(scalar_back->output_shape.empty());
 
-  const absl::StatusOr<ModuleProbe> refused = DecodeModuleProbe(
-      EncodeModuleProbe(absl::PermissionDeniedError("operator 'x'\nis refused")));
+  const absl::StatusOr<ModuleProbe> refused =
+      DecodeModuleProbe(EncodeModuleProbe(absl::PermissionDeniedError("operator 'x'\nis refused")));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(refused.status().message(), "operator 'x' is refused");
 }
@@ -288,8 +291,8 @@ TEST(RunModuleCheckerTest, AModuleThatHangsIsKilledAtTheTimeout) {
 
 TEST(RunModuleCheckerTest, TheCallersDeadlineShortensTheTimeout) {
   const absl::StatusOr<ModuleProbe> probe =
-      RunModuleChecker(Checker(absl::Seconds(60)), Save(MakeModule(kHangingForward)), {1},
-                       "seed", absl::Now() + absl::Seconds(1));
+      RunModuleChecker(Checker(absl::Seconds(60)), Save(MakeModule(kHangingForward)), {1}, "seed",
+                       absl::Now() + absl::Seconds(1));
   EXPECT_EQ(probe.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
@@ -299,22 +302,24 @@ TEST(RunModuleCheckerTest, StopEndsTheCheckWithUnavailable) {
     absl::SleepFor(absl::Milliseconds(300));
     stop.store(true);
   });
-  const absl::StatusOr<ModuleProbe> probe =
-      RunModuleChecker(Checker(absl::Seconds(60)), Save(MakeModule(kHangingForward)), {1},
-                       "seed", absl::InfiniteFuture(), &stop);
+  const absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
+      Checker(absl::Seconds(60)), Save(MakeModule(kHangingForward)), {1}, "seed",
+      absl::InfiniteFuture(),
+      [&stop] { return stop.load() ? absl::UnavailableError("stopping") : absl::OkStatus(); });
   stopper.join();
   EXPECT_EQ(probe.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(probe.status().message(), "stopping");
 }
 
 TEST(RunModuleCheckerTest, AModuleThatAllocatesWithoutBoundFailsInsideItsLimit) {
   ModuleCheckerOptions options = Checker();
   options.memory_limit_bytes = int64_t{1} << 30;
-  const absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
-      options,
-      Save(MakeModule("def forward(self, x):\n"
-                      "  big = torch.ones([1 << 34])\n"
-                      "  return torch.linear(x, self.w, self.b) + big.sum()\n")),
-      {1}, "seed", absl::InfiniteFuture());
+  const absl::StatusOr<ModuleProbe> probe =
+      RunModuleChecker(options,
+                       Save(MakeModule("def forward(self, x):\n"
+                                       "  big = torch.ones([1 << 34])\n"
+                                       "  return torch.linear(x, self.w, self.b) + big.sum()\n")),
+                       {1}, "seed", absl::InfiniteFuture());
   EXPECT_EQ(probe.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -378,8 +383,8 @@ TEST_F(SubmitModuleTest, TheCallerIsRecordedOnTheJob) {
       engine_->SubmitJob(ModuleSpec(Save(MakeModule(kLinearForward))), caller);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->owner, "alice");
-  EXPECT_EQ(job->spec.model, absl::StrCat("torchscript (",
-                                          Save(MakeModule(kLinearForward)).size(), " bytes)"));
+  EXPECT_EQ(job->spec.model,
+            absl::StrCat("torchscript (", Save(MakeModule(kLinearForward)).size(), " bytes)"));
   ASSERT_TRUE(engine_->CancelJob(job->id).ok());
 }
 
@@ -403,6 +408,99 @@ TEST_F(SubmitModuleTest, AHangingModuleTimesOutWithoutHoldingUpOtherRequests) {
   const absl::StatusOr<JobSnapshot> refused = hung.get_future().get();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(test_support::WaitForEnd(*engine_, plain->id).ok());
+}
+
+// A caller's share of the module checks: at most four running and waiting together, the next
+// free thread to the caller with the fewest running, and a call that goes away ends its check.
+TEST_F(SubmitModuleTest, OneCallersSlowModulesTakeItsShareNotTheNodes) {
+  EngineOptions options = Options();
+  options.module_checker.timeout = absl::Seconds(3);
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+  CallContext mallory;
+  mallory.owner = "mallory";
+  mallory.admin = false;
+  CallContext alice;
+  alice.owner = "alice";
+  alice.admin = false;
+  std::mutex mu;
+  std::vector<std::string> ended;  // who, in the order the checks ended
+  std::vector<absl::Status> mallorys;
+  std::promise<absl::StatusOr<JobSnapshot>> alices;
+  for (int i = 0; i < 4; ++i) {
+    engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), mallory,
+                            [&](absl::StatusOr<JobSnapshot> job) {
+                              std::lock_guard<std::mutex> lock(mu);
+                              ended.push_back("mallory");
+                              mallorys.push_back(job.status());
+                            });
+  }
+  // A fifth is beyond her share; it says so at once.
+  std::promise<absl::StatusOr<JobSnapshot>> fifth;
+  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), mallory,
+                          [&](absl::StatusOr<JobSnapshot> job) { fifth.set_value(job); });
+  const absl::StatusOr<JobSnapshot> refused = fifth.get_future().get();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(), HasSubstr("you have 4 TorchScript module checks"));
+  // Alice's module comes before mallory's third and fourth, which waited longer.
+  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kLinearForward))), alice,
+                          [&](absl::StatusOr<JobSnapshot> job) {
+                            {
+                              std::lock_guard<std::mutex> lock(mu);
+                              ended.push_back("alice");
+                            }
+                            alices.set_value(job);
+                          });
+  const absl::StatusOr<JobSnapshot> hers = alices.get_future().get();
+  ASSERT_TRUE(hers.ok()) << hers.status();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto at = std::find(ended.begin(), ended.end(), "alice") - ended.begin();
+    EXPECT_LE(at, 2) << "alice's check waited behind more than mallory's first two";
+  }
+  ASSERT_TRUE(engine_->CancelJob(hers->id).ok());
+  const absl::Time until = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < until) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (mallorys.size() == 4) break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_EQ(mallorys.size(), 4u);
+  for (const absl::Status& s : mallorys) EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(SubmitModuleTest, ACallThatGoesAwayEndsItsCheck) {
+  EngineOptions options = Options();
+  options.module_checker.timeout = absl::Seconds(60);
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  CallContext caller;
+  caller.owner = "bob";
+  caller.admin = false;
+  caller.cancelled = [gone] {
+    return gone->load() ? absl::CancelledError("the submit call was cancelled") : absl::OkStatus();
+  };
+  std::promise<absl::StatusOr<JobSnapshot>> result;
+  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), caller,
+                          [&](absl::StatusOr<JobSnapshot> job) { result.set_value(job); });
+  absl::SleepFor(absl::Milliseconds(500));
+  gone->store(true);
+  const absl::StatusOr<JobSnapshot> ended = result.get_future().get();
+  // Ended by the cancel, not by the 60 s timeout.
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kCancelled) << ended.status();
+  // Its share is free again: four more fit.
+  for (int i = 0; i < 4; ++i) {
+    std::promise<absl::StatusOr<JobSnapshot>> next;
+    engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), caller,
+                            [&](absl::StatusOr<JobSnapshot> job) { next.set_value(job); });
+    EXPECT_EQ(next.get_future().get().status().code(), absl::StatusCode::kCancelled);
+  }
 }
 
 }  // namespace

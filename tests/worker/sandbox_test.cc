@@ -4,7 +4,10 @@
 #include "server/worker/sandbox.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <seccomp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,10 +17,12 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -68,17 +73,20 @@ class SandboxTest : public ::testing::Test {
       close(pipe_fds[0]);
       const int out = pipe_fds[1];
       std::string phrases;
-      for (const std::string& p : EnterNamespaces()) phrases += p + "; ";
+      SandboxReport report;
+      for (const std::string& p : EnterNamespaces(&report)) phrases += p + "; ";
       SandboxOptions options;
       options.cpu_seconds = 30;
       options.address_space_bytes = int64_t{1} << 30;
-      absl::StatusOr<std::vector<std::string>> locked = LockDown(options);
+      options.max_threads = 16;
+      absl::StatusOr<std::vector<std::string>> locked = LockDown(options, &report);
       if (!locked.ok()) {
         dprintf(out, "lockdown failed %s\n", std::string(locked.status().message()).c_str());
         _exit(1);
       }
       for (const std::string& p : *locked) phrases += p + "; ";
       dprintf(out, "applied %s\n", phrases.c_str());
+      dprintf(out, "report %s\n", EncodeSandboxReport(report).c_str());
       errno = 0;
       Report(out, "inet-socket", socket(AF_INET, SOCK_STREAM, 0) < 0);
       Report(out, "unix-socket", socket(AF_UNIX, SOCK_STREAM, 0) < 0);
@@ -101,6 +109,30 @@ class SandboxTest : public ::testing::Test {
       t.join();
       Report(out, "thread", !thread_ran);
       Report(out, "read-own-proc", open("/proc/self/status", O_RDONLY) < 0);
+      // RLIMIT_NPROC: a few threads start (LibTorch's), a hundred do not.
+      {
+        std::vector<pthread_t> started;
+        bool refused_one = false;
+        for (int i = 0; i < 100 && !refused_one; ++i) {
+          pthread_t t;
+          if (pthread_create(&t, nullptr, [](void*) -> void* {
+                pause();
+                return nullptr;
+              }, nullptr) != 0) {
+            refused_one = true;
+          } else {
+            started.push_back(t);
+          }
+        }
+        Report(out, "thread-bomb", refused_one);
+      }
+      // The out-of-memory killer's first choice.
+      {
+        std::ifstream adj("/proc/self/oom_score_adj");
+        int score = 0;
+        adj >> score;
+        Report(out, "oom-score-not-first", score == 1000);
+      }
       close(out);
       _exit(0);
     }
@@ -122,6 +154,10 @@ class SandboxTest : public ::testing::Test {
         *applied = line.substr(8);
         continue;
       }
+      if (line.rfind("report ", 0) == 0) {
+        report_line_ = line.substr(7);
+        continue;
+      }
       std::istringstream words(line);
       std::string name, verdict;
       words >> name >> verdict;
@@ -132,6 +168,7 @@ class SandboxTest : public ::testing::Test {
 
   std::string dir_;
   std::string secret_;
+  std::string report_line_;  // the child's SandboxReport, as it measured it
 };
 
 TEST_F(SandboxTest, AConfinedProcessCanNeitherReachOutNorTouchOtherProcessesOrFiles) {
@@ -160,6 +197,91 @@ TEST_F(SandboxTest, AConfinedProcessCanNeitherReachOutNorTouchOtherProcessesOrFi
     EXPECT_THAT(applied, HasSubstr("user nobody"));
     EXPECT_THAT(applied, HasSubstr("network namespace"));
   }
+  EXPECT_TRUE(refused["thread-bomb"]) << "RLIMIT_NPROC";
+  EXPECT_TRUE(refused["oom-score-not-first"]) << "oom_score_adj is not 1000";
+}
+
+// What the child measured of itself agrees with what it could and could not do.
+TEST_F(SandboxTest, TheProcessMeasuresWhatIsInForce) {
+  std::string applied;
+  std::map<std::string, bool> refused = RunConfined(&applied);
+  absl::StatusOr<SandboxReport> report = DecodeSandboxReport(report_line_);
+  ASSERT_TRUE(report.ok()) << report.status() << " in '" << report_line_ << "'";
+  EXPECT_TRUE(report->seccomp) << report_line_;
+  EXPECT_TRUE(report->no_new_privileges);
+  EXPECT_TRUE(report->not_dumpable);
+  EXPECT_EQ(report->landlock, report->landlock_abi > 0) << report_line_;
+  if (report->landlock) {
+    EXPECT_TRUE(refused["read-etc"]);
+    EXPECT_TRUE(report->landlock_error.empty());
+  } else {
+    EXPECT_FALSE(report->landlock_error.empty());
+  }
+  if (geteuid() == 0) {
+    EXPECT_EQ(report->uid, 65534);
+    EXPECT_TRUE(report->network_namespace);
+  }
+}
+
+// Without a seccomp filter above it, seccomp(2) loads; a filter above that refuses it (as an
+// older systemd unit's did) is reported with its errno, not as a failed lockdown.
+TEST(SandboxReportingTest, AFilterAboveThatRefusesSeccompAndLandlockIsReportedNotFatal) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    // The filter an older unit left the daemon with: everything but Landlock and seccomp(2).
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    for (int nr : {SCMP_SYS(landlock_create_ruleset), SCMP_SYS(landlock_add_rule),
+                   SCMP_SYS(landlock_restrict_self), SCMP_SYS(seccomp)}) {
+      seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+    }
+    if (seccomp_load(ctx) != 0) _exit(3);
+    seccomp_release(ctx);
+    SandboxReport report;
+    EnterNamespaces(&report);
+    absl::StatusOr<std::vector<std::string>> locked = LockDown(SandboxOptions{}, &report);
+    dprintf(pipe_fds[1], "%s %s\n", locked.ok() ? "ok" : "failed",
+            EncodeSandboxReport(report).c_str());
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string text;
+  char buffer[1024];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) text.append(buffer, n);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  ASSERT_EQ(text.rfind("ok ", 0), 0u) << text;
+  absl::StatusOr<SandboxReport> report = DecodeSandboxReport(text.substr(3, text.size() - 4));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_FALSE(report->landlock);
+  EXPECT_EQ(report->landlock_error, "EPERM");
+  // The filter above refuses seccomp(2): no filter of the worker's own.
+  EXPECT_EQ(report->seccomp_error, "EPERM") << text;
+  EXPECT_TRUE(report->no_new_privileges);
+  EXPECT_TRUE(report->not_dumpable);
+}
+
+// A GPU job's heap (RLIMIT_DATA): an allocation past it fails inside the process.
+TEST(SandboxLimitsTest, TheDataLimitRefusesAnAllocationPastIt) {
+  const pid_t child = fork();
+  if (child == 0) {
+    SandboxOptions limits;
+    limits.data_bytes = int64_t{64} << 20;
+    if (!ApplyJobLimits(limits).ok()) _exit(2);
+    void* small = malloc(size_t{16} << 20);
+    void* large = malloc(size_t{256} << 20);
+    _exit(small != nullptr && large == nullptr ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "16 MiB under a 64 MiB heap limit and 256 MiB past it";
 }
 
 }  // namespace

@@ -481,6 +481,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   report.engine_reason = outcome.engine_reason;
   report.packed_members = state.packed_members;
   report.worker_start_seconds = state.worker_start_seconds;
+  report.worker_sandbox = outcome.worker_sandbox;
   report.collective_seconds = outcome.collective_seconds;
   if (state.peer_report) {
     report = *state.peer_report;  // measured where it trained
@@ -578,8 +579,13 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
     outcome = RunRanks(shared, &started->run, threads, attempt, std::move(rank_peers));
   } else if (started->module != nullptr) {
     // Untrusted code: trained in a worker process of its own, never in the daemon.
+    // The job's own limit, never past the operator's (a record from before a lower
+    // --max_job_time keeps its own only while it is shorter).
     const double seconds = started->run.spec.max_job_seconds;
-    const absl::Duration limit = seconds > 0 ? absl::Seconds(seconds) : options_.max_job_time;
+    absl::Duration limit = options_.max_job_time;
+    if (seconds > 0 && (limit <= absl::ZeroDuration() || absl::Seconds(seconds) < limit)) {
+      limit = absl::Seconds(seconds);
+    }
     outcome = RunTrainingInWorker(started->run, shared->snap.id, *started->module, limit,
                                   worker_pool_, &started->worker_start_seconds);
   } else {

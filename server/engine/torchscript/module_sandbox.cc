@@ -127,7 +127,43 @@ struct StartedChecker {
   int input = -1;
   int out = -1;
   int err = -1;
+  // Its sandbox's report, once its first line has been read.
+  std::optional<SandboxReport> report;
 };
+
+// Reads the checker's first line, "sandbox REPORT", from its standard output by `until`.
+absl::StatusOr<SandboxReport> ReadSandboxLine(const StartedChecker& c, absl::Time until) {
+  std::string line;
+  while (true) {
+    const absl::Duration left = until - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          "the module checker did not report its sandbox in time (it starts LibTorch first)");
+    }
+    pollfd fd{c.out, POLLIN, 0};
+    const int ready = ::poll(
+        &fd, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 100)));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    // Byte by byte: nothing past the line is taken from the pipe (the result follows it).
+    char byte = 0;
+    const ssize_t n = ::read(c.out, &byte, 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (byte == '\n') {
+      if (line.rfind("sandbox ", 0) != 0) break;
+      return DecodeSandboxReport(absl::string_view(line).substr(8));
+    }
+    if (line.size() >= 1024) break;
+    line.push_back(byte);
+  }
+  // It died before it could say (its error stream has its reason) or said something else.
+  char buffer[1024];
+  const ssize_t n = ::read(c.err, buffer, sizeof(buffer));
+  const std::string said = n > 0 ? LastLine(std::string(buffer, static_cast<size_t>(n))) : "";
+  return absl::InternalError(
+      absl::StrCat("the module checker did not start", said.empty() ? "" : ": ", said));
+}
 
 void Discard(StartedChecker& c) {
   ::kill(c.pid, SIGKILL);
@@ -248,11 +284,39 @@ void RefillCheckers(const ModuleCheckerOptions& options) {
 
 }  // namespace
 
+absl::StatusOr<SandboxReport> MeasureCheckerSandbox(const ModuleCheckerOptions& options,
+                                                    absl::Time deadline) {
+  if (options.program.empty()) {
+    return absl::FailedPreconditionError("this daemon has no module checker");
+  }
+  TRAINERD_ASSIGN_OR_RETURN(StartedChecker checker, TakeChecker(options));
+  if (!checker.report) {
+    absl::StatusOr<SandboxReport> report = ReadSandboxLine(checker, deadline);
+    if (!report.ok()) {
+      Discard(checker);
+      return report.status();
+    }
+    checker.report = *std::move(report);
+  }
+  SandboxReport sandbox = *checker.report;
+  MeasureFromOutside(checker.pid, options.sandbox_policy, &sandbox);
+  if (options.on_sandbox) options.on_sandbox(sandbox);
+  // Back to wait for a module (or discarded when the pool filled meanwhile).
+  std::lock_guard<std::mutex> lock(IdleMutex());
+  std::vector<StartedChecker>& idle = Idle()[options.program];
+  if (static_cast<int>(idle.size()) < std::max(1, options.pool)) {
+    idle.push_back(checker);
+  } else {
+    Discard(checker);
+  }
+  return sandbox;
+}
+
 absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options,
                                              std::string_view archive,
                                              const std::vector<int64_t>& feature_shape,
                                              const std::string& dataset_name, absl::Time deadline,
-                                             const std::atomic<bool>* stop) {
+                                             const CheckStop& stop) {
   if (options.program.empty()) {
     return absl::FailedPreconditionError(
         "this daemon has no module checker (trainerd-module-check), so it cannot accept "
@@ -263,6 +327,23 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
   if (until <= start) return DeadlineError(absl::ZeroDuration());
 
   TRAINERD_ASSIGN_OR_RETURN(StartedChecker checker, TakeChecker(options));
+  // Its sandbox first: a checker short of what the policy requires is sent nothing.
+  if (!checker.report) {
+    absl::StatusOr<SandboxReport> report = ReadSandboxLine(checker, until);
+    if (!report.ok()) {
+      Discard(checker);
+      RefillCheckers(options);
+      return report.status();
+    }
+    checker.report = *std::move(report);
+  }
+  SandboxReport sandbox = *checker.report;
+  MeasureFromOutside(checker.pid, options.sandbox_policy, &sandbox);
+  if (options.on_sandbox) options.on_sandbox(sandbox);
+  if (absl::Status confined = CheckSandbox(sandbox, options.sandbox_policy); !confined.ok()) {
+    Discard(checker);
+    return confined;
+  }
   // However the check ends, the next one's checker starts once it has.
   struct Refill {
     const ModuleCheckerOptions& options;
@@ -291,16 +372,16 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
   bool out_open = true;
   bool err_open = true;
   bool timed_out = false;
-  bool stopped = false;
+  absl::Status stopped;
   while (out_open || err_open) {
     const absl::Duration left = until - absl::Now();
     if (left <= absl::ZeroDuration()) {
       timed_out = true;
       break;
     }
-    if (stop != nullptr && stop->load()) {
-      stopped = true;
-      break;
+    if (stop) {
+      stopped = stop();
+      if (!stopped.ok()) break;
     }
     pollfd fds[2] = {{out_open ? out_read.get() : -1, POLLIN, 0},
                      {err_open ? err_read.get() : -1, POLLIN, 0}};
@@ -322,10 +403,10 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
       sink.append(buffer, std::min(static_cast<size_t>(n), cap - std::min(cap, sink.size())));
     }
   }
-  if (timed_out || stopped) {
+  if (timed_out || !stopped.ok()) {
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
-    if (stopped) return absl::UnavailableError("the daemon is shutting down");
+    if (!stopped.ok()) return stopped;
     return DeadlineError(until - start);
   }
   int wait_status = 0;

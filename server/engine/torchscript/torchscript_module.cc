@@ -120,7 +120,7 @@ absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(const JobSpec& spec,
                                                         const DatasetMeta& dataset,
                                                         const ModuleCheckerOptions& checker,
                                                         absl::Time deadline,
-                                                        const std::atomic<bool>* stop) {
+                                                        const CheckStop& stop) {
   absl::StatusOr<ModuleProbe> probe = RunModuleChecker(
       checker, spec.torchscript, dataset.feature_shape, dataset.name, deadline, stop);
   if (!probe.ok()) return probe.status();

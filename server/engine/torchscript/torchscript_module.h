@@ -56,12 +56,12 @@ absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
 // latest), then CheckTorchScriptArchive on its own copy of the bytes (which reads the archive's
 // records and pickles as data, never loading them), the checker's parameter count against
 // kMaxModelParameters (RESOURCE_EXHAUSTED) and the loss against the probe's output shape
-// (CheckLoss). Blocks for as long as the checker runs (`stop`, when set, ends it with
-// UNAVAILABLE): call it off the gRPC threads. Never throws.
+// (CheckLoss). Blocks for as long as the checker runs (`stop`, when set, ends it with its status):
+// call it off the gRPC threads. Never throws.
 absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(const JobSpec& spec,
                                                         const DatasetMeta& dataset,
                                                         const ModuleCheckerOptions& checker,
                                                         absl::Time deadline,
-                                                        const std::atomic<bool>* stop = nullptr);
+                                                        const CheckStop& stop = nullptr);
 
 }  // namespace trainerd::engine

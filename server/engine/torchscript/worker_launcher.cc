@@ -30,6 +30,7 @@
 #include "server/engine/datasets/shared_memory.h"
 #include "server/engine/devices/device.h"
 #include "server/engine/log.h"
+#include "server/engine/torchscript/module_check.h"
 #include "server/engine/torchscript/worker_protocol.h"
 #include "server/engine/training/checkpoint.h"
 #include "server/engine/training/torchscript_export.h"
@@ -354,6 +355,10 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   if (shared.size() > 1) job.validation_dataset = shared[1].wire;
   if (!run.device.is_cuda() && options.memory_limit_bytes > 0) {
     job.memory_limit_bytes = options.memory_limit_bytes + mapped;
+  } else if (run.device.is_cuda() && options.memory_limit_bytes > 0) {
+    // CUDA reserves address space far beyond its use: the heap and the device memory instead.
+    job.data_limit_bytes = options.memory_limit_bytes;
+    job.device_memory_limit_bytes = options.memory_limit_bytes;
   }
   if (max_time > absl::ZeroDuration()) {
     // CPU time over every thread: the wall-clock limit times the job's threads, and a margin.
@@ -370,10 +375,18 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   ScopedFd output(taken->output);
   std::vector<int> fds;
   for (const auto& fd : shared_fds) fds.push_back(fd->get());
-  absl::Status sent = SendFrame(socket.get(), WorkerFrame::kStart, EncodeWorkerJob(job), fds);
-  shared_fds.clear();
-  job.module.clear();
-  job.resume_checkpoint.clear();
+  // The job (its datasets, its module, a checkpoint to resume from) goes to the worker only once
+  // its sandbox is measured and holds what the daemon requires (`ready`, below).
+  absl::Status sent = absl::OkStatus();
+  bool job_sent = false;
+  auto send_job = [&] {
+    job_sent = true;
+    sent = SendFrame(socket.get(), WorkerFrame::kStart, EncodeWorkerJob(job), fds);
+    shared_fds.clear();
+    fds.clear();
+    job.module.clear();
+    job.resume_checkpoint.clear();
+  };
 
   // --- Its messages, until it ends -------------------------------------------------------------
   // A frame holds at most a checkpoint or the model: parameters with two optimizer slots and
@@ -385,16 +398,26 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   FrameAssembler frames(max_frame);
   WorkerOutput said(job_id);
   std::optional<TrainingOutcome> reported;
-  std::string broken;  // a protocol error: the worker is killed and the job fails
+  std::string broken;   // a protocol error: the worker is killed and the job fails
+  std::string refused;  // its sandbox falls short: killed before it got the job
   int32_t last_epoch = 0;
-  bool closed = !sent.ok();
-  if (!sent.ok()) broken = std::string(sent.message());
+  int32_t last_checkpoint = 0;
+  bool closed = false;
   bool ready = false;
   const absl::Time deadline =
       max_time > absl::ZeroDuration() ? start + max_time : absl::InfiniteFuture();
   std::optional<absl::Time> asked_to_stop;  // cancel or interrupt sent
   bool sent_cancel = false, sent_drain = false, sent_interrupt = false;
-  enum class Kill { kNone, kCancel, kInterrupt, kTimeLimit, kProtocol, kLingered };
+  enum class Kill {
+    kNone,
+    kCancel,
+    kInterrupt,
+    kTimeLimit,
+    kProtocol,
+    kLingered,
+    kSandbox,
+    kStart
+  };
   Kill killed = Kill::kNone;
   std::optional<absl::Time> closed_at;
   auto kill_now = [&](Kill why) {
@@ -409,17 +432,41 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   };
 
   auto handle = [&](WorkerFrame type, const std::string& payload) {
+    if (!job_sent && type != WorkerFrame::kReady) {
+      broken = "the worker sent a message before it was ready";
+      return;
+    }
     switch (type) {
-      case WorkerFrame::kReady:
-        if (!ready) {
-          ready = true;
-          if (worker_start_seconds != nullptr) {
-            *worker_start_seconds = absl::ToDoubleSeconds(absl::Now() - start);
-          }
-          LogInfo(absl::StrCat("job '", job_id, "' worker ", pid, " started (",
-                               Escaped(payload.substr(0, 1000)), ")"));
+      case WorkerFrame::kReady: {
+        if (ready) {
+          broken = "the worker said it was ready twice";
+          return;
         }
+        absl::StatusOr<WorkerReady> decoded = DecodeWorkerReady(payload);
+        if (!decoded.ok()) {
+          broken = std::string(decoded.status().message());
+          return;
+        }
+        ready = true;
+        if (worker_start_seconds != nullptr) {
+          *worker_start_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+        }
+        SandboxReport sandbox = decoded->sandbox;
+        MeasureFromOutside(pid, options.sandbox_policy, &sandbox);
+        outcome.worker_sandbox = sandbox;
+        if (options.on_sandbox) options.on_sandbox(sandbox);
+        LogInfo(absl::StrCat("job '", job_id, "' worker ", pid, " started (",
+                             Escaped(decoded->applied.substr(0, 1000)),
+                             "); measured: ", DescribeSandbox(sandbox)));
+        if (absl::Status confined = CheckSandbox(sandbox, options.sandbox_policy); !confined.ok()) {
+          refused = std::string(confined.message());
+          kill_now(Kill::kSandbox);
+          return;
+        }
+        send_job();
+        if (!sent.ok()) broken = std::string(sent.message());
         return;
+      }
       case WorkerFrame::kCheckpoint: {
         absl::StatusOr<WorkerCheckpoint> checkpoint =
             DecodeWorkerCheckpoint(payload, run.spec.epochs);
@@ -430,6 +477,22 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
         if (run.checkpoint_dir.empty()) {
           broken = "the worker sent a checkpoint the job does not keep";
           return;
+        }
+        // Only what the job's schedule has: an epoch it checkpoints (checkpoint_every), or the
+        // epoch a drain stops after; once per epoch, before that epoch's report. A worker that
+        // sends more is killed rather than let fill the disk.
+        {
+          const int32_t e = checkpoint->epoch;
+          const bool scheduled =
+              run.spec.checkpoint_every > 0 && e % run.spec.checkpoint_every == 0;
+          const bool draining = sent_drain && e < run.spec.epochs;
+          if (e <= last_epoch || e <= last_checkpoint || !(scheduled || draining)) {
+            broken = absl::StrCat("the worker sent a checkpoint of epoch ", e,
+                                  ", which the job's schedule (every ", run.spec.checkpoint_every,
+                                  " epochs, after epoch ", last_epoch, ") does not have");
+            return;
+          }
+          last_checkpoint = e;
         }
         // The file's name is the daemon's, from the epoch alone: nothing of the worker's becomes
         // a path.
@@ -511,11 +574,22 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
       while (broken.empty() && frames.Next(&type, &payload)) {
         handle(type, payload);
       }
+      if (broken.empty() && !frames.status().ok()) broken = std::string(frames.status().message());
       if (closed) closed_at = absl::Now();
     }
     if (!broken.empty()) kill_now(Kill::kProtocol);
     const absl::Time now = absl::Now();
-    if (!closed && killed == Kill::kNone) {
+    if (!job_sent && !closed && killed == Kill::kNone) {
+      // Not given the job yet: a stop needs no asking, and a worker that never gets ready is
+      // ended at the start timeout.
+      if ((run.cancel != nullptr && run.cancel->load()) ||
+          (run.interrupt != nullptr && run.interrupt->load())) {
+        kill_now(run.cancel != nullptr && run.cancel->load() ? Kill::kCancel : Kill::kInterrupt);
+      } else if (now - start > options.start_timeout) {
+        kill_now(Kill::kStart);
+      }
+    }
+    if (job_sent && !closed && killed == Kill::kNone) {
       if (run.cancel != nullptr && run.cancel->load() && !sent_cancel) {
         sent_cancel = true;
         asked_to_stop = now;
@@ -557,6 +631,23 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
     if (!said.last().empty()) absl::StrAppend(&text, "; its last words: ", said.last());
     return text;
   };
+  if (killed == Kill::kSandbox) {
+    // The module never reached it.
+    return fail(refused);
+  }
+  if (killed == Kill::kStart) {
+    return fail(
+        with_last(absl::StrCat("the job's worker did not get ready within ",
+                               absl::FormatDuration(options.start_timeout), " and was killed")));
+  }
+  if (!job_sent && killed == Kill::kCancel) {
+    outcome.state = JobState::kCancelled;
+    outcome.error = "cancelled before its worker was given the job";
+    return outcome;
+  }
+  if (!job_sent && !ready && killed == Kill::kNone && !reported) {
+    return fail(with_last("the job's worker ended before it was ready"));
+  }
   if (killed == Kill::kProtocol) {
     return fail(absl::StrCat("the job's worker broke the protocol and was killed: ", broken));
   }
@@ -583,10 +674,22 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
     }
     // The worker's own account of the run (its times include a resumed job's earlier runs, as
     // in the daemon), under the path's name.
+    std::optional<SandboxReport> sandbox = std::move(outcome.worker_sandbox);
     outcome = *std::move(reported);
     outcome.engine = "libtorch-worker";
+    outcome.worker_sandbox = std::move(sandbox);
     if (outcome.state == JobState::kSucceeded && outcome.model_archive.empty()) {
       return fail("the job's worker reported success without a model");
+    }
+    // The model is served to its owner, whose torch.jit.load trusts it: it is checked as a
+    // submitted module is (its records, its pickles, every tensor inside its storage) before it
+    // is kept.
+    if (outcome.state == JobState::kSucceeded) {
+      if (absl::Status sound = CheckTorchScriptArchive(outcome.model_archive); !sound.ok()) {
+        outcome.model_archive.clear();
+        return fail(
+            absl::StrCat("the job's worker sent a model that is not kept: ", sound.message()));
+      }
     }
     return outcome;
   }

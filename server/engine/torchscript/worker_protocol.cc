@@ -420,8 +420,19 @@ absl::Status ReceiveFrame(int socket, size_t max_payload, WorkerFrame* type, std
 
 absl::Status FrameAssembler::ReadAvailable(int socket, bool* closed) {
   *closed = false;
+  TRAINERD_RETURN_IF_ERROR(error_);
+  // The frames Next() took leave the front here, once per read rather than once per frame: a
+  // worker that sends megabytes of tiny frames costs time linear in its bytes.
+  if (start_ > 0) {
+    buffer_.erase(0, start_);
+    start_ = 0;
+  }
   char chunk[64 << 10];
-  while (true) {
+  size_t read_now = 0;
+  // At most this much per call, so that a worker that never stops sending cannot keep the
+  // daemon's thread reading: the caller takes the frames, then reads again.
+  constexpr size_t kMaxReadPerCall = size_t{4} << 20;
+  while (read_now < kMaxReadPerCall) {
     std::vector<int> fds;
     iovec iov{chunk, sizeof(chunk)};
     msghdr msg{};
@@ -452,6 +463,7 @@ absl::Status FrameAssembler::ReadAvailable(int socket, bool* closed) {
       return absl::OkStatus();
     }
     buffer_.append(chunk, static_cast<size_t>(n));
+    read_now += static_cast<size_t>(n);
     // The header is checked as soon as it is there, so that a frame over the bound is refused
     // before its bytes are kept.
     if (buffer_.size() >= kFrameHeaderBytes) {
@@ -460,16 +472,38 @@ absl::Status FrameAssembler::ReadAvailable(int socket, bool* closed) {
       TRAINERD_RETURN_IF_ERROR(CheckHeader(buffer_.data(), max_payload_, &type, &length));
     }
   }
+  return absl::OkStatus();
 }
 
 bool FrameAssembler::Next(WorkerFrame* type, std::string* payload) {
-  if (buffer_.size() < kFrameHeaderBytes) return false;
+  if (!error_.ok() || buffer_.size() - start_ < kFrameHeaderBytes) return false;
   uint64_t length = 0;
-  if (!CheckHeader(buffer_.data(), max_payload_, type, &length).ok()) return false;
-  if (buffer_.size() - kFrameHeaderBytes < length) return false;
-  payload->assign(buffer_, kFrameHeaderBytes, static_cast<size_t>(length));
-  buffer_.erase(0, kFrameHeaderBytes + static_cast<size_t>(length));
+  if (absl::Status header = CheckHeader(buffer_.data() + start_, max_payload_, type, &length);
+      !header.ok()) {
+    error_ = header;  // the next ReadAvailable returns it
+    return false;
+  }
+  if (buffer_.size() - start_ - kFrameHeaderBytes < length) return false;
+  payload->assign(buffer_, start_ + kFrameHeaderBytes, static_cast<size_t>(length));
+  start_ += kFrameHeaderBytes + static_cast<size_t>(length);
   return true;
+}
+
+std::string EncodeWorkerReady(const WorkerReady& ready) {
+  WireWriter w;
+  w.Str(EncodeSandboxReport(ready.sandbox));
+  w.Str(ready.applied.substr(0, 4096));
+  return w.Take();
+}
+
+absl::StatusOr<WorkerReady> DecodeWorkerReady(std::string_view payload) {
+  WireReader r(payload);
+  WorkerReady ready;
+  TRAINERD_ASSIGN_OR_RETURN(const std::string line, r.Str(1024));
+  TRAINERD_ASSIGN_OR_RETURN(ready.sandbox, DecodeSandboxReport(line));
+  TRAINERD_ASSIGN_OR_RETURN(ready.applied, r.Str(4096));
+  if (!r.done()) return absl::InvalidArgumentError("the worker's ready message has trailing bytes");
+  return ready;
 }
 
 std::string EncodeWorkerJob(const WorkerJob& job) {
@@ -488,6 +522,8 @@ std::string EncodeWorkerJob(const WorkerJob& job) {
   w.Str(job.resume_checkpoint);
   w.I64(job.memory_limit_bytes);
   w.I64(job.cpu_seconds);
+  w.I64(job.data_limit_bytes);
+  w.I64(job.device_memory_limit_bytes);
   return w.Take();
 }
 
@@ -513,6 +549,8 @@ absl::StatusOr<WorkerJob> DecodeWorkerJob(std::string_view payload) {
   TRAINERD_ASSIGN_OR_RETURN(job.resume_checkpoint, r.Str(payload.size()));
   TRAINERD_ASSIGN_OR_RETURN(job.memory_limit_bytes, r.Int(0, kMaxRows, "a memory limit"));
   TRAINERD_ASSIGN_OR_RETURN(job.cpu_seconds, r.Int(0, kMaxRows, "a CPU time limit"));
+  TRAINERD_ASSIGN_OR_RETURN(job.data_limit_bytes, r.Int(0, kMaxRows, "a memory limit"));
+  TRAINERD_ASSIGN_OR_RETURN(job.device_memory_limit_bytes, r.Int(0, kMaxRows, "a memory limit"));
   if (!r.done()) return absl::InvalidArgumentError("the job message has bytes after its end");
   return job;
 }

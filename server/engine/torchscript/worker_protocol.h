@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/sandbox_report.h"
 #include "server/engine/training/training_outcome.h"
 #include "server/engine/types.h"
 
@@ -88,16 +89,28 @@ absl::Status ReceiveFrame(int socket, size_t max_payload, WorkerFrame* type, std
 class FrameAssembler {
  public:
   explicit FrameAssembler(size_t max_payload) : max_payload_(max_payload) {}
-  // Reads what the socket has. OK with `*closed` set at end of stream; INVALID_ARGUMENT for a bad
-  // header or a payload over the bound.
+  // Reads what the socket has, at most 4 MiB a call. OK with `*closed` set at end of stream;
+  // INVALID_ARGUMENT for a bad header or a payload over the bound (also one Next found).
   absl::Status ReadAvailable(int socket, bool* closed);
-  // The next complete frame, if one has arrived.
+  // The next complete frame, if one has arrived. Linear in the bytes: taken frames are dropped
+  // from the buffer's front once per read. A bad header stops the frames (status()).
   bool Next(WorkerFrame* type, std::string* payload);
+  const absl::Status& status() const { return error_; }
 
  private:
   size_t max_payload_;
   std::string buffer_;
+  size_t start_ = 0;  // the first byte not yet taken by Next
+  absl::Status error_;
 };
+
+// kReady: the worker's sandbox as it measured it (sandbox_report.h), and its phrases for the log.
+struct WorkerReady {
+  SandboxReport sandbox;
+  std::string applied;  // at most 4 KiB
+};
+std::string EncodeWorkerReady(const WorkerReady& ready);
+absl::StatusOr<WorkerReady> DecodeWorkerReady(std::string_view payload);
 
 // The job as the worker needs it.
 // A dataset's two tensors, each in shared memory of its own or in the same (two descriptors
@@ -124,6 +137,10 @@ struct WorkerJob {
   std::string resume_checkpoint;   // the checkpoint to resume from; empty: from epoch 1
   int64_t memory_limit_bytes = 0;  // address space beyond the datasets; 0: none
   int64_t cpu_seconds = 0;         // RLIMIT_CPU; 0: none
+  // A GPU job (whose address space cannot be capped): its heap beyond what it has allocated
+  // (RLIMIT_DATA), and the device memory LibTorch's CUDA allocator may hold; 0: none.
+  int64_t data_limit_bytes = 0;
+  int64_t device_memory_limit_bytes = 0;
 };
 
 std::string EncodeWorkerJob(const WorkerJob& job);

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/sandbox_report.h"
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
@@ -51,6 +53,9 @@ struct TrainingOutcome {
   // A data-parallel job that failed because a peer went away (killed, cut off, stopping): that
   // peer, so that the job may go on from its last checkpoint without it. Empty otherwise.
   std::string lost_peer;
+  // A job run in a worker process (a TorchScript job): the sandbox that worker got, as measured
+  // before it was sent the job (sandbox_report.h).
+  std::optional<SandboxReport> worker_sandbox;
 };
 
 }  // namespace trainerd::engine
