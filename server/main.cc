@@ -48,7 +48,8 @@ ABSL_FLAG(int64_t, max_datasets, 4096,
           "most datasets the daemon keeps, all tenants together (a resident CPU dataset holds "
           "two file descriptors); 0 for no bound");
 ABSL_FLAG(int64_t, max_datasets_per_caller, 0,
-          "quota: datasets one caller (not an admin) may own; 0 for none");
+          "quota: datasets one caller (not an admin) may own; 0 (the default): a fair share, a "
+          "quarter of --max_datasets, so that no tenant takes every place");
 ABSL_FLAG(std::string, device_memory_budget, "0",
           "memory of the default device that resident datasets and running jobs' estimated "
           "working sets may use together: bytes (12GiB, 500MB) or a share of the device (80%; "
@@ -97,7 +98,8 @@ ABSL_FLAG(int, max_watches_per_caller, 64,
 ABSL_FLAG(int, max_diagnose_per_caller, 2,
           "Diagnose calls one caller may have waiting or running at once; 0 for no limit");
 ABSL_FLAG(int64_t, max_jobs_per_caller, 0,
-          "quota: queued and running jobs one caller (not an admin) may have; 0 for none");
+          "quota: queued and running jobs one caller (not an admin) may have; 0 (the default): a "
+          "fair share, a quarter of --max_queued_jobs, so that no tenant fills the queue");
 ABSL_FLAG(int64_t, max_dataset_bytes_per_caller, 0,
           "quota: bytes of datasets one caller (not an admin) may own; 0 for none");
 ABSL_FLAG(int64_t, max_disk_bytes_per_caller, 0,
@@ -375,6 +377,15 @@ int main(int argc, char** argv) {
   options.engine.max_disk_bytes_per_caller = absl::GetFlag(FLAGS_max_disk_bytes_per_caller);
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
   options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  // A shared node's defaults: no tenant may take more than a quarter of the queue or of the
+  // dataset places (admins, and every caller of a daemon without authentication, are exempt).
+  // A bound of the node's own size lifts it.
+  if (options.engine.max_jobs_per_caller == 0 && options.engine.max_queued_jobs > 0) {
+    options.engine.max_jobs_per_caller = std::max<int64_t>(1, options.engine.max_queued_jobs / 4);
+  }
+  if (options.engine.max_datasets_per_caller == 0 && options.engine.max_datasets > 0) {
+    options.engine.max_datasets_per_caller = std::max<int64_t>(1, options.engine.max_datasets / 4);
+  }
   options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
   options.engine.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   options.engine.flush_denormal = absl::GetFlag(FLAGS_flush_denormal);

@@ -117,6 +117,28 @@ TEST_F(SecurityEndToEndTest, ATokenIsEnforcedThroughTrainctl) {
   EXPECT_EQ(Ctl({"health"}).exit_code, 0);
 }
 
+// A shared node's default: one tenant may hold a quarter of the queue (--max_queued_jobs=8: two
+// jobs), not the node; the error names the flag.
+TEST_F(SecurityEndToEndTest, ByDefaultATenantHoldsAFairShareOfTheQueue) {
+  ASSERT_TRUE(StartDaemon({"--listen=127.0.0.1:0", "--auth_token_file=" + token_file_,
+                           "--max_queued_jobs=8"}));
+  const std::vector<std::string> token = {std::string("TRAINERD_TOKEN=") + kToken};
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", csv_}, token).exit_code, 0);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    RunResult r = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--epochs",
+                       "1000000", "--batch-size", "1"},
+                      token);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ids.push_back(r.out.substr(0, r.out.find('\n')));
+  }
+  RunResult third = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--epochs", "3"},
+                        token);
+  EXPECT_NE(third.exit_code, 0);
+  EXPECT_THAT(third.err, HasSubstr("its quota is 2 (--max_jobs_per_caller)"));
+  for (const std::string& id : ids) EXPECT_EQ(Ctl({"job", "cancel", id}, token).exit_code, 0);
+}
+
 TEST_F(SecurityEndToEndTest, AnOpenAddressWithoutAuthenticationIsRefused) {
   std::string error;
   EXPECT_FALSE(StartDaemon({"--listen=0.0.0.0:0"}, &error));
