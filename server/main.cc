@@ -181,10 +181,12 @@ ABSL_FLAG(std::string, rendezvous_ports, "0-0",
           "the port range of data-parallel jobs' rendezvous stores (open it between peers, e.g. "
           "29500-29599); 0-0: any free port");
 ABSL_FLAG(bool, cluster_env, true,
-          "honour a cluster manager's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (or Kubeflow's "
-          "PET_MASTER_ADDR, PET_MASTER_PORT, PET_NNODES and PET_NODE_RANK): this daemon is node "
-          "RANK of WORLD_SIZE, node 0 hosts the group's directory on MASTER_PORT, and the other "
-          "nodes are peers (docs/DEPLOY.md); false ignores them");
+          "honour a cluster manager's MASTER_ADDR and MASTER_PORT (or Kubeflow's PET_ forms) with "
+          "a node count and rank, read from node-level variables only (PET_NNODES and "
+          "PET_NODE_RANK, torchrun's GROUP_WORLD_SIZE and GROUP_RANK, or WORLD_SIZE and RANK "
+          "where they do not count processes): this daemon is that node, node 0 hosts the "
+          "group's directory on MASTER_PORT, and the other nodes are peers (docs/DEPLOY.md); "
+          "false ignores them");
 ABSL_FLAG(std::string, node_name, "",
           "this daemon's name in a data-parallel job's rank placements (Job.ranks); empty: the "
           "host name");
@@ -464,8 +466,8 @@ int main(int argc, char** argv) {
       }
       options.cluster = **cluster;
       trainerd::engine::LogInfo(absl::StrCat(
-          "node ", (*cluster)->node_rank, " of ", (*cluster)->nodes, " (from $", (*cluster)->source,
-          "MASTER_ADDR and the rest): the group's directory is at ", (*cluster)->master_addr, ":",
+          "node ", (*cluster)->node_rank, " of ", (*cluster)->nodes, " (from ",
+          (*cluster)->counted_by, "): the group's directory is at ", (*cluster)->master_addr, ":",
           (*cluster)->master_port, (*cluster)->node_rank == 0 ? ", hosted here" : ""));
     }
   }

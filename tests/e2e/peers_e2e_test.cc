@@ -260,11 +260,14 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
   for (int i = 0; i < 3; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
   daemons_.resize(3);
   const std::string port = std::to_string(FreePort());
-  // Node 2 with Kubeflow Trainer's PET_ variables, 1 and 0 with a PyTorchJob's; node 0 last.
+  // Node 2 with Kubeflow Trainer's PET_ variables, 1 with a torchrun worker's (its WORLD_SIZE and
+  // RANK count processes: two a node), 0 with a PyTorchJob's; node 0 last.
   Start(
       2, {},
       {"PET_MASTER_ADDR=127.0.0.1", "PET_MASTER_PORT=" + port, "PET_NNODES=3", "PET_NODE_RANK=2"});
-  Start(1, {}, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=3", "RANK=1"});
+  Start(1, {},
+        {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=6", "RANK=2", "LOCAL_RANK=0",
+         "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", "GROUP_WORLD_SIZE=3"});
   Start(0, {}, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=3", "RANK=0"});
   Upload({0, 1, 2});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -324,6 +327,14 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
                             "--data_dir=" + (dir_ / "bad").string()});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("$WORLD_SIZE is not set"));
+  // torchrun's process counts are not nodes: its fourth process of a node does not start as node
+  // 3 of 16, and says why.
+  RunResult process = e2e::Run({"/usr/bin/env", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
+                                "WORLD_SIZE=16", "RANK=3", "LOCAL_RANK=3", TRAINERD_BIN,
+                                "--listen=127.0.0.1:0", "--device=cpu",
+                                "--data_dir=" + (dir_ / "bad").string()});
+  EXPECT_EQ(process.exit_code, 2);
+  EXPECT_THAT(process.err, HasSubstr("$LOCAL_RANK=3 says this is process 3 of its node"));
 }
 
 // A sweep spread over two daemons (--nodes without --replicas): its members go round them, each
