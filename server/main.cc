@@ -3,9 +3,11 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -165,7 +167,9 @@ ABSL_FLAG(std::string, peers, "",
           "(a Kubernetes headless Service), looked up again as jobs ask; empty: none");
 ABSL_FLAG(std::string, peer_token_file, "",
           "the bearer token (first line; a NAME: prefix is dropped) this daemon presents to its "
-          "peers; it must be an admin token of theirs");
+          "peers; it must be an admin token of theirs. A file that does not exist is logged and "
+          "the daemon serves without it (its jobs cannot use peers); one that holds no token "
+          "stops it");
 ABSL_FLAG(std::string, peer_tls_ca, "",
           "PEM CA that the peers' server certificates are checked against (turns TLS on for calls "
           "to peers)");
@@ -477,7 +481,18 @@ int main(int argc, char** argv) {
     options.peers.self = absl::StrCat(options.engine.advertise_host, ":",
                                       options.listen.substr(options.listen.rfind(':') + 1));
     const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
-    if (!token_file.empty()) {
+    struct stat token_stat {};
+    if (!token_file.empty() && ::stat(token_file.c_str(), &token_stat) != 0 && errno == ENOENT) {
+      // Not there: a daemon that needs no peers serves on (a Kubernetes Secret made with its
+      // `token` key only mounts no peer-token file); calls to peers are refused here, naming the
+      // file, until it is there and the daemon restarted.
+      options.peers.missing_token_file = token_file;
+      trainerd::engine::LogWarning(absl::StrCat(
+          "--peer_token_file '", token_file,
+          "' does not exist: this daemon serves, and runs ranks for peers that present their "
+          "token, but cannot place ranks or members on its peers until the file is there and the "
+          "daemon restarted (docs/DEPLOY.md)"));
+    } else if (!token_file.empty()) {
       // The first line that is not a comment, as trainctl reads --token-file; a line of a
       // daemon's token file ("NAME:TOKEN admin") works too: its first word, less "NAME:".
       std::ifstream in(token_file);

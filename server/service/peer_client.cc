@@ -125,6 +125,14 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
   }
 
   absl::Status CheckVersion(const std::string& peer) override {
+    // Asked first of every peer a job names: without credentials the peers would refuse the
+    // rank anyway, so it is refused here with what to do.
+    if (!options_.missing_token_file.empty() && options_.tls_cert_file.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this daemon has no peer token: --peer_token_file '", options_.missing_token_file,
+          "' does not exist (on Kubernetes: the Secret's peer-token key, docs/DEPLOY.md); put "
+          "an admin token of the peers there and restart the daemon"));
+    }
     auto stub = v1::SystemService::NewStub(Channel(peer));
     grpc::ClientContext context;
     Authorize(&context);
