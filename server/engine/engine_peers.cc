@@ -30,6 +30,12 @@ std::string HostOf(const std::string& peer) {
   return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
+bool IsLowerHex(const std::string& text, size_t length) {
+  return text.size() == length && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
 }  // namespace
 
 absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, int64_t most) const {
@@ -134,6 +140,10 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
         who, ": not a rank this daemon runs (rank ", request.rank, " of ", request.world_size,
         ", at most ", impl.options.max_replicas, " ranks, a timeout of at most an hour)")));
   }
+  if (!IsLowerHex(request.store_secret, 64)) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat(who, ": its rendezvous store's secret is not 64 hex digits")));
+  }
   JobSpec spec = request.spec;
   spec.replicas = request.world_size;
   absl::StatusOr<DatasetMeta> dataset = impl.UsableDataset(spec.dataset, caller);
@@ -223,6 +233,7 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   GroupOptions group;
   group.store_host = request.store_host;
   group.store_port = request.store_port;
+  group.store_secret = request.store_secret;
   group.prefix = request.prefix;
   group.rank = request.rank;
   group.world_size = request.world_size;

@@ -22,6 +22,8 @@ struct RemoteRankRequest {
   int32_t world_size = 1;
   std::string store_host;  // the leader's rendezvous store
   int32_t store_port = 0;
+  // What a connection to the store must say first (64 hex digits): it lives as long as the store.
+  std::string store_secret;
   std::string prefix;  // "<job id>/<attempt>"
   double timeout_seconds = 60.0;
   std::string dataset_sha256;

@@ -223,6 +223,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     request.set_prefix(rank.prefix);
     request.set_timeout_seconds(rank.timeout_seconds);
     request.set_dataset_sha256(rank.dataset_sha256);
+    request.set_store_secret(rank.store_secret);
     state->stub->async()->RunRank(
         &state->context, &state->request, &state->response,
         [state, peer, done = std::move(done)](grpc::Status status) {

@@ -5,13 +5,16 @@
 // peer refuses, a peer that is down, a node that is no peer); and a peer killed (-9) or stopped
 // (SIGTERM) mid-job, or a leader killed, ends the job (or the peer's rank) within a bounded time
 // while every daemon left keeps serving.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -699,6 +702,102 @@ TEST_F(PeersEndToEndTest, APeerLostMidJobWithCheckpointsGoesOnWithoutItFromTheLa
   EXPECT_THAT(log, HasSubstr("lost its peer " + addresses_[1]));
 }
 
+// A job's rendezvous store listens on --advertise_host only (not every interface), and a stranger
+// on this machine who connects to it and sends what a c10d TCPStore client sends to set 64 values
+// of 8 MiB is closed at once: the daemon's memory does not grow with them (c10d's store kept them,
+// 536 MB, until the job ended), it logs a line for each of the first few and no backtrace, and
+// the job ends as it would have.
+TEST_F(PeersEndToEndTest, TheRendezvousStoreListensWhereDocumentedAndClosesAStranger) {
+  addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  daemons_.resize(1);
+  const int port = FreePort();
+  Start(0, {"--advertise_host=127.0.0.2",
+            "--rendezvous_ports=" + std::to_string(port) + "-" + std::to_string(port)});
+  Upload({0}, 6000);
+  const std::string id =
+      Submit(0, {"--epochs", "15", "--batch-size", "16", "--replicas", "2"});
+  ASSERT_EQ(WaitFor(0, id, 1, 60).state(), v1::JOB_STATE_RUNNING);
+  // /proc/net/tcp: the listening socket (state 0A) on the store's port, by local address.
+  auto listening = [&] {
+    std::vector<std::string> local;
+    std::ifstream tcp("/proc/net/tcp");
+    std::string line;
+    std::getline(tcp, line);
+    char hex_port[8];
+    std::snprintf(hex_port, sizeof(hex_port), "%04X", port);
+    while (std::getline(tcp, line)) {
+      std::istringstream fields(line);
+      std::string slot, local_address, remote, state;
+      fields >> slot >> local_address >> remote >> state;
+      if (state == "0A" && local_address.substr(9) == hex_port) {
+        local.push_back(local_address.substr(0, 8));
+      }
+    }
+    std::ifstream tcp6("/proc/net/tcp6");
+    std::getline(tcp6, line);
+    while (std::getline(tcp6, line)) {
+      std::istringstream fields(line);
+      std::string slot, local_address, remote, state;
+      fields >> slot >> local_address >> remote >> state;
+      if (state == "0A" && local_address.substr(33) == hex_port) local.push_back(local_address);
+    }
+    return local;
+  };
+  EXPECT_THAT(listening(), ::testing::ElementsAre("0200007F"));  // 127.0.0.2, and nothing else
+  auto resident_kib = [&] {
+    std::ifstream status("/proc/" + std::to_string(daemons_[0]->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    }
+    return 0L;
+  };
+  const long before = resident_kib();
+  std::string value(8 << 20, 'x');
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(0x7F000002);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    // What a c10d TCPStore client sends: VALIDATE with its magic number, then SET with the key
+    // and the value, each with a 64-bit length (c10d/TCPStoreBackend.hpp).
+    std::string message(1, '\0');
+    const uint32_t magic = 0x3C85F7CE;
+    message.append(reinterpret_cast<const char*>(&magic), 4);
+    message.push_back('\1');
+    const std::string key = "stranger/" + std::to_string(i);
+    uint64_t n = key.size();
+    message.append(reinterpret_cast<const char*>(&n), 8);
+    message += key;
+    n = value.size();
+    message.append(reinterpret_cast<const char*>(&n), 8);
+    message += value;
+    size_t sent = 0;
+    while (sent < message.size()) {
+      const ssize_t w = ::send(fd, message.data() + sent, message.size() - sent, MSG_NOSIGNAL);
+      if (w <= 0) break;
+      sent += static_cast<size_t>(w);
+    }
+    ::close(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // whatever reads them has read them
+  const long after = resident_kib();
+  EXPECT_LT(after - before, 64 * 1024) << before << " KiB before, " << after << " KiB after";
+  const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+  EXPECT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  const std::string log = daemons_[0]->Stderr();
+  size_t lines = 0;
+  for (size_t at = log.find("rendezvous store on 127.0.0.2:"); at != std::string::npos;
+       at = log.find("rendezvous store on 127.0.0.2:", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, 6u) << log;
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("Exception raised from")));
+}
+
 // The leader killed mid-job: the peer's rank ends within the bounded time, and nothing of the job
 // is left running there.
 TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {
@@ -748,6 +847,7 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   request.set_store_port(29500);
   request.set_prefix("job-000000000000/1");
   request.set_timeout_seconds(5);
+  request.set_store_secret(std::string(64, 'a'));
   auto call = [&](const std::string& token, const std::string& store) {
     grpc::ClientContext context;
     context.AddMetadata("authorization", "Bearer " + token);
@@ -773,6 +873,7 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
            {"port 0", [&] { request.set_store_port(0); }},
            {"port 70000", [&] { request.set_store_port(70000); }},
            {"no prefix", [&] { request.set_prefix(""); }},
+           {"no store secret", [&] { request.set_store_secret(""); }},
        }) {
     const v1::RunRankRequest kept = request;
     set();

@@ -117,6 +117,7 @@ std::vector<torch::Tensor> Ranks(const TrainingRun& run, int world, const std::s
     threads.emplace_back([&, rank] {
       GroupOptions options;
       options.store_port = (*host)->port();
+      options.store_secret = (*host)->secret();
       options.prefix = prefix;
       options.rank = rank;
       options.world_size = world;

@@ -145,6 +145,7 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
     request.world_size = world;
     request.store_host = options.store_host;
     request.store_port = (*host)->port();
+    request.store_secret = (*host)->secret();
     request.prefix = prefix;
     request.timeout_seconds = absl::ToDoubleSeconds(options.timeout);
     request.dataset_sha256 = run.dataset->meta.sha256;
@@ -184,6 +185,7 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
     GroupOptions group_options;
     group_options.store_host = options.store_host;
     group_options.store_port = (*host)->port();
+    group_options.store_secret = (*host)->secret();
     group_options.prefix = prefix;
     group_options.rank = rank;
     group_options.world_size = world;
