@@ -224,6 +224,8 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     request.set_timeout_seconds(rank.timeout_seconds);
     request.set_dataset_sha256(rank.dataset_sha256);
     request.set_store_secret(rank.store_secret);
+    request.set_resume_bytes(rank.resume_bytes);
+    request.set_resume_sha256(rank.resume_sha256);
     state->stub->async()->RunRank(
         &state->context, &state->request, &state->response,
         [state, peer, done = std::move(done)](grpc::Status status) {

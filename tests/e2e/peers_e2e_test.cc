@@ -83,11 +83,26 @@ class PeersEndToEndTest : public ::testing::Test {
     return path;
   }
 
-  // Daemons 0..n-1 on ports chosen now, each a peer of every other.
-  void StartAll(int n) {
+  // Daemons 0..n-1 on ports chosen now, each a peer of every other, each with `extra` flags.
+  void StartAll(int n, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < n; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
     daemons_.resize(n);
-    for (int i = 0; i < n; ++i) Start(i);
+    for (int i = 0; i < n; ++i) Start(i, extra);
+  }
+
+  // `got`'s trained parameters are `want`'s (within float32 rounding of a resumed run's reads).
+  static void ExpectSameModel(const v1::Job& got, const v1::Job& want) {
+    ASSERT_GT(want.parameters_size(), 0);
+    ASSERT_EQ(got.parameters_size(), want.parameters_size());
+    for (int p = 0; p < want.parameters_size(); ++p) {
+      ASSERT_EQ(got.parameters(p).values_size(), want.parameters(p).values_size());
+      for (int v = 0; v < want.parameters(p).values_size(); ++v) {
+        const double w = want.parameters(p).values(v);
+        EXPECT_NEAR(got.parameters(p).values(v), w, 1e-5 * std::max(1.0, std::fabs(w)))
+            << want.parameters(p).name() << "[" << v << "]";
+      }
+    }
+    EXPECT_NEAR(got.final_loss(), want.final_loss(), 1e-6 * want.final_loss());
   }
 
   // Daemon `i`, each other daemon its peer; with `env` ("NAME=VALUE", a cluster manager's
@@ -702,6 +717,73 @@ TEST_F(PeersEndToEndTest, APeerLostMidJobWithCheckpointsGoesOnWithoutItFromTheLa
   EXPECT_THAT(log, HasSubstr("lost its peer " + addresses_[1]));
 }
 
+// A data-parallel job across daemons taken up from its checkpoint ends with the model of the
+// uninterrupted job: every rank resumes from the same checkpoint (the peer's from the bytes the
+// leader sends it), whether the leader was killed (-9) or drained (SIGTERM, as a DaemonSet's
+// rolling update does) and restarted. Before, the peer's rank started again at epoch 1 with fresh
+// weights beside a resumed rank 0, and the job reported SUCCEEDED with another model.
+TEST_F(PeersEndToEndTest, AJobTakenUpAfterItsLeaderRestartsEndsWithTheUninterruptedModel) {
+  StartAll(2);
+  Upload({0, 1}, 3000);
+  const std::vector<std::string> flags = {"--epochs",           "12", "--batch-size", "16",
+                                          "--replicas",         "2",  "--nodes",      addresses_[1],
+                                          "--checkpoint-every", "2"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  for (const int signal : {SIGKILL, SIGTERM}) {
+    SCOPED_TRACE(signal == SIGKILL ? "leader killed" : "leader drained");
+    const std::string id = Submit(0, flags);
+    const v1::Job midway = WaitFor(0, id, 3, 60);
+    ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+    ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the leader could stop";
+    if (signal == SIGKILL) {
+      daemons_[0]->Stop(SIGKILL, 30);
+    } else {
+      EXPECT_EQ(daemons_[0]->Stop(SIGTERM, 60), 0) << daemons_[0]->Stderr();
+    }
+    Start(0);
+    const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+    ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+    EXPECT_GE(ended.restarts_size(), 1);
+    ASSERT_EQ(ended.epochs_size(), 12);
+    for (int e = 0; e < 12; ++e) {
+      EXPECT_NEAR(ended.epochs(e).loss(), reference.epochs(e).loss(),
+                  1e-6 * reference.epochs(e).loss());
+    }
+    ExpectSameModel(ended, reference);
+    ASSERT_EQ(ended.ranks_size(), 2);
+    EXPECT_EQ(ended.ranks(1).node(), addresses_[1]);  // the peer trained its rank again
+    EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint ("));
+  }
+}
+
+// Three daemons, one rank each, one peer killed mid-job: the job goes on from its last checkpoint
+// with that peer's rank on the leader and the other peer's rank resuming from the same checkpoint,
+// and ends with the uninterrupted job's model.
+TEST_F(PeersEndToEndTest, AJobOfThreeDaemonsThatLosesOneEndsWithTheUninterruptedModel) {
+  StartAll(3);
+  Upload({0, 1, 2}, 3000);
+  const std::vector<std::string> flags = {
+      "--epochs",  "12", "--batch-size", "16", "--replicas", "3",
+      "--nodes",   addresses_[1] + "," + addresses_[2], "--checkpoint-every", "2"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  const std::string id = Submit(0, flags);
+  const v1::Job midway = WaitFor(0, id, 3, 60);
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the peer could be killed";
+  daemons_[2]->Stop(SIGKILL, 30);
+  const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.restarts_size(), 1);
+  ASSERT_EQ(ended.epochs_size(), 12);
+  ExpectSameModel(ended, reference);
+  ASSERT_EQ(ended.ranks_size(), 3);
+  EXPECT_EQ(ended.ranks(1).node(), addresses_[1]);
+  EXPECT_EQ(ended.ranks(2).node(), "node-0");
+  EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint ("));
+}
+
 // A job's rendezvous store listens on --advertise_host only (not every interface), and a stranger
 // on this machine who connects to it and sends what a c10d TCPStore client sends to set 64 values
 // of 8 MiB is closed at once: the daemon's memory does not grow with them (c10d's store kept them,
@@ -874,6 +956,8 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
            {"port 70000", [&] { request.set_store_port(70000); }},
            {"no prefix", [&] { request.set_prefix(""); }},
            {"no store secret", [&] { request.set_store_secret(""); }},
+           {"a negative checkpoint", [&] { request.set_resume_bytes(-1); }},
+           {"a checkpoint without its SHA-256", [&] { request.set_resume_bytes(1000); }},
        }) {
     const v1::RunRankRequest kept = request;
     set();
@@ -884,6 +968,22 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   }
   const grpc::Status stranger = call("not-a-token-at-all-0123456789", "127.0.0.1");
   EXPECT_EQ(stranger.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // A checkpoint larger than one of this model can be is refused before anything is reserved or
+  // received (the dataset and the spec are otherwise right).
+  {
+    RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file",
+                              leader_token_, "-o", "json", "dataset", "get", "waves"});
+    v1::Dataset dataset;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &dataset).ok()) << got.out;
+    request.set_dataset_sha256(dataset.sha256());
+    request.mutable_spec()->set_dataset("waves");
+    request.mutable_spec()->set_model("linear:1");
+    request.set_resume_bytes(int64_t{1} << 40);
+    request.set_resume_sha256(std::string(64, 'b'));
+    const grpc::Status huge = call(kLeaderToken, "127.0.0.1");
+    EXPECT_EQ(huge.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << huge.error_message();
+    EXPECT_THAT(huge.error_message(), HasSubstr("more than a checkpoint of this model can be"));
+  }
 }
 
 }  // namespace
