@@ -160,7 +160,9 @@ ABSL_FLAG(int32_t, max_replicas, 8,
           "threads of this daemon and share its cores");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
           "how long a data-parallel job's ranks may take to meet, and one collective may wait for "
-          "the other ranks, before the job fails naming the rank that did not come");
+          "the other ranks, before the job fails naming the rank that did not come; a peer whose "
+          "rank then does not answer within a few seconds more (stopped, hung, cut off) counts as "
+          "lost, as a killed one does");
 ABSL_FLAG(std::string, peers, "",
           "other trainerd daemons this one may place a job's ranks on (trainctl submit --nodes) "
           "and runs ranks for: host:port,... or dns:NAME:PORT for every address NAME resolves to "

@@ -784,6 +784,47 @@ TEST_F(PeersEndToEndTest, AJobOfThreeDaemonsThatLosesOneEndsWithTheUninterrupted
   EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint ("));
 }
 
+// A peer stopped with SIGSTOP is a lost peer, as one killed is: without a checkpoint the job
+// fails within the collective timeout and a few seconds, naming the rank, the peer and the
+// timeout; with one it goes on from its last checkpoint without that peer and ends with the
+// uninterrupted job's model.
+TEST_F(PeersEndToEndTest, APeerStoppedWithSigstopIsLostAsAKilledOneIs) {
+  StartAll(2, {"--collective_timeout=5s"});
+  Upload({0, 1}, 3000);
+  const std::string id = Submit(
+      0, {"--epochs", "500", "--batch-size", "16", "--replicas", "2", "--nodes", addresses_[1]});
+  ASSERT_EQ(WaitFor(0, id, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  const v1::Job failed = WaitFor(0, id, 1 << 30, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << failed.error();
+  EXPECT_THAT(failed.error(), HasSubstr("rank 1"));
+  EXPECT_THAT(failed.error(), HasSubstr("peer " + addresses_[1]));
+  EXPECT_THAT(failed.error(), HasSubstr("collective timeout (5s)"));
+  EXPECT_LT(seconds, 30);  // the timeout and a grace of a second or so, never a hang
+
+  const std::vector<std::string> flags = {"--epochs",           "12", "--batch-size", "16",
+                                          "--replicas",         "2",  "--nodes",      addresses_[1],
+                                          "--checkpoint-every", "2"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  const std::string again = Submit(0, flags);
+  const v1::Job midway = WaitFor(0, again, 3, 60);
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the peer could be stopped";
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
+  const v1::Job ended = WaitFor(0, again, 1 << 30, 120);
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.restarts_size(), 1);
+  ExpectSameModel(ended, reference);
+  EXPECT_EQ(ended.ranks(1).node(), "node-0");
+  EXPECT_THAT(daemons_[0]->Stderr(), HasSubstr("lost its peer " + addresses_[1]));
+}
+
 // A job's rendezvous store listens on --advertise_host only (not every interface), and a stranger
 // on this machine who connects to it and sends what a c10d TCPStore client sends to set 64 values
 // of 8 MiB is closed at once: the daemon's memory does not grow with them (c10d's store kept them,

@@ -612,6 +612,26 @@ TEST(DataParallelJobTest, AJobWhoseRankFailedNeverSucceeds) {
               ::testing::HasSubstr("is not the one the leader named"));
 }
 
+// A peer that stops answering (its daemon stopped: SIGSTOP) ends the job once the collective
+// timeout and a short grace have passed, failed, naming the rank, the peer and the timeout, and
+// counts as lost as a killed one does (the job manager then takes a checkpointed job up without
+// it).
+TEST(DataParallelJobTest, ASilentPeerIsLostAfterTheCollectiveTimeout) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.replicas = 2;
+  ThreadPeers silent(run, ThreadPeers::Mode::kSilent);
+  const auto start = std::chrono::steady_clock::now();
+  const Recorded lost = RunWithPeer(run, silent, absl::Seconds(2));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(lost.outcome.state, JobState::kFailed);
+  EXPECT_THAT(lost.outcome.error, ::testing::HasSubstr("rank 1: peer peer-a:1 did not answer"));
+  EXPECT_THAT(lost.outcome.error, ::testing::HasSubstr("collective timeout (2s)"));
+  EXPECT_EQ(lost.outcome.lost_peer, "peer-a:1");
+  EXPECT_LT(seconds, 20);  // the timeout and the grace, not a hang
+}
+
 // Without the exchange the ranks' models part: the test above is not passing by accident.
 TEST(DataParallelTest, PathsThatDoNotExchangeEndApart) {
   const auto dataset = MakeDataset();

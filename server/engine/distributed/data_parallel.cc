@@ -1,5 +1,6 @@
 #include "server/engine/distributed/data_parallel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -189,8 +190,12 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
                                                                   next_group.fetch_add(1), "/1")
                                                    : options.group;
   std::vector<TrainingOutcome> outcomes(static_cast<size_t>(world));
-  // [rank]: its peer went away (the call failed after it started, or the daemon there stopped).
+  // [rank]: its peer went away (the call failed after it started, the daemon there stopped, or
+  // it did not answer once the ranks here ended).
   std::vector<bool> lost(static_cast<size_t>(world), false);
+  // [rank]: its call answered; [rank]: its call was cancelled because it did not answer in time.
+  std::vector<bool> answered(static_cast<size_t>(world), false);
+  std::vector<bool> silent(static_cast<size_t>(world), false);
 
   // The peers' ranks first: each call returns at once and reports its rank's end. One that cannot
   // start gives the meeting up, so that the ranks here fail at once naming it.
@@ -240,8 +245,10 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
             outcome.error = absl::StrCat("on ", peer, ": ", outcome.error);
           }
           std::lock_guard<std::mutex> lock(remote_mu);
-          lost[rank] = went_away;  // (a vector<bool>'s bits share words: under the lock)
-          outcomes[rank] = std::move(outcome);
+          // (vector<bool>'s bits share words: under the lock)
+          lost[rank] = lost[rank] || went_away;
+          answered[rank] = true;
+          if (!silent[rank]) outcomes[rank] = std::move(outcome);
           --remote_pending;
           remote_done.notify_all();
         });
@@ -272,14 +279,32 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   }
   rank_main(0);
   for (std::thread& t : threads) t.join();
-  // The peers' ranks end with the job: a rank still running there (this daemon's ranks failed
-  // first) is cancelled, and its answer awaited, so that nothing of the job outlives it.
+  // The peers' ranks end with the job. Their answers (how and why they ended) come a moment
+  // after the ranks here ended: the ranks ended together, or a rank here lost them, and they
+  // lost it. A call that has not answered within the grace is cancelled, and its peer counts as
+  // lost: its daemon is stopped (SIGSTOP), hung or cut off, which is to the job what a daemon
+  // killed is. A quarter of the collective timeout, 1 to 5 seconds: the answer of a peer that
+  // is there takes a round trip.
+  const absl::Duration grace =
+      std::clamp(options.timeout / 4, absl::Seconds(1), absl::Seconds(5));
   {
     std::unique_lock<std::mutex> lock(remote_mu);
-    // Their answers (how and why they ended) come a moment after the ranks here ended; a peer's
-    // rank that still runs after that is cancelled.
-    if (!remote_done.wait_for(lock, std::chrono::seconds(5), [&] { return remote_pending == 0; })) {
-      for (const int rank : remote_ranks) calls[rank]->Cancel();
+    if (!remote_done.wait_for(lock, absl::ToChronoMilliseconds(grace),
+                              [&] { return remote_pending == 0; })) {
+      for (const int rank : remote_ranks) {
+        if (answered[rank]) continue;
+        silent[rank] = true;
+        lost[rank] = true;
+        outcomes[rank] = Failed(absl::StrCat(
+            "peer ", peer_of(rank), " did not answer for its rank within the collective timeout (",
+            absl::FormatDuration(options.timeout),
+            ") and after: its daemon is stopped, hung or cut off"));
+      }
+      lock.unlock();
+      for (const int rank : remote_ranks) {
+        if (silent[rank]) calls[rank]->Cancel();
+      }
+      lock.lock();
     }
     remote_done.wait(lock, [&] { return remote_pending == 0; });
   }
@@ -331,7 +356,8 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
     }
   }
   if (outcome.state == JobState::kFailed && LostTheOthers(outcome.error)) {
-    // The first rank that failed for its own reason.
+    // The first rank that failed for its own reason; a silent peer's rank before one that only
+    // lost the others.
     for (int rank = 1; rank < world; ++rank) {
       const TrainingOutcome& other = outcomes[rank];
       if (other.state == JobState::kFailed && !LostTheOthers(other.error)) {

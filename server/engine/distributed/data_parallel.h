@@ -81,8 +81,11 @@ TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group,
 // naming the rank, the peer and the reason; a peer's rank that fails during the job ends the
 // others' next collective. A job taken up from a checkpoint (run.resume_from) hands its bytes to
 // the ranks on peers through the group (GroupResume). The job succeeds only when every rank
-// says it did: a rank that failed (or never answered) fails the job, naming it. Every peer's
-// rank has ended, or its call was cancelled, when this returns.
+// says it did: a rank that failed (or never answered) fails the job, naming it. A peer whose
+// call does not answer within a grace after the ranks here ended (a daemon stopped, SIGSTOP, or
+// cut off) is lost, as one killed is (outcome.lost_peer), and the error names the rank, the peer
+// and the collective timeout. Every peer's rank has ended, or its call was cancelled, when this
+// returns.
 TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOptions& options);
 
 }  // namespace trainerd::engine
