@@ -261,12 +261,11 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   group.world_size = request.world_size;
   group.timeout = absl::Seconds(request.timeout_seconds);
   group.interface_host = impl.options.advertise_host;
-  LogInfo(absl::StrCat(who, " (of ", request.world_size, ") starts here for the daemon at ",
-                       request.store_host,
-                       request.resume_bytes > 0
-                           ? absl::StrCat(", from its checkpoint (", request.resume_bytes,
-                                          " bytes, sent by rank 0)")
-                           : std::string()));
+  LogInfo(absl::StrCat(
+      who, " (of ", request.world_size, ") starts here for the daemon at ", request.store_host,
+      request.resume_bytes > 0
+          ? absl::StrCat(", from its checkpoint (", request.resume_bytes, " bytes, sent by rank 0)")
+          : std::string()));
   GroupResume resume;
   if (request.resume_bytes > 0) {
     resume.expect_bytes = request.resume_bytes;

@@ -140,8 +140,8 @@ class DeployEndToEndTest : public ::testing::Test {
   Daemon* StartPod(const std::string& address, const std::filesystem::path& secret,
                    const std::string& peers) {
     const std::string pod_ip = address.substr(0, address.rfind(':'));
-    const YAML::Node daemonset = YAML::LoadFile(std::string(TRAINERD_SOURCE_DIR) +
-                                                "/deploy/k8s/daemonset.yaml");
+    const YAML::Node daemonset =
+        YAML::LoadFile(std::string(TRAINERD_SOURCE_DIR) + "/deploy/k8s/daemonset.yaml");
     const YAML::Node pod = daemonset["spec"]["template"]["spec"];
     const YAML::Node container = pod["containers"][0];
     // Each Secret's pods on nodes of their own: no data folder is shared between the cases.
@@ -184,9 +184,9 @@ class DeployEndToEndTest : public ::testing::Test {
       if (key == "TRAINERD_PEERS" && !peers.empty()) value = peers;
       argv.push_back(key + "=" + remap(value));
     }
-    argv.insert(argv.end(), {TRAINERD_BIN, "--listen=" + address,
-                             "--data_dir=" + remap("/var/lib/trainerd"), "--metrics_listen=",
-                             "--diagnose_at_start=false"});
+    argv.insert(argv.end(),
+                {TRAINERD_BIN, "--listen=" + address, "--data_dir=" + remap("/var/lib/trainerd"),
+                 "--metrics_listen=", "--diagnose_at_start=false"});
     pods_.push_back(std::make_unique<Daemon>(argv));
     return pods_.back().get();
   }
@@ -199,7 +199,8 @@ class DeployEndToEndTest : public ::testing::Test {
   v1::Job Watch(const std::string& address, const std::vector<std::string>& args) {
     RunResult run = Ctl(address, args);
     EXPECT_EQ(run.exit_code, 0) << run.out << run.err;
-    RunResult got = Ctl(address, {"-o", "json", "job", "get", run.out.substr(0, run.out.find('\n'))});
+    RunResult got =
+        Ctl(address, {"-o", "json", "job", "get", run.out.substr(0, run.out.find('\n'))});
     v1::Job job;
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &job).ok()) << got.out;
     return job;
@@ -250,9 +251,9 @@ TEST_F(DeployEndToEndTest, EverySecretTheDocsCreateGivesAPodThatServes) {
     EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
     if (!secrets[i].count("peer-token")) {
       EXPECT_THAT(pod->Stderr(), HasSubstr("does not exist: this daemon serves"));
-      RunResult across = Ctl(address, {"submit", "--dataset", "lines", "--model", "linear:1",
-                                       "--replicas", "2", "--nodes", "127.0.0.3:1", "--device",
-                                       "cpu"});
+      RunResult across =
+          Ctl(address, {"submit", "--dataset", "lines", "--model", "linear:1", "--replicas", "2",
+                        "--nodes", "127.0.0.3:1", "--device", "cpu"});
       EXPECT_NE(across.exit_code, 0);
       EXPECT_THAT(across.err, HasSubstr("this daemon has no peer token"));
       EXPECT_THAT(across.err, HasSubstr("peer-token' does not exist"));
@@ -282,10 +283,9 @@ TEST_F(DeployEndToEndTest, TwoPodsTrainOneJobAsTheDocsSubmitIt) {
     ASSERT_THAT(line, HasSubstr("listening on")) << line;
   }
   Upload(a);
-  const v1::Job job =
-      Watch(a, {"submit", "--dataset", "lines", "--model", "linear:8,tanh,linear:1", "--batch-size",
-                "16", "--epochs", "3", "--replicas", "2", "--nodes", b, "--device", "cpu",
-                "--watch"});
+  const v1::Job job = Watch(
+      a, {"submit", "--dataset", "lines", "--model", "linear:8,tanh,linear:1", "--batch-size", "16",
+          "--epochs", "3", "--replicas", "2", "--nodes", b, "--device", "cpu", "--watch"});
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error() << pods_[0]->Stderr();
   ASSERT_EQ(job.ranks_size(), 2);
   EXPECT_EQ(job.ranks(0).node(), "node-127.0.0.1");  // TRAINERD_NODE_NAME from spec.nodeName

@@ -347,10 +347,10 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
   EXPECT_THAT(bad.err, HasSubstr("$WORLD_SIZE is not set"));
   // torchrun's process counts are not nodes: its fourth process of a node does not start as node
   // 3 of 16, and says why.
-  RunResult process = e2e::Run({"/usr/bin/env", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-                                "WORLD_SIZE=16", "RANK=3", "LOCAL_RANK=3", TRAINERD_BIN,
-                                "--listen=127.0.0.1:0", "--device=cpu",
-                                "--data_dir=" + (dir_ / "bad").string()});
+  RunResult process =
+      e2e::Run({"/usr/bin/env", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=16",
+                "RANK=3", "LOCAL_RANK=3", TRAINERD_BIN, "--listen=127.0.0.1:0", "--device=cpu",
+                "--data_dir=" + (dir_ / "bad").string()});
   EXPECT_EQ(process.exit_code, 2);
   EXPECT_THAT(process.err, HasSubstr("$LOCAL_RANK=3 says this is process 3 of its node"));
 }
@@ -764,8 +764,9 @@ TEST_F(PeersEndToEndTest, AJobOfThreeDaemonsThatLosesOneEndsWithTheUninterrupted
   StartAll(3);
   Upload({0, 1, 2}, 3000);
   const std::vector<std::string> flags = {
-      "--epochs",  "12", "--batch-size", "16", "--replicas", "3",
-      "--nodes",   addresses_[1] + "," + addresses_[2], "--checkpoint-every", "2"};
+      "--epochs",           "12", "--batch-size", "16",
+      "--replicas",         "3",  "--nodes",      addresses_[1] + "," + addresses_[2],
+      "--checkpoint-every", "2"};
   const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
   ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
   const std::string id = Submit(0, flags);
@@ -837,8 +838,7 @@ TEST_F(PeersEndToEndTest, TheRendezvousStoreListensWhereDocumentedAndClosesAStra
   Start(0, {"--advertise_host=127.0.0.2",
             "--rendezvous_ports=" + std::to_string(port) + "-" + std::to_string(port)});
   Upload({0}, 6000);
-  const std::string id =
-      Submit(0, {"--epochs", "15", "--batch-size", "16", "--replicas", "2"});
+  const std::string id = Submit(0, {"--epochs", "15", "--batch-size", "16", "--replicas", "2"});
   ASSERT_EQ(WaitFor(0, id, 1, 60).state(), v1::JOB_STATE_RUNNING);
   // /proc/net/tcp: the listening socket (state 0A) on the store's port, by local address.
   auto listening = [&] {
@@ -1012,8 +1012,8 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   // A checkpoint larger than one of this model can be is refused before anything is reserved or
   // received (the dataset and the spec are otherwise right).
   {
-    RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file",
-                              leader_token_, "-o", "json", "dataset", "get", "waves"});
+    RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
+                              "-o", "json", "dataset", "get", "waves"});
     v1::Dataset dataset;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &dataset).ok()) << got.out;
     request.set_dataset_sha256(dataset.sha256());

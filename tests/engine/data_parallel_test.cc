@@ -608,8 +608,7 @@ TEST(DataParallelJobTest, AJobWhoseRankFailedNeverSucceeds) {
   const Recorded refused = RunWithPeer(resumed, tampered, absl::Seconds(30));
   EXPECT_EQ(refused.outcome.state, JobState::kFailed);
   EXPECT_THAT(refused.outcome.error, ::testing::HasSubstr("rank 1"));
-  EXPECT_THAT(refused.outcome.error,
-              ::testing::HasSubstr("is not the one the leader named"));
+  EXPECT_THAT(refused.outcome.error, ::testing::HasSubstr("is not the one the leader named"));
 }
 
 // A peer that stops answering (its daemon stopped: SIGSTOP) ends the job once the collective

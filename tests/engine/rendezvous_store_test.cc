@@ -157,8 +157,8 @@ TEST(RendezvousStoreTest, AStrangerIsClosedAndTheRanksMeetOn) {
   EXPECT_EQ(sums[0], 3.0f);
   EXPECT_EQ(sums[1], 3.0f);
   // A rank that says another secret is refused as such.
-  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> wrong = ConnectStore(
-      "127.0.0.1", (*host)->port(), std::string(64, '0'), absl::Seconds(5));
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> wrong =
+      ConnectStore("127.0.0.1", (*host)->port(), std::string(64, '0'), absl::Seconds(5));
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied) << wrong.status();
 }
 
@@ -255,8 +255,8 @@ TEST(RendezvousStoreTest, BytesSentPointToPointArriveAsSent) {
       absl::StatusOr<std::unique_ptr<CpuGroup>> group = CpuGroup::Join(options);
       ASSERT_TRUE(group.ok()) << group.status();
       if (rank == 0) {
-        torch::Tensor bytes = torch::from_blob(sent.data(), {static_cast<int64_t>(sent.size())},
-                                               torch::kUInt8);
+        torch::Tensor bytes =
+            torch::from_blob(sent.data(), {static_cast<int64_t>(sent.size())}, torch::kUInt8);
         statuses[rank] = (*group)->Send(bytes, 2);
       } else if (rank == 2) {
         torch::Tensor into = torch::from_blob(

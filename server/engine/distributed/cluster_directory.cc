@@ -103,18 +103,17 @@ absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
       nodes = *n;
       rank = *r;
     } else if (*n != nodes || *r != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "$", chosen->nodes, "=", nodes, " and $", chosen->rank, "=", rank, " disagree with $",
-          form.nodes, "=", *n, " and $", form.rank, "=", *r,
-          ": which node this daemon is is ambiguous"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("$", chosen->nodes, "=", nodes, " and $", chosen->rank, "=", rank,
+                       " disagree with $", form.nodes, "=", *n, " and $", form.rank, "=", *r,
+                       ": which node this daemon is is ambiguous"));
     }
   }
   if (!chosen) {
     // WORLD_SIZE and RANK count processes under torchrun (LOCAL_WORLD_SIZE per node): they are
     // this daemon's node count and rank only when each node runs one.
     if (set("LOCAL_WORLD_SIZE")) {
-      absl::StatusOr<int> per_node =
-          number("LOCAL_WORLD_SIZE", 1, std::numeric_limits<int>::max());
+      absl::StatusOr<int> per_node = number("LOCAL_WORLD_SIZE", 1, std::numeric_limits<int>::max());
       if (!per_node.ok()) return per_node.status();
       if (*per_node != 1) {
         return absl::InvalidArgumentError(absl::StrCat(

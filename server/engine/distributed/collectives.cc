@@ -143,13 +143,13 @@ absl::StatusOr<std::unique_ptr<CpuGroup>> CpuGroup::Join(const GroupOptions& opt
   group->world_size_ = options.world_size;
   group->prefix_ = options.prefix;
   group->timeout_ = Millis(options.timeout);
-  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> client = ConnectStore(
-      options.store_host, options.store_port, options.store_secret, options.timeout);
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> client =
+      ConnectStore(options.store_host, options.store_port, options.store_secret, options.timeout);
   if (!client.ok()) {
-    return absl::Status(client.status().code(),
-                        absl::StrCat(who, ": cannot reach the rendezvous store at ",
-                                     options.store_host, ":", options.store_port, ": ",
-                                     client.status().message()));
+    return absl::Status(
+        client.status().code(),
+        absl::StrCat(who, ": cannot reach the rendezvous store at ", options.store_host, ":",
+                     options.store_port, ": ", client.status().message()));
   }
   group->impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.prefix, *std::move(client));
   c10d::Store& store = *group->impl_->store;

@@ -88,9 +88,8 @@ absl::StatusOr<int64_t> MostCheckpointBytes(const MemoryEstimate& estimate, size
   TRAINERD_ASSIGN_OR_RETURN(const int64_t state,
                             CheckedAdd(estimate.parameter_bytes, estimate.optimizer_bytes, kWhat));
   TRAINERD_ASSIGN_OR_RETURN(const int64_t twice, CheckedMul(state, 2, kWhat));
-  TRAINERD_ASSIGN_OR_RETURN(
-      const int64_t per_layer,
-      CheckedMul(int64_t{64} << 10, static_cast<int64_t>(layers), kWhat));
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t per_layer,
+                            CheckedMul(int64_t{64} << 10, static_cast<int64_t>(layers), kWhat));
   TRAINERD_ASSIGN_OR_RETURN(const int64_t framing, CheckedAdd(int64_t{1} << 20, per_layer, kWhat));
   return CheckedAdd(twice, framing, kWhat);
 }
@@ -103,13 +102,13 @@ TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group_
   // rank on a peer, which checks them against what the leader said before it reads any of them.
   if (resume.bytes != nullptr && !resume.send_to.empty()) {
     // Gloo only reads a tensor it sends.
-    const torch::Tensor bytes = torch::from_blob(
-        const_cast<char*>(resume.bytes->data()), {static_cast<int64_t>(resume.bytes->size())},
-        torch::TensorOptions(torch::kUInt8));
+    const torch::Tensor bytes = torch::from_blob(const_cast<char*>(resume.bytes->data()),
+                                                 {static_cast<int64_t>(resume.bytes->size())},
+                                                 torch::TensorOptions(torch::kUInt8));
     for (const int to : resume.send_to) {
       if (absl::Status sent = (*group)->Send(bytes, to); !sent.ok()) {
-        return Failed(absl::StrCat("cannot hand the checkpoint to rank ", to, ": ",
-                                   sent.message()));
+        return Failed(
+            absl::StrCat("cannot hand the checkpoint to rank ", to, ": ", sent.message()));
       }
     }
   }
@@ -117,11 +116,11 @@ TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group_
   const TrainingRun* training = &run;
   if (resume.expect_bytes > 0) {
     auto bytes = std::make_shared<std::string>(static_cast<size_t>(resume.expect_bytes), '\0');
-    torch::Tensor into = torch::from_blob(bytes->data(), {resume.expect_bytes},
-                                          torch::TensorOptions(torch::kUInt8));
+    torch::Tensor into =
+        torch::from_blob(bytes->data(), {resume.expect_bytes}, torch::TensorOptions(torch::kUInt8));
     if (absl::Status received = (*group)->Receive(into, 0); !received.ok()) {
-      return Failed(absl::StrCat("cannot receive the checkpoint the job resumes from: ",
-                                 received.message()));
+      return Failed(
+          absl::StrCat("cannot receive the checkpoint the job resumes from: ", received.message()));
     }
     if (Sha256Hex(*bytes) != resume.expect_sha256) {
       return Failed(absl::StrCat("the checkpoint received from rank 0 (", bytes->size(),
@@ -158,9 +157,9 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   std::vector<int> remote_ranks;
   for (int rank = 0; rank < world; ++rank) {
     if (!peer_of(rank).empty() && (options.remote == nullptr || rank == 0)) {
-      return Failed(absl::StrCat("rank ", rank, " cannot run on ", peer_of(rank),
-                                 rank == 0 ? ": rank 0 runs on the leader"
-                                           : ": this daemon has no peers"));
+      return Failed(
+          absl::StrCat("rank ", rank, " cannot run on ", peer_of(rank),
+                       rank == 0 ? ": rank 0 runs on the leader" : ": this daemon has no peers"));
     }
     if (!peer_of(rank).empty()) remote_ranks.push_back(rank);
   }
@@ -285,8 +284,7 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   // lost: its daemon is stopped (SIGSTOP), hung or cut off, which is to the job what a daemon
   // killed is. A quarter of the collective timeout, 1 to 5 seconds: the answer of a peer that
   // is there takes a round trip.
-  const absl::Duration grace =
-      std::clamp(options.timeout / 4, absl::Seconds(1), absl::Seconds(5));
+  const absl::Duration grace = std::clamp(options.timeout / 4, absl::Seconds(1), absl::Seconds(5));
   {
     std::unique_lock<std::mutex> lock(remote_mu);
     if (!remote_done.wait_for(lock, absl::ToChronoMilliseconds(grace),

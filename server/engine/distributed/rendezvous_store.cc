@@ -174,8 +174,8 @@ std::string PeerName(int fd) {
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "an unknown peer";
   char host[NI_MAXHOST];
   char port[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port,
-                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "an unknown peer";
   }
   return addr.ss_family == AF_INET6 ? absl::StrCat("[", host, "]:", port)
@@ -188,8 +188,8 @@ std::string LocalName(int fd) {
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
   char host[NI_MAXHOST];
   char port[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port,
-                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "";
   }
   return addr.ss_family == AF_INET6 ? absl::StrCat("[", host, "]:", port)
@@ -236,7 +236,7 @@ struct StoreServer::State {
   mutable std::mutex mu;
   std::condition_variable changed;
   std::map<std::string, std::string> data;  // guarded by mu
-  int64_t stored = 0;                        // guarded by mu: keys' and values' bytes
+  int64_t stored = 0;                       // guarded by mu: keys' and values' bytes
 
   std::mutex log_mu;
   int logged = 0;  // guarded by log_mu
@@ -448,8 +448,8 @@ bool StoreServer::State::Handle(int fd, const std::string& request, int64_t* byt
   // What a write costs this connection: refused, and the connection cut off, past its limits.
   auto charge = [&](const std::string& key, int64_t value_bytes) {
     if (static_cast<int64_t>(key.size()) > limits.max_key_bytes) {
-      Refuse(fd, absl::StrCat("a key of ", key.size(), " bytes (at most ", limits.max_key_bytes,
-                              ")"));
+      Refuse(fd,
+             absl::StrCat("a key of ", key.size(), " bytes (at most ", limits.max_key_bytes, ")"));
       return false;
     }
     if (value_bytes > limits.max_value_bytes) {
@@ -459,8 +459,7 @@ bool StoreServer::State::Handle(int fd, const std::string& request, int64_t* byt
     }
     *bytes_set += static_cast<int64_t>(key.size()) + value_bytes;
     *writes += 1;
-    if (*bytes_set > limits.max_bytes_per_connection ||
-        *writes > limits.max_keys_per_connection) {
+    if (*bytes_set > limits.max_bytes_per_connection || *writes > limits.max_keys_per_connection) {
       Refuse(fd, absl::StrCat("it set more than ", limits.max_keys_per_connection, " keys or ",
                               limits.max_bytes_per_connection, " bytes"));
       return false;
@@ -468,7 +467,8 @@ bool StoreServer::State::Handle(int fd, const std::string& request, int64_t* byt
     return true;
   };
   auto deadline_of = [](int64_t millis) {
-    return Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(millis, 0, kMostWaitMillis));
+    return Clock::now() +
+           std::chrono::milliseconds(std::clamp<int64_t>(millis, 0, kMostWaitMillis));
   };
   auto keys_of = [&](std::vector<std::string>* keys) {
     uint32_t n = 0;
@@ -746,8 +746,7 @@ class StoreClient final : public c10d::Store {
       }
       if (fd_ >= 0) break;
       if (Clock::now() + std::chrono::milliseconds(100) >= deadline) {
-        return absl::UnavailableError(absl::StrCat(last, " (within ",
-                                                   limit_.count(), "ms)"));
+        return absl::UnavailableError(absl::StrCat(last, " (within ", limit_.count(), "ms)"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -914,8 +913,8 @@ class StoreClient final : public c10d::Store {
 absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const std::string& host, int port,
                                                              const std::string& secret,
                                                              absl::Duration timeout) {
-  auto client = c10::make_intrusive<StoreClient>(host, port, secret,
-                                                 absl::ToChronoMilliseconds(timeout));
+  auto client =
+      c10::make_intrusive<StoreClient>(host, port, secret, absl::ToChronoMilliseconds(timeout));
   if (absl::Status connected = client->Connect(); !connected.ok()) return connected;
   return c10::intrusive_ptr<c10d::Store>(std::move(client));
 }

@@ -14,11 +14,10 @@
 // most a few.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -51,9 +50,8 @@ class StoreServer {
   // first free port of [port_min, port_max] (0, 0: one the kernel picks), with a fresh secret.
   // UNAVAILABLE when no port of the range is free; INVALID_ARGUMENT for a bad range or a host
   // that resolves to nothing.
-  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host,
-                                                            int port_min, int port_max,
-                                                            int world_size,
+  static absl::StatusOr<std::unique_ptr<StoreServer>> Start(const std::string& host, int port_min,
+                                                            int port_max, int world_size,
                                                             StoreLimits limits = {});
   // Closes every connection (a rank waiting in it gets an error) and stops its threads.
   ~StoreServer();
