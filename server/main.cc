@@ -4,9 +4,11 @@
 #include <netdb.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -169,14 +171,18 @@ ABSL_FLAG(int32_t, max_replicas, 8,
           "threads of this daemon and share its cores");
 ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
           "how long a data-parallel job's ranks may take to meet, and one collective may wait for "
-          "the other ranks, before the job fails naming the rank that did not come");
+          "the other ranks, before the job fails naming the rank that did not come; a peer whose "
+          "rank then does not answer within a few seconds more (stopped, hung, cut off) counts as "
+          "lost, as a killed one does");
 ABSL_FLAG(std::string, peers, "",
           "other trainerd daemons this one may place a job's ranks on (trainctl submit --nodes) "
           "and runs ranks for: host:port,... or dns:NAME:PORT for every address NAME resolves to "
           "(a Kubernetes headless Service), looked up again as jobs ask; empty: none");
 ABSL_FLAG(std::string, peer_token_file, "",
           "the bearer token (first line; a NAME: prefix is dropped) this daemon presents to its "
-          "peers; it must be an admin token of theirs");
+          "peers; it must be an admin token of theirs. A file that does not exist is logged and "
+          "the daemon serves without it (its jobs cannot use peers); one that holds no token "
+          "stops it");
 ABSL_FLAG(std::string, peer_tls_ca, "",
           "PEM CA that the peers' server certificates are checked against (turns TLS on for calls "
           "to peers)");
@@ -192,10 +198,12 @@ ABSL_FLAG(std::string, rendezvous_ports, "0-0",
           "the port range of data-parallel jobs' rendezvous stores (open it between peers, e.g. "
           "29500-29599); 0-0: any free port");
 ABSL_FLAG(bool, cluster_env, true,
-          "honour a cluster manager's MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (or Kubeflow's "
-          "PET_MASTER_ADDR, PET_MASTER_PORT, PET_NNODES and PET_NODE_RANK): this daemon is node "
-          "RANK of WORLD_SIZE, node 0 hosts the group's directory on MASTER_PORT, and the other "
-          "nodes are peers (docs/DEPLOY.md); false ignores them");
+          "honour a cluster manager's MASTER_ADDR and MASTER_PORT (or Kubeflow's PET_ forms) with "
+          "a node count and rank, read from node-level variables only (PET_NNODES and "
+          "PET_NODE_RANK, torchrun's GROUP_WORLD_SIZE and GROUP_RANK, or WORLD_SIZE and RANK "
+          "where they do not count processes): this daemon is that node, node 0 hosts the "
+          "group's directory on MASTER_PORT, and the other nodes are peers (docs/DEPLOY.md); "
+          "false ignores them");
 ABSL_FLAG(std::string, node_name, "",
           "this daemon's name in a data-parallel job's rank placements (Job.ranks); empty: the "
           "host name");
@@ -502,8 +510,8 @@ int main(int argc, char** argv) {
       }
       options.cluster = **cluster;
       trainerd::engine::LogInfo(absl::StrCat(
-          "node ", (*cluster)->node_rank, " of ", (*cluster)->nodes, " (from $", (*cluster)->source,
-          "MASTER_ADDR and the rest): the group's directory is at ", (*cluster)->master_addr, ":",
+          "node ", (*cluster)->node_rank, " of ", (*cluster)->nodes, " (from ",
+          (*cluster)->counted_by, "): the group's directory is at ", (*cluster)->master_addr, ":",
           (*cluster)->master_port, (*cluster)->node_rank == 0 ? ", hosted here" : ""));
     }
   }
@@ -513,7 +521,18 @@ int main(int argc, char** argv) {
     options.peers.self = absl::StrCat(options.engine.advertise_host, ":",
                                       options.listen.substr(options.listen.rfind(':') + 1));
     const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
-    if (!token_file.empty()) {
+    struct stat token_stat {};
+    if (!token_file.empty() && ::stat(token_file.c_str(), &token_stat) != 0 && errno == ENOENT) {
+      // Not there: a daemon that needs no peers serves on (a Kubernetes Secret made with its
+      // `token` key only mounts no peer-token file); calls to peers are refused here, naming the
+      // file, until it is there and the daemon restarted.
+      options.peers.missing_token_file = token_file;
+      trainerd::engine::LogWarning(absl::StrCat(
+          "--peer_token_file '", token_file,
+          "' does not exist: this daemon serves, and runs ranks for peers that present their "
+          "token, but cannot place ranks or members on its peers until the file is there and the "
+          "daemon restarted (docs/DEPLOY.md)"));
+    } else if (!token_file.empty()) {
       // The first line that is not a comment, as trainctl reads --token-file; a line of a
       // daemon's token file ("NAME:TOKEN admin") works too: its first word, less "NAME:".
       std::ifstream in(token_file);

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_size.h"
 #include "common/status_macros.h"
 #include "server/engine/datasets/dataset_file.h"
 #include "server/engine/distributed/data_parallel.h"
@@ -28,6 +29,12 @@ std::string HostOf(const std::string& peer) {
   }
   const size_t colon = peer.rfind(':');
   return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+bool IsLowerHex(const std::string& text, size_t length) {
+  return text.size() == length && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
 }
 
 }  // namespace
@@ -134,6 +141,15 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
         who, ": not a rank this daemon runs (rank ", request.rank, " of ", request.world_size,
         ", at most ", impl.options.max_replicas, " ranks, a timeout of at most an hour)")));
   }
+  if (!IsLowerHex(request.store_secret, 64)) {
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat(who, ": its rendezvous store's secret is not 64 hex digits")));
+  }
+  if (request.resume_bytes < 0 ||
+      (request.resume_bytes > 0 && !IsLowerHex(request.resume_sha256, 64))) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
+        who, ": the checkpoint it resumes from needs a size and a SHA-256 of 64 hex digits")));
+  }
   JobSpec spec = request.spec;
   spec.replicas = request.world_size;
   absl::StatusOr<DatasetMeta> dataset = impl.UsableDataset(spec.dataset, caller);
@@ -163,13 +179,29 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   absl::StatusOr<MemoryEstimate> estimate =
       EstimateTrainingMemory(*model, dataset->feature_shape, batch, OptimizerSlots(spec));
   if (!estimate.ok()) return refuse(estimate.status());
+  // A job taken up again: the checkpoint rank 0 sends comes within what a checkpoint of this
+  // model can be, checked before anything is reserved or received, and is held beside the
+  // rank's working set while the rank reads it.
+  int64_t reserve = estimate->total_bytes;
+  if (request.resume_bytes > 0) {
+    absl::StatusOr<int64_t> most = MostCheckpointBytes(*estimate, model->layers.size());
+    if (!most.ok()) return refuse(most.status());
+    if (request.resume_bytes > *most) {
+      return refuse(absl::InvalidArgumentError(
+          absl::StrCat(who, ": its checkpoint of ", request.resume_bytes,
+                       " bytes is more than a checkpoint of this model can be (", *most, ")")));
+    }
+    absl::StatusOr<int64_t> with = CheckedAdd(reserve, request.resume_bytes, "the rank's memory");
+    if (!with.ok()) return refuse(with.status());
+    reserve = *with;
+  }
   const auto deadline =
       std::chrono::steady_clock::now() +
       std::chrono::milliseconds(static_cast<int64_t>(request.timeout_seconds * 1e3));
   absl::StatusOr<JobDatasets> held;
   while (true) {
-    held = impl.datasets.AcquireForJob(holder, spec.dataset, spec.validation_dataset,
-                                       estimate->total_bytes, torch::kCPU);
+    held = impl.datasets.AcquireForJob(holder, spec.dataset, spec.validation_dataset, reserve,
+                                       torch::kCPU);
     if (held.ok() || held.status().code() != absl::StatusCode::kUnavailable) break;
     if (std::chrono::steady_clock::now() > deadline || (cancel != nullptr && cancel->load())) {
       break;
@@ -223,14 +255,24 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   GroupOptions group;
   group.store_host = request.store_host;
   group.store_port = request.store_port;
+  group.store_secret = request.store_secret;
   group.prefix = request.prefix;
   group.rank = request.rank;
   group.world_size = request.world_size;
   group.timeout = absl::Seconds(request.timeout_seconds);
   group.interface_host = impl.options.advertise_host;
-  LogInfo(absl::StrCat(who, " (of ", request.world_size, ") starts here for the daemon at ",
-                       request.store_host));
-  const TrainingOutcome outcome = RunJoinedRank(run, group);
+  LogInfo(absl::StrCat(
+      who, " (of ", request.world_size, ") starts here for the daemon at ", request.store_host,
+      request.resume_bytes > 0
+          ? absl::StrCat(", from its checkpoint (", request.resume_bytes, " bytes, sent by rank 0)")
+          : std::string()));
+  GroupResume resume;
+  if (request.resume_bytes > 0) {
+    resume.expect_bytes = request.resume_bytes;
+    resume.expect_sha256 = request.resume_sha256;
+    run.resume_from = absl::StrCat("the leader's checkpoint of job '", request.job_id, "'");
+  }
+  const TrainingOutcome outcome = RunJoinedRank(run, group, resume);
   running.reset();
   LogInfo(absl::StrCat(who, " ended ", JobStateName(outcome.state),
                        outcome.error.empty() ? "" : ": ", outcome.error));

@@ -22,9 +22,15 @@ struct RemoteRankRequest {
   int32_t world_size = 1;
   std::string store_host;  // the leader's rendezvous store
   int32_t store_port = 0;
+  // What a connection to the store must say first (64 hex digits): it lives as long as the store.
+  std::string store_secret;
   std::string prefix;  // "<job id>/<attempt>"
   double timeout_seconds = 60.0;
   std::string dataset_sha256;
+  // A job taken up from a checkpoint: its size and SHA-256, whose bytes rank 0 sends the rank
+  // through the group before the first step (GroupResume). 0: from the first epoch.
+  int64_t resume_bytes = 0;
+  std::string resume_sha256;
 };
 
 // How a rank ended on its daemon (proto RunRankResponse), or why it could not run there.

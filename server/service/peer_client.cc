@@ -125,6 +125,14 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
   }
 
   absl::Status CheckVersion(const std::string& peer) override {
+    // Asked first of every peer a job names: without credentials the peers would refuse the
+    // rank anyway, so it is refused here with what to do.
+    if (!options_.missing_token_file.empty() && options_.tls_cert_file.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this daemon has no peer token: --peer_token_file '", options_.missing_token_file,
+          "' does not exist (on Kubernetes: the Secret's peer-token key, docs/DEPLOY.md); put "
+          "an admin token of the peers there and restart the daemon"));
+    }
     auto stub = v1::SystemService::NewStub(Channel(peer));
     grpc::ClientContext context;
     Authorize(&context);
@@ -215,6 +223,9 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     request.set_prefix(rank.prefix);
     request.set_timeout_seconds(rank.timeout_seconds);
     request.set_dataset_sha256(rank.dataset_sha256);
+    request.set_store_secret(rank.store_secret);
+    request.set_resume_bytes(rank.resume_bytes);
+    request.set_resume_sha256(rank.resume_sha256);
     state->stub->async()->RunRank(
         &state->context, &state->request, &state->response,
         [state, peer, done = std::move(done)](grpc::Status status) {

@@ -32,6 +32,9 @@ struct PeerClientOptions {
   // The bearer token presented to the peers (the first line of --peer_token_file; a "NAME:"
   // prefix is allowed and dropped, as trainctl allows); empty: none.
   std::string token;
+  // --peer_token_file when it names a file that does not exist (the daemon serves without a
+  // token): every call to a peer that would need it is refused here, naming the file.
+  std::string missing_token_file;
   // PEM files: the CA the peers' certificates are checked against (turns TLS on), and this
   // daemon's client certificate and key for mutual TLS. All empty: plaintext.
   std::string tls_ca_file;

@@ -103,6 +103,9 @@ grpc::ServerUnaryReactor* PeerServiceImpl::RunRank(grpc::CallbackServerContext* 
   rank.prefix = request->prefix();
   rank.timeout_seconds = request->timeout_seconds();
   rank.dataset_sha256 = request->dataset_sha256();
+  rank.store_secret = request->store_secret();
+  rank.resume_bytes = request->resume_bytes();
+  rank.resume_sha256 = request->resume_sha256();
   // The rank trains for the job's length: on a thread of its own. It touches the reactor and the
   // response only to answer, after which gRPC may free them.
   std::lock_guard<std::mutex> lock(mu_);

@@ -5,13 +5,16 @@
 // peer refuses, a peer that is down, a node that is no peer); and a peer killed (-9) or stopped
 // (SIGTERM) mid-job, or a leader killed, ends the job (or the peer's rank) within a bounded time
 // while every daemon left keeps serving.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -80,11 +83,26 @@ class PeersEndToEndTest : public ::testing::Test {
     return path;
   }
 
-  // Daemons 0..n-1 on ports chosen now, each a peer of every other.
-  void StartAll(int n) {
+  // Daemons 0..n-1 on ports chosen now, each a peer of every other, each with `extra` flags.
+  void StartAll(int n, const std::vector<std::string>& extra = {}) {
     for (int i = 0; i < n; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
     daemons_.resize(n);
-    for (int i = 0; i < n; ++i) Start(i);
+    for (int i = 0; i < n; ++i) Start(i, extra);
+  }
+
+  // `got`'s trained parameters are `want`'s (within float32 rounding of a resumed run's reads).
+  static void ExpectSameModel(const v1::Job& got, const v1::Job& want) {
+    ASSERT_GT(want.parameters_size(), 0);
+    ASSERT_EQ(got.parameters_size(), want.parameters_size());
+    for (int p = 0; p < want.parameters_size(); ++p) {
+      ASSERT_EQ(got.parameters(p).values_size(), want.parameters(p).values_size());
+      for (int v = 0; v < want.parameters(p).values_size(); ++v) {
+        const double w = want.parameters(p).values(v);
+        EXPECT_NEAR(got.parameters(p).values(v), w, 1e-5 * std::max(1.0, std::fabs(w)))
+            << want.parameters(p).name() << "[" << v << "]";
+      }
+    }
+    EXPECT_NEAR(got.final_loss(), want.final_loss(), 1e-6 * want.final_loss());
   }
 
   // Daemon `i`, each other daemon its peer; with `env` ("NAME=VALUE", a cluster manager's
@@ -260,11 +278,14 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
   for (int i = 0; i < 3; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
   daemons_.resize(3);
   const std::string port = std::to_string(FreePort());
-  // Node 2 with Kubeflow Trainer's PET_ variables, 1 and 0 with a PyTorchJob's; node 0 last.
+  // Node 2 with Kubeflow Trainer's PET_ variables, 1 with a torchrun worker's (its WORLD_SIZE and
+  // RANK count processes: two a node), 0 with a PyTorchJob's; node 0 last.
   Start(
       2, {},
       {"PET_MASTER_ADDR=127.0.0.1", "PET_MASTER_PORT=" + port, "PET_NNODES=3", "PET_NODE_RANK=2"});
-  Start(1, {}, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=3", "RANK=1"});
+  Start(1, {},
+        {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=6", "RANK=2", "LOCAL_RANK=0",
+         "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", "GROUP_WORLD_SIZE=3"});
   Start(0, {}, {"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=3", "RANK=0"});
   Upload({0, 1, 2});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -324,6 +345,14 @@ TEST_F(PeersEndToEndTest, DaemonsAClusterManagerStartsFindEachOtherAndTakeEveryN
                             "--data_dir=" + (dir_ / "bad").string()});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("$WORLD_SIZE is not set"));
+  // torchrun's process counts are not nodes: its fourth process of a node does not start as node
+  // 3 of 16, and says why.
+  RunResult process =
+      e2e::Run({"/usr/bin/env", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "WORLD_SIZE=16",
+                "RANK=3", "LOCAL_RANK=3", TRAINERD_BIN, "--listen=127.0.0.1:0", "--device=cpu",
+                "--data_dir=" + (dir_ / "bad").string()});
+  EXPECT_EQ(process.exit_code, 2);
+  EXPECT_THAT(process.err, HasSubstr("$LOCAL_RANK=3 says this is process 3 of its node"));
 }
 
 // A sweep spread over two daemons (--nodes without --replicas): its members go round them, each
@@ -688,6 +717,210 @@ TEST_F(PeersEndToEndTest, APeerLostMidJobWithCheckpointsGoesOnWithoutItFromTheLa
   EXPECT_THAT(log, HasSubstr("lost its peer " + addresses_[1]));
 }
 
+// A data-parallel job across daemons taken up from its checkpoint ends with the model of the
+// uninterrupted job: every rank resumes from the same checkpoint (the peer's from the bytes the
+// leader sends it), whether the leader was killed (-9) or drained (SIGTERM, as a DaemonSet's
+// rolling update does) and restarted. Before, the peer's rank started again at epoch 1 with fresh
+// weights beside a resumed rank 0, and the job reported SUCCEEDED with another model.
+TEST_F(PeersEndToEndTest, AJobTakenUpAfterItsLeaderRestartsEndsWithTheUninterruptedModel) {
+  StartAll(2);
+  Upload({0, 1}, 3000);
+  const std::vector<std::string> flags = {"--epochs",           "12", "--batch-size", "16",
+                                          "--replicas",         "2",  "--nodes",      addresses_[1],
+                                          "--checkpoint-every", "2"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  for (const int signal : {SIGKILL, SIGTERM}) {
+    SCOPED_TRACE(signal == SIGKILL ? "leader killed" : "leader drained");
+    const std::string id = Submit(0, flags);
+    const v1::Job midway = WaitFor(0, id, 3, 60);
+    ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+    ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the leader could stop";
+    if (signal == SIGKILL) {
+      daemons_[0]->Stop(SIGKILL, 30);
+    } else {
+      EXPECT_EQ(daemons_[0]->Stop(SIGTERM, 60), 0) << daemons_[0]->Stderr();
+    }
+    Start(0);
+    const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+    ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+    EXPECT_GE(ended.restarts_size(), 1);
+    ASSERT_EQ(ended.epochs_size(), 12);
+    for (int e = 0; e < 12; ++e) {
+      EXPECT_NEAR(ended.epochs(e).loss(), reference.epochs(e).loss(),
+                  1e-6 * reference.epochs(e).loss());
+    }
+    ExpectSameModel(ended, reference);
+    ASSERT_EQ(ended.ranks_size(), 2);
+    EXPECT_EQ(ended.ranks(1).node(), addresses_[1]);  // the peer trained its rank again
+    EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint ("));
+  }
+}
+
+// Three daemons, one rank each, one peer killed mid-job: the job goes on from its last checkpoint
+// with that peer's rank on the leader and the other peer's rank resuming from the same checkpoint,
+// and ends with the uninterrupted job's model.
+TEST_F(PeersEndToEndTest, AJobOfThreeDaemonsThatLosesOneEndsWithTheUninterruptedModel) {
+  StartAll(3);
+  Upload({0, 1, 2}, 3000);
+  const std::vector<std::string> flags = {
+      "--epochs",           "12", "--batch-size", "16",
+      "--replicas",         "3",  "--nodes",      addresses_[1] + "," + addresses_[2],
+      "--checkpoint-every", "2"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  const std::string id = Submit(0, flags);
+  const v1::Job midway = WaitFor(0, id, 3, 60);
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the peer could be killed";
+  daemons_[2]->Stop(SIGKILL, 30);
+  const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.restarts_size(), 1);
+  ASSERT_EQ(ended.epochs_size(), 12);
+  ExpectSameModel(ended, reference);
+  ASSERT_EQ(ended.ranks_size(), 3);
+  EXPECT_EQ(ended.ranks(1).node(), addresses_[1]);
+  EXPECT_EQ(ended.ranks(2).node(), "node-0");
+  EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint ("));
+}
+
+// A peer stopped with SIGSTOP is a lost peer, as one killed is: without a checkpoint the job
+// fails within the collective timeout and a few seconds, naming the rank, the peer and the
+// timeout; with one it goes on from its last checkpoint without that peer and ends with the
+// uninterrupted job's model.
+TEST_F(PeersEndToEndTest, APeerStoppedWithSigstopIsLostAsAKilledOneIs) {
+  StartAll(2, {"--collective_timeout=5s"});
+  Upload({0, 1}, 3000);
+  const std::string id = Submit(
+      0, {"--epochs", "500", "--batch-size", "16", "--replicas", "2", "--nodes", addresses_[1]});
+  ASSERT_EQ(WaitFor(0, id, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  const v1::Job failed = WaitFor(0, id, 1 << 30, 60);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << failed.error();
+  EXPECT_THAT(failed.error(), HasSubstr("rank 1"));
+  EXPECT_THAT(failed.error(), HasSubstr("peer " + addresses_[1]));
+  EXPECT_THAT(failed.error(), HasSubstr("collective timeout (5s)"));
+  EXPECT_LT(seconds, 30);  // the timeout and a grace of a second or so, never a hang
+
+  const std::vector<std::string> flags = {"--epochs",           "12", "--batch-size", "16",
+                                          "--replicas",         "2",  "--nodes",      addresses_[1],
+                                          "--checkpoint-every", "2"};
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  const std::string again = Submit(0, flags);
+  const v1::Job midway = WaitFor(0, again, 3, 60);
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the peer could be stopped";
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
+  const v1::Job ended = WaitFor(0, again, 1 << 30, 120);
+  ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.restarts_size(), 1);
+  ExpectSameModel(ended, reference);
+  EXPECT_EQ(ended.ranks(1).node(), "node-0");
+  EXPECT_THAT(daemons_[0]->Stderr(), HasSubstr("lost its peer " + addresses_[1]));
+}
+
+// A job's rendezvous store listens on --advertise_host only (not every interface), and a stranger
+// on this machine who connects to it and sends what a c10d TCPStore client sends to set 64 values
+// of 8 MiB is closed at once: the daemon's memory does not grow with them (c10d's store kept them,
+// 536 MB, until the job ended), it logs a line for each of the first few and no backtrace, and
+// the job ends as it would have.
+TEST_F(PeersEndToEndTest, TheRendezvousStoreListensWhereDocumentedAndClosesAStranger) {
+  addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  daemons_.resize(1);
+  const int port = FreePort();
+  Start(0, {"--advertise_host=127.0.0.2",
+            "--rendezvous_ports=" + std::to_string(port) + "-" + std::to_string(port)});
+  Upload({0}, 6000);
+  const std::string id = Submit(0, {"--epochs", "15", "--batch-size", "16", "--replicas", "2"});
+  ASSERT_EQ(WaitFor(0, id, 1, 60).state(), v1::JOB_STATE_RUNNING);
+  // /proc/net/tcp: the listening socket (state 0A) on the store's port, by local address.
+  auto listening = [&] {
+    std::vector<std::string> local;
+    std::ifstream tcp("/proc/net/tcp");
+    std::string line;
+    std::getline(tcp, line);
+    char hex_port[8];
+    std::snprintf(hex_port, sizeof(hex_port), "%04X", port);
+    while (std::getline(tcp, line)) {
+      std::istringstream fields(line);
+      std::string slot, local_address, remote, state;
+      fields >> slot >> local_address >> remote >> state;
+      if (state == "0A" && local_address.substr(9) == hex_port) {
+        local.push_back(local_address.substr(0, 8));
+      }
+    }
+    std::ifstream tcp6("/proc/net/tcp6");
+    std::getline(tcp6, line);
+    while (std::getline(tcp6, line)) {
+      std::istringstream fields(line);
+      std::string slot, local_address, remote, state;
+      fields >> slot >> local_address >> remote >> state;
+      if (state == "0A" && local_address.substr(33) == hex_port) local.push_back(local_address);
+    }
+    return local;
+  };
+  EXPECT_THAT(listening(), ::testing::ElementsAre("0200007F"));  // 127.0.0.2, and nothing else
+  auto resident_kib = [&] {
+    std::ifstream status("/proc/" + std::to_string(daemons_[0]->pid()) + "/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    }
+    return 0L;
+  };
+  const long before = resident_kib();
+  std::string value(8 << 20, 'x');
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(0x7F000002);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    // What a c10d TCPStore client sends: VALIDATE with its magic number, then SET with the key
+    // and the value, each with a 64-bit length (c10d/TCPStoreBackend.hpp).
+    std::string message(1, '\0');
+    const uint32_t magic = 0x3C85F7CE;
+    message.append(reinterpret_cast<const char*>(&magic), 4);
+    message.push_back('\1');
+    const std::string key = "stranger/" + std::to_string(i);
+    uint64_t n = key.size();
+    message.append(reinterpret_cast<const char*>(&n), 8);
+    message += key;
+    n = value.size();
+    message.append(reinterpret_cast<const char*>(&n), 8);
+    message += value;
+    size_t sent = 0;
+    while (sent < message.size()) {
+      const ssize_t w = ::send(fd, message.data() + sent, message.size() - sent, MSG_NOSIGNAL);
+      if (w <= 0) break;
+      sent += static_cast<size_t>(w);
+    }
+    ::close(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // whatever reads them has read them
+  const long after = resident_kib();
+  EXPECT_LT(after - before, 64 * 1024) << before << " KiB before, " << after << " KiB after";
+  const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
+  EXPECT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  const std::string log = daemons_[0]->Stderr();
+  size_t lines = 0;
+  for (size_t at = log.find("rendezvous store on 127.0.0.2:"); at != std::string::npos;
+       at = log.find("rendezvous store on 127.0.0.2:", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1u) << log;
+  EXPECT_LE(lines, 6u) << log;
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("Exception raised from")));
+}
+
 // The leader killed mid-job: the peer's rank ends within the bounded time, and nothing of the job
 // is left running there.
 TEST_F(PeersEndToEndTest, ALeaderKilledMidJobLeavesNothingRunningOnItsPeer) {
@@ -737,6 +970,7 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   request.set_store_port(29500);
   request.set_prefix("job-000000000000/1");
   request.set_timeout_seconds(5);
+  request.set_store_secret(std::string(64, 'a'));
   auto call = [&](const std::string& token, const std::string& store) {
     grpc::ClientContext context;
     context.AddMetadata("authorization", "Bearer " + token);
@@ -762,6 +996,9 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
            {"port 0", [&] { request.set_store_port(0); }},
            {"port 70000", [&] { request.set_store_port(70000); }},
            {"no prefix", [&] { request.set_prefix(""); }},
+           {"no store secret", [&] { request.set_store_secret(""); }},
+           {"a negative checkpoint", [&] { request.set_resume_bytes(-1); }},
+           {"a checkpoint without its SHA-256", [&] { request.set_resume_bytes(1000); }},
        }) {
     const v1::RunRankRequest kept = request;
     set();
@@ -772,6 +1009,22 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   }
   const grpc::Status stranger = call("not-a-token-at-all-0123456789", "127.0.0.1");
   EXPECT_EQ(stranger.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // A checkpoint larger than one of this model can be is refused before anything is reserved or
+  // received (the dataset and the spec are otherwise right).
+  {
+    RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
+                              "-o", "json", "dataset", "get", "waves"});
+    v1::Dataset dataset;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &dataset).ok()) << got.out;
+    request.set_dataset_sha256(dataset.sha256());
+    request.mutable_spec()->set_dataset("waves");
+    request.mutable_spec()->set_model("linear:1");
+    request.set_resume_bytes(int64_t{1} << 40);
+    request.set_resume_sha256(std::string(64, 'b'));
+    const grpc::Status huge = call(kLeaderToken, "127.0.0.1");
+    EXPECT_EQ(huge.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << huge.error_message();
+    EXPECT_THAT(huge.error_message(), HasSubstr("more than a checkpoint of this model can be"));
+  }
 }
 
 }  // namespace

@@ -239,7 +239,10 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
     EXPECT_EQ(refused.exit_code, 2) << nice << ": " << refused.err;
     EXPECT_THAT(refused.err, HasSubstr("--cpu_training_nice must be from 0 to 19")) << refused.err;
   }
-  // The data-parallel flags: each hostile value refused at start, naming the flag.
+  // The data-parallel flags: each hostile value refused at start, naming the flag. (A peer token
+  // file that does not exist is not refused: the daemon serves without it, deploy_e2e_test.cc; one
+  // that holds no token is.)
+  const std::string no_token = WriteFile("empty.token", "# no token here\n\n");
   const std::vector<std::pair<std::string, std::string>> parallel = {
       {"--max_replicas=0", "--max_replicas"},
       {"--max_replicas=-5", "--max_replicas"},
@@ -250,7 +253,7 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
       {"--rendezvous_ports=0-70000", "--rendezvous_ports"},
       {"--rendezvous_ports=abc", "--rendezvous_ports"},
       {"--rendezvous_ports=-", "--rendezvous_ports"},
-      {"--peer_token_file=/nonexistent/token", "--peer_token_file"},
+      {"--peer_token_file=" + no_token, "--peer_token_file"},
       {"--peers=no-port-here", "--peers"},
       {"--peers=dns:name-without-port", "--peers"},
   };

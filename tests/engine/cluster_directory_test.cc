@@ -39,6 +39,7 @@ TEST(ClusterFromEnvironmentTest, ReadsTheVariablesAsAClusterManagerSetsThem) {
   EXPECT_EQ((*plain)->nodes, 3);
   EXPECT_EQ((*plain)->node_rank, 2);
   EXPECT_EQ((*plain)->source, "");
+  EXPECT_EQ((*plain)->counted_by, "$WORLD_SIZE and $RANK");
   // Kubeflow Trainer's PET_ form wins over the plain one (where WORLD_SIZE counts processes).
   absl::StatusOr<std::optional<ClusterOptions>> pet = ClusterFromEnvironment(
       {"MASTER_ADDR=x", "MASTER_PORT=1", "WORLD_SIZE=16", "RANK=9", "PET_MASTER_ADDR=node-0",
@@ -68,6 +69,70 @@ TEST(ClusterFromEnvironmentTest, ReadsTheVariablesAsAClusterManagerSetsThem) {
   };
   for (const auto& [env, message] : refused) {
     absl::StatusOr<std::optional<ClusterOptions>> got = ClusterFromEnvironment(env);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(got.status().message(), HasSubstr(message));
+  }
+}
+
+// Only node-level variables say which node a daemon is: torchrun's WORLD_SIZE and RANK count
+// processes (WORLD_SIZE=16 RANK=3 LOCAL_RANK=3 is the fourth process of the first node, not node
+// 3 of 16), so its GROUP_WORLD_SIZE and GROUP_RANK are read instead, and WORLD_SIZE and RANK only
+// where nothing says they count processes; what is ambiguous is refused naming the variables.
+TEST(ClusterFromEnvironmentTest, ReadsNodesAndNotProcesses) {
+  const std::vector<std::string> master = {"MASTER_ADDR=node-0", "MASTER_PORT=29400"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), master.begin(), master.end());
+    return ClusterFromEnvironment(more);
+  };
+  // A torchrun worker (one process a node): its node from GROUP_RANK, the nodes from
+  // GROUP_WORLD_SIZE, whatever WORLD_SIZE and RANK count.
+  absl::StatusOr<std::optional<ClusterOptions>> worker =
+      with({"WORLD_SIZE=4", "RANK=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1", "GROUP_RANK=2",
+            "GROUP_WORLD_SIZE=4"});
+  ASSERT_TRUE(worker.ok() && worker->has_value()) << worker.status();
+  EXPECT_EQ((*worker)->nodes, 4);
+  EXPECT_EQ((*worker)->node_rank, 2);
+  EXPECT_EQ((*worker)->counted_by, "$GROUP_WORLD_SIZE and $GROUP_RANK");
+  // Process 0 of node 3 of 4 nodes of 4 processes: node 3, not rank 12 of 16.
+  absl::StatusOr<std::optional<ClusterOptions>> first_process =
+      with({"WORLD_SIZE=16", "RANK=12", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=4", "GROUP_RANK=3",
+            "GROUP_WORLD_SIZE=4"});
+  ASSERT_TRUE(first_process.ok() && first_process->has_value()) << first_process.status();
+  EXPECT_EQ((*first_process)->nodes, 4);
+  EXPECT_EQ((*first_process)->node_rank, 3);
+  // One process a node said so, or nothing said: WORLD_SIZE and RANK are the nodes.
+  absl::StatusOr<std::optional<ClusterOptions>> one_each =
+      with({"WORLD_SIZE=3", "RANK=1", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1"});
+  ASSERT_TRUE(one_each.ok() && one_each->has_value()) << one_each.status();
+  EXPECT_EQ((*one_each)->nodes, 3);
+  EXPECT_EQ((*one_each)->node_rank, 1);
+  EXPECT_EQ((*one_each)->counted_by, "$WORLD_SIZE and $RANK");
+  // Kubeflow's node-level PET_ variables with a plain MASTER_ADDR, and with torchrun's agreeing.
+  absl::StatusOr<std::optional<ClusterOptions>> pet =
+      with({"WORLD_SIZE=16", "RANK=1", "PET_NNODES=2", "PET_NODE_RANK=1", "GROUP_RANK=1",
+            "GROUP_WORLD_SIZE=2"});
+  ASSERT_TRUE(pet.ok() && pet->has_value()) << pet.status();
+  EXPECT_EQ((*pet)->nodes, 2);
+  EXPECT_EQ((*pet)->node_rank, 1);
+  EXPECT_EQ((*pet)->master_addr, "node-0");
+  EXPECT_EQ((*pet)->counted_by, "$PET_NNODES and $PET_NODE_RANK");
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      // The review's case: process 3 of its node.
+      {{"WORLD_SIZE=16", "RANK=3", "LOCAL_RANK=3"}, "$LOCAL_RANK=3 says this is process 3"},
+      {{"WORLD_SIZE=16", "RANK=3", "LOCAL_RANK=3", "GROUP_RANK=0", "GROUP_WORLD_SIZE=4"},
+       "trainerd runs one daemon per node"},
+      {{"WORLD_SIZE=16", "RANK=4", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=4"},
+       "$LOCAL_WORLD_SIZE=4 says $WORLD_SIZE and $RANK count processes"},
+      {{"WORLD_SIZE=16", "RANK=4", "LOCAL_RANK=0"}, "$LOCAL_RANK is set without $LOCAL_WORLD_SIZE"},
+      {{"PET_NNODES=2", "PET_NODE_RANK=1", "GROUP_RANK=0", "GROUP_WORLD_SIZE=2"},
+       "$PET_NNODES=2 and $PET_NODE_RANK=1 disagree with $GROUP_WORLD_SIZE=2 and $GROUP_RANK=0"},
+      {{"GROUP_RANK=1"}, "$GROUP_WORLD_SIZE is not set"},
+      {{"GROUP_WORLD_SIZE=2", "GROUP_RANK=2"}, "$GROUP_RANK=2 is not a number from 0 to 1"},
+      {{"LOCAL_RANK=x", "WORLD_SIZE=2", "RANK=0"}, "$LOCAL_RANK=x is not a number"},
+  };
+  for (const auto& [env, message] : refused) {
+    absl::StatusOr<std::optional<ClusterOptions>> got = with(env);
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << message;
     EXPECT_THAT(got.status().message(), HasSubstr(message));
   }

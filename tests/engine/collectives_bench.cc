@@ -36,6 +36,7 @@ Row Measure(const RendezvousHost& host, int ranks, int64_t bytes, int rounds) {
     threads.emplace_back([&, rank] {
       GroupOptions options;
       options.store_port = host.port();
+      options.store_secret = host.secret();
       options.prefix = prefix;
       options.rank = rank;
       options.world_size = ranks;

@@ -36,6 +36,7 @@ GroupOptions Options(const RendezvousHost& host, const std::string& prefix, int 
                      absl::Duration timeout = absl::Seconds(20)) {
   GroupOptions options;
   options.store_port = host.port();
+  options.store_secret = host.secret();
   options.prefix = prefix;
   options.rank = rank;
   options.world_size = world;

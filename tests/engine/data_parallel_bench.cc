@@ -115,6 +115,7 @@ std::pair<double, double> Measure(const std::shared_ptr<const Dataset>& dataset,
     threads.emplace_back([&, rank] {
       GroupOptions options;
       options.store_port = (*host)->port();
+      options.store_secret = (*host)->secret();
       options.prefix = prefix;
       options.rank = rank;
       options.world_size = ranks;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,12 +20,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/file_io.h"
+#include "common/job_limits.h"
 #include "common/model_spec.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/distributed/collectives.h"
 #include "server/engine/distributed/gradient_exchange.h"
+#include "server/engine/remote_ranks.h"
 #include "server/engine/training/checkpoint.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/training/training_path.h"
@@ -117,6 +122,7 @@ std::vector<torch::Tensor> Ranks(const TrainingRun& run, int world, const std::s
     threads.emplace_back([&, rank] {
       GroupOptions options;
       options.store_port = (*host)->port();
+      options.store_secret = (*host)->secret();
       options.prefix = prefix;
       options.rank = rank;
       options.world_size = world;
@@ -409,6 +415,220 @@ TEST(DataParallelJobTest, ADrainStopsEveryRankAfterTheSameEpochAndTheJobResumesE
   EXPECT_EQ(before[1].loss, reference.epochs[1].loss);
   EXPECT_EQ(after.epochs[0].loss, reference.epochs[2].loss);  // bit for bit
   EXPECT_EQ(after.epochs[1].loss, reference.epochs[3].loss);
+}
+
+// Ranks "on a peer" as the engine sees them (RemoteRanks): each call runs the rank on a thread
+// here through RunJoinedRank with what its request says, as a peer daemon's RunRankForPeer does
+// (tests/e2e/peers_e2e_test.cc has the real daemons). `mode` breaks the peer on purpose.
+class ThreadPeers final : public RemoteRanks {
+ public:
+  enum class Mode {
+    kRank,       // runs the rank as asked
+    kTampered,   // expects another checkpoint than the leader named (its bytes changed on the way)
+    kFailsLate,  // trains as asked, then says its rank failed
+    kSilent,     // never answers until its call is cancelled (a daemon stopped with SIGSTOP)
+  };
+  ThreadPeers(TrainingRun run, Mode mode) : run_(std::move(run)), mode_(mode) {}
+  ~ThreadPeers() override {
+    for (std::thread& t : threads_) t.join();
+  }
+
+  std::vector<RemoteRankRequest> requests;  // what the leader asked, in order
+
+  std::vector<std::string> peers() const override { return {"peer-a:1"}; }
+  absl::Status CheckVersion(const std::string&) override { return absl::OkStatus(); }
+  absl::Status CheckDataset(const std::string&, const std::string&, const std::string&) override {
+    return absl::OkStatus();
+  }
+  absl::Status CopyDataset(const std::string&, const DatasetMeta&, const std::string&,
+                           int64_t) override {
+    return absl::OkStatus();
+  }
+  std::unique_ptr<Call> StartRank(const std::string& peer, const RemoteRankRequest& request,
+                                  std::function<void(RemoteRankResult)> done) override {
+    requests.push_back(request);
+    auto cancel = std::make_shared<std::atomic<bool>>(false);
+    threads_.emplace_back([this, peer, request, cancel, done = std::move(done)] {
+      RemoteRankResult result;
+      result.node = peer;
+      if (mode_ == Mode::kSilent) {
+        while (!cancel->load()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        result.status = absl::CancelledError("cancelled by the caller");
+        done(result);
+        return;
+      }
+      TrainingRun run = run_;
+      run.spec = request.spec;
+      run.cancel = cancel.get();
+      run.checkpoint_dir.clear();
+      run.resume_from.clear();
+      run.resume_bytes.reset();
+      GroupOptions group;
+      group.store_host = request.store_host;
+      group.store_port = request.store_port;
+      group.store_secret = request.store_secret;
+      group.prefix = request.prefix;
+      group.rank = request.rank;
+      group.world_size = request.world_size;
+      group.timeout = absl::Seconds(request.timeout_seconds);
+      GroupResume resume;
+      if (request.resume_bytes > 0) {
+        run.resume_from = "the leader's checkpoint";
+        resume.expect_bytes = request.resume_bytes;
+        resume.expect_sha256 = request.resume_sha256;
+        if (mode_ == Mode::kTampered) resume.expect_sha256 = std::string(64, 'f');
+      }
+      const TrainingOutcome outcome = RunJoinedRank(run, group, resume);
+      result.state = outcome.state;
+      result.error = outcome.error;
+      result.steps = outcome.steps;
+      if (mode_ == Mode::kFailsLate) {
+        result.state = JobState::kFailed;
+        result.error = "its disk broke after the last step";
+      }
+      done(result);
+    });
+    class Handle final : public Call {
+     public:
+      explicit Handle(std::shared_ptr<std::atomic<bool>> cancel) : cancel_(std::move(cancel)) {}
+      void Cancel() override { cancel_->store(true); }
+
+     private:
+      std::shared_ptr<std::atomic<bool>> cancel_;
+    };
+    return std::make_unique<Handle>(cancel);
+  }
+  RemoteJobResult RunJob(const std::string&, const RemoteJobRequest&,
+                         const std::function<void(const std::string&, const std::string&)>&,
+                         const std::function<void(const EpochResult&)>&,
+                         const std::function<RemoteStop()>&) override {
+    RemoteJobResult result;
+    result.status = absl::UnimplementedError("not here");
+    return result;
+  }
+  std::vector<RemoteJobResult> RunSweep(const std::string&, const RemoteSweepRequest&,
+                                        const std::vector<RemoteMemberCalls>&) override {
+    return {};
+  }
+
+ private:
+  const TrainingRun run_;
+  const Mode mode_;
+  std::vector<std::thread> threads_;
+};
+
+// Rank 0 here, rank 1 "on peer-a:1".
+Recorded RunWithPeer(TrainingRun run, ThreadPeers& peers, absl::Duration timeout) {
+  Recorded recorded;
+  run.on_epoch = [&](const EpochResult& e, int64_t, int64_t) { recorded.epochs.push_back(e); };
+  DataParallelOptions options;
+  options.timeout = timeout;
+  options.peers = {"", "peer-a:1"};
+  options.remote = &peers;
+  options.job_id = "job-peer";
+  recorded.outcome = RunDataParallel(run, options);
+  return recorded;
+}
+
+// A job with a rank on a peer, taken up from its checkpoint (the leader restarted, drained, or
+// lost another peer): rank 0 hands the checkpoint's bytes to the peer's rank through the group,
+// the peer checks them against the SHA-256 its call carries, and every rank goes on from the same
+// epoch: the job ends with the uninterrupted job's every loss and parameter, bit for bit.
+TEST(DataParallelJobTest, ARankOnAPeerResumesFromTheLeadersCheckpoint) {
+  const auto dataset = MakeDataset();
+  const test_support::ScratchDir dir;
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kAdam);
+  run.spec.engine = EngineKind::kLibTorch;
+  run.spec.epochs = 4;
+  run.spec.batch_size = 15;
+  run.spec.replicas = 2;
+  run.spec.checkpoint_every = 2;
+  run.checkpoint_dir = dir.path();
+  ThreadPeers peers(run, ThreadPeers::Mode::kRank);
+  const Recorded whole = RunWithPeer(run, peers, absl::Seconds(30));
+  ASSERT_EQ(whole.outcome.state, JobState::kSucceeded) << whole.outcome.error;
+  ASSERT_EQ(whole.epochs.size(), 4u);
+  EXPECT_EQ(peers.requests.back().resume_bytes, 0);  // from the first epoch
+  const std::string checkpoint = dir.path() + "/" + CheckpointFileName(2);
+  ASSERT_TRUE(FileExists(checkpoint));
+
+  TrainingRun resumed = run;
+  resumed.checkpoint_dir.clear();
+  resumed.resume_from = checkpoint;
+  const Recorded after = RunWithPeer(resumed, peers, absl::Seconds(30));
+  ASSERT_EQ(after.outcome.state, JobState::kSucceeded) << after.outcome.error;
+  ASSERT_EQ(after.epochs.size(), 2u);
+  EXPECT_EQ(after.epochs[0].epoch, 3);
+  EXPECT_EQ(after.epochs[0].loss, whole.epochs[2].loss);  // bit for bit
+  EXPECT_EQ(after.epochs[1].loss, whole.epochs[3].loss);
+  EXPECT_EQ(after.outcome.steps, whole.outcome.steps);
+  ASSERT_EQ(after.outcome.parameters.size(), whole.outcome.parameters.size());
+  for (size_t p = 0; p < whole.outcome.parameters.size(); ++p) {
+    EXPECT_EQ(after.outcome.parameters[p].values, whole.outcome.parameters[p].values)
+        << whole.outcome.parameters[p].name;
+  }
+  // The peer's call named the checkpoint the leader holds.
+  const RemoteRankRequest& asked = peers.requests.back();
+  const std::string bytes = *ReadFileToString(checkpoint);
+  EXPECT_EQ(asked.resume_bytes, static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(asked.resume_sha256, Sha256Hex(bytes));
+  EXPECT_EQ(asked.store_secret.size(), 64u);
+  // What a peer lets a leader declare bounds the checkpoint it holds, with room to spare.
+  absl::StatusOr<MemoryEstimate> estimate =
+      EstimateTrainingMemory(run.model, dataset->meta.feature_shape, run.spec.batch_size, 2);
+  ASSERT_TRUE(estimate.ok());
+  absl::StatusOr<int64_t> most = MostCheckpointBytes(*estimate, run.model.layers.size());
+  ASSERT_TRUE(most.ok());
+  EXPECT_LT(static_cast<int64_t>(bytes.size()), *most);
+}
+
+// A job succeeds only when every rank did: a peer's rank that cannot start from the checkpoint
+// (its bytes are not the ones the leader named) or that fails after the last step fails the job,
+// naming the rank and the peer, though rank 0 finished.
+TEST(DataParallelJobTest, AJobWhoseRankFailedNeverSucceeds) {
+  const auto dataset = MakeDataset();
+  const test_support::ScratchDir dir;
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.epochs = 2;
+  run.spec.replicas = 2;
+  run.spec.checkpoint_every = 1;
+  run.checkpoint_dir = dir.path();
+  {
+    ThreadPeers late(run, ThreadPeers::Mode::kFailsLate);
+    const Recorded failed = RunWithPeer(run, late, absl::Seconds(30));
+    EXPECT_EQ(failed.outcome.state, JobState::kFailed);
+    EXPECT_THAT(failed.outcome.error, ::testing::HasSubstr("rank 1 (peer-a:1) did not finish"));
+    EXPECT_THAT(failed.outcome.error, ::testing::HasSubstr("its disk broke"));
+    EXPECT_TRUE(failed.outcome.model_archive.empty());
+  }
+  TrainingRun resumed = run;
+  resumed.checkpoint_dir.clear();
+  resumed.resume_from = dir.path() + "/" + CheckpointFileName(1);
+  ThreadPeers tampered(run, ThreadPeers::Mode::kTampered);
+  const Recorded refused = RunWithPeer(resumed, tampered, absl::Seconds(30));
+  EXPECT_EQ(refused.outcome.state, JobState::kFailed);
+  EXPECT_THAT(refused.outcome.error, ::testing::HasSubstr("rank 1"));
+  EXPECT_THAT(refused.outcome.error, ::testing::HasSubstr("is not the one the leader named"));
+}
+
+// A peer that stops answering (its daemon stopped: SIGSTOP) ends the job once the collective
+// timeout and a short grace have passed, failed, naming the rank, the peer and the timeout, and
+// counts as lost as a killed one does (the job manager then takes a checkpointed job up without
+// it).
+TEST(DataParallelJobTest, ASilentPeerIsLostAfterTheCollectiveTimeout) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.replicas = 2;
+  ThreadPeers silent(run, ThreadPeers::Mode::kSilent);
+  const auto start = std::chrono::steady_clock::now();
+  const Recorded lost = RunWithPeer(run, silent, absl::Seconds(2));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(lost.outcome.state, JobState::kFailed);
+  EXPECT_THAT(lost.outcome.error, ::testing::HasSubstr("rank 1: peer peer-a:1 did not answer"));
+  EXPECT_THAT(lost.outcome.error, ::testing::HasSubstr("collective timeout (2s)"));
+  EXPECT_EQ(lost.outcome.lost_peer, "peer-a:1");
+  EXPECT_LT(seconds, 20);  // the timeout and the grace, not a hang
 }
 
 // Without the exchange the ranks' models part: the test above is not passing by accident.

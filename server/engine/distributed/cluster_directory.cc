@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -38,8 +39,6 @@ absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
   const bool pet = Lookup(env, "PET_MASTER_ADDR").has_value();
   if (!pet && !Lookup(env, "MASTER_ADDR").has_value()) return std::nullopt;
   const std::string source = pet ? "PET_" : "";
-  const std::string nodes_name = pet ? "PET_NNODES" : "WORLD_SIZE";
-  const std::string rank_name = pet ? "PET_NODE_RANK" : "RANK";
   auto number = [&](const std::string& name, int low, int high) -> absl::StatusOr<int> {
     const std::optional<std::string> value = Lookup(env, name);
     if (!value) {
@@ -58,6 +57,19 @@ absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
     }
     return n;
   };
+  auto set = [&](const std::string& name) { return Lookup(env, name).has_value(); };
+  // One daemon per node: a launcher's second process of a node (torchrun's LOCAL_RANK > 0) is
+  // not a daemon of the group.
+  if (set("LOCAL_RANK")) {
+    absl::StatusOr<int> local = number("LOCAL_RANK", 0, std::numeric_limits<int>::max());
+    if (!local.ok()) return local.status();
+    if (*local > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "$LOCAL_RANK=", *local, " says this is process ", *local,
+          " of its node; trainerd runs one daemon per node (start it once per node, e.g. "
+          "torchrun --nproc-per-node=1 or one pod per node)"));
+    }
+  }
   ClusterOptions options;
   options.source = source;
   options.master_addr = *Lookup(env, source + "MASTER_ADDR");
@@ -66,14 +78,69 @@ absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
   }
   absl::StatusOr<int> port = number(source + "MASTER_PORT", 1, 65535);
   if (!port.ok()) return port.status();
-  absl::StatusOr<int> nodes = number(nodes_name, 1, kMaxClusterNodes);
-  if (!nodes.ok()) return nodes.status();
-  absl::StatusOr<int> rank = number(rank_name, 0, *nodes - 1);
-  if (!rank.ok()) return rank.status();
-  if (*nodes == 1) return std::nullopt;  // a group of one: nothing to find
+  // The node count and this node's rank, from node-level variables only: Kubeflow's PET_NNODES
+  // and PET_NODE_RANK, torchrun's GROUP_WORLD_SIZE and GROUP_RANK (its worker's node), or else
+  // WORLD_SIZE and RANK where nothing says they count processes (PyTorchJob without
+  // nprocPerNode, batch launchers that start one process per node). Two node-level forms that
+  // disagree are refused, naming both.
+  struct Form {
+    std::string nodes;
+    std::string rank;
+  };
+  const std::vector<Form> node_level = {{"PET_NNODES", "PET_NODE_RANK"},
+                                        {"GROUP_WORLD_SIZE", "GROUP_RANK"}};
+  std::optional<Form> chosen;
+  int nodes = 0;
+  int rank = 0;
+  for (const Form& form : node_level) {
+    if (!set(form.nodes) && !set(form.rank)) continue;
+    absl::StatusOr<int> n = number(form.nodes, 1, kMaxClusterNodes);
+    if (!n.ok()) return n.status();
+    absl::StatusOr<int> r = number(form.rank, 0, *n - 1);
+    if (!r.ok()) return r.status();
+    if (!chosen) {
+      chosen = form;
+      nodes = *n;
+      rank = *r;
+    } else if (*n != nodes || *r != rank) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("$", chosen->nodes, "=", nodes, " and $", chosen->rank, "=", rank,
+                       " disagree with $", form.nodes, "=", *n, " and $", form.rank, "=", *r,
+                       ": which node this daemon is is ambiguous"));
+    }
+  }
+  if (!chosen) {
+    // WORLD_SIZE and RANK count processes under torchrun (LOCAL_WORLD_SIZE per node): they are
+    // this daemon's node count and rank only when each node runs one.
+    if (set("LOCAL_WORLD_SIZE")) {
+      absl::StatusOr<int> per_node = number("LOCAL_WORLD_SIZE", 1, std::numeric_limits<int>::max());
+      if (!per_node.ok()) return per_node.status();
+      if (*per_node != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "$LOCAL_WORLD_SIZE=", *per_node,
+            " says $WORLD_SIZE and $RANK count processes, not nodes; trainerd needs the nodes: "
+            "set $GROUP_WORLD_SIZE and $GROUP_RANK (torchrun sets them) or $PET_NNODES and "
+            "$PET_NODE_RANK"));
+      }
+    } else if (set("LOCAL_RANK")) {
+      return absl::InvalidArgumentError(
+          "$LOCAL_RANK is set without $LOCAL_WORLD_SIZE, so $WORLD_SIZE and $RANK may count "
+          "processes rather than nodes: set $GROUP_WORLD_SIZE and $GROUP_RANK, or $PET_NNODES "
+          "and $PET_NODE_RANK, or $LOCAL_WORLD_SIZE=1");
+    }
+    chosen = Form{"WORLD_SIZE", "RANK"};
+    absl::StatusOr<int> n = number("WORLD_SIZE", 1, kMaxClusterNodes);
+    if (!n.ok()) return n.status();
+    absl::StatusOr<int> r = number("RANK", 0, *n - 1);
+    if (!r.ok()) return r.status();
+    nodes = *n;
+    rank = *r;
+  }
+  if (nodes == 1) return std::nullopt;  // a group of one: nothing to find
   options.master_port = *port;
-  options.nodes = *nodes;
-  options.node_rank = *rank;
+  options.nodes = nodes;
+  options.node_rank = rank;
+  options.counted_by = absl::StrCat("$", chosen->nodes, " and $", chosen->rank);
   return options;
 }
 

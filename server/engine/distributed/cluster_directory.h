@@ -1,8 +1,11 @@
 // The daemons a cluster manager starts as one group, found without a list of peers: a Kubeflow
 // PyTorchJob or TrainJob, torchrun-style launchers and batch schedulers start each node's process
-// with MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK (or Kubeflow's PET_MASTER_ADDR,
-// PET_MASTER_PORT, PET_NNODES and PET_NODE_RANK). trainerd reads them as torchrun reads
-// --nnodes and --node_rank: WORLD_SIZE daemons, this one number RANK.
+// with MASTER_ADDR and MASTER_PORT (or Kubeflow's PET_MASTER_ADDR and PET_MASTER_PORT) and a
+// node count and rank. trainerd runs one daemon per node and reads only node-level variables, as
+// torchrun reads --nnodes and --node_rank: PET_NNODES and PET_NODE_RANK, or torchrun's
+// GROUP_WORLD_SIZE and GROUP_RANK, or WORLD_SIZE and RANK where nothing says they count
+// processes (LOCAL_WORLD_SIZE above 1, or LOCAL_RANK without it, is refused naming the variable,
+// as is a LOCAL_RANK above 0: a node's second process).
 //
 // Node 0 keeps the group's directory, and serves it on MASTER_PORT with the daemon's own gRPC
 // server and credentials (PeerService.JoinGroup): every other daemon says there, again and
@@ -33,8 +36,11 @@ struct ClusterOptions {
   int master_port = 0;
   int nodes = 0;      // the group's daemons
   int node_rank = 0;  // this one's number, 0 keeps the directory
-  // Which variables they came from, for the log: "PET_" or "".
+  // Which master variables they came from: "PET_" or "" (PET_MASTER_ADDR or MASTER_ADDR).
   std::string source;
+  // The variables the node count and rank came from, for the log ("$PET_NNODES and
+  // $PET_NODE_RANK").
+  std::string counted_by;
   // This daemon's gRPC address as the others reach it ("host:port"), its entry.
   std::string self;
   // How often a node says where it is again (and hears the others), and how long one try may
@@ -55,7 +61,9 @@ bool IsGroupAddress(const std::string& address);
 // The group described by the environment `env` ("NAME=VALUE" entries): nullopt when it names no
 // group (no MASTER_ADDR nor PET_MASTER_ADDR, or a group of one); INVALID_ARGUMENT naming the
 // variable when a group is named but a value is missing, not a number, out of range, or an
-// elastic range ("1:4"), which a fixed group of daemons cannot honour. The PET_ forms win.
+// elastic range ("1:4"), which a fixed group of daemons cannot honour, and when the variables are
+// ambiguous (above; or two node-level forms that disagree). PET_MASTER_ADDR wins over
+// MASTER_ADDR, PET_NNODES over GROUP_WORLD_SIZE over WORLD_SIZE.
 absl::StatusOr<std::optional<ClusterOptions>> ClusterFromEnvironment(
     const std::vector<std::string>& env);
 

@@ -11,13 +11,13 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/distributed/rendezvous_store.h"
 
 namespace trainerd::engine {
 namespace {
@@ -59,49 +59,62 @@ constexpr char kAllJoinedKey[] = "trainerd/all-joined";
 // Set (before kAllJoinedKey, which wakes the waiting ranks) when the leader gives the meeting up:
 // a rank on a peer could not start, so the others must not wait for it until the timeout.
 constexpr char kAbortKey[] = "trainerd/abort";
+// The tag of Send and Receive: the only point-to-point messages of a group.
+constexpr int kPointToPointTag = 1;
+
+// The leader's own keys, set in its store from this process (through a c10d::PrefixStore, which
+// joins the group's prefix as the ranks' do): only set is needed.
+class HostSide final : public c10d::Store {
+ public:
+  explicit HostSide(StoreServer& server) : server_(server) {}
+  c10::intrusive_ptr<c10d::Store> clone() override { throw std::runtime_error("not a client"); }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    server_.Set(key, std::string(value.begin(), value.end()));
+  }
+  std::vector<uint8_t> get(const std::string&) override { throw std::runtime_error("set only"); }
+  int64_t add(const std::string&, int64_t) override { throw std::runtime_error("set only"); }
+  bool deleteKey(const std::string&) override { throw std::runtime_error("set only"); }
+  bool check(const std::vector<std::string>&) override { throw std::runtime_error("set only"); }
+  int64_t getNumKeys() override { throw std::runtime_error("set only"); }
+  void wait(const std::vector<std::string>&) override { throw std::runtime_error("set only"); }
+  void wait(const std::vector<std::string>&, const std::chrono::milliseconds&) override {
+    throw std::runtime_error("set only");
+  }
+
+ private:
+  StoreServer& server_;
+};
 
 }  // namespace
 
 struct RendezvousHost::Server {
-  c10::intrusive_ptr<c10d::TCPStore> store;
+  std::unique_ptr<StoreServer> store;
 };
 
 absl::StatusOr<std::unique_ptr<RendezvousHost>> RendezvousHost::Start(const std::string& host,
                                                                       int port_min, int port_max,
                                                                       int world_size,
                                                                       absl::Duration timeout) {
-  if (world_size < 1) return absl::InvalidArgumentError("a group needs at least one rank");
-  if (port_min < 0 || port_max > 65535 || port_min > port_max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the store's port range ", port_min, "-", port_max, " is not a range"));
-  }
-  std::string last_error = "no port tried";
-  for (int port = port_min; port <= port_max; ++port) {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(port);
-    options.isServer = true;
-    options.numWorkers = static_cast<size_t>(world_size);
-    options.waitWorkers = false;  // the ranks meet in CpuGroup::Join, with a count of who came
-    options.timeout = Millis(timeout);
-    try {
-      auto host_object = std::unique_ptr<RendezvousHost>(new RendezvousHost());
-      host_object->server_ = std::make_unique<Server>();
-      host_object->server_->store = c10::make_intrusive<c10d::TCPStore>(host, options);
-      host_object->port_ = host_object->server_->store->getPort();
-      return host_object;
-    } catch (const std::exception& error) {
-      last_error = FirstLine(error);  // in use: the next one
-    }
-  }
-  return absl::UnavailableError(absl::StrCat("cannot host a rendezvous store on ", host, " ports ",
-                                             port_min, "-", port_max, ": ", last_error));
+  (void)timeout;  // each rank bounds its own calls (GroupOptions::timeout)
+  absl::StatusOr<std::unique_ptr<StoreServer>> store =
+      StoreServer::Start(host, port_min, port_max, world_size);
+  if (!store.ok()) return store.status();
+  auto host_object = std::unique_ptr<RendezvousHost>(new RendezvousHost());
+  host_object->server_ = std::make_unique<Server>();
+  host_object->server_->store = *std::move(store);
+  host_object->port_ = host_object->server_->store->port();
+  return host_object;
 }
 
 RendezvousHost::~RendezvousHost() = default;
 
+const std::string& RendezvousHost::secret() const { return server_->store->secret(); }
+std::string RendezvousHost::address() const { return server_->store->address(); }
+int64_t RendezvousHost::stored_bytes() const { return server_->store->stored_bytes(); }
+
 void RendezvousHost::Abort(const std::string& prefix, const std::string& reason) {
   try {
-    c10d::PrefixStore store(prefix, server_->store);
+    c10d::PrefixStore store(prefix, c10::make_intrusive<HostSide>(*server_->store));
     store.set(kAbortKey, reason);
     store.set(kAllJoinedKey, "abort");
   } catch (const std::exception&) {
@@ -129,18 +142,16 @@ absl::StatusOr<std::unique_ptr<CpuGroup>> CpuGroup::Join(const GroupOptions& opt
   group->rank_ = options.rank;
   group->world_size_ = options.world_size;
   group->prefix_ = options.prefix;
-  try {
-    c10d::TCPStoreOptions client;
-    client.port = static_cast<uint16_t>(options.store_port);
-    client.isServer = false;
-    client.timeout = Millis(options.timeout);
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(options.store_host, client);
-    group->impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.prefix, tcp);
-  } catch (const std::exception& error) {
-    return absl::UnavailableError(absl::StrCat(who, ": cannot reach the rendezvous store at ",
-                                               options.store_host, ":", options.store_port, ": ",
-                                               FirstLine(error)));
+  group->timeout_ = Millis(options.timeout);
+  absl::StatusOr<c10::intrusive_ptr<c10d::Store>> client =
+      ConnectStore(options.store_host, options.store_port, options.store_secret, options.timeout);
+  if (!client.ok()) {
+    return absl::Status(
+        client.status().code(),
+        absl::StrCat(who, ": cannot reach the rendezvous store at ", options.store_host, ":",
+                     options.store_port, ": ", client.status().message()));
   }
+  group->impl_->store = c10::make_intrusive<c10d::PrefixStore>(options.prefix, *std::move(client));
   c10d::Store& store = *group->impl_->store;
   // Every rank counts itself in; the last to come says so. A rank that never comes leaves the
   // others waiting only until the timeout, and they can say how many came.
@@ -249,6 +260,42 @@ absl::Status CpuGroup::AllReduceRowWeightedMean(const std::vector<torch::Tensor>
     const int64_t n = t.numel();
     t.copy_(bucket.narrow(0, offset, n).view_as(t));
     offset += n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuGroup::Send(const torch::Tensor& bytes, int to) {
+  const std::string what =
+      absl::StrCat("group '", prefix_, "' rank ", rank_, " of ", world_size_, ": sending ",
+                   bytes.numel(), " bytes to rank ", to, " failed");
+  try {
+    std::vector<at::Tensor> tensors = {bytes};
+    c10::intrusive_ptr<c10d::Work> work;
+    {
+      std::lock_guard<std::mutex> lock(EnqueueMutex());
+      work = impl_->group->send(tensors, to, kPointToPointTag);
+    }
+    if (!work->wait(timeout_)) return absl::AbortedError(absl::StrCat(what, ": aborted"));
+  } catch (const std::exception& error) {
+    return CollectiveError(what, error);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuGroup::Receive(torch::Tensor& bytes, int from) {
+  const std::string what =
+      absl::StrCat("group '", prefix_, "' rank ", rank_, " of ", world_size_, ": receiving ",
+                   bytes.numel(), " bytes from rank ", from, " failed");
+  try {
+    std::vector<at::Tensor> tensors = {bytes};
+    c10::intrusive_ptr<c10d::Work> work;
+    {
+      std::lock_guard<std::mutex> lock(EnqueueMutex());
+      work = impl_->group->recv(tensors, from, kPointToPointTag);
+    }
+    if (!work->wait(timeout_)) return absl::AbortedError(absl::StrCat(what, ": aborted"));
+  } catch (const std::exception& error) {
+    return CollectiveError(what, error);
   }
   return absl::OkStatus();
 }

@@ -1,14 +1,16 @@
 // A data-parallel job's ranks as one group on PyTorch's own distributed engine (c10d): a
-// rendezvous store the leader hosts (c10d::TCPStore), every key under a prefix that names the job
-// and its attempt (c10d::PrefixStore), and the group's collectives (c10d::ProcessGroupGloo on the
-// CPU). Nothing home-made carries a byte between ranks.
+// rendezvous store the leader hosts (trainerd's own, rendezvous_store.h, seen through c10d's Store
+// interface), every key under a prefix that names the job and its attempt (c10d::PrefixStore), and
+// the group's collectives (c10d::ProcessGroupGloo on the CPU). The gradients and the checkpoint a
+// rank resumes from travel only through Gloo.
 //
-// This is the first part of issue 21: the group and its gradient bucket, tested with ranks in one
-// process on loopback. Submitting a job with replicas builds on it (docs/ARCHITECTURE.md).
+// Tested with ranks in one process on loopback (tests/engine/collectives_test.cc); a job with
+// replicas builds on it (docs/ARCHITECTURE.md, "Data-parallel jobs").
 #pragma once
 
 #include <torch/torch.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,9 +22,10 @@
 
 namespace trainerd::engine {
 
-// The leader's rendezvous store: a TCPStore server on `host`, on the first free port of
-// [port_min, port_max] (0, 0: one the kernel picks). Clients wait for `world_size` ranks to join
-// within `timeout`. The store serves until this object is destroyed.
+// The leader's rendezvous store (StoreServer, rendezvous_store.h) listening on `host` only, on
+// the first free port of [port_min, port_max] (0, 0: one the kernel picks), for a group of
+// `world_size` ranks, with a secret of its own that every rank's connection must say. The store
+// serves until this object is destroyed.
 class RendezvousHost {
  public:
   static absl::StatusOr<std::unique_ptr<RendezvousHost>> Start(const std::string& host,
@@ -34,6 +37,11 @@ class RendezvousHost {
   RendezvousHost& operator=(const RendezvousHost&) = delete;
 
   int port() const { return port_; }
+  // What GroupOptions::store_secret must be (the leader hands it to its peers' ranks).
+  const std::string& secret() const;
+  // The address the store listens on, as bound ("10.0.0.1:29500"), and what it holds now.
+  std::string address() const;
+  int64_t stored_bytes() const;
 
   // Gives up the meeting of the group under `prefix`: its ranks waiting in CpuGroup::Join (and
   // those that come later) return ABORTED with `reason` at once, instead of waiting for a rank
@@ -52,6 +60,8 @@ class RendezvousHost {
 struct GroupOptions {
   std::string store_host = "127.0.0.1";
   int store_port = 0;
+  // The store's secret (RendezvousHost::secret): a connection that does not say it is closed.
+  std::string store_secret;
   // Every key of the group lives under it: "<job id>/<attempt>", so that a job's second attempt
   // (or another job on the same store) never reads the first's keys.
   std::string prefix;
@@ -101,6 +111,12 @@ class CpuGroup {
   // Returns once every rank called it (or an error, as AllReduceSum).
   absl::Status Barrier();
 
+  // Sends `bytes` (a contiguous uint8 CPU tensor) to rank `to`, which calls Receive for it; and
+  // receives into `bytes`, whose size the receiver knows already, from rank `from`. Each waits at
+  // most the group's timeout. Point to point: the ranks not involved take no part.
+  absl::Status Send(const torch::Tensor& bytes, int to);
+  absl::Status Receive(torch::Tensor& bytes, int from);
+
   struct Impl;
 
  private:
@@ -109,6 +125,7 @@ class CpuGroup {
   int rank_ = 0;
   int world_size_ = 1;
   std::string prefix_;
+  std::chrono::milliseconds timeout_{60000};
 };
 
 }  // namespace trainerd::engine

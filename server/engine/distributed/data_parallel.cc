@@ -1,5 +1,6 @@
 #include "server/engine/distributed/data_parallel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,6 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_size.h"
+#include "common/file_io.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
 #include "server/engine/distributed/collectives.h"
 
 namespace trainerd::engine {
@@ -63,23 +68,71 @@ bool LostTheOthers(const std::string& error) {
   return absl::StrContains(error, "all-reduce failed") ||
          absl::StrContains(error, "ranks joined within") ||
          absl::StrContains(error, "the leader gave the meeting up") ||
-         absl::StrContains(error, "cannot connect to the other ranks");
+         absl::StrContains(error, "cannot connect to the other ranks") ||
+         absl::StrContains(error, "cannot hand the checkpoint to rank");
+}
+
+TrainingOutcome Failed(std::string error) {
+  TrainingOutcome failed;
+  failed.state = JobState::kFailed;
+  failed.error = std::move(error);
+  return failed;
 }
 
 std::atomic<uint64_t> next_group{0};
 
 }  // namespace
 
-TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group_options) {
+absl::StatusOr<int64_t> MostCheckpointBytes(const MemoryEstimate& estimate, size_t layers) {
+  constexpr char kWhat[] = "the job's checkpoint";
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t state,
+                            CheckedAdd(estimate.parameter_bytes, estimate.optimizer_bytes, kWhat));
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t twice, CheckedMul(state, 2, kWhat));
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t per_layer,
+                            CheckedMul(int64_t{64} << 10, static_cast<int64_t>(layers), kWhat));
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t framing, CheckedAdd(int64_t{1} << 20, per_layer, kWhat));
+  return CheckedAdd(twice, framing, kWhat);
+}
+
+TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group_options,
+                              const GroupResume& resume) {
   absl::StatusOr<std::unique_ptr<CpuGroup>> group = CpuGroup::Join(group_options);
-  if (!group.ok()) {
-    TrainingOutcome failed;
-    failed.state = JobState::kFailed;
-    failed.error = std::string(group.status().message());
-    return failed;
+  if (!group.ok()) return Failed(std::string(group.status().message()));
+  // The checkpoint handed round before the first step: rank 0 sends the leader's bytes to each
+  // rank on a peer, which checks them against what the leader said before it reads any of them.
+  if (resume.bytes != nullptr && !resume.send_to.empty()) {
+    // Gloo only reads a tensor it sends.
+    const torch::Tensor bytes = torch::from_blob(const_cast<char*>(resume.bytes->data()),
+                                                 {static_cast<int64_t>(resume.bytes->size())},
+                                                 torch::TensorOptions(torch::kUInt8));
+    for (const int to : resume.send_to) {
+      if (absl::Status sent = (*group)->Send(bytes, to); !sent.ok()) {
+        return Failed(
+            absl::StrCat("cannot hand the checkpoint to rank ", to, ": ", sent.message()));
+      }
+    }
+  }
+  TrainingRun resumed;
+  const TrainingRun* training = &run;
+  if (resume.expect_bytes > 0) {
+    auto bytes = std::make_shared<std::string>(static_cast<size_t>(resume.expect_bytes), '\0');
+    torch::Tensor into =
+        torch::from_blob(bytes->data(), {resume.expect_bytes}, torch::TensorOptions(torch::kUInt8));
+    if (absl::Status received = (*group)->Receive(into, 0); !received.ok()) {
+      return Failed(
+          absl::StrCat("cannot receive the checkpoint the job resumes from: ", received.message()));
+    }
+    if (Sha256Hex(*bytes) != resume.expect_sha256) {
+      return Failed(absl::StrCat("the checkpoint received from rank 0 (", bytes->size(),
+                                 " bytes) is not the one the leader named (SHA-256 ",
+                                 resume.expect_sha256, "): the rank does not start"));
+    }
+    resumed = run;
+    resumed.resume_bytes = std::move(bytes);
+    training = &resumed;
   }
   GroupRankComms comms(**group);
-  TrainingOutcome outcome = RunRank(run, comms);
+  TrainingOutcome outcome = RunRank(*training, comms);
   outcome.collective_seconds = comms.seconds();
   return outcome;
 }
@@ -94,50 +147,63 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, absl::Duration timeout,
 
 TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOptions& options) {
   const int world = run.spec.replicas;
-  TrainingOutcome failed;
-  failed.state = JobState::kFailed;
-  if (world < 2) {
-    failed.error = "a data-parallel job has at least 2 ranks";
-    return failed;
-  }
+  if (world < 2) return Failed("a data-parallel job has at least 2 ranks");
   if (const std::string why = DataParallelUnsupported(run); !why.empty()) {
-    failed.error = absl::StrCat("this job cannot train as ranks: ", why);
-    return failed;
+    return Failed(absl::StrCat("this job cannot train as ranks: ", why));
   }
   auto peer_of = [&](int rank) -> std::string {
     return static_cast<size_t>(rank) < options.peers.size() ? options.peers[rank] : "";
   };
+  std::vector<int> remote_ranks;
   for (int rank = 0; rank < world; ++rank) {
     if (!peer_of(rank).empty() && (options.remote == nullptr || rank == 0)) {
-      failed.error =
+      return Failed(
           absl::StrCat("rank ", rank, " cannot run on ", peer_of(rank),
-                       rank == 0 ? ": rank 0 runs on the leader" : ": this daemon has no peers");
-      return failed;
+                       rank == 0 ? ": rank 0 runs on the leader" : ": this daemon has no peers"));
     }
+    if (!peer_of(rank).empty()) remote_ranks.push_back(rank);
+  }
+  // A job taken up again: every rank resumes from the same bytes. Those here read them from
+  // memory once; the ranks on peers get them from rank 0 through the group, checked there against
+  // the SHA-256 their call carries.
+  TrainingRun local = run;
+  std::string checkpoint_sha256;
+  if (!run.resume_from.empty()) {
+    std::shared_ptr<const std::string> bytes = run.resume_bytes;
+    if (bytes == nullptr) {
+      absl::StatusOr<std::string> read = ReadFileToString(run.resume_from);
+      if (!read.ok()) {
+        return Failed(absl::StrCat("cannot read the checkpoint the ranks resume from: ",
+                                   read.status().message()));
+      }
+      bytes = std::make_shared<const std::string>(*std::move(read));
+    }
+    local.resume_bytes = bytes;
+    if (!remote_ranks.empty()) checkpoint_sha256 = Sha256Hex(*bytes);
   }
   absl::StatusOr<std::unique_ptr<RendezvousHost>> host = RendezvousHost::Start(
       options.store_host, options.port_min, options.port_max, world, options.timeout);
-  if (!host.ok()) {
-    failed.error = std::string(host.status().message());
-    return failed;
-  }
+  if (!host.ok()) return Failed(std::string(host.status().message()));
   // The group's prefix: the job and its attempt (one store per job, but a clear name in errors).
   const std::string prefix = options.group.empty() ? absl::StrCat("job-", run.spec.dataset, "-",
                                                                   next_group.fetch_add(1), "/1")
                                                    : options.group;
   std::vector<TrainingOutcome> outcomes(static_cast<size_t>(world));
-  // [rank]: its peer went away (the call failed after it started, or the daemon there stopped).
+  // [rank]: its peer went away (the call failed after it started, the daemon there stopped, or
+  // it did not answer once the ranks here ended).
   std::vector<bool> lost(static_cast<size_t>(world), false);
+  // [rank]: its call answered; [rank]: its call was cancelled because it did not answer in time.
+  std::vector<bool> answered(static_cast<size_t>(world), false);
+  std::vector<bool> silent(static_cast<size_t>(world), false);
 
   // The peers' ranks first: each call returns at once and reports its rank's end. One that cannot
   // start gives the meeting up, so that the ranks here fail at once naming it.
   std::mutex remote_mu;
   std::condition_variable remote_done;
   int remote_pending = 0;
-  std::vector<std::unique_ptr<RemoteRanks::Call>> calls;
-  for (int rank = 1; rank < world; ++rank) {
+  std::vector<std::unique_ptr<RemoteRanks::Call>> calls(static_cast<size_t>(world));
+  for (const int rank : remote_ranks) {
     const std::string peer = peer_of(rank);
-    if (peer.empty()) continue;
     RemoteRankRequest request;
     request.spec = run.spec;
     request.job_id = options.job_id;
@@ -145,15 +211,20 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
     request.world_size = world;
     request.store_host = options.store_host;
     request.store_port = (*host)->port();
+    request.store_secret = (*host)->secret();
     request.prefix = prefix;
     request.timeout_seconds = absl::ToDoubleSeconds(options.timeout);
     request.dataset_sha256 = run.dataset->meta.sha256;
+    if (local.resume_bytes != nullptr) {
+      request.resume_bytes = static_cast<int64_t>(local.resume_bytes->size());
+      request.resume_sha256 = checkpoint_sha256;
+    }
     {
       std::lock_guard<std::mutex> lock(remote_mu);
       ++remote_pending;
     }
     RendezvousHost* store = host->get();
-    calls.push_back(
+    calls[rank] =
         options.remote->StartRank(peer, request, [&, rank, peer, store](RemoteRankResult result) {
           TrainingOutcome outcome;
           bool went_away = false;
@@ -173,25 +244,33 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
             outcome.error = absl::StrCat("on ", peer, ": ", outcome.error);
           }
           std::lock_guard<std::mutex> lock(remote_mu);
-          lost[rank] = went_away;  // (a vector<bool>'s bits share words: under the lock)
-          outcomes[rank] = std::move(outcome);
+          // (vector<bool>'s bits share words: under the lock)
+          lost[rank] = lost[rank] || went_away;
+          answered[rank] = true;
+          if (!silent[rank]) outcomes[rank] = std::move(outcome);
           --remote_pending;
           remote_done.notify_all();
-        }));
+        });
   }
 
   auto rank_main = [&](int rank) {
     GroupOptions group_options;
     group_options.store_host = options.store_host;
     group_options.store_port = (*host)->port();
+    group_options.store_secret = (*host)->secret();
     group_options.prefix = prefix;
     group_options.rank = rank;
     group_options.world_size = world;
     group_options.timeout = options.timeout;
     group_options.interface_host = options.interface_host;
+    GroupResume resume;
+    if (rank == 0 && local.resume_bytes != nullptr) {
+      resume.bytes = local.resume_bytes;
+      resume.send_to = remote_ranks;
+    }
     // The group is gone when this returns: a rank that ended early closes its connections, and
     // the others' next collective fails at once instead of waiting for the timeout.
-    outcomes[rank] = RunJoinedRank(run, group_options);
+    outcomes[rank] = RunJoinedRank(local, group_options, resume);
   };
   std::vector<std::thread> threads;
   for (int rank = 1; rank < world; ++rank) {
@@ -199,14 +278,31 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   }
   rank_main(0);
   for (std::thread& t : threads) t.join();
-  // The peers' ranks end with the job: a rank still running there (this daemon's ranks failed
-  // first) is cancelled, and its answer awaited, so that nothing of the job outlives it.
+  // The peers' ranks end with the job. Their answers (how and why they ended) come a moment
+  // after the ranks here ended: the ranks ended together, or a rank here lost them, and they
+  // lost it. A call that has not answered within the grace is cancelled, and its peer counts as
+  // lost: its daemon is stopped (SIGSTOP), hung or cut off, which is to the job what a daemon
+  // killed is. A quarter of the collective timeout, 1 to 5 seconds: the answer of a peer that
+  // is there takes a round trip.
+  const absl::Duration grace = std::clamp(options.timeout / 4, absl::Seconds(1), absl::Seconds(5));
   {
     std::unique_lock<std::mutex> lock(remote_mu);
-    // Their answers (how and why they ended) come a moment after the ranks here ended; a peer's
-    // rank that still runs after that is cancelled.
-    if (!remote_done.wait_for(lock, std::chrono::seconds(5), [&] { return remote_pending == 0; })) {
-      for (auto& call : calls) call->Cancel();
+    if (!remote_done.wait_for(lock, absl::ToChronoMilliseconds(grace),
+                              [&] { return remote_pending == 0; })) {
+      for (const int rank : remote_ranks) {
+        if (answered[rank]) continue;
+        silent[rank] = true;
+        lost[rank] = true;
+        outcomes[rank] = Failed(absl::StrCat(
+            "peer ", peer_of(rank), " did not answer for its rank within the collective timeout (",
+            absl::FormatDuration(options.timeout),
+            ") and after: its daemon is stopped, hung or cut off"));
+      }
+      lock.unlock();
+      for (const int rank : remote_ranks) {
+        if (silent[rank]) calls[rank]->Cancel();
+      }
+      lock.lock();
     }
     remote_done.wait(lock, [&] { return remote_pending == 0; });
   }
@@ -233,6 +329,22 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
       break;
     }
   }
+  // The job succeeded only if every rank did: rank 0's model is the job's only when the others
+  // trained the same steps beside it. A rank that failed (its checkpoint, its step) or that no
+  // one heard from fails the job, naming it, however rank 0 ended.
+  if (outcome.state == JobState::kSucceeded) {
+    for (int rank = 1; rank < world; ++rank) {
+      const TrainingOutcome& other = outcomes[rank];
+      if (other.state == JobState::kSucceeded) continue;
+      const std::string where = peer_of(rank).empty() ? std::string("here") : peer_of(rank);
+      outcome.state = JobState::kFailed;
+      outcome.model_archive.clear();
+      outcome.error =
+          absl::StrCat("rank ", rank, " (", where, ") did not finish with rank 0: ",
+                       other.error.empty() ? std::string(JobStateName(other.state)) : other.error);
+      break;
+    }
+  }
   if (outcome.state == JobState::kFailed) {
     for (int rank = 1; rank < world; ++rank) {
       if (lost[rank]) {
@@ -242,6 +354,8 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
     }
   }
   if (outcome.state == JobState::kFailed && LostTheOthers(outcome.error)) {
+    // The first rank that failed for its own reason; a silent peer's rank before one that only
+    // lost the others.
     for (int rank = 1; rank < world; ++rank) {
       const TrainingOutcome& other = outcomes[rank];
       if (other.state == JobState::kFailed && !LostTheOthers(other.error)) {

@@ -10,7 +10,7 @@ namespace trainerd::engine {
 
 void GroupGradientExchange::Exchange(const std::vector<torch::Tensor>& gradients, int64_t rows) {
   // The gradients live on the rank's device; Gloo all-reduces CPU tensors. (A GPU rank's group is
-  // NCCL's, on the device: a later part of issue 21.)
+  // NCCL's, on the device, which is not wired yet.)
   const bool on_cpu = gradients.empty() || gradients.front().device().is_cpu();
   if (!on_cpu) {
     throw std::runtime_error("a data-parallel rank on a GPU needs an NCCL group (not yet here)");

@@ -85,11 +85,14 @@ absl::StatusOr<LoopState> ReadCheckpoint(
     const std::string& path, const torch::Device& device,
     const std::function<void(torch::serialize::InputArchive&)>& load_model,
     torch::optim::Optimizer& optimizer,
-    const std::function<void(torch::serialize::InputArchive&)>& load_loss_scaler) {
+    const std::function<void(torch::serialize::InputArchive&)>& load_loss_scaler,
+    const std::string* bytes) {
   LoopState state;
   try {
     torch::serialize::InputArchive archive;
-    if (Files().read) {
+    if (bytes != nullptr) {
+      archive.load_from(bytes->data(), bytes->size(), device);
+    } else if (Files().read) {
       absl::StatusOr<std::string> bytes = Files().read(path);
       if (!bytes.ok()) {
         return absl::FailedPreconditionError(

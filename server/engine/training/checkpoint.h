@@ -73,12 +73,14 @@ absl::StatusOr<int64_t> WriteCheckpoint(
 
 // The reverse, for a resume: reads `path` (its tensors onto `device`) into a model, optimizer and
 // loss scaler already built for the job, through `load_model` and `load_loss_scaler` (set when the
-// job has one), and returns the loop state. Never throws: a missing, damaged or mismatched
-// checkpoint is FAILED_PRECONDITION naming the file and the reason.
+// job has one), and returns the loop state. With `bytes`, the checkpoint is those bytes (already
+// in memory: a data-parallel rank's), and `path` only names it. Never throws: a missing, damaged
+// or mismatched checkpoint is FAILED_PRECONDITION naming the file and the reason.
 absl::StatusOr<LoopState> ReadCheckpoint(
     const std::string& path, const torch::Device& device,
     const std::function<void(torch::serialize::InputArchive&)>& load_model,
     torch::optim::Optimizer& optimizer,
-    const std::function<void(torch::serialize::InputArchive&)>& load_loss_scaler = nullptr);
+    const std::function<void(torch::serialize::InputArchive&)>& load_loss_scaler = nullptr,
+    const std::string* bytes = nullptr);
 
 }  // namespace trainerd::engine

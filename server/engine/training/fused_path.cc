@@ -167,10 +167,11 @@ class FusedCpuPath final : public TrainingPath {
         state);
   }
 
-  absl::StatusOr<LoopState> ReadCheckpoint(const std::string& path) override {
+  absl::StatusOr<LoopState> ReadCheckpoint(const std::string& path,
+                                           const std::string* bytes) override {
     absl::StatusOr<LoopState> state = engine::ReadCheckpoint(
         path, torch::kCPU, [this](torch::serialize::InputArchive& a) { sequential_->load(a); },
-        *optimizer_);
+        *optimizer_, nullptr, bytes);
     // Loading replaced the parameters' contents in place and the optimizer's state objects.
     if (state.ok()) BindOptimizerState();
     return state;

@@ -261,11 +261,13 @@ class LibTorchPath final : public TrainingPath {
                 : std::function<void(torch::serialize::OutputArchive&)>());
   }
 
-  absl::StatusOr<LoopState> ReadCheckpoint(const std::string& path) override {
+  absl::StatusOr<LoopState> ReadCheckpoint(const std::string& path,
+                                           const std::string* bytes) override {
     return engine::ReadCheckpoint(
         path, device_, [this](torch::serialize::InputArchive& a) { net_.Load(a); }, *optimizer_,
         scaler_ ? [this](torch::serialize::InputArchive& a) { scaler_->Load(a); }
-                : std::function<void(torch::serialize::InputArchive&)>());
+                : std::function<void(torch::serialize::InputArchive&)>(),
+        bytes);
   }
 
   absl::StatusOr<std::string> Finish(HostTransfers& host, TrainingOutcome& outcome) override {

@@ -108,7 +108,8 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   // job's first start.
   LoopState resumed;
   if (!run_.resume_from.empty()) {
-    absl::StatusOr<LoopState> state = path_->ReadCheckpoint(run_.resume_from);
+    absl::StatusOr<LoopState> state =
+        path_->ReadCheckpoint(run_.resume_from, run_.resume_bytes.get());
     if (!state.ok()) return End(JobState::kFailed, std::string(state.status().message()));
     resumed = *std::move(state);
     epoch_ = resumed.epoch;

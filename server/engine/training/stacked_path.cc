@@ -497,7 +497,8 @@ class StackedMemberPath final : public TrainingPath {
                                           const LoopState& state) override {
     return pack_->WriteCheckpoint(slot_, path, state);
   }
-  absl::StatusOr<LoopState> ReadCheckpoint(const std::string& /*path*/) override {
+  absl::StatusOr<LoopState> ReadCheckpoint(const std::string& /*path*/,
+                                           const std::string* /*bytes*/) override {
     return absl::FailedPreconditionError(
         "a packed sweep member does not resume from a checkpoint; it resumes alone");
   }

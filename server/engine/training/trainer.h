@@ -55,6 +55,10 @@ struct TrainingRun {
   // generator and the loop's counters), so that it goes on exactly as if it had never stopped.
   // Empty: from epoch 1.
   std::string resume_from;
+  // The checkpoint's bytes, when they are in memory already (a data-parallel job's ranks, which
+  // all resume from the bytes rank 0 read or sent them): read instead of the file, which
+  // `resume_from` then only names in messages.
+  std::shared_ptr<const std::string> resume_bytes;
   // Called on the training thread after each epoch's single host transfer, with the running
   // totals of steps and host synchronisations.
   std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;

@@ -121,7 +121,10 @@ class TrainingPath {
   // Checkpoints: the model, the optimizer and the path's own state with the loop's `state`.
   virtual absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
                                                   const LoopState& state) = 0;
-  virtual absl::StatusOr<LoopState> ReadCheckpoint(const std::string& path) = 0;
+  // `bytes`, when set: the checkpoint already in memory, read instead of `path` (which then only
+  // names it).
+  virtual absl::StatusOr<LoopState> ReadCheckpoint(const std::string& path,
+                                                   const std::string* bytes) = 0;
 
   // After the last epoch: the trained model as a TorchScript archive, with the parameter count
   // and (small models) the parameters' values in `outcome`; counts its copies in `host`.
