@@ -320,6 +320,20 @@ TEST_F(TenancyTest, EachTenantHasItsOwnDatasetNamesAndOthersAreQualified) {
     ASSERT_TRUE(ListJobsAs(kOps, &all_on_bobs, "", 0, "bob/digits").ok());
     ASSERT_EQ(all_on_bobs.jobs_size(), 1);
     EXPECT_EQ(all_on_bobs.jobs(0).spec().dataset(), "bob/digits");
+    if (start == 0) {
+      // A sweep names it as a job does, each member too.
+      v1::SubmitSweepRequest sweep;
+      *sweep.mutable_spec() = LinearSpec("alice/digits", 1);
+      sweep.add_learning_rates(0.1);
+      sweep.add_learning_rates(0.05);
+      v1::SubmitSweepResponse members;
+      ASSERT_TRUE(jobs_->SubmitSweep(As(kBob).get(), sweep, &members).ok());
+      ASSERT_EQ(members.members_size(), 2);
+      for (const v1::Job& member : members.members()) {
+        EXPECT_EQ(member.spec().dataset(), "alice/digits");
+        EXPECT_EQ(WaitAs(kBob, member.id()).state(), v1::JOB_STATE_SUCCEEDED);
+      }
+    }
     if (start > 0) break;
     // The devices name them so too (both are resident: jobs trained on them; after a restart
     // each loads when a job needs it).
