@@ -22,7 +22,8 @@ const std::vector<CommandSpec>& Commands() {
        "resident on the daemon's device. FILE is NumPy .npy when its name ends in .npy and CSV\n"
        "otherwise. In a CSV file (and in a 2-D .npy array without --targets) the last\n"
        "--target-columns columns are the targets and the others the features; a CSV header line\n"
-       "is skipped. NAME matches [A-Za-z0-9._-]{1,128}.\n"
+       "is skipped. NAME matches [A-Za-z0-9._-]{1,128}; it is one of your datasets (names are\n"
+       "per owner: another tenant may have a dataset of the same name).\n"
        "\n"
        "With --targets, the targets keep the file's type: an int64 array uploads int64 class\n"
        "indices, a float array float32 values; --target-dtype overrides it.\n"
@@ -44,7 +45,8 @@ const std::vector<CommandSpec>& Commands() {
        /*min_args=*/0,
        /*max_args=*/0,
        "List the resident datasets",
-       "Lists the datasets, by name.\n",
+       "Lists the datasets you may see, by name: yours by their bare names, other owners' (shared\n"
+       "with you, or all of them for an admin) as OWNER/NAME.\n",
        {}},
       {"dataset get",
        "",
@@ -52,7 +54,7 @@ const std::vector<CommandSpec>& Commands() {
        /*min_args=*/1,
        /*max_args=*/1,
        "Show one dataset",
-       "Shows dataset NAME.\n",
+       "Shows dataset NAME: one of yours, or OWNER/NAME for another owner's.\n",
        {}},
       {"dataset rm",
        "delete",
@@ -60,8 +62,8 @@ const std::vector<CommandSpec>& Commands() {
        /*min_args=*/1,
        /*max_args=*/1,
        "Delete a dataset",
-       "Deletes dataset NAME: frees its device memory and removes its file. Fails while a\n"
-       "queued or running job uses it.\n",
+       "Deletes dataset NAME (or OWNER/NAME, for an admin): frees its device memory and removes\n"
+       "its file. Fails while a queued or running job uses it.\n",
        {}},
       {"dataset share",
        "",
@@ -70,8 +72,9 @@ const std::vector<CommandSpec>& Commands() {
        /*max_args=*/1,
        "Let other tenants' jobs train on a dataset",
        "Shares dataset NAME with every caller of the daemon: their jobs may train on it and\n"
-       "they see it in their lists; only you (its owner) and admins may change or delete it.\n"
-       "Kept across restarts. Undo with: trainctl dataset unshare NAME\n",
+       "they see it in their lists as OWNER/NAME (yours: YOU/NAME) and train on it by that name;\n"
+       "only you (its owner) and admins may change or delete it. Kept across restarts. Undo\n"
+       "with: trainctl dataset unshare NAME\n",
        {}},
       {"dataset unshare",
        "",
@@ -160,7 +163,7 @@ const std::vector<CommandSpec>& Commands() {
        "  trainctl job list --sweep sweep-f6e17bb93128 --watch\n",
        {{"state", "STATE",
          "only jobs in this state: queued, running, succeeded,\nfailed or cancelled"},
-        {"dataset", "NAME", "only jobs on this dataset"},
+        {"dataset", "NAME", "only jobs on this dataset (OWNER/NAME: another owner's)"},
         {"sweep", "ID", "only the members of this sweep, every one, in order"},
         {"watch", "", "with --sweep: follow its members until all ended"},
         {"limit", "N", "at most the newest N jobs, 1..1000 (default 50)"},

@@ -117,6 +117,11 @@ int SendUpload(const CommandContext& context, const v1::DatasetHeader& header, i
 
 int DatasetUpload(const CommandContext& context) {
   const std::string& name = context.invocation.args.at(0);
+  if (name.find('/') != std::string::npos) {
+    return UsageFailure(absl::InvalidArgumentError(
+        "a dataset is uploaded under a bare NAME, as one of yours (OWNER/NAME names another "
+        "owner's dataset in the other commands)"));
+  }
   if (absl::Status status = ValidateDatasetName(name); !status.ok()) return UsageFailure(status);
   absl::StatusOr<UploadInput> input = UploadInputFromFlags(context.invocation);
   if (!input.ok()) return UsageFailure(input.status());

@@ -81,6 +81,11 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
   // Only a daemon with authentication records who uploaded it.
   if (!dataset.owner().empty()) lines.push_back({"owner", dataset.owner()});
   if (dataset.shared()) lines.push_back({"shared", "yes: other tenants' jobs may train on it"});
+  if (dataset.peer_copy()) {
+    lines.push_back({"peer copy",
+                     "yes: another daemon sent it for its jobs here; deleted once unused for "
+                     "--peer_copy_retention"});
+  }
   return KeyValueLines(lines);
 }
 

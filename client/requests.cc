@@ -322,7 +322,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
                 "FILE");
   }
   spec.set_dataset(invocation.Get("dataset"));
-  TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(spec.dataset()));
+  TRAINERD_RETURN_IF_ERROR(ParseDatasetReference(spec.dataset()).status());
 
   if (torchscript) {
     // The module's bytes travel beside the spec (SubmitJobRequest.torchscript_module).
@@ -460,6 +460,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
           "give either --validation-fraction or --validation-dataset, not both");
     }
     spec.set_validation_dataset(invocation.Get("validation-dataset"));
+    TRAINERD_RETURN_IF_ERROR(ParseDatasetReference(spec.validation_dataset()).status());
   }
   spec.set_validation_fraction(validation_fraction);
   TRAINERD_ASSIGN_OR_RETURN(

@@ -9,7 +9,9 @@
 namespace trainerd::client {
 
 std::vector<FlagSpec> SubmitFlags() {
-  return {{"dataset", "NAME", "the resident dataset to train on (required)"},
+  return {{"dataset", "NAME",
+           "the resident dataset to train on (required): one of\n"
+           "yours, or OWNER/NAME for one another owner shared"},
           {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
           {"torchscript", "FILE",
            "train this TorchScript module (torch.jit.script(m)\n"
@@ -54,7 +56,8 @@ std::vector<FlagSpec> SubmitFlags() {
            "0 <= F < 1 (default 0: none)"},
           {"validation-dataset", "NAME",
            "validate on this resident dataset instead (same\n"
-           "shapes and target dtype as --dataset)"},
+           "shapes and target dtype as --dataset; OWNER/NAME for\n"
+           "another owner's)"},
           {"early-stop-patience", "N",
            "stop after N epochs without a better validation loss;\n"
            "needs validation (default 0: off)"},

@@ -111,4 +111,31 @@ absl::Status ValidateDatasetName(const std::string& name) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<DatasetReference> ParseDatasetReference(const std::string& text) {
+  DatasetReference out;
+  const size_t slash = text.rfind('/');
+  if (slash == std::string::npos) {
+    TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(text));
+    out.name = text;
+    return out;
+  }
+  out.qualified = true;
+  out.owner = text.substr(0, slash);
+  out.name = text.substr(slash + 1);
+  bool plain = out.owner.size() <= kMaxDatasetOwnerLength;
+  for (char c : out.owner) plain = plain && static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+  if (!plain) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset '", absl::CHexEscape(text.substr(0, 64)),
+                     text.size() > 64 ? absl::StrCat("...' (", text.size(), " characters)") : "'",
+                     " names an owner of more than ", kMaxDatasetOwnerLength,
+                     " characters or with control characters; a dataset is NAME or OWNER/NAME"));
+  }
+  if (absl::Status name = ValidateDatasetName(out.name); !name.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name.message(), " (a dataset is NAME, or OWNER/NAME for another owner's)"));
+  }
+  return out;
+}
+
 }  // namespace trainerd

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace trainerd {
 
@@ -43,5 +44,23 @@ std::string EncodePayload(const Table& table);
 // Checks a dataset name against [A-Za-z0-9._-]{1,128}; the error names the offending name.
 // "." and ".." match the pattern but are rejected too: a name may become a file name.
 absl::Status ValidateDatasetName(const std::string& name);
+
+// How a caller names a dataset: "NAME" (its own) or "OWNER/NAME" (OWNER's: a token's name or a
+// certificate's subject; an empty OWNER, "/NAME", names the datasets that have no owner). Names
+// cannot contain '/', so the split is at the last one and an owner may contain '/' itself.
+struct DatasetReference {
+  std::string owner;  // empty with qualified == false: the caller's own
+  std::string name;
+  bool qualified = false;  // "OWNER/NAME" rather than a bare "NAME"
+};
+
+// The longest owner a reference may name: longer than any token name (64) or certificate subject
+// a CA issues in practice.
+inline constexpr size_t kMaxDatasetOwnerLength = 1024;
+
+// Splits and checks a reference: the name as ValidateDatasetName checks it; the owner at most
+// kMaxDatasetOwnerLength bytes without control characters. INVALID_ARGUMENT with a sentence that
+// quotes the reference only in part.
+absl::StatusOr<DatasetReference> ParseDatasetReference(const std::string& text);
 
 }  // namespace trainerd

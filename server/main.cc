@@ -52,6 +52,10 @@ ABSL_FLAG(int64_t, max_datasets, 4096,
 ABSL_FLAG(int64_t, max_datasets_per_caller, 0,
           "quota: datasets one caller (not an admin) may own; 0 (the default): a fair share, a "
           "quarter of --max_datasets, so that no tenant takes every place");
+ABSL_FLAG(absl::Duration, peer_copy_retention, absl::Hours(24),
+          "delete a dataset a leader daemon copied here for its jobs' ranks or sweep members once "
+          "no job has used it for this long (the clock survives restarts: the file's mtime); 0 "
+          "keeps copies until deleted");
 ABSL_FLAG(std::string, device_memory_budget, "0",
           "memory of the default device that resident datasets and running jobs' estimated "
           "working sets may use together: bytes (12GiB, 500MB) or a share of the device (80%; "
@@ -349,6 +353,11 @@ int main(int argc, char** argv) {
   options.engine.max_dataset_bytes = absl::GetFlag(FLAGS_max_dataset_bytes);
   options.engine.max_datasets = absl::GetFlag(FLAGS_max_datasets);
   options.engine.max_datasets_per_caller = absl::GetFlag(FLAGS_max_datasets_per_caller);
+  options.engine.peer_copy_retention = absl::GetFlag(FLAGS_peer_copy_retention);
+  if (options.engine.peer_copy_retention < absl::ZeroDuration()) {
+    std::cerr << "trainerd: --peer_copy_retention must not be negative\n";
+    return 2;
+  }
   {
     absl::StatusOr<trainerd::MemorySize> budget =
         trainerd::ParseMemorySize(absl::GetFlag(FLAGS_device_memory_budget));

@@ -367,7 +367,9 @@ def test_spec_type_errors_before_sending() -> None:
     with pytest.raises(ValueError, match="model needs a spec"):
         offline.submit("seed", model="")
     with pytest.raises(ValueError, match="not valid"):
-        offline.submit("no such/name", model="linear:1")
+        offline.submit("no such name", model="linear:1")
+    with pytest.raises(ValueError, match="not valid"):
+        offline.submit("alice/bad name", model="linear:1")
 
 
 def test_daemon_refusals_carry_its_sentence(

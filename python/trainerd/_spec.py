@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypedDict, Union
 
 from trainerd._optional import import_torch
-from trainerd._upload import validate_dataset_name
+from trainerd._upload import validate_dataset_reference
 from trainerd.v1 import jobs_pb2
 
 __all__ = [
@@ -243,7 +243,7 @@ def build_spec(
     if unknown:
         raise TypeError(f"unknown job option {unknown[0]!r}")
     spec = jobs_pb2.JobSpec()
-    spec.dataset = validate_dataset_name(dataset)
+    spec.dataset = validate_dataset_reference(dataset)
     spec.model = model
 
     def get(name: str) -> Any:
@@ -335,7 +335,7 @@ def build_spec(
             raise ValueError("validation_dataset needs a dataset name")
         if validation_fraction > 0:
             raise ValueError("give either validation_fraction or validation_dataset, not both")
-        spec.validation_dataset = validate_dataset_name(name)
+        spec.validation_dataset = validate_dataset_reference(name)
     spec.validation_fraction = validation_fraction
     patience = _integer("early_stop_patience", get("early_stop_patience"), 0, _INT32_MAX)
     if patience > 0 and validation_fraction == 0 and not spec.validation_dataset:

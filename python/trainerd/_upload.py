@@ -30,6 +30,7 @@ __all__ = [
     "RawChunk",
     "prepare_payload",
     "validate_dataset_name",
+    "validate_dataset_reference",
 ]
 
 #: Payload bytes per UploadDatasetRequest chunk: the daemon's limit.
@@ -39,6 +40,7 @@ _BLOCK_BYTES = 4 << 20
 _MAX_DIMS = 8
 _MAX_DIMENSION = 1 << 31
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,128}")
+_MAX_OWNER_BYTES = 1024
 _INT64_MAX = np.iinfo(np.int64).max
 _EXAMPLES = 5
 
@@ -46,12 +48,39 @@ PathArg = Union[str, "os.PathLike[str]"]
 
 
 def validate_dataset_name(name: object) -> str:
-    """The daemon's rule for dataset names, checked before anything is sent."""
+    """The daemon's rule for the name of an upload, checked before anything is sent: a bare name
+    (the dataset is the caller's)."""
     if not isinstance(name, str):
         raise TypeError(f"a dataset name is a str, not {type(name).__name__}")
+    if "/" in name:
+        raise ValueError(
+            f"dataset name {name!r} is not valid: a dataset is uploaded under a bare name, as one "
+            "of the caller's ('OWNER/NAME' names another owner's dataset in the other calls)"
+        )
     if not _NAME.fullmatch(name):
         raise ValueError(
             f"dataset name {name!r} is not valid: use 1 to 128 letters, digits, '.', '_' or '-'"
+        )
+    return name
+
+
+def validate_dataset_reference(name: object) -> str:
+    """The daemon's rule for naming a dataset in a job: ``NAME`` (one of the caller's) or
+    ``OWNER/NAME`` (another owner's; the name cannot hold '/', so the last one splits)."""
+    if not isinstance(name, str):
+        raise TypeError(f"a dataset name is a str, not {type(name).__name__}")
+    owner, slash, bare = name.rpartition("/")
+    if not slash:
+        return validate_dataset_name(name)
+    if len(owner.encode()) > _MAX_OWNER_BYTES or any(ord(c) < 0x20 or c == "\x7f" for c in owner):
+        raise ValueError(
+            f"dataset {name[:64]!r} is not valid: its owner has more than {_MAX_OWNER_BYTES} "
+            "bytes or control characters"
+        )
+    if not _NAME.fullmatch(bare) or bare in (".", ".."):
+        raise ValueError(
+            f"dataset {name[:200]!r} is not valid: NAME (after OWNER/) uses 1 to 128 letters, "
+            "digits, '.', '_' or '-'"
         )
     return name
 

@@ -326,7 +326,8 @@ class Client:
         return Dataset(self, response)
 
     def datasets(self) -> list[Dataset]:
-        """Every dataset the caller may see, sorted by name (ListDatasets)."""
+        """Every dataset the caller may see, sorted by name (ListDatasets): its own by their bare
+        names, other owners' (shared with it, or all for an admin) as ``"OWNER/NAME"``."""
         response = self._unary(
             _DATASETS + "ListDatasets",
             datasets_pb2.ListDatasetsRequest(),
@@ -335,7 +336,8 @@ class Client:
         return [Dataset(self, d) for d in response.datasets]
 
     def dataset(self, name: str) -> Dataset:
-        """The dataset called ``name`` (GetDataset). NotFound when there is none."""
+        """The dataset called ``name`` (GetDataset): one of the caller's, or ``"OWNER/NAME"`` for
+        another owner's. NotFound when there is none, or it is another tenant's and not shared."""
         proto = self._unary(
             _DATASETS + "GetDataset", datasets_pb2.GetDatasetRequest(name=name), datasets_pb2.Dataset
         )
@@ -407,7 +409,8 @@ class Client:
         given, may not be given where it does not apply (``momentum`` with adam is an error).
 
         Args:
-            dataset: the resident dataset to train on (a name or a :class:`Dataset`).
+            dataset: the resident dataset to train on (a name or a :class:`Dataset`): one of the
+                caller's, or ``"OWNER/NAME"`` for one another owner shared.
             model: a spec ("linear:64,relu,linear:1"), a ``torch.nn.Module`` (scripted with
                 ``torch.jit.script``), a path to a TorchScript file, or its bytes.
             loss: mse, l1, huber or bce_with_logits (float32 targets shaped like the output),

@@ -38,6 +38,9 @@ class DatasetBase:
 
     @property
     def name(self) -> str:
+        """The name to give every call: the bare name for one of the caller's datasets,
+        ``"OWNER/NAME"`` for another owner's (one shared with the caller, or any for an admin).
+        Names are per owner: two tenants may each have a ``"digits"``."""
         return self._proto.name
 
     @property
@@ -100,6 +103,13 @@ class DatasetBase:
     @property
     def shared(self) -> bool:
         return self._proto.shared
+
+    @property
+    def peer_copy(self) -> bool:
+        """A copy another daemon sent for the ranks or sweep members of a job submitted there
+        (with ``nodes``); the daemon deletes it once no job has used it for its
+        ``--peer_copy_retention``."""
+        return self._proto.peer_copy
 
     def __repr__(self) -> str:
         return (

@@ -167,6 +167,7 @@ v1::Dataset ToProto(const engine::DatasetMeta& meta) {
   out.set_target_max(meta.target_max);
   out.set_owner(meta.owner);
   out.set_shared(meta.shared);
+  out.set_peer_copy(meta.peer_copy);
   return out;
 }
 
@@ -177,8 +178,11 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
                                                    " characters; at most ", kMaxModelSpecBytes,
                                                    " are accepted"));
   }
-  for (const std::string* name : {&spec.dataset(), &spec.validation_dataset()}) {
-    if (!name->empty()) TRAINERD_RETURN_IF_ERROR(ValidateDatasetName(*name));
+  // Dataset references ("NAME", "OWNER/NAME"), bounded before they are copied or echoed; the
+  // engine resolves them for the caller.
+  for (const std::string* name : {&spec.dataset(), &spec.validation_dataset(), &spec.node_dataset(),
+                                  &spec.node_validation_dataset()}) {
+    if (!name->empty()) TRAINERD_RETURN_IF_ERROR(ParseDatasetReference(*name).status());
   }
   if (spec.device().size() > 32) {
     return absl::InvalidArgumentError(absl::StrCat("the device has ", spec.device().size(),
@@ -275,6 +279,8 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   out.device = spec.device();
   out.validation_fraction = spec.validation_fraction();
   out.validation_dataset = spec.validation_dataset();
+  out.node_dataset = spec.node_dataset();
+  out.node_validation_dataset = spec.node_validation_dataset();
   out.early_stop_patience = spec.early_stop_patience();
   out.checkpoint_every = spec.checkpoint_every();
   switch (spec.precision()) {
@@ -384,6 +390,8 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_device(spec.device);
   out.set_validation_fraction(spec.validation_fraction);
   out.set_validation_dataset(spec.validation_dataset);
+  out.set_node_dataset(spec.node_dataset);
+  out.set_node_validation_dataset(spec.node_validation_dataset);
   out.set_early_stop_patience(spec.early_stop_patience);
   out.set_checkpoint_every(spec.checkpoint_every);
   out.set_precision(ToProto(spec.precision));
@@ -426,6 +434,22 @@ v1::JobState ToProto(engine::JobState state) {
       return v1::JOB_STATE_CANCELLED;
   }
   return v1::JOB_STATE_UNSPECIFIED;
+}
+
+v1::Dataset ToProtoFor(const engine::DatasetMeta& meta, const std::string& viewer) {
+  v1::Dataset out = ToProto(meta);
+  out.set_name(engine::DatasetNameFor(engine::DatasetKeyOf(meta), viewer));
+  return out;
+}
+
+v1::Job ToProtoFor(const engine::JobSnapshot& job, const std::string& viewer) {
+  v1::Job out = ToProto(job);
+  v1::JobSpec& spec = *out.mutable_spec();
+  if (!spec.dataset().empty()) spec.set_dataset(engine::DatasetNameFor(spec.dataset(), viewer));
+  if (!spec.validation_dataset().empty()) {
+    spec.set_validation_dataset(engine::DatasetNameFor(spec.validation_dataset(), viewer));
+  }
+  return out;
 }
 
 v1::Job ToProto(const engine::JobSnapshot& job) {

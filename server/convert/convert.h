@@ -31,6 +31,12 @@ v1::WorkerSandbox ToProto(const engine::WorkerSandboxStatus& sandbox);
 SandboxReport FromProto(const v1::WorkerSandbox& sandbox);
 v1::JobState ToProto(engine::JobState state);
 
+// What a caller named `viewer` is answered (dataset names are per owner): the dataset and the
+// job's datasets named as it names them (engine::DatasetNameFor: its own by the bare name,
+// another owner's as "OWNER/NAME"). ToProto's forms keep the keys (the job store's).
+v1::Dataset ToProtoFor(const engine::DatasetMeta& meta, const std::string& viewer);
+v1::Job ToProtoFor(const engine::JobSnapshot& job, const std::string& viewer);
+
 // The reverse of the job's conversions, for the job store (which keeps jobs as v1 messages).
 // INVALID_ARGUMENT when the message is not one ToProto could have written (an unknown state, or
 // a spec FromProto(JobSpec) refuses).

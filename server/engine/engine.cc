@@ -17,7 +17,22 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineOptions& opti
   if (budget > 0) {
     LogInfo(absl::StrCat("device memory budget on ", DeviceName(device), ": ", budget, " bytes"));
   }
-  TRAINERD_RETURN_IF_ERROR(impl->datasets.LoadFromDisk());
+  // Datasets of an older data folder (one namespace for every tenant) move to their owners'
+  // folders, the job records that name them rewritten first (the keys a restart resolves).
+  TRAINERD_RETURN_IF_ERROR(impl->datasets.LoadFromDisk([&](const DatasetRenames& renames) {
+    if (options.job_store == nullptr) return absl::OkStatus();
+    absl::Status renamed = options.job_store->RenameDatasets(renames);
+    if (!renamed.ok()) {
+      return absl::Status(renamed.code(),
+                          absl::StrCat("cannot rewrite the job records' dataset names as "
+                                       "owner/name: ",
+                                       renamed.message()));
+    }
+    LogInfo(absl::StrCat(renames.size(),
+                         " dataset(s) of an older data folder moved into their "
+                         "owners' folders; job records naming them rewritten"));
+    return absl::OkStatus();
+  }));
   const size_t registered = impl->datasets.List().size();
   LogInfo(absl::StrCat("engine ready on ", DeviceName(device), " with ", registered, " dataset",
                        registered == 1 ? "" : "s", " from ", options.data_dir,
@@ -159,17 +174,35 @@ DiskUsage Engine::disk_usage() const {
 }
 
 void Engine::IoLoop() {
+  // Between tasks, idle copies for peers are removed every tenth of their retention, at least
+  // every minute (and at start).
+  const absl::Duration retention = impl_->options.peer_copy_retention;
+  const absl::Duration period =
+      std::clamp(retention / 10, absl::Milliseconds(100), absl::Minutes(1));
+  absl::Time next_sweep = absl::Now();
   while (true) {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(impl_->io_mu);
-      impl_->io_cv.wait(lock, [this] { return impl_->io_stopping || !impl_->io_tasks.empty(); });
+      const auto ready = [this] { return impl_->io_stopping || !impl_->io_tasks.empty(); };
+      if (retention > absl::ZeroDuration()) {
+        impl_->io_cv.wait_until(lock, absl::ToChronoTime(next_sweep), ready);
+      } else {
+        impl_->io_cv.wait(lock, ready);
+      }
       // Finish queued commits even while stopping: each has a waiting client.
-      if (impl_->io_tasks.empty()) return;
-      task = std::move(impl_->io_tasks.front());
-      impl_->io_tasks.pop_front();
+      if (impl_->io_tasks.empty() && impl_->io_stopping) return;
+      if (!impl_->io_tasks.empty()) {
+        task = std::move(impl_->io_tasks.front());
+        impl_->io_tasks.pop_front();
+      }
     }
-    task();
+    if (task) {
+      task();
+    } else if (absl::Now() >= next_sweep) {
+      RemoveIdlePeerCopies();
+      next_sweep = absl::Now() + period;
+    }
   }
 }
 

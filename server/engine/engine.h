@@ -62,6 +62,11 @@ struct EngineOptions {
   int64_t max_dataset_bytes_per_caller = 0;
   // Optional: the most datasets one tenant (not an admin) may own (0: none).
   int64_t max_datasets_per_caller = 0;
+  // A copy of a dataset that a leader made here for its jobs' ranks or sweep members
+  // (DatasetMeta::peer_copy) is deleted once no job has used it for this long: counted from when
+  // it was made or a job here last took it or gave it back, a time kept as its file's
+  // modification time (so a restart does not set it back). Zero: copies are kept until deleted.
+  absl::Duration peer_copy_retention = absl::Hours(24);
   // The bytes under data_dir one caller's datasets, modules, checkpoints and models may hold
   // (disk_quota.h): checked at its uploads and submissions, and before each checkpoint of its jobs
   // (skipped over the quota; the job goes on and says so). 0: none.
@@ -157,7 +162,7 @@ struct DeviceStatusInfo {
   std::optional<double> utilization;
   int64_t memory_used_bytes = 0;
   int64_t memory_total_bytes = 0;
-  std::vector<std::string> datasets;
+  std::vector<std::string> datasets;  // keys (types.h: DatasetKey)
   int64_t dataset_bytes = 0;
   std::vector<std::string> running_jobs;
   int32_t queued_jobs = 0;
@@ -291,18 +296,33 @@ class Engine {
   DiskUsage disk_usage() const;
 
   // --- Datasets ---
-  // Validates the header and reserves the name (see DatasetRegistry::BeginUpload); allocates
-  // nothing until bytes arrive.
+  // Dataset names are per owner: every call below takes a caller's reference, "NAME" for its own
+  // dataset or "OWNER/NAME" for another owner's (types.h: ResolveDatasetReference), and a dataset
+  // the caller may not see (access.h) is NOT_FOUND as an unknown name is. A DatasetMeta carries
+  // the bare name and the owner (DatasetKeyOf gives its key; DatasetNameFor how a caller names it).
+  //
+  // Validates the header and reserves the name among the caller's datasets (the header's name is
+  // bare: an upload is always into `caller.owner`'s names, and counts against its quotas); see
+  // DatasetRegistry::BeginUpload. `peer_copy`: a leader's copy for its jobs here
+  // (DatasetMeta::peer_copy). Allocates nothing until bytes arrive.
   absl::StatusOr<std::unique_ptr<UploadSession>> BeginUpload(const DatasetHeader& header,
-                                                             const CallContext& caller = {});
+                                                             const CallContext& caller = {},
+                                                             bool peer_copy = false);
   // Runs the blocking part of an upload (checks, durable file, host-to-device copy) on the I/O
   // thread and calls `done` there with the result. `upload` must come from BeginUpload.
   void CommitUploadAsync(std::unique_ptr<UploadSession> upload,
                          std::function<void(absl::StatusOr<DatasetMeta>)> done);
   // The same, on the calling thread.
   absl::StatusOr<DatasetMeta> CommitUpload(std::unique_ptr<UploadSession> upload);
-  absl::StatusOr<DatasetMeta> GetDataset(const std::string& name) const;
+  // A copy for peers that is looked up has its clock started again (a leader looks it up just
+  // before its job's ranks use it).
+  absl::StatusOr<DatasetMeta> GetDataset(const std::string& name, const CallContext& caller = {});
+  // Every dataset, sorted by key; who may see which is the caller's question (access.h: MayUse).
   std::vector<DatasetMeta> ListDatasets() const;
+  // Deletes the copies for peers that no job has used for EngineOptions::peer_copy_retention
+  // (none queued or running uses them) and returns how many. The engine's I/O thread calls it
+  // every so often (a tenth of the retention, at most a minute apart).
+  int RemoveIdlePeerCopies();
   // FAILED_PRECONDITION while a queued or running job uses it. A caller that may not manage it
   // (access.h: DatasetAccess) gets NOT_FOUND, or PERMISSION_DENIED naming the owner when it is
   // shared with the caller.

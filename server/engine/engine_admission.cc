@@ -72,14 +72,27 @@ absl::Status Engine::Impl::CheckJobQuotaLocked(const CallContext& caller, int64_
   return absl::OkStatus();
 }
 
-absl::StatusOr<DatasetMeta> Engine::Impl::UsableDataset(const std::string& name,
-                                                        const CallContext& caller) const {
-  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta meta, datasets.GetMeta(name));
-  // Another tenant's dataset that is not shared is, to this caller, no dataset at all.
-  if (!MayUse(caller, meta)) {
-    return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+absl::Status Engine::Impl::CheckAdmissible(const JobSpec& spec, const CallContext& caller,
+                                           int64_t count) {
+  TRAINERD_RETURN_IF_ERROR(CheckDiskQuota(caller, 0, count > 1 ? "this sweep" : "this job"));
+  absl::MutexLock lock(&admission_mu);
+  TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, count));
+  if (options.max_queued_jobs > 0) {
+    int64_t queued = 0;
+    for (const JobSnapshot& job : jobs.ActiveJobs()) {
+      queued += job.state == JobState::kQueued ? 1 : 0;
+    }
+    if (queued + count > options.max_queued_jobs) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          queued, " jobs are already queued; this daemon queues at most ", options.max_queued_jobs,
+          " (--max_queued_jobs); submit again when some have started"));
+    }
   }
-  return meta;
+  // The spec as its first member here would be checked (a sweep spread over nodes has its members
+  // there checked by the nodes' own admission).
+  JobSpec here = spec;
+  if (here.replicas <= 1) here.nodes.clear();
+  return CheckLocked(std::move(here), caller, nullptr, nullptr).status();
 }
 
 absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallContext& caller,
@@ -89,7 +102,7 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
   ResolveLossFromTargets(spec, dataset);
   if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
                                      dataset.create_time != checked_against->create_time)) {
-    return absl::AbortedError(absl::StrCat("dataset '", spec.dataset,
+    return absl::AbortedError(absl::StrCat("dataset '", DatasetNameFor(spec.dataset, caller.owner),
                                            "' was replaced while the module was checked; submit "
                                            "the job again"));
   }
@@ -250,9 +263,19 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   return job;
 }
 
-absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec) {
+absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& caller) {
   // Draining or stopped: said first, whatever else is wrong with the spec.
   if (!jobs.accepting()) return absl::UnavailableError("the daemon is shutting down");
+  // The datasets by key from here on (and in the records): a restart, or a caller with another
+  // name, finds the same ones. What the nodes hold is CheckPeers' to say.
+  if (!spec.dataset.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(spec.dataset, KeyFor(spec.dataset, caller));
+  }
+  if (!spec.validation_dataset.empty()) {
+    TRAINERD_ASSIGN_OR_RETURN(spec.validation_dataset, KeyFor(spec.validation_dataset, caller));
+  }
+  spec.node_dataset.clear();
+  spec.node_validation_dataset.clear();
   if (spec.device == "auto") {
     // Chosen by cost in Admit, once the model and the dataset are known (device_cost.h).
   } else if (!spec.device.empty()) {
@@ -349,8 +372,9 @@ absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& c
     return (*found)->front();
   }
   TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
-  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec), caller));
   if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
+  if (!spec.nodes.empty()) TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(spec, caller, 1));
   TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller, spec.replicas - 1));
   return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
 }
@@ -401,7 +425,8 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   // A member on a peer takes the device as the caller named it ("" or auto: the peer's choice);
   // this daemon's placement is this daemon's.
   const std::string asked_device = spec.device;
-  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec)));
+  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec), caller));
+  if (!spec.nodes.empty()) TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(spec, caller, count));
   TRAINERD_RETURN_IF_ERROR(
       impl_->CheckPeers(&spec, caller, spread ? count - 1 : int64_t{spec.replicas} - 1));
   const std::vector<std::string> nodes = spread ? spec.nodes : std::vector<std::string>{};
@@ -490,14 +515,21 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     done(nodes);
     return;
   }
-  absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec));
+  absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec), caller);
   if (!prepared.ok() || prepared->torchscript.empty()) {
     if (!prepared.ok()) {
       done(prepared.status());
       return;
     }
     // A job with nodes asks them first (seconds at most; the caller runs this off the RPC
-    // threads, as the service's blocking pool does).
+    // threads, as the service's blocking pool does), once admission would take it.
+    if (!prepared->nodes.empty()) {
+      if (absl::Status admissible = impl_->CheckAdmissible(*prepared, caller, 1);
+          !admissible.ok()) {
+        done(admissible);
+        return;
+      }
+    }
     if (absl::Status peers = impl_->CheckPeers(&*prepared, caller, prepared->replicas - 1);
         !peers.ok()) {
       done(peers);

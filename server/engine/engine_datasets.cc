@@ -1,6 +1,7 @@
 // The engine's datasets: uploads (begun here, committed on the I/O thread), lookup, listing,
-// deletion and sharing over the registry (datasets/), and the admission checks of the dataset
-// count and the disk quota. The registry's own lock guards its state; admission_mu orders a
+// deletion and sharing over the registry (datasets/), the admission checks of the dataset count
+// and the disk quota, a caller's references resolved to keys, and the removal of idle copies for
+// peers. The registry's own lock guards its state; admission_mu orders a
 // deletion against a job's admission.
 #include "server/engine/engine_impl.h"
 
@@ -34,6 +35,22 @@ DiskQuota::Sources Engine::Impl::DiskQuotaSources(const EngineOptions& options) 
   return sources;
 }
 
+absl::StatusOr<std::string> Engine::Impl::KeyFor(const std::string& reference,
+                                                 const CallContext& caller) const {
+  return ResolveDatasetReference(reference, caller.owner);
+}
+
+absl::StatusOr<DatasetMeta> Engine::Impl::VisibleDataset(const std::string& key,
+                                                         const CallContext& caller) const {
+  absl::StatusOr<DatasetMeta> meta = datasets.GetMeta(key);
+  // Another tenant's dataset that is not shared is, to this caller, no dataset at all.
+  if (!meta.ok() || !MayUse(caller, *meta)) {
+    return absl::NotFoundError(
+        absl::StrCat("dataset '", DatasetNameFor(key, caller.owner), "' not found"));
+  }
+  return meta;
+}
+
 absl::Status Engine::Impl::CheckDatasetCount(const std::string& name,
                                              const CallContext& caller) const {
   const bool per_caller = options.max_datasets_per_caller > 0 && !caller.admin;
@@ -41,8 +58,9 @@ absl::Status Engine::Impl::CheckDatasetCount(const std::string& name,
   const std::vector<DatasetMeta> kept = datasets.List();
   int64_t owned = 0;
   for (const DatasetMeta& meta : kept) {
+    if (meta.owner != caller.owner) continue;
     if (meta.name == name) return absl::OkStatus();  // the registry says it exists
-    owned += meta.owner == caller.owner ? 1 : 0;
+    ++owned;
   }
   if (options.max_datasets > 0 && static_cast<int64_t>(kept.size()) >= options.max_datasets) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -64,8 +82,41 @@ absl::Status Engine::Impl::CheckDiskQuota(const CallContext& caller, int64_t mor
   return disk_quota.Check(caller.owner, more, what);
 }
 
+int Engine::RemoveIdlePeerCopies() {
+  Impl& impl = *impl_;
+  if (impl.options.peer_copy_retention <= absl::ZeroDuration()) return 0;
+  int removed = 0;
+  for (const DatasetMeta& meta :
+       impl.datasets.IdleCopies(impl.options.peer_copy_retention, absl::Now())) {
+    const std::string key = DatasetKeyOf(meta);
+    // Under the admission lock, as a delete is: a job admitted meanwhile keeps it.
+    absl::MutexLock lock(&impl.admission_mu);
+    if (!impl.jobs.JobUsingDataset(key).empty()) continue;
+    absl::StatusOr<DatasetMeta> now = impl.datasets.GetMeta(key);
+    if (!now.ok() || !now->peer_copy || now->create_time != meta.create_time) continue;
+    // Idle still (a rank may have taken it since the list was made).
+    const std::vector<DatasetMeta> idle =
+        impl.datasets.IdleCopies(impl.options.peer_copy_retention, absl::Now());
+    if (std::none_of(idle.begin(), idle.end(), [&](const DatasetMeta& m) {
+          return DatasetKeyOf(m) == key && m.create_time == meta.create_time;
+        })) {
+      continue;
+    }
+    if (!impl.datasets.Delete(key).ok()) continue;
+    impl.disk_quota.Forget();
+    ++removed;
+    LogInfo(absl::StrCat("dataset '", key,
+                         "', a copy a peer made for its jobs, deleted: no job "
+                         "has used it for ",
+                         absl::FormatDuration(impl.options.peer_copy_retention),
+                         " (--peer_copy_retention)"));
+  }
+  return removed;
+}
+
 absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const DatasetHeader& header,
-                                                                   const CallContext& caller) {
+                                                                   const CallContext& caller,
+                                                                   bool peer_copy) {
   // Refused before a byte is read, rather than received whole and then refused.
   if (!impl_->jobs.accepting()) {
     return absl::UnavailableError(
@@ -95,7 +146,7 @@ absl::StatusOr<std::unique_ptr<UploadSession>> Engine::BeginUpload(const Dataset
     }
   }
   TRAINERD_ASSIGN_OR_RETURN(std::unique_ptr<DatasetUpload> upload,
-                            impl_->datasets.BeginUpload(header, caller.owner));
+                            impl_->datasets.BeginUpload(header, caller.owner, peer_copy));
   return std::unique_ptr<UploadSession>(std::move(upload));
 }
 
@@ -104,12 +155,14 @@ int64_t Engine::staged_upload_bytes() const { return impl_->datasets.staged_byte
 absl::StatusOr<DatasetMeta> Engine::CommitUpload(std::unique_ptr<UploadSession> session) {
   // Every UploadSession comes from BeginUpload, which makes DatasetUploads.
   std::unique_ptr<DatasetUpload> upload(static_cast<DatasetUpload*>(session.release()));
-  const std::string name = upload->meta().name;
+  const std::string key = DatasetKeyOf(upload->meta());
+  const bool peer_copy = upload->meta().peer_copy;
   auto meta = impl_->datasets.Commit(std::move(upload));
   if (meta.ok()) {
     impl_->disk_quota.Forget();  // the new dataset counts at the owner's next call
-    LogInfo(absl::StrCat("dataset '", name, "' resident on ", meta->device, ": ", meta->rows,
-                         " rows, ", meta->size_bytes, " bytes"));
+    LogInfo(absl::StrCat("dataset '", key, "'", peer_copy ? " (a copy for a peer's jobs)" : "",
+                         " resident on ", meta->device, ": ", meta->rows, " rows, ",
+                         meta->size_bytes, " bytes"));
   }
   return meta;
 }
@@ -130,34 +183,39 @@ void Engine::CommitUploadAsync(std::unique_ptr<UploadSession> upload,
   done(absl::UnavailableError("the daemon is shutting down"));
 }
 
-absl::StatusOr<DatasetMeta> Engine::GetDataset(const std::string& name) const {
-  return impl_->datasets.GetMeta(name);
+absl::StatusOr<DatasetMeta> Engine::GetDataset(const std::string& name, const CallContext& caller) {
+  TRAINERD_ASSIGN_OR_RETURN(const std::string key, impl_->KeyFor(name, caller));
+  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta meta, impl_->VisibleDataset(key, caller));
+  if (meta.peer_copy) impl_->datasets.TouchCopies({key});
+  return meta;
 }
 
 std::vector<DatasetMeta> Engine::ListDatasets() const { return impl_->datasets.List(); }
 
 absl::Status Engine::DeleteDataset(const std::string& name, const CallContext& caller) {
+  TRAINERD_ASSIGN_OR_RETURN(const std::string key, impl_->KeyFor(name, caller));
   absl::MutexLock lock(&impl_->admission_mu);
-  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->datasets.GetMeta(name));
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->VisibleDataset(key, caller));
   TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
-  const std::string job = impl_->jobs.JobUsingDataset(name);
+  const std::string job = impl_->jobs.JobUsingDataset(key);
   if (!job.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset '", name, "' is in use by job '", job, "'; cancel the job or wait for it to end"));
   }
-  TRAINERD_RETURN_IF_ERROR(impl_->datasets.Delete(name));
+  TRAINERD_RETURN_IF_ERROR(impl_->datasets.Delete(key));
   impl_->disk_quota.Forget();  // the owner's room is back at its next call
-  LogInfo(absl::StrCat("dataset '", name, "' deleted"));
+  LogInfo(absl::StrCat("dataset '", key, "' deleted"));
   return absl::OkStatus();
 }
 
 absl::StatusOr<DatasetMeta> Engine::ShareDataset(const std::string& name, bool shared,
                                                  const CallContext& caller) {
+  TRAINERD_ASSIGN_OR_RETURN(const std::string key, impl_->KeyFor(name, caller));
   // Under the admission lock, as a delete is: the owner checked is the owner changed.
   absl::MutexLock lock(&impl_->admission_mu);
-  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->datasets.GetMeta(name));
+  TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->VisibleDataset(key, caller));
   TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
-  return impl_->datasets.SetShared(name, shared);
+  return impl_->datasets.SetShared(key, shared);
 }
 
 }  // namespace trainerd::engine

@@ -95,7 +95,7 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
     }
     for (const DatasetMeta& meta : datasets) {
       if (meta.device != name || meta.location != DatasetLocation::kDevice) continue;
-      info.datasets.push_back(meta.name);
+      info.datasets.push_back(DatasetKeyOf(meta));  // the service names them for its caller
       info.dataset_bytes += meta.size_bytes;
     }
     for (const JobSnapshot& job : jobs) {

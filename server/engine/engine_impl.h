@@ -67,7 +67,7 @@ struct Engine::Impl {
         disk_quota(options.max_disk_bytes_per_caller, DiskQuotaSources(options)),
         jobs(JobOptions(this->options)) {
     datasets.SetInUse(
-        [this](const std::string& name) { return !jobs.JobUsingDataset(name).empty(); });
+        [this](const std::string& key) { return !jobs.JobUsingDataset(key).empty(); });
   }
 
   JobManagerOptions JobOptions(const EngineOptions& options) {
@@ -116,18 +116,33 @@ struct Engine::Impl {
   // The disk quota at admission, for a caller that is not an admin: OK below the quota with
   // `more` bytes to add.
   absl::Status CheckDiskQuota(const CallContext& caller, int64_t more, const std::string& what);
-  // An upload: RESOURCE_EXHAUSTED past max_datasets (everyone's) or max_datasets_per_caller (the
-  // caller's, not for admins). A name kept already is left to the registry (ALREADY_EXISTS).
+  // An upload of `name` into the caller's names: RESOURCE_EXHAUSTED past max_datasets
+  // (everyone's) or max_datasets_per_caller (the caller's, not for admins). A name the caller
+  // has already is left to the registry (ALREADY_EXISTS).
   absl::Status CheckDatasetCount(const std::string& name, const CallContext& caller) const;
+  // The key of the dataset the caller means by `reference` (types.h: ResolveDatasetReference).
+  absl::StatusOr<std::string> KeyFor(const std::string& reference, const CallContext& caller) const;
+  // The dataset with key `key` when the caller may see it (access.h: MayUse); otherwise the
+  // NOT_FOUND an unknown name gets, naming it as the caller does.
+  absl::StatusOr<DatasetMeta> VisibleDataset(const std::string& key,
+                                             const CallContext& caller) const;
   // Submit's steps: the spec's defaults and the module's size and permission; admission (the
   // checks against the dataset, the limits, the queue) under admission_mu, with `module` when the
   // job brings one (then `checked_against` is the dataset it was checked against, which must not
   // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
-  absl::StatusOr<JobSpec> Prepare(JobSpec spec);
-  // A job with nodes: each is one of this daemon's peers and holds the job's datasets (asked of
-  // it, within seconds, before admission; outside the admission lock). OK for a job without.
-  // Nodes "*" become the peers known now (at most `most`: replicas - 1 for a job's ranks, the
-  // members but one for a sweep spread over its nodes), in `spec`.
+  // Prepare also resolves the spec's dataset references to keys (the caller's bare names its own).
+  absl::StatusOr<JobSpec> Prepare(JobSpec spec, const CallContext& caller);
+  // Before a job with nodes asks them anything: what admission would refuse of it now (the
+  // caller's job and disk quotas for `count` jobs, the queue's bound, the spec against its
+  // datasets and the limits), so that nothing is sent to a peer for a submit this daemon refuses.
+  // Admission checks it all again when it queues the job.
+  absl::Status CheckAdmissible(const JobSpec& spec, const CallContext& caller, int64_t count);
+  // A job with nodes: each is one of this daemon's peers, takes this daemon's peer credentials as
+  // an admin's, and holds the job's datasets (asked of it, within seconds, after CheckAdmissible
+  // and before admission; outside the admission lock), or is sent them: as the submitting
+  // tenant's there (node_dataset and node_validation_dataset in `spec` say under which names).
+  // OK for a job without. Nodes "*" become the peers known now (at most `most`: replicas - 1 for
+  // a job's ranks, the members but one for a sweep spread over its nodes), in `spec`.
   absl::Status CheckPeers(JobSpec* spec, const CallContext& caller, int64_t most) const;
   // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
   // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
@@ -160,10 +175,12 @@ struct Engine::Impl {
   // submissions cannot both take the last place.
   absl::Status CheckJobQuotaLocked(const CallContext& caller, int64_t more) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
-  // The dataset `name` when `caller` may train on it (access.h); NOT_FOUND otherwise, as for a
-  // name nobody uploaded.
-  absl::StatusOr<DatasetMeta> UsableDataset(const std::string& name,
-                                            const CallContext& caller) const;
+  // The dataset with key `key` when `caller` may train on it (access.h); NOT_FOUND otherwise, as
+  // for a name nobody uploaded.
+  absl::StatusOr<DatasetMeta> UsableDataset(const std::string& key,
+                                            const CallContext& caller) const {
+    return VisibleDataset(key, caller);
+  }
   absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;

@@ -37,6 +37,19 @@ bool IsLowerHex(const std::string& text, size_t length) {
          });
 }
 
+// What a job's nodes call one of its datasets: a dataset of the job's owner there (her own
+// upload there, or the copy this daemon sends), so that a peer tells her only of her own
+// datasets. Her own dataset keeps its name; another's (one shared with her, or an admin's pick of
+// a tenant's) gets its name with the first 16 hex digits of its SHA-256, so that it never takes
+// the place of a dataset of hers of that name. Qualified ("OWNER/NAME", "/NAME" for a caller
+// without a name): the leader's admin credentials name it there.
+std::string NodeDatasetName(const DatasetMeta& meta, const std::string& submitter) {
+  if (meta.owner == submitter) return absl::StrCat(submitter, "/", meta.name);
+  constexpr size_t kMaxName = 128;  // ValidateDatasetName's
+  return absl::StrCat(submitter, "/", meta.name.substr(0, kMaxName - 17), "-",
+                      meta.sha256.substr(0, 16));
+}
+
 }  // namespace
 
 absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, int64_t most) const {
@@ -72,31 +85,43 @@ absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, i
                                                      absl::StrJoin(peers, ", "), ")"));
     }
   }
-  // Each node must hold the job's datasets as they are here: asked of each once.
-  std::vector<DatasetMeta> needed;
+  // Each node must hold the job's datasets as they are here, as the submitter's there.
+  std::vector<std::pair<DatasetMeta, std::string>> needed;  // and the name there
   TRAINERD_ASSIGN_OR_RETURN(DatasetMeta dataset, UsableDataset(spec.dataset, caller));
-  needed.push_back(dataset);
-  if (!spec.validation_dataset.empty() && spec.validation_dataset != spec.dataset) {
+  spec.node_dataset = NodeDatasetName(dataset, caller.owner);
+  needed.emplace_back(dataset, spec.node_dataset);
+  spec.node_validation_dataset.clear();
+  if (!spec.validation_dataset.empty()) {
     TRAINERD_ASSIGN_OR_RETURN(DatasetMeta validation,
                               UsableDataset(spec.validation_dataset, caller));
-    needed.push_back(validation);
+    spec.node_validation_dataset = NodeDatasetName(validation, caller.owner);
+    if (spec.validation_dataset != spec.dataset) {
+      needed.emplace_back(validation, spec.node_validation_dataset);
+    }
   }
-  // A node that lacks one gets it from here, once: read from this daemon's file and uploaded
-  // there (checksummed by the peer), before the job is admitted.
+  // Asked of each node once: its version, that this daemon's credentials are an admin's there
+  // (before anything of a tenant's is sent: an upload there in another tenant's name needs an
+  // admin), then each dataset; a node that lacks one gets it from here, read from this daemon's
+  // file and uploaded there (checksummed by the peer) as the submitter's, under her quotas
+  // there, before the job is admitted.
   const std::set<std::string> nodes(spec.nodes.begin(), spec.nodes.end());
   for (const std::string& node : nodes) {
     TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckVersion(node));
-    for (const DatasetMeta& meta : needed) {
-      absl::Status held = options.remote_ranks->CheckDataset(node, meta.name, meta.sha256);
+    TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckAdmin(node));
+    for (const auto& [meta, there] : needed) {
+      absl::Status held = options.remote_ranks->CheckDataset(node, there, meta.sha256);
       if (absl::IsNotFound(held)) {
-        const std::string path = datasets.PathFor(meta.name);
+        const std::string path = datasets.PathFor(DatasetKeyOf(meta));
         absl::StatusOr<DatasetFileHeader> file = ReadDatasetFileHeader(path);
-        held = file.ok() ? options.remote_ranks->CopyDataset(node, meta, path, file->payload_offset)
+        held = file.ok() ? options.remote_ranks->CopyDataset(node, there, meta, path,
+                                                             file->payload_offset)
                          : file.status();
         if (!held.ok()) {
-          held = absl::Status(held.code(),
-                              absl::StrCat("dataset '", meta.name, "' is not on peer ", node,
-                                           ", and sending it there failed: ", held.message()));
+          held = absl::Status(
+              held.code(),
+              absl::StrCat("dataset '", DatasetNameFor(DatasetKeyOf(meta), caller.owner),
+                           "' is not on peer ", node,
+                           ", and sending it there failed: ", held.message()));
         }
       }
       TRAINERD_RETURN_IF_ERROR(held);
@@ -152,6 +177,17 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   }
   JobSpec spec = request.spec;
   spec.replicas = request.world_size;
+  // The leader names its datasets as they are here (qualified: the job's owner's): by key from
+  // here on.
+  absl::StatusOr<std::string> key = impl.KeyFor(spec.dataset, caller);
+  absl::StatusOr<std::string> validation_key = spec.validation_dataset.empty()
+                                                   ? absl::StatusOr<std::string>("")
+                                                   : impl.KeyFor(spec.validation_dataset, caller);
+  if (!key.ok() || !validation_key.ok()) {
+    return refuse(!key.ok() ? key.status() : validation_key.status());
+  }
+  spec.dataset = *key;
+  spec.validation_dataset = *validation_key;
   absl::StatusOr<DatasetMeta> dataset = impl.UsableDataset(spec.dataset, caller);
   if (!dataset.ok()) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,6 +92,11 @@ class JobStore {
   // ended before `ended_before`, oldest first: what retention removes.
   virtual absl::StatusOr<std::vector<std::string>> EndedJobsToPrune(int64_t keep,
                                                                     absl::Time ended_before) = 0;
+  // Rewrites the dataset names of the jobs that name one of `renames`' keys (their dataset or
+  // validation dataset): each to its value, in one transaction, durable when it returns. The
+  // engine's move of an older data folder's datasets (one namespace for every tenant) to their
+  // owners' names (dataset_registry.h: DatasetRenames). A record that does not parse is left.
+  virtual absl::Status RenameDatasets(const std::map<std::string, std::string>& renames) = 0;
   // Makes every write so far durable (AppendEpoch's are not, alone): before files that only the
   // older records still name are deleted. A store without such a distinction has nothing to do.
   virtual absl::Status Sync() { return absl::OkStatus(); }

@@ -16,7 +16,9 @@ namespace trainerd::engine {
 
 // One rank the leader asks a peer to run (proto RunRankRequest).
 struct RemoteRankRequest {
-  JobSpec spec;  // as the leader accepted it (seed filled in)
+  // As the leader accepted it (seed filled in); its datasets are sent by their names on the peer
+  // (JobSpec::node_dataset).
+  JobSpec spec;
   std::string job_id;
   int32_t rank = 0;
   int32_t world_size = 1;
@@ -115,20 +117,29 @@ class RemoteRanks {
   // their collectives and numerics, as torchrun too wants one torch on every node.
   virtual absl::Status CheckVersion(const std::string& peer) = 0;
 
-  // Whether `peer` holds dataset `name` with this SHA-256, asked within a few seconds: OK;
-  // NOT_FOUND when it has no dataset of that name (CopyDataset can send it); else the reason in a
-  // sentence that names the peer (unreachable, refused the credentials, holds another dataset of
-  // that name).
-  virtual absl::Status CheckDataset(const std::string& peer, const std::string& name,
+  // Whether `peer` takes this daemon's peer credentials as an admin's, asked within a few seconds
+  // (PeerService.CheckCredentials): OK, or FAILED_PRECONDITION naming the peer and the flag to
+  // fix (--peer_token_file, or the peer's --admin for a certificate). Asked before anything of a
+  // tenant's is sent there.
+  virtual absl::Status CheckAdmin(const std::string& peer) = 0;
+
+  // Whether `peer` holds dataset `name_there` (qualified, "OWNER/NAME": the job's owner's there)
+  // with this SHA-256, asked within a few seconds: OK; NOT_FOUND when it has no dataset of that
+  // name (CopyDataset can send it); else the reason in a sentence that names the peer
+  // (unreachable, refused the credentials, holds another dataset of that name, which is the
+  // job's owner's own there).
+  virtual absl::Status CheckDataset(const std::string& peer, const std::string& name_there,
                                     const std::string& sha256) = 0;
 
-  // Sends dataset `meta` to `peer`, which lacks it: its payload, read from this daemon's file
-  // `path` from `payload_offset` on, as an upload there with the peer credentials (the peer checks
-  // the bytes against the SHA-256, and stores the dataset as its uploads, owned by this daemon's
-  // identity there). OK once the peer holds it with the same SHA-256; else the reason naming the
-  // peer. Blocking for the transfer.
-  virtual absl::Status CopyDataset(const std::string& peer, const DatasetMeta& meta,
-                                   const std::string& path, int64_t payload_offset) = 0;
+  // Sends dataset `meta` to `peer`, which lacks it, as `name_there` ("OWNER/NAME"): its payload,
+  // read from this daemon's file `path` from `payload_offset` on, as an upload there with the
+  // peer credentials, marked as a copy for peer jobs (the peer checks the bytes against the
+  // SHA-256, counts the dataset against OWNER's quotas there, and removes it once no job has used
+  // it for its --peer_copy_retention). OK once the peer holds it with the same SHA-256; else the
+  // reason naming the peer. Blocking for the transfer.
+  virtual absl::Status CopyDataset(const std::string& peer, const std::string& name_there,
+                                   const DatasetMeta& meta, const std::string& path,
+                                   int64_t payload_offset) = 0;
 
   // A rank running on a peer; destroying it (or Cancel) cancels the call, which ends the rank
   // there at its next step.

@@ -6,6 +6,29 @@
 
 namespace trainerd::engine {
 
+std::string DatasetKey(const std::string& owner, const std::string& name) {
+  return owner.empty() ? name : owner + "/" + name;
+}
+
+DatasetKeyParts SplitDatasetKey(const std::string& key) {
+  const size_t slash = key.rfind('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
+absl::StatusOr<std::string> ResolveDatasetReference(const std::string& reference,
+                                                    const std::string& caller_owner) {
+  absl::StatusOr<DatasetReference> parsed = ParseDatasetReference(reference);
+  if (!parsed.ok()) return parsed.status();
+  return DatasetKey(parsed->qualified ? parsed->owner : caller_owner, parsed->name);
+}
+
+std::string DatasetNameFor(const std::string& key, const std::string& viewer) {
+  const DatasetKeyParts parts = SplitDatasetKey(key);
+  if (parts.owner == viewer) return parts.name;
+  return parts.owner + "/" + parts.name;
+}
+
 const char* LossKindName(LossKind loss) {
   switch (loss) {
     case LossKind::kMse:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/dataset_header.h"
 #include "common/sandbox_report.h"
@@ -46,7 +47,35 @@ struct DatasetMeta {
   std::string owner;          // who uploaded it: a token's name or a certificate's subject;
                               // empty when the daemon runs without authentication
   bool shared = false;        // other tenants' jobs may train on it (ShareDataset)
+  // Uploaded here by another daemon (a leader, with its peer credentials) for the ranks or sweep
+  // members it runs here, in the name of the tenant who submitted there (DatasetHeader proto's
+  // for_peer_jobs): removed once no job has used it for --peer_copy_retention.
+  bool peer_copy = false;
 };
+
+// Dataset names are per owner (docs/SECURITY.md, "Tenants"). A dataset's key is what the engine,
+// the registry and the job records name it by, whoever asks: "OWNER/NAME" for a dataset with an
+// owner, the bare "NAME" for one without (uploaded without authentication, or before it was
+// turned on). Names cannot contain '/', so a key splits at its last one.
+std::string DatasetKey(const std::string& owner, const std::string& name);
+inline std::string DatasetKeyOf(const DatasetMeta& meta) {
+  return DatasetKey(meta.owner, meta.name);
+}
+struct DatasetKeyParts {
+  std::string owner;  // empty: no owner
+  std::string name;
+};
+DatasetKeyParts SplitDatasetKey(const std::string& key);
+// The key of the dataset a caller named `caller_owner` means by `reference`: a bare "NAME" is its
+// own, "OWNER/NAME" OWNER's ("/NAME": the one of that name without an owner). INVALID_ARGUMENT
+// for a reference of another form (ParseDatasetReference). Whether the caller may see it is
+// access.h's question.
+absl::StatusOr<std::string> ResolveDatasetReference(const std::string& reference,
+                                                    const std::string& caller_owner);
+// How a caller named `viewer` names the dataset with key `key`: its own by the bare name, another
+// owner's as "OWNER/NAME", one without an owner as "/NAME" (as "NAME" to a caller without a name:
+// the one local admin of a daemon without authentication).
+std::string DatasetNameFor(const std::string& key, const std::string& viewer);
 
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
 enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop };
@@ -79,6 +108,8 @@ struct ScheduleSpec {
 };
 
 struct JobSpec {
+  // The dataset's key (DatasetKey): "OWNER/NAME", or "NAME" for one without an owner. A caller's
+  // reference ("NAME" for its own) until Submit resolves it.
   std::string dataset;
   std::string model;  // text spec, see common/model_spec.h
   // Bring your own model: a TorchScript archive's bytes (torch.jit.save), trained instead of a text
@@ -110,7 +141,7 @@ struct JobSpec {
   // Validation: hold out round(validation_fraction * rows) rows of `dataset` (a split fixed once
   // per job from its seed), or validate on a second dataset; at most one of the two. 0 / "" = none.
   double validation_fraction = 0.0;  // [0, 1)
-  std::string validation_dataset;    // same feature/target shapes and dtype as `dataset`
+  std::string validation_dataset;    // a key too; same feature/target shapes and dtype as `dataset`
   int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation loss; 0 = off
   // > 0: write a checkpoint (model, optimizer, epoch, seed) at the end of every N-th epoch,
   // 1 <= N <= epochs; 0 = off.
@@ -128,6 +159,12 @@ struct JobSpec {
   // (proto JobSpec.nodes); empty: every rank here. One node and one replica: a sweep's member
   // that trains whole on that peer (runs_on_peer).
   std::vector<std::string> nodes;
+  // With nodes: the names the nodes know the job's dataset and validation dataset by there, as
+  // the job's owner's datasets there (a copy sent at submit, or her own upload there); set by
+  // the daemon at submit (CheckPeers) and sent to the nodes in place of `dataset` and
+  // `validation_dataset`, which are this daemon's keys. Empty: the keys themselves, qualified.
+  std::string node_dataset;
+  std::string node_validation_dataset;
   // > 0: a TorchScript job's worker process is ended (and the job FAILED) after it has run this
   // many seconds; 0: the daemon's default (--max_job_time). Spec-built jobs are bounded by their
   // epochs and ignore it.

@@ -152,6 +152,14 @@ bool Authenticator::IsAdmin(const std::string& name) const {
   return std::find(options_.admins.begin(), options_.admins.end(), name) != options_.admins.end();
 }
 
+bool Authenticator::IsAdminName(const std::string& name) {
+  if (IsAdmin(name)) return true;
+  MaybeReload();
+  absl::MutexLock lock(&mu_);
+  return std::any_of(tokens_.begin(), tokens_.end(),
+                     [&](const TokenEntry& token) { return token.admin && token.name == name; });
+}
+
 int64_t Authenticator::valid_tokens() {
   MaybeReload();
   absl::MutexLock lock(&mu_);

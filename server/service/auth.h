@@ -99,6 +99,11 @@ class Authenticator {
   // The C-core processor that calls Authenticate for every call, holding a reference to this.
   grpc_auth_metadata_processor Processor();
 
+  // Whether the caller named `name` is an admin: named in --admin, or the name of a token whose
+  // line is marked admin (an upload an admin makes in another owner's name counts against that
+  // owner's quotas unless it is one).
+  bool IsAdminName(const std::string& name);
+
   // Calls refused so far, and the tokens that are valid now (for the metrics).
   int64_t rejected_calls() const { return rejected_.load(); }
   int64_t valid_tokens();

@@ -19,8 +19,9 @@ constexpr int64_t kChunkBytes = int64_t{1} << 20;
 
 }  // namespace
 
-absl::Status SendDataset(v1::DatasetService::Stub* stub, const engine::DatasetMeta& meta,
-                         const std::string& path, int64_t payload_offset,
+absl::Status SendDataset(v1::DatasetService::Stub* stub, const std::string& name_there,
+                         const engine::DatasetMeta& meta, const std::string& path,
+                         int64_t payload_offset,
                          const std::function<void(grpc::ClientContext*)>& prepare,
                          const std::function<absl::Status(const grpc::Status&)>& describe) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -41,7 +42,8 @@ absl::Status SendDataset(v1::DatasetService::Stub* stub, const engine::DatasetMe
   const v1::Dataset described = convert::ToProto(meta);
   v1::UploadDatasetRequest first;
   v1::DatasetHeader* header = first.mutable_header();
-  header->set_name(meta.name);
+  header->set_name(name_there);
+  header->set_for_peer_jobs(true);  // the peer removes it once no job has used it for a while
   *header->mutable_feature_shape() = described.feature_shape();
   *header->mutable_target_shape() = described.target_shape();
   header->set_target_dtype(described.target_dtype());

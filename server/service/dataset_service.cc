@@ -1,9 +1,11 @@
 #include "server/service/dataset_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/table.h"
@@ -15,7 +17,7 @@
 namespace trainerd::service {
 
 using convert::FromProto;
-using convert::ToProto;
+using convert::ToProtoFor;
 
 namespace {
 
@@ -93,7 +95,9 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
       // (The callback may run at once, on this thread, when the engine is shutting down.)
       service_->engine_->CommitUploadAsync(std::move(to_commit),
                                            [this](absl::StatusOr<engine::DatasetMeta> meta) {
-                                             if (meta.ok()) *response_ = ToProto(*meta);
+                                             if (meta.ok()) {
+                                               *response_ = ToProtoFor(*meta, caller_.owner);
+                                             }
                                              FinishOnce(ToGrpcStatus(meta.status()));
                                            });
       return;
@@ -184,7 +188,32 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadDatasetRequ
       }
       auto header = FromProto(request_.header());
       if (!header.ok()) return header.status();
-      auto upload = service_->engine_->BeginUpload(*header, caller_);
+      // Whose names the dataset goes into: the caller's, or (a leader's copy for its jobs here,
+      // "OWNER/NAME" with for_peer_jobs, an admin's upload) OWNER's, as if OWNER uploaded it.
+      const bool for_peers = request_.header().for_peer_jobs();
+      if (for_peers && !caller_.admin) {
+        return absl::PermissionDeniedError(
+            "only another daemon with its peer credentials (an admin's) uploads copies for peer "
+            "jobs (for_peer_jobs)");
+      }
+      absl::StatusOr<DatasetReference> name = ParseDatasetReference(header->name);
+      if (!name.ok()) return name.status();
+      engine::CallContext owner = caller_;
+      if (name->qualified && name->owner != caller_.owner) {
+        if (!for_peers) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "dataset name '", absl::CHexEscape(header->name.substr(0, 64)),
+              header->name.size() > 64 ? "...'" : "'",
+              " is invalid for an upload: a dataset is uploaded under a bare name, as the "
+              "caller's own (OWNER/NAME names another owner's dataset in the other calls)"));
+        }
+        owner.owner = name->owner;
+        owner.admin = name->owner.empty() || service_->authenticator_ == nullptr ||
+                      service_->authenticator_->IsAdminName(name->owner);
+      }
+      header->name = name->name;
+      auto upload =
+          service_->engine_->BeginUpload(*header, owner, request_.header().for_peer_jobs());
       if (!upload.ok()) return upload.status();
       upload_ = *std::move(upload);
       return absl::OkStatus();
@@ -283,9 +312,14 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::ListDatasets(grpc::CallbackServerC
                                                            const v1::ListDatasetsRequest* request,
                                                            v1::ListDatasetsResponse* response) {
   const engine::CallContext caller = CallContextOf(context, authenticator_);
+  std::vector<v1::Dataset> visible;
   for (const auto& meta : engine_->ListDatasets()) {
-    if (engine::MayUse(caller, meta)) *response->add_datasets() = ToProto(meta);
+    if (engine::MayUse(caller, meta)) visible.push_back(ToProtoFor(meta, caller.owner));
   }
+  // By name as the caller sees it: its own (bare) and others' ("OWNER/NAME") in one order.
+  std::sort(visible.begin(), visible.end(),
+            [](const v1::Dataset& a, const v1::Dataset& b) { return a.name() < b.name(); });
+  for (v1::Dataset& dataset : visible) *response->add_datasets() = std::move(dataset);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -295,13 +329,10 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::GetDataset(grpc::CallbackServerCon
                                                          const v1::GetDatasetRequest* request,
                                                          v1::Dataset* response) {
   const engine::CallContext caller = CallContextOf(context, authenticator_);
-  const absl::Status name = ValidateDatasetName(request->name());
-  absl::StatusOr<engine::DatasetMeta> meta =
-      name.ok() ? engine_->GetDataset(request->name()) : absl::StatusOr<engine::DatasetMeta>(name);
-  if (meta.ok() && !engine::MayUse(caller, *meta)) {
-    meta = absl::NotFoundError(absl::StrCat("dataset '", request->name(), "' not found"));
-  }
-  if (meta.ok()) *response = ToProto(*meta);
+  // The engine resolves the name for the caller ("NAME" its own, "OWNER/NAME" another's) and
+  // answers what it may not see as NOT_FOUND.
+  absl::StatusOr<engine::DatasetMeta> meta = engine_->GetDataset(request->name(), caller);
+  if (meta.ok()) *response = ToProtoFor(*meta, caller.owner);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(meta.status()));
   return reactor;
@@ -310,7 +341,7 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::GetDataset(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* DatasetServiceImpl::DeleteDataset(grpc::CallbackServerContext* context,
                                                             const v1::DeleteDatasetRequest* request,
                                                             v1::DeleteDatasetResponse* response) {
-  if (absl::Status name = ValidateDatasetName(request->name()); !name.ok()) {
+  if (absl::Status name = ParseDatasetReference(request->name()).status(); !name.ok()) {
     auto* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(name));
     return reactor;
@@ -325,7 +356,7 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::DeleteDataset(grpc::CallbackServer
 grpc::ServerUnaryReactor* DatasetServiceImpl::ShareDataset(grpc::CallbackServerContext* context,
                                                            const v1::ShareDatasetRequest* request,
                                                            v1::Dataset* response) {
-  if (absl::Status name = ValidateDatasetName(request->name()); !name.ok()) {
+  if (absl::Status name = ParseDatasetReference(request->name()).status(); !name.ok()) {
     auto* reactor = context->DefaultReactor();
     reactor->Finish(ToGrpcStatus(name));
     return reactor;
@@ -335,7 +366,7 @@ grpc::ServerUnaryReactor* DatasetServiceImpl::ShareDataset(grpc::CallbackServerC
                         [engine = engine_, request, response, caller] {
                           absl::StatusOr<engine::DatasetMeta> meta =
                               engine->ShareDataset(request->name(), request->shared(), caller);
-                          if (meta.ok()) *response = ToProto(*meta);
+                          if (meta.ok()) *response = ToProtoFor(*meta, caller.owner);
                           return meta.status();
                         });
 }

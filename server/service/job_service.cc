@@ -28,6 +28,7 @@ namespace trainerd::service {
 
 using convert::FromProto;
 using convert::ToProto;
+using convert::ToProtoFor;
 
 namespace {
 
@@ -113,8 +114,9 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   // Epochs fetched or queued at a time; a few tens of kilobytes.
   static constexpr int32_t kEpochPage = 256;
 
-  WatchReactor(engine::Engine* engine, std::string id)
-      : engine_(engine), id_(std::move(id)), sink_(std::make_shared<Sink>()) {}
+  // `viewer`: the caller's name, as whom the job's datasets are named.
+  WatchReactor(engine::Engine* engine, std::string id, std::string viewer)
+      : engine_(engine), id_(std::move(id)), sink_(std::make_shared<Sink>(std::move(viewer))) {}
 
   // Called once, from WatchJob, before any reaction can run; `access` is the caller's right to
   // see the job (CheckJobAccess), and ends the stream at once when not OK.
@@ -135,7 +137,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         return;
       }
       v1::JobEvent state;
-      *state.mutable_job() = ToProto(*job);
+      *state.mutable_job() = ToProtoFor(*job, sink->viewer());
       if (IsTerminalState(state.job().state())) {
         held_state_ = std::move(state);  // after the epochs
       } else {
@@ -179,6 +181,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   // epoch it missed (the reactor fetches the epochs).
   class Sink final : public engine::JobEventSink {
    public:
+    explicit Sink(std::string viewer) : viewer_(std::move(viewer)) {}
+    const std::string& viewer() const { return viewer_; }
     void Push(const engine::JobEvent& event) override {
       std::lock_guard<std::mutex> lock(mu_);
       if (detached_) return;
@@ -195,7 +199,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
         }
         return;
       }
-      v1::Job job = ToProto(event.job);
+      v1::Job job = ToProtoFor(event.job, viewer_);
       job.clear_epochs();  // the epoch events carry them
       if (reactor_ != nullptr) {
         reactor_->OnState(std::move(job));
@@ -219,6 +223,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
     }
 
    private:
+    const std::string viewer_;
     std::mutex mu_;
     WatchReactor* reactor_ = nullptr;     // guarded by mu_
     bool detached_ = false;               // guarded by mu_
@@ -492,11 +497,13 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
     if (!caller.request_id.empty()) {
       caller.request_digest = RequestDigest("SubmitJob", *request);
     }
-    engine->SubmitJobAsync(std::move(spec), std::move(caller),
-                           [reactor, response](absl::StatusOr<engine::JobSnapshot> job) {
-                             if (job.ok()) *response = ToProto(*job);
-                             reactor->Finish(ToGrpcStatus(job.status()));
-                           });
+    std::string viewer = caller.owner;
+    engine->SubmitJobAsync(
+        std::move(spec), std::move(caller),
+        [reactor, response, viewer = std::move(viewer)](absl::StatusOr<engine::JobSnapshot> job) {
+          if (job.ok()) *response = ToProtoFor(*job, viewer);
+          reactor->Finish(ToGrpcStatus(job.status()));
+        });
   };
   if (blocking_ == nullptr) {
     submit();
@@ -548,7 +555,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
                           if (!sweep.ok()) return sweep.status();
                           response->set_sweep_id(sweep->id);
                           for (const engine::JobSnapshot& member : sweep->members) {
-                            *response->add_members() = ToProto(member);
+                            *response->add_members() = ToProtoFor(member, caller.owner);
                           }
                           return absl::OkStatus();
                         });
@@ -565,7 +572,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* co
   if (job.ok() && !engine::Owns(caller, job->owner)) {
     job = absl::NotFoundError(absl::StrCat("job '", request->id(), "' not found"));
   }
-  if (job.ok()) *response = ToProto(*job);
+  if (job.ok()) *response = ToProtoFor(*job, caller.owner);
   return FinishWith(context, job.status());
 }
 
@@ -592,7 +599,14 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     }
     query.state = *state;
   }
-  query.dataset = request->dataset();
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  if (!request->dataset().empty()) {
+    // By key, as the records keep it: the caller's bare name is its own dataset.
+    absl::StatusOr<std::string> key =
+        engine::ResolveDatasetReference(request->dataset(), caller.owner);
+    if (!key.ok()) return FinishWith(context, key.status());
+    query.dataset = *key;
+  }
   switch (request->view()) {
     case v1::JOB_VIEW_UNSPECIFIED:
     case v1::JOB_VIEW_BASIC:
@@ -605,7 +619,6 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                         absl::InvalidArgumentError("view must be JOB_VIEW_BASIC or JOB_VIEW_FULL"));
   }
   query.newest_first = request->newest_first();
-  const engine::CallContext caller = CallContextOf(context, authenticator_);
   if (!caller.admin) query.owner = caller.owner;  // a tenant lists its own jobs
   if (!request->request_id().empty()) {
     if (absl::Status id = CheckRequestId(request->request_id()); !id.ok()) {
@@ -627,7 +640,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
     int64_t bytes = 0;
     size_t sent = 0;
     for (; sent < page->jobs.size(); ++sent) {
-      v1::Job job = ToProto(page->jobs[sent]);
+      v1::Job job = ToProtoFor(page->jobs[sent], caller.owner);
       const int64_t size = static_cast<int64_t>(job.ByteSizeLong()) + 8;
       if (sent > 0 && bytes + size > kBudget) break;
       bytes += size;
@@ -658,17 +671,19 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
   if (absl::Status access = CheckJobAccess(engine_, caller, request->id()); !access.ok()) {
     return FinishWith(context, access);
   }
-  return FinishFromPool(blocking_, context, caller.owner, [engine = engine_, request, response] {
-    absl::StatusOr<engine::JobSnapshot> job = engine->CancelJob(request->id());
-    if (job.ok()) *response = ToProto(*job);
-    return job.status();
-  });
+  return FinishFromPool(blocking_, context, caller.owner,
+                        [engine = engine_, request, response, viewer = caller.owner] {
+                          absl::StatusOr<engine::JobSnapshot> job =
+                              engine->CancelJob(request->id());
+                          if (job.ok()) *response = ToProtoFor(*job, viewer);
+                          return job.status();
+                        });
 }
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     grpc::CallbackServerContext* context, const v1::WatchJobRequest* request) {
   const engine::CallContext caller = CallContextOf(context, authenticator_);
-  auto* reactor = new WatchReactor(engine_, request->id());
+  auto* reactor = new WatchReactor(engine_, request->id(), caller.owner);
   absl::Status access = CheckJobAccess(engine_, caller, request->id());
   if (access.ok()) {
     absl::StatusOr<CallerSlots::Slot> slot = watch_slots_.Take(caller.owner);

@@ -100,6 +100,30 @@ absl::Status CheckPeerAnswer(const std::string& peer, const std::string& id,
   return absl::OkStatus();
 }
 
+// A job's spec as a peer is sent it: its datasets by their names there (JobSpec::node_dataset:
+// the job's owner's there), or for a job recorded before those names, by its keys qualified
+// ("/NAME" for one without an owner), which the leader's admin credentials resolve there.
+engine::JobSpec SpecForPeer(engine::JobSpec spec) {
+  auto qualified = [](const std::string& key) {
+    return key.find('/') == std::string::npos ? "/" + key : key;
+  };
+  spec.dataset = spec.node_dataset.empty() ? qualified(spec.dataset) : spec.node_dataset;
+  if (!spec.validation_dataset.empty()) {
+    spec.validation_dataset = spec.node_validation_dataset.empty()
+                                  ? qualified(spec.validation_dataset)
+                                  : spec.node_validation_dataset;
+  }
+  spec.node_dataset.clear();
+  spec.node_validation_dataset.clear();
+  return spec;
+}
+
+// The name part of a dataset's name on a peer ("OWNER/NAME"), as its owner calls it.
+std::string BareName(const std::string& name_there) {
+  const size_t slash = name_there.rfind('/');
+  return slash == std::string::npos ? name_there : name_there.substr(slash + 1);
+}
+
 class GrpcRemoteRanks final : public engine::RemoteRanks {
  public:
   GrpcRemoteRanks(PeerClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
@@ -155,39 +179,62 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     return absl::OkStatus();
   }
 
-  absl::Status CheckDataset(const std::string& peer, const std::string& name,
+  absl::Status CheckAdmin(const std::string& peer) override {
+    auto stub = v1::PeerService::NewStub(Channel(peer));
+    grpc::ClientContext context;
+    Authorize(&context);
+    context.set_deadline(std::chrono::system_clock::now() + kCheckDeadline);
+    v1::CheckCredentialsResponse answer;
+    const grpc::Status status =
+        stub->CheckCredentials(&context, v1::CheckCredentialsRequest(), &answer);
+    if (status.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "peer ", peer, " does not take this daemon's peer credentials as an admin's (",
+          status.error_message(),
+          "): --peer_token_file must hold a token marked admin there (or, with --peer_tls_cert, "
+          "the certificate's subject must be in its --admin); nothing was sent there"));
+    }
+    if (!status.ok()) return PeerError(peer, status, "to check this daemon's credentials");
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckDataset(const std::string& peer, const std::string& name_there,
                             const std::string& sha256) override {
     auto stub = v1::DatasetService::NewStub(Channel(peer));
     grpc::ClientContext context;
     Authorize(&context);
     context.set_deadline(std::chrono::system_clock::now() + kCheckDeadline);
     v1::GetDatasetRequest request;
-    request.set_name(name);
+    request.set_name(name_there);
     v1::Dataset dataset;
     const grpc::Status status = stub->GetDataset(&context, request, &dataset);
+    const std::string name = BareName(name_there);
     if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
       return absl::NotFoundError(absl::StrCat("dataset '", name, "' is not on peer ", peer));
     }
     if (!status.ok()) return PeerError(peer, status, "to check the dataset");
     if (dataset.sha256() != sha256) {
-      // The peer's SHA-256 is not shown: read with the leader's admin credentials, it may be
-      // another tenant's dataset there, of which the caller is to learn nothing more.
+      // Only the job's owner's own datasets there are asked for: what she uploaded there under
+      // that name is another dataset. Its SHA-256 is not shown all the same.
       return absl::FailedPreconditionError(absl::StrCat(
           "dataset '", name, "' on peer ", peer, " is not this daemon's (another SHA-256 than ",
-          sha256, "): the peer keeps its own, so give this one another name"));
+          sha256,
+          "): the peer keeps the one uploaded there under that name, so give this one another "
+          "name, or delete that one there"));
     }
     return absl::OkStatus();
   }
 
-  absl::Status CopyDataset(const std::string& peer, const engine::DatasetMeta& meta,
-                           const std::string& path, int64_t payload_offset) override {
+  absl::Status CopyDataset(const std::string& peer, const std::string& name_there,
+                           const engine::DatasetMeta& meta, const std::string& path,
+                           int64_t payload_offset) override {
     auto stub = v1::DatasetService::NewStub(Channel(peer));
     // Bounded, as every call to a peer: half a minute, and a second per 8 MiB (a link slower
     // than 64 Mbit/s gives up).
     const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30) +
                           std::chrono::seconds(meta.size_bytes >> 23);
     const absl::Status sent = SendDataset(
-        stub.get(), meta, path, payload_offset,
+        stub.get(), name_there, meta, path, payload_offset,
         [&](grpc::ClientContext* context) {
           Authorize(context);
           context->set_deadline(deadline);
@@ -196,8 +243,9 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
           return PeerError(peer, status, absl::StrCat("to receive dataset '", meta.name, "'"));
         });
     if (!sent.ok()) return sent;
-    engine::LogInfo(absl::StrCat("dataset '", meta.name, "' (", meta.size_bytes,
-                                 " bytes) sent to peer ", peer, ", which lacked it"));
+    engine::LogInfo(absl::StrCat("dataset '", engine::DatasetKeyOf(meta), "' (", meta.size_bytes,
+                                 " bytes) sent to peer ", peer, " as '", name_there,
+                                 "', which it lacked"));
     return absl::OkStatus();
   }
 
@@ -214,7 +262,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     state->stub = v1::PeerService::NewStub(Channel(peer));
     Authorize(&state->context);
     v1::RunRankRequest& request = state->request;
-    *request.mutable_spec() = ToProto(rank.spec);
+    *request.mutable_spec() = ToProto(SpecForPeer(rank.spec));
     request.set_job_id(rank.job_id);
     request.set_rank(rank.rank);
     request.set_world_size(rank.world_size);
@@ -336,7 +384,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
       Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
       v1::SubmitJobRequest request;
-      *request.mutable_spec() = ToProto(job.spec);
+      *request.mutable_spec() = ToProto(SpecForPeer(job.spec));
       request.set_request_id(job.request_id);
       v1::Job submitted;
       const grpc::Status status = stub->SubmitJob(&context, request, &submitted);
@@ -388,7 +436,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     v1::SubmitSweepRequest request;
     engine::JobSpec base = sweep.members.front();
     base.nodes.clear();
-    *request.mutable_spec() = ToProto(base);
+    *request.mutable_spec() = ToProto(SpecForPeer(base));
     for (const engine::JobSpec& member : sweep.members) {
       v1::SweepPoint* point = request.add_points();
       point->set_learning_rate(member.learning_rate);

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "server/convert/convert.h"
 #include "server/service/call_context.h"
 #include "server/service/grpc_status.h"
@@ -143,6 +145,25 @@ grpc::ServerUnaryReactor* PeerServiceImpl::RunRank(grpc::CallbackServerContext* 
         response->set_node(result.node);
         reactor->Finish(grpc::Status::OK);
       });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::CheckCredentials(
+    grpc::CallbackServerContext* context, const v1::CheckCredentialsRequest* /*request*/,
+    v1::CheckCredentialsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const engine::CallContext caller = CallContextOf(context, authenticator_);
+  if (!caller.admin) {
+    // Its own name, quoted in part: nothing it does not know already.
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::PERMISSION_DENIED,
+        absl::StrCat(
+            "the caller '", absl::CHexEscape(caller.owner.substr(0, 64)),
+            "' is not an admin here: another daemon's calls take an admin's credentials")));
+    return reactor;
+  }
+  response->set_caller(caller.owner);
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

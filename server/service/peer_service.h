@@ -35,6 +35,10 @@ class PeerServiceImpl final : public v1::PeerService::CallbackService {
   grpc::ServerUnaryReactor* JoinGroup(grpc::CallbackServerContext* context,
                                       const v1::JoinGroupRequest* request,
                                       v1::JoinGroupResponse* response) override;
+  // OK for an admin caller (its name in the answer), PERMISSION_DENIED naming it otherwise.
+  grpc::ServerUnaryReactor* CheckCredentials(grpc::CallbackServerContext* context,
+                                             const v1::CheckCredentialsRequest* request,
+                                             v1::CheckCredentialsResponse* response) override;
 
  private:
   struct Rank {

@@ -1,6 +1,8 @@
 #include "server/service/system_service.h"
 
 #include <algorithm>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -128,17 +130,24 @@ grpc::ServerUnaryReactor* SystemServiceImpl::ListDevices(grpc::CallbackServerCon
                                                          const v1::ListDevicesRequest* /*request*/,
                                                          v1::ListDevicesResponse* response) {
   const engine::CallContext caller = CallContextOf(context, authenticator_);
+  // The devices name datasets by key: each as the caller names it (its own bare, others'
+  // "OWNER/NAME"), and only those it may see.
+  std::map<std::string, engine::DatasetMeta> datasets;
+  for (engine::DatasetMeta& meta : engine_->ListDatasets()) {
+    std::string key = engine::DatasetKeyOf(meta);
+    datasets.emplace(std::move(key), std::move(meta));
+  }
   for (engine::DeviceStatusInfo& device : engine_->ListDevices()) {
+    auto& names = device.datasets;
+    // The node's figures stay (counts, bytes, utilization); other tenants' names do not.
+    names.erase(std::remove_if(names.begin(), names.end(),
+                               [&](const std::string& key) {
+                                 auto it = datasets.find(key);
+                                 return it == datasets.end() || !engine::MayUse(caller, it->second);
+                               }),
+                names.end());
+    for (std::string& key : names) key = engine::DatasetNameFor(key, caller.owner);
     if (!caller.admin) {
-      // The node's figures stay (counts, bytes, utilization); other tenants' names do not.
-      auto& names = device.datasets;
-      names.erase(std::remove_if(names.begin(), names.end(),
-                                 [&](const std::string& name) {
-                                   const absl::StatusOr<engine::DatasetMeta> meta =
-                                       engine_->GetDataset(name);
-                                   return !meta.ok() || !engine::MayUse(caller, *meta);
-                                 }),
-                  names.end());
       auto& ids = device.running_jobs;
       ids.erase(std::remove_if(ids.begin(), ids.end(),
                                [&](const std::string& id) {

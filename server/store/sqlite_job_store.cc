@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/page_token.h"
+#include "common/status_macros.h"
 #include "server/convert/convert.h"
 #include "trainerd/v1/jobs.pb.h"
 
@@ -387,6 +390,47 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::OpenOrSetAside(
                          "'; starting with no job history (datasets are kept)");
   }
   return Open(path);
+}
+
+absl::Status SqliteJobStore::RenameDatasets(const std::map<std::string, std::string>& renames) {
+  if (renames.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (absl::Status full = Exec(writer_, path_, "PRAGMA synchronous=FULL", "set durability");
+      !full.ok()) {
+    return full;
+  }
+  Transaction transaction(writer_, path_);
+  TRAINERD_RETURN_IF_ERROR(transaction.begun());
+  // Every record: a validation dataset has no column of its own. Once, when a data folder of an
+  // older version is first opened; bounded by the jobs retention keeps.
+  std::vector<std::tuple<int64_t, std::string, std::string>> rewritten;  // seq, dataset, record
+  {
+    Statement select(writer_, "SELECT seq, record FROM jobs");
+    int step = 0;
+    while ((step = select.Step()) == SQLITE_ROW) {
+      v1::Job job;
+      if (!job.ParseFromString(select.Blob(1))) continue;
+      bool changed = false;
+      for (std::string* name : {job.mutable_spec()->mutable_dataset(),
+                                job.mutable_spec()->mutable_validation_dataset()}) {
+        auto it = renames.find(*name);
+        if (it == renames.end()) continue;
+        *name = it->second;
+        changed = true;
+      }
+      if (changed) {
+        rewritten.emplace_back(select.Int(0), job.spec().dataset(), job.SerializeAsString());
+      }
+    }
+    if (step != SQLITE_DONE) return Error(writer_, path_, "read the jobs to rename datasets");
+  }
+  for (const auto& [seq, dataset, record] : rewritten) {
+    Statement update(writer_, "UPDATE jobs SET dataset = ?2, record = ?3 WHERE seq = ?1");
+    if (update.Bind(1, seq).Bind(2, dataset).BindBlob(3, record).Step() != SQLITE_DONE) {
+      return Error(writer_, path_, "rename a job's dataset");
+    }
+  }
+  return transaction.Commit();
 }
 
 absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {

@@ -56,6 +56,7 @@ class SqliteJobStore final : public engine::JobStore {
   absl::Status DeleteEpochsAfter(const std::string& id, int32_t epoch) override;
   absl::StatusOr<std::vector<std::string>> EndedJobsToPrune(int64_t keep,
                                                             absl::Time ended_before) override;
+  absl::Status RenameDatasets(const std::map<std::string, std::string>& renames) override;
   // A write committed with synchronous=FULL: its fsync of the write-ahead log makes every earlier
   // commit (the epochs' NORMAL ones) durable too.
   absl::Status Sync() override;

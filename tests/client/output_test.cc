@@ -395,6 +395,20 @@ TEST(DatasetDetailsTest, SmallSizeIsShownInBytesOnce) {
   EXPECT_THAT(DatasetDetails(dataset), HasSubstr("\nsize:      512 B\n"));
 }
 
+// Another owner's dataset is shown by the name the daemon gives (OWNER/NAME), with its owner; a
+// copy a leader made for its jobs says so.
+TEST(DatasetDetailsTest, AnotherOwnersCopyForPeersSaysWhatItIs) {
+  v1::Dataset dataset = IrisDataset();
+  dataset.set_name("alice/iris");
+  dataset.set_owner("alice");
+  dataset.set_peer_copy(true);
+  const std::string details = DatasetDetails(dataset);
+  EXPECT_THAT(details, HasSubstr("name:       alice/iris\n"));
+  EXPECT_THAT(details, HasSubstr("\nowner:      alice\n"));
+  EXPECT_THAT(details, HasSubstr("\npeer copy:  yes: another daemon sent it for its jobs here"));
+  EXPECT_THAT(DatasetDetails(IrisDataset()), ::testing::Not(HasSubstr("peer copy")));
+}
+
 TEST(JobListTableTest, RowShowsProgressLossAndShortenedModel) {
   v1::ListJobsResponse response;
   v1::Job* job = response.add_jobs();
@@ -482,7 +496,8 @@ TEST(YamlTest, DatasetIsBlockYamlInFieldOrderWithInt64AsQuotedStrings) {
             "target_min: \"0\"\n"
             "target_max: \"2\"\n"
             "owner: \"\"\n"
-            "shared: false\n");
+            "shared: false\n"
+            "peer_copy: false\n");
 }
 
 TEST(YamlTest, NestedMessagesListsNumbersAndBooleansKeepTheirJsonTypes) {

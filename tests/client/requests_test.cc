@@ -168,10 +168,25 @@ TEST(JobSpecFromFlagsTest, ModelAndTorchScriptTogetherAreRejected) {
 }
 
 TEST(JobSpecFromFlagsTest, BadDatasetNameIsRejected) {
-  const absl::StatusOr<v1::JobSpec> spec =
-      JobSpecFromFlags(Parse({"submit", "--dataset", "../etc", "--model", "linear:1"}));
-  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("../etc"));
+  for (const char* bad : {"alice/..", "a b", "alice/"}) {
+    const absl::StatusOr<v1::JobSpec> spec =
+        JobSpecFromFlags(Parse({"submit", "--dataset", bad, "--model", "linear:1"}));
+    EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(SpecError(Parse({"submit", "--dataset", "iris", "--model", "linear:1",
+                               "--validation-dataset", "alice/x y"})),
+              HasSubstr("x y"));
+}
+
+// Names are per owner: another owner's dataset is OWNER/NAME (its owner may hold '/'), sent as
+// given for the daemon to resolve.
+TEST(JobSpecFromFlagsTest, AnotherOwnersDatasetIsNamedWithItsOwner) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(
+      Parse({"submit", "--dataset", "alice/digits", "--model", "linear:1", "--validation-dataset",
+             "CN=bob/O=Acme/held-out"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->dataset(), "alice/digits");
+  EXPECT_EQ(spec->validation_dataset(), "CN=bob/O=Acme/held-out");
 }
 
 TEST(JobSpecFromFlagsTest, BadModelSpecIsRejectedNamingTheLayer) {

@@ -158,6 +158,41 @@ TEST(ValidateDatasetNameTest, AcceptsNamesOfAllowedCharacters) {
   EXPECT_TRUE(ValidateDatasetName(std::string(128, 'x')).ok());
 }
 
+TEST(ParseDatasetReferenceTest, ABareNameIsTheCallersAndOwnerSlashNameAnothers) {
+  absl::StatusOr<DatasetReference> own = ParseDatasetReference("digits");
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE(own->qualified);
+  EXPECT_EQ(own->name, "digits");
+  absl::StatusOr<DatasetReference> other = ParseDatasetReference("alice/digits");
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->qualified);
+  EXPECT_EQ(other->owner, "alice");
+  EXPECT_EQ(other->name, "digits");
+  // A certificate's subject may hold '/': a name cannot, so the last one splits.
+  absl::StatusOr<DatasetReference> subject = ParseDatasetReference("/O=Acme/CN=alice/digits");
+  ASSERT_TRUE(subject.ok());
+  EXPECT_EQ(subject->owner, "/O=Acme/CN=alice");
+  EXPECT_EQ(subject->name, "digits");
+  // "/NAME": the dataset of that name that has no owner.
+  absl::StatusOr<DatasetReference> unowned = ParseDatasetReference("/digits");
+  ASSERT_TRUE(unowned.ok());
+  EXPECT_TRUE(unowned->qualified);
+  EXPECT_EQ(unowned->owner, "");
+}
+
+TEST(ParseDatasetReferenceTest, RefusesBadNamesAndOwnersWithoutEchoingThem) {
+  for (const std::string& bad :
+       {std::string(""), std::string("alice/"), std::string("alice/.."), std::string("alice/a b"),
+        std::string("al\nice/digits"), std::string(2000, 'o') + "/digits"}) {
+    const absl::Status status = ParseDatasetReference(bad).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_LT(status.message().size(), 300u) << bad;
+  }
+  EXPECT_THAT(ParseDatasetReference(std::string(2000, 'o') + "/digits").status().message(),
+              HasSubstr("(2007 characters)"));
+  EXPECT_TRUE(ParseDatasetReference(std::string(kMaxDatasetOwnerLength, 'o') + "/d").ok());
+}
+
 TEST(ValidateDatasetNameTest, RejectsSpaceAndNamesTheValue) {
   const absl::Status status = ValidateDatasetName("a b");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

@@ -44,6 +44,7 @@ using ::testing::HasSubstr;
 
 constexpr char kLeaderToken[] = "0123456789abcdef0123456789abcdef-leader";
 constexpr char kUserToken[] = "0123456789abcdef0123456789abcdef-user00";
+constexpr char kOtherToken[] = "0123456789abcdef0123456789abcdef-other0";
 
 // A port free now (bound, read and closed): the daemons must know each other's before starting.
 int FreePort() {
@@ -67,10 +68,11 @@ class PeersEndToEndTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
-    tokens_ = Write("tokens",
-                    std::string("leader:") + kLeaderToken + " admin\nuser:" + kUserToken + "\n");
+    tokens_ = Write("tokens", std::string("leader:") + kLeaderToken + " admin\nuser:" + kUserToken +
+                                  "\nother:" + kOtherToken + "\n");
     leader_token_ = Write("leader.token", std::string("leader:") + kLeaderToken + "\n");
     user_token_ = Write("user.token", std::string(kUserToken) + "\n");
+    other_token_ = Write("other.token", std::string(kOtherToken) + "\n");
   }
   void TearDown() override {
     daemons_.clear();
@@ -130,13 +132,16 @@ class PeersEndToEndTest : public ::testing::Test {
     ASSERT_THAT(line, HasSubstr("listening on")) << line;
   }
 
-  RunResult Ctl(int i, std::vector<std::string> args) {
-    args.insert(args.begin(), {TRAINCTL_BIN, "--addr", addresses_[i], "--token-file", user_token_});
+  RunResult Ctl(int i, std::vector<std::string> args) { return CtlAs(user_token_, i, args); }
+  RunResult CtlAs(const std::string& token_file, int i, std::vector<std::string> args) {
+    args.insert(args.begin(), {TRAINCTL_BIN, "--addr", addresses_[i], "--token-file", token_file});
     return e2e::Run(args);
   }
 
-  // `rows` rows of y = sin(x0 + x1) + x2 * x3 as CSV, uploaded to each daemon of `to`.
-  void Upload(const std::vector<int>& to, int rows = 240, const std::string& name = "waves") {
+  // `rows` rows of y = sin(x0 + x1) + x2 * x3 as CSV, uploaded to each daemon of `to` as the
+  // caller of `token_file` (the user's when empty).
+  void Upload(const std::vector<int>& to, int rows = 240, const std::string& name = "waves",
+              const std::string& token_file = "") {
     std::mt19937 rng(5);
     std::normal_distribution<double> normal(0.0, 1.0);
     std::string csv = "a,b,c,d,y\n";
@@ -149,7 +154,8 @@ class PeersEndToEndTest : public ::testing::Test {
     }
     const std::string path = Write(name + ".csv", csv);
     for (int i : to) {
-      RunResult up = Ctl(i, {"dataset", "upload", name, path});
+      RunResult up = CtlAs(token_file.empty() ? user_token_ : token_file, i,
+                           {"dataset", "upload", name, path});
       ASSERT_EQ(up.exit_code, 0) << up.err;
     }
   }
@@ -229,6 +235,7 @@ class PeersEndToEndTest : public ::testing::Test {
   std::string tokens_;
   std::string leader_token_;
   std::string user_token_;
+  std::string other_token_;
   std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<Daemon>> daemons_;
 };
@@ -428,8 +435,9 @@ TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerCancelsOrFailsThereAndANodeW
       "16",    "--engine",  "libtorch", "--nodes"};
   auto dataset_on = [&](int i) {
     v1::Dataset dataset;
+    // The submitter's dataset, as the leader's admin identity names it.
     RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[i], "--token-file", leader_token_,
-                              "-o", "json", "dataset", "get", "waves"});
+                              "-o", "json", "dataset", "get", "user/waves"});
     EXPECT_EQ(got.exit_code, 0) << got.err;
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &dataset).ok()) << got.out;
     return dataset;
@@ -445,7 +453,9 @@ TEST_F(PeersEndToEndTest, ASpreadSweepsMemberOnAPeerCancelsOrFailsThereAndANodeW
   const v1::Dataset copied = dataset_on(2);
   EXPECT_EQ(copied.sha256(), on_leader.sha256());
   EXPECT_EQ(copied.row_count(), 6000);
-  EXPECT_EQ(copied.owner(), "leader");  // the leader's identity there
+  EXPECT_EQ(copied.owner(), "user");  // the submitter's there, as a copy for peer jobs
+  EXPECT_TRUE(copied.peer_copy());
+  EXPECT_FALSE(on_leader.peer_copy());
   const std::string leader_log = daemons_[0]->Stderr();
   size_t copies = 0;
   for (size_t at = leader_log.find("sent to peer"); at != std::string::npos;
@@ -600,9 +610,9 @@ TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
   EXPECT_THAT(other.err, HasSubstr("dataset 'waves' on peer " + addresses_[2]));
   EXPECT_THAT(other.err, HasSubstr("is not this daemon's"));
   {
-    // Nothing of the dataset there is shown (it may be another tenant's): not its SHA-256.
+    // Nothing of the dataset there is shown: not its SHA-256.
     RunResult there = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[2], "--token-file",
-                                leader_token_, "-o", "json", "dataset", "get", "waves"});
+                                leader_token_, "-o", "json", "dataset", "get", "user/waves"});
     v1::Dataset theirs;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(there.out, &theirs).ok()) << there.out;
     ASSERT_EQ(theirs.sha256().size(), 64u);
@@ -623,17 +633,20 @@ TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
   EXPECT_NE(down.exit_code, 0);
   EXPECT_THAT(down.err, HasSubstr("peer " + addresses_[2] + " cannot be reached"));
 
-  // A leader whose token the peer does not accept as an admin's.
+  // A leader whose token the peer does not accept as an admin's: refused at submit, before
+  // anything is sent there (a tenant's token could upload in that tenant's name only).
   const std::string wrong = Write("wrong.token", std::string("user:") + kUserToken + "\n");
   daemons_[0].reset();
   Start(0, {"--peer_token_file=" + wrong});
-  RunResult refused = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[1]}));
-  EXPECT_EQ(refused.exit_code, 0) << refused.err;  // the dataset check needs no admin
-  const v1::Job job = WaitFor(0, refused.out.substr(0, refused.out.find('\n')), 99, 30);
-  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(job.error(), HasSubstr("rank 1"));
-  EXPECT_THAT(job.error(), HasSubstr("refused this daemon's credentials"));
-  EXPECT_THAT(job.error(), HasSubstr("admin"));
+  Upload({0}, 240, "unsent");
+  RunResult refused = Ctl(0, {"submit", "--dataset", "unsent", "--model", "linear:1", "--epochs",
+                              "1", "--replicas", "2", "--nodes", addresses_[1]});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_THAT(refused.err, HasSubstr("does not take this daemon's peer credentials as an admin's"));
+  EXPECT_THAT(refused.err, HasSubstr("--peer_token_file"));
+  EXPECT_THAT(Ctl(0, {"job", "list", "--all"}).out, ::testing::Not(HasSubstr("job-")));
+  RunResult peers_datasets = Ctl(1, {"dataset", "list", "-o", "name"});
+  EXPECT_THAT(peers_datasets.out, ::testing::Not(HasSubstr("unsent"))) << peers_datasets.out;
 
   RunResult list = Ctl(1, {"job", "list"});
   EXPECT_EQ(list.exit_code, 0) << list.err;  // the peer serves on
@@ -650,6 +663,97 @@ TEST_F(PeersEndToEndTest, WhatThePeersCannotRunIsRefusedAtSubmitNamingThePeer) {
   EXPECT_EQ(trained.state(), v1::JOB_STATE_SUCCEEDED) << trained.error();
   ASSERT_EQ(trained.ranks_size(), 2);
   EXPECT_EQ(trained.ranks(1).node(), addresses_[1]);
+}
+
+// Admission and the tenant's quotas come first: at her job quota on the leader, a submit with
+// nodes is refused before anything reaches the peer. Once admitted, the dataset goes to the peer
+// as her copy there (in her names, marked a copy for peer jobs, under her quotas there: at her
+// dataset quota there the submit is refused naming it), and the peer deletes the copy once no job
+// has used it for its --peer_copy_retention (8 s here).
+TEST_F(PeersEndToEndTest, CopiesToAPeerComeAfterAdmissionAreTheTenantsAndGoWhenIdle) {
+  for (int i = 0; i < 2; ++i) addresses_.push_back("127.0.0.1:" + std::to_string(FreePort()));
+  daemons_.resize(2);
+  Start(0, {"--max_jobs_per_caller=1"});
+  Start(1, {"--peer_copy_retention=8s", "--max_datasets_per_caller=1"});
+  Upload({0});
+  Upload({0}, 240, "solo");
+  const std::vector<std::string> on_solo = {
+      "submit",   "--dataset",  "solo",   "--model", "linear:8,tanh,linear:1",
+      "--epochs", "2",          "--seed", "4",       "--engine",
+      "libtorch", "--replicas", "2",      "--nodes", addresses_[1]};
+  auto peers_datasets = [&](const std::string& token_file) {
+    return CtlAs(token_file, 1, {"dataset", "list", "-o", "name"}).out;
+  };
+  // At her quota (one long job): refused on the leader, and nothing was sent.
+  const std::string blocker = Submit(0, {"--epochs", "100000"});
+  RunResult at_quota = Ctl(0, on_solo);
+  EXPECT_NE(at_quota.exit_code, 0);
+  EXPECT_THAT(at_quota.err, HasSubstr("--max_jobs_per_caller"));
+  EXPECT_EQ(peers_datasets(leader_token_), "") << "the peer got something";
+  EXPECT_EQ(Ctl(0, {"job", "cancel", blocker}).exit_code, 0);
+  WaitFor(0, blocker, 1 << 30, 30);
+
+  // Admitted: the copy is hers there.
+  RunResult sent = Ctl(0, on_solo);
+  ASSERT_EQ(sent.exit_code, 0) << sent.err;
+  const v1::Job trained = WaitFor(0, sent.out.substr(0, sent.out.find('\n')), 1 << 30, 60);
+  EXPECT_EQ(trained.state(), v1::JOB_STATE_SUCCEEDED) << trained.error();
+  EXPECT_EQ(trained.spec().node_dataset(), "user/solo");
+  RunResult copy = Ctl(1, {"-o", "json", "dataset", "get", "solo"});
+  v1::Dataset there;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(copy.out, &there).ok()) << copy.out;
+  EXPECT_EQ(there.owner(), "user");
+  EXPECT_TRUE(there.peer_copy());
+  EXPECT_EQ(peers_datasets(leader_token_), "user/solo\n");
+  // Her dataset quota there holds: a second dataset of hers cannot be sent.
+  RunResult over = Ctl(0, SpecFlags({"--replicas", "2", "--nodes", addresses_[1]}));
+  EXPECT_NE(over.exit_code, 0);
+  EXPECT_THAT(over.err, HasSubstr("--max_datasets_per_caller"));
+  EXPECT_THAT(over.err, HasSubstr("dataset 'waves' is not on peer " + addresses_[1]));
+
+  // Idle for 8 s, the copy goes.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (peers_datasets(user_token_) != "" && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_EQ(peers_datasets(user_token_), "");
+  EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("a copy a peer made for its jobs, deleted"));
+}
+
+// Names are per tenant on a peer too: another tenant's "waves" there, with other bytes, does not
+// refuse (nor otherwise tell) the user anything when her own "waves" is sent there; a dataset
+// another tenant shared with her on the leader goes there as hers, under a name of its own.
+TEST_F(PeersEndToEndTest, APeerTellsATenantNothingOfAnotherTenantsDatasets) {
+  StartAll(2);
+  Upload({1}, 100, "waves", other_token_);  // other's, on the peer only
+  Upload({0});                              // the user's, on the leader only
+  const v1::Job own = Train(0, {"--replicas", "2", "--nodes", addresses_[1]});
+  EXPECT_EQ(own.state(), v1::JOB_STATE_SUCCEEDED) << own.error();
+  EXPECT_EQ(own.spec().dataset(), "waves");
+  EXPECT_EQ(own.spec().node_dataset(), "user/waves");
+  RunResult others = CtlAs(other_token_, 1, {"-o", "json", "dataset", "get", "waves"});
+  v1::Dataset theirs;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(others.out, &theirs).ok()) << others.out;
+  EXPECT_EQ(theirs.row_count(), 100);  // untouched
+  EXPECT_FALSE(theirs.peer_copy());
+
+  // Other's dataset shared with her on the leader: sent as hers, named with its checksum.
+  Upload({0}, 300, "shared", other_token_);
+  ASSERT_EQ(CtlAs(other_token_, 0, {"dataset", "share", "shared"}).exit_code, 0);
+  RunResult described = Ctl(0, {"-o", "json", "dataset", "get", "other/shared"});
+  v1::Dataset shared;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(described.out, &shared).ok())
+      << described.out;
+  RunResult run = Ctl(0, {"submit", "--dataset", "other/shared", "--model", "linear:1", "--epochs",
+                          "1", "--replicas", "2", "--nodes", addresses_[1]});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const v1::Job on_shared = WaitFor(0, run.out.substr(0, run.out.find('\n')), 1 << 30, 60);
+  EXPECT_EQ(on_shared.state(), v1::JOB_STATE_SUCCEEDED) << on_shared.error();
+  EXPECT_EQ(on_shared.spec().dataset(), "other/shared");
+  const std::string copy_name = "shared-" + shared.sha256().substr(0, 16);
+  EXPECT_EQ(on_shared.spec().node_dataset(), "user/" + copy_name);
+  EXPECT_EQ(CtlAs(user_token_, 1, {"dataset", "list", "-o", "name"}).out, copy_name + "\nwaves\n");
+  EXPECT_EQ(CtlAs(other_token_, 1, {"dataset", "list", "-o", "name"}).out, "waves\n");
 }
 
 // A peer killed mid-job: the leader's job fails within the bounded time naming the rank; both

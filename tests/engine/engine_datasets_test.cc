@@ -1,5 +1,6 @@
 // Datasets through the Engine: uploads (staging, byte count, checksum, NaN scan, names, limits),
 // persistence across restarts (and the quarantine of damaged files), and deletion.
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,10 +11,13 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
 #include "common/table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/engine.h"
 #include "tests/engine/engine_test_support.h"
 
@@ -671,6 +675,125 @@ TEST_F(DatasetDeleteTest, EndedJobKeepsItsHistoryAfterItsDatasetIsDeleted) {
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->state, JobState::kSucceeded);
   EXPECT_EQ(Losses(*after), Losses(*job));
+}
+
+// --- Names per owner, copies for peers ---
+
+class DatasetOwnersTest : public EngineFixture {
+ protected:
+  // Uploads `table` as `owner` (a tenant unless `admin`), as a copy for peers when `peer_copy`.
+  absl::StatusOr<DatasetMeta> UploadAs(const std::string& owner, const std::string& name,
+                                       const Table& table, bool peer_copy = false) {
+    CallContext caller;
+    caller.owner = owner;
+    caller.admin = false;
+    absl::StatusOr<std::unique_ptr<UploadSession>> upload =
+        engine_->BeginUpload(HeaderFor(name, table), caller, peer_copy);
+    if (!upload.ok()) return upload.status();
+    TRAINERD_RETURN_IF_ERROR((*upload)->Append(EncodePayload(table)));
+    return engine_->CommitUpload(*std::move(upload));
+  }
+  static CallContext Tenant(const std::string& name) {
+    CallContext caller;
+    caller.owner = name;
+    caller.admin = false;
+    return caller;
+  }
+  std::string OwnedPath(const std::string& owner, const std::string& name) const {
+    return absl::StrCat(dir_.path(), "/datasets/", OwnerFolder(owner), "/", name, ".trds");
+  }
+};
+
+// Two owners' "digits" are two datasets, each in its owner's folder, each its owner's by the bare
+// name and the other's only as "OWNER/NAME" when shared; a restart keeps them apart.
+TEST_F(DatasetOwnersTest, TwoOwnersEachHaveADatasetOfTheSameName) {
+  ASSERT_TRUE(UploadAs("alice", "digits", SeedTable(10)).ok());
+  ASSERT_TRUE(UploadAs("bob", "digits", test_support::ClassTable(6, 0, 2)).ok());
+  EXPECT_EQ(UploadAs("bob", "digits", SeedTable(4)).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(std::filesystem::exists(OwnedPath("alice", "digits")));
+  EXPECT_TRUE(std::filesystem::exists(OwnedPath("bob", "digits")));
+  for (int start = 0; start < 2; ++start) {
+    EXPECT_EQ(engine_->GetDataset("digits", Tenant("alice"))->rows, 10);
+    EXPECT_EQ(engine_->GetDataset("digits", Tenant("bob"))->rows, 6);
+    const absl::StatusOr<DatasetMeta> hidden = engine_->GetDataset("alice/digits", Tenant("bob"));
+    EXPECT_EQ(hidden.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(hidden.status().message(), "dataset 'alice/digits' not found");
+    // An admin names each with its owner (the default caller is the local admin, unnamed).
+    EXPECT_EQ(engine_->GetDataset("bob/digits")->target_dtype, TargetDType::kInt64);
+    EXPECT_EQ(engine_->GetDataset("digits").status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(DatasetNameFor(DatasetKeyOf(*engine_->GetDataset("bob/digits")), "alice"),
+              "bob/digits");
+    engine_.reset();
+    engine_ = StartEngine(Options());
+    ASSERT_NE(engine_, nullptr);
+  }
+  ASSERT_TRUE(engine_->ShareDataset("digits", true, Tenant("alice")).ok());
+  EXPECT_EQ(engine_->GetDataset("alice/digits", Tenant("bob"))->owner, "alice");
+  // Each trains on its own "digits": a class loss fits only bob's.
+  JobSpec classes = SeedSpec("digits");
+  classes.model = "linear:3";
+  classes.loss = LossKind::kCrossEntropy;
+  classes.epochs = 1;
+  EXPECT_TRUE(engine_->SubmitJob(classes, Tenant("bob")).ok());
+  EXPECT_EQ(engine_->SubmitJob(classes, Tenant("alice")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  JobSpec regression = SeedSpec("alice/digits");
+  regression.epochs = 1;
+  absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(regression, Tenant("bob"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec.dataset, "alice/digits");  // the key, whoever submitted
+  EXPECT_EQ(WaitForEnd(*engine_, job->id)->state, JobState::kSucceeded);
+}
+
+// An owner's folder is one path segment that no owner's name can turn into another place.
+TEST(OwnerFolderTest, EveryOwnerGetsOneSafeFolderOfItsOwn) {
+  EXPECT_EQ(OwnerFolder("alice"), "alice");
+  EXPECT_EQ(OwnerFolder("CN=alice,O=Acme"), "CN=alice,O=Acme");
+  EXPECT_EQ(OwnerFolder("a/b"), "a%2Fb");
+  EXPECT_EQ(OwnerFolder(".."), "%2E.");
+  EXPECT_EQ(OwnerFolder(".hidden"), "%2Ehidden");
+  EXPECT_EQ(OwnerFolder("100%"), "100%25");
+  const std::string long_owner(300, 'x');
+  const std::string folder = OwnerFolder(long_owner);
+  EXPECT_LT(folder.size(), 255u);
+  EXPECT_EQ(folder, std::string(64, 'x') + "~" + Sha256Hex(long_owner));
+  EXPECT_NE(OwnerFolder(long_owner + "y"), folder);
+}
+
+// A copy made for a peer's jobs goes once no job has used it for the retention; its clock is the
+// file's modification time, which a restart reads back. (A queued job's copy stays:
+// JobRecordsTest.AQueuedJobsCopyForPeersOutlivesTheRetention.)
+TEST_F(DatasetOwnersTest, IdleCopiesForPeersAreRemovedAfterTheRetentionAcrossARestart) {
+  EngineOptions options = Options();
+  options.peer_copy_retention = absl::Hours(1);
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_TRUE(UploadAs("alice", "idle", SeedTable(10), /*peer_copy=*/true).ok());
+  ASSERT_TRUE(UploadAs("alice", "own", SeedTable(10)).ok());
+  EXPECT_TRUE(engine_->GetDataset("alice/idle")->peer_copy);
+  EXPECT_FALSE(engine_->GetDataset("alice/own")->peer_copy);
+  EXPECT_EQ(engine_->RemoveIdlePeerCopies(), 0);  // just made
+  engine_.reset();
+  // Two hours idle, as the files say.
+  const auto two_hours_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(2);
+  for (const char* name : {"idle", "own"}) {
+    std::filesystem::last_write_time(OwnedPath("alice", name), two_hours_ago);
+  }
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+  engine_->RemoveIdlePeerCopies();  // (the I/O thread may have been first: either way)
+  EXPECT_EQ(engine_->GetDataset("alice/idle").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(OwnedPath("alice", "idle")));
+  EXPECT_TRUE(engine_->GetDataset("alice/own").ok());  // not a copy
+  // Without a retention, copies stay.
+  ASSERT_TRUE(UploadAs("alice", "kept", SeedTable(10), /*peer_copy=*/true).ok());
+  engine_.reset();
+  std::filesystem::last_write_time(OwnedPath("alice", "kept"), two_hours_ago);
+  options.peer_copy_retention = absl::ZeroDuration();
+  engine_ = StartEngine(options);
+  EXPECT_EQ(engine_->RemoveIdlePeerCopies(), 0);
+  EXPECT_TRUE(engine_->GetDataset("alice/kept").ok());
 }
 
 }  // namespace

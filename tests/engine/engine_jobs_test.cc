@@ -58,13 +58,13 @@ class JobSubmitTest : public EngineFixture {
 // Without a job store (records in memory), as with one (tests/service/request_id_test.cc).
 TEST_F(JobSubmitTest, ARepeatedRequestIdGetsItsJobOrSweepBackAndAnotherDigestIsRefused) {
   CallContext caller;
-  caller.owner = "alice";
+  caller.owner = "alice";  // an admin with a name: "/seed" is the dataset without an owner
   caller.request_id = "r-1";
   caller.request_digest = "digest-a";
-  absl::StatusOr<JobSnapshot> first = engine_->SubmitJob(SeedSpec("seed"), caller);
+  absl::StatusOr<JobSnapshot> first = engine_->SubmitJob(SeedSpec("/seed"), caller);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(first->request_id, "r-1");
-  absl::StatusOr<JobSnapshot> again = engine_->SubmitJob(SeedSpec("seed"), caller);
+  absl::StatusOr<JobSnapshot> again = engine_->SubmitJob(SeedSpec("/seed"), caller);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->id, first->id);
   // Found before anything else is checked: the spec is not read again.
@@ -73,11 +73,11 @@ TEST_F(JobSubmitTest, ARepeatedRequestIdGetsItsJobOrSweepBackAndAnotherDigestIsR
 
   CallContext other = caller;
   other.request_digest = "digest-b";
-  EXPECT_EQ(engine_->SubmitJob(SeedSpec("seed"), other).status().code(),
+  EXPECT_EQ(engine_->SubmitJob(SeedSpec("/seed"), other).status().code(),
             absl::StatusCode::kAlreadyExists);
   CallContext bob = caller;
   bob.owner = "bob";
-  absl::StatusOr<JobSnapshot> bobs = engine_->SubmitJob(SeedSpec("seed"), bob);
+  absl::StatusOr<JobSnapshot> bobs = engine_->SubmitJob(SeedSpec("/seed"), bob);
   ASSERT_TRUE(bobs.ok()) << bobs.status();
   EXPECT_NE(bobs->id, first->id);
 
@@ -85,9 +85,10 @@ TEST_F(JobSubmitTest, ARepeatedRequestIdGetsItsJobOrSweepBackAndAnotherDigestIsR
   sweep_call.request_id = "r-2";
   SweepAxes axes;
   axes.learning_rates = {0.1, 0.2, 0.3};
-  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(SeedSpec("seed"), axes, sweep_call);
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(SeedSpec("/seed"), axes, sweep_call);
   ASSERT_TRUE(sweep.ok()) << sweep.status();
-  absl::StatusOr<SweepSnapshot> repeated = engine_->SubmitSweep(SeedSpec("seed"), axes, sweep_call);
+  absl::StatusOr<SweepSnapshot> repeated =
+      engine_->SubmitSweep(SeedSpec("/seed"), axes, sweep_call);
   ASSERT_TRUE(repeated.ok()) << repeated.status();
   EXPECT_EQ(repeated->id, sweep->id);
   ASSERT_EQ(repeated->members.size(), 3u);

@@ -112,10 +112,12 @@ TEST_F(EngineLimitsTest, TheUploaderIsRecordedAndSurvivesARestart) {
   ASSERT_TRUE(upload.ok());
   ASSERT_TRUE((*upload)->Append(EncodePayload(table)).ok());
   ASSERT_TRUE(engine_->CommitUpload(*std::move(upload)).ok());
-  EXPECT_EQ(engine_->GetDataset("seed")->owner, "alice \"the\" admin");
+  // Its own by the bare name; anyone else's (here the unnamed local admin's) as OWNER/NAME.
+  EXPECT_EQ(engine_->GetDataset("seed", caller)->owner, "alice \"the\" admin");
   engine_.reset();
   engine_ = StartEngine(Options());
-  EXPECT_EQ(engine_->GetDataset("seed")->owner, "alice \"the\" admin");
+  EXPECT_EQ(engine_->GetDataset("seed", caller)->owner, "alice \"the\" admin");
+  EXPECT_EQ(engine_->GetDataset("alice \"the\" admin/seed")->owner, "alice \"the\" admin");
 }
 
 // ---- Submit's bounds -------------------------------------------------------------------------

@@ -3,10 +3,12 @@
 // running or queued when the engine stopped is taken up again at the next start, resuming from its
 // last checkpoint exactly (the same losses, bit for bit, as the same job never interrupted).
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <new>
 #include <stdexcept>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
@@ -27,6 +30,7 @@
 namespace trainerd::engine {
 namespace {
 
+using test_support::BlockerSpec;
 using test_support::EngineFixture;
 using test_support::EventRecorder;
 using test_support::kWaitTimeout;
@@ -490,6 +494,108 @@ TEST_F(JobRecordsTest, JobThatCannotRunAgainFailsWithTheReason) {
   EXPECT_EQ(job->state, JobState::kFailed);
   EXPECT_THAT(job->error, HasSubstr("cannot run again after the daemon restarted"));
   EXPECT_THAT(job->error, HasSubstr("seed"));
+}
+
+// Uploads `table` as `owner`'s `name` (a tenant's upload), a copy for peers when `peer_copy`.
+absl::Status UploadAs(Engine& engine, const std::string& owner, const std::string& name,
+                      const Table& table, bool peer_copy = false) {
+  CallContext caller;
+  caller.owner = owner;
+  caller.admin = false;
+  absl::StatusOr<std::unique_ptr<UploadSession>> upload =
+      engine.BeginUpload(test_support::HeaderFor(name, table), caller, peer_copy);
+  if (!upload.ok()) return upload.status();
+  TRAINERD_RETURN_IF_ERROR((*upload)->Append(EncodePayload(table)));
+  return engine.CommitUpload(*std::move(upload)).status();
+}
+
+// A data folder of the version before names were per owner: every dataset as
+// datasets/<name>.trds (alice's "digits" among them, next to "seed", which has no owner), and the
+// records naming them by bare name (bob's queued job on alice's shared "digits", validated on it
+// too). The start rewrites the records to the key "alice/digits", moves the file into alice's
+// folder, and takes bob's job up on that very dataset; "seed" stays as it was. A second start
+// changes nothing.
+TEST_F(JobRecordsTest, AnOlderFlatDataFolderIsMigratedToNamesPerOwner) {
+  ASSERT_TRUE(UploadAs(*engine_, "alice", "digits", SeedTable(100)).ok());
+  engine_.reset();
+  const std::string owned = dir_.path() + "/datasets/alice/digits.trds";
+  const std::string flat = DatasetPath("digits");
+  ASSERT_EQ(std::rename(owned.c_str(), flat.c_str()), 0);
+  ASSERT_EQ(::rmdir((dir_.path() + "/datasets/alice").c_str()), 0);
+  {
+    absl::StatusOr<std::unique_ptr<store::SqliteJobStore>> store =
+        store::SqliteJobStore::Open(dir_.path() + "/jobs.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    JobSnapshot job;
+    job.id = "job-from-before";
+    job.owner = "bob";
+    job.state = JobState::kQueued;
+    job.spec = SeedSpec("digits");
+    job.spec.validation_dataset = "digits";
+    job.spec.epochs = 2;
+    job.device = "cpu";
+    job.create_time = absl::Now();
+    ASSERT_TRUE((*store)->SaveJob(job).ok());
+    JobSnapshot unowned = job;
+    unowned.id = "job-on-seed";
+    unowned.state = JobState::kSucceeded;
+    unowned.spec = SeedSpec("seed");
+    unowned.end_time = absl::Now();
+    ASSERT_TRUE((*store)->SaveJob(unowned).ok());
+  }
+  Restart();
+  EXPECT_TRUE(FileExists(owned));
+  EXPECT_FALSE(FileExists(flat));
+  EXPECT_TRUE(FileExists(DatasetPath("seed")));
+  absl::StatusOr<JobSnapshot> ended = WaitForEnd(*engine_, "job-from-before");
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kSucceeded) << ended->error;
+  EXPECT_EQ(ended->spec.dataset, "alice/digits");
+  EXPECT_EQ(ended->spec.validation_dataset, "alice/digits");
+  EXPECT_THAT(ended->epochs, SizeIs(2));
+  Restart();
+  EXPECT_EQ(engine_->GetJob("job-from-before")->spec.dataset, "alice/digits");
+  EXPECT_EQ(engine_->GetJob("job-on-seed")->spec.dataset, "seed");
+  EXPECT_EQ(engine_->GetDataset("alice/digits")->owner, "alice");
+  JobQuery on_digits;
+  on_digits.dataset = "alice/digits";
+  absl::StatusOr<JobPage> listed = engine_->ListJobs(on_digits);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_THAT(listed->jobs, SizeIs(1));
+  EXPECT_EQ(listed->jobs[0].id, "job-from-before");
+}
+
+// A copy for peers that a queued job names stays past the retention, across a restart (the job
+// is taken up before the first removal runs), and its clock starts again when the job is done.
+TEST_F(JobRecordsTest, AQueuedJobsCopyForPeersOutlivesTheRetention) {
+  EngineOptions options = DurableOptions();
+  options.peer_copy_retention = absl::Hours(1);
+  Restart(options);
+  ASSERT_TRUE(UploadAs(*engine_, "alice", "queued", SeedTable(50), /*peer_copy=*/true).ok());
+  ASSERT_TRUE(UploadAs(*engine_, "alice", "idle", SeedTable(50), /*peer_copy=*/true).ok());
+  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("seed"));
+  JobSpec spec = SeedSpec("alice/queued");
+  spec.epochs = 1;
+  absl::StatusOr<JobSnapshot> waiting = engine_->SubmitJob(spec);
+  ASSERT_TRUE(blocker.ok() && waiting.ok());
+  engine_.reset();
+  const auto two_hours_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(2);
+  for (const char* name : {"queued", "idle"}) {
+    std::filesystem::last_write_time(dir_.path() + "/datasets/alice/" + name + ".trds",
+                                     two_hours_ago);
+  }
+  options = DurableOptions();
+  options.peer_copy_retention = absl::Hours(1);
+  Restart(options);
+  engine_->RemoveIdlePeerCopies();
+  EXPECT_EQ(engine_->GetDataset("alice/idle").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(engine_->GetDataset("alice/queued").ok());
+  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
+  absl::StatusOr<JobSnapshot> done = WaitForEnd(*engine_, waiting->id);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->state, JobState::kSucceeded) << done->error;
+  EXPECT_EQ(engine_->RemoveIdlePeerCopies(), 0);  // used a moment ago
+  EXPECT_TRUE(engine_->GetDataset("alice/queued").ok());
 }
 
 // An observer that throws once, at the first job's second epoch.

@@ -379,8 +379,9 @@ TEST_F(SubmitModuleTest, ModulesCanBeTurnedOff) {
 TEST_F(SubmitModuleTest, TheCallerIsRecordedOnTheJob) {
   CallContext caller;
   caller.owner = "alice";
-  const absl::StatusOr<JobSnapshot> job =
-      engine_->SubmitJob(ModuleSpec(Save(MakeModule(kLinearForward))), caller);
+  JobSpec spec = ModuleSpec(Save(MakeModule(kLinearForward)));
+  spec.dataset = "/seed";  // the dataset without an owner, as a caller with a name names it
+  const absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(spec, caller);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->owner, "alice");
   EXPECT_EQ(job->spec.model,

@@ -332,10 +332,18 @@ std::vector<Attack> Attacks() {
                      },
                      kInvalid, "over the limit of 1048576 bytes"});
   // ---- The other dataset calls ----
+  // "OWNER/NAME" names another owner's dataset: an owner is never a path (OwnerFolder escapes
+  // it), so a traversal is only an owner nobody is.
   attacks.push_back({"GetDatasetTraversal",
                      [](H* t) {
                        v1::Dataset dataset;
                        return t->GetDataset("../datasets/canary", &dataset);
+                     },
+                     grpc::StatusCode::NOT_FOUND, "dataset '../datasets/canary' not found"});
+  attacks.push_back({"GetDatasetTraversalInTheName",
+                     [](H* t) {
+                       v1::Dataset dataset;
+                       return t->GetDataset("alice/..", &dataset);
                      },
                      kInvalid, "is invalid"});
   attacks.push_back({"GetDatasetHugeName",
@@ -345,7 +353,7 @@ std::vector<Attack> Attacks() {
                      },
                      kInvalid, "(1048576 characters) is invalid"});
   attacks.push_back({"DeleteDatasetTraversal", [](H* t) { return t->DeleteDataset("../models/x"); },
-                     kInvalid, "is invalid"});
+                     grpc::StatusCode::NOT_FOUND, "dataset '../models/x' not found"});
   attacks.push_back({"DeleteDatasetEmptyName", [](H* t) { return t->DeleteDataset(""); }, kInvalid,
                      "is invalid"});
   // ---- SubmitJob: every field ----
@@ -403,8 +411,12 @@ std::vector<Attack> Attacks() {
                      kInvalid, "nodes '*' stands for every peer: give it alone"});
   attacks.push_back({"SubmitUnknownDataset", spoil([](v1::JobSpec* s) { s->set_dataset("nope"); }),
                      grpc::StatusCode::NOT_FOUND, "dataset 'nope' not found"});
+  // ("OWNER/NAME": an owner nobody is, not a path.)
   attacks.push_back({"SubmitDatasetTraversal",
-                     spoil([](v1::JobSpec* s) { s->set_dataset("../canary"); }), kInvalid,
+                     spoil([](v1::JobSpec* s) { s->set_dataset("../canary"); }),
+                     grpc::StatusCode::NOT_FOUND, "dataset '../canary' not found"});
+  attacks.push_back({"SubmitDatasetTraversalInTheName",
+                     spoil([](v1::JobSpec* s) { s->set_dataset("canary/.."); }), kInvalid,
                      "is invalid"});
   attacks.push_back({"SubmitModelDoesNotParse",
                      spoil([](v1::JobSpec* s) { s->set_model("linear:abc"); }), kInvalid,
@@ -469,8 +481,8 @@ std::vector<Attack> Attacks() {
                      spoil([](v1::JobSpec* s) { s->set_validation_dataset("no-such-x"); }),
                      grpc::StatusCode::NOT_FOUND, "validation dataset"});
   attacks.push_back({"SubmitValidationDatasetTraversal",
-                     spoil([](v1::JobSpec* s) { s->set_validation_dataset("../x"); }), kInvalid,
-                     "is invalid"});
+                     spoil([](v1::JobSpec* s) { s->set_validation_dataset("../x"); }),
+                     grpc::StatusCode::NOT_FOUND, "validation dataset '../x' not found"});
   attacks.push_back({"SubmitUnknownPrecision", spoil([](v1::JobSpec* s) {
                        s->set_precision(static_cast<v1::Precision>(42));
                      }),

@@ -252,8 +252,9 @@ class ReceivingPeer final : public v1::DatasetService::Service {
 };
 
 // CopyDataset sends the file's payload (from its offset, in chunks of at most 1 MiB) with the
-// header's values and SHA-256; a peer that answers with another SHA-256 is DATA_LOSS naming
-// both, and a file shorter than its header says is INTERNAL, sent no further.
+// header's values and SHA-256, under the name it is given there, marked a copy for peer jobs; a
+// peer that answers with another SHA-256 is DATA_LOSS naming both, and a file shorter than its
+// header says is INTERNAL, sent no further.
 TEST(PeerClientTest, ADatasetIsSentFromItsFileAndItsChecksumIsHeldAgainstThePeers) {
   const std::string path = ::testing::TempDir() + "peer_client_test_dataset.trds";
   const int64_t offset = 4096;
@@ -271,7 +272,7 @@ TEST(PeerClientTest, ADatasetIsSentFromItsFileAndItsChecksumIsHeldAgainstThePeer
     std::unique_ptr<grpc::Server> server = ServePeer(peer, &options.peers);
     absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
     EXPECT_TRUE(client.ok()) << client.status();
-    absl::Status copied = (*client)->CopyDataset(options.peers, sent, path, offset);
+    absl::Status copied = (*client)->CopyDataset(options.peers, "user/waves", sent, path, offset);
     server->Shutdown();
     return copied;
   };
@@ -279,7 +280,8 @@ TEST(PeerClientTest, ADatasetIsSentFromItsFileAndItsChecksumIsHeldAgainstThePeer
   EXPECT_TRUE(copy(&honest, meta).ok());
   EXPECT_EQ(honest.payload, payload);
   EXPECT_EQ(honest.chunks, 3);
-  EXPECT_EQ(honest.header.name(), "waves");
+  EXPECT_EQ(honest.header.name(), "user/waves");  // the submitter's there
+  EXPECT_TRUE(honest.header.for_peer_jobs());
   EXPECT_EQ(honest.header.row_count(), 1000);
   EXPECT_EQ(honest.header.sha256(), meta.sha256);
   ASSERT_EQ(honest.header.feature_shape_size(), 1);

@@ -246,7 +246,8 @@ class MemberOnAPeerTest : public RequestIdTest {
   }
   static engine::RemoteJobRequest Member(int32_t epochs) {
     engine::RemoteJobRequest request;
-    request.spec.dataset = DatasetOf(kOps);
+    // As a leader names it: by its key, here the dataset of "ops", whose token it presents.
+    request.spec.dataset = absl::StrCat("ops/", DatasetOf(kOps));
     request.spec.model = "linear:1";
     request.spec.learning_rate = 0.1;
     request.spec.batch_size = 16;

@@ -285,7 +285,7 @@ TEST_F(SecurityTest, TheCallerIsRecordedOnDatasetsAndJobs) {
   submit_context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
   Authorize(&submit_context, kBobToken);
   v1::SubmitJobRequest request;
-  *request.mutable_spec() = LinearSpec("seed", 1);
+  *request.mutable_spec() = LinearSpec("alice/seed", 1);  // hers: named with its owner
   v1::Job job;
   ASSERT_TRUE(jobs->SubmitJob(&submit_context, request, &job).ok());
   EXPECT_EQ(job.owner(), "bob");

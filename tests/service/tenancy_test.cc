@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
+#include "trainerd/v1/system.grpc.pb.h"
 
 namespace trainerd::service::testing {
 namespace {
@@ -73,6 +74,37 @@ class TenancyTest : public ServiceTest {
 
   grpc::Status UploadAs(const std::string& token, const std::string& name) {
     return UploadSeedAs(datasets_.get(), name, token);
+  }
+  // Uploads `table` as `name` (as the header gives it: "NAME" or "OWNER/NAME") as `token`'s
+  // caller; `for_peer_jobs` marks it a copy for peer jobs.
+  grpc::Status UploadTableAs(const std::string& token, const std::string& name, const Table& table,
+                             v1::Dataset* dataset = nullptr, bool for_peer_jobs = false) {
+    v1::DatasetHeader header = HeaderFor(name, table);
+    header.set_for_peer_jobs(for_peer_jobs);
+    v1::Dataset ignored;
+    auto context = As(token);
+    auto writer = datasets_->UploadDataset(context.get(), dataset ? dataset : &ignored);
+    for (const v1::UploadDatasetRequest& message : UploadMessages(header, EncodePayload(table))) {
+      if (!writer->Write(message)) break;
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+  // The names of the datasets on the CPU that ListDevices shows `token`'s caller.
+  std::vector<std::string> DeviceDatasetsAs(const std::string& token) {
+    auto system = v1::SystemService::NewStub(channel_);
+    v1::ListDevicesResponse response;
+    EXPECT_TRUE(system->ListDevices(As(token).get(), {}, &response).ok());
+    for (const v1::DeviceStatus& device : response.devices()) {
+      if (device.device() == "cpu") return {device.datasets().begin(), device.datasets().end()};
+    }
+    return {};
+  }
+  void RestartServer() {
+    ServerOptions options = Options();
+    options.auth_token_file = token_file_;
+    StopServer();
+    StartServer(options);
   }
   grpc::Status GetDatasetAs(const std::string& token, const std::string& name,
                             v1::Dataset* dataset = nullptr) {
@@ -135,7 +167,8 @@ TEST_F(TenancyTest, ATenantSeesAndManagesOnlyItsOwnDatasets) {
   ASSERT_TRUE(UploadAs(kBob, "bob-data").ok());
   EXPECT_THAT(DatasetNamesAs(kAlice), ElementsAre("alice-data"));
   EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("bob-data"));
-  EXPECT_THAT(DatasetNamesAs(kOps), ElementsAre("alice-data", "bob-data"));  // an admin
+  // An admin sees both, named with their owners.
+  EXPECT_THAT(DatasetNamesAs(kOps), ElementsAre("alice/alice-data", "bob/bob-data"));
 
   // To bob, alice's dataset is not there at all: the same NOT_FOUND an unknown name gets.
   const grpc::Status get = GetDatasetAs(kBob, "alice-data");
@@ -166,17 +199,18 @@ TEST_F(TenancyTest, ASharedDatasetTrainsOtherTenantsJobsButStaysItsOwners) {
   v1::Dataset shared;
   ASSERT_TRUE(ShareAs(kAlice, "digits", true, &shared).ok());
   EXPECT_TRUE(shared.shared());
-  EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("digits"));
+  EXPECT_EQ(shared.name(), "digits");  // as its owner names it
+  EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("alice/digits"));
   v1::Job job;
-  ASSERT_TRUE(SubmitAs(kBob, LinearSpec("digits", 2), &job).ok());
+  ASSERT_TRUE(SubmitAs(kBob, LinearSpec("alice/digits", 2), &job).ok());
   EXPECT_EQ(job.owner(), "bob");
   EXPECT_EQ(WaitAs(kBob, job.id()).state(), v1::JOB_STATE_SUCCEEDED);
 
   // Bob may use it, not change it: told whose it is.
-  const grpc::Status deleted = DeleteDatasetAs(kBob, "digits");
+  const grpc::Status deleted = DeleteDatasetAs(kBob, "alice/digits");
   EXPECT_EQ(deleted.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(deleted.error_message(), HasSubstr("belongs to alice"));
-  EXPECT_EQ(ShareAs(kBob, "digits", false).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(ShareAs(kBob, "alice/digits", false).error_code(), grpc::StatusCode::PERMISSION_DENIED);
 
   // Sharing outlives a restart (it is kept in the dataset's file).
   ServerOptions options = Options();
@@ -184,17 +218,161 @@ TEST_F(TenancyTest, ASharedDatasetTrainsOtherTenantsJobsButStaysItsOwners) {
   StopServer();
   StartServer(options);
   v1::Dataset after;
-  ASSERT_TRUE(GetDatasetAs(kBob, "digits", &after).ok());
+  ASSERT_TRUE(GetDatasetAs(kBob, "alice/digits", &after).ok());
   EXPECT_TRUE(after.shared());
   EXPECT_EQ(after.owner(), "alice");
 
   // Unshared, it is gone for bob again; an admin may unshare and delete it too.
   ASSERT_TRUE(ShareAs(kAlice, "digits", false).ok());
-  EXPECT_EQ(GetDatasetAs(kBob, "digits").error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(SubmitAs(kBob, LinearSpec("digits", 1), &job).error_code(),
+  EXPECT_EQ(GetDatasetAs(kBob, "alice/digits").error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(SubmitAs(kBob, LinearSpec("alice/digits", 1), &job).error_code(),
             grpc::StatusCode::NOT_FOUND);
-  EXPECT_TRUE(DeleteDatasetAs(kOps, "digits").ok());
+  EXPECT_TRUE(DeleteDatasetAs(kOps, "alice/digits").ok());
   EXPECT_EQ(GetDatasetAs(kAlice, "digits").error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Dataset names are per tenant: alice and bob each upload "digits" and each trains on their own;
+// bob names alice's "alice/digits", NOT_FOUND (as an unknown name) until she shares it; every
+// answer names datasets as its caller does (listings, jobs, devices), an admin naming both with
+// their owners; a restart keeps it all.
+TEST_F(TenancyTest, EachTenantHasItsOwnDatasetNamesAndOthersAreQualified) {
+  v1::Dataset alices;
+  v1::Dataset bobs;
+  ASSERT_TRUE(UploadTableAs(kAlice, "digits", SeedTable(), &alices).ok());
+  ASSERT_TRUE(UploadTableAs(kBob, "digits", ClassTable(60), &bobs).ok());
+  EXPECT_EQ(alices.name(), "digits");
+  EXPECT_EQ(bobs.name(), "digits");
+  EXPECT_NE(alices.sha256(), bobs.sha256());
+  EXPECT_EQ(UploadAs(kBob, "digits").error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(DatasetNamesAs(kAlice), ElementsAre("digits"));
+  EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("digits"));
+
+  // Each trains on its own: a class loss fits only bob's, a regression only alice's.
+  v1::JobSpec regression = LinearSpec("digits", 2);
+  v1::JobSpec classes = LinearSpec("digits", 2);
+  classes.set_model("linear:2");
+  classes.set_loss(v1::LOSS_CROSS_ENTROPY);
+  v1::Job alice_job;
+  v1::Job bob_job;
+  ASSERT_TRUE(SubmitAs(kAlice, regression, &alice_job).ok());
+  ASSERT_TRUE(SubmitAs(kBob, classes, &bob_job).ok());
+  EXPECT_EQ(alice_job.spec().dataset(), "digits");
+  EXPECT_EQ(bob_job.spec().dataset(), "digits");
+  v1::Job refused;
+  EXPECT_EQ(SubmitAs(kAlice, classes, &refused).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(WaitAs(kAlice, alice_job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(WaitAs(kBob, bob_job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+
+  // Alice's is nothing to bob until shared: the NOT_FOUND of a name nobody has.
+  const grpc::Status hidden = GetDatasetAs(kBob, "alice/digits");
+  EXPECT_EQ(hidden.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(hidden.error_message(), "dataset 'alice/digits' not found");
+  EXPECT_EQ(GetDatasetAs(kBob, "carol/digits").error_message(), "dataset 'carol/digits' not found");
+  const grpc::Status submit = SubmitAs(kBob, LinearSpec("alice/digits", 1), &refused);
+  EXPECT_EQ(submit.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(submit.error_message(), HasSubstr("dataset 'alice/digits' not found"));
+  EXPECT_THAT(DeviceDatasetsAs(kBob), ElementsAre("digits"));
+  // Nor can he upload in her name: an upload is into the caller's own names (only a leader's
+  // copy for peer jobs, an admin's upload, names its owner).
+  const grpc::Status in_her_name = UploadTableAs(kBob, "alice/other", SeedTable());
+  EXPECT_EQ(in_her_name.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(in_her_name.error_message(), HasSubstr("uploaded under a bare name"));
+  EXPECT_EQ(UploadTableAs(kBob, "alice/other", SeedTable(), nullptr, /*for_peer_jobs=*/true)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(UploadTableAs(kOps, "alice/other", SeedTable()).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  ASSERT_TRUE(ShareAs(kAlice, "digits", true).ok());
+  v1::Job shared_job;
+  for (int start = 0; start < 2; ++start) {
+    SCOPED_TRACE(start == 0 ? "before a restart" : "after a restart");
+    EXPECT_THAT(DatasetNamesAs(kBob), ElementsAre("alice/digits", "digits"));
+    EXPECT_THAT(DatasetNamesAs(kAlice), ElementsAre("digits"));  // bob's is not shared
+    EXPECT_THAT(DatasetNamesAs(kOps), ElementsAre("alice/digits", "bob/digits"));
+    v1::Dataset theirs;
+    ASSERT_TRUE(GetDatasetAs(kBob, "alice/digits", &theirs).ok());
+    EXPECT_EQ(theirs.name(), "alice/digits");
+    EXPECT_EQ(theirs.sha256(), alices.sha256());
+    ASSERT_TRUE(SubmitAs(kBob, LinearSpec("alice/digits", 2), &shared_job).ok());
+    EXPECT_EQ(shared_job.spec().dataset(), "alice/digits");
+    EXPECT_EQ(WaitAs(kBob, shared_job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+    // Jobs name their datasets as their viewer does: an admin with the owners.
+    v1::Job seen;
+    ASSERT_TRUE(GetJobAs(kBob, shared_job.id(), &seen).ok());
+    EXPECT_EQ(seen.spec().dataset(), "alice/digits");
+    ASSERT_TRUE(GetJobAs(kOps, shared_job.id(), &seen).ok());
+    EXPECT_EQ(seen.spec().dataset(), "alice/digits");
+    ASSERT_TRUE(GetJobAs(kOps, bob_job.id(), &seen).ok());
+    EXPECT_EQ(seen.spec().dataset(), "bob/digits");
+    ASSERT_TRUE(GetJobAs(kAlice, alice_job.id(), &seen).ok());
+    EXPECT_EQ(seen.spec().dataset(), "digits");
+    // A listing's dataset filter takes the caller's names too.
+    v1::ListJobsResponse on_hers;
+    ASSERT_TRUE(ListJobsAs(kBob, &on_hers, "", 0, "alice/digits").ok());
+    ASSERT_GE(on_hers.jobs_size(), 1);
+    for (const v1::Job& job : on_hers.jobs()) EXPECT_EQ(job.spec().dataset(), "alice/digits");
+    v1::ListJobsResponse on_his;
+    ASSERT_TRUE(ListJobsAs(kBob, &on_his, "", 0, "digits").ok());
+    ASSERT_EQ(on_his.jobs_size(), 1);
+    EXPECT_EQ(on_his.jobs(0).id(), bob_job.id());
+    v1::ListJobsResponse all_on_bobs;
+    ASSERT_TRUE(ListJobsAs(kOps, &all_on_bobs, "", 0, "bob/digits").ok());
+    ASSERT_EQ(all_on_bobs.jobs_size(), 1);
+    EXPECT_EQ(all_on_bobs.jobs(0).spec().dataset(), "bob/digits");
+    if (start == 0) {
+      // A sweep names it as a job does, each member too.
+      v1::SubmitSweepRequest sweep;
+      *sweep.mutable_spec() = LinearSpec("alice/digits", 1);
+      sweep.add_learning_rates(0.1);
+      sweep.add_learning_rates(0.05);
+      v1::SubmitSweepResponse members;
+      ASSERT_TRUE(jobs_->SubmitSweep(As(kBob).get(), sweep, &members).ok());
+      ASSERT_EQ(members.members_size(), 2);
+      for (const v1::Job& member : members.members()) {
+        EXPECT_EQ(member.spec().dataset(), "alice/digits");
+        EXPECT_EQ(WaitAs(kBob, member.id()).state(), v1::JOB_STATE_SUCCEEDED);
+      }
+    }
+    if (start > 0) break;
+    // The devices name them so too (both are resident: jobs trained on them; after a restart
+    // each loads when a job needs it).
+    EXPECT_THAT(DeviceDatasetsAs(kBob), UnorderedElementsAre("alice/digits", "digits"));
+    EXPECT_THAT(DeviceDatasetsAs(kAlice), ElementsAre("digits"));
+    EXPECT_THAT(DeviceDatasetsAs(kOps), UnorderedElementsAre("alice/digits", "bob/digits"));
+    RestartServer();
+  }
+  // A copy for peer jobs in a tenant's name (an admin's upload, as a leader makes it) is hers.
+  v1::Dataset for_alice;
+  ASSERT_TRUE(
+      UploadTableAs(kOps, "alice/copied", SeedTable(), &for_alice, /*for_peer_jobs=*/true).ok());
+  EXPECT_EQ(for_alice.name(), "alice/copied");
+  EXPECT_EQ(for_alice.owner(), "alice");
+  EXPECT_THAT(DatasetNamesAs(kAlice), ElementsAre("copied", "digits"));
+}
+
+// A copy for peer jobs uploaded in a tenant's name (as a leader does, with an admin's
+// credentials) is hers: it counts against her quotas and says what it is.
+TEST_F(TenancyTest, ACopyForPeerJobsInATenantsNameCountsAgainstHerQuotas) {
+  ServerOptions options = Options();
+  options.auth_token_file = token_file_;
+  options.engine.max_datasets_per_caller = 1;
+  StopServer();
+  StartServer(options);
+  v1::Dataset copy;
+  ASSERT_TRUE(UploadTableAs(kOps, "bob/copied", SeedTable(), &copy, /*for_peer_jobs=*/true).ok());
+  EXPECT_TRUE(copy.peer_copy());
+  EXPECT_EQ(copy.owner(), "bob");
+  v1::Dataset seen;
+  ASSERT_TRUE(GetDatasetAs(kBob, "copied", &seen).ok());
+  EXPECT_TRUE(seen.peer_copy());
+  const grpc::Status second = UploadTableAs(kOps, "bob/more", SeedTable(), nullptr, true);
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(second.error_message(), HasSubstr("caller 'bob' owns 1 datasets"));
+  EXPECT_EQ(UploadAs(kBob, "mine").error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_TRUE(DeleteDatasetAs(kBob, "copied").ok());  // hers to delete
+  EXPECT_TRUE(UploadAs(kBob, "mine").ok());
+  EXPECT_TRUE(UploadTableAs(kOps, "ops/any", SeedTable()).ok());  // an admin's own: no quota
 }
 
 TEST_F(TenancyTest, ATenantsJobsAreNotFoundToOthersAndAnAdminManagesThemAll) {
@@ -602,7 +780,8 @@ TEST_F(TenancyTest, EachCallerIsBoundedInUploadsAndWatchesAndATrickleIsEnded) {
   EXPECT_EQ(refused, 1);
   EXPECT_EQ(ended, 2);
   ASSERT_TRUE(UploadAs(kAlice, "seed").ok());
-  EXPECT_TRUE(server_->engine()->GetDataset("a1").status().code() == absl::StatusCode::kNotFound);
+  EXPECT_TRUE(server_->engine()->GetDataset("alice/a1").status().code() ==
+              absl::StatusCode::kNotFound);
 
   // Watches: two of alice's stay open on a long job; the third is refused.
   v1::Job job;
@@ -709,7 +888,8 @@ TEST_F(TenancyTest, TheNumberOfDatasetsIsBoundedForTheDaemonAndPerTenant) {
   const grpc::Status full = UploadAs(kOps, "ops-2");
   EXPECT_EQ(full.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(full.error_message(), HasSubstr("keeps 4 datasets and at most 4 (--max_datasets)"));
-  EXPECT_THAT(DatasetNamesAs(kOps), UnorderedElementsAre("alice-1", "bob-1", "bob-2", "ops-1"));
+  EXPECT_THAT(DatasetNamesAs(kOps),
+              UnorderedElementsAre("alice/alice-1", "bob/bob-1", "bob/bob-2", "ops-1"));
   ASSERT_TRUE(DeleteDatasetAs(kBob, "bob-1").ok());
   EXPECT_TRUE(UploadAs(kOps, "ops-2").ok());
 }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -549,6 +550,38 @@ TEST(SqliteJobStoreTest, ASchemaThreeFileIsMigratedAndASweepsMembersAreFoundInOr
   EXPECT_THAT(Ids(*store->ListJobs(paged)), ElementsAre("job-a2"));
   paged.sweep_id = "sweep-b";
   EXPECT_EQ(store->ListJobs(paged).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// An older data folder's datasets (one namespace for every tenant) move to their owners' names:
+// the records that name one by its old name, as dataset or validation dataset, are rewritten to
+// its key, in the record and the listing's column, durably; a second rename changes nothing.
+TEST(SqliteJobStoreTest, RenameDatasetsRewritesTheRecordsThatNameThem) {
+  const std::string path = ScratchFile("rename");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-a", "digits", JobState::kSucceeded)).ok());
+    JobSnapshot validated = MakeJob("job-b", "other");
+    validated.spec.validation_dataset = "digits";
+    ASSERT_TRUE(store->SaveJob(validated).ok());
+    ASSERT_TRUE(store->SaveJob(MakeJob("job-c", "unowned")).ok());
+    ASSERT_TRUE(store->AppendEpoch(MakeJob("job-c", "unowned"), MakeEpoch(1, 0.5)).ok());
+    const std::map<std::string, std::string> renames = {{"digits", "alice/digits"},
+                                                        {"other", "bob/other"}};
+    ASSERT_TRUE(store->RenameDatasets(renames).ok());
+    ASSERT_TRUE(store->RenameDatasets(renames).ok());  // keys are no old names: nothing more
+  }
+  auto store = OpenOrDie(path);
+  EXPECT_EQ(store->LoadJob("job-a")->spec.dataset, "alice/digits");
+  EXPECT_EQ(store->LoadJob("job-b")->spec.dataset, "bob/other");
+  EXPECT_EQ(store->LoadJob("job-b")->spec.validation_dataset, "alice/digits");
+  const absl::StatusOr<JobSnapshot> unowned = store->LoadJob("job-c");
+  EXPECT_EQ(unowned->spec.dataset, "unowned");  // no owner: its name is its key
+  EXPECT_EQ(unowned->epochs.size(), 1u);
+  JobQuery query;
+  query.dataset = "alice/digits";
+  EXPECT_THAT(Ids(*store->ListJobs(query)), ElementsAre("job-a"));
+  query.dataset = "digits";
+  EXPECT_THAT(Ids(*store->ListJobs(query)), IsEmpty());
 }
 
 TEST(SqliteJobStoreTest, ReopeningKeepsTheSchemaVersion) {

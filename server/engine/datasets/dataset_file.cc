@@ -50,7 +50,8 @@ std::string HeaderLines(const DatasetMeta& meta, absl::string_view sha256, absl:
                       "\n", "size_bytes=", meta.size_bytes, "\n", "sha256=", sha256, "\n",
                       "create_time_unix_nanos=", nanos, "\n", "target_min=", target_min, "\n",
                       "target_max=", target_max, "\n", "owner=", absl::CEscape(meta.owner), "\n",
-                      "shared=", meta.shared ? 1 : 0, "\n");
+                      "shared=", meta.shared ? 1 : 0, "\n", "peer_copy=", meta.peer_copy ? 1 : 0,
+                      "\n");
 }
 
 constexpr size_t kMinPadLine = 5;     // "pad=\n"
@@ -194,6 +195,7 @@ absl::StatusOr<DatasetFileHeader> ReadDatasetFileHeader(const std::string& path)
   m.feature_bytes = layout->feature_bytes;
   m.owner = std::move(owner);
   m.shared = fields["shared"] == "1";  // files from before sharing have no such line
+  m.peer_copy = fields["peer_copy"] == "1";  // nor of copies for peers
   m.create_time = absl::FromUnixNanos(nanos);
   in.seekg(0, std::ios::end);
   if (static_cast<int64_t>(in.tellg()) != header.payload_offset + m.size_bytes) {

@@ -1,6 +1,7 @@
-// The on-disk form of a dataset under <data_dir>/datasets/<name>.trds, so that datasets survive a
-// restart. A text header ("TRAINERD-DATASET 1", key=value lines, a blank line) followed by the raw
-// payload exactly as uploaded (features then targets, little-endian).
+// The on-disk form of a dataset, so that datasets survive a restart (DatasetRegistry::PathFor:
+// <data_dir>/datasets/<owner folder>/<name>.trds, or <data_dir>/datasets/<name>.trds for a
+// dataset without an owner). A text header ("TRAINERD-DATASET 1", key=value lines, a blank line)
+// followed by the raw payload exactly as uploaded (features then targets, little-endian).
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include "server/engine/datasets/dataset_registry.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <tuple>
 
 #include "absl/strings/ascii.h"
@@ -98,8 +100,9 @@ bool DatasetRegistry::MakeRoomLocked(int64_t bytes, const std::set<std::string>&
     entry.meta.location = DatasetLocation::kDisk;
     resident_bytes_ -= entry.meta.size_bytes;
     ++evictions_;
-    LogInfo(absl::StrCat("dataset '", entry.meta.name, "' evicted from ", DeviceName(device_), " (",
-                         entry.meta.size_bytes, " bytes) to make room; it loads again when used"));
+    LogInfo(absl::StrCat("dataset '", candidates[i].name, "' evicted from ", DeviceName(device_),
+                         " (", entry.meta.size_bytes,
+                         " bytes) to make room; it loads again when used"));
   }
   return true;
 }
@@ -119,13 +122,65 @@ int64_t DatasetRegistry::evictions() const {
   return evictions_;
 }
 
-std::string DatasetRegistry::PathFor(const std::string& name) const {
-  return absl::StrCat(dir_, "/", name, kDatasetFileExtension);
+std::string OwnerFolder(const std::string& owner) {
+  std::string out;
+  for (size_t i = 0; i < owner.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(owner[i]);
+    const bool plain = absl::ascii_isalnum(c) || c == '@' || c == '=' || c == ',' || c == '+' ||
+                       c == '_' || c == '-' || (c == '.' && i > 0);
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  // A file name is at most 255 bytes: a long owner's folder is its start and a digest ('~' is
+  // always escaped above, so the two forms never meet).
+  if (out.size() > 128) out = absl::StrCat(out.substr(0, 64), "~", Sha256Hex(owner));
+  return out;
 }
 
-void DatasetRegistry::ReleaseName(const std::string& name) {
+std::string DatasetRegistry::PathFor(const std::string& key) const {
+  const DatasetKeyParts parts = SplitDatasetKey(key);
+  if (parts.owner.empty()) return absl::StrCat(dir_, "/", parts.name, kDatasetFileExtension);
+  return absl::StrCat(dir_, "/", OwnerFolder(parts.owner), "/", parts.name, kDatasetFileExtension);
+}
+
+void DatasetRegistry::ReleaseName(const std::string& key) {
   absl::MutexLock lock(&mu_);
-  reserved_.erase(name);
+  reserved_.erase(key);
+}
+
+void DatasetRegistry::TouchCopies(const std::vector<std::string>& keys) {
+  const absl::Time now = absl::Now();
+  std::vector<std::string> paths;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& key : keys) {
+      auto it = datasets_.find(key);
+      if (it == datasets_.end() || !it->second.meta.peer_copy) continue;
+      it->second.copy_used = now;
+      paths.push_back(PathFor(key));
+    }
+  }
+  // The file's modification time is the clock a restart reads back (LoadFromDisk).
+  for (const std::string& path : paths) {
+    if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) {
+      LogWarning(absl::StrCat("cannot set the time of '", path, "': ", std::strerror(errno)));
+    }
+  }
+}
+
+std::vector<DatasetMeta> DatasetRegistry::IdleCopies(absl::Duration idle, absl::Time now) const {
+  std::vector<DatasetMeta> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, entry] : datasets_) {
+    if (entry.meta.peer_copy && entry.running == 0 && !entry.loading &&
+        now - entry.copy_used >= idle) {
+      out.push_back(entry.meta);
+    }
+  }
+  return out;
 }
 
 absl::Status DatasetRegistry::ReserveStaging(int64_t bytes, const std::string& name) {
@@ -152,7 +207,7 @@ int64_t DatasetRegistry::staged_bytes() const {
 }
 
 absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
-    const DatasetHeader& header, const std::string& owner) {
+    const DatasetHeader& header, const std::string& owner, bool peer_copy) {
   TRAINERD_ASSIGN_OR_RETURN(const DatasetLayout layout,
                             CheckDatasetHeader(header, max_dataset_bytes_));
   DatasetMeta meta;
@@ -165,9 +220,11 @@ absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
   meta.feature_bytes = layout.feature_bytes;
   meta.device = DeviceName(device_);
   meta.owner = owner;
+  meta.peer_copy = peer_copy;
+  const std::string key = DatasetKeyOf(meta);
   {
     absl::MutexLock lock(&mu_);
-    if (datasets_.count(header.name) || reserved_.count(header.name)) {
+    if (datasets_.count(key) || reserved_.count(key)) {
       return absl::AlreadyExistsError(absl::StrCat("dataset '", header.name, "' already exists"));
     }
     // Refused before any byte arrives when it could not be resident even with every dataset
@@ -183,7 +240,15 @@ absl::StatusOr<std::unique_ptr<DatasetUpload>> DatasetRegistry::BeginUpload(
             std::max<int64_t>(0, budget_ - held)));
       }
     }
-    reserved_.insert(header.name);
+    reserved_.insert(key);
+  }
+  // The owner's folder, before the upload's first bytes go to a file in it.
+  if (const std::string folder = std::filesystem::path(PathFor(key)).parent_path().string();
+      folder != dir_) {
+    if (absl::Status made = MakeFoldersDurably(folder); !made.ok()) {
+      ReleaseName(key);
+      return made;
+    }
   }
   return std::unique_ptr<DatasetUpload>(new DatasetUpload(this, std::move(meta), header.sha256));
 }
@@ -227,6 +292,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::MakeResident(
 
 absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUpload> upload) {
   DatasetMeta meta = upload->meta_;
+  const std::string key = DatasetKeyOf(meta);
   const auto cancelled_error = [&] {
     return absl::CancelledError(
         absl::StrCat("the upload of dataset '", meta.name, "' was cancelled; nothing was kept"));
@@ -260,8 +326,7 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
                                             upload->header_bytes_, " kept for it"));
   }
   TRAINERD_RETURN_IF_ERROR(WriteAt(upload->file_->get(), upload->tmp_path_, header, 0));
-  TRAINERD_RETURN_IF_ERROR(
-      SyncAndRename(upload->file_->get(), upload->tmp_path_, PathFor(meta.name)));
+  TRAINERD_RETURN_IF_ERROR(SyncAndRename(upload->file_->get(), upload->tmp_path_, PathFor(key)));
   upload->file_.reset();  // renamed: nothing for the destructor to remove
   // Resident when it fits the budget (evicting idle datasets); else kept on disk only, loaded
   // when a job needs it. The file is durable either way.
@@ -276,19 +341,20 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
   absl::MutexLock lock(&mu_);
   if (room) loading_bytes_ -= meta.size_bytes;
   if (room && !resident.ok() && !absl::IsResourceExhausted(resident.status())) {
-    std::remove(PathFor(meta.name).c_str());
+    std::remove(PathFor(key).c_str());
     return resident.status();
   }
   // The last moment to honour a cancellation: after this the dataset is visible.
   if (upload->cancelled_->load()) {
-    std::remove(PathFor(meta.name).c_str());
+    std::remove(PathFor(key).c_str());
     return cancelled_error();
   }
-  reserved_.erase(meta.name);
+  reserved_.erase(key);
   upload->committed_ = true;
-  Entry& entry = datasets_[meta.name];
+  Entry& entry = datasets_[key];
   entry.meta = meta;
   entry.last_used = absl::Now();
+  entry.copy_used = entry.last_used;
   if (resident.ok()) {
     entry.resident = *std::move(resident);
     entry.meta.location = DatasetLocation::kDevice;
@@ -296,7 +362,7 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
   } else {
     entry.meta.location = DatasetLocation::kDisk;
     LogInfo(absl::StrCat(
-        "dataset '", meta.name, "' kept on disk only: ",
+        "dataset '", key, "' kept on disk only: ",
         room ? resident.status().message() : "it does not fit the device memory budget now"));
   }
   return entry.meta;
@@ -305,7 +371,7 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
 void DatasetRegistry::Forget(const DatasetMeta& meta, const absl::Status& why) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = datasets_.find(meta.name);
+    auto it = datasets_.find(DatasetKeyOf(meta));
     // Only the dataset that was loaded: not one uploaded again under its name meanwhile.
     if (it == datasets_.end() || it->second.meta.sha256 != meta.sha256 ||
         it->second.resident != nullptr) {
@@ -313,11 +379,11 @@ void DatasetRegistry::Forget(const DatasetMeta& meta, const absl::Status& why) {
     }
     datasets_.erase(it);
   }
-  QuarantineFile(PathFor(meta.name), why);
+  QuarantineFile(PathFor(DatasetKeyOf(meta)), why);
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::LoadFile(const DatasetMeta& meta) {
-  const std::string path = PathFor(meta.name);
+  const std::string path = PathFor(DatasetKeyOf(meta));
   TRAINERD_ASSIGN_OR_RETURN(const DatasetFileHeader header, ReadDatasetFileHeader(path));
   if (header.meta.size_bytes != meta.size_bytes || header.meta.sha256 != meta.sha256) {
     return absl::DataLossError(
@@ -355,7 +421,7 @@ void DatasetRegistry::Preload() {
   for (const DatasetMeta& meta : on_disk) {
     {
       absl::MutexLock lock(&mu_);
-      auto it = datasets_.find(meta.name);
+      auto it = datasets_.find(DatasetKeyOf(meta));
       if (it == datasets_.end() || it->second.resident != nullptr || it->second.loading) continue;
       if (meta.size_bytes > FreeLocked()) continue;  // preloading never evicts
       it->second.loading = true;
@@ -365,7 +431,7 @@ void DatasetRegistry::Preload() {
     {
       absl::MutexLock lock(&mu_);
       loading_bytes_ -= meta.size_bytes;
-      auto it = datasets_.find(meta.name);
+      auto it = datasets_.find(DatasetKeyOf(meta));
       // Only into the dataset that was loaded: one deleted and uploaded again under its name
       // meanwhile is another dataset, with tensors (and a loading flag) of its own.
       if (it == datasets_.end() || it->second.meta.create_time != meta.create_time ||
@@ -380,8 +446,8 @@ void DatasetRegistry::Preload() {
         continue;
       }
     }
-    LogWarning(
-        absl::StrCat("cannot preload dataset '", meta.name, "': ", loaded.status().message()));
+    LogWarning(absl::StrCat("cannot preload dataset '", DatasetKeyOf(meta),
+                            "': ", loaded.status().message()));
     if (absl::IsDataLoss(loaded.status())) Forget(meta, loaded.status());
   }
 }
@@ -443,7 +509,7 @@ absl::StatusOr<JobDatasets> DatasetRegistry::AcquireForJob(const std::string& jo
     absl::StatusOr<std::shared_ptr<const Dataset>> loaded = LoadFile(meta);
     absl::MutexLock lock(&mu_);
     loading_bytes_ -= meta.size_bytes;
-    Entry& entry = datasets_.at(meta.name);  // not deleted: a job uses it
+    Entry& entry = datasets_.at(DatasetKeyOf(meta));  // not deleted: a job uses it
     entry.loading = false;
     if (!loaded.ok()) {
       failed = absl::Status(loaded.status().code(),
@@ -465,6 +531,7 @@ absl::StatusOr<JobDatasets> DatasetRegistry::AcquireForJob(const std::string& jo
   // A dataset Preload was loading when this job came: wait until it is there.
   while (true) {
     bool failed_elsewhere = false;
+    std::optional<JobDatasets> out;
     {
       absl::MutexLock lock(&mu_);
       bool ready = true;
@@ -475,13 +542,16 @@ absl::StatusOr<JobDatasets> DatasetRegistry::AcquireForJob(const std::string& jo
         failed_elsewhere = failed_elsewhere || !entry.loading;
       }
       if (ready) {
-        JobDatasets out;
-        out.dataset = datasets_.at(dataset).resident;
+        out.emplace();
+        out->dataset = datasets_.at(dataset).resident;
         if (!validation_dataset.empty()) {
-          out.validation_dataset = datasets_.at(validation_dataset).resident;
+          out->validation_dataset = datasets_.at(validation_dataset).resident;
         }
-        return out;
       }
+    }
+    if (out.has_value()) {
+      TouchCopies(names);  // a copy for peers is in use: its clock starts again
+      return *std::move(out);
     }
     if (failed_elsewhere) {
       ReleaseJob(job_id);
@@ -492,66 +562,147 @@ absl::StatusOr<JobDatasets> DatasetRegistry::AcquireForJob(const std::string& jo
 }
 
 void DatasetRegistry::ReleaseJob(const std::string& job_id) {
-  absl::MutexLock lock(&mu_);
-  auto it = holds_.find(job_id);
-  if (it == holds_.end()) return;
-  reserved_bytes_ -= it->second.bytes;
-  for (const std::string& name : it->second.datasets) {
-    auto entry = datasets_.find(name);
-    if (entry != datasets_.end() && entry->second.running > 0) --entry->second.running;
+  std::vector<std::string> held;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = holds_.find(job_id);
+    if (it == holds_.end()) return;
+    reserved_bytes_ -= it->second.bytes;
+    for (const std::string& name : it->second.datasets) {
+      auto entry = datasets_.find(name);
+      if (entry != datasets_.end() && entry->second.running > 0) --entry->second.running;
+    }
+    held = std::move(it->second.datasets);
+    holds_.erase(it);
   }
-  holds_.erase(it);
+  // A copy for peers is idle from now on: its clock starts at the end of its last job.
+  TouchCopies(held);
 }
 
-absl::Status DatasetRegistry::LoadFromDisk() {
+void DatasetRegistry::RegisterFromDisk(const std::string& path, const DatasetMeta& meta) {
+  absl::Time modified = meta.create_time;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) modified = absl::TimeFromTimespec(st.st_mtim);
+  absl::MutexLock lock(&mu_);
+  Entry& record = datasets_[DatasetKeyOf(meta)];
+  record.meta = meta;
+  record.meta.device = DeviceName(device_);
+  record.meta.location = DatasetLocation::kDisk;
+  record.last_used = meta.create_time;
+  record.copy_used = modified;  // a copy's clock: set when it was made and whenever it is used
+}
+
+absl::Status DatasetRegistry::LoadFromDisk(
+    const std::function<absl::Status(const DatasetRenames&)>& before_move) {
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create dataset folder '", dir_, "': ", ec.message()));
   }
-  // `ec` reports only the folder's listing: a file that cannot be removed or renamed is logged
+  // A dataset file's header, checked to be the file PathFor names; a damaged or misplaced one is
+  // set aside.
+  auto read = [&](const std::filesystem::path& file) -> std::optional<DatasetMeta> {
+    const std::string path = file.string();
+    std::error_code file_ec;
+    if (file.extension() != kDatasetFileExtension) {
+      if (file.extension() == ".tmp") std::filesystem::remove(file, file_ec);
+      return std::nullopt;
+    }
+    absl::StatusOr<DatasetFileHeader> header = ReadDatasetFileHeader(path);
+    if (!header.ok()) {
+      QuarantineFile(path, header.status());
+      return std::nullopt;
+    }
+    return header->meta;
+  };
+  auto misplaced = [&](const std::string& path) {
+    QuarantineFile(path, absl::DataLossError(absl::StrCat("dataset file '", path,
+                                                          "' does not match its name or owner")));
+  };
+  // Files of the layout before names were per owner (every dataset in this folder) that have an
+  // owner: moved into their owner's folder below.
+  std::vector<std::pair<std::string, DatasetMeta>> flat;
+  // `ec` reports only the folders' listings: a file that cannot be removed or renamed is logged
   // and skipped, never a reason to refuse to start.
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    std::error_code type_ec;
+    if (entry.is_directory(type_ec)) {
+      // An owner's folder: its datasets, each checked to be its owner's.
+      std::error_code folder_ec;
+      for (const auto& file : std::filesystem::directory_iterator(entry.path(), folder_ec)) {
+        std::optional<DatasetMeta> meta = read(file.path());
+        if (!meta.has_value()) continue;
+        if (!ValidateDatasetName(meta->name).ok() || meta->owner.empty() ||
+            PathFor(DatasetKeyOf(*meta)) != file.path().string()) {
+          misplaced(file.path().string());
+          continue;
+        }
+        // Registered from its header only: the payload is read (and its checksum checked) when a
+        // job first needs it, or by Preload, so that the daemon serves at once.
+        RegisterFromDisk(file.path().string(), *meta);
+      }
+      if (folder_ec) {
+        LogWarning(absl::StrCat("cannot read dataset folder '", entry.path().string(),
+                                "': ", folder_ec.message()));
+      }
+      continue;
+    }
+    std::optional<DatasetMeta> meta = read(entry.path());
+    if (!meta.has_value()) continue;
     const std::string path = entry.path().string();
-    std::error_code file_ec;
-    if (entry.path().extension() != kDatasetFileExtension) {
-      if (entry.path().extension() == ".tmp") std::filesystem::remove(entry.path(), file_ec);
+    if (!ValidateDatasetName(meta->name).ok() || PathFor(meta->name) != path) {
+      misplaced(path);
       continue;
     }
-    auto quarantine = [&](const absl::Status& why) { QuarantineFile(path, why); };
-    auto header = ReadDatasetFileHeader(path);
-    if (!header.ok()) {
-      quarantine(header.status());
+    if (!meta->owner.empty()) {
+      flat.emplace_back(path, *std::move(meta));
       continue;
     }
-    const DatasetMeta& meta = header->meta;
-    if (!ValidateDatasetName(meta.name).ok() || PathFor(meta.name) != path) {
-      quarantine(
-          absl::DataLossError(absl::StrCat("dataset file '", path, "' does not match its name")));
-      continue;
-    }
-    // Registered from its header only: the payload is read (and its checksum checked) when a job
-    // first needs it, or by Preload, so that the daemon serves at once.
-    absl::MutexLock lock(&mu_);
-    Entry& record = datasets_[meta.name];
-    record.meta = meta;
-    record.meta.device = DeviceName(device_);
-    record.meta.location = DatasetLocation::kDisk;
-    record.last_used = meta.create_time;
+    RegisterFromDisk(path, *meta);
   }
   if (ec) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read dataset folder '", dir_, "': ", ec.message()));
   }
+  if (flat.empty()) return absl::OkStatus();
+  // The job records that name these datasets by their old names first (before_move rewrites them
+  // as keys), then the files: a crash in between moves them at the next start, the records
+  // already rewritten (a key is not an old name, so a second rewrite changes nothing).
+  DatasetRenames renames;
+  for (const auto& [path, meta] : flat) renames[meta.name] = DatasetKeyOf(meta);
+  if (before_move) TRAINERD_RETURN_IF_ERROR(before_move(renames));
+  for (const auto& [path, meta] : flat) {
+    const std::string target = PathFor(DatasetKeyOf(meta));
+    std::error_code exists_ec;
+    if (std::filesystem::exists(target, exists_ec)) {
+      LogWarning(absl::StrCat("dataset file '", path, "' is not moved to '", target,
+                              "', which exists; it is left where it is and not served"));
+      continue;
+    }
+    absl::Status moved = MakeFoldersDurably(std::filesystem::path(target).parent_path().string());
+    if (moved.ok() && std::rename(path.c_str(), target.c_str()) != 0) {
+      moved = FileError(errno, "cannot rename", path);
+    }
+    if (moved.ok()) moved = SyncParentFolder(target);
+    if (moved.ok()) moved = SyncParentFolder(path);
+    if (!moved.ok()) {
+      LogWarning(absl::StrCat("dataset '", meta.name, "' of ", meta.owner,
+                              " is not served: ", moved.message()));
+      continue;
+    }
+    LogInfo(absl::StrCat("dataset '", meta.name, "' moved into the folder of its owner, ",
+                         meta.owner, " (dataset names are per owner)"));
+    RegisterFromDisk(target, meta);
+  }
   return absl::OkStatus();
 }
 
-absl::StatusOr<DatasetMeta> DatasetRegistry::GetMeta(const std::string& name) const {
+absl::StatusOr<DatasetMeta> DatasetRegistry::GetMeta(const std::string& key) const {
   absl::MutexLock lock(&mu_);
-  auto it = datasets_.find(name);
+  auto it = datasets_.find(key);
   if (it == datasets_.end()) {
-    return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+    return absl::NotFoundError(absl::StrCat("dataset '", key, "' not found"));
   }
   return it->second.meta;
 }
@@ -569,55 +720,55 @@ int64_t DatasetRegistry::uploads_in_progress() const {
   return static_cast<int64_t>(reserved_.size());
 }
 
-absl::StatusOr<DatasetMeta> DatasetRegistry::SetShared(const std::string& name, bool shared) {
+absl::StatusOr<DatasetMeta> DatasetRegistry::SetShared(const std::string& key, bool shared) {
   std::lock_guard<std::mutex> sharing(share_mu_);
   absl::Time created;
   {
     absl::MutexLock lock(&mu_);
-    auto it = datasets_.find(name);
+    auto it = datasets_.find(key);
     if (it == datasets_.end()) {
-      return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+      return absl::NotFoundError(absl::StrCat("dataset '", key, "' not found"));
     }
     if (it->second.meta.shared == shared) return it->second.meta;
     created = it->second.meta.create_time;
   }
   // The file first: a restart must not forget what the caller was told.
-  TRAINERD_ASSIGN_OR_RETURN(DatasetFileHeader header, ReadDatasetFileHeader(PathFor(name)));
+  TRAINERD_ASSIGN_OR_RETURN(DatasetFileHeader header, ReadDatasetFileHeader(PathFor(key)));
   if (header.meta.create_time != created) {
-    return absl::AbortedError(absl::StrCat("dataset '", name, "' was replaced meanwhile"));
+    return absl::AbortedError(absl::StrCat("dataset '", key, "' was replaced meanwhile"));
   }
   header.meta.shared = shared;
-  TRAINERD_RETURN_IF_ERROR(RewriteDatasetFileHeader(PathFor(name), header));
+  TRAINERD_RETURN_IF_ERROR(RewriteDatasetFileHeader(PathFor(key), header));
   absl::MutexLock lock(&mu_);
-  auto it = datasets_.find(name);
+  auto it = datasets_.find(key);
   if (it == datasets_.end() || it->second.meta.create_time != created) {
-    return absl::AbortedError(absl::StrCat("dataset '", name, "' was deleted meanwhile"));
+    return absl::AbortedError(absl::StrCat("dataset '", key, "' was deleted meanwhile"));
   }
   it->second.meta.shared = shared;
-  LogInfo(absl::StrCat("dataset '", name, "' is ", shared ? "shared" : "no longer shared"));
+  LogInfo(absl::StrCat("dataset '", key, "' is ", shared ? "shared" : "no longer shared"));
   return it->second.meta;
 }
 
-absl::Status DatasetRegistry::Delete(const std::string& name) {
+absl::Status DatasetRegistry::Delete(const std::string& key) {
   std::shared_ptr<const Dataset> doomed;  // freed outside the lock
   {
     absl::MutexLock lock(&mu_);
-    auto it = datasets_.find(name);
+    auto it = datasets_.find(key);
     if (it == datasets_.end()) {
-      return absl::NotFoundError(absl::StrCat("dataset '", name, "' not found"));
+      return absl::NotFoundError(absl::StrCat("dataset '", key, "' not found"));
     }
     doomed = std::move(it->second.resident);
     if (doomed != nullptr) resident_bytes_ -= it->second.meta.size_bytes;
     datasets_.erase(it);
     // The name stays reserved until the file is gone, so that a new upload of the same name
     // cannot write its file before this removal deletes it.
-    reserved_.insert(name);
+    reserved_.insert(key);
   }
-  if (std::remove(PathFor(name).c_str()) != 0 && errno != ENOENT) {
+  if (std::remove(PathFor(key).c_str()) != 0 && errno != ENOENT) {
     LogWarning(
-        absl::StrCat("cannot remove the file of dataset '", name, "': ", std::strerror(errno)));
+        absl::StrCat("cannot remove the file of dataset '", key, "': ", std::strerror(errno)));
   }
-  ReleaseName(name);
+  ReleaseName(key);
   return absl::OkStatus();
 }
 

@@ -116,7 +116,18 @@ struct JobDatasets {
   std::shared_ptr<const Dataset> validation_dataset;  // null when the job names none
 };
 
-// Thread-safe. Owned by the Engine.
+// The folder under the datasets folder that holds `owner`'s dataset files: the owner's bytes,
+// those outside [A-Za-z0-9@=,+_-] (and '.' first) as %XX, or past 128 characters so written, their
+// first 64, "~" and the SHA-256 of the owner (a file name has at most 255 bytes). One folder per
+// owner, and never "." or "..".
+std::string OwnerFolder(const std::string& owner);
+
+// Datasets that LoadFromDisk moves from the flat layout of older versions into their owner's
+// folder: each one's old name (all a job record could name it by) to its key.
+using DatasetRenames = std::map<std::string, std::string>;
+
+// Thread-safe. Owned by the Engine. Datasets are named by their keys (types.h: DatasetKey): names
+// are per owner.
 class DatasetRegistry {
  public:
   // `dir`: where dataset files live (created if missing). `device`: where tensors are resident.
@@ -127,25 +138,32 @@ class DatasetRegistry {
   DatasetRegistry(std::string dir, torch::Device device, int64_t max_dataset_bytes,
                   int64_t max_staged_bytes = 0, int64_t memory_budget = 0);
 
-  // Tells the registry which datasets queued or running jobs use: eviction takes the others
+  // Tells the registry which datasets (keys) queued or running jobs use: eviction takes the others
   // first. Set once, before any job.
-  void SetInUse(std::function<bool(const std::string& name)> in_use);
+  void SetInUse(std::function<bool(const std::string& key)> in_use);
 
-  // Registers every dataset file in the folder from its header, without loading it (the daemon
-  // serves at once; a dataset is loaded when a job first needs it, or by Preload). A damaged file
-  // is logged, renamed to <file>.damaged and skipped, so one bad file never keeps the daemon from
-  // starting.
-  absl::Status LoadFromDisk();
+  // Registers every dataset file from its header, without loading it (the daemon serves at once;
+  // a dataset is loaded when a job first needs it, or by Preload): <dir>/<name>.trds for those
+  // without an owner, <dir>/<OwnerFolder(owner)>/<name>.trds for the others. A damaged file, or
+  // one whose header does not name the owner and name of its place, is logged, renamed to
+  // <file>.damaged and skipped, so one bad file never keeps the daemon from starting. Files of an
+  // older version's flat layout that have an owner (<dir>/<name>.trds, owner alice) are moved to
+  // their owner's folder, once `before_move` (when given) accepted their renames: its error stops
+  // the start before anything moved.
+  absl::Status LoadFromDisk(
+      const std::function<absl::Status(const DatasetRenames&)>& before_move = nullptr);
   // Loads the datasets that are on disk only, most recently created first, while they fit the
   // budget without evicting anything. Blocking (file reads, copies): the engine's I/O thread.
   void Preload();
 
-  // Checks the header (CheckDatasetHeader) and reserves the name; allocates nothing. The dataset
-  // will record `owner` (who uploads it; may be empty). INVALID_ARGUMENT (name, shapes, dtype,
-  // rows, sha256 form, sizes that overflow), ALREADY_EXISTS, RESOURCE_EXHAUSTED (over the
-  // size limit).
+  // Checks the header (CheckDatasetHeader) and reserves the name among `owner`'s; allocates
+  // nothing (but the owner's folder). The dataset will record `owner` (whose it is; may be empty)
+  // and whether it is a copy for a peer's jobs. INVALID_ARGUMENT (name, shapes, dtype, rows,
+  // sha256 form, sizes that overflow), ALREADY_EXISTS (the owner has a dataset of that name, or
+  // is uploading one), RESOURCE_EXHAUSTED (over the size limit).
   absl::StatusOr<std::unique_ptr<DatasetUpload>> BeginUpload(const DatasetHeader& header,
-                                                             const std::string& owner = "");
+                                                             const std::string& owner = "",
+                                                             bool peer_copy = false);
 
   // Finishes an upload: byte count, checksum (DATA_LOSS on mismatch), a scan for NaN/Inf and the
   // class-index range, the durable file, one host-to-device copy, then registration, unless the
@@ -159,14 +177,22 @@ class DatasetRegistry {
   int64_t uploads_in_progress() const;
 
   // NOT_FOUND when absent. The metadata says where the dataset is now (DatasetMeta::location).
-  absl::StatusOr<DatasetMeta> GetMeta(const std::string& name) const;
-  // Sorted by name.
+  absl::StatusOr<DatasetMeta> GetMeta(const std::string& key) const;
+  // Sorted by key.
   std::vector<DatasetMeta> List() const;
 
-  // A job about to run on `job_device`: its dataset and validation dataset (empty: none) loaded
-  // onto the device (evicting datasets no running job holds, least recently used first, those no
-  // queued job needs before the others) and, when the job runs on this registry's device, its
-  // working set reserved, all inside the budget. UNAVAILABLE when it does not fit now because
+  // Restarts the clock of the copies for peers among `keys` (DatasetMeta::peer_copy): in memory
+  // and as their files' modification time, which LoadFromDisk reads back. AcquireForJob and
+  // ReleaseJob do it for a job's datasets.
+  void TouchCopies(const std::vector<std::string>& keys);
+  // The copies for peers that no running job holds and whose clock is at least `idle` old at
+  // `now` (whether a queued job names one is the caller's question).
+  std::vector<DatasetMeta> IdleCopies(absl::Duration idle, absl::Time now) const;
+
+  // A job about to run on `job_device`: its dataset and validation dataset (keys; empty: none)
+  // loaded onto the device (evicting datasets no running job holds, least recently used first,
+  // those no queued job needs before the others) and, when the job runs on this registry's device,
+  // its working set reserved, all inside the budget. UNAVAILABLE when it does not fit now because
   // running jobs hold the memory (try again when one ends); RESOURCE_EXHAUSTED, with the numbers,
   // when it cannot fit even with nothing else running; NOT_FOUND for a missing dataset; the
   // error of a load that failed. Blocking while a dataset loads.
@@ -185,18 +211,20 @@ class DatasetRegistry {
   int64_t evictions() const;
   // Marks the dataset shared (other tenants' jobs may train on it) or not, first in its file's
   // header (durable, in place), then in the registry. NOT_FOUND when absent.
-  absl::StatusOr<DatasetMeta> SetShared(const std::string& name, bool shared);
+  absl::StatusOr<DatasetMeta> SetShared(const std::string& key, bool shared);
   // Removes it from the registry and deletes its file. NOT_FOUND when absent. The caller checks
   // that no job uses it (the Engine does, under its admission lock).
-  absl::Status Delete(const std::string& name);
+  absl::Status Delete(const std::string& key);
 
   const torch::Device& device() const { return device_; }
-  // Where dataset `name`'s file is (or would be).
-  std::string PathFor(const std::string& name) const;
+  // Where the file of the dataset with key `key` is (or would be).
+  std::string PathFor(const std::string& key) const;
 
  private:
   friend class DatasetUpload;
-  void ReleaseName(const std::string& name);
+  void ReleaseName(const std::string& key);
+  // Registers a dataset file found at start (LoadFromDisk), on disk only.
+  void RegisterFromDisk(const std::string& path, const DatasetMeta& meta);
   // Counts `bytes` more of staging memory against max_staged_bytes_ (RESOURCE_EXHAUSTED beyond
   // it), or gives `bytes` back.
   absl::Status ReserveStaging(int64_t bytes, const std::string& name);
@@ -212,6 +240,8 @@ class DatasetRegistry {
     absl::Time last_used = absl::InfinitePast();
     int running = 0;       // running jobs holding it (never evicted while > 0)
     bool loading = false;  // a load is under way (its bytes are in loading_bytes_)
+    // A copy for peers: when it was made, or last taken or given back by a job.
+    absl::Time copy_used = absl::InfinitePast();
   };
   // The bytes the budget has left (budget - resident - reserved - loading); INT64_MAX without one.
   int64_t FreeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -235,8 +265,8 @@ class DatasetRegistry {
   std::function<bool(const std::string&)> in_use_;  // set before jobs run
 
   mutable absl::Mutex mu_;
-  std::map<std::string, Entry> datasets_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);  // uploads in progress
+  std::map<std::string, Entry> datasets_ ABSL_GUARDED_BY(mu_);  // by key
+  std::set<std::string> reserved_ ABSL_GUARDED_BY(mu_);         // keys of the uploads in progress
   int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t resident_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t loading_bytes_ ABSL_GUARDED_BY(mu_) = 0;

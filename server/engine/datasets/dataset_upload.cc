@@ -51,7 +51,7 @@ DatasetUpload::DatasetUpload(DatasetRegistry* registry, DatasetMeta meta,
     : registry_(registry),
       meta_(std::move(meta)),
       expected_sha256_(std::move(expected_sha256)),
-      tmp_path_(registry_->PathFor(meta_.name) + ".tmp"),
+      tmp_path_(registry_->PathFor(DatasetKeyOf(meta_)) + ".tmp"),
       header_bytes_(DatasetFileHeaderBytes(meta_)) {}
 
 DatasetUpload::~DatasetUpload() {
@@ -63,7 +63,7 @@ DatasetUpload::~DatasetUpload() {
   }
   buffer_ = torch::Tensor();
   registry_->ReleaseStaging(capacity_);
-  if (!committed_) registry_->ReleaseName(meta_.name);
+  if (!committed_) registry_->ReleaseName(DatasetKeyOf(meta_));
 }
 
 absl::Status DatasetUpload::Charge(int64_t size) {
