@@ -437,11 +437,12 @@ class ThreadPeers final : public RemoteRanks {
 
   std::vector<std::string> peers() const override { return {"peer-a:1"}; }
   absl::Status CheckVersion(const std::string&) override { return absl::OkStatus(); }
+  absl::Status CheckAdmin(const std::string&) override { return absl::OkStatus(); }
   absl::Status CheckDataset(const std::string&, const std::string&, const std::string&) override {
     return absl::OkStatus();
   }
-  absl::Status CopyDataset(const std::string&, const DatasetMeta&, const std::string&,
-                           int64_t) override {
+  absl::Status CopyDataset(const std::string&, const std::string&, const DatasetMeta&,
+                           const std::string&, int64_t) override {
     return absl::OkStatus();
   }
   std::unique_ptr<Call> StartRank(const std::string& peer, const RemoteRankRequest& request,
