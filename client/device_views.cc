@@ -98,10 +98,14 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
     lines.push_back({"worker start", absl::StrFormat("%.3f s (a sandboxed process of its own)",
                                                      report.worker_start_seconds())});
   }
-  // A sweep member trained in a pack: the times and speeds above are the pack's.
+  // A sweep member trained in a pack: the times and speeds above are the pack's; and whether its
+  // values are the job alone's to the last bit (the daemon's sentence says why or why not).
   if (report.packed_members() > 0) {
     lines.push_back(
-        {"packed", absl::StrCat(report.packed_members(), " sweep members trained as one model")});
+        {"packed", absl::StrCat(report.packed_members(), " sweep members trained as one pack")});
+    if (!report.packed_numerics().empty()) {
+      lines.push_back({"numerics", report.packed_numerics()});
+    }
   }
   // A data-parallel job: rank 0's time in the all-reduces (part of compute).
   if (report.collective_seconds() > 0) {
