@@ -350,9 +350,9 @@ int JobModel(const CommandContext& context) {
   if (context.invocation.Has("max-size")) {
     absl::StatusOr<MemorySize> size = ParseMemorySize(context.invocation.Get("max-size"));
     if (!size.ok() || size->bytes <= 0) {
-      return UsageFailure(absl::InvalidArgumentError(absl::StrCat(
-          "--max-size takes a size in bytes above 0 (e.g. 512MiB or 2GB), not '",
-          context.invocation.Get("max-size"), "'")));
+      return UsageFailure(absl::InvalidArgumentError(
+          absl::StrCat("--max-size takes a size in bytes above 0 (e.g. 512MiB or 2GB), not '",
+                       context.invocation.Get("max-size"), "'")));
     }
     max_bytes = size->bytes;
   }
@@ -396,9 +396,9 @@ int JobModel(const CommandContext& context) {
       if (total < 0 || total > max_bytes) {
         refused = total < 0 ? absl::StrCat("the daemon declared job '", id, "''s model as ", total,
                                            " bytes, which is no size")
-                            : absl::StrCat("the daemon declared job '", id, "''s model as ",
-                                           total, " bytes, more than --max-size allows (",
-                                           max_bytes, " bytes); give a larger --max-size to "
+                            : absl::StrCat("the daemon declared job '", id, "''s model as ", total,
+                                           " bytes, more than --max-size allows (", max_bytes,
+                                           " bytes); give a larger --max-size to "
                                            "download it");
         break;
       }
@@ -406,9 +406,9 @@ int JobModel(const CommandContext& context) {
     had_replies = true;
     const int64_t size = static_cast<int64_t>(chunk.data().size());
     if (size > total - written) {
-      refused = absl::StrCat("the daemon sent more than the ", total, " bytes it declared for job '",
-                             id, "''s model (", written + size, " so far); stopped reading",
-                             to_stdout ? "" : " and kept nothing");
+      refused = absl::StrCat("the daemon sent more than the ", total,
+                             " bytes it declared for job '", id, "''s model (", written + size,
+                             " so far); stopped reading", to_stdout ? "" : " and kept nothing");
       break;
     }
     out.write(chunk.data().data(), static_cast<std::streamsize>(size));

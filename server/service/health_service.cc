@@ -129,12 +129,12 @@ class HealthService::WatchReactor final : public grpc::ServerWriteReactor<Health
   const std::string name_;
   const std::string address_;
   std::mutex mu_;
-  HealthCheckResponse response_;      // guarded by mu_; alive while a write is in flight
-  bool writing_ = false;              // guarded by mu_
-  bool finishing_ = false;            // guarded by mu_: Finish was called
-  std::optional<Status> sent_;        // guarded by mu_
-  std::optional<Status> pending_;     // guarded by mu_: the newest change while writing
-  std::optional<grpc::Status> end_;   // guarded by mu_: to finish with, once no write is in flight
+  HealthCheckResponse response_;     // guarded by mu_; alive while a write is in flight
+  bool writing_ = false;             // guarded by mu_
+  bool finishing_ = false;           // guarded by mu_: Finish was called
+  std::optional<Status> sent_;       // guarded by mu_
+  std::optional<Status> pending_;    // guarded by mu_: the newest change while writing
+  std::optional<grpc::Status> end_;  // guarded by mu_: to finish with, once no write is in flight
 };
 
 HealthService::HealthService(HealthServiceOptions options) : options_(options) {
@@ -235,11 +235,13 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
   }
   if (options_.max_watches > 0 && static_cast<int>(watches_.size()) >= options_.max_watches) {
     if (from_address == 0) per_address_.erase(address);
-    return new RefusedWatch(grpc::Status(
-        grpc::StatusCode::RESOURCE_EXHAUSTED,
-        absl::StrCat(watches_.size(), " health watches are open, the most this daemon holds "
-                     "(--max_health_watches=", options_.max_watches,
-                     "); try again later, or ask Check, which is never refused")));
+    return new RefusedWatch(
+        grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     absl::StrCat(watches_.size(),
+                                  " health watches are open, the most this daemon holds "
+                                  "(--max_health_watches=",
+                                  options_.max_watches,
+                                  "); try again later, or ask Check, which is never refused")));
   }
   ++from_address;
   auto* watch = new WatchReactor(this, request->service(), std::move(address));

@@ -76,11 +76,11 @@ class HealthService final : public grpc::health::v1::Health::CallbackService {
 
   const HealthServiceOptions options_;
   mutable std::mutex mu_;
-  bool shut_down_ = false;                     // guarded by mu_
-  bool ending_ = false;                        // guarded by mu_: EndWatches was called
-  std::map<std::string, bool> serving_;        // guarded by mu_
-  std::set<WatchReactor*> watches_;            // guarded by mu_
-  std::map<std::string, int> per_address_;     // guarded by mu_
+  bool shut_down_ = false;                  // guarded by mu_
+  bool ending_ = false;                     // guarded by mu_: EndWatches was called
+  std::map<std::string, bool> serving_;     // guarded by mu_
+  std::set<WatchReactor*> watches_;         // guarded by mu_
+  std::map<std::string, int> per_address_;  // guarded by mu_
 };
 
 }  // namespace trainerd::service

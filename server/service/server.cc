@@ -283,7 +283,7 @@ Server::~Server() {
   // their calls, then go, while the gRPC server still exists.
   peer_service_.reset();
   server_.reset();
-  health_.reset();  // after the server: no call of it is left
+  health_.reset();    // after the server: no call of it is left
   blocking_.reset();  // nothing is queued once the server is down; joins the pool
   engine_.reset();
   if (sampler_ != nullptr) sampler_->Stop();

@@ -96,7 +96,7 @@ class ModelDownloadTest : public ::testing::Test {
   // in err_.
   int Run(const std::vector<std::string>& flags) {
     std::vector<std::string> words = {"trainctl", "--addr", absl::StrCat("127.0.0.1:", port_),
-                                      "job", "model", "job-0123456789ab"};
+                                      "job",      "model",  "job-0123456789ab"};
     words.insert(words.end(), flags.begin(), flags.end());
     absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
     if (!invocation.ok()) {
@@ -163,7 +163,8 @@ TEST_F(ModelDownloadTest, ADeclaredSizeAboveTheMaximumIsRefusedBeforeAnyByteIsWr
   Start(/*declared=*/kMaxModelDownloadBytes + 1);
   EXPECT_EQ(Run({"-f", File()}), 1);
   EXPECT_THAT(err_, HasSubstr(absl::StrCat("declared job 'job-0123456789ab''s model as ",
-                                           kMaxModelDownloadBytes + 1, " bytes, more than "
+                                           kMaxModelDownloadBytes + 1,
+                                           " bytes, more than "
                                            "--max-size allows")));
   EXPECT_THAT(FilesLeft(), IsEmpty());
   EXPECT_TRUE(StoppedEarly()) << jobs_->sent;

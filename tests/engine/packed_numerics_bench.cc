@@ -127,10 +127,11 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--json") json_path = argv[i + 1];
   }
   std::string json = "{\"drift\": [";
-  std::printf("packed members against the job alone: relative difference of the loss at epochs "
-              "1 / 5 / 10\n");
-  std::printf("%-30s %-24s %-24s %-24s %-24s\n", "change", "adam 0.01", "adam 0.03",
-              "rmsprop 0.01", "rmsprop 0.03");
+  std::printf(
+      "packed members against the job alone: relative difference of the loss at epochs "
+      "1 / 5 / 10\n");
+  std::printf("%-30s %-24s %-24s %-24s %-24s\n", "change", "adam 0.01", "adam 0.03", "rmsprop 0.01",
+              "rmsprop 0.03");
   const auto dataset = Classes(1024);
   struct Case {
     OptimizerKind optimizer;
@@ -164,11 +165,11 @@ int main(int argc, char** argv) {
       const double e1 = Relative(got[k], base, 0), e5 = Relative(got[k], base, 4),
                    e10 = Relative(got[k], base, 9);
       cells[k].push_back(absl::StrCat(Cell(e1), " / ", Cell(e5), " / ", Cell(e10)));
-      absl::StrAppend(&json, first_json ? "" : ", ",
-                      absl::StrFormat("{\"optimizer\": \"%s\", \"lr\": %g, \"change\": \"%s\", "
-                                      "\"epoch1\": %g, \"epoch5\": %g, \"epoch10\": %g}",
-                                      OptimizerKindName(c.optimizer), c.lr, changes[k], e1, e5,
-                                      e10));
+      absl::StrAppend(
+          &json, first_json ? "" : ", ",
+          absl::StrFormat("{\"optimizer\": \"%s\", \"lr\": %g, \"change\": \"%s\", "
+                          "\"epoch1\": %g, \"epoch5\": %g, \"epoch10\": %g}",
+                          OptimizerKindName(c.optimizer), c.lr, changes[k], e1, e5, e10));
       first_json = false;
     }
   }
@@ -193,7 +194,8 @@ int main(int argc, char** argv) {
       for (bool stack : {false, true}) {
         std::vector<TrainingRun> runs;
         for (int m = 0; m < 8; ++m) {
-          runs.push_back(Run(rows, c.model, OptimizerKind::kAdam, 1e-3 * (m + 1), m + 1, c.batch, 3));
+          runs.push_back(
+              Run(rows, c.model, OptimizerKind::kAdam, 1e-3 * (m + 1), m + 1, c.batch, 3));
           runs.back().stack_on_cpu = stack;
         }
         (stack ? stacked : in_turn).push_back(Seconds(runs));

@@ -124,8 +124,7 @@ TrainingOutcome RunAlone(TrainingRun run, Recorded& seen) {
 
 // On the CPU a pack runs each member on its own path (fused or LibTorch) in turn: every member's
 // epochs, parameters and model are those of the same job alone to the last bit.
-void ExpectEveryMemberBitwiseTheJobAlone(std::vector<TrainingRun> runs,
-                                         const std::string& engine) {
+void ExpectEveryMemberBitwiseTheJobAlone(std::vector<TrainingRun> runs, const std::string& engine) {
   std::vector<Recorded> packed;
   std::vector<TrainingOutcome> outcomes = RunPack(runs, packed);
   std::set<double> finals;
@@ -368,8 +367,8 @@ TEST(PackedTrainingTest, AMembersCheckpointResumesAloneWhereThePackWas) {
         run.spec.checkpoint_every = 3;
         run.spec.momentum = optimizer == OptimizerKind::kAdamW ? 0.0 : 0.5 * m;
         run.stack_on_cpu = stacked;
-        run.checkpoint_dir = absl::StrCat(dir.path(), "/", stacked, "-",
-                                          static_cast<int>(optimizer), "-", m);
+        run.checkpoint_dir =
+            absl::StrCat(dir.path(), "/", stacked, "-", static_cast<int>(optimizer), "-", m);
         runs.push_back(std::move(run));
       }
       std::vector<std::string> third(2);

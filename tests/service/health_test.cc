@@ -41,8 +41,7 @@ constexpr absl::Duration kWaitBound = absl::Seconds(30);
 // A channel whose one connection comes from `source` (an IPv4 loopback address, "127.0.0.2"): a
 // socket bound to it and connected to the server on 127.0.0.1:`port`, handed to gRPC (which
 // closes it; *socket_fd, when given, says which it is). Null when the socket cannot be made.
-std::shared_ptr<grpc::Channel> ChannelFrom(const char* source, int port,
-                                           int* socket_fd = nullptr) {
+std::shared_ptr<grpc::Channel> ChannelFrom(const char* source, int port, int* socket_fd = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return nullptr;
   sockaddr_in from{};
@@ -107,7 +106,8 @@ class WatchStream final : public grpc::ClientReadReactor<HealthCheckResponse> {
   // not end within the bound).
   grpc::Status WaitForEnd() {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, absl::ToChronoSeconds(kWaitBound), [&] { return status_.has_value(); })) {
+    if (!cv_.wait_for(lock, absl::ToChronoSeconds(kWaitBound),
+                      [&] { return status_.has_value(); })) {
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the stream did not end");
     }
     return *status_;
@@ -125,7 +125,7 @@ class WatchStream final : public grpc::ClientReadReactor<HealthCheckResponse> {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<HealthCheckResponse::ServingStatus> statuses_;  // guarded by mu_
-  std::optional<grpc::Status> status_;                         // guarded by mu_
+  std::optional<grpc::Status> status_;                        // guarded by mu_
 };
 
 class HealthTest : public ServiceTest {
@@ -199,8 +199,8 @@ TEST_F(HealthTest, CheckAndWatchAnswerAsTheStandardServiceDoes) {
   // A service registered later is sent to its watchers.
   server_->health_service()->SetServingStatus("no.such.Service", true);
   ASSERT_TRUE(unknown.WaitForStatuses(2));
-  EXPECT_THAT(unknown.statuses(), ElementsAre(HealthCheckResponse::SERVICE_UNKNOWN,
-                                              HealthCheckResponse::SERVING));
+  EXPECT_THAT(unknown.statuses(),
+              ElementsAre(HealthCheckResponse::SERVICE_UNKNOWN, HealthCheckResponse::SERVING));
   WatchStream long_name(stub.get(), std::string(201, 'x'));
   EXPECT_EQ(long_name.WaitForEnd().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 }
@@ -336,7 +336,8 @@ TEST_F(HealthTest, EndedWatchesFreeTheirPlacesAndNothingAccumulates) {
     }
     EXPECT_LE(server_->health_service()->open_watches(), 4);
     for (auto& watch : open) watch->Cancel();
-    for (auto& watch : open) EXPECT_EQ(watch->WaitForEnd().error_code(), grpc::StatusCode::CANCELLED);
+    for (auto& watch : open)
+      EXPECT_EQ(watch->WaitForEnd().error_code(), grpc::StatusCode::CANCELLED);
     ASSERT_TRUE(WaitForOpenWatches("ipv4:127.0.0.2", 0));
     EXPECT_EQ(server_->health_service()->open_watches(), 0);
   }

@@ -123,7 +123,8 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
     for (size_t i = 0; i < members.size(); ++i) {
       if (members.size() > 1) {
         members[i]->outcome().packed_bitwise = pack == nullptr;
-        members[i]->outcome().packed_numerics = pack == nullptr ? kInTurnNumerics : kStackedNumerics;
+        members[i]->outcome().packed_numerics =
+            pack == nullptr ? kInTurnNumerics : kStackedNumerics;
       }
       try {
         members[i]->Setup(features, targets, pack.get(), i);
