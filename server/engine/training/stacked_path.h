@@ -36,8 +36,9 @@ std::string StackedPathUnsupported(const TrainingRun& run);
 inline constexpr char kStackedNumerics[] =
     "not bitwise the job alone: each linear layer ran as one batched product for every member "
     "(baddbmm), which sums in another order than the job alone's addmm; the first epoch agrees "
-    "within float32 rounding, later epochs drift apart as the job alone's do under another "
-    "intra-op thread count (at high learning rates by several percent of the loss)";
+    "within float32 rounding, and later epochs drift apart as the job alone's do when only the "
+    "order of its sums changes (another thread count, another path): at high learning rates by "
+    "several percent of the loss";
 
 class StackedPack {
  public:
