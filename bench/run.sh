@@ -3,7 +3,8 @@
 # BENCH_DEVICES includes cuda), then the Python client against trainctl (BENCH_PYTHON_CLIENT=0
 # skips it), then c10d's all-reduce on loopback (BENCH_COLLECTIVES=0 skips it), then the load
 # test's latencies (32 concurrent clients for BENCH_LOAD_SECONDS, default
-# 60; 0 skips it). Results: tables on stdout, bench.json, python_client.json and load.txt in
+# 60; 0 skips it), with a packed sweep member's numerics on the way (BENCH_PACKED=0 skips them).
+# Results: tables on stdout, bench.json, python_client.json, packed_numerics.json and load.txt in
 # $RESULTS_DIR (default build/bench). See bench/README.md.
 set -euo pipefail
 BUILD_DIR="${BUILD_DIR:-build/release}"
@@ -31,6 +32,13 @@ if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   # A sweep spread over a peer (its share packed there) against the same sweep on one daemon.
   "$(python/venv.sh "$PYTHON")" bench/spread_sweep.py --build-dir "$BUILD_DIR" \
     --results-dir "$RESULTS_DIR"
+fi
+# A packed sweep member's values against the same job alone, beside the job alone's own drift
+# under two threads or the fused path, and the CPU's packs in turn against stacked;
+# BENCH_PACKED=0 skips it.
+if [ "${BENCH_PACKED:-1}" != 0 ]; then
+  mkdir -p "$RESULTS_DIR"
+  "$BUILD_DIR/tests/engine/packed_numerics_bench" --json "$RESULTS_DIR/packed_numerics.json"
 fi
 if [ "${BENCH_LOAD_SECONDS:-60}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"

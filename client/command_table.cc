@@ -234,11 +234,16 @@ const std::vector<CommandSpec>& Commands() {
        "(dropout off, batchnorm on its running statistics). With --file the file is written\n"
        "whole or not at all; without it the archive goes to standard output, which must then\n"
        "not be a terminal. Only a job that succeeded has a model. -o is the output format, as\n"
-       "everywhere: with --file, -o json or yaml describes what was written.\n"
+       "everywhere: with --file, -o json or yaml describes what was written. The download takes\n"
+       "at most the size the daemon declares for the model, and none above --max-size: a daemon\n"
+       "that declares more, or sends more than it declared, is stopped and nothing is kept.\n"
        "\n"
        "  trainctl job model job-0123456789ab -f model.pt\n"
        "  trainctl job model job-0123456789ab > model.pt\n",
-       {{"file", "FILE", "where to write the model (default: standard output)", "f"}}},
+       {{"file", "FILE", "where to write the model (default: standard output)", "f"},
+        {"max-size", "SIZE",
+         "the largest model to download, e.g. 512MiB (default 8256MiB: the largest model the "
+         "daemon trains)"}}},
       {"devices",
        "",
        "",

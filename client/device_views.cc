@@ -137,10 +137,14 @@ std::string DeviceReportSection(const v1::DeviceReport& report) {
   if (report.has_worker_sandbox()) {
     lines.push_back({"sandbox", DescribeSandbox(report.worker_sandbox())});
   }
-  // A sweep member trained in a pack: the times and speeds above are the pack's.
+  // A sweep member trained in a pack: the times and speeds above are the pack's; and whether its
+  // values are the job alone's to the last bit (the daemon's sentence says why or why not).
   if (report.packed_members() > 0) {
     lines.push_back(
-        {"packed", absl::StrCat(report.packed_members(), " sweep members trained as one model")});
+        {"packed", absl::StrCat(report.packed_members(), " sweep members trained as one pack")});
+    if (!report.packed_numerics().empty()) {
+      lines.push_back({"numerics", report.packed_numerics()});
+    }
   }
   // A data-parallel job: rank 0's time in the all-reduces (part of compute).
   if (report.collective_seconds() > 0) {

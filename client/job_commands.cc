@@ -26,6 +26,8 @@
 #include "client/connection.h"
 #include "client/output.h"
 #include "client/requests.h"
+#include "common/job_limits.h"
+#include "common/memory_size.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
 #include "trainerd/v1/jobs.pb.h"
@@ -333,13 +335,26 @@ int JobCancel(const CommandContext& context) {
 // Downloads job ID's model to --file (-f): the chunks go to a temporary file next to it, which is
 // renamed over FILE only when the whole archive arrived, so FILE is never half-written. Without
 // --file the archive goes to standard output (refused when that is a terminal), as curl and
-// kubectl cp - do; a download that breaks then leaves what came and exits 1.
+// kubectl cp - do; a download that breaks then leaves what came and exits 1. The download takes
+// at most the size the daemon declares on its first chunk, and refuses a declared size above
+// --max-size (kMaxModelDownloadBytes unless given): a daemon that declares too much, or sends
+// more than it declared, is cancelled at once and nothing is kept.
 int JobModel(const CommandContext& context) {
   const std::string& id = context.invocation.args.at(0);
   const std::string path = context.invocation.Get("file");
   const bool to_stdout = !context.invocation.Has("file");
   if (!to_stdout && path.empty()) {
     return UsageFailure(absl::InvalidArgumentError("--file needs a FILE"));
+  }
+  int64_t max_bytes = kMaxModelDownloadBytes;
+  if (context.invocation.Has("max-size")) {
+    absl::StatusOr<MemorySize> size = ParseMemorySize(context.invocation.Get("max-size"));
+    if (!size.ok() || size->bytes <= 0) {
+      return UsageFailure(absl::InvalidArgumentError(
+          absl::StrCat("--max-size takes a size in bytes above 0 (e.g. 512MiB or 2GB), not '",
+                       context.invocation.Get("max-size"), "'")));
+    }
+    max_bytes = size->bytes;
   }
   if (to_stdout && (context.structured || context.names)) {
     return UsageFailure(absl::InvalidArgumentError(
@@ -374,12 +389,32 @@ int JobModel(const CommandContext& context) {
   int64_t total = -1;
   int64_t written = 0;
   bool had_replies = false;
+  std::string refused;  // why the download was stopped (the daemon's fault); empty: it was not
   while (reader->Read(&chunk)) {
-    if (!had_replies) total = chunk.total_bytes();
+    if (!had_replies) {
+      total = chunk.total_bytes();
+      if (total < 0 || total > max_bytes) {
+        refused = total < 0 ? absl::StrCat("the daemon declared job '", id, "''s model as ", total,
+                                           " bytes, which is no size")
+                            : absl::StrCat("the daemon declared job '", id, "''s model as ", total,
+                                           " bytes, more than --max-size allows (", max_bytes,
+                                           " bytes); give a larger --max-size to "
+                                           "download it");
+        break;
+      }
+    }
     had_replies = true;
-    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-    written += static_cast<int64_t>(chunk.data().size());
+    const int64_t size = static_cast<int64_t>(chunk.data().size());
+    if (size > total - written) {
+      refused = absl::StrCat("the daemon sent more than the ", total,
+                             " bytes it declared for job '", id, "''s model (", written + size,
+                             " so far); stopped reading", to_stdout ? "" : " and kept nothing");
+      break;
+    }
+    out.write(chunk.data().data(), static_cast<std::streamsize>(size));
+    written += size;
   }
+  if (!refused.empty()) call.TryCancel();  // the daemon sends nothing more
   const grpc::Status status = reader->Finish();
   out.flush();
   if (!to_stdout) file.close();
@@ -389,6 +424,7 @@ int JobModel(const CommandContext& context) {
     PrintError(message);
     return kExitFailure;
   };
+  if (!refused.empty()) return fail(refused);
   if (!status.ok()) {
     if (!to_stdout) std::remove(tmp.c_str());
     return RpcFailure(context, status, timeout, had_replies);

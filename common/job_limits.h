@@ -21,6 +21,11 @@ inline constexpr int64_t kMaxCheckpointsPerJob = 1000;
 // Trainable values in one model (2^31: 8 GiB of float32 weights, before gradients and optimizer
 // state).
 inline constexpr int64_t kMaxModelParameters = int64_t{1} << 31;
+// The largest model archive a client downloads unless told otherwise (trainctl job model
+// --max-size, the Python client's max_bytes): kMaxModelParameters float32 values and 64 MiB for
+// the archive's code and records. A daemon that declares more, or sends more than it declared,
+// is refused and the download stops.
+inline constexpr int64_t kMaxModelDownloadBytes = kMaxModelParameters * 4 + (int64_t{64} << 20);
 // A job's estimated working set (EstimateTrainingMemory): 1 TiB, more than any one device holds.
 inline constexpr int64_t kMaxJobMemoryBytes = int64_t{1} << 40;
 // The largest gRPC message trainerd accepts (and trainctl sends): one SubmitJobRequest with a

@@ -103,6 +103,11 @@ ABSL_FLAG(int, max_watches_per_caller, 64,
           "WatchJob streams one caller may hold open at once; 0 for no limit");
 ABSL_FLAG(int, max_diagnose_per_caller, 2,
           "Diagnose calls one caller may have waiting or running at once; 0 for no limit");
+ABSL_FLAG(int, max_health_watches_per_address, 16,
+          "health Watch streams (which need no credentials) one client address may hold open at "
+          "once; 0 for no limit");
+ABSL_FLAG(int, max_health_watches, 1024,
+          "health Watch streams all clients together may hold open at once; 0 for no limit");
 ABSL_FLAG(int64_t, max_jobs_per_caller, 0,
           "quota: queued and running jobs one caller (not an admin) may have; 0 (the default): a "
           "fair share, a quarter of --max_queued_jobs, so that no tenant fills the queue");
@@ -388,6 +393,8 @@ int main(int argc, char** argv) {
   options.max_uploads_per_caller = absl::GetFlag(FLAGS_max_uploads_per_caller);
   options.max_watches_per_caller = absl::GetFlag(FLAGS_max_watches_per_caller);
   options.max_diagnose_per_caller = absl::GetFlag(FLAGS_max_diagnose_per_caller);
+  options.health.max_watches_per_address = absl::GetFlag(FLAGS_max_health_watches_per_address);
+  options.health.max_watches = absl::GetFlag(FLAGS_max_health_watches);
   options.engine.diagnose_min_interval = absl::GetFlag(FLAGS_diagnose_min_interval);
   options.engine.max_jobs_per_caller = absl::GetFlag(FLAGS_max_jobs_per_caller);
   options.engine.max_dataset_bytes_per_caller = absl::GetFlag(FLAGS_max_dataset_bytes_per_caller);
@@ -426,12 +433,15 @@ int main(int argc, char** argv) {
   }
   if (options.min_upload_bytes_per_second < 0 || options.max_uploads_per_caller < 0 ||
       options.max_watches_per_caller < 0 || options.max_diagnose_per_caller < 0 ||
+      options.health.max_watches_per_address < 0 || options.health.max_watches < 0 ||
       options.engine.diagnose_min_interval < absl::ZeroDuration() ||
       options.engine.max_jobs_per_caller < 0 || options.engine.max_dataset_bytes_per_caller < 0 ||
       options.engine.max_disk_bytes_per_caller < 0 || options.engine.max_datasets < 0 ||
       options.engine.max_datasets_per_caller < 0) {
     std::cerr << "trainerd: --min_upload_bytes_per_second, --max_uploads_per_caller, "
-                 "--max_watches_per_caller, --max_diagnose_per_caller, --diagnose_min_interval, "
+                 "--max_watches_per_caller, --max_diagnose_per_caller, "
+                 "--max_health_watches_per_address, --max_health_watches, "
+                 "--diagnose_min_interval, "
                  "--max_jobs_per_caller, --max_dataset_bytes_per_caller, "
                  "--max_disk_bytes_per_caller, --max_datasets and --max_datasets_per_caller must "
                  "not be negative\n";

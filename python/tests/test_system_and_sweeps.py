@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import trainerd
+from trainerd._display import report_rows
 from conftest import Daemon, run_trainctl, seed_data
 
 UNREACHABLE = "127.0.0.1:1"
@@ -116,6 +117,19 @@ def test_sweep_points_are_the_members_in_order(
     assert len(sweep.succeeded) == 3
     assert all(j.proto.report.packed_members == 3 for j in sweep.jobs)
     assert [j.sweep_member for j in sweep.jobs] == [1, 2, 3]
+    # On the CPU every member is its job alone to the last bit, and says so.
+    for member in sweep.jobs:
+        assert member.report.packed_bitwise
+        assert member.report.packed_numerics.startswith("bitwise the job alone")
+        assert ("numerics", member.report.packed_numerics) in report_rows(member)
+    alone = client.submit(
+        "seed", model="linear:1", lr=0.1, seed=1, epochs=5, batch_size=16
+    ).wait(timeout=120)
+    assert not alone.report.packed_bitwise and alone.report.packed_numerics == ""
+    assert [e.loss for e in alone.history] == [e.loss for e in sweep.jobs[0].history]
+    ours, theirs = alone.parameters, sweep.jobs[0].parameters
+    assert ours.keys() == theirs.keys()
+    assert all(np.array_equal(ours[name], theirs[name]) for name in ours)
 
 
 def test_sweep_points_are_checked_before_sending() -> None:

@@ -446,6 +446,8 @@ def report_rows(job: JobBase) -> list[tuple[str, str]]:
         rows.append(("device", device))
     if report.packed_members > 1:
         rows.append(("packed with", f"{report.packed_members} members"))
+        if report.packed_numerics:
+            rows.append(("numerics", report.packed_numerics))
     if report.collective_seconds > 0:
         collectives = _seconds(report.collective_seconds)
         if report.HasField("collective_fraction"):

@@ -23,7 +23,7 @@ answer (``await job.refresh()`` asks again; ``wait`` and ``watch`` leave the job
 from __future__ import annotations
 
 import asyncio
-import io
+import contextlib
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
@@ -72,10 +72,11 @@ from trainerd.errors import (
 )
 from trainerd.jobs import (
     DOWNLOAD_TIMEOUT,
+    MAX_MODEL_BYTES,
     Epoch,
     JobBase,
     JobState,
-    checked_model,
+    ModelReceiver,
     epochs_of_event,
     load_model,
     write_atomically,
@@ -330,27 +331,33 @@ class Job(JobBase):
                 display.close()
         await self.refresh()
 
-    async def model_bytes(self, *, timeout: float | None = None) -> bytes:
+    async def model_bytes(
+        self, *, timeout: float | None = None, max_bytes: int = MAX_MODEL_BYTES
+    ) -> bytes:
+        """The trained model's archive, bounded as :meth:`trainerd.Job.model_bytes` is."""
+        receiver = ModelReceiver(self.id, max_bytes)
         await self._client._ensure_compatible()  # noqa: SLF001
         transport = self._client._transport  # noqa: SLF001
         deadline = timeout if timeout is not None else max(DOWNLOAD_TIMEOUT, transport.timeout)
-        buffer = io.BytesIO()
-        total = -1
-        async for chunk in transport.stream(
-            _JOBS + "DownloadModel", jobs_pb2.DownloadModelRequest(id=self.id),
-            jobs_pb2.ModelChunk, timeout=deadline,
-        ):
-            if total < 0:
-                total = chunk.total_bytes
-            buffer.write(chunk.data)
-        return checked_model(self.id, buffer.getvalue(), total)
+        # Closing the stream (a refusal included) cancels the call at once.
+        async with contextlib.aclosing(
+            transport.stream(
+                _JOBS + "DownloadModel", jobs_pb2.DownloadModelRequest(id=self.id),
+                jobs_pb2.ModelChunk, timeout=deadline,
+            )
+        ) as chunks:
+            async for chunk in chunks:
+                receiver.add(chunk)
+        return receiver.result()
 
-    async def model(self, *, map_location: str = "cpu") -> Any:
+    async def model(self, *, map_location: str = "cpu", max_bytes: int = MAX_MODEL_BYTES) -> Any:
         """The trained model via torch.jit.load (the archive's bytes without torch)."""
-        return load_model(await self.model_bytes(), map_location)
+        return load_model(await self.model_bytes(max_bytes=max_bytes), map_location)
 
-    async def save_model(self, path: str | os.PathLike[str]) -> Path:
-        return write_atomically(path, await self.model_bytes())
+    async def save_model(
+        self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES
+    ) -> Path:
+        return write_atomically(path, await self.model_bytes(max_bytes=max_bytes))
 
     async def validation_rows(
         self, rows: int | None = None

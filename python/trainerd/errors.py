@@ -29,6 +29,7 @@ __all__ = [
     "ConfigError",
     "DataLoss",
     "DeadlineExceeded",
+    "DownloadRefused",
     "FailedPrecondition",
     "IncompatibleDaemon",
     "Internal",
@@ -189,6 +190,11 @@ class ConfigError(TrainerdError, ValueError):
 
 class IncompatibleDaemon(TrainerdError):
     """The daemon at the address does not speak the API version this client was built for."""
+
+
+class DownloadRefused(TrainerdError):
+    """The client stopped a model download: the daemon declared a model larger than the
+    download's ``max_bytes``, or sent more bytes than it declared. Nothing was kept."""
 
 
 class JobFailed(TrainerdError):

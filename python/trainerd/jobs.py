@@ -21,6 +21,7 @@ from trainerd._optional import import_torch
 from trainerd._split import held_out_rows
 from trainerd.errors import (
     DeadlineExceeded,
+    DownloadRefused,
     JobCancelled,
     JobFailed,
     TrainerdError,
@@ -32,11 +33,15 @@ if TYPE_CHECKING:
 
     from trainerd.client import Client
 
-__all__ = ["Epoch", "Job", "JobState"]
+__all__ = ["MAX_MODEL_BYTES", "Epoch", "Job", "JobState"]
 
 _JOBS = "/trainerd.v1.JobService/"
 # A model download may be large on a slow link: it gets an upload's allowance (as trainctl).
 DOWNLOAD_TIMEOUT = 600.0
+#: The largest model a download takes unless given ``max_bytes``: the largest model the daemon
+#: trains (2**31 float32 parameters, its common/job_limits.h) and 64 MiB for the archive's own
+#: code and records; trainctl's ``job model --max-size`` default too.
+MAX_MODEL_BYTES = (8 << 30) + (64 << 20)
 
 
 class JobState(str, enum.Enum):
@@ -122,6 +127,54 @@ def checked_model(job_id: str, data: bytes, total: int) -> bytes:
             "bytes)"
         )
     return data
+
+
+def _check_max_bytes(max_bytes: int) -> int:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be a whole number of bytes above 0, not {max_bytes!r}")
+    return max_bytes
+
+
+class ModelReceiver:
+    """DownloadModel's chunks gathered, bounded by the size the daemon declares on the first
+    chunk and by ``max_bytes``: :meth:`add` raises DownloadRefused, and the caller stops reading
+    (cancelling the call), when the declared size is above ``max_bytes`` or a chunk would take
+    the bytes received past the declared size. Nothing is allocated from the declared size."""
+
+    def __init__(self, job_id: str, max_bytes: int) -> None:
+        self._job_id = job_id
+        self._max_bytes = _check_max_bytes(max_bytes)
+        self._total = -1
+        self._received = 0
+        self._buffer = io.BytesIO()
+
+    def add(self, chunk: jobs_pb2.ModelChunk) -> None:
+        if self._total < 0:
+            total = chunk.total_bytes
+            if total < 0 or total > self._max_bytes:
+                raise DownloadRefused(
+                    f"the daemon declared the model of job '{self._job_id}' as {total} bytes, "
+                    + (
+                        "which is no size"
+                        if total < 0
+                        else f"more than this download takes (max_bytes={self._max_bytes}); "
+                        "pass a larger max_bytes to download it"
+                    )
+                )
+            self._total = total
+        size = len(chunk.data)
+        if self._received + size > self._total:
+            raise DownloadRefused(
+                f"the daemon sent more than the {self._total} bytes it declared for the model of "
+                f"job '{self._job_id}' ({self._received + size} so far); stopped reading and "
+                "kept nothing"
+            )
+        self._received += size
+        self._buffer.write(chunk.data)
+
+    def result(self) -> bytes:
+        """The whole archive; TrainerdError when the stream ended before the declared size."""
+        return checked_model(self._job_id, self._buffer.getvalue(), self._total)
 
 
 def load_model(data: bytes, map_location: str) -> Any:
@@ -518,9 +571,15 @@ class Job(JobBase):
                 display.close()
         self.refresh()
 
-    def model_bytes(self, *, timeout: float | None = None) -> bytes:
+    def model_bytes(
+        self, *, timeout: float | None = None, max_bytes: int = MAX_MODEL_BYTES
+    ) -> bytes:
         """The trained model as the bytes of a TorchScript archive (DownloadModel).
-        FailedPrecondition unless the job SUCCEEDED."""
+        FailedPrecondition unless the job SUCCEEDED. The download takes at most the size the
+        daemon declares, and refuses (DownloadRefused) a declared size above ``max_bytes``
+        (default :data:`MAX_MODEL_BYTES`, the largest model the daemon trains) or more bytes
+        than declared, stopping the call at once."""
+        receiver = ModelReceiver(self.id, max_bytes)
         transport = self._client._transport  # noqa: SLF001
         self._client._ensure_compatible()  # noqa: SLF001
         deadline = timeout if timeout is not None else max(DOWNLOAD_TIMEOUT, transport.timeout)
@@ -528,24 +587,24 @@ class Job(JobBase):
             _JOBS + "DownloadModel", jobs_pb2.DownloadModelRequest(id=self.id),
             jobs_pb2.ModelChunk, timeout=deadline,
         )
-        buffer = io.BytesIO()
-        total = -1
-        with stream:
+        with stream:  # leaving it (a refusal included) cancels the call
             for chunk in stream:
-                if total < 0:
-                    total = chunk.total_bytes
-                buffer.write(chunk.data)
-        return checked_model(self.id, buffer.getvalue(), total)
+                receiver.add(chunk)
+        return receiver.result()
 
-    def model(self, *, map_location: str = "cpu") -> Any:
+    def model(self, *, map_location: str = "cpu", max_bytes: int = MAX_MODEL_BYTES) -> Any:
         """The trained model, loaded with ``torch.jit.load`` (in eval mode; its forward takes a
-        float32 batch shaped like the dataset's features). Without torch, the archive's bytes."""
-        return load_model(self.model_bytes(), map_location)
+        float32 batch shaped like the dataset's features). Without torch, the archive's bytes.
+        ``max_bytes`` as for :meth:`model_bytes`."""
+        return load_model(self.model_bytes(max_bytes=max_bytes), map_location)
 
-    def save_model(self, path: str | os.PathLike[str]) -> Path:
+    def save_model(
+        self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES
+    ) -> Path:
         """Downloads the trained model to ``path`` (written to a temporary file beside it and
-        renamed over it once whole); returns the path."""
-        return write_atomically(path, self.model_bytes())
+        renamed over it once whole); returns the path. ``max_bytes`` as for
+        :meth:`model_bytes`."""
+        return write_atomically(path, self.model_bytes(max_bytes=max_bytes))
 
     def validation_rows(self, rows: int | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The indices of the dataset rows the job held out for validation

@@ -69,6 +69,8 @@ v1::DeviceReport ToProto(const engine::DeviceReport& r) {
   out.set_engine(r.engine);
   out.set_engine_reason(r.engine_reason);
   out.set_packed_members(r.packed_members);
+  out.set_packed_bitwise(r.packed_bitwise);
+  out.set_packed_numerics(r.packed_numerics);
   out.set_worker_start_seconds(r.worker_start_seconds);
   out.set_collective_seconds(r.collective_seconds);
   if (r.collective_fraction) out.set_collective_fraction(*r.collective_fraction);
@@ -167,6 +169,8 @@ engine::DeviceReport FromProto(const v1::DeviceReport& r) {
   out.engine = r.engine();
   out.engine_reason = r.engine_reason();
   out.packed_members = r.packed_members();
+  out.packed_bitwise = r.packed_bitwise();
+  out.packed_numerics = r.packed_numerics();
   out.worker_start_seconds = r.worker_start_seconds();
   out.collective_seconds = r.collective_seconds();
   if (r.has_collective_fraction()) out.collective_fraction = r.collective_fraction();

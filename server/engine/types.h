@@ -243,6 +243,10 @@ struct DeviceReport {
   // The sweep members that trained together with the job as one pack (the job included); 0 when
   // it trained alone.
   int32_t packed_members = 0;
+  // A packed member: whether its values are the job alone's to the last bit, and what its path
+  // does about that, in a sentence (proto DeviceReport.packed_numerics). Unset when alone.
+  bool packed_bitwise = false;
+  std::string packed_numerics;
   // A TorchScript job: the seconds from starting its worker process to the worker's first
   // message (the process, LibTorch's start and the sandbox); 0 for a job run in the daemon.
   double worker_start_seconds = 0.0;

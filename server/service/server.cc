@@ -2,7 +2,6 @@
 
 #include <google/protobuf/descriptor.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -211,11 +210,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     server->metrics_address_ = absl::StrCat(host, ":", *port);
   }
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // trainerd's own health service, not gRPC's default one (whose Watch streams have no bound).
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  server->health_ = std::make_unique<HealthService>(options.health);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, MakeServerCredentials(options.tls, authenticator),
                            &server->port_);
+  builder.RegisterService(server->health_.get());
   builder.RegisterService(server->dataset_service_.get());
   builder.RegisterService(server->job_service_.get());
   builder.RegisterService(server->system_service_.get());
@@ -258,7 +260,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     server->address_ = absl::StrCat(host, ":", server->port_);
   }
   // Only now that the server is up does it report SERVING.
-  grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService();
+  HealthService* health = server->health_.get();
   health->SetServingStatus("", true);
   health->SetServingStatus(v1::DatasetService::service_full_name(), true);
   health->SetServingStatus(v1::JobService::service_full_name(), true);
@@ -281,6 +283,7 @@ Server::~Server() {
   // their calls, then go, while the gRPC server still exists.
   peer_service_.reset();
   server_.reset();
+  health_.reset();    // after the server: no call of it is left
   blocking_.reset();  // nothing is queued once the server is down; joins the pool
   engine_.reset();
   if (sampler_ != nullptr) sampler_->Stop();
@@ -294,8 +297,11 @@ void Server::Shutdown(absl::Duration deadline) {
   std::lock_guard<std::mutex> lock(shutdown_mu_);
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  server_->GetHealthCheckService()->Shutdown();
+  health_->Shutdown();
   engine_->Shutdown();
+  // Watch streams never end by themselves: end them (they saw NOT_SERVING) rather than let the
+  // server wait `deadline` for them.
+  health_->EndWatches();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + deadline));
   engine::LogInfo("server stopped");
 }
@@ -305,7 +311,7 @@ void Server::Drain(absl::Duration drain_timeout, absl::Duration deadline) {
     std::lock_guard<std::mutex> lock(shutdown_mu_);
     if (shut_down_ || server_ == nullptr) return;
     // Load balancers and Kubernetes stop sending work; the API still answers meanwhile.
-    server_->GetHealthCheckService()->Shutdown();
+    health_->Shutdown();
   }
   engine::LogInfo(absl::StrCat("draining: running jobs finish their epoch and checkpoint (at most ",
                                absl::FormatDuration(drain_timeout), ")"));

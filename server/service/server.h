@@ -1,5 +1,6 @@
-// The gRPC server of trainerd: the engine, the two API services, the standard health service and
-// server reflection, started together and stopped in order.
+// The gRPC server of trainerd: the engine, the two API services, the standard health service
+// (health_service.h: trainerd's own, with bounded Watch streams) and server reflection, started
+// together and stopped in order.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -17,6 +18,7 @@
 #include "server/service/blocking_calls.h"
 #include "server/service/credentials.h"
 #include "server/service/dataset_service.h"
+#include "server/service/health_service.h"
 #include "server/service/job_service.h"
 #include "server/service/peer_client.h"
 #include "server/service/peer_service.h"
@@ -48,6 +50,9 @@ struct ServerOptions {
   int max_uploads_per_caller = 8;
   int max_watches_per_caller = 64;
   int max_diagnose_per_caller = 2;
+  // Health Watch streams open at once from one client address and in all (health_service.h);
+  // 0: no bound.
+  HealthServiceOptions health;
   // host:port to serve Prometheus's /metrics on; port 0 picks a free port (metrics_address());
   // empty turns the endpoint off (the metrics are still kept).
   std::string metrics_listen;
@@ -91,6 +96,7 @@ class Server {
   monitor::DeviceSampler* sampler() { return sampler_.get(); }
   engine::Engine* engine() { return engine_.get(); }
   DatasetServiceImpl* dataset_service() { return dataset_service_.get(); }
+  HealthService* health_service() { return health_.get(); }
   // A channel to this server that does not go through the network stack.
   std::shared_ptr<grpc::Channel> InProcessChannel();
 
@@ -122,6 +128,7 @@ class Server {
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<SystemServiceImpl> system_service_;
   std::unique_ptr<PeerServiceImpl> peer_service_;
+  std::unique_ptr<HealthService> health_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;

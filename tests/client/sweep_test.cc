@@ -487,10 +487,15 @@ TEST(SweepJobDetailsTest, JobGetShowsTheSweepAndThePack) {
   v1::Job job = Member("job-01", 0.1, 0.9, std::nullopt, 1, v1::JOB_STATE_SUCCEEDED);
   job.mutable_report()->set_packed_members(6);
   job.mutable_report()->set_steps_per_second(100);
+  job.mutable_report()->set_packed_bitwise(true);
+  job.mutable_report()->set_packed_numerics("bitwise the job alone: its own path, in turn");
   const std::string details = JobDetails(job);
   EXPECT_THAT(details, ::testing::ContainsRegex("\nsweep: +sweep-0123456789ab\n"));
   EXPECT_THAT(details,
-              ::testing::ContainsRegex("\n  packed: +6 sweep members trained as one model\n"));
+              ::testing::ContainsRegex("\n  packed: +6 sweep members trained as one pack\n"));
+  // What the daemon says of the member's values against the job alone.
+  EXPECT_THAT(details, ::testing::ContainsRegex(
+                           "\n  numerics: +bitwise the job alone: its own path, in turn\n"));
   EXPECT_THAT(
       JobDetails(Member("job-02", 0.1, 0.9, std::nullopt, 1, v1::JOB_STATE_QUEUED)).find("packed"),
       std::string::npos);

@@ -1,21 +1,34 @@
 // End to end, the security settings through the real binaries: a token enforced through trainctl
 // (--token-file and $TRAINERD_TOKEN, and the one-line hint when it is missing), TLS and mutual TLS
 // with certificates made by openssl, an open address refused without authentication, a Unix
-// socket, and TorchScript modules checked as code.
+// socket, TorchScript modules checked as code, and the health service's Watch streams (which
+// need no token) bounded, in number and in the daemon's memory.
+#include <arpa/inet.h>
 #include <google/protobuf/util/json_util.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/create_channel_posix.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/subprocess.h"
 #include "tests/support/certificates.h"
@@ -29,6 +42,145 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr char kToken[] = "5c0ffee5c0ffee5c0ffee5c0ffee5c0f";
+
+using grpc::health::v1::Health;
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+// A process's resident set in bytes (/proc/PID/status, VmRSS); -1 when it cannot be read.
+int64_t ResidentBytes(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return -1;
+}
+
+// The Watch streams of a test: each settles when its first status arrives (it got in) or when it
+// ends (refused); the test waits for all of them to settle.
+class HealthWatches {
+ public:
+  class Stream final : public grpc::ClientReadReactor<HealthCheckResponse> {
+   public:
+    Stream(HealthWatches* owner, Health::Stub* stub) : owner_(owner) {
+      stub->async()->Watch(&context_, &request_, this);
+      StartRead(&response_);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (ok && !got_in_) {
+        got_in_ = true;
+        owner_->Settled(this, /*got_in=*/true, std::nullopt);
+      }
+      if (ok) StartRead(&response_);
+    }
+    void OnDone(const grpc::Status& status) override {
+      owner_->Settled(this, /*got_in=*/false, status.error_code());
+    }
+    void Cancel() { context_.TryCancel(); }
+
+   private:
+    HealthWatches* const owner_;
+    grpc::ClientContext context_;
+    HealthCheckRequest request_;
+    HealthCheckResponse response_;
+    bool got_in_ = false;  // the reactor's own thread only
+  };
+
+  // Cancels and waits for every stream still open.
+  ~HealthWatches() {
+    for (auto& stream : streams_) stream->Cancel();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return done_ == streams_.size(); });
+  }
+
+  // Opens `count` streams on `stub` and waits until each got in or was refused.
+  void Open(Health::Stub* stub, size_t count) {
+    size_t target;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      target = settled_ + count;
+    }
+    std::vector<std::unique_ptr<Stream>> made;
+    for (size_t i = 0; i < count; ++i) made.push_back(std::make_unique<Stream>(this, stub));
+    std::unique_lock<std::mutex> lock(mu_);
+    for (auto& stream : made) streams_.push_back(std::move(stream));
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return settled_ >= target; });
+  }
+  // Cancels the streams that got in, and waits for them to end.
+  void CancelOpen() {
+    std::unique_lock<std::mutex> lock(mu_);
+    std::vector<Stream*> open(open_.begin(), open_.end());
+    lock.unlock();
+    for (Stream* stream : open) stream->Cancel();
+    lock.lock();
+    cv_.wait_for(lock, std::chrono::seconds(60), [&] { return open_.empty(); });
+  }
+
+  size_t open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_.size();
+  }
+  size_t refused() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return refused_;
+  }
+
+ private:
+  friend class Stream;
+  void Settled(Stream* stream, bool got_in, std::optional<grpc::StatusCode> code) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (got_in) {
+        open_.push_back(stream);
+        ++settled_;
+      } else {
+        ++done_;
+        auto it = std::find(open_.begin(), open_.end(), stream);
+        if (it != open_.end()) {
+          open_.erase(it);
+        } else {
+          ++settled_;
+          if (code == grpc::StatusCode::RESOURCE_EXHAUSTED) ++refused_;
+        }
+      }
+    }
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // guarded by mu_
+  std::vector<Stream*> open_;                     // guarded by mu_: got in, not ended
+  size_t settled_ = 0;                            // guarded by mu_
+  size_t done_ = 0;                               // guarded by mu_: ended
+  size_t refused_ = 0;                            // guarded by mu_
+};
+
+// A channel to 127.0.0.1:`port` whose connection comes from `source` (another loopback address):
+// a socket bound to it, connected, and handed to gRPC. Null when that fails.
+std::shared_ptr<grpc::Channel> ChannelFrom(const char* source, const std::string& port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return nullptr;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &from.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  // As gRPC sets on the sockets it makes itself: without it, Nagle's algorithm holds each small
+  // message for the peer's delayed acknowledgement.
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return grpc::CreateInsecureChannelFromFd("127.0.0.1:" + port, fd);
+}
 
 class SecurityEndToEndTest : public ::testing::Test {
  protected:
@@ -304,6 +456,58 @@ TEST_F(SecurityEndToEndTest, TorchScriptModulesAreCheckedAsCode) {
   RunResult off = Ctl({"submit", "--dataset", "seed", "--torchscript", good});
   EXPECT_EQ(off.exit_code, 1);
   EXPECT_THAT(off.err, HasSubstr("--allow_torchscript=false"));
+}
+
+// Health needs no token (Kubernetes' probes send none), so its Watch streams, which never end by
+// themselves, are bounded: with 16 open from one address (--max_health_watches_per_address), 6,500
+// more from it against a daemon that requires a token are refused at once, and over the last
+// 6,000 the daemon's resident memory stays within a few MiB of where it was (an open stream costs
+// the daemon about 16 KB: 6,000 of them held would be about 100 MiB); another address still gets
+// in; and the places come back when the streams are cancelled.
+TEST_F(SecurityEndToEndTest, HealthWatchStreamsAreBoundedInNumberAndMemory) {
+  ASSERT_TRUE(StartDaemon({"--listen=127.0.0.1:0", "--auth_token_file=" + token_file_}));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(addr_, grpc::InsecureChannelCredentials());
+  std::unique_ptr<Health::Stub> stub = Health::NewStub(channel);
+  HealthWatches first;
+  first.Open(stub.get(), 16);
+  ASSERT_EQ(first.open(), 16u);
+  HealthWatches refused;
+  refused.Open(stub.get(), 500);  // the daemon's own first allocations, before the measurement
+  const int64_t before = ResidentBytes(daemon_->pid());
+  ASSERT_GT(before, 0);
+  for (int wave = 0; wave < 12; ++wave) refused.Open(stub.get(), 500);
+  const int64_t after = ResidentBytes(daemon_->pid());
+  EXPECT_EQ(refused.open(), 0u);
+  EXPECT_EQ(refused.refused(), 13u * 500u);
+  // Unbounded, the same 6,000 streams held about 100 MiB more (measured with both bounds 0); the
+  // refusals themselves leave a few MiB of gRPC's and the allocator's (2.6 to 11 MiB measured).
+  EXPECT_LT(after - before, int64_t{32} << 20) << "from " << before << " to " << after << " bytes";
+
+  // Another address gets in meanwhile; Check answers without a token.
+  std::shared_ptr<grpc::Channel> other = ChannelFrom("127.0.0.2", port_);
+  ASSERT_NE(other, nullptr);
+  std::unique_ptr<Health::Stub> other_stub = Health::NewStub(other);
+  HealthWatches others;
+  others.Open(other_stub.get(), 4);
+  EXPECT_EQ(others.open(), 4u);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  HealthCheckResponse response;
+  ASSERT_TRUE(stub->Check(&context, HealthCheckRequest(), &response).ok());
+  EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+
+  // Cancelled, they free their places (once the daemon has seen the cancels): from the first
+  // address again, 16 get in.
+  first.CancelOpen();
+  HealthWatches again;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (again.open() < 16u && std::chrono::steady_clock::now() < give_up) {
+    again.Open(stub.get(), 16 - again.open());
+    if (again.open() < 16u) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(again.open(), 16u);
+  EXPECT_EQ(Ctl({"health"}).exit_code, 0);
 }
 
 }  // namespace

@@ -260,6 +260,9 @@ TEST(StackedPathGpuTest, MembersOnCudaEqualTheirJobsAloneWithoutHostSyncsInAStep
   for (size_t i = 0; i < runs.size(); ++i) {
     ASSERT_EQ(packed[i].state, JobState::kSucceeded) << packed[i].error;
     EXPECT_EQ(packed[i].engine, "libtorch-stacked");
+    // A GPU's packs are stacked: not bitwise the job alone, and the member says so.
+    EXPECT_FALSE(packed[i].packed_bitwise);
+    EXPECT_EQ(packed[i].packed_numerics, kStackedNumerics);
     EXPECT_EQ(packed[i].host_syncs, 4 + 1);
     TrainingOutcome alone = RunTraining(runs[i]);
     ASSERT_EQ(alone.state, JobState::kSucceeded) << alone.error;

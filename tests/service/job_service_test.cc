@@ -580,6 +580,9 @@ TEST_F(JobServiceTest, SubmitSweepQueuesEveryMemberAndEachEndsAsItsOwnJob) {
     v1::Job ended;
     ASSERT_TRUE(GetJob(member.id(), &ended).ok());
     EXPECT_EQ(ended.report().packed_members(), 4);
+    // On the CPU each member ran its own path in turn: bitwise its job alone, and it says so.
+    EXPECT_TRUE(ended.report().packed_bitwise());
+    EXPECT_THAT(ended.report().packed_numerics(), ::testing::StartsWith("bitwise the job alone"));
     EXPECT_EQ(ended.sweep_id(), response.sweep_id());
   }
 

@@ -480,6 +480,8 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
   report.engine = outcome.engine;
   report.engine_reason = outcome.engine_reason;
   report.packed_members = state.packed_members;
+  report.packed_bitwise = outcome.packed_bitwise;
+  report.packed_numerics = outcome.packed_numerics;
   report.worker_start_seconds = state.worker_start_seconds;
   report.worker_sandbox = outcome.worker_sandbox;
   report.collective_seconds = outcome.collective_seconds;

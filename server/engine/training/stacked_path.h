@@ -31,6 +31,15 @@ namespace trainerd::engine {
 // mse, l1, huber, bce_with_logits or cross_entropy loss; any device.
 std::string StackedPathUnsupported(const TrainingRun& run);
 
+// What a stacked member's report says of its values against the same job run alone
+// (DeviceReport.packed_numerics). docs/ARCHITECTURE.md ("Sweeps") has the measurements.
+inline constexpr char kStackedNumerics[] =
+    "not bitwise the job alone: each linear layer ran as one batched product for every member "
+    "(baddbmm), which sums in another order than the job alone's addmm; the first epoch agrees "
+    "within float32 rounding, and later epochs drift apart as the job alone's do when only the "
+    "order of its sums changes (another thread count, another path): at high learning rates by "
+    "several percent of the loss";
+
 class StackedPack {
  public:
   // `members` runs share everything but learning rate, momentum, weight decay and seed

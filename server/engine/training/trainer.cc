@@ -32,6 +32,12 @@ using trainer_internal::JobStream;
 using trainer_internal::MemberLoop;
 using trainer_internal::TakesFusedPath;
 
+// What a member of a pack that runs its members in turn says of its values against the same job
+// run alone (DeviceReport.packed_numerics): each member is exactly a job alone, interleaved.
+constexpr char kInTurnNumerics[] =
+    "bitwise the job alone: the member ran on its own path, the job alone's operators in the "
+    "same order, in turn with the others";
+
 // Calls `f` on every member still running, in order; a member whose call throws fails alone.
 template <typename F>
 void ForEachRunning(std::vector<std::unique_ptr<MemberLoop>>& members, F f) {
@@ -103,13 +109,23 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
         member->outcome().host_to_device_bytes += copied_bytes;
       }
     }
-    // Members not on the fused path train stacked: one batched step for all (stacked_path.h).
+    // Members not on the fused path train stacked on a GPU: one batched step for all
+    // (stacked_path.h), where a small model's step is launch-bound. On the CPU every member keeps
+    // its own path (fused or LibTorch) and a packed step runs them in turn: a batched product
+    // does the same arithmetic there, only in another order, so stacking would save operator
+    // dispatch and give up the job alone's values to the last bit.
     std::string not_fused;
-    if (members.size() > 1 && !TakesFusedPath(first, &not_fused) &&
-        first.spec.engine != EngineKind::kFused && StackedPathUnsupported(first).empty()) {
+    if (members.size() > 1 && (!device.is_cpu() || first.stack_on_cpu) &&
+        !TakesFusedPath(first, &not_fused) && first.spec.engine != EngineKind::kFused &&
+        StackedPathUnsupported(first).empty()) {
       pack = std::make_unique<StackedPack>(runs);
     }
     for (size_t i = 0; i < members.size(); ++i) {
+      if (members.size() > 1) {
+        members[i]->outcome().packed_bitwise = pack == nullptr;
+        members[i]->outcome().packed_numerics =
+            pack == nullptr ? kInTurnNumerics : kStackedNumerics;
+      }
       try {
         members[i]->Setup(features, targets, pack.get(), i);
       } catch (...) {

@@ -80,6 +80,11 @@ struct TrainingRun {
   // quota, disk_quota.h) skips that checkpoint as a failed write does: on_checkpoint_failed with
   // its sentence, and the job goes on. Unset: every checkpoint is written.
   std::function<absl::Status()> may_checkpoint;
+  // A pack on the CPU runs each member on its own path, in turn, so that every member's values
+  // are the job alone's to the last bit; true stacks the pack there too (stacked_path.h, the
+  // path a GPU's packs take), so that machines without a GPU test that path. Read from the
+  // pack's first member; a job alone ignores it.
+  bool stack_on_cpu = false;
 };
 
 // Runs the whole job on the calling thread. Never throws: LibTorch errors become kFailed with a

@@ -45,6 +45,11 @@ struct TrainingOutcome {
   // fused path could not take the job.
   std::string engine;
   std::string engine_reason;
+  // A member of a pack (RunPackedTraining): whether its values are those of the same job run
+  // alone to the last bit, and in a sentence what its path does about that
+  // (DeviceReport.packed_numerics). Unset for a job alone.
+  bool packed_bitwise = false;
+  std::string packed_numerics;
   // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
   // manager writes to the models folder; empty otherwise.
   std::string model_archive;
