@@ -1116,12 +1116,13 @@ TEST_F(PeersEndToEndTest, RunRankTakesAnAdminAndAStoreOnAPeer) {
   // A checkpoint larger than one of this model can be is refused before anything is reserved or
   // received (the dataset and the spec are otherwise right).
   {
+    // The user's dataset, as the leader's admin names it there.
     RunResult got = e2e::Run({TRAINCTL_BIN, "--addr", addresses_[1], "--token-file", leader_token_,
-                              "-o", "json", "dataset", "get", "waves"});
+                              "-o", "json", "dataset", "get", "user/waves"});
     v1::Dataset dataset;
     ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &dataset).ok()) << got.out;
     request.set_dataset_sha256(dataset.sha256());
-    request.mutable_spec()->set_dataset("waves");
+    request.mutable_spec()->set_dataset("user/waves");
     request.mutable_spec()->set_model("linear:1");
     request.set_resume_bytes(int64_t{1} << 40);
     request.set_resume_sha256(std::string(64, 'b'));
