@@ -574,6 +574,25 @@ TEST(RunTrainingInWorkerTest, AHugeAllocationInTrainingModeFailsTheJobAlone) {
             JobState::kSucceeded);
 }
 
+// A module that needs more than its memory limit (--worker_memory_limit_bytes) in training mode:
+// the job fails saying what the allocator said, not that the worker broke the protocol.
+constexpr char kAllocatesPastTheLimit[] =
+    "    z = torch.ones([16384, 16384])\n"
+    "    x = x + z.sum()\n";
+
+TEST(RunTrainingInWorkerTest, AModuleStoppedByItsMemoryLimitSaysSo) {
+  WorkerOptions options = WorkerSettings();
+  options.memory_limit_bytes = int64_t{512} << 20;  // a 1 GiB tensor does not fit
+  WorkerPool pool(options);
+  TrainingRun run = ModuleRun(true);
+  const TrainingOutcome outcome = RunTrainingInWorker(
+      run, "job-limit", TorchScriptJob{ModuleBytes(kAllocatesPastTheLimit), 2, true},
+      absl::ZeroDuration(), pool, nullptr);
+  EXPECT_EQ(outcome.state, JobState::kFailed);
+  EXPECT_THAT(outcome.error, HasSubstr("allocate")) << outcome.error;
+  EXPECT_THAT(outcome.error, ::testing::Not(HasSubstr("protocol"))) << outcome.error;
+}
+
 TEST(RunTrainingInWorkerTest, AWorkerThatCannotStartFailsTheJobNamingIt) {
   TrainingRun run = ModuleRun(true);
   WorkerOptions options = WorkerSettings();
