@@ -110,6 +110,11 @@ void Engine::Shutdown() {
   for (std::thread& t : impl_->check_threads) {
     if (t.joinable()) t.join();
   }
+  // The checkers left waiting were started by those threads, and die with them
+  // (PR_SET_PDEATHSIG): none may be taken for another engine's check in this process.
+  if (!impl_->options.module_checker.program.empty()) {
+    DiscardIdleCheckers(impl_->options.module_checker);
+  }
   if (impl_->diagnose_thread.joinable()) impl_->diagnose_thread.join();
   impl_->jobs.Shutdown();
   {

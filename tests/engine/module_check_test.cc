@@ -419,40 +419,43 @@ TEST_F(SubmitModuleTest, OneCallersSlowModulesTakeItsShareNotTheNodes) {
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);
+  // Admins (so that both may train on the dataset without an owner, "/seed"): the share binds
+  // every caller, admins too.
   CallContext mallory;
   mallory.owner = "mallory";
-  mallory.admin = false;
   CallContext alice;
   alice.owner = "alice";
-  alice.admin = false;
+  auto spec = [this](const char* forward) {
+    JobSpec s = ModuleSpec(Save(MakeModule(forward)));
+    s.dataset = "/seed";
+    return s;
+  };
   std::mutex mu;
   std::vector<std::string> ended;  // who, in the order the checks ended
   std::vector<absl::Status> mallorys;
   std::promise<absl::StatusOr<JobSnapshot>> alices;
   for (int i = 0; i < 4; ++i) {
-    engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), mallory,
-                            [&](absl::StatusOr<JobSnapshot> job) {
-                              std::lock_guard<std::mutex> lock(mu);
-                              ended.push_back("mallory");
-                              mallorys.push_back(job.status());
-                            });
+    engine_->SubmitJobAsync(spec(kHangingForward), mallory, [&](absl::StatusOr<JobSnapshot> job) {
+      std::lock_guard<std::mutex> lock(mu);
+      ended.push_back("mallory");
+      mallorys.push_back(job.status());
+    });
   }
   // A fifth is beyond her share; it says so at once.
   std::promise<absl::StatusOr<JobSnapshot>> fifth;
-  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), mallory,
+  engine_->SubmitJobAsync(spec(kHangingForward), mallory,
                           [&](absl::StatusOr<JobSnapshot> job) { fifth.set_value(job); });
   const absl::StatusOr<JobSnapshot> refused = fifth.get_future().get();
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(), HasSubstr("you have 4 TorchScript module checks"));
   // Alice's module comes before mallory's third and fourth, which waited longer.
-  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kLinearForward))), alice,
-                          [&](absl::StatusOr<JobSnapshot> job) {
-                            {
-                              std::lock_guard<std::mutex> lock(mu);
-                              ended.push_back("alice");
-                            }
-                            alices.set_value(job);
-                          });
+  engine_->SubmitJobAsync(spec(kLinearForward), alice, [&](absl::StatusOr<JobSnapshot> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ended.push_back("alice");
+    }
+    alices.set_value(job);
+  });
   const absl::StatusOr<JobSnapshot> hers = alices.get_future().get();
   ASSERT_TRUE(hers.ok()) << hers.status();
   {
@@ -482,13 +485,14 @@ TEST_F(SubmitModuleTest, ACallThatGoesAwayEndsItsCheck) {
   ASSERT_NE(engine_, nullptr);
   auto gone = std::make_shared<std::atomic<bool>>(false);
   CallContext caller;
-  caller.owner = "bob";
-  caller.admin = false;
+  caller.owner = "bob";  // an admin, who may train on "/seed"
   caller.cancelled = [gone] {
     return gone->load() ? absl::CancelledError("the submit call was cancelled") : absl::OkStatus();
   };
   std::promise<absl::StatusOr<JobSnapshot>> result;
-  engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), caller,
+  JobSpec hanging = ModuleSpec(Save(MakeModule(kHangingForward)));
+  hanging.dataset = "/seed";
+  engine_->SubmitJobAsync(hanging, caller,
                           [&](absl::StatusOr<JobSnapshot> job) { result.set_value(job); });
   absl::SleepFor(absl::Milliseconds(500));
   gone->store(true);
@@ -498,7 +502,7 @@ TEST_F(SubmitModuleTest, ACallThatGoesAwayEndsItsCheck) {
   // Its share is free again: four more fit.
   for (int i = 0; i < 4; ++i) {
     std::promise<absl::StatusOr<JobSnapshot>> next;
-    engine_->SubmitJobAsync(ModuleSpec(Save(MakeModule(kHangingForward))), caller,
+    engine_->SubmitJobAsync(hanging, caller,
                             [&](absl::StatusOr<JobSnapshot> job) { next.set_value(job); });
     EXPECT_EQ(next.get_future().get().status().code(), absl::StatusCode::kCancelled);
   }

@@ -284,6 +284,15 @@ void RefillCheckers(const ModuleCheckerOptions& options) {
 
 }  // namespace
 
+void DiscardIdleCheckers(const ModuleCheckerOptions& options) {
+  std::vector<StartedChecker> idle;
+  {
+    std::lock_guard<std::mutex> lock(IdleMutex());
+    idle.swap(Idle()[options.program]);
+  }
+  for (StartedChecker& c : idle) Discard(c);
+}
+
 absl::StatusOr<SandboxReport> MeasureCheckerSandbox(const ModuleCheckerOptions& options,
                                                     absl::Time deadline) {
   if (options.program.empty()) {

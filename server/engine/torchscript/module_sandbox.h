@@ -76,6 +76,10 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
 absl::StatusOr<SandboxReport> MeasureCheckerSandbox(const ModuleCheckerOptions& options,
                                                     absl::Time deadline);
 
+// Kills and reaps the checkers left waiting for `options.program`: at an engine's shutdown, since
+// each dies with the thread that started it (PR_SET_PDEATHSIG) and must not be taken meanwhile.
+void DiscardIdleCheckers(const ModuleCheckerOptions& options);
+
 // The checker's output for a result, and back. Decoding never trusts the text: malformed output
 // is INTERNAL.
 std::string EncodeModuleProbe(const absl::StatusOr<ModuleProbe>& result);
