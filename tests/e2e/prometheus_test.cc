@@ -447,18 +447,33 @@ TEST_F(PrometheusTest, FreshDaemonMetricsPassPromtool) {
   ASSERT_FALSE(exposition.empty());
   ExpectPromtoolClean(exposition, "fresh");
   const std::set<std::string> names = ExposedNames(exposition);
-  for (const char* name : {"trainerd_build_info", "trainerd_jobs_submitted_total",
-                           "trainerd_jobs_queued", "trainerd_jobs_running", "trainerd_epochs_total",
-                           "process_cpu_seconds_total", "process_resident_memory_bytes",
-                           "process_open_fds", "process_max_fds",
-                           // (SM activity is a rate between two GPM samples: not in the first.)
-                           "trainerd_gpu_utilization_ratio", "trainerd_gpu_memory_used_bytes",
-                           "trainerd_gpu_memory_total_bytes", "trainerd_gpu_power_watts",
-                           "trainerd_gpu_temperature_celsius"}) {
+  for (const char* name :
+       {"trainerd_build_info", "trainerd_jobs_submitted_total", "trainerd_jobs_queued",
+        "trainerd_jobs_running", "trainerd_epochs_total", "process_cpu_seconds_total",
+        "process_resident_memory_bytes", "process_open_fds", "process_max_fds",
+        // (SM activity is a rate between two GPM samples: not in the first.)
+        "trainerd_gpu_utilization_ratio", "trainerd_gpu_memory_used_bytes",
+        "trainerd_gpu_memory_total_bytes", "trainerd_gpu_power_watts",
+        "trainerd_gpu_temperature_celsius"}) {
     EXPECT_TRUE(names.count(name)) << name << " missing from a fresh daemon's /metrics";
   }
   // Unknown paths are not the metrics page.
   EXPECT_NE(HttpGet(metrics_addr_, "/nope").status, 200);
+  // The sandbox of submitted code, measured at the start (a checker started and left waiting):
+  // one series per part, and whether TorchScript jobs are refused.
+  std::string sandboxed;
+  for (int i = 0; i < 300 && sandboxed.find("trainerd_worker_sandbox_refused") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    sandboxed = ScrapeMetrics();
+  }
+  ExpectPromtoolClean(sandboxed, "with the sandbox");
+  EXPECT_THAT(sandboxed,
+              ::testing::HasSubstr(
+                  "trainerd_worker_sandbox{program=\"trainerd-module-check\",part=\"seccomp\"} "
+                  "1"));
+  EXPECT_THAT(sandboxed, ::testing::HasSubstr(
+                             "trainerd_worker_sandbox_refused{program=\"trainerd-module-check\"}"));
 }
 
 TEST_F(PrometheusTest, PrometheusScrapesAJobAndTheDashboardMatches) {

@@ -354,8 +354,8 @@ TEST(SharedMemoryTest, NoReopeningOfTheWorkersDescriptorCanWriteOrResizeTheDatas
     if (geteuid() != 0) say("reopen-rw-as-the-owner", rw < 0);
     const int target = rw >= 0 ? rw : fd;
     say("pwrite", pwrite(target, "x", 1, 0) != 1);
-    say("mmap-write", mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, target, 0) ==
-                          MAP_FAILED);
+    say("mmap-write",
+        mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, target, 0) == MAP_FAILED);
     say("ftruncate-shrink", ftruncate(target, 0) != 0);
     say("ftruncate-grow", ftruncate(target, 1 << 20) != 0);
     say("fallocate-grow", fallocate(target, 0, 0, 1 << 20) != 0);
@@ -379,8 +379,8 @@ TEST(SharedMemoryTest, NoReopeningOfTheWorkersDescriptorCanWriteOrResizeTheDatas
   ASSERT_EQ(waitpid(child, &status, 0), child);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << said;
   EXPECT_THAT(said, ::testing::Not(HasSubstr("ALLOWED"))) << said;
-  for (const char* what : {"pwrite", "mmap-write", "ftruncate-shrink", "ftruncate-grow",
-                           "fallocate-grow", "unseal"}) {
+  for (const char* what :
+       {"pwrite", "mmap-write", "ftruncate-shrink", "ftruncate-grow", "fallocate-grow", "unseal"}) {
     EXPECT_THAT(said, HasSubstr(std::string(what) + " refused")) << said;
   }
   if (geteuid() == 0) {
@@ -670,6 +670,43 @@ TEST_F(WorkerJobsTest, ASpecTimeLimitEndsTheJobFailedWithTheReason) {
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state, JobState::kFailed);
   EXPECT_THAT(job->error, HasSubstr("time limit of 1s"));
+}
+
+// A caller's own time limit may only be shorter than the operator's: a longer one is refused
+// before its module is checked, naming the daemon's.
+TEST_F(WorkerJobsTest, AJobsTimeLimitMayNotExceedTheDaemons) {
+  EngineOptions options = Options();
+  options.max_job_time = absl::Hours(1);
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+  JobSpec spec = Spec();
+  spec.max_job_seconds = 1e12;
+  const absl::StatusOr<JobSnapshot> refused = engine_->SubmitJob(spec);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("over this daemon's --max_job_time of 1h"));
+  spec.max_job_seconds = 3600;
+  const absl::StatusOr<JobSnapshot> allowed = engine_->SubmitJob(spec);
+  ASSERT_TRUE(allowed.ok()) << allowed.status();
+  ASSERT_TRUE(engine_->CancelJob(allowed->id).ok());
+}
+
+// A job's report says what its worker's sandbox held.
+TEST_F(WorkerJobsTest, TheJobsReportCarriesItsWorkersSandbox) {
+  absl::StatusOr<JobSnapshot> job = test_support::RunJob(*engine_, Spec());
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+  ASSERT_TRUE(job->report.worker_sandbox.has_value());
+  EXPECT_EQ(job->report.worker_sandbox->program, "trainerd-worker");
+  EXPECT_TRUE(job->report.worker_sandbox->seccomp);
+  EXPECT_TRUE(job->report.worker_sandbox->not_dumpable);
+  EXPECT_TRUE(job->report.worker_sandbox->no_new_privileges);
+  // ... and the engine's listing has the same program's.
+  bool listed = false;
+  for (const WorkerSandboxStatus& s : engine_->WorkerSandboxes()) {
+    listed = listed || s.report.program == "trainerd-worker";
+  }
+  EXPECT_TRUE(listed);
 }
 
 }  // namespace
