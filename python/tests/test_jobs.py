@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import trainerd
+from trainerd._display import report_rows
 from conftest import class_data, seed_data
 
 UNREACHABLE = "127.0.0.1:1"
@@ -188,6 +189,12 @@ def test_torch_module_is_scripted_and_trained(
 
     job = client.submit("seed", model=Affine(), lr=0.1, epochs=20, seed=1).wait(timeout=120)
     assert job.spec.model.startswith("torchscript")
+    # Its worker's sandbox, as measured before the module reached it, in the report and its view.
+    sandbox = job.report.worker_sandbox
+    assert sandbox.program == "trainerd-worker"
+    assert sandbox.seccomp and sandbox.no_new_privileges and sandbox.not_dumpable
+    shown = dict(report_rows(job))["sandbox"]
+    assert "seccomp, no new privileges, not dumpable" in shown
     trained = job.model()
     with torch.no_grad():
         out = trained(torch.tensor([[0.0], [1.0]]))

@@ -424,6 +424,33 @@ def _losses(history: Sequence[Epoch]) -> list[tuple[str, str]]:
     return rows
 
 
+
+def _sandbox(s: jobs_pb2.WorkerSandbox) -> str:
+    """A TorchScript job's worker sandbox in one line, as `trainctl job get` says it."""
+    landlock = (
+        f"Landlock ABI {s.landlock_abi}"
+        if s.landlock
+        else f"no Landlock ({s.landlock_error or '-'})"
+    )
+    seccomp = "seccomp" if s.seccomp else f"no seccomp ({s.seccomp_error or '-'})"
+    network = (
+        "network namespace"
+        if s.network_namespace
+        else f"no network namespace ({s.network_error or '-'})"
+    )
+    whose = "not the daemon's" if s.other_user else "the daemon's"
+    user = "mixed user ids" if s.uid < 0 else f"user {s.uid} ({whose})"
+    return ", ".join(
+        [
+            landlock,
+            seccomp,
+            "no new privileges" if s.no_new_privileges else "new privileges possible",
+            "not dumpable" if s.not_dumpable else "dumpable",
+            network,
+            user,
+        ]
+    )
+
 def report_rows(job: JobBase) -> list[tuple[str, str]]:
     """The device report's figures worth a glance (trainerd.v1.DeviceReport)."""
     report = job.proto.report
@@ -455,6 +482,8 @@ def report_rows(job: JobBase) -> list[tuple[str, str]]:
         rows.append(("collectives", collectives))
     if report.steps_per_second:
         rows.append(("steps/s", f"{report.steps_per_second:.4g}"))
+    if report.HasField("worker_sandbox"):
+        rows.append(("sandbox", _sandbox(report.worker_sandbox)))
     parts = [
         (name, value)
         for name, value in (
