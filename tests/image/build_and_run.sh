@@ -155,6 +155,15 @@ ctl dataset upload seed /tmp/trainerd-test/seed.csv >/dev/null || fail "upload"
 out=$(ctl submit --dataset seed --model linear:1 --lr 0.5 --epochs 30 --batch-size 32 --watch) ||
   { echo "$out"; fail "the job did not succeed"; }
 echo "$out" | grep -q SUCCEEDED || { echo "$out"; fail "the job did not succeed"; }
+# The sandbox of submitted code as the image runs it (uid 10001, measured at the daemon's start):
+# every required part holds (a chroot allows no user namespace, so no network namespace here).
+diag=""
+for _ in $(seq 1 100); do
+  diag=$(ctl diagnose 2>/dev/null) && echo "$diag" | grep -q 'trainerd-module-check:' && break
+  sleep 0.3
+done
+echo "$diag" | grep -q 'trainerd-module-check: complete' ||
+  { echo "$diag"; fail "the sandbox of submitted code is not complete in the image"; }
 kill -TERM "$daemon_pid"; wait "$daemon_pid" || fail "trainerd did not exit 0 at SIGTERM"
 daemon_pid=
-log "ok: health, an upload and a job through the image's trainctl; clean stop at SIGTERM"
+log "ok: health, an upload, a job and the sandbox through the image's trainctl; clean stop at SIGTERM"
