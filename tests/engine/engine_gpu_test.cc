@@ -195,6 +195,41 @@ class SyncDebugModeScope {
   c10::cuda::SyncDebugMode previous_;
 };
 
+// A TorchScript job on a GPU trains in a worker whose device memory is capped at
+// --worker_memory_limit_bytes (LibTorch's CUDA allocator; its address space cannot be, as CUDA
+// reserves far more than it uses): a module that asks for more fails alone, naming the allocation,
+// and one within it trains.
+TEST_F(EngineGpuTest, AWorkersDeviceMemoryIsCappedAtItsLimit) {
+  TRAINERD_SKIP_WITHOUT_CUDA();
+  EngineOptions options;
+  options.data_dir = dir_.path();
+  options.device = "cuda:0";
+  options.module_checker.program = TRAINERD_MODULE_CHECKER;
+  options.worker.program = TRAINERD_WORKER;
+  options.worker.memory_limit_bytes = int64_t{256} << 20;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  ASSERT_TRUE(Upload(**engine, "seed", SeedTable()).ok());
+  JobSpec spec = SeedSpec("seed");
+  spec.model = "";
+  spec.epochs = 2;
+  spec.device = "cuda:0";
+  // 1 GiB on the device in training mode.
+  spec.torchscript = test_support::ScriptedLinearModule(
+      "    z = torch.ones([16384, 16384], device=x.device)\n"
+      "    x = x + z.sum()\n");
+  absl::StatusOr<JobSnapshot> over = RunJob(**engine, spec);
+  ASSERT_TRUE(over.ok()) << over.status();
+  EXPECT_EQ(over->state, JobState::kFailed);
+  EXPECT_THAT(over->error, ::testing::HasSubstr("out of memory")) << over->error;
+  spec.torchscript = test_support::ScriptedLinearModule();
+  absl::StatusOr<JobSnapshot> within = RunJob(**engine, spec);
+  ASSERT_TRUE(within.ok()) << within.status();
+  EXPECT_EQ(within->state, JobState::kSucceeded) << within->error;
+  ASSERT_TRUE(within->report.worker_sandbox.has_value());
+  EXPECT_TRUE(within->report.worker_sandbox->seccomp);
+}
+
 TEST(ClipGradNormGpuTest, ClippingAndAStepOnCudaNeverSynchroniseWithTheHost) {
   TRAINERD_SKIP_WITHOUT_CUDA();
   const auto cuda = torch::TensorOptions(torch::kFloat32).device(torch::kCUDA, 0);

@@ -1,6 +1,7 @@
 #include "tests/engine/engine_test_support.h"
 
 #include <ftw.h>
+#include <torch/script.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -176,6 +178,20 @@ JobSpec SeedSpec(const std::string& dataset) {
   spec.seed = 42;
   spec.device = "cpu";
   return spec;
+}
+
+std::string ScriptedLinearModule(const std::string& training_only) {
+  torch::manual_seed(5);
+  torch::jit::Module m("Net");
+  m.register_attribute("training", c10::BoolType::get(), true);
+  m.register_parameter("w", torch::randn({1, 1}), /*is_buffer=*/false);
+  m.register_parameter("b", torch::zeros({1}), /*is_buffer=*/false);
+  m.define(absl::StrCat("def forward(self, x):\n", "  if self.training:\n",
+                        training_only.empty() ? "    pass\n" : training_only,
+                        "  return torch.linear(x, self.w, self.b)\n"));
+  std::ostringstream out;
+  m.save(out);
+  return out.str();
 }
 
 JobSpec BlockerSpec(const std::string& dataset) {

@@ -87,6 +87,11 @@ JobSpec SeedSpec(const std::string& dataset);
 // device's worker until cancelled or until the engine shuts down.
 JobSpec BlockerSpec(const std::string& dataset);
 
+// A TorchScript archive of "Net": forward is torch.linear(x, w, b) with w [1, 1] and b [1], after
+// `training_only` (indented TorchScript lines) in training mode only, which the checker's
+// eval-mode trial does not run.
+std::string ScriptedLinearModule(const std::string& training_only = "");
+
 // Waits until the job ends and returns it as it ended. DEADLINE_EXCEEDED after kWaitTimeout.
 absl::StatusOr<JobSnapshot> WaitForEnd(Engine& engine, const std::string& id);
 

@@ -402,17 +402,7 @@ TEST(SharedMemoryTest, NoReopeningOfTheWorkersDescriptorCanWriteOrResizeTheDatas
 // "Net": torch.linear(x, w, b) with w [1, 1] and b [1], and `extra` TorchScript run before the
 // linear layer in training mode only (the checker tries the module in eval mode).
 std::string ModuleBytes(const std::string& training_only = "") {
-  torch::manual_seed(5);
-  torch::jit::Module m("Net");
-  m.register_attribute("training", c10::BoolType::get(), true);
-  m.register_parameter("w", torch::randn({1, 1}), /*is_buffer=*/false);
-  m.register_parameter("b", torch::zeros({1}), /*is_buffer=*/false);
-  m.define(absl::StrCat("def forward(self, x):\n", "  if self.training:\n",
-                        training_only.empty() ? "    pass\n" : training_only,
-                        "  return torch.linear(x, self.w, self.b)\n"));
-  std::ostringstream out;
-  m.save(out);
-  return out.str();
+  return test_support::ScriptedLinearModule(training_only);
 }
 
 constexpr char kLoopsInTraining[] =
