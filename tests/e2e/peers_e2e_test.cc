@@ -217,6 +217,18 @@ class PeersEndToEndTest : public ::testing::Test {
     return run.out.substr(0, run.out.find('\n'));
   }
 
+  // Every daemon's log, for a failure's message: where a job waited shows there.
+  std::string Logs() const {
+    std::string out;
+    for (size_t i = 0; i < daemons_.size(); ++i) {
+      if (daemons_[i] == nullptr) continue;
+      const std::string log = daemons_[i]->Stderr();
+      out += "\n--- trainerd " + std::to_string(i) + " (last 6000 bytes):\n" +
+             log.substr(log.size() > 6000 ? log.size() - 6000 : 0);
+    }
+    return out;
+  }
+
   v1::Job WaitFor(int i, const std::string& id, int epochs, int seconds) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
     v1::Job job;
@@ -898,14 +910,14 @@ TEST_F(PeersEndToEndTest, APeerStoppedWithSigstopIsLostAsAKilledOneIs) {
   Upload({0, 1}, 3000);
   const std::string id = Submit(
       0, {"--epochs", "500", "--batch-size", "16", "--replicas", "2", "--nodes", addresses_[1]});
-  ASSERT_EQ(WaitFor(0, id, 2, 60).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(WaitFor(0, id, 2, 45).state(), v1::JOB_STATE_RUNNING) << Logs();
   ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
   const auto stopped = std::chrono::steady_clock::now();
-  const v1::Job failed = WaitFor(0, id, 1 << 30, 60);
+  const v1::Job failed = WaitFor(0, id, 1 << 30, 45);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
   ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
-  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << failed.error();
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED) << failed.error() << Logs();
   EXPECT_THAT(failed.error(), HasSubstr("rank 1"));
   EXPECT_THAT(failed.error(), HasSubstr("peer " + addresses_[1]));
   EXPECT_THAT(failed.error(), HasSubstr("collective timeout (5s)"));
@@ -914,16 +926,16 @@ TEST_F(PeersEndToEndTest, APeerStoppedWithSigstopIsLostAsAKilledOneIs) {
   const std::vector<std::string> flags = {"--epochs",           "12", "--batch-size", "16",
                                           "--replicas",         "2",  "--nodes",      addresses_[1],
                                           "--checkpoint-every", "2"};
-  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
-  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 80);
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error() << Logs();
   const std::string again = Submit(0, flags);
-  const v1::Job midway = WaitFor(0, again, 3, 60);
-  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  const v1::Job midway = WaitFor(0, again, 3, 45);
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error() << Logs();
   ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the peer could be stopped";
   ASSERT_EQ(::kill(daemons_[1]->pid(), SIGSTOP), 0);
-  const v1::Job ended = WaitFor(0, again, 1 << 30, 120);
+  const v1::Job ended = WaitFor(0, again, 1 << 30, 80);
   ASSERT_EQ(::kill(daemons_[1]->pid(), SIGCONT), 0);
-  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error() << Logs();
   ASSERT_EQ(ended.restarts_size(), 1);
   ExpectSameModel(ended, reference);
   EXPECT_EQ(ended.ranks(1).node(), "node-0");
