@@ -43,6 +43,15 @@ def split(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Te
     return order[: rows - held], order[rows - held :]
 
 
+def forward(model: torch.nn.Module, x: torch.Tensor, precision: str) -> torch.Tensor:
+    """The forward pass, under autocast for bf16/fp16, its output cast to float32."""
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        with torch.autocast("cpu", dtype=dtype):
+            return model(x).float()
+    return model(x)
+
+
 def train(
     spec: dict[str, Any],
     x: np.ndarray,
@@ -100,13 +109,7 @@ def train(
             index = order[begin : begin + batch]
             xb, yb = features[index], targets[index]
             optimizer.zero_grad()
-            if precision == "bf16":
-                with torch.autocast("cpu", dtype=torch.bfloat16):
-                    out = model(xb)
-                out = out.float()
-            else:
-                out = model(xb)
-            loss = train_loss(out, yb)
+            loss = train_loss(forward(model, xb, precision), yb)
             loss.backward()
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
@@ -122,12 +125,7 @@ def train(
             with torch.no_grad():
                 for begin in range(0, val_x.shape[0], vbatch):
                     xb, yb = val_x[begin : begin + vbatch], val_y[begin : begin + vbatch]
-                    if precision == "bf16":
-                        with torch.autocast("cpu", dtype=torch.bfloat16):
-                            out = model(xb)
-                        out = out.float()
-                    else:
-                        out = model(xb)
+                    out = forward(model, xb, precision)
                     vtotal += validation_loss(out, yb).item() * xb.shape[0]
                     if classification:
                         correct += int((out.argmax(dim=1) == yb.view(-1)).sum())
