@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,10 @@ _spec.loader.exec_module(_pyclient)
 
 # float32 noise: per-epoch losses and trained parameters agree within this, relative.
 RTOL = 1e-5
+
+# (what, worst relative loss difference, worst parameter difference over its tensor's largest
+# value) of every comparison, printed at the end with TRAINERD_PARITY_REPORT=1.
+DEVIATIONS: list[tuple[str, float, float]] = []
 
 
 def close(got: float, want: float, rtol: float) -> bool:
@@ -75,6 +80,7 @@ class Parity:
         assert job.stopped_early == want.stopped_early, what
         params = job.parameters
         assert sorted(params) == sorted(want.parameters), what
+        worst_parameter = 0.0
         for name, w in want.parameters.items():
             g = params[name]
             assert g.shape == w.shape, f"{what}: {name} shape {g.shape} vs {w.shape}"
@@ -84,6 +90,9 @@ class Parity:
                 f"{what}: {name} differs by {worst:.3g} (largest value {scale:.3g}, "
                 f"allowed {rtol * scale:.3g})"
             )
+            worst_parameter = max(worst_parameter, worst / scale)
+        worst_loss = max(abs(g - w) / abs(w) for g, w in zip(got_losses, want.losses))
+        DEVIATIONS.append((what, worst_loss, worst_parameter))
 
     def check(
         self,
@@ -123,3 +132,20 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def parity(daemon: Any) -> Iterator[Parity]:
     with trainerd.Client(daemon.address) as client:
         yield Parity(client)
+
+
+@pytest.fixture(autouse=True)
+def _name_comparisons(request: pytest.FixtureRequest) -> Iterator[None]:
+    start = len(DEVIATIONS)
+    yield
+    for i in range(start, len(DEVIATIONS)):
+        what, loss, parameter = DEVIATIONS[i]
+        DEVIATIONS[i] = (f"{request.node.name} ({what})", loss, parameter)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not os.environ.get("TRAINERD_PARITY_REPORT"):
+        return
+    terminalreporter.section("largest differences from the PyTorch loop")
+    for what, loss, parameter in DEVIATIONS:
+        terminalreporter.write_line(f"{loss:9.2e} loss  {parameter:9.2e} parameters  {what}")
