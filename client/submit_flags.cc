@@ -70,7 +70,7 @@ std::vector<FlagSpec> SubmitFlags() {
           {"anneal-strategy", "S", "onecycle: cos or linear (default cos)"},
           {"div-factor", "D", "onecycle: first rate --lr / D, > 0 (default 25)"},
           {"final-div-factor", "D",
-           "onecycle: last rate heads for --lr / --div-factor / D,\n> 0 (default 1e4)"},
+           "onecycle: last step's rate --lr / --div-factor / D,\n> 0 (default 1e4)"},
           {"three-phase", "", "onecycle: up, down to the first rate, then down"},
           {"plateau-factor", "F", "plateau: multiply the rate by F, 0 < F < 1 (default 0.1)"},
           {"plateau-patience", "N",

@@ -475,7 +475,7 @@ class Client:
                 (default 0.3).
             anneal_strategy: onecycle: "cos" or "linear" (default "cos").
             div_factor: onecycle: the first rate is ``lr / div_factor``, > 0 (default 25).
-            final_div_factor: onecycle: the last rate heads for
+            final_div_factor: onecycle: the last step's rate is
                 ``lr / div_factor / final_div_factor``, > 0 (default 1e4).
             three_phase: onecycle: up, back down to the first rate, then down to the last.
             plateau_factor: plateau: multiply the rate by F on a plateau, 0 < F < 1
