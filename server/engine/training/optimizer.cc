@@ -353,20 +353,18 @@ double LearningRateSchedule::OneCycleRate(int64_t step) const {
     double start;
     double end;
   };
-  std::vector<Phase> phases;
-  if (s.three_phase) {
-    phases = {{pct_start * total - 1, initial, max_lr},
-              {2 * pct_start * total - 2, max_lr, initial},
-              {total - 1, initial, min}};
-  } else {
-    phases = {{pct_start * total - 1, initial, max_lr}, {total - 1, max_lr, min}};
-  }
+  const Phase three[] = {{pct_start * total - 1, initial, max_lr},
+                         {2 * pct_start * total - 2, max_lr, initial},
+                         {total - 1, initial, min}};
+  const Phase two[] = {{pct_start * total - 1, initial, max_lr}, {total - 1, max_lr, min}};
+  const Phase* phases = s.three_phase ? three : two;
+  const size_t count = s.three_phase ? 3 : 2;
   const bool linear = s.anneal_strategy == "linear";
   const double x = static_cast<double>(step);
   double start_step = 0;
-  for (size_t i = 0; i < phases.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
     const Phase& phase = phases[i];
-    if (x <= phase.end_step || i + 1 == phases.size()) {
+    if (x <= phase.end_step || i + 1 == count) {
       const double width = phase.end_step - start_step;
       const double pct = width == 0 ? 1.0 : (x - start_step) / width;
       if (linear) return (phase.end - phase.start) * pct + phase.start;
