@@ -308,7 +308,7 @@ std::shared_ptr<Dataset> RandomDataset(int64_t rows) {
   return dataset;
 }
 
-TrainingRun Run(const std::shared_ptr<Dataset>& dataset, EngineKind engine) {
+TrainingRun SmallJob(const std::shared_ptr<Dataset>& dataset, EngineKind engine) {
   TrainingRun run;
   run.spec.dataset = "random";
   run.spec.model = "linear:8,relu,linear:1";
@@ -375,7 +375,7 @@ TEST(ScheduleJobTest, APerStepScheduleReportsEachEpochsFirstRateAndResumesExactl
   auto dataset = RandomDataset(64);
   for (EngineKind engine : {EngineKind::kLibTorch, EngineKind::kFused}) {
     SCOPED_TRACE(EngineKindName(engine));
-    TrainingRun run = Run(dataset, engine);
+    TrainingRun run = SmallJob(dataset, engine);
     run.spec.schedule.kind = ScheduleKind::kOneCycle;
     std::vector<double> rates;
     run.on_epoch = [&](const EpochResult& e, int64_t, int64_t) {
@@ -390,7 +390,7 @@ TEST(ScheduleJobTest, APerStepScheduleReportsEachEpochsFirstRateAndResumesExactl
       EXPECT_DOUBLE_EQ(rates[epoch - 1], schedule.Rate(epoch, (epoch - 1) * 4));
     }
     test_support::ScratchDir dir;
-    TrainingRun again = Run(dataset, engine);
+    TrainingRun again = SmallJob(dataset, engine);
     again.spec.schedule.kind = ScheduleKind::kOneCycle;
     ExpectResumesExactly(again, dir.path());
   }
@@ -399,7 +399,7 @@ TEST(ScheduleJobTest, APerStepScheduleReportsEachEpochsFirstRateAndResumesExactl
 TEST(ScheduleJobTest, PerStepAndPerEpochRatesTrainDifferently) {
   auto dataset = RandomDataset(64);
   auto last_loss = [&](bool per_step) {
-    TrainingRun run = Run(dataset, EngineKind::kLibTorch);
+    TrainingRun run = SmallJob(dataset, EngineKind::kLibTorch);
     run.spec.schedule.kind = ScheduleKind::kExponential;
     run.spec.schedule.gamma = 0.5;
     run.spec.schedule.per_step = per_step;
@@ -414,7 +414,7 @@ TEST(ScheduleJobTest, PlateauReducesOnTheValidationLossAndResumesWithItsState) {
   auto dataset = RandomDataset(80);
   for (EngineKind engine : {EngineKind::kLibTorch, EngineKind::kFused}) {
     SCOPED_TRACE(EngineKindName(engine));
-    TrainingRun run = Run(dataset, engine);
+    TrainingRun run = SmallJob(dataset, engine);
     run.spec.validation_fraction = 0.25;
     run.spec.schedule.kind = ScheduleKind::kPlateau;
     // An improvement must take a tenth off the best: random targets give few, so the rate
@@ -447,7 +447,7 @@ TEST(ScheduleJobTest, PlateauReducesOnTheValidationLossAndResumesWithItsState) {
 }
 
 TEST(ScheduleJobTest, WarmUpStepsBeyondTheJobsStepsFailTheJobWithTheCount) {
-  TrainingRun run = Run(RandomDataset(64), EngineKind::kLibTorch);
+  TrainingRun run = SmallJob(RandomDataset(64), EngineKind::kLibTorch);
   run.spec.epochs = 2;
   run.spec.schedule.per_step = true;
   run.spec.schedule.warmup_steps = 8;
