@@ -5,6 +5,12 @@ has 96 rows: batches of 16 make 6 optimizer steps an epoch."""
 
 from __future__ import annotations
 
+import copy
+
+import torch
+
+import reference_loop
+
 MLP = "linear:8,relu,linear:1"
 BOTH = ("libtorch", "fused")
 
@@ -74,3 +80,31 @@ def test_plateau(parity):
     parity.check("regression", model=MLP, lr=0.1, schedule="plateau", plateau_factor=0.5,
                  plateau_patience=0, plateau_threshold=0.25, plateau_cooldown=1, min_lr=0.02,
                  validation_fraction=0.25, epochs=10, batch_size=16, engines=BOTH)
+
+
+def test_onecycle_on_data_parallel_ranks(parity):
+    # 3 ranks of 8 rows train as one loop on batches of 24: 4 steps an epoch, 12 in all.
+    x, y = parity.data("regression")
+    spec = dict(model=MLP, lr=0.1, momentum=0.9, seed=7, epochs=3, schedule="onecycle")
+    job = parity.run("regression", "libtorch", dict(spec, batch_size=8, replicas=3))
+    parity.compare(job, reference_loop.train(dict(spec, batch_size=24), x, y), 1e-5, "3 ranks")
+
+
+def test_plateau_on_data_parallel_ranks(parity):
+    x, y = parity.data("regression")
+    spec = dict(model=MLP, lr=0.1, seed=7, epochs=10, schedule="plateau", plateau_factor=0.5,
+                plateau_patience=0, plateau_threshold=0.25, plateau_cooldown=1, min_lr=0.02,
+                validation_fraction=0.25)
+    job = parity.run("regression", "libtorch", dict(spec, batch_size=8, replicas=2))
+    parity.compare(job, reference_loop.train(dict(spec, batch_size=16), x, y), 1e-5, "2 ranks")
+
+
+def test_per_step_cosine_in_the_torchscript_worker(parity):
+    x, y = parity.data("regression")
+    torch.manual_seed(3)
+    module = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
+    spec = dict(lr=0.05, momentum=0.5, seed=7, epochs=3, batch_size=16, schedule="cosine",
+                min_lr=0.001, schedule_per_step=True, warmup_steps=2)
+    want = reference_loop.train(spec, x, y, module=copy.deepcopy(module))
+    job = parity.run("regression", "auto", dict(spec, model=module))
+    parity.compare(job, want, 1e-5, "TorchScript module")
