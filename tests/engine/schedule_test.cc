@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -82,6 +83,20 @@ TEST(ScheduleRatesTest, CosineRestartsAsCosineAnnealingWarmRestarts) {
   JobSpec plain = ScheduleSpecFor(ScheduleKind::kCosineWarmRestarts, 1.0, 5);
   plain.schedule.t_0 = 2;
   ExpectRates(Rates(plain, 1), {1.0, 0.5, 1.0, 0.5, 1.0});
+}
+
+TEST(ScheduleRatesTest, CosineRestartsWithAHugeMultiplierNeverOverflows) {
+  JobSpec spec = ScheduleSpecFor(ScheduleKind::kCosineWarmRestarts, 1.0, 4);
+  spec.schedule.t_0 = std::numeric_limits<int32_t>::max();
+  spec.schedule.t_mult = std::numeric_limits<int32_t>::max();
+  spec.schedule.per_step = true;
+  LearningRateSchedule schedule(spec, int64_t{1} << 40);
+  const double pi = std::acos(-1.0);
+  const double t_0 = std::numeric_limits<int32_t>::max();
+  // Past the first cycle, into the second (t_0 * t_mult units long), far into the job.
+  const int64_t step = (int64_t{1} << 41) + 5;
+  const double t_cur = static_cast<double>(step) - t_0;
+  EXPECT_NEAR(schedule.Rate(4, step), (1 + std::cos(pi * t_cur / (t_0 * t_0))) / 2, 1e-12);
 }
 
 TEST(ScheduleRatesTest, OneCycleAsOneCycleLRWithItsDefaultsEveryStep) {

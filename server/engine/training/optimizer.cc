@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -332,6 +333,11 @@ double LearningRateSchedule::Rate(int32_t epoch, int64_t step) const {
       } else {
         while (t_cur >= period) {
           t_cur -= period;
+          // A cycle longer than any count of units ends the loop (no overflow for huge t_mult).
+          if (period > std::numeric_limits<int64_t>::max() / mult) {
+            period = std::numeric_limits<int64_t>::max();
+            break;
+          }
           period *= mult;
         }
       }
