@@ -77,8 +77,9 @@ std::string Epochs(int32_t count) { return absl::StrCat(count, count == 1 ? " ep
 
 bool HasSchedule(const v1::JobSpec& spec) {
   const v1::Schedule& schedule = spec.schedule();
-  return schedule.kind() == v1::Schedule::STEP || schedule.kind() == v1::Schedule::COSINE ||
-         schedule.warmup_epochs() > 0;
+  return (schedule.kind() != v1::Schedule::KIND_UNSPECIFIED &&
+          schedule.kind() != v1::Schedule::CONSTANT) ||
+         schedule.warmup_epochs() > 0 || schedule.warmup_steps() > 0 || schedule.per_step();
 }
 
 // "cosine to 0.0001, warm-up 5 epochs; lr 0.0095 in epoch 7".
@@ -99,27 +100,68 @@ std::string PrecisionDescription(const v1::Job& job) {
 
 std::string ScheduleDescription(const v1::Job& job) {
   const v1::Schedule& schedule = job.spec().schedule();
+  const bool per_step = schedule.per_step() || schedule.kind() == v1::Schedule::ONE_CYCLE;
+  // "3 epochs", or "3 steps" for a per-step schedule.
+  auto units = [per_step](int64_t count) {
+    return per_step ? absl::StrCat(count, count == 1 ? " step" : " steps")
+                    : Epochs(static_cast<int32_t>(count));
+  };
+  const double gamma = schedule.gamma() == 0 ? 0.1 : schedule.gamma();
   std::string text;
   switch (schedule.kind()) {
     case v1::Schedule::STEP:
-      text =
-          absl::StrFormat("step, times %g every %s", schedule.gamma() == 0 ? 0.1 : schedule.gamma(),
-                          Epochs(schedule.step_epochs()));
+      text = absl::StrFormat("step, times %g every %s", gamma, units(schedule.step_epochs()));
+      break;
+    case v1::Schedule::MULTI_STEP:
+      text = absl::StrFormat("multistep, times %g after %s %s", gamma,
+                             per_step ? "steps" : "epochs",
+                             absl::StrJoin(schedule.milestones(), ", "));
+      break;
+    case v1::Schedule::EXPONENTIAL:
+      text = absl::StrFormat("exponential, times %g every %s", gamma, per_step ? "step" : "epoch");
       break;
     case v1::Schedule::COSINE:
-      text = absl::StrFormat("cosine to %g", schedule.min_learning_rate());
+      text = absl::StrFormat("cosine towards %g", schedule.min_learning_rate());
+      break;
+    case v1::Schedule::COSINE_WARM_RESTARTS:
+      text = absl::StrFormat("cosine restarts towards %g, first cycle %s, times %d",
+                             schedule.min_learning_rate(), units(schedule.t_0()),
+                             schedule.has_t_mult() ? schedule.t_mult() : 1);
+      break;
+    case v1::Schedule::ONE_CYCLE:
+      text = absl::StrFormat(
+          "onecycle, %s, pct_start %g, div_factor %g, final_div_factor %g%s",
+          schedule.anneal_strategy().empty() ? "cos" : schedule.anneal_strategy(),
+          schedule.has_pct_start() ? schedule.pct_start() : 0.3,
+          schedule.has_div_factor() ? schedule.div_factor() : 25.0,
+          schedule.has_final_div_factor() ? schedule.final_div_factor() : 1e4,
+          schedule.three_phase() ? ", three phases" : "");
+      break;
+    case v1::Schedule::REDUCE_ON_PLATEAU:
+      text = absl::StrFormat(
+          "plateau, times %g after %s without improvement (threshold %g), cooldown %s, "
+          "min %g",
+          schedule.has_factor() ? schedule.factor() : 0.1,
+          Epochs(schedule.has_patience() ? schedule.patience() : 10),
+          schedule.has_threshold() ? schedule.threshold() : 1e-4, Epochs(schedule.cooldown()),
+          schedule.min_learning_rate());
       break;
     default:
       text = "constant";
       break;
   }
+  if (per_step) absl::StrAppend(&text, ", per step");
   if (schedule.warmup_epochs() > 0) {
     absl::StrAppend(&text, ", warm-up ", Epochs(schedule.warmup_epochs()));
+  }
+  if (schedule.warmup_steps() > 0) {
+    absl::StrAppend(&text, ", warm-up ", units(schedule.warmup_steps()));
   }
   if (job.epochs_size() > 0) {
     const v1::EpochResult& last = job.epochs(job.epochs_size() - 1);
     absl::StrAppend(&text,
-                    absl::StrFormat("; lr %g in epoch %d", last.learning_rate(), last.epoch()));
+                    absl::StrFormat("; lr %g %s epoch %d", last.learning_rate(),
+                                    per_step ? "at the start of" : "in", last.epoch()));
   }
   return text;
 }

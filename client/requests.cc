@@ -70,8 +70,15 @@ absl::StatusOr<v1::Schedule::Kind> ParseSchedule(const std::string& text) {
   if (text == "constant") return v1::Schedule::CONSTANT;
   if (text == "step") return v1::Schedule::STEP;
   if (text == "cosine") return v1::Schedule::COSINE;
-  return absl::InvalidArgumentError(absl::StrCat("--schedule: unknown schedule '", text,
-                                                 "' (expected constant, step or cosine)"));
+  if (text == "onecycle") return v1::Schedule::ONE_CYCLE;
+  if (text == "plateau") return v1::Schedule::REDUCE_ON_PLATEAU;
+  if (text == "multistep") return v1::Schedule::MULTI_STEP;
+  if (text == "exponential") return v1::Schedule::EXPONENTIAL;
+  if (text == "cosine_restarts") return v1::Schedule::COSINE_WARM_RESTARTS;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--schedule: unknown schedule '", text,
+                   "' (expected constant, step, multistep, exponential, cosine, cosine_restarts, "
+                   "onecycle or plateau)"));
 }
 
 absl::StatusOr<v1::Precision> ParsePrecision(const std::string& text) {
@@ -412,29 +419,146 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   schedule->set_kind(schedule_kind);
   const bool step = schedule_kind == v1::Schedule::STEP;
   const bool cosine = schedule_kind == v1::Schedule::COSINE;
+  const bool multistep = schedule_kind == v1::Schedule::MULTI_STEP;
+  const bool exponential = schedule_kind == v1::Schedule::EXPONENTIAL;
+  const bool restarts = schedule_kind == v1::Schedule::COSINE_WARM_RESTARTS;
+  const bool onecycle = schedule_kind == v1::Schedule::ONE_CYCLE;
+  const bool plateau = schedule_kind == v1::Schedule::REDUCE_ON_PLATEAU;
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "step-epochs", step, "--schedule step"));
-  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "gamma", step, "--schedule step"));
-  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "min-lr", cosine, "--schedule cosine"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "gamma", step || multistep || exponential,
+                                        "--schedule step, multistep and exponential"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "min-lr", cosine || restarts || plateau,
+                                        "--schedule cosine, cosine_restarts and plateau"));
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "milestones", multistep, "--schedule multistep"));
+  for (const char* flag : {"t0", "t-mult"}) {
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, flag, restarts, "--schedule cosine_restarts"));
+  }
+  for (const char* flag :
+       {"pct-start", "anneal-strategy", "div-factor", "final-div-factor", "three-phase"}) {
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, flag, onecycle, "--schedule onecycle"));
+  }
+  for (const char* flag :
+       {"plateau-factor", "plateau-patience", "plateau-threshold", "plateau-cooldown"}) {
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, flag, plateau, "--schedule plateau"));
+  }
   if (step) {
     if (!invocation.Has("step-epochs")) {
       return absl::InvalidArgumentError("--schedule step needs --step-epochs N");
     }
-    TRAINERD_ASSIGN_OR_RETURN(
-        int64_t step_epochs,
-        invocation.GetInt("step-epochs", 0, 1, std::numeric_limits<int32_t>::max()));
+    TRAINERD_ASSIGN_OR_RETURN(int64_t step_epochs,
+                              invocation.GetInt("step-epochs", 0, 1, kInt32Max));
     schedule->set_step_epochs(static_cast<int32_t>(step_epochs));
+  }
+  if (step || multistep || exponential) {
     TRAINERD_ASSIGN_OR_RETURN(double gamma,
                               GetDoubleIn(invocation, "gamma", kDefaultGamma, 0, true, 1, false));
     schedule->set_gamma(gamma);
   }
-  if (cosine) {
+  if (multistep) {
+    if (!invocation.Has("milestones")) {
+      return absl::InvalidArgumentError("--schedule multistep needs --milestones N,N,...");
+    }
+    int64_t last = 1;
+    for (absl::string_view part : absl::StrSplit(invocation.Get("milestones"), ',')) {
+      int64_t milestone = 0;
+      if (!absl::SimpleAtoi(part, &milestone) || milestone < last || milestone > kInt32Max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--milestones: '", part, "' is not a whole number of at least ", last,
+            " (milestones are >= 1 and ascending)"));
+      }
+      last = milestone;
+      schedule->add_milestones(static_cast<int32_t>(milestone));
+    }
+  }
+  if (cosine || restarts) {
     TRAINERD_ASSIGN_OR_RETURN(double min_lr,
                               GetDoubleIn(invocation, "min-lr", 0, 0, false, lr, true));
     schedule->set_min_learning_rate(min_lr);
   }
-  TRAINERD_ASSIGN_OR_RETURN(int64_t warmup, invocation.GetInt("warmup-epochs", 0, 0,
-                                                              std::numeric_limits<int32_t>::max()));
+  if (plateau) {
+    TRAINERD_ASSIGN_OR_RETURN(double min_lr,
+                              GetDoubleIn(invocation, "min-lr", 0, 0, false, kInf, true));
+    schedule->set_min_learning_rate(min_lr);
+    if (invocation.Has("plateau-factor")) {
+      TRAINERD_ASSIGN_OR_RETURN(double factor,
+                                GetDoubleIn(invocation, "plateau-factor", 0, 0, true, 1, true));
+      schedule->set_factor(factor);
+    }
+    if (invocation.Has("plateau-patience")) {
+      TRAINERD_ASSIGN_OR_RETURN(int64_t patience,
+                                invocation.GetInt("plateau-patience", 0, 0, kInt32Max));
+      schedule->set_patience(static_cast<int32_t>(patience));
+    }
+    if (invocation.Has("plateau-threshold")) {
+      TRAINERD_ASSIGN_OR_RETURN(double threshold,
+                                GetDoubleIn(invocation, "plateau-threshold", 0, 0, false, 1, true));
+      schedule->set_threshold(threshold);
+    }
+    TRAINERD_ASSIGN_OR_RETURN(int64_t cooldown,
+                              invocation.GetInt("plateau-cooldown", 0, 0, kInt32Max));
+    schedule->set_cooldown(static_cast<int32_t>(cooldown));
+  }
+  if (restarts) {
+    if (!invocation.Has("t0")) {
+      return absl::InvalidArgumentError("--schedule cosine_restarts needs --t0 N");
+    }
+    TRAINERD_ASSIGN_OR_RETURN(int64_t t_0, invocation.GetInt("t0", 0, 1, kInt32Max));
+    schedule->set_t_0(static_cast<int32_t>(t_0));
+    if (invocation.Has("t-mult")) {
+      TRAINERD_ASSIGN_OR_RETURN(int64_t t_mult, invocation.GetInt("t-mult", 1, 1, kInt32Max));
+      schedule->set_t_mult(static_cast<int32_t>(t_mult));
+    }
+  }
+  if (onecycle) {
+    if (invocation.Has("pct-start")) {
+      TRAINERD_ASSIGN_OR_RETURN(double pct,
+                                GetDoubleIn(invocation, "pct-start", 0, 0, false, 1, false));
+      schedule->set_pct_start(pct);
+    }
+    if (invocation.Has("anneal-strategy")) {
+      const std::string anneal = invocation.Get("anneal-strategy");
+      if (anneal != "cos" && anneal != "linear") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--anneal-strategy: unknown strategy '", anneal, "' (expected cos or linear)"));
+      }
+      schedule->set_anneal_strategy(anneal);
+    }
+    for (const char* flag : {"div-factor", "final-div-factor"}) {
+      if (!invocation.Has(flag)) continue;
+      TRAINERD_ASSIGN_OR_RETURN(double factor, GetDoubleIn(invocation, flag, 0, 0, true, kInf, true));
+      if (absl::string_view(flag) == "div-factor") {
+        schedule->set_div_factor(factor);
+      } else {
+        schedule->set_final_div_factor(factor);
+      }
+    }
+    schedule->set_three_phase(invocation.Has("three-phase"));
+  }
+  const bool per_step = invocation.Has("schedule-per-step");
+  if (per_step && plateau) {
+    return absl::InvalidArgumentError(
+        "--schedule-per-step: plateau steps once per epoch, on the validation loss");
+  }
+  schedule->set_per_step(per_step);
+  TRAINERD_ASSIGN_OR_RETURN(int64_t warmup,
+                            invocation.GetInt("warmup-epochs", 0, 0, kInt32Max));
+  TRAINERD_ASSIGN_OR_RETURN(int64_t warmup_steps,
+                            invocation.GetInt("warmup-steps", 0, 0, kInt32Max));
+  if ((warmup > 0 || warmup_steps > 0) && (onecycle || plateau)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--schedule ", invocation.Get("schedule"), " takes no --warmup-epochs or --warmup-steps"));
+  }
+  if (warmup > 0 && per_step) {
+    return absl::InvalidArgumentError(
+        "--warmup-epochs: a per-step schedule warms up by steps (--warmup-steps)");
+  }
+  if (warmup_steps > 0 && !per_step) {
+    return absl::InvalidArgumentError("--warmup-steps needs --schedule-per-step");
+  }
   schedule->set_warmup_epochs(static_cast<int32_t>(warmup));
+  schedule->set_warmup_steps(static_cast<int32_t>(warmup_steps));
   TRAINERD_ASSIGN_OR_RETURN(double clip,
                             GetDoubleIn(invocation, "clip-grad-norm", 0, 0, false, kInf, true));
   spec.set_clip_grad_norm(clip);

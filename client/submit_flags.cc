@@ -35,15 +35,55 @@ std::vector<FlagSpec> SubmitFlags() {
           {"eps", "E", "adam, adamw and rmsprop, > 0 (default 1e-8)"},
           {"alpha", "A", "rmsprop smoothing, 0 < A < 1 (default 0.99)"},
           {"schedule", "KIND",
-           "learning rate per epoch: constant, step (times --gamma\n"
-           "every --step-epochs) or cosine (down to --min-lr)\n"
-           "(default constant)"},
-          {"step-epochs", "N", "step: epochs between decays, >= 1 (required with step)"},
-          {"gamma", "G", "step: decay factor, 0 < G <= 1 (default 0.1)"},
-          {"min-lr", "RATE", "cosine: the final rate, 0 <= RATE < --lr (default 0)"},
+           "learning-rate schedule, as torch.optim.lr_scheduler's:\n"
+           "constant; step (StepLR: times --gamma every\n"
+           "--step-epochs); multistep (MultiStepLR: times --gamma at\n"
+           "each of --milestones); exponential (ExponentialLR:\n"
+           "times --gamma every epoch); cosine (CosineAnnealingLR\n"
+           "towards --min-lr); cosine_restarts\n"
+           "(CosineAnnealingWarmRestarts: --t0, --t-mult,\n"
+           "--min-lr); onecycle (OneCycleLR, max_lr --lr, every\n"
+           "step, momentum not cycled); plateau (ReduceLROnPlateau\n"
+           "on the validation loss) (default constant)"},
+          {"schedule-per-step", "",
+           "advance the schedule every optimizer step instead of\n"
+           "every epoch: its epochs (--step-epochs, --milestones,\n"
+           "--t0, cosine's span) count steps (not plateau;\n"
+           "onecycle always is)"},
+          {"step-epochs", "N",
+           "step: epochs (steps when per step) between decays,\n"
+           ">= 1 (required with step)"},
+          {"milestones", "N,N,...",
+           "multistep: the rate is multiplied by --gamma once each\n"
+           "of these epochs (steps when per step) has passed,\n"
+           "ascending, >= 1 (required with multistep)"},
+          {"gamma", "G", "step, multistep, exponential: decay factor,\n0 < G <= 1 (default 0.1)"},
+          {"min-lr", "RATE",
+           "cosine and cosine_restarts: eta_min, the rate the\n"
+           "cosine heads for, 0 <= RATE < --lr; no trained epoch\n"
+           "(or step) reaches it; plateau: the floor of its\n"
+           "reductions, >= 0 (default 0)"},
+          {"t0", "N", "cosine_restarts: epochs (steps) of the first cycle, >= 1\n(required)"},
+          {"t-mult", "N", "cosine_restarts: each cycle N times the last, >= 1\n(default 1)"},
+          {"pct-start", "F",
+           "onecycle: the fraction of the steps raising the rate,\n0 <= F <= 1 (default 0.3)"},
+          {"anneal-strategy", "S", "onecycle: cos or linear (default cos)"},
+          {"div-factor", "D", "onecycle: first rate --lr / D, > 0 (default 25)"},
+          {"final-div-factor", "D",
+           "onecycle: last step's rate --lr / --div-factor / D,\n> 0 (default 1e4)"},
+          {"three-phase", "", "onecycle: up, down to the first rate, then down"},
+          {"plateau-factor", "F", "plateau: multiply the rate by F, 0 < F < 1 (default 0.1)"},
+          {"plateau-patience", "N",
+           "plateau: epochs without improvement before a\nreduction, >= 0 (default 10)"},
+          {"plateau-threshold", "T",
+           "plateau: an improvement is below best * (1 - T),\n0 <= T < 1 (default 1e-4)"},
+          {"plateau-cooldown", "N", "plateau: epochs after a reduction before counting,\n>= 0 (default 0)"},
           {"warmup-epochs", "N",
            "ramp the rate up linearly over the first N epochs,\n"
-           "N < --epochs (default 0)"},
+           "N < --epochs (default 0; not onecycle or plateau)"},
+          {"warmup-steps", "N",
+           "per step: ramp the rate up linearly over the first N\n"
+           "steps, fewer than the job's steps (default 0)"},
           {"clip-grad-norm", "N",
            "scale the gradients down to a global L2 norm of at\n"
            "most N, > 0 (default 0: off)"},

@@ -88,6 +88,20 @@ class SweepOptions(TypedDict, total=False):
     gamma: float
     min_lr: float
     warmup_epochs: int
+    schedule_per_step: bool
+    warmup_steps: int
+    milestones: Sequence[int]
+    t_0: int
+    t_mult: int
+    pct_start: float
+    anneal_strategy: str
+    div_factor: float
+    final_div_factor: float
+    three_phase: bool
+    plateau_factor: float
+    plateau_patience: int
+    plateau_threshold: float
+    plateau_cooldown: int
     clip_grad_norm: float
     batch_size: int
     epochs: int
@@ -137,6 +151,11 @@ _SCHEDULES = {
     "constant": jobs_pb2.Schedule.CONSTANT,
     "step": jobs_pb2.Schedule.STEP,
     "cosine": jobs_pb2.Schedule.COSINE,
+    "cosine_restarts": jobs_pb2.Schedule.COSINE_WARM_RESTARTS,
+    "multistep": jobs_pb2.Schedule.MULTI_STEP,
+    "exponential": jobs_pb2.Schedule.EXPONENTIAL,
+    "onecycle": jobs_pb2.Schedule.ONE_CYCLE,
+    "plateau": jobs_pb2.Schedule.REDUCE_ON_PLATEAU,
 }
 _PRECISIONS = {
     "fp32": jobs_pb2.PRECISION_FP32,
@@ -307,17 +326,111 @@ def build_spec(
     schedule.kind = schedule_kind  # type: ignore[assignment]
     step = schedule_kind == jobs_pb2.Schedule.STEP
     cosine = schedule_kind == jobs_pb2.Schedule.COSINE
+    multistep = schedule_kind == jobs_pb2.Schedule.MULTI_STEP
+    exponential = schedule_kind == jobs_pb2.Schedule.EXPONENTIAL
+    restarts = schedule_kind == jobs_pb2.Schedule.COSINE_WARM_RESTARTS
+    onecycle = schedule_kind == jobs_pb2.Schedule.ONE_CYCLE
+    plateau = schedule_kind == jobs_pb2.Schedule.REDUCE_ON_PLATEAU
     _applies(options, "step_epochs", step, "schedule 'step'")
-    _applies(options, "gamma", step, "schedule 'step'")
-    _applies(options, "min_lr", cosine, "schedule 'cosine'")
+    _applies(
+        options,
+        "gamma",
+        step or multistep or exponential,
+        "schedule 'step', 'multistep' and 'exponential'",
+    )
+    _applies(
+        options,
+        "min_lr",
+        cosine or restarts or plateau,
+        "schedule 'cosine', 'cosine_restarts' and 'plateau'",
+    )
+    _applies(options, "milestones", multistep, "schedule 'multistep'")
+    for name in ("t_0", "t_mult"):
+        _applies(options, name, restarts, "schedule 'cosine_restarts'")
+    for name in ("pct_start", "anneal_strategy", "div_factor", "final_div_factor", "three_phase"):
+        _applies(options, name, onecycle, "schedule 'onecycle'")
+    for name in ("plateau_factor", "plateau_patience", "plateau_threshold", "plateau_cooldown"):
+        _applies(options, name, plateau, "schedule 'plateau'")
     if step:
         if "step_epochs" not in options:
             raise ValueError("schedule 'step' needs step_epochs=N")
         schedule.step_epochs = _integer("step_epochs", options["step_epochs"], 1, _INT32_MAX)
+    if step or multistep or exponential:
         schedule.gamma = _number_in("gamma", get("gamma"), 0, True, 1, False)
-    if cosine:
+    if multistep:
+        milestones = options.get("milestones")
+        if milestones is None:
+            raise ValueError("schedule 'multistep' needs milestones=[N, ...]")
+        if isinstance(milestones, (str, bytes)) or not isinstance(milestones, Sequence):
+            raise TypeError(
+                "milestones must be a sequence of whole numbers, "
+                f"not {type(milestones).__name__}"
+            )
+        if not milestones:
+            raise ValueError("schedule 'multistep' needs at least one milestone")
+        last = 1
+        for milestone in milestones:
+            value = _integer("milestones", milestone, 1, _INT32_MAX)
+            if value < last:
+                raise ValueError(f"milestones must be ascending, got {list(milestones)!r}")
+            last = value
+            schedule.milestones.append(value)
+    if cosine or restarts:
         schedule.min_learning_rate = _number_in("min_lr", get("min_lr"), 0, False, lr, True)
-    schedule.warmup_epochs = _integer("warmup_epochs", get("warmup_epochs"), 0, _INT32_MAX)
+    if plateau:
+        schedule.min_learning_rate = _number_in("min_lr", get("min_lr"), 0, False, math.inf, True)
+        if "plateau_factor" in options:
+            schedule.factor = _number_in(
+                "plateau_factor", options["plateau_factor"], 0, True, 1, True
+            )
+        if "plateau_patience" in options:
+            schedule.patience = _integer(
+                "plateau_patience", options["plateau_patience"], 0, _INT32_MAX
+            )
+        if "plateau_threshold" in options:
+            schedule.threshold = _number_in(
+                "plateau_threshold", options["plateau_threshold"], 0, False, 1, True
+            )
+        if "plateau_cooldown" in options:
+            schedule.cooldown = _integer(
+                "plateau_cooldown", options["plateau_cooldown"], 0, _INT32_MAX
+            )
+    if restarts:
+        if "t_0" not in options:
+            raise ValueError("schedule 'cosine_restarts' needs t_0=N")
+        schedule.t_0 = _integer("t_0", options["t_0"], 1, _INT32_MAX)
+        if "t_mult" in options:
+            schedule.t_mult = _integer("t_mult", options["t_mult"], 1, _INT32_MAX)
+    if onecycle:
+        if "pct_start" in options:
+            schedule.pct_start = _number_in("pct_start", options["pct_start"], 0, False, 1, False)
+        if "anneal_strategy" in options:
+            anneal = options["anneal_strategy"]
+            if anneal not in ("cos", "linear"):
+                raise ValueError(f"anneal_strategy must be 'cos' or 'linear', got {anneal!r}")
+            schedule.anneal_strategy = anneal
+        for name in ("div_factor", "final_div_factor"):
+            if name in options:
+                setattr(schedule, name, _number_in(name, options[name], 0, True, math.inf, True))
+        schedule.three_phase = bool(options.get("three_phase", False))
+    per_step = bool(options.get("schedule_per_step", False))
+    if per_step and plateau:
+        raise ValueError(
+            "schedule_per_step: schedule 'plateau' steps once per epoch, on the validation loss"
+        )
+    schedule.per_step = per_step
+    warmup_epochs = _integer("warmup_epochs", get("warmup_epochs"), 0, _INT32_MAX)
+    warmup_steps = _integer("warmup_steps", options.get("warmup_steps", 0), 0, _INT32_MAX)
+    if (warmup_epochs or warmup_steps) and (onecycle or plateau):
+        raise ValueError(
+            f"schedule {options.get('schedule')!r} takes no warmup_epochs or warmup_steps"
+        )
+    if warmup_epochs and per_step:
+        raise ValueError("warmup_epochs: a per-step schedule warms up by steps (warmup_steps)")
+    if warmup_steps and not per_step:
+        raise ValueError("warmup_steps needs schedule_per_step=True")
+    schedule.warmup_epochs = warmup_epochs
+    schedule.warmup_steps = warmup_steps
     spec.clip_grad_norm = _number_in(
         "clip_grad_norm", get("clip_grad_norm"), 0, False, math.inf, True
     )

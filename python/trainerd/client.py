@@ -384,6 +384,20 @@ class Client:
         gamma: float | None = None,
         min_lr: float | None = None,
         warmup_epochs: int = 0,
+        schedule_per_step: bool = False,
+        warmup_steps: int | None = None,
+        milestones: Sequence[int] | None = None,
+        t_0: int | None = None,
+        t_mult: int | None = None,
+        pct_start: float | None = None,
+        anneal_strategy: str | None = None,
+        div_factor: float | None = None,
+        final_div_factor: float | None = None,
+        three_phase: bool = False,
+        plateau_factor: float | None = None,
+        plateau_patience: int | None = None,
+        plateau_threshold: float | None = None,
+        plateau_cooldown: int | None = None,
         clip_grad_norm: float = 0.0,
         batch_size: int = 32,
         epochs: int = 10,
@@ -427,12 +441,51 @@ class Client:
             beta1, beta2: adam and adamw, 0 <= B < 1 (defaults 0.9 and 0.999).
             eps: adam, adamw and rmsprop, > 0 (default 1e-8).
             alpha: rmsprop smoothing, 0 < A < 1 (default 0.99).
-            schedule: constant, step (times ``gamma`` every ``step_epochs``) or cosine (down to
-                ``min_lr``).
-            step_epochs: step: epochs between decays, >= 1 (required with step).
-            gamma: step: decay factor, 0 < G <= 1 (default 0.1).
-            min_lr: cosine: the final rate, 0 <= RATE < lr (default 0).
-            warmup_epochs: ramp the rate up linearly over the first N epochs.
+            schedule: the learning-rate schedule, each as its torch.optim.lr_scheduler twin
+                with PyTorch's defaults, stepped once per epoch (or per optimizer step with
+                ``schedule_per_step``): constant; step (StepLR: times ``gamma`` every
+                ``step_epochs``); multistep (MultiStepLR: times ``gamma`` at each of
+                ``milestones``); exponential (ExponentialLR: times ``gamma`` every epoch);
+                cosine (CosineAnnealingLR towards ``min_lr``); cosine_restarts
+                (CosineAnnealingWarmRestarts: ``t_0``, ``t_mult``, ``min_lr``); onecycle
+                (OneCycleLR with max_lr ``lr`` and total_steps epochs * steps per epoch, always
+                per step, cycle_momentum=False: the optimizer's momentum and beta1 stay as set);
+                plateau (ReduceLROnPlateau, mode min, on each epoch's validation loss: needs
+                validation). ``job.epochs[i].learning_rate`` is the rate of the epoch's first
+                step.
+            step_epochs: step: epochs (steps when per step) between decays, >= 1 (required).
+            gamma: step, multistep and exponential: decay factor, 0 < G <= 1 (default 0.1).
+            min_lr: cosine and cosine_restarts: eta_min, the rate the cosine heads for,
+                0 <= RATE < lr; as CosineAnnealingLR's, no trained epoch (or step) uses it:
+                the last has ``min_lr + (lr - min_lr) * (1 - cos(pi / N)) / 2`` over N epochs.
+                plateau: the floor of its reductions, >= 0. Default 0.
+            warmup_epochs: ramp the rate up linearly over the first N epochs, epoch e using
+                ``lr * e / (N + 1)``, N < epochs; the schedule then runs over the rest (not
+                onecycle or plateau, not per step).
+            schedule_per_step: advance the schedule every optimizer step instead of every
+                epoch (as calling ``scheduler.step()`` after each batch): ``step_epochs``,
+                ``milestones``, ``t_0`` and cosine's span count steps (not plateau).
+            warmup_steps: per step: ramp the rate up linearly over the first N steps, step k
+                using ``lr * k / (N + 1)``; fewer than the job's steps.
+            milestones: multistep: the rate is multiplied by ``gamma`` once each of these
+                epochs (steps) of the schedule has passed; ascending, >= 1 (required).
+            t_0: cosine_restarts: epochs (steps) of the first cycle, >= 1 (required).
+            t_mult: cosine_restarts: each cycle this many times longer, >= 1 (default 1).
+            pct_start: onecycle: the fraction of the steps raising the rate, 0 <= F <= 1
+                (default 0.3).
+            anneal_strategy: onecycle: "cos" or "linear" (default "cos").
+            div_factor: onecycle: the first rate is ``lr / div_factor``, > 0 (default 25).
+            final_div_factor: onecycle: the last step's rate is
+                ``lr / div_factor / final_div_factor``, > 0 (default 1e4).
+            three_phase: onecycle: up, back down to the first rate, then down to the last.
+            plateau_factor: plateau: multiply the rate by F on a plateau, 0 < F < 1
+                (default 0.1).
+            plateau_patience: plateau: epochs without improvement before a reduction, >= 0
+                (default 10).
+            plateau_threshold: plateau: a validation loss improves when below
+                ``best * (1 - T)``, 0 <= T < 1 (default 1e-4).
+            plateau_cooldown: plateau: epochs after a reduction before bad epochs count, >= 0
+                (default 0).
             clip_grad_norm: scale gradients down to a global L2 norm of at most N (0: off).
             batch_size: rows per step.
             epochs: passes over the dataset.
@@ -597,10 +650,12 @@ def _check_timeout(timeout: object) -> None:
 
 def _given(options: dict[str, Any]) -> dict[str, Any]:
     """The options the caller gave: those not None and not at submit's signature default for the
-    options whose mere presence matters (nesterov). The others are sent with their value."""
+    options whose mere presence matters (nesterov, three_phase, schedule_per_step). The others are
+    sent with their value."""
     given = {k: v for k, v in options.items() if v is not None}
-    if given.get("nesterov") is False:
-        del given["nesterov"]
+    for flag in ("nesterov", "three_phase", "schedule_per_step"):
+        if given.get(flag) is False:
+            del given[flag]
     return given
 
 

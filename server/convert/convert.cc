@@ -114,6 +114,16 @@ v1::Schedule::Kind ToProto(engine::ScheduleKind kind) {
       return v1::Schedule::STEP;
     case engine::ScheduleKind::kCosine:
       return v1::Schedule::COSINE;
+    case engine::ScheduleKind::kOneCycle:
+      return v1::Schedule::ONE_CYCLE;
+    case engine::ScheduleKind::kPlateau:
+      return v1::Schedule::REDUCE_ON_PLATEAU;
+    case engine::ScheduleKind::kMultiStep:
+      return v1::Schedule::MULTI_STEP;
+    case engine::ScheduleKind::kExponential:
+      return v1::Schedule::EXPONENTIAL;
+    case engine::ScheduleKind::kCosineWarmRestarts:
+      return v1::Schedule::COSINE_WARM_RESTARTS;
   }
   return v1::Schedule::KIND_UNSPECIFIED;
 }
@@ -263,14 +273,44 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
     case v1::Schedule::COSINE:
       out.schedule.kind = engine::ScheduleKind::kCosine;
       break;
+    case v1::Schedule::ONE_CYCLE:
+      out.schedule.kind = engine::ScheduleKind::kOneCycle;
+      break;
+    case v1::Schedule::REDUCE_ON_PLATEAU:
+      out.schedule.kind = engine::ScheduleKind::kPlateau;
+      break;
+    case v1::Schedule::MULTI_STEP:
+      out.schedule.kind = engine::ScheduleKind::kMultiStep;
+      break;
+    case v1::Schedule::EXPONENTIAL:
+      out.schedule.kind = engine::ScheduleKind::kExponential;
+      break;
+    case v1::Schedule::COSINE_WARM_RESTARTS:
+      out.schedule.kind = engine::ScheduleKind::kCosineWarmRestarts;
+      break;
     default:
       return absl::InvalidArgumentError(
-          "schedule.kind must be CONSTANT, STEP or COSINE (or unset for constant)");
+          "schedule.kind must be CONSTANT, STEP, COSINE, ONE_CYCLE, REDUCE_ON_PLATEAU, MULTI_STEP, "
+          "EXPONENTIAL or COSINE_WARM_RESTARTS (or unset for constant)");
   }
   out.schedule.step_epochs = schedule.step_epochs();
   out.schedule.gamma = schedule.gamma() == 0 ? kDefaultGamma : schedule.gamma();
   out.schedule.min_learning_rate = schedule.min_learning_rate();
   out.schedule.warmup_epochs = schedule.warmup_epochs();
+  out.schedule.per_step = schedule.per_step();
+  out.schedule.warmup_steps = schedule.warmup_steps();
+  out.schedule.milestones.assign(schedule.milestones().begin(), schedule.milestones().end());
+  out.schedule.t_0 = schedule.t_0();
+  if (schedule.has_t_mult()) out.schedule.t_mult = schedule.t_mult();
+  if (schedule.has_pct_start()) out.schedule.pct_start = schedule.pct_start();
+  out.schedule.anneal_strategy = schedule.anneal_strategy();
+  if (schedule.has_div_factor()) out.schedule.div_factor = schedule.div_factor();
+  if (schedule.has_final_div_factor()) out.schedule.final_div_factor = schedule.final_div_factor();
+  out.schedule.three_phase = schedule.three_phase();
+  if (schedule.has_factor()) out.schedule.factor = schedule.factor();
+  if (schedule.has_patience()) out.schedule.patience = schedule.patience();
+  if (schedule.has_threshold()) out.schedule.threshold = schedule.threshold();
+  out.schedule.cooldown = schedule.cooldown();
   out.clip_grad_norm = spec.clip_grad_norm();
   out.batch_size = spec.batch_size();
   out.epochs = spec.epochs();
@@ -379,9 +419,27 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   v1::Schedule* schedule = out.mutable_schedule();
   schedule->set_kind(ToProto(spec.schedule.kind));
   schedule->set_step_epochs(spec.schedule.step_epochs);
-  if (spec.schedule.kind == engine::ScheduleKind::kStep) schedule->set_gamma(spec.schedule.gamma);
-  schedule->set_min_learning_rate(spec.schedule.min_learning_rate);
-  schedule->set_warmup_epochs(spec.schedule.warmup_epochs);
+  const engine::ScheduleSpec& s = spec.schedule;
+  if (s.kind == engine::ScheduleKind::kStep || s.kind == engine::ScheduleKind::kMultiStep ||
+      s.kind == engine::ScheduleKind::kExponential) {
+    schedule->set_gamma(s.gamma);
+  }
+  schedule->set_min_learning_rate(s.min_learning_rate);
+  schedule->set_warmup_epochs(s.warmup_epochs);
+  schedule->set_per_step(s.per_step);
+  schedule->set_warmup_steps(s.warmup_steps);
+  for (int32_t milestone : s.milestones) schedule->add_milestones(milestone);
+  schedule->set_t_0(s.t_0);
+  if (s.t_mult.has_value()) schedule->set_t_mult(*s.t_mult);
+  if (s.pct_start.has_value()) schedule->set_pct_start(*s.pct_start);
+  schedule->set_anneal_strategy(s.anneal_strategy);
+  if (s.div_factor.has_value()) schedule->set_div_factor(*s.div_factor);
+  if (s.final_div_factor.has_value()) schedule->set_final_div_factor(*s.final_div_factor);
+  schedule->set_three_phase(s.three_phase);
+  if (s.factor.has_value()) schedule->set_factor(*s.factor);
+  if (s.patience.has_value()) schedule->set_patience(*s.patience);
+  if (s.threshold.has_value()) schedule->set_threshold(*s.threshold);
+  schedule->set_cooldown(s.cooldown);
   out.set_clip_grad_norm(spec.clip_grad_norm);
   out.set_batch_size(spec.batch_size);
   out.set_epochs(spec.epochs);

@@ -69,6 +69,16 @@ const char* ScheduleKindName(ScheduleKind kind) {
       return "step";
     case ScheduleKind::kCosine:
       return "cosine";
+    case ScheduleKind::kOneCycle:
+      return "onecycle";
+    case ScheduleKind::kPlateau:
+      return "plateau";
+    case ScheduleKind::kMultiStep:
+      return "multistep";
+    case ScheduleKind::kExponential:
+      return "exponential";
+    case ScheduleKind::kCosineWarmRestarts:
+      return "cosine_restarts";
   }
   return "unknown";
 }

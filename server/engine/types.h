@@ -79,7 +79,16 @@ std::string DatasetNameFor(const std::string& key, const std::string& viewer);
 
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
 enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop };
-enum class ScheduleKind { kConstant, kStep, kCosine };
+enum class ScheduleKind {
+  kConstant,
+  kStep,
+  kCosine,
+  kOneCycle,
+  kPlateau,
+  kMultiStep,
+  kExponential,
+  kCosineWarmRestarts,
+};
 // The precision of a job's forward passes (see proto/trainerd/v1/jobs.proto, enum Precision).
 enum class Precision { kFp32, kBf16, kFp16 };
 // Which queued job a device runs next (proto JobPriority): high, then normal, then low; FIFO
@@ -88,7 +97,9 @@ enum class JobPriority { kLow, kNormal, kHigh };
 
 const char* LossKindName(LossKind loss);            // "mse", "cross_entropy", "l1", ...
 const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam", "adamw", "rmsprop"
-const char* ScheduleKindName(ScheduleKind kind);    // "constant", "step", "cosine"
+// "constant", "step", "cosine", "onecycle", "plateau", "multistep", "exponential",
+// "cosine_restarts"
+const char* ScheduleKindName(ScheduleKind kind);
 const char* PrecisionName(Precision precision);     // "fp32", "bf16", "fp16"
 const char* JobPriorityName(JobPriority priority);  // "low", "normal", "high"
 
@@ -99,12 +110,43 @@ enum class EngineKind { kAuto, kFused, kLibTorch };
 const char* EngineKindName(EngineKind engine);  // "auto", "fused", "libtorch"
 
 // The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
+// A learning-rate schedule, as torch.optim.lr_scheduler's twin of each kind (jobs.proto, Schedule,
+// says each field's meaning). Its unit is the epoch, or the optimizer step when per_step (always
+// for kOneCycle). Unset optionals take PyTorch's defaults.
 struct ScheduleSpec {
+  static constexpr size_t kMaxMilestones = 1024;
   ScheduleKind kind = ScheduleKind::kConstant;
-  int32_t step_epochs = 0;         // kStep: >= 1
-  double gamma = 0.1;              // kStep: (0, 1]
-  double min_learning_rate = 0.0;  // kCosine
-  int32_t warmup_epochs = 0;       // linear warm-up first; 0 = none
+  int32_t step_epochs = 0;         // kStep: >= 1 (units: steps when per_step)
+  double gamma = 0.1;              // kStep, kMultiStep, kExponential: (0, 1]
+  // kCosine and kCosineWarmRestarts: eta_min, [0, learning_rate); kPlateau: min_lr, >= 0.
+  double min_learning_rate = 0.0;
+  int32_t warmup_epochs = 0;  // linear warm-up first; 0 = none (epoch schedules)
+  bool per_step = false;      // advance every optimizer step instead of every epoch
+  int32_t warmup_steps = 0;   // per_step: linear warm-up over the first steps; 0 = none
+  std::vector<int32_t> milestones;  // kMultiStep: ascending, >= 1, at most kMaxMilestones
+  int32_t t_0 = 0;                  // kCosineWarmRestarts: >= 1
+  std::optional<int32_t> t_mult;    // kCosineWarmRestarts: >= 1; unset: 1
+  std::optional<double> pct_start;  // kOneCycle: [0, 1]; unset: 0.3
+  std::string anneal_strategy;      // kOneCycle: "cos" or "linear"; empty: "cos"
+  std::optional<double> div_factor;        // kOneCycle: > 0; unset: 25
+  std::optional<double> final_div_factor;  // kOneCycle: > 0; unset: 1e4
+  bool three_phase = false;                // kOneCycle
+  std::optional<double> factor;     // kPlateau: (0, 1); unset: 0.1
+  std::optional<int32_t> patience;  // kPlateau: >= 0; unset: 10
+  std::optional<double> threshold;  // kPlateau: [0, 1); unset: 1e-4 (relative)
+  int32_t cooldown = 0;             // kPlateau: >= 0
+
+  bool operator==(const ScheduleSpec& o) const {
+    return kind == o.kind && step_epochs == o.step_epochs && gamma == o.gamma &&
+           min_learning_rate == o.min_learning_rate && warmup_epochs == o.warmup_epochs &&
+           per_step == o.per_step && warmup_steps == o.warmup_steps &&
+           milestones == o.milestones && t_0 == o.t_0 && t_mult == o.t_mult &&
+           pct_start == o.pct_start && anneal_strategy == o.anneal_strategy &&
+           div_factor == o.div_factor && final_div_factor == o.final_div_factor &&
+           three_phase == o.three_phase && factor == o.factor && patience == o.patience &&
+           threshold == o.threshold && cooldown == o.cooldown;
+  }
+  bool operator!=(const ScheduleSpec& o) const { return !(*this == o); }
 };
 
 struct JobSpec {

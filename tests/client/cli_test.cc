@@ -390,7 +390,11 @@ TEST(ParseCommandLineTest, SubmitUsageListsTheNewFlags) {
   for (const char* flag :
        {"--huber-delta D", "--label-smoothing S", "--nesterov ", "--weight-decay W", "--beta1 B",
         "--beta2 B", "--eps E", "--alpha A", "--schedule KIND", "--step-epochs N", "--gamma G",
-        "--min-lr RATE", "--warmup-epochs N", "--clip-grad-norm N"}) {
+        "--min-lr RATE", "--warmup-epochs N", "--clip-grad-norm N", "--schedule-per-step",
+        "--warmup-steps N", "--milestones N,N,...", "--t0 N", "--t-mult N", "--pct-start F",
+        "--anneal-strategy S", "--div-factor D", "--final-div-factor D", "--three-phase",
+        "--plateau-factor F", "--plateau-patience N", "--plateau-threshold T",
+        "--plateau-cooldown N"}) {
     EXPECT_THAT(invocation->help_text, HasSubstr(absl::StrCat("\n  ", flag))) << flag;
   }
 }

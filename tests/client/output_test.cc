@@ -176,7 +176,7 @@ TEST(JobDetailsTest, ScheduleAndClippingShowTheirSettingsAndTheLastRate) {
   const std::string text = JobDetails(job);
 
   EXPECT_THAT(text, HasSubstr("\noptimizer:       adamw, lr 0.01, weight decay 0.02, beta1 0.8\n"
-                              "schedule:        cosine to 0.001, warm-up 1 epoch; lr 0.0055 in "
+                              "schedule:        cosine towards 0.001, warm-up 1 epoch; lr 0.0055 in "
                               "epoch 3\n"
                               "clip grad norm:  1\n"
                               "batch size:      32\n"));
@@ -189,6 +189,32 @@ TEST(JobDetailsTest, StepScheduleShowsGammaAndPeriod) {
   job.mutable_spec()->mutable_schedule()->set_gamma(0.5);
   job.clear_epochs();
   EXPECT_THAT(JobDetails(job), HasSubstr("\nschedule:    step, times 0.5 every 10 epochs\n"));
+}
+
+TEST(JobDetailsTest, PerStepSchedulesSayTheirUnitsAndOptions) {
+  v1::Job job = SucceededJob();
+  v1::Schedule* schedule = job.mutable_spec()->mutable_schedule();
+  schedule->set_kind(v1::Schedule::MULTI_STEP);
+  schedule->add_milestones(100);
+  schedule->add_milestones(300);
+  schedule->set_gamma(0.5);
+  schedule->set_per_step(true);
+  schedule->set_warmup_steps(20);
+  job.clear_epochs();
+  EXPECT_THAT(JobDetails(job),
+              HasSubstr("\nschedule:    multistep, times 0.5 after steps 100, 300, per step, "
+                        "warm-up 20 steps\n"));
+  schedule->Clear();
+  schedule->set_kind(v1::Schedule::ONE_CYCLE);
+  EXPECT_THAT(JobDetails(job),
+              HasSubstr("\nschedule:    onecycle, cos, pct_start 0.3, div_factor 25, "
+                        "final_div_factor 10000, per step\n"));
+  schedule->Clear();
+  schedule->set_kind(v1::Schedule::REDUCE_ON_PLATEAU);
+  schedule->set_patience(2);
+  EXPECT_THAT(JobDetails(job),
+              HasSubstr("\nschedule:    plateau, times 0.1 after 2 epochs without improvement "
+                        "(threshold 0.0001), cooldown 0 epochs, min 0\n"));
 }
 
 TEST(JobDetailsTest, ConstantScheduleAndNoClippingAddNoLines) {

@@ -370,13 +370,85 @@ TEST(JobSpecFromFlagsTest, MinLrAtTheLearningRateIsRejected) {
 
 TEST(JobSpecFromFlagsTest, ScheduleOptionsOfAnotherScheduleAreRejected) {
   EXPECT_EQ(SpecError(Submit({"--schedule", "cosine", "--gamma", "0.5"})),
-            "--gamma applies to --schedule step only");
-  EXPECT_EQ(SpecError(Submit({"--min-lr", "0.001"})), "--min-lr applies to --schedule cosine only");
+            "--gamma applies to --schedule step, multistep and exponential only");
+  EXPECT_EQ(SpecError(Submit({"--min-lr", "0.001"})),
+            "--min-lr applies to --schedule cosine, cosine_restarts and plateau only");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "cosine", "--milestones", "2"})),
+            "--milestones applies to --schedule multistep only");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "step", "--step-epochs", "2", "--three-phase"})),
+            "--three-phase applies to --schedule onecycle only");
+  EXPECT_EQ(SpecError(Submit({"--plateau-patience", "2"})),
+            "--plateau-patience applies to --schedule plateau only");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "exponential", "--t0", "2"})),
+            "--t0 applies to --schedule cosine_restarts only");
 }
 
 TEST(JobSpecFromFlagsTest, UnknownScheduleIsRejectedByName) {
   EXPECT_EQ(SpecError(Submit({"--schedule", "linear"})),
-            "--schedule: unknown schedule 'linear' (expected constant, step or cosine)");
+            "--schedule: unknown schedule 'linear' (expected constant, step, multistep, "
+            "exponential, cosine, cosine_restarts, onecycle or plateau)");
+}
+
+TEST(JobSpecFromFlagsTest, PerStepMultiStepReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--schedule", "multistep", "--milestones", "30,80,80", "--gamma",
+                               "0.5", "--schedule-per-step", "--warmup-steps", "10"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::MULTI_STEP);
+  EXPECT_THAT(spec->schedule().milestones(), testing::ElementsAre(30, 80, 80));
+  EXPECT_DOUBLE_EQ(spec->schedule().gamma(), 0.5);
+  EXPECT_TRUE(spec->schedule().per_step());
+  EXPECT_EQ(spec->schedule().warmup_steps(), 10);
+  EXPECT_EQ(SpecError(Submit({"--schedule", "multistep"})),
+            "--schedule multistep needs --milestones N,N,...");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "multistep", "--milestones", "5,3"})),
+            "--milestones: '3' is not a whole number of at least 5 (milestones are >= 1 and "
+            "ascending)");
+}
+
+TEST(JobSpecFromFlagsTest, OneCycleCosineRestartsAndPlateauReachTheSpec) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(
+      Submit({"--schedule", "onecycle", "--pct-start", "0.25", "--anneal-strategy", "linear",
+              "--div-factor", "10", "--final-div-factor", "100", "--three-phase"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::ONE_CYCLE);
+  EXPECT_DOUBLE_EQ(spec->schedule().pct_start(), 0.25);
+  EXPECT_EQ(spec->schedule().anneal_strategy(), "linear");
+  EXPECT_DOUBLE_EQ(spec->schedule().div_factor(), 10);
+  EXPECT_DOUBLE_EQ(spec->schedule().final_div_factor(), 100);
+  EXPECT_TRUE(spec->schedule().three_phase());
+  spec = JobSpecFromFlags(Submit({"--lr", "0.1", "--schedule", "cosine_restarts", "--t0", "5",
+                                  "--t-mult", "2", "--min-lr", "0.01"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::COSINE_WARM_RESTARTS);
+  EXPECT_EQ(spec->schedule().t_0(), 5);
+  EXPECT_EQ(spec->schedule().t_mult(), 2);
+  EXPECT_DOUBLE_EQ(spec->schedule().min_learning_rate(), 0.01);
+  spec = JobSpecFromFlags(Submit({"--schedule", "plateau", "--plateau-factor", "0.5",
+                                  "--plateau-patience", "0", "--plateau-threshold", "0.01",
+                                  "--plateau-cooldown", "2", "--min-lr", "0.5",
+                                  "--validation-fraction", "0.2"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->schedule().kind(), v1::Schedule::REDUCE_ON_PLATEAU);
+  EXPECT_TRUE(spec->schedule().has_patience());
+  EXPECT_EQ(spec->schedule().patience(), 0);
+  EXPECT_DOUBLE_EQ(spec->schedule().factor(), 0.5);
+  EXPECT_DOUBLE_EQ(spec->schedule().threshold(), 0.01);
+  EXPECT_EQ(spec->schedule().cooldown(), 2);
+  EXPECT_DOUBLE_EQ(spec->schedule().min_learning_rate(), 0.5);
+}
+
+TEST(JobSpecFromFlagsTest, WarmUpsAndPerStepAreChecked) {
+  EXPECT_EQ(SpecError(Submit({"--warmup-steps", "5"})),
+            "--warmup-steps needs --schedule-per-step");
+  EXPECT_EQ(SpecError(Submit({"--schedule-per-step", "--warmup-epochs", "1"})),
+            "--warmup-epochs: a per-step schedule warms up by steps (--warmup-steps)");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "onecycle", "--warmup-epochs", "1"})),
+            "--schedule onecycle takes no --warmup-epochs or --warmup-steps");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "plateau", "--schedule-per-step"})),
+            "--schedule-per-step: plateau steps once per epoch, on the validation loss");
+  EXPECT_EQ(SpecError(Submit({"--schedule", "onecycle", "--anneal-strategy", "exp"})),
+            "--anneal-strategy: unknown strategy 'exp' (expected cos or linear)");
 }
 
 TEST(JobSpecFromFlagsTest, ClipGradNormReachesTheSpec) {

@@ -417,8 +417,8 @@ TEST(CheckOptimizerTest, ScheduleOptionsOfAnotherKindAreRejected) {
   spec = Spec(OptimizerKind::kSgd, 0.1);
   spec.schedule.min_learning_rate = 0.01;
   EXPECT_EQ(Rejection(spec),
-            "minimum learning rate applies to schedule cosine only; schedule constant does not "
-            "take it");
+            "minimum learning rate applies to schedules cosine, cosine_restarts and plateau; "
+            "schedule constant does not take it");
 }
 
 TEST(CheckOptimizerTest, WarmupAsLongAsTheJobIsRejected) {

@@ -95,6 +95,39 @@ TEST(WorkerProtocolTest, AJobCrossesExactly) {
   EXPECT_EQ(back->cpu_seconds, 100);
 }
 
+TEST(WorkerProtocolTest, EveryScheduleOptionCrossesExactly) {
+  WorkerJob job = SampleJob();
+  ScheduleSpec& s = job.spec.schedule;
+  s.kind = ScheduleKind::kCosineWarmRestarts;
+  s.gamma = 0.25;
+  s.min_learning_rate = 0.001;
+  s.per_step = true;
+  s.warmup_steps = 7;
+  s.milestones = {3, 9, 9};
+  s.t_0 = 4;
+  s.t_mult = 2;
+  s.pct_start = 0.4;
+  s.anneal_strategy = "linear";
+  s.div_factor = 12.5;
+  s.final_div_factor = 300;
+  s.three_phase = true;
+  s.factor = 0.3;
+  s.patience = 0;
+  s.threshold = 0.02;
+  s.cooldown = 5;
+  absl::StatusOr<WorkerJob> back = DecodeWorkerJob(EncodeWorkerJob(job));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->spec.schedule == s);
+  // Unset optionals stay unset (PyTorch's defaults apply in the worker as in the daemon).
+  job.spec.schedule = ScheduleSpec();
+  job.spec.schedule.kind = ScheduleKind::kPlateau;
+  back = DecodeWorkerJob(EncodeWorkerJob(job));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_FALSE(back->spec.schedule.patience.has_value());
+  EXPECT_FALSE(back->spec.schedule.t_mult.has_value());
+  EXPECT_TRUE(back->spec.schedule == job.spec.schedule);
+}
+
 TEST(WorkerProtocolTest, EveryCutOfAnOutcomeIsRefusedNeverReadPast) {
   TrainingOutcome outcome;
   outcome.state = JobState::kSucceeded;

@@ -68,6 +68,9 @@ class Parity:
         assert len(got_losses) == len(want.losses), f"{what}: epochs {got_losses} vs {want.losses}"
         for epoch, (g, w) in enumerate(zip(got_losses, want.losses), start=1):
             assert close(g, w, rtol), f"{what}: epoch {epoch} loss {g!r}, PyTorch {w!r}"
+        got_rates = [e.learning_rate for e in history]
+        for epoch, (g, w) in enumerate(zip(got_rates, want.learning_rates), start=1):
+            assert close(g, w, 1e-9), f"{what}: epoch {epoch} learning rate {g!r}, PyTorch {w!r}"
         if want.validation_losses:
             got = [e.validation_loss for e in history]
             for epoch, (g, w) in enumerate(zip(got, want.validation_losses), start=1):

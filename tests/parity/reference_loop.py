@@ -26,6 +26,8 @@ class Result:
     parameters: dict[str, np.ndarray]  # trained, by name ("0.weight")
     stopped_early: bool
     steps: int
+    # per epoch: the rate of its first step (what EpochResult.learning_rate reports)
+    learning_rates: list[float] = dataclasses.field(default_factory=list)
 
 
 def held_out_rows(fraction: float, rows: int) -> int:
@@ -89,13 +91,12 @@ def train(
     clip = spec.get("clip_grad_norm") or 0.0
     patience = spec.get("early_stop_patience") or 0
 
+    schedule = reference_schedule.Schedule(spec, optimizer, -(-rows // batch))
     result = Result([], [], [], {}, False, 0)
     best = math.inf
     without_improvement = 0
     for epoch in range(1, epochs + 1):
-        lr = reference_schedule.lr_for_epoch(spec, epoch)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        result.learning_rates.append(optimizer.param_groups[0]["lr"])
         if shuffle:
             order = torch.randperm(rows, generator=generator)
             if train_index is not None:
@@ -114,9 +115,11 @@ def train(
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
+            schedule.after_step()
             result.steps += 1
             total += loss.item() * index.shape[0]
         result.losses.append(total / rows)
+        vloss = None
         if val_x is not None:
             model.eval()
             vtotal = 0.0
@@ -139,6 +142,8 @@ def train(
                 without_improvement = 0
             else:
                 without_improvement += 1
+        schedule.after_epoch(vloss)
+        if val_x is not None:
             if patience > 0 and without_improvement >= patience and epoch < epochs:
                 result.stopped_early = True
                 break

@@ -145,6 +145,41 @@ TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   }
 }
 
+TEST_F(JobServiceTest, EveryScheduleOptionIsEchoedAsSent) {
+  std::vector<v1::Schedule> schedules(3);
+  schedules[0].set_kind(v1::Schedule::ONE_CYCLE);
+  schedules[0].set_pct_start(0.25);
+  schedules[0].set_anneal_strategy("linear");
+  schedules[0].set_div_factor(10);
+  schedules[0].set_final_div_factor(100);
+  schedules[0].set_three_phase(true);
+  schedules[1].set_kind(v1::Schedule::REDUCE_ON_PLATEAU);
+  schedules[1].set_factor(0.5);
+  schedules[1].set_patience(0);
+  schedules[1].set_threshold(0.01);
+  schedules[1].set_cooldown(1);
+  schedules[1].set_min_learning_rate(0.001);
+  schedules[2].set_kind(v1::Schedule::MULTI_STEP);
+  schedules[2].add_milestones(2);
+  schedules[2].add_milestones(5);
+  schedules[2].set_gamma(0.5);
+  schedules[2].set_per_step(true);
+  schedules[2].set_warmup_steps(3);
+  for (const v1::Schedule& schedule : schedules) {
+    v1::JobSpec spec = LinearSpec("seed", /*epochs=*/2);
+    *spec.mutable_schedule() = schedule;
+    spec.set_validation_fraction(0.25);
+    spec.set_device("cpu");
+    spec.set_engine(v1::ENGINE_AUTO);
+    const v1::Job job = Submit(spec);
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(job.spec().schedule(),
+                                                                   spec.schedule()))
+        << "sent:\n"
+        << spec.schedule().DebugString() << "echoed:\n"
+        << job.spec().schedule().DebugString();
+  }
+}
+
 TEST_F(JobServiceTest, SubmitWithValidationFractionEchoesItAndEpochsCarryValidationLoss) {
   v1::JobSpec spec = LinearSpec("seed", /*epochs=*/3);
   spec.set_validation_fraction(0.25);

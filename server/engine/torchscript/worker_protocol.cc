@@ -133,6 +133,22 @@ void PutSpec(WireWriter& w, const JobSpec& s) {
   w.F64(s.schedule.gamma);
   w.F64(s.schedule.min_learning_rate);
   w.I64(s.schedule.warmup_epochs);
+  w.Bool(s.schedule.per_step);
+  w.I64(s.schedule.warmup_steps);
+  w.I64s(std::vector<int64_t>(s.schedule.milestones.begin(), s.schedule.milestones.end()));
+  w.I64(s.schedule.t_0);
+  w.Bool(s.schedule.t_mult.has_value());
+  w.I64(s.schedule.t_mult.value_or(0));
+  w.OptF64(s.schedule.pct_start);
+  w.Str(s.schedule.anneal_strategy);
+  w.OptF64(s.schedule.div_factor);
+  w.OptF64(s.schedule.final_div_factor);
+  w.Bool(s.schedule.three_phase);
+  w.OptF64(s.schedule.factor);
+  w.Bool(s.schedule.patience.has_value());
+  w.I64(s.schedule.patience.value_or(0));
+  w.OptF64(s.schedule.threshold);
+  w.I64(s.schedule.cooldown);
   w.F64(s.clip_grad_norm);
   w.I64(s.batch_size);
   w.I64(s.epochs);
@@ -169,7 +185,8 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(s.alpha, r.OptF64());
   TRAINERD_ASSIGN_OR_RETURN(s.huber_delta, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(s.label_smoothing, r.F64());
-  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, static_cast<int>(ScheduleKind::kCosine), "a schedule"));
+  TRAINERD_ASSIGN_OR_RETURN(
+      v, r.Int(0, static_cast<int>(ScheduleKind::kCosineWarmRestarts), "a schedule"));
   s.schedule.kind = static_cast<ScheduleKind>(v);
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "step epochs"));
   s.schedule.step_epochs = static_cast<int32_t>(v);
@@ -177,6 +194,33 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(s.schedule.min_learning_rate, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "warm-up epochs"));
   s.schedule.warmup_epochs = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.per_step, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "warm-up steps"));
+  s.schedule.warmup_steps = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(const std::vector<int64_t> milestones, r.I64s(ScheduleSpec::kMaxMilestones));
+  for (int64_t milestone : milestones) {
+    if (milestone < 1 || milestone > kInt32Max) {
+      return absl::InvalidArgumentError("a milestone is out of range");
+    }
+    s.schedule.milestones.push_back(static_cast<int32_t>(milestone));
+  }
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "t_0"));
+  s.schedule.t_0 = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(const bool has_t_mult, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "t_mult"));
+  if (has_t_mult) s.schedule.t_mult = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.pct_start, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.anneal_strategy, r.Str(kMaxNameBytes));
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.div_factor, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.final_div_factor, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.three_phase, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.factor, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(const bool has_patience, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "plateau patience"));
+  if (has_patience) s.schedule.patience = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(s.schedule.threshold, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, kInt32Max, "plateau cooldown"));
+  s.schedule.cooldown = static_cast<int32_t>(v);
   TRAINERD_ASSIGN_OR_RETURN(s.clip_grad_norm, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(s.batch_size, r.Int(1, kMaxRows, "a batch size"));
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(1, kInt32Max, "epochs"));

@@ -53,6 +53,14 @@ absl::StatusOr<int64_t> WriteCheckpoint(
         "epochs_without_improvement",
         torch::tensor(static_cast<int64_t>(state.epochs_without_improvement), torch::kInt64));
     if (state.generator_state.defined()) meta.write("generator", state.generator_state);
+    if (state.plateau_rate > 0) {
+      meta.write("plateau_rate", torch::tensor(state.plateau_rate, torch::kFloat64));
+      meta.write("plateau_best", torch::tensor(state.plateau_best, torch::kFloat64));
+      meta.write("plateau_bad_epochs",
+                 torch::tensor(static_cast<int64_t>(state.plateau_bad_epochs), torch::kInt64));
+      meta.write("plateau_cooldown_left",
+                 torch::tensor(static_cast<int64_t>(state.plateau_cooldown_left), torch::kInt64));
+    }
     archive.write(kCheckpointMetaKey, meta);
     if (save_loss_scaler) {
       torch::serialize::OutputArchive scaler_archive;
@@ -136,6 +144,13 @@ absl::StatusOr<LoopState> ReadCheckpoint(
     state.epochs_without_improvement = static_cast<int32_t>(read_int("epochs_without_improvement"));
     torch::Tensor generator;
     if (meta.try_read("generator", generator)) state.generator_state = generator.to(torch::kCPU);
+    torch::Tensor plateau_rate;
+    if (meta.try_read("plateau_rate", plateau_rate)) {
+      state.plateau_rate = plateau_rate.to(torch::kCPU).item<double>();
+      state.plateau_best = read_double("plateau_best");
+      state.plateau_bad_epochs = static_cast<int32_t>(read_int("plateau_bad_epochs"));
+      state.plateau_cooldown_left = static_cast<int32_t>(read_int("plateau_cooldown_left"));
+    }
   } catch (const std::exception& e) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot resume from checkpoint '", path, "': ", FirstLineOf(e)));

@@ -45,6 +45,12 @@ struct LoopState {
   // Early stopping: the best validation loss so far (+inf before any) and the epochs since.
   double best_validation_loss = 0;
   int32_t epochs_without_improvement = 0;
+  // Schedule plateau (ReduceLROnPlateau): its rate, best validation loss, epochs since it and
+  // cooldown epochs left after `epoch`. Absent (plateau_rate 0) in other jobs' checkpoints.
+  double plateau_rate = 0;
+  double plateau_best = 0;
+  int32_t plateau_bad_epochs = 0;
+  int32_t plateau_cooldown_left = 0;
 };
 
 // Where checkpoint files go and come from. In the daemon, the file system (the default). A worker

@@ -77,7 +77,7 @@ bool TakesFusedPath(const TrainingRun& run, std::string* reason) {
 }
 
 bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targets,
-                       StackedPack* pack, size_t index) {
+                       StackedPack* pack, size_t index, int64_t world) {
   const uint64_t seed = spec_.seed.value_or(0);
   // The job's own generator on its device: shuffling and any random layer (dropout) draw from it.
   gen_ = JobGenerator(run_.device, seed);
@@ -162,7 +162,21 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   }
   classification_ = spec_.loss == LossKind::kCrossEntropy || spec_.loss == LossKind::kNll;
   batch_ = std::min<int64_t>(spec_.batch_size, rows_);
+  // The schedule's steps per epoch: the epoch's optimizer steps, batch * world rows each.
+  const int64_t step_rows = batch_ * std::max<int64_t>(world, 1);
+  schedule_.emplace(spec_, std::max<int64_t>(1, (rows_ + step_rows - 1) / step_rows));
+  const int64_t warmup_steps = spec_.schedule.warmup_steps;
+  if (schedule_->per_step() && warmup_steps > 0 && warmup_steps >= schedule_->total_units()) {
+    return End(JobState::kFailed,
+               absl::StrCat("warm-up steps (", warmup_steps, ") must be fewer than the job's steps (",
+                            schedule_->total_units(), ": ", spec_.epochs, " epochs of ",
+                            schedule_->total_units() / std::max(spec_.epochs, 1), ")"));
+  }
   if (!run_.resume_from.empty()) {
+    if (resumed.plateau_rate > 0) {
+      schedule_->set_plateau({resumed.plateau_rate, resumed.plateau_best,
+                              resumed.plateau_bad_epochs, resumed.plateau_cooldown_left});
+    }
     best_val_loss_ = resumed.best_validation_loss;
     epochs_without_improvement_ = resumed.epochs_without_improvement;
     if (resumed.generator_state.defined()) {
@@ -192,8 +206,10 @@ bool MemberLoop::Cancelled() {
 
 void MemberLoop::BeginEpoch() {
   ++epoch_;
-  // The schedule is host arithmetic on the epoch number: no device value is read.
-  learning_rate_ = LearningRateForEpoch(spec_, epoch_);
+  // The schedule is host arithmetic on the epoch and step numbers (and, for plateau, on the
+  // validation losses that the epochs' transfers brought): no device value is read.
+  learning_rate_ = schedule_->Rate(epoch_, outcome_.steps);
+  step_learning_rate_ = learning_rate_;
   path_->SetLearningRate(learning_rate_);
   // The epoch's rows in order; undefined means rows 0..rows-1 as they lie (narrow views).
   torch::Tensor order;
@@ -262,6 +278,7 @@ bool MemberLoop::AfterTransfer(const double* value) {
     }
     result.validation_loss = val_loss;
     if (val_accuracy_at_ >= 0) result.validation_accuracy = value[val_accuracy_at_];
+    schedule_->EndEpoch(val_loss);
     if (val_loss < best_val_loss_) {
       best_val_loss_ = val_loss;
       epochs_without_improvement_ = 0;
@@ -306,6 +323,13 @@ bool MemberLoop::AfterTransfer(const double* value) {
       }
       state.best_validation_loss = best_val_loss_;
       state.epochs_without_improvement = epochs_without_improvement_;
+      if (spec_.schedule.kind == ScheduleKind::kPlateau) {
+        const PlateauState& plateau = schedule_->plateau();
+        state.plateau_rate = plateau.rate;
+        state.plateau_best = plateau.best;
+        state.plateau_bad_epochs = plateau.bad_epochs;
+        state.plateau_cooldown_left = plateau.cooldown_left;
+      }
       absl::StatusOr<int64_t> size =
           path_->WriteCheckpoint(absl::StrCat(run_.checkpoint_dir, "/", file_name), state);
       outcome_.checkpoint_seconds += SecondsSince(checkpoint_start);

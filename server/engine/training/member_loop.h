@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "server/engine/training/optimizer.h"
 #include "server/engine/training/stacked_path.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/training/training_path.h"
@@ -108,8 +109,10 @@ class MemberLoop {
   // here (its outcome is set).
   // `pack` (with the member's index in it): the stacked pack that runs the member's steps when it
   // is not on the fused path; null for a job alone.
+  // `world`: the data-parallel ranks that share each step (1 alone): a step takes batch * world
+  // rows, which sets the steps of an epoch for a per-step schedule.
   bool Setup(const torch::Tensor& features, const torch::Tensor& targets, StackedPack* pack,
-             size_t index);
+             size_t index, int64_t world = 1);
 
   // A cancel or an interrupt seen before a step: ends the member's run (its outcome set).
   bool Cancelled();
@@ -117,12 +120,14 @@ class MemberLoop {
   void BeginEpoch();
 
   void Step(int64_t begin) {
+    ScheduleStep();
     path_->Step(batches_->Get(begin, std::min(batch_, rows_ - begin)));
     ++outcome_.steps;
   }
   // A data-parallel rank's step on rows [begin, begin + len) of the epoch's order (none: a step
   // that only exchanges and updates, training_path.h).
   void StepRows(int64_t begin, int64_t len) {
+    ScheduleStep();
     path_->Step(len > 0 ? batches_->Get(begin, len) : BatchView{&features_, &targets_, 0, 0});
     ++outcome_.steps;
   }
@@ -168,6 +173,16 @@ class MemberLoop {
   TrainingOutcome TakeOutcome(std::optional<Clock::time_point> loop_start, int64_t peak_bytes);
 
  private:
+  // A per-step schedule's rate for the coming step (its first was set by BeginEpoch).
+  void ScheduleStep() {
+    if (!schedule_->per_step()) return;
+    const double rate = schedule_->Rate(epoch_, outcome_.steps);
+    if (rate != step_learning_rate_) {
+      step_learning_rate_ = rate;
+      path_->SetLearningRate(rate);
+    }
+  }
+
   const TrainingRun& run_;
   const JobSpec& spec_;
   const Clock::time_point start_;
@@ -190,7 +205,11 @@ class MemberLoop {
   int64_t batch_ = 1;
   bool classification_ = false;
   int32_t epoch_ = 0;  // the last epoch begun (a resumed job's checkpoint epoch before its first)
+  // The schedule (host arithmetic); the rate of the epoch's first step (EpochResult's) and the
+  // rate the path has now.
+  std::optional<LearningRateSchedule> schedule_;
   double learning_rate_ = 0.0;
+  double step_learning_rate_ = 0.0;
   // Early stopping is decided on the host from values that the epoch's one transfer brought.
   double best_val_loss_ = std::numeric_limits<double>::infinity();
   int32_t epochs_without_improvement_ = 0;

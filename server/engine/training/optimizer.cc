@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -40,44 +42,153 @@ absl::Status CheckRange(const char* option, double value, double lo, double hi, 
       absl::StrCat(option, " must be in ", open_low ? "(" : "[", lo, ", ", hi, "); got ", value));
 }
 
+// "<option> applies to <who>; schedule <kind> does not take it" when `given` and not `applies`.
+absl::Status ScheduleApplies(bool given, bool applies, const char* option, const char* who,
+                             ScheduleKind kind) {
+  if (!given || applies) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(option, " applies to ", who, "; schedule ",
+                                                 ScheduleKindName(kind), " does not take it"));
+}
+
 absl::Status CheckSchedule(const JobSpec& spec) {
   const ScheduleSpec& s = spec.schedule;
-  const char* kind = ScheduleKindName(s.kind);
-  if (s.kind == ScheduleKind::kStep) {
-    if (s.step_epochs < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("schedule step needs step epochs of at least 1; got ", s.step_epochs));
-    }
-    if (!(s.gamma > 0 && s.gamma <= 1)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("schedule step needs gamma in (0, 1]; got ", s.gamma));
-    }
-  } else if (s.step_epochs != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step epochs applies to schedule step only; schedule ", kind, " does not take it"));
-  } else if (s.gamma != ScheduleSpec().gamma) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gamma applies to schedule step only; schedule ", kind, " does not take it"));
+  const ScheduleKind k = s.kind;
+  const char* kind = ScheduleKindName(k);
+  const bool step = k == ScheduleKind::kStep;
+  const bool multistep = k == ScheduleKind::kMultiStep;
+  const bool exponential = k == ScheduleKind::kExponential;
+  const bool cosine = k == ScheduleKind::kCosine;
+  const bool restarts = k == ScheduleKind::kCosineWarmRestarts;
+  const bool onecycle = k == ScheduleKind::kOneCycle;
+  const bool plateau = k == ScheduleKind::kPlateau;
+  const absl::Status applies[] = {
+      ScheduleApplies(s.step_epochs != 0, step, "step epochs", "schedule step only", k),
+      ScheduleApplies(s.gamma != ScheduleSpec().gamma, step || multistep || exponential,
+                             "gamma", "schedules step, multistep and exponential", k),
+      ScheduleApplies(s.min_learning_rate != 0, cosine || restarts || plateau,
+                             "minimum learning rate",
+                             "schedules cosine, cosine_restarts and plateau", k),
+      ScheduleApplies(!s.milestones.empty(), multistep, "milestones",
+                             "schedule multistep only", k),
+      ScheduleApplies(s.t_0 != 0, restarts, "t_0", "schedule cosine_restarts only", k),
+      ScheduleApplies(s.t_mult.has_value(), restarts, "t_mult",
+                             "schedule cosine_restarts only", k),
+      ScheduleApplies(s.pct_start.has_value(), onecycle, "pct_start",
+                             "schedule onecycle only", k),
+      ScheduleApplies(!s.anneal_strategy.empty(), onecycle, "anneal_strategy",
+                             "schedule onecycle only", k),
+      ScheduleApplies(s.div_factor.has_value(), onecycle, "div_factor",
+                             "schedule onecycle only", k),
+      ScheduleApplies(s.final_div_factor.has_value(), onecycle, "final_div_factor",
+                             "schedule onecycle only", k),
+      ScheduleApplies(s.three_phase, onecycle, "three_phase", "schedule onecycle only", k),
+      ScheduleApplies(s.factor.has_value(), plateau, "plateau factor",
+                             "schedule plateau only", k),
+      ScheduleApplies(s.patience.has_value(), plateau, "plateau patience",
+                             "schedule plateau only", k),
+      ScheduleApplies(s.threshold.has_value(), plateau, "plateau threshold",
+                             "schedule plateau only", k),
+      ScheduleApplies(s.cooldown != 0, plateau, "plateau cooldown",
+                             "schedule plateau only", k),
+  };
+  for (const absl::Status& status : applies) {
+    if (!status.ok()) return status;
   }
-  if (s.kind == ScheduleKind::kCosine) {
-    if (!(s.min_learning_rate >= 0 && s.min_learning_rate < spec.learning_rate)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("schedule cosine needs a minimum learning rate in [0, learning rate ",
-                       spec.learning_rate, "); got ", s.min_learning_rate));
-    }
-  } else if (s.min_learning_rate != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("minimum learning rate applies to schedule cosine only; schedule ", kind,
-                     " does not take it"));
+  auto invalid = [](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat(parts...));
+  };
+  if (step && s.step_epochs < 1) {
+    return invalid("schedule step needs step epochs of at least 1; got ", s.step_epochs);
   }
-  if (s.warmup_epochs < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("warm-up epochs must be at least 0; got ", s.warmup_epochs));
+  if ((step || multistep || exponential) && !(s.gamma > 0 && s.gamma <= 1)) {
+    return invalid("schedule ", kind, " needs gamma in (0, 1]; got ", s.gamma);
+  }
+  if ((cosine || restarts) &&
+      !(s.min_learning_rate >= 0 && s.min_learning_rate < spec.learning_rate)) {
+    return invalid("schedule ", kind, " needs a minimum learning rate in [0, learning rate ",
+                   spec.learning_rate, "); got ", s.min_learning_rate);
+  }
+  if (plateau && !(s.min_learning_rate >= 0 && std::isfinite(s.min_learning_rate))) {
+    return invalid("schedule plateau needs a minimum learning rate of 0 or more; got ",
+                   s.min_learning_rate);
+  }
+  if (multistep) {
+    if (s.milestones.empty()) {
+      return invalid("schedule multistep needs milestones (the epochs, or steps, where the rate "
+                     "is multiplied by gamma)");
+    }
+    if (s.milestones.size() > ScheduleSpec::kMaxMilestones) {
+      return invalid("schedule multistep takes at most ", ScheduleSpec::kMaxMilestones,
+                     " milestones; got ", s.milestones.size());
+    }
+    for (size_t i = 0; i < s.milestones.size(); ++i) {
+      if (s.milestones[i] < 1 || (i > 0 && s.milestones[i] < s.milestones[i - 1])) {
+        return invalid("milestones must be at least 1 and in ascending order; got ",
+                       s.milestones[i], " at position ", i + 1);
+      }
+    }
+  }
+  if (restarts) {
+    if (s.t_0 < 1) return invalid("schedule cosine_restarts needs t_0 of at least 1; got ", s.t_0);
+    if (s.t_mult.has_value() && *s.t_mult < 1) {
+      return invalid("t_mult must be at least 1; got ", *s.t_mult);
+    }
+  }
+  if (onecycle) {
+    if (s.pct_start.has_value() && !(*s.pct_start >= 0 && *s.pct_start <= 1)) {
+      return invalid("pct_start must be in [0, 1]; got ", *s.pct_start);
+    }
+    if (!s.anneal_strategy.empty() && s.anneal_strategy != "cos" &&
+        s.anneal_strategy != "linear") {
+      return invalid("anneal_strategy must be cos or linear; got '", s.anneal_strategy, "'");
+    }
+    for (const auto& [option, value] :
+         {std::pair<const char*, const std::optional<double>&>{"div_factor", s.div_factor},
+          std::pair<const char*, const std::optional<double>&>{"final_div_factor",
+                                                               s.final_div_factor}}) {
+      if (value.has_value() && !(*value > 0 && std::isfinite(*value))) {
+        return invalid(option, " must be a positive number; got ", *value);
+      }
+    }
+  }
+  if (plateau) {
+    if (s.factor.has_value() && !(*s.factor > 0 && *s.factor < 1)) {
+      return invalid("plateau factor must be in (0, 1); got ", *s.factor);
+    }
+    if (s.patience.has_value() && *s.patience < 0) {
+      return invalid("plateau patience must be at least 0; got ", *s.patience);
+    }
+    if (s.threshold.has_value() && !(*s.threshold >= 0 && *s.threshold < 1)) {
+      return invalid("plateau threshold must be in [0, 1); got ", *s.threshold);
+    }
+    if (s.cooldown < 0) return invalid("plateau cooldown must be at least 0; got ", s.cooldown);
+    if (!spec.has_validation()) {
+      return invalid("schedule plateau steps on the validation loss: it needs a validation "
+                     "fraction or a validation dataset");
+    }
+    if (s.per_step) {
+      return invalid("schedule plateau steps once per epoch, on its validation loss; it cannot "
+                     "be per step");
+    }
+  }
+  if (s.warmup_epochs < 0) return invalid("warm-up epochs must be at least 0; got ", s.warmup_epochs);
+  if (s.warmup_steps < 0) return invalid("warm-up steps must be at least 0; got ", s.warmup_steps);
+  if (s.warmup_epochs > 0 || s.warmup_steps > 0) {
+    if (onecycle || plateau) {
+      return invalid("schedule ", kind, " takes no warm-up",
+                     onecycle ? " (its first phase warms up: see pct_start)" : "");
+    }
+  }
+  if (s.warmup_epochs > 0 && s.per_step) {
+    return invalid("a per-step schedule warms up by steps: use warm-up steps, not warm-up epochs");
+  }
+  if (s.warmup_steps > 0 && !s.per_step) {
+    return invalid("warm-up steps need a per-step schedule; an epoch schedule warms up by "
+                   "warm-up epochs");
   }
   if (s.warmup_epochs > 0 && s.warmup_epochs >= spec.epochs) {
-    return absl::InvalidArgumentError(absl::StrCat("warm-up epochs (", s.warmup_epochs,
-                                                   ") must be fewer than the epochs (", spec.epochs,
-                                                   ")"));
+    return invalid("warm-up epochs (", s.warmup_epochs, ") must be fewer than the epochs (",
+                   spec.epochs, ")");
   }
   return absl::OkStatus();
 }
@@ -177,23 +288,125 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
   return nullptr;
 }
 
-double LearningRateForEpoch(const JobSpec& spec, int32_t epoch) {
+LearningRateSchedule::LearningRateSchedule(const JobSpec& spec, int64_t steps_per_epoch)
+    : spec_(spec) {
   const ScheduleSpec& s = spec.schedule;
-  const double lr = spec.learning_rate;
-  const int32_t warmup = std::max<int32_t>(s.warmup_epochs, 0);
-  if (epoch <= warmup) return lr * epoch / (warmup + 1);
-  const int32_t e = epoch - warmup;  // 1-based within the schedule
-  const int32_t n = std::max<int32_t>(spec.epochs - warmup, 1);
+  per_step_ = s.per_step || s.kind == ScheduleKind::kOneCycle;
+  const int64_t epochs = std::max<int64_t>(spec.epochs, 1);
+  total_units_ = per_step_ ? epochs * std::max<int64_t>(steps_per_epoch, 1) : epochs;
+  plateau_.rate = spec.learning_rate;
+}
+
+double LearningRateSchedule::Rate(int32_t epoch, int64_t step) const {
+  const ScheduleSpec& s = spec_.schedule;
+  const double lr = spec_.learning_rate;
+  if (s.kind == ScheduleKind::kPlateau) return plateau_.rate;
+  const int64_t t = per_step_ ? step : int64_t{epoch} - 1;
+  if (s.kind == ScheduleKind::kOneCycle) return OneCycleRate(t);
+  const int64_t warmup = std::max<int64_t>(per_step_ ? s.warmup_steps : s.warmup_epochs, 0);
+  if (t < warmup) return lr * static_cast<double>(t + 1) / static_cast<double>(warmup + 1);
+  const int64_t u = t - warmup;  // 0-based within the schedule
+  const int64_t n = std::max<int64_t>(total_units_ - warmup, 1);
+  const double min = s.min_learning_rate;
   switch (s.kind) {
     case ScheduleKind::kConstant:
+    case ScheduleKind::kPlateau:
+    case ScheduleKind::kOneCycle:
       return lr;
     case ScheduleKind::kStep:
-      return lr * std::pow(s.gamma, (e - 1) / std::max<int32_t>(s.step_epochs, 1));
+      return lr * std::pow(s.gamma, static_cast<double>(u / std::max<int32_t>(s.step_epochs, 1)));
+    case ScheduleKind::kMultiStep: {
+      const auto passed = std::upper_bound(s.milestones.begin(), s.milestones.end(), u) -
+                          s.milestones.begin();
+      return lr * std::pow(s.gamma, static_cast<double>(passed));
+    }
+    case ScheduleKind::kExponential:
+      return lr * std::pow(s.gamma, static_cast<double>(u));
     case ScheduleKind::kCosine:
-      return s.min_learning_rate +
-             (lr - s.min_learning_rate) * (1 + std::cos(kPi * (e - 1) / n)) / 2;
+      return min + (lr - min) * (1 + std::cos(kPi * static_cast<double>(u) / n)) / 2;
+    case ScheduleKind::kCosineWarmRestarts: {
+      const int64_t mult = s.t_mult.value_or(1);
+      int64_t period = std::max<int32_t>(s.t_0, 1);
+      int64_t t_cur = u;
+      if (mult == 1) {
+        t_cur = u % period;
+      } else {
+        while (t_cur >= period) {
+          t_cur -= period;
+          // A cycle longer than any count of units ends the loop (no overflow for huge t_mult).
+          if (period > std::numeric_limits<int64_t>::max() / mult) {
+            period = std::numeric_limits<int64_t>::max();
+            break;
+          }
+          period *= mult;
+        }
+      }
+      return min + (lr - min) * (1 + std::cos(kPi * static_cast<double>(t_cur) / period)) / 2;
+    }
   }
   return lr;
+}
+
+double LearningRateSchedule::OneCycleRate(int64_t step) const {
+  const ScheduleSpec& s = spec_.schedule;
+  const double max_lr = spec_.learning_rate;
+  const double initial = max_lr / s.div_factor.value_or(25.0);
+  const double min = initial / s.final_div_factor.value_or(1e4);
+  const double pct_start = s.pct_start.value_or(0.3);
+  const double total = static_cast<double>(total_units_);
+  struct Phase {
+    double end_step;
+    double start;
+    double end;
+  };
+  const Phase three[] = {{pct_start * total - 1, initial, max_lr},
+                         {2 * pct_start * total - 2, max_lr, initial},
+                         {total - 1, initial, min}};
+  const Phase two[] = {{pct_start * total - 1, initial, max_lr}, {total - 1, max_lr, min}};
+  const Phase* phases = s.three_phase ? three : two;
+  const size_t count = s.three_phase ? 3 : 2;
+  const bool linear = s.anneal_strategy == "linear";
+  const double x = static_cast<double>(step);
+  double start_step = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const Phase& phase = phases[i];
+    if (x <= phase.end_step || i + 1 == count) {
+      const double width = phase.end_step - start_step;
+      const double pct = width == 0 ? 1.0 : (x - start_step) / width;
+      if (linear) return (phase.end - phase.start) * pct + phase.start;
+      return phase.end + (phase.start - phase.end) / 2.0 * (std::cos(kPi * pct) + 1);
+    }
+    start_step = phase.end_step;
+  }
+  return max_lr;
+}
+
+void LearningRateSchedule::EndEpoch(double validation_loss) {
+  const ScheduleSpec& s = spec_.schedule;
+  if (s.kind != ScheduleKind::kPlateau) return;
+  // ReduceLROnPlateau.step(metrics), mode "min", threshold_mode "rel", eps 1e-8.
+  constexpr double kPlateauEps = 1e-8;
+  PlateauState& p = plateau_;
+  if (validation_loss < p.best * (1.0 - s.threshold.value_or(1e-4))) {
+    p.best = validation_loss;
+    p.bad_epochs = 0;
+  } else {
+    ++p.bad_epochs;
+  }
+  if (p.cooldown_left > 0) {
+    --p.cooldown_left;
+    p.bad_epochs = 0;
+  }
+  if (p.bad_epochs > s.patience.value_or(10)) {
+    const double reduced = std::max(p.rate * s.factor.value_or(0.1), s.min_learning_rate);
+    if (p.rate - reduced > kPlateauEps) p.rate = reduced;
+    p.cooldown_left = s.cooldown;
+    p.bad_epochs = 0;
+  }
+}
+
+double LearningRateForEpoch(const JobSpec& spec, int32_t epoch) {
+  return LearningRateSchedule(spec, 1).Rate(epoch, int64_t{epoch} - 1);
 }
 
 void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate) {

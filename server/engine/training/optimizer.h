@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -23,13 +24,64 @@ absl::Status CheckOptimizer(const JobSpec& spec);
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
                                                        std::vector<torch::Tensor> parameters);
 
-// The learning rate of `epoch` (1-based) under spec.schedule; pure host arithmetic. The first
-// warmup_epochs epochs ramp linearly: learning_rate * epoch / (warmup_epochs + 1). The schedule
-// then runs over the remaining n = epochs - warmup_epochs epochs, e = 1..n:
-//   constant: learning_rate
-//   step:     learning_rate * gamma^floor((e - 1) / step_epochs)
-//   cosine:   min + (learning_rate - min) * (1 + cos(pi * (e - 1) / n)) / 2
-//             (PyTorch's CosineAnnealingLR with T_max = n: epoch e = 1 has the full rate).
+// The state of a ReduceLROnPlateau schedule (mode min, threshold_mode rel), which a checkpoint
+// keeps: the current rate, the best validation loss so far (+inf before any), the epochs since it
+// (num_bad_epochs) and the epochs of cooldown left.
+struct PlateauState {
+  double rate = 0;
+  double best = std::numeric_limits<double>::infinity();
+  int32_t bad_epochs = 0;
+  int32_t cooldown_left = 0;
+};
+
+// A job's learning rate, step by step: pure host arithmetic, each kind as its twin in
+// torch.optim.lr_scheduler stepped once per epoch (or once per optimizer step when per_step, and
+// always for onecycle). With t the 0-based count of the schedule's units (epochs or steps) before
+// the coming one, n the job's units (epochs, or epochs * steps per epoch) and w the warm-up's
+// (warmup_epochs or warmup_steps): t < w ramps linearly, learning_rate * (t + 1) / (w + 1)
+// (LinearLR(start_factor = 1 / (w + 1), total_iters = w)); the schedule then runs on u = t - w
+// over N = n - w units:
+//   constant:        learning_rate
+//   step:            learning_rate * gamma^floor(u / step_epochs)                 (StepLR)
+//   multistep:       learning_rate * gamma^(number of milestones <= u)            (MultiStepLR)
+//   exponential:     learning_rate * gamma^u                                      (ExponentialLR)
+//   cosine:          min + (learning_rate - min) * (1 + cos(pi * u / N)) / 2  (CosineAnnealingLR,
+//                    T_max = N: the first unit has the full rate, none reaches min)
+//   cosine_restarts: min + (learning_rate - min) * (1 + cos(pi * T_cur / T_i)) / 2
+//                    (CosineAnnealingWarmRestarts: T_i starts at t_0, times t_mult each restart)
+//   onecycle:        OneCycleLR(max_lr = learning_rate, total_steps = n) at step t, with
+//                    cycle_momentum=False (the optimizer's momentum/beta1 stay as set); a phase
+//                    of no length (pct_start * n == 1) gives its end rate
+//   plateau:         ReduceLROnPlateau on each epoch's validation loss (EndEpoch)
+class LearningRateSchedule {
+ public:
+  // `steps_per_epoch`: the job's optimizer steps in one epoch (>= 1).
+  LearningRateSchedule(const JobSpec& spec, int64_t steps_per_epoch);
+
+  // Whether the rate may change at every optimizer step (else only at an epoch's start).
+  bool per_step() const { return per_step_; }
+  // The schedule's units in the whole job (epochs, or steps when per_step).
+  int64_t total_units() const { return total_units_; }
+  // The rate of the coming optimizer step: the job's `step`-th (0-based, earlier runs included),
+  // in `epoch` (1-based).
+  double Rate(int32_t epoch, int64_t step) const;
+  // The epoch's validation loss: plateau steps on it; the other kinds ignore it.
+  void EndEpoch(double validation_loss);
+
+  const PlateauState& plateau() const { return plateau_; }
+  void set_plateau(const PlateauState& state) { plateau_ = state; }
+
+ private:
+  double OneCycleRate(int64_t step) const;
+
+  const JobSpec& spec_;
+  bool per_step_ = false;
+  int64_t total_units_ = 1;
+  PlateauState plateau_;
+};
+
+// The rate of `epoch` (1-based) under an epoch schedule (not per_step, not onecycle or plateau):
+// LearningRateSchedule(spec, 1).Rate(epoch, epoch - 1).
 double LearningRateForEpoch(const JobSpec& spec, int32_t epoch);
 
 // Sets the learning rate of every parameter group of `optimizer`.

@@ -248,7 +248,7 @@ class StackedPack::Impl {
   }
 
   // The learning rates of the coming steps, copied to the device when the schedule changed one
-  // (once an epoch at most): from pinned memory without waiting on a GPU, so that it never
+  // (once an epoch at most, or once a step under a per-step schedule): from pinned memory without waiting on a GPU, so that it never
   // synchronises the host with the device.
   void UploadLearningRates() {
     if (learning_rates_device_.defined() && !dirty_learning_rates_) return;

@@ -321,7 +321,7 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
     SetFlushDenormal(run.flush_denormal);
     LowerThreadPriority(run.cpu_nice);
     cpu_meter.emplace();
-    if (member.Setup(run.dataset->features, run.dataset->targets, nullptr, 0) &&
+    if (member.Setup(run.dataset->features, run.dataset->targets, nullptr, 0, world) &&
         !member.SetGradientExchange(&comms)) {
       member.End(JobState::kFailed, "this job's training path cannot exchange gradients");
     }
@@ -447,8 +447,7 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
   if (a.loss != b.loss || a.optimizer != b.optimizer || a.nesterov != b.nesterov ||
       a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps || a.alpha != b.alpha ||
       a.huber_delta != b.huber_delta || a.label_smoothing != b.label_smoothing ||
-      s.kind != t.kind || s.step_epochs != t.step_epochs || s.gamma != t.gamma ||
-      s.min_learning_rate != t.min_learning_rate || s.warmup_epochs != t.warmup_epochs ||
+      s != t ||
       a.clip_grad_norm != b.clip_grad_norm || a.shuffle != b.shuffle ||
       a.validation_dataset != b.validation_dataset ||
       a.early_stop_patience != b.early_stop_patience || a.precision != b.precision ||

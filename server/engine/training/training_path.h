@@ -81,7 +81,8 @@ class GradientExchange {
 };
 
 // One way of running a job's steps. The loop calls, per epoch: SetLearningRate, BeginEpoch,
-// Step for each batch, then (with validation) BeginValidation, ValidateBatch for each batch,
+// Step for each batch (under a per-step schedule, SetLearningRate before any step whose rate
+// differs from the last), then (with validation) BeginValidation, ValidateBatch for each batch,
 // EndValidation; then it stacks EpochValues() into the epoch's one transfer and hands the values
 // after the loop's own back to AfterTransfer. Nothing a path does inside an epoch may read a device
 // value on the host. Used on the job's one worker thread; methods may throw c10::Error (the loop
@@ -90,7 +91,8 @@ class TrainingPath {
  public:
   virtual ~TrainingPath() = default;
 
-  // The learning rate of the coming epoch's steps (the schedule is the loop's).
+  // The learning rate of the coming steps (the schedule is the loop's): a host scalar, set
+  // between steps.
   virtual void SetLearningRate(double learning_rate) = 0;
   // Zeroes the epoch's device-side sums.
   virtual void BeginEpoch() = 0;
