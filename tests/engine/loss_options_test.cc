@@ -39,7 +39,7 @@ JobSpec FrozenClassJob(const std::string& dataset) {
   return spec;
 }
 
-JobSnapshot Run(Engine& engine, const JobSpec& spec) {
+JobSnapshot Succeeded(Engine& engine, const JobSpec& spec) {
   absl::StatusOr<JobSnapshot> job = RunJob(engine, spec);
   EXPECT_TRUE(job.ok()) << job.status();
   if (!job.ok()) return {};
@@ -51,7 +51,7 @@ TEST_F(LossOptionsJobTest, ValidationLossIsThePlainLossWhateverTheTrainingTerms)
   ASSERT_TRUE(Upload(*engine_, "clusters", ClustersTable(96)).ok());
   JobSpec plain = FrozenClassJob("clusters");
   plain.engine = EngineKind::kLibTorch;
-  const JobSnapshot reference = Run(*engine_, plain);
+  const JobSnapshot reference = Succeeded(*engine_, plain);
   ASSERT_THAT(reference.epochs, SizeIs(1));
   ASSERT_TRUE(reference.epochs[0].validation_loss.has_value());
   const double val_loss = *reference.epochs[0].validation_loss;
@@ -74,7 +74,7 @@ TEST_F(LossOptionsJobTest, ValidationLossIsThePlainLossWhateverTheTrainingTerms)
     spec.label_smoothing = v.smoothing;
     spec.class_weights = v.weights;
     spec.engine = v.engine;
-    const JobSnapshot job = Run(*engine_, spec);
+    const JobSnapshot job = Succeeded(*engine_, spec);
     ASSERT_THAT(job.epochs, SizeIs(1)) << v.name;
     // The training loss carries the terms; the validation loss and accuracy do not.
     EXPECT_GT(std::fabs(job.epochs[0].loss - train_loss), 1e-3 * train_loss) << v.name;
@@ -89,12 +89,12 @@ TEST_F(LossOptionsJobTest, LossOptionsLeaveTheFusedPathSayingWhy) {
   ASSERT_TRUE(Upload(*engine_, "clusters", ClustersTable(48)).ok());
   JobSpec spec = FrozenClassJob("clusters");
   spec.class_weights = {1.0, 2.0, 3.0};
-  const JobSnapshot weighted = Run(*engine_, spec);
+  const JobSnapshot weighted = Succeeded(*engine_, spec);
   EXPECT_EQ(weighted.report.engine, "libtorch");
   EXPECT_EQ(weighted.report.engine_reason, "class_weights have no fused kernel");
   spec.class_weights.clear();
   spec.ignore_index = -100;
-  const JobSnapshot ignoring = Run(*engine_, spec);
+  const JobSnapshot ignoring = Succeeded(*engine_, spec);
   EXPECT_EQ(ignoring.report.engine, "libtorch");
   EXPECT_EQ(ignoring.report.engine_reason, "ignore_index has no fused kernel");
 }
@@ -118,9 +118,9 @@ TEST_F(LossOptionsJobTest, IgnoredRowsAreLeftOutOfValidation) {
   spec.validation_fraction = 0;
   spec.ignore_index = -100;
   spec.validation_dataset = "val";
-  const JobSnapshot clean = Run(*engine_, spec);
+  const JobSnapshot clean = Succeeded(*engine_, spec);
   spec.validation_dataset = "val_ignoring";
-  const JobSnapshot ignoring = Run(*engine_, spec);
+  const JobSnapshot ignoring = Succeeded(*engine_, spec);
   ASSERT_THAT(clean.epochs, SizeIs(1));
   ASSERT_THAT(ignoring.epochs, SizeIs(1));
   ASSERT_TRUE(clean.epochs[0].validation_loss.has_value());
@@ -151,9 +151,9 @@ TEST_F(LossOptionsJobTest, IgnoredTrainingRowsAddNothing) {
   spec.epochs = 5;
   spec.batch_size = 64;  // one batch: the whole dataset
   spec.shuffle = false;
-  const JobSnapshot a = Run(*engine_, spec);
+  const JobSnapshot a = Succeeded(*engine_, spec);
   spec.dataset = "ignoring";
-  const JobSnapshot b = Run(*engine_, spec);
+  const JobSnapshot b = Succeeded(*engine_, spec);
   ASSERT_THAT(a.epochs, SizeIs(5));
   ASSERT_THAT(b.epochs, SizeIs(5));
   ASSERT_EQ(a.parameters.size(), b.parameters.size());
@@ -211,9 +211,9 @@ TEST_F(LossOptionsJobTest, PosWeightTrainsAndValidatesPlain) {
   spec.epochs = 1;
   spec.validation_fraction = 0.25;
   spec.engine = EngineKind::kLibTorch;
-  const JobSnapshot plain = Run(*engine_, spec);
+  const JobSnapshot plain = Succeeded(*engine_, spec);
   spec.pos_weight = {4.0};
-  const JobSnapshot weighted = Run(*engine_, spec);
+  const JobSnapshot weighted = Succeeded(*engine_, spec);
   ASSERT_THAT(plain.epochs, SizeIs(1));
   ASSERT_THAT(weighted.epochs, SizeIs(1));
   EXPECT_GT(weighted.epochs[0].loss, plain.epochs[0].loss * 1.5);
