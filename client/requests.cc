@@ -441,15 +441,16 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_RETURN_IF_ERROR(
       CheckApplies(invocation, "ignore-index", class_loss, "--loss cross_entropy and nll"));
   if (invocation.Has("ignore-index")) {
-    TRAINERD_ASSIGN_OR_RETURN(int64_t ignore_index,
-                              invocation.GetInt("ignore-index", 0,
-                                                std::numeric_limits<int64_t>::min(),
-                                                std::numeric_limits<int64_t>::max()));
+    TRAINERD_ASSIGN_OR_RETURN(
+        int64_t ignore_index,
+        invocation.GetInt("ignore-index", 0, std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max()));
     spec.set_ignore_index(ignore_index);
   }
-  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "pos-weight",
-                                        loss == v1::LOSS_BCE_WITH_LOGITS, "--loss bce_with_logits"));
-  TRAINERD_ASSIGN_OR_RETURN(std::vector<double> pos_weight, GetWeightList(invocation, "pos-weight"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "pos-weight", loss == v1::LOSS_BCE_WITH_LOGITS,
+                                        "--loss bce_with_logits"));
+  TRAINERD_ASSIGN_OR_RETURN(std::vector<double> pos_weight,
+                            GetWeightList(invocation, "pos-weight"));
   spec.mutable_pos_weight()->Add(pos_weight.begin(), pos_weight.end());
 
   v1::Schedule* schedule = spec.mutable_schedule();

@@ -80,8 +80,7 @@ TEST_F(LossOptionsJobTest, ValidationLossIsThePlainLossWhateverTheTrainingTerms)
     EXPECT_GT(std::fabs(job.epochs[0].loss - train_loss), 1e-3 * train_loss) << v.name;
     ASSERT_TRUE(job.epochs[0].validation_loss.has_value()) << v.name;
     EXPECT_NEAR(*job.epochs[0].validation_loss, val_loss, 1e-6 * val_loss) << v.name;
-    EXPECT_EQ(job.epochs[0].validation_accuracy, reference.epochs[0].validation_accuracy)
-        << v.name;
+    EXPECT_EQ(job.epochs[0].validation_accuracy, reference.epochs[0].validation_accuracy) << v.name;
   }
 }
 

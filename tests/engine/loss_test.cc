@@ -342,8 +342,8 @@ TEST(LossOptionsTest, CrossEntropyWithClassWeightsMatchesLibTorch) {
   spec.class_weights = kClassWeights;
   ExpectMatchesReference(spec, kClassTargets);
   // The weighted mean differs from the plain one on these rows (the weights matter).
-  const double plain = Compute(SpecFor(LossKind::kCrossEntropy), Classes(kClassTargets))
-                           .loss.item<double>();
+  const double plain =
+      Compute(SpecFor(LossKind::kCrossEntropy), Classes(kClassTargets)).loss.item<double>();
   EXPECT_GT(std::fabs(Compute(spec, Classes(kClassTargets)).loss.item<double>() - plain), 1e-3);
 }
 
@@ -363,9 +363,8 @@ TEST(LossOptionsTest, CrossEntropyIgnoringRowsMatchesLibTorch) {
                                         .to(torch::kFloat32)
                                         .view({kRows, 3})
                                         .index_select(0, torch::tensor({0, 2}));
-  const double alone = ComputeLoss(SpecFor(LossKind::kCrossEntropy), kept_output,
-                                   Classes({2, 1}))
-                           .item<double>();
+  const double alone =
+      ComputeLoss(SpecFor(LossKind::kCrossEntropy), kept_output, Classes({2, 1})).item<double>();
   EXPECT_NEAR(Compute(spec, Classes(kIgnoringTargets)).loss.item<double>(), alone, 1e-6);
 }
 
@@ -455,15 +454,14 @@ TEST(ValidationLossTest, IsPlainCrossEntropyWithoutSmoothingOrWeights) {
   torch::Tensor sum = torch::zeros({}, torch::kFloat64);
   torch::Tensor correct = torch::zeros({}, torch::kInt64);
   AddValidationBatch(spec, FloatOutput(), Classes(kClassTargets), sum, &correct);
-  const double plain =
-      F::cross_entropy(torch::tensor(kOutput, torch::kFloat64).view({kRows, 3}),
-                       Classes(kClassTargets))
-          .item<double>();
+  const double plain = F::cross_entropy(torch::tensor(kOutput, torch::kFloat64).view({kRows, 3}),
+                                        Classes(kClassTargets))
+                           .item<double>();
   EXPECT_NEAR(sum.item<double>() / kRows, plain, 1e-6 * plain);
   // The training loss with those terms is another number.
-  EXPECT_GT(std::fabs(ComputeLoss(spec, FloatOutput(), Classes(kClassTargets)).item<double>() -
-                      plain),
-            1e-2);
+  EXPECT_GT(
+      std::fabs(ComputeLoss(spec, FloatOutput(), Classes(kClassTargets)).item<double>() - plain),
+      1e-2);
   // Every row's largest output is its target's (2.0, 1.5, 3.0 and 1.0).
   EXPECT_EQ(correct.item<int64_t>(), 4);
 }

@@ -16,8 +16,8 @@
 
 #include <chrono>
 #include <cstring>
-#include <sstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>

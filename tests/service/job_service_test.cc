@@ -6,8 +6,8 @@
 #include <cmath>
 #include <functional>
 #include <future>
-#include <ostream>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 

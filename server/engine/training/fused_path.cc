@@ -135,8 +135,8 @@ class FusedCpuPath final : public TrainingPath {
     Reserve(n);
     Forward(x, n);
     // The plain loss (loss.h's AddValidationBatch): without label smoothing.
-    val_loss_ += LossAndGradient(batch, n, /*gradient=*/false, /*plain=*/true) *
-                 static_cast<double>(n);
+    val_loss_ +=
+        LossAndGradient(batch, n, /*gradient=*/false, /*plain=*/true) * static_cast<double>(n);
     if (classification_) {
       const float* out = Output();
       const int64_t* target = ClassTargets(batch);

@@ -306,7 +306,7 @@ class LibTorchPath final : public TrainingPath {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;
   bool classification_ = false;
-  LossTensors loss_tensors_;  // the job's class weights and pos_weight on its device
+  LossTensors loss_tensors_;              // the job's class weights and pos_weight on its device
   GradientExchange* exchange_ = nullptr;  // a data-parallel rank's; not owned
   torch::Tensor loss_sum_;
   torch::Tensor val_loss_sum_;

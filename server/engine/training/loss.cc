@@ -44,8 +44,8 @@ absl::Status CheckWeightList(const char* option, const std::vector<double>& valu
   }
   for (size_t i = 0; i < values.size(); ++i) {
     if (!(values[i] > 0) || !std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(option, " values must be positive finite "
-                                                     "numbers; value ", i, " is ", values[i]));
+      return absl::InvalidArgumentError(absl::StrCat(
+          option, " values must be positive finite numbers; value ", i, " is ", values[i]));
     }
   }
   return absl::OkStatus();
@@ -67,9 +67,9 @@ absl::Status CheckElementwiseLoss(const JobSpec& spec, const std::vector<int64_t
         ShapeToString(dataset.target_shape), " targets per row"));
   }
   const int64_t columns = output.empty() ? 1 : output.back();
-  return CheckWeightList("pos_weight", spec.pos_weight, columns,
-                         absl::StrCat("the model's ", columns, " output column",
-                                      columns == 1 ? "" : "s"));
+  return CheckWeightList(
+      "pos_weight", spec.pos_weight, columns,
+      absl::StrCat("the model's ", columns, " output column", columns == 1 ? "" : "s"));
 }
 
 absl::Status CheckClassLoss(const JobSpec& spec, const std::vector<int64_t>& output,
@@ -140,14 +140,14 @@ absl::Status CheckLoss(const JobSpec& spec, const std::vector<int64_t>& output_s
   }
   const bool class_loss = spec.loss == LossKind::kCrossEntropy || spec.loss == LossKind::kNll;
   if (!spec.class_weights.empty() && !class_loss) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "class_weights apply to losses cross_entropy and nll only; loss ", name,
-        " does not take them"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("class_weights apply to losses cross_entropy and nll only; loss ", name,
+                     " does not take them"));
   }
   if (spec.ignore_index.has_value() && !class_loss) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ignore_index applies to losses cross_entropy and nll only; loss ", name,
-        " does not take it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ignore_index applies to losses cross_entropy and nll only; loss ", name,
+                     " does not take it"));
   }
   if (!spec.pos_weight.empty() && spec.loss != LossKind::kBceWithLogits) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -278,9 +278,9 @@ void AddValidationBatch(const JobSpec& spec, const torch::Tensor& output,
   const torch::Tensor target = targets.reshape({-1});
   torch::Tensor sum =
       spec.loss == LossKind::kCrossEntropy
-          ? F::cross_entropy(output, target,
-                             F::CrossEntropyFuncOptions().ignore_index(ignore).reduction(
-                                 torch::kSum))
+          ? F::cross_entropy(
+                output, target,
+                F::CrossEntropyFuncOptions().ignore_index(ignore).reduction(torch::kSum))
           : F::nll_loss(output, target,
                         F::NLLLossFuncOptions().ignore_index(ignore).reduction(torch::kSum));
   loss_sum.add_(sum.to(torch::kFloat64));

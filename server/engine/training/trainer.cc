@@ -459,10 +459,10 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
       a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps || a.alpha != b.alpha ||
       a.huber_delta != b.huber_delta || a.label_smoothing != b.label_smoothing ||
       a.class_weights != b.class_weights || a.ignore_index != b.ignore_index ||
-      a.pos_weight != b.pos_weight || s.kind != t.kind || s.step_epochs != t.step_epochs || s.gamma != t.gamma ||
-      s.min_learning_rate != t.min_learning_rate || s.warmup_epochs != t.warmup_epochs ||
-      a.clip_grad_norm != b.clip_grad_norm || a.shuffle != b.shuffle ||
-      a.validation_dataset != b.validation_dataset ||
+      a.pos_weight != b.pos_weight || s.kind != t.kind || s.step_epochs != t.step_epochs ||
+      s.gamma != t.gamma || s.min_learning_rate != t.min_learning_rate ||
+      s.warmup_epochs != t.warmup_epochs || a.clip_grad_norm != b.clip_grad_norm ||
+      a.shuffle != b.shuffle || a.validation_dataset != b.validation_dataset ||
       a.early_stop_patience != b.early_stop_patience || a.precision != b.precision ||
       a.engine != b.engine) {
     return "the members differ in more than learning rate, momentum, weight decay and seed";
