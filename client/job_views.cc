@@ -69,6 +69,19 @@ std::string LossDescription(const v1::JobSpec& spec) {
   if (spec.label_smoothing() != 0) {
     absl::StrAppend(&text, absl::StrFormat(", label smoothing %g", spec.label_smoothing()));
   }
+  // A weight list: its values, the first few of a long one.
+  auto weights = [&text](const char* name, const google::protobuf::RepeatedField<double>& values) {
+    if (values.empty()) return;
+    constexpr int kShown = 8;
+    absl::StrAppend(&text, ", ", name, " ");
+    for (int i = 0; i < values.size() && i < kShown; ++i) {
+      absl::StrAppend(&text, i == 0 ? "" : ",", absl::StrFormat("%g", values[i]));
+    }
+    if (values.size() > kShown) absl::StrAppend(&text, ",... (", values.size(), " values)");
+  };
+  weights("class weights", spec.class_weights());
+  if (spec.has_ignore_index()) absl::StrAppend(&text, ", ignore index ", spec.ignore_index());
+  weights("pos_weight", spec.pos_weight());
   return text;
 }
 

@@ -1,6 +1,7 @@
 // Local checks and request building for `dataset upload`, `submit` and `sweep`.
 #include "client/requests.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "common/csv_reader.h"
 #include "common/dataset_header.h"
 #include "common/file_io.h"
+#include "common/job_limits.h"
 #include "common/model_spec.h"
 #include "common/npy_reader.h"
 #include "common/status_macros.h"
@@ -131,6 +133,30 @@ absl::StatusOr<double> GetDoubleIn(const Invocation& invocation, absl::string_vi
 }
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// A loss's weight list flag (--class-weights, --pos-weight): comma-separated positive finite
+// numbers, at most kMaxLossWeights of them (the daemon matches the count to the model's output).
+absl::StatusOr<std::vector<double>> GetWeightList(const Invocation& invocation,
+                                                  absl::string_view flag) {
+  std::vector<double> values;
+  if (!invocation.Has(flag)) return values;
+  const std::string text = invocation.Get(flag);
+  if (static_cast<int64_t>(std::count(text.begin(), text.end(), ',')) >= kMaxLossWeights) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " takes at most ", kMaxLossWeights, " weights"));
+  }
+  for (absl::string_view element : absl::StrSplit(text, ',')) {
+    element = absl::StripAsciiWhitespace(element);
+    double value = 0;
+    if (!absl::SimpleAtod(element, &value) || !std::isfinite(value) || !(value > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " takes comma-separated positive numbers, one per ",
+          flag == "pos-weight" ? "output column" : "class", "; '", element, "' is not one"));
+    }
+    values.push_back(value);
+  }
+  return values;
+}
 
 // The elements of a sweep's list flag, each stripped of spaces; INVALID_ARGUMENT for an empty one
 // or more than kMaxSweepValues.
@@ -412,6 +438,27 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(double smoothing,
                             GetDoubleIn(invocation, "label-smoothing", 0, 0, false, 1, true));
   spec.set_label_smoothing(smoothing);
+  const bool class_loss =
+      loss == v1::LOSS_CROSS_ENTROPY || loss == v1::LOSS_NLL || loss == v1::LOSS_UNSPECIFIED;
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "class-weights", class_loss, "--loss cross_entropy and nll"));
+  TRAINERD_ASSIGN_OR_RETURN(std::vector<double> class_weights,
+                            GetWeightList(invocation, "class-weights"));
+  spec.mutable_class_weights()->Add(class_weights.begin(), class_weights.end());
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "ignore-index", class_loss, "--loss cross_entropy and nll"));
+  if (invocation.Has("ignore-index")) {
+    TRAINERD_ASSIGN_OR_RETURN(
+        int64_t ignore_index,
+        invocation.GetInt("ignore-index", 0, std::numeric_limits<int64_t>::min(),
+                          std::numeric_limits<int64_t>::max()));
+    spec.set_ignore_index(ignore_index);
+  }
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "pos-weight", loss == v1::LOSS_BCE_WITH_LOGITS,
+                                        "--loss bce_with_logits"));
+  TRAINERD_ASSIGN_OR_RETURN(std::vector<double> pos_weight,
+                            GetWeightList(invocation, "pos-weight"));
+  spec.mutable_pos_weight()->Add(pos_weight.begin(), pos_weight.end());
 
   v1::Schedule* schedule = spec.mutable_schedule();
   TRAINERD_ASSIGN_OR_RETURN(v1::Schedule::Kind schedule_kind,

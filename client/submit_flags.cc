@@ -22,7 +22,21 @@ std::vector<FlagSpec> SubmitFlags() {
            "class targets; nll wants log-probabilities) (default:\n"
            "cross_entropy for int64 targets, mse for float32)"},
           {"huber-delta", "D", "huber: where the loss turns linear, > 0 (default 1)"},
-          {"label-smoothing", "S", "cross_entropy: 0 <= S < 1 (default 0)"},
+          {"label-smoothing", "S",
+           "cross_entropy: 0 <= S < 1 (default 0); training only:\n"
+           "the validation loss is without it"},
+          {"class-weights", "W,W,...",
+           "cross_entropy and nll: one positive weight per class\n"
+           "(torch's weight); batch loss = sum w[y]*l / sum w[y];\n"
+           "training only (default: none)"},
+          {"ignore-index", "N",
+           "cross_entropy and nll: rows with target N add nothing;\n"
+           "the mean is over the others, and validation leaves\n"
+           "them out (default: none; PyTorch's is -100)"},
+          {"pos-weight", "W,W,...",
+           "bce_with_logits: one positive weight per output\n"
+           "column on the positive targets (torch's pos_weight);\n"
+           "training only (default: none)"},
           {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},
           {"lr", "RATE", "learning rate, > 0; the peak with a schedule (default 0.01)"},
           {"momentum", "M", "sgd and rmsprop momentum, 0 <= M < 1 (default 0)"},
@@ -93,7 +107,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "hold out this fraction of the rows (a split fixed by\n"
            "the seed) and report validation loss and, for\n"
            "cross_entropy and nll, accuracy each epoch,\n"
-           "0 <= F < 1 (default 0: none)"},
+           "0 <= F < 1 (default 0: none); the validation loss\n"
+           "is the plain loss, without label smoothing and\n"
+           "weights, as an eval loop computes it"},
           {"validation-dataset", "NAME",
            "validate on this resident dataset instead (same\n"
            "shapes and target dtype as --dataset; OWNER/NAME for\n"

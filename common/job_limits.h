@@ -26,6 +26,10 @@ inline constexpr int64_t kMaxModelParameters = int64_t{1} << 31;
 // the archive's code and records. A daemon that declares more, or sends more than it declared,
 // is refused and the download stops.
 inline constexpr int64_t kMaxModelDownloadBytes = kMaxModelParameters * 4 + (int64_t{64} << 20);
+// Values in one loss weight list (JobSpec.class_weights, JobSpec.pos_weight): a list must also
+// match the model's output width, checked against the dataset at Submit; longer than this is
+// refused before it is copied.
+inline constexpr int64_t kMaxLossWeights = int64_t{1} << 20;
 // A job's estimated working set (EstimateTrainingMemory): 1 TiB, more than any one device holds.
 inline constexpr int64_t kMaxJobMemoryBytes = int64_t{1} << 40;
 // The largest gRPC message trainerd accepts (and trainctl sends): one SubmitJobRequest with a

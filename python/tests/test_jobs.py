@@ -339,6 +339,19 @@ def test_spec_options_reach_the_daemon(
             {"label_smoothing": 0.1, "loss": "mse"},
             "label_smoothing applies to loss 'cross_entropy'",
         ),
+        (
+            {"class_weights": [1.0, 2.0], "loss": "mse"},
+            "class_weights applies to loss 'cross_entropy' and 'nll'",
+        ),
+        ({"ignore_index": -100, "loss": "l1"}, "ignore_index applies to loss 'cross_entropy'"),
+        ({"pos_weight": [2.0], "loss": "nll"}, "pos_weight applies to loss 'bce_with_logits'"),
+        ({"class_weights": [1.0, 0.0]}, r"class_weights values must be positive; class_weights\[1\]"),
+        ({"class_weights": []}, "class_weights needs one weight per class; got none"),
+        (
+            {"class_weights": [1.0] * ((1 << 20) + 1)},
+            "class_weights holds at most 1048576 weights",
+        ),
+        ({"loss": "bce_with_logits", "pos_weight": [float("nan")]}, "must be a finite number"),
         ({"schedule": "step"}, "needs step_epochs"),
         ({"gamma": 0.5}, "gamma applies to schedule 'step'"),
         ({"schedule": "cosine", "min_lr": 0.5}, r"min_lr must be in \[0, 0.01\)"),
@@ -361,6 +374,21 @@ def test_spec_checks_before_sending(options: dict[str, object], error: str) -> N
     offline = trainerd.Client(UNREACHABLE)
     with pytest.raises(ValueError, match=error):
         offline.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+
+
+def test_loss_weights_reach_the_spec() -> None:
+    from trainerd._spec import build_spec
+
+    spec = build_spec(
+        "seed", "linear:3", {"loss": "nll", "class_weights": (0.5, 2, 1.25), "ignore_index": -100}
+    )
+    assert list(spec.class_weights) == [0.5, 2.0, 1.25]
+    assert spec.HasField("ignore_index") and spec.ignore_index == -100
+    assert not build_spec("seed", "linear:3", {"loss": "nll"}).HasField("ignore_index")
+    spec = build_spec("seed", "linear:2", {"loss": "bce_with_logits", "pos_weight": [3.0, 0.5]})
+    assert list(spec.pos_weight) == [3.0, 0.5]
+    with pytest.raises(TypeError, match="class_weights must be a sequence of numbers"):
+        build_spec("seed", "linear:3", {"class_weights": "1,2,3"})
 
 
 def test_spec_type_errors_before_sending() -> None:

@@ -59,6 +59,9 @@ MAX_CHECKPOINTS_PER_JOB = 1000
 MAX_SWEEP_VALUES = 256
 MAX_SWEEP_MEMBERS = 256
 MAX_MODEL_SPEC_BYTES = 4096
+MAX_LOSS_WEIGHTS = 1 << 20  # common/job_limits.h kMaxLossWeights
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 # The daemon's message limit less room for the spec (common/job_limits.h kMaxTorchScriptBytes).
 MAX_TORCHSCRIPT_BYTES = (64 << 20) - (64 << 10)
 _INT32_MAX = 2**31 - 1
@@ -77,6 +80,9 @@ class SweepOptions(TypedDict, total=False):
     loss: str
     huber_delta: float
     label_smoothing: float
+    class_weights: Sequence[float]
+    ignore_index: int
+    pos_weight: Sequence[float]
     optimizer: str
     nesterov: bool
     beta1: float
@@ -240,6 +246,26 @@ def _seconds(name: str, value: object) -> float:
     return seconds
 
 
+def _weights(name: str, value: object, per: str) -> list[float]:
+    """A loss's weight list (class_weights, pos_weight): a sequence of positive finite numbers,
+    or a 1-d tensor or array of them; its length is checked before its values are read."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()  # a torch.Tensor or a numpy array
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a sequence of numbers, one per {per}")
+    if len(value) == 0:
+        raise ValueError(f"{name} needs one weight per {per}; got none")
+    if len(value) > MAX_LOSS_WEIGHTS:
+        raise ValueError(f"{name} holds at most {MAX_LOSS_WEIGHTS} weights, got {len(value)}")
+    weights = []
+    for i, item in enumerate(value):
+        weight = _number(f"{name}[{i}]", item)
+        if weight <= 0:
+            raise ValueError(f"{name} values must be positive; {name}[{i}] is {weight:g}")
+        weights.append(weight)
+    return weights
+
+
 def check_epochs_and_checkpoints(epochs: int, checkpoint_every: int) -> None:
     """common/job_limits.h CheckEpochsAndCheckpoints, worded for Python."""
     if checkpoint_every > 0 and epochs // checkpoint_every > MAX_CHECKPOINTS_PER_JOB:
@@ -320,6 +346,16 @@ def build_spec(
         "loss 'cross_entropy'",
     )
     spec.label_smoothing = _number_in("label_smoothing", get("label_smoothing"), 0, False, 1, True)
+    class_loss = loss in (jobs_pb2.LOSS_CROSS_ENTROPY, jobs_pb2.LOSS_NLL, jobs_pb2.LOSS_UNSPECIFIED)
+    _applies(options, "class_weights", class_loss, "loss 'cross_entropy' and 'nll'")
+    if options.get("class_weights") is not None:
+        spec.class_weights.extend(_weights("class_weights", options["class_weights"], "class"))
+    _applies(options, "ignore_index", class_loss, "loss 'cross_entropy' and 'nll'")
+    if options.get("ignore_index") is not None:
+        spec.ignore_index = _integer("ignore_index", options["ignore_index"], _INT64_MIN, _INT64_MAX)
+    _applies(options, "pos_weight", loss == jobs_pb2.LOSS_BCE_WITH_LOGITS, "loss 'bce_with_logits'")
+    if options.get("pos_weight") is not None:
+        spec.pos_weight.extend(_weights("pos_weight", options["pos_weight"], "output column"))
 
     schedule = spec.schedule
     schedule_kind = _choice("schedule", get("schedule"), _SCHEDULES, "schedule")

@@ -370,6 +370,9 @@ class Client:
         loss: str | None = None,
         huber_delta: float | None = None,
         label_smoothing: float | None = None,
+        class_weights: Sequence[float] | None = None,
+        ignore_index: int | None = None,
+        pos_weight: Sequence[float] | None = None,
         optimizer: str = "sgd",
         lr: float = 0.01,
         momentum: float | None = None,
@@ -432,7 +435,18 @@ class Client:
                 the daemon picks cross_entropy for int64 targets, mse for float32 ones
                 (``job.spec.loss`` says which).
             huber_delta: huber: where the loss turns linear, > 0 (default 1).
-            label_smoothing: cross_entropy: 0 <= S < 1 (default 0).
+            label_smoothing: cross_entropy: 0 <= S < 1 (default 0). Training only: the
+                validation loss is without it.
+            class_weights: cross_entropy and nll: one positive weight per class, as
+                ``torch.nn.CrossEntropyLoss(weight=...)`` (a list, tuple, tensor or array); a
+                batch's loss is then ``sum(w[y] * l) / sum(w[y])``. Training only.
+            ignore_index: cross_entropy and nll: rows whose target is this value add nothing;
+                the loss is the mean over the other rows, and a batch of only ignored rows
+                gives 0 rather than PyTorch's NaN. None (the default): no row is ignored;
+                PyTorch's -100 is not assumed, so a target outside the classes is refused.
+                Validation leaves ignored rows out of its loss and accuracy.
+            pos_weight: bce_with_logits: one positive weight per output column on the positive
+                targets, as ``torch.nn.BCEWithLogitsLoss(pos_weight=...)``. Training only.
             optimizer: sgd, adam, adamw or rmsprop.
             lr: learning rate, > 0; the peak with a schedule.
             momentum: sgd and rmsprop, 0 <= M < 1 (default 0).
@@ -490,6 +504,8 @@ class Client:
             batch_size: rows per step.
             epochs: passes over the dataset.
             validation_fraction: hold out this fraction of the rows, 0 <= F < 1 (0: none).
+                The validation loss each epoch reports is the plain loss, without
+                label_smoothing, class_weights or pos_weight, as an eval loop computes it.
             validation_dataset: validate on this resident dataset instead.
             early_stop_patience: stop after N epochs without a better validation loss.
             checkpoint_every: save model and optimizer state every N epochs (0: off).

@@ -72,7 +72,14 @@ class JobState(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Epoch:
-    """One finished epoch of a job (trainerd.v1.EpochResult)."""
+    """One finished epoch of a job (trainerd.v1.EpochResult).
+
+    ``loss`` is the epoch's training loss with the job's loss terms (label_smoothing,
+    class_weights, pos_weight): each batch's loss times its rows, summed, over the epoch's rows.
+    ``validation_loss`` is the plain loss over the validation rows, without those training-only
+    terms, as an eval loop computes it; with ``ignore_index``, ignored rows are left out of it and
+    of ``validation_accuracy``.
+    """
 
     epoch: int
     loss: float

@@ -261,6 +261,16 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   // 0 means unset for these two (proto3 scalars).
   out.huber_delta = spec.huber_delta() == 0 ? kDefaultHuberDelta : spec.huber_delta();
   out.label_smoothing = spec.label_smoothing();
+  // Bounded before they are copied; CheckLoss holds them to the model's output width.
+  if (spec.class_weights_size() > kMaxLossWeights || spec.pos_weight_size() > kMaxLossWeights) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("class_weights and pos_weight hold at most ", kMaxLossWeights,
+                     " values (one per class or output column); got ",
+                     std::max(spec.class_weights_size(), spec.pos_weight_size())));
+  }
+  out.class_weights.assign(spec.class_weights().begin(), spec.class_weights().end());
+  if (spec.has_ignore_index()) out.ignore_index = spec.ignore_index();
+  out.pos_weight.assign(spec.pos_weight().begin(), spec.pos_weight().end());
   const v1::Schedule& schedule = spec.schedule();
   switch (schedule.kind()) {
     case v1::Schedule::KIND_UNSPECIFIED:
@@ -416,6 +426,9 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   // Options of other losses and schedules stay unset (0) rather than echoing their defaults.
   if (spec.loss == engine::LossKind::kHuber) out.set_huber_delta(spec.huber_delta);
   out.set_label_smoothing(spec.label_smoothing);
+  out.mutable_class_weights()->Add(spec.class_weights.begin(), spec.class_weights.end());
+  if (spec.ignore_index.has_value()) out.set_ignore_index(*spec.ignore_index);
+  out.mutable_pos_weight()->Add(spec.pos_weight.begin(), spec.pos_weight.end());
   v1::Schedule* schedule = out.mutable_schedule();
   schedule->set_kind(ToProto(spec.schedule.kind));
   schedule->set_step_epochs(spec.schedule.step_epochs);

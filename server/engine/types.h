@@ -173,6 +173,13 @@ struct JobSpec {
   std::optional<double> alpha;         // rmsprop; unset: 0.99
   double huber_delta = 1.0;            // kHuber: > 0
   double label_smoothing = 0.0;        // kCrossEntropy: [0, 1)
+  // Training-only loss terms (the validation loss is the plain loss without them; loss.h):
+  // kCrossEntropy/kNll: one positive weight per class (torch's `weight`); empty = none.
+  std::vector<double> class_weights;
+  // kCrossEntropy/kNll: rows whose target is this value add nothing; unset = none.
+  std::optional<int64_t> ignore_index;
+  // kBceWithLogits: one positive weight per output column (torch's `pos_weight`); empty = none.
+  std::vector<double> pos_weight;
   ScheduleSpec schedule;
   double clip_grad_norm = 0.0;  // > 0: clip the global gradient norm; 0 = off
   int64_t batch_size = 0;       // >= 1

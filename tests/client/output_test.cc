@@ -234,6 +234,23 @@ TEST(JobDetailsTest, LossShowsHuberDeltaAndLabelSmoothing) {
   EXPECT_THAT(JobDetails(job), HasSubstr("\nloss:        cross_entropy, label smoothing 0.1\n"));
 }
 
+TEST(JobDetailsTest, LossShowsClassWeightsIgnoreIndexAndPosWeight) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_loss(v1::LOSS_CROSS_ENTROPY);
+  for (double w : {0.5, 2.0, 1.25}) job.mutable_spec()->add_class_weights(w);
+  job.mutable_spec()->set_ignore_index(-100);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nloss:        cross_entropy, class weights 0.5,2,1.25, "
+                                         "ignore index -100\n"));
+  job.mutable_spec()->clear_class_weights();
+  for (int i = 0; i < 10; ++i) job.mutable_spec()->add_class_weights(1 + i);
+  EXPECT_THAT(JobDetails(job), HasSubstr("class weights 1,2,3,4,5,6,7,8,... (10 values)"));
+  job.mutable_spec()->clear_class_weights();
+  job.mutable_spec()->clear_ignore_index();
+  job.mutable_spec()->set_loss(v1::LOSS_BCE_WITH_LOGITS);
+  job.mutable_spec()->add_pos_weight(3);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nloss:        bce_with_logits, pos_weight 3\n"));
+}
+
 TEST(JobDetailsTest, SgdShowsNesterovAfterMomentum) {
   v1::Job job = SucceededJob();
   job.mutable_spec()->mutable_optimizer()->set_nesterov(true);

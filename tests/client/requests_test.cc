@@ -281,6 +281,48 @@ TEST(JobSpecFromFlagsTest, LabelSmoothingOfOneIsRejected) {
             "--label-smoothing must be in [0, 1), got 1");
 }
 
+TEST(JobSpecFromFlagsTest, ClassWeightsAndIgnoreIndexReachTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(
+      Submit({"--loss", "nll", "--class-weights", "0.5, 2,1.25", "--ignore-index", "-100"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->class_weights_size(), 3);
+  EXPECT_DOUBLE_EQ(spec->class_weights(0), 0.5);
+  EXPECT_DOUBLE_EQ(spec->class_weights(1), 2.0);
+  EXPECT_DOUBLE_EQ(spec->class_weights(2), 1.25);
+  ASSERT_TRUE(spec->has_ignore_index());
+  EXPECT_EQ(spec->ignore_index(), -100);
+  // Unset means no row is ignored (not PyTorch's -100).
+  const absl::StatusOr<v1::JobSpec> plain = JobSpecFromFlags(Submit({"--loss", "cross_entropy"}));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_ignore_index());
+  EXPECT_EQ(plain->class_weights_size(), 0);
+}
+
+TEST(JobSpecFromFlagsTest, PosWeightReachesTheSpec) {
+  const absl::StatusOr<v1::JobSpec> spec =
+      JobSpecFromFlags(Submit({"--loss", "bce_with_logits", "--pos-weight", "3"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->pos_weight_size(), 1);
+  EXPECT_DOUBLE_EQ(spec->pos_weight(0), 3.0);
+}
+
+TEST(JobSpecFromFlagsTest, LossWeightsAreCheckedBeforeSending) {
+  EXPECT_EQ(SpecError(Submit({"--loss", "mse", "--class-weights", "1,2"})),
+            "--class-weights applies to --loss cross_entropy and nll only");
+  EXPECT_EQ(SpecError(Submit({"--loss", "huber", "--ignore-index", "-1"})),
+            "--ignore-index applies to --loss cross_entropy and nll only");
+  EXPECT_EQ(SpecError(Submit({"--loss", "cross_entropy", "--pos-weight", "2"})),
+            "--pos-weight applies to --loss bce_with_logits only");
+  EXPECT_EQ(SpecError(Submit({"--loss", "cross_entropy", "--class-weights", "1,0,2"})),
+            "--class-weights takes comma-separated positive numbers, one per class; '0' is not "
+            "one");
+  EXPECT_EQ(SpecError(Submit({"--loss", "bce_with_logits", "--pos-weight", "1,inf"})),
+            "--pos-weight takes comma-separated positive numbers, one per output column; 'inf' "
+            "is not one");
+  EXPECT_EQ(SpecError(Submit({"--loss", "nll", "--ignore-index", "x"})),
+            "--ignore-index: 'x' is not a whole number");
+}
+
 TEST(JobSpecFromFlagsTest, SgdWithNesterovAndWeightDecayReachesTheSpec) {
   const absl::StatusOr<v1::JobSpec> spec =
       JobSpecFromFlags(Submit({"--momentum", "0.9", "--nesterov", "--weight-decay", "0.0001"}));

@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +55,8 @@ WorkerJob SampleJob() {
   job.spec.validation_fraction = 0.125;
   job.spec.max_job_seconds = 3.5;
   job.spec.precision = Precision::kBf16;
+  job.spec.class_weights = {0.5, 2.0, 1.0 / 3.0};
+  job.spec.ignore_index = -100;
   job.device = "cpu";
   job.intra_op_threads = 2;
   job.cpu_nice = 10;
@@ -86,6 +89,9 @@ TEST(WorkerProtocolTest, AJobCrossesExactly) {
   EXPECT_EQ(back->spec.validation_fraction, 0.125);
   EXPECT_EQ(back->spec.max_job_seconds, 3.5);
   EXPECT_EQ(back->spec.precision, Precision::kBf16);
+  EXPECT_EQ(back->spec.class_weights, job.spec.class_weights);  // each value's bits
+  EXPECT_EQ(back->spec.ignore_index, std::optional<int64_t>(-100));
+  EXPECT_TRUE(back->spec.pos_weight.empty());
   EXPECT_EQ(back->intra_op_threads, 2);
   EXPECT_EQ(back->cpu_nice, 10);
   EXPECT_EQ(back->dataset.meta.feature_shape, (std::vector<int64_t>{1, 28, 28}));

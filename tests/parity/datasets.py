@@ -48,4 +48,29 @@ def regression_validation() -> tuple[np.ndarray, np.ndarray]:
     return x[96:], y[96:]
 
 
-ALL = {"regression": regression, "regression_validation": regression_validation, "classes": classes, "binary": binary, "images": images}
+def classes_ignoring() -> tuple[np.ndarray, np.ndarray]:
+    """The classes data with every fifth row's target -100 (PyTorch's usual ignore_index)."""
+    x, y = classes()
+    y = y.copy()
+    y[::5] = -100
+    return x, y
+
+
+def classes_ignored_block() -> tuple[np.ndarray, np.ndarray]:
+    """The classes data whose first 16 rows have target -100: unshuffled in batches of 8 or 16,
+    whole batches of ignored rows."""
+    x, y = classes()
+    y = y.copy()
+    y[:16] = -100
+    return x, y
+
+
+ALL = {
+    "regression": regression,
+    "regression_validation": regression_validation,
+    "classes": classes,
+    "classes_ignoring": classes_ignoring,
+    "classes_ignored_block": classes_ignored_block,
+    "binary": binary,
+    "images": images,
+}

@@ -71,7 +71,7 @@ def train(
         model = reference_model.build(spec["model"], tuple(x.shape[1:]), seed, generator)
     model.train()
     optimizer = reference_optim.make_optimizer(spec, model)
-    train_loss, validation_loss = reference_loss.make_loss(spec)
+    train_loss, _ = reference_loss.make_loss(spec)
     classification = reference_loss.is_classification(spec)
 
     rows = features.shape[0]
@@ -122,21 +122,26 @@ def train(
         vloss = None
         if val_x is not None:
             model.eval()
+            # The plain loss (no training-only terms), over the rows it counts: all of them, or
+            # those whose target is not the ignore_index.
             vtotal = 0.0
+            vrows = 0
             correct = 0
             vbatch = min(spec.get("batch_size", 32), val_x.shape[0])
             with torch.no_grad():
                 for begin in range(0, val_x.shape[0], vbatch):
                     xb, yb = val_x[begin : begin + vbatch], val_y[begin : begin + vbatch]
                     out = forward(model, xb, precision)
-                    vtotal += validation_loss(out, yb).item() * xb.shape[0]
+                    batch_sum, batch_rows = reference_loss.validation_sum(spec, out, yb)
+                    vtotal += batch_sum
+                    vrows += batch_rows
                     if classification:
-                        correct += int((out.argmax(dim=1) == yb.view(-1)).sum())
+                        correct += reference_loss.counted_correct(spec, out, yb)
             model.train()
-            vloss = vtotal / val_x.shape[0]
+            vloss = vtotal / vrows
             result.validation_losses.append(vloss)
             if classification:
-                result.validation_accuracies.append(correct / val_x.shape[0])
+                result.validation_accuracies.append(correct / vrows)
             if vloss < best:
                 best = vloss
                 without_improvement = 0

@@ -370,6 +370,17 @@ std::vector<Attack> Attacks() {
                        spoil([seconds](v1::JobSpec* s) { s->set_max_job_seconds(seconds); }),
                        kInvalid, "max_job_seconds must be a finite number of seconds >= 0"});
   }
+  // Loss weights: a list past any model's width is refused before it is copied; one longer than
+  // this model's output, on its length.
+  attacks.push_back({"SubmitMillionsOfClassWeights", spoil([](v1::JobSpec* s) {
+                       s->mutable_class_weights()->Resize((1 << 20) + 1, 1.0);
+                     }),
+                     kInvalid, "class_weights and pos_weight hold at most 1048576 values"});
+  attacks.push_back({"SubmitPosWeightLongerThanTheOutput", spoil([](v1::JobSpec* s) {
+                       s->set_loss(v1::LOSS_BCE_WITH_LOGITS);
+                       s->mutable_pos_weight()->Resize(100000, 1.0);
+                     }),
+                     kInvalid, "got 100000 values"});
   // Data-parallel fields: negative, huge, nodes without replicas, more nodes than ranks, a node
   // that is no peer (the daemon under test has none), a huge node name.
   attacks.push_back({"SubmitNegativeReplicas", spoil([](v1::JobSpec* s) { s->set_replicas(-3); }),

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <future>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -485,6 +486,54 @@ std::vector<InvalidSpec> InvalidSpecs() {
        "beta1 applies to adam and adamw; optimizer sgd does not take it"},
       {"LabelSmoothingWithMse", [](v1::JobSpec* spec) { spec->set_label_smoothing(0.1); },
        "label smoothing applies to loss cross_entropy only"},
+      {"ClassWeightsWithMse", [](v1::JobSpec* spec) { spec->add_class_weights(2); },
+       "class_weights apply to losses cross_entropy and nll only; loss mse does not take them"},
+      {"IgnoreIndexWithMse", [](v1::JobSpec* spec) { spec->set_ignore_index(-100); },
+       "ignore_index applies to losses cross_entropy and nll only"},
+      {"PosWeightWithMse", [](v1::JobSpec* spec) { spec->add_pos_weight(2); },
+       "pos_weight applies to loss bce_with_logits only"},
+      {"ClassWeightsOfAnotherCount",
+       [](v1::JobSpec* spec) {
+         spec->set_dataset("classes");
+         spec->set_model("linear:2");
+         spec->set_loss(v1::LOSS_CROSS_ENTROPY);
+         for (int i = 0; i < 3; ++i) spec->add_class_weights(1);
+       },
+       "class_weights needs one weight for each of the model's 2 classes; got 3 values"},
+      {"NegativeClassWeight",
+       [](v1::JobSpec* spec) {
+         spec->set_dataset("classes");
+         spec->set_model("linear:2");
+         spec->set_loss(v1::LOSS_NLL);
+         spec->add_class_weights(1);
+         spec->add_class_weights(-1);
+       },
+       "class_weights values must be positive finite numbers; value 1 is -1"},
+      {"PosWeightNotFinite",
+       [](v1::JobSpec* spec) {
+         spec->set_loss(v1::LOSS_BCE_WITH_LOGITS);
+         spec->add_pos_weight(std::numeric_limits<double>::infinity());
+       },
+       "pos_weight values must be positive finite numbers; value 0 is inf"},
+      {"FusedEngineWithClassWeights",
+       [](v1::JobSpec* spec) {
+         spec->set_dataset("classes");
+         spec->set_model("linear:2");
+         spec->set_loss(v1::LOSS_CROSS_ENTROPY);
+         spec->set_engine(v1::ENGINE_FUSED);
+         spec->add_class_weights(1);
+         spec->add_class_weights(3);
+       },
+       "engine fused cannot run this job: class_weights have no fused kernel"},
+      {"ReplicasWithIgnoreIndex",
+       [](v1::JobSpec* spec) {
+         spec->set_dataset("classes");
+         spec->set_model("linear:2");
+         spec->set_loss(v1::LOSS_CROSS_ENTROPY);
+         spec->set_ignore_index(-100);
+         spec->set_replicas(2);
+       },
+       "ignore_index trains on one rank"},
       {"StepScheduleWithoutStepEpochs",
        [](v1::JobSpec* spec) { spec->mutable_schedule()->set_kind(v1::Schedule::STEP); },
        "step epochs of at least 1"},

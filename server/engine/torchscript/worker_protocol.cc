@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_limits.h"
 #include "common/safe_text.h"
 #include "common/status_macros.h"
 
@@ -113,6 +114,22 @@ absl::StatusOr<WorkerDataset> GetDataset(WireReader& r) {
   return d;
 }
 
+// A loss's weights (class weights, pos_weight): their count, then each value's bits.
+void PutF64s(WireWriter& w, const std::vector<double>& values) {
+  w.I64(static_cast<int64_t>(values.size()));
+  for (double v : values) w.F64(v);
+}
+
+absl::StatusOr<std::vector<double>> GetF64s(WireReader& r, std::string_view what) {
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t count, r.Int(0, kMaxLossWeights, what));
+  std::vector<double> values;  // grown as values arrive: a short message allocates little
+  for (int64_t i = 0; i < count; ++i) {
+    TRAINERD_ASSIGN_OR_RETURN(double v, r.F64());
+    values.push_back(v);
+  }
+  return values;
+}
+
 void PutSpec(WireWriter& w, const JobSpec& s) {
   w.Str(s.dataset);
   w.Str(s.model);
@@ -164,6 +181,10 @@ void PutSpec(WireWriter& w, const JobSpec& s) {
   w.I64(static_cast<int64_t>(s.priority));
   w.I64(static_cast<int64_t>(s.engine));
   w.F64(s.max_job_seconds);
+  PutF64s(w, s.class_weights);
+  w.Bool(s.ignore_index.has_value());
+  w.I64(s.ignore_index.value_or(0));
+  PutF64s(w, s.pos_weight);
 }
 
 absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
@@ -243,6 +264,11 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, static_cast<int>(EngineKind::kLibTorch), "an engine"));
   s.engine = static_cast<EngineKind>(v);
   TRAINERD_ASSIGN_OR_RETURN(s.max_job_seconds, r.F64());
+  TRAINERD_ASSIGN_OR_RETURN(s.class_weights, GetF64s(r, "class weights"));
+  TRAINERD_ASSIGN_OR_RETURN(const bool has_ignore_index, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.I64());
+  if (has_ignore_index) s.ignore_index = v;
+  TRAINERD_ASSIGN_OR_RETURN(s.pos_weight, GetF64s(r, "pos_weight values"));
   return s;
 }
 

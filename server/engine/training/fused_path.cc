@@ -134,7 +134,9 @@ class FusedCpuPath final : public TrainingPath {
     const float* x = Features(batch);
     Reserve(n);
     Forward(x, n);
-    val_loss_ += LossAndGradient(batch, n, /*gradient=*/false) * static_cast<double>(n);
+    // The plain loss (loss.h's AddValidationBatch): without label smoothing.
+    val_loss_ +=
+        LossAndGradient(batch, n, /*gradient=*/false, /*plain=*/true) * static_cast<double>(n);
     if (classification_) {
       const float* out = Output();
       const int64_t* target = ClassTargets(batch);
@@ -268,17 +270,18 @@ class FusedCpuPath final : public TrainingPath {
     }
   }
 
-  // The batch's mean loss; with `gradient`, d(mean loss)/d(output) into grad_a_.
+  // The batch's mean loss; with `gradient`, d(mean loss)/d(output) into grad_a_; `plain`: without
+  // training-only terms (label smoothing), as validation computes it.
   // The value is rounded to float32, as LibTorch's float32 loss is, so that a loss beyond float32's
   // range is infinite on both paths. Element losses are float32 too; sums are double.
-  double LossAndGradient(const BatchView& batch, int64_t n, bool gradient) {
+  double LossAndGradient(const BatchView& batch, int64_t n, bool gradient, bool plain = false) {
     const int64_t k = outputs_;
     const float* out = Output();
     float* grad = grad_a_.data();
     double total = 0.0;
     if (spec_.loss == LossKind::kCrossEntropy) {
       const int64_t* target = ClassTargets(batch);
-      const double smoothing = spec_.label_smoothing;
+      const double smoothing = plain ? 0.0 : spec_.label_smoothing;
       const double inv_n = 1.0 / static_cast<double>(n);
       for (int64_t r = 0; r < n; ++r) {
         const float* row = out + r * k;
@@ -644,6 +647,9 @@ std::string FusedPathUnsupported(const JobSpec& spec, const ModelSpec& model,
   }
   if (!has_linear) return "the model has no linear layer";
   if (spec.loss == LossKind::kNll) return "loss nll has no fused kernel";
+  if (!spec.class_weights.empty()) return "class_weights have no fused kernel";
+  if (spec.ignore_index.has_value()) return "ignore_index has no fused kernel";
+  if (!spec.pos_weight.empty()) return "pos_weight has no fused kernel";
   return "";
 }
 

@@ -146,6 +146,7 @@ class LibTorchPath final : public TrainingPath {
     // fp16's narrow range needs loss scaling; bf16 has float32's range and needs none.
     if (spec_.precision == Precision::kFp16) scaler_.emplace(device_, LossScaler::Options{});
     classification_ = spec_.loss == LossKind::kCrossEntropy || spec_.loss == LossKind::kNll;
+    loss_tensors_ = MakeLossTensors(spec_, device_);
     const auto index_options = torch::TensorOptions(torch::kInt64).device(device_);
     const auto sum_options = torch::TensorOptions(torch::kFloat64).device(device_);
     loss_sum_ = torch::zeros({}, sum_options);
@@ -167,7 +168,7 @@ class LibTorchPath final : public TrainingPath {
     const torch::Tensor x = batch.x();
     const torch::Tensor y = batch.y();
     optimizer_->zero_grad();
-    torch::Tensor loss = ComputeLoss(spec_, Forward(x), y);
+    torch::Tensor loss = ComputeLoss(spec_, Forward(x), y, loss_tensors_);
     if (scaler_) {
       scaler_->Scale(loss).backward();
       scaler_->Unscale(parameters_);  // clipping below sees the true gradients
@@ -232,8 +233,8 @@ class LibTorchPath final : public TrainingPath {
     const torch::Tensor y = batch.y();
     torch::NoGradGuard no_grad;
     torch::Tensor output = Forward(x);
-    val_loss_sum_.add_(ComputeLoss(spec_, output, y), /*alpha=*/static_cast<double>(x.size(0)));
-    if (classification_) val_correct_.add_(output.argmax(/*dim=*/1).eq(y.reshape({-1})).sum());
+    // The plain loss (loss.h): what an eval loop computes, without training-only terms.
+    AddValidationBatch(spec_, output, y, val_loss_sum_, classification_ ? &val_correct_ : nullptr);
   }
 
   void EndValidation() override { net_.train(); }
@@ -305,6 +306,7 @@ class LibTorchPath final : public TrainingPath {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::optional<LossScaler> scaler_;
   bool classification_ = false;
+  LossTensors loss_tensors_;              // the job's class weights and pos_weight on its device
   GradientExchange* exchange_ = nullptr;  // a data-parallel rank's; not owned
   torch::Tensor loss_sum_;
   torch::Tensor val_loss_sum_;

@@ -24,6 +24,7 @@
 #include "server/engine/log.h"
 #include "server/engine/training/checkpoint.h"
 #include "server/engine/training/fused_path.h"
+#include "server/engine/training/loss.h"
 #include "server/engine/training/optimizer.h"
 #include "server/engine/training/stacked_path.h"
 #include "server/engine/training/training_path.h"
@@ -162,6 +163,8 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   }
   classification_ = spec_.loss == LossKind::kCrossEntropy || spec_.loss == LossKind::kNll;
   batch_ = std::min<int64_t>(spec_.batch_size, rows_);
+  val_divisor_ = static_cast<double>(val_rows_);
+  if (classification_ && spec_.ignore_index.has_value() && !CountIgnoredTargets()) return false;
   // The schedule's steps per epoch: the epoch's optimizer steps, batch * world rows each.
   const int64_t step_rows = batch_ * std::max<int64_t>(world, 1);
   schedule_.emplace(spec_, std::max<int64_t>(1, (rows_ + step_rows - 1) / step_rows));
@@ -189,6 +192,41 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
       outcome_.stopped_early = true;
       stopped_ = true;
     }
+  }
+  return true;
+}
+
+// With ignore_index: the targets CheckLoss could not rule out from the dataset's range (negative
+// ones other than the ignore_index) fail the job here, before its first step, and the validation
+// rows not ignored become the validation sums' divisor. One transfer, counted.
+bool MemberLoop::CountIgnoredTargets() {
+  const int64_t ignore = *spec_.ignore_index;
+  std::vector<torch::Tensor> counts = {IgnoredTargetCounts(spec_, targets_)};
+  const bool own_validation = run_.validation_dataset != nullptr && val_rows_ > 0;
+  if (val_index_.defined()) {
+    counts.push_back(IgnoredTargetCounts(spec_, targets_.index_select(/*dim=*/0, val_index_)));
+  } else if (own_validation) {
+    counts.push_back(IgnoredTargetCounts(spec_, val_targets_));
+  }
+  const torch::Tensor host = host_.ToHost(torch::cat(counts));
+  const int64_t* value = host.data_ptr<int64_t>();
+  const bool has_validation = counts.size() > 1;
+  const int64_t invalid = value[1] + (own_validation ? value[3] : 0);
+  if (invalid > 0) {
+    const std::string name = own_validation && value[1] == 0 ? run_.validation_dataset->meta.name
+                                                             : run_.dataset->meta.name;
+    return End(JobState::kFailed,
+               absl::StrCat("dataset '", name, "' has ", invalid,
+                            " negative class target(s) that are not the ignore_index ", ignore,
+                            "; a class target is 0..classes-1 or the ignore_index"));
+  }
+  if (has_validation) {
+    if (value[2] == 0) {
+      return End(JobState::kFailed,
+                 absl::StrCat("every validation row's target is the ignore_index ", ignore,
+                              ": there is nothing to validate on"));
+    }
+    val_divisor_ = static_cast<double>(value[2]);
   }
   return true;
 }
@@ -232,11 +270,10 @@ std::vector<torch::Tensor> MemberLoop::EpochValues() {
   val_accuracy_at_ = -1;
   if (val_rows_ > 0) {
     val_loss_at_ = static_cast<int>(reduced.size());
-    reduced.push_back(path_->validation_loss_sum() / static_cast<double>(val_rows_));
+    reduced.push_back(path_->validation_loss_sum() / val_divisor_);
     if (classification_) {
       val_accuracy_at_ = static_cast<int>(reduced.size());
-      reduced.push_back(path_->validation_correct().to(torch::kFloat64) /
-                        static_cast<double>(val_rows_));
+      reduced.push_back(path_->validation_correct().to(torch::kFloat64) / val_divisor_);
     }
   }
   extra_at_ = static_cast<int>(reduced.size());

@@ -192,6 +192,9 @@ class MemberLoop {
   bool stopped_ = false;          // early stop: no more epochs, the job still to Finish
   double earlier_seconds_ = 0;    // a resumed job's running time before this run
   double loop_end_seconds_ = -1;  // since start; < 0 while the loop runs
+  // Setup's part for ignore_index (member_loop.cc); false when the job ended there.
+  bool CountIgnoredTargets();
+
   at::Generator gen_;
   std::unique_ptr<TrainingPath> path_;
   torch::Tensor features_;
@@ -202,6 +205,9 @@ class MemberLoop {
   torch::Tensor val_index_;    // fraction only: the rows that validate
   int64_t rows_ = 0;           // training rows
   int64_t val_rows_ = 0;
+  // What the validation sums are divided by: val_rows_, or with ignore_index the validation rows
+  // whose target is not ignored (counted once, at Setup).
+  double val_divisor_ = 0.0;
   int64_t batch_ = 1;
   bool classification_ = false;
   int32_t epoch_ = 0;  // the last epoch begun (a resumed job's checkpoint epoch before its first)

@@ -53,6 +53,9 @@ std::string StackedPathUnsupported(const TrainingRun& run) {
   }
   if (!has_linear) return "the model has no linear layer";
   if (run.spec.loss == LossKind::kNll) return "loss nll has no stacked form";
+  if (!run.spec.class_weights.empty()) return "class_weights have no stacked form";
+  if (run.spec.ignore_index.has_value()) return "ignore_index has no stacked form";
+  if (!run.spec.pos_weight.empty()) return "pos_weight has no stacked form";
   return "";
 }
 
@@ -127,7 +130,7 @@ class StackedPack::Impl {
     Build();
     UploadLearningRates();
     for (torch::Tensor& p : parameters_) p.mutable_grad() = torch::Tensor();
-    const torch::Tensor losses = MemberLosses(Forward(x), y);
+    const torch::Tensor losses = MemberLosses(Forward(x), y, spec_.label_smoothing);
     // The members' losses are independent: the gradient of their sum is each member's own.
     losses.sum().backward();
     torch::NoGradGuard no_grad;
@@ -143,7 +146,8 @@ class StackedPack::Impl {
     Build();
     torch::NoGradGuard no_grad;
     const torch::Tensor output = Forward(x);
-    val_loss_sums_.add_(MemberLosses(output, y).to(torch::kFloat64),
+    // The plain loss (loss.h's AddValidationBatch): without label smoothing.
+    val_loss_sums_.add_(MemberLosses(output, y, /*label_smoothing=*/0.0).to(torch::kFloat64),
                         static_cast<double>(x.size(1)));
     if (classification_) {
       val_correct_.add_(output.argmax(/*dim=*/2).eq(y.reshape({count_, -1})).sum(/*dim=*/1));
@@ -323,8 +327,10 @@ class StackedPack::Impl {
     return h;
   }
 
-  // Each member's mean loss over its batch ([M]), as ComputeLoss computes one job's.
-  torch::Tensor MemberLosses(const torch::Tensor& output, const torch::Tensor& targets) const {
+  // Each member's mean loss over its batch ([M]), as ComputeLoss computes one job's, with
+  // `label_smoothing` (the spec's to train, 0 to validate).
+  torch::Tensor MemberLosses(const torch::Tensor& output, const torch::Tensor& targets,
+                             double label_smoothing) const {
     const int64_t members = output.size(0);
     switch (spec_.loss) {
       case LossKind::kMse:
@@ -346,7 +352,7 @@ class StackedPack::Impl {
         return F::cross_entropy(output.reshape({members * rows, output.size(2)}),
                                 targets.reshape({-1}),
                                 F::CrossEntropyFuncOptions()
-                                    .label_smoothing(spec_.label_smoothing)
+                                    .label_smoothing(label_smoothing)
                                     .reduction(torch::kNone))
             .view({members, rows})
             .mean(/*dim=*/1);

@@ -258,6 +258,17 @@ std::string DataParallelSpecUnsupported(const JobSpec& spec, const ModelSpec& mo
   if (spec.engine == EngineKind::kFused) {
     return "ranks train on the LibTorch path (engine auto or libtorch, not fused)";
   }
+  // The ranks' gradients are averaged weighted by their rows, which is the global batch's when
+  // each rank's loss is a mean over its rows. With class weights or ignored rows a batch's loss
+  // is a ratio of sums over its rows (weights, rows not ignored), which that average is not.
+  if (!spec.class_weights.empty()) {
+    return "class_weights train on one rank (a weighted mean's divisor is the global batch's "
+           "sum of weights, which the ranks' rows-weighted gradient average does not use)";
+  }
+  if (spec.ignore_index.has_value()) {
+    return "ignore_index trains on one rank (the mean is over the global batch's rows not "
+           "ignored, which the ranks' rows-weighted gradient average does not count)";
+  }
   for (const LayerSpec& layer : model.layers) {
     if (layer.kind == LayerKind::kDropout) {
       return "dropout layers train on one rank (each rank's masks would draw from the "
@@ -447,7 +458,8 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
   if (a.loss != b.loss || a.optimizer != b.optimizer || a.nesterov != b.nesterov ||
       a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps || a.alpha != b.alpha ||
       a.huber_delta != b.huber_delta || a.label_smoothing != b.label_smoothing ||
-      s != t ||
+      a.class_weights != b.class_weights || a.ignore_index != b.ignore_index ||
+      a.pos_weight != b.pos_weight || s != t ||
       a.clip_grad_norm != b.clip_grad_norm || a.shuffle != b.shuffle ||
       a.validation_dataset != b.validation_dataset ||
       a.early_stop_patience != b.early_stop_patience || a.precision != b.precision ||
