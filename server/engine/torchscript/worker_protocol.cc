@@ -148,6 +148,10 @@ void PutSpec(WireWriter& w, const JobSpec& s) {
   w.I64(static_cast<int64_t>(s.priority));
   w.I64(static_cast<int64_t>(s.engine));
   w.F64(s.max_job_seconds);
+  w.F64(s.early_stop_min_delta);
+  w.I64(static_cast<int64_t>(s.early_stop_metric));
+  w.I64(s.gradient_accumulation_steps);
+  w.Bool(s.drop_last);
 }
 
 absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
@@ -199,6 +203,13 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, static_cast<int>(EngineKind::kLibTorch), "an engine"));
   s.engine = static_cast<EngineKind>(v);
   TRAINERD_ASSIGN_OR_RETURN(s.max_job_seconds, r.F64());
+  TRAINERD_ASSIGN_OR_RETURN(s.early_stop_min_delta, r.F64());
+  TRAINERD_ASSIGN_OR_RETURN(
+      v, r.Int(0, static_cast<int>(EarlyStopMetric::kValidationAccuracy), "an early stop metric"));
+  s.early_stop_metric = static_cast<EarlyStopMetric>(v);
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(1, kInt32Max, "gradient accumulation steps"));
+  s.gradient_accumulation_steps = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(s.drop_last, r.Bool());
   return s;
 }
 

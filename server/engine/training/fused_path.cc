@@ -644,6 +644,9 @@ std::string FusedPathUnsupported(const JobSpec& spec, const ModelSpec& model,
   }
   if (!has_linear) return "the model has no linear layer";
   if (spec.loss == LossKind::kNll) return "loss nll has no fused kernel";
+  if (spec.gradient_accumulation_steps > 1) {
+    return "gradient accumulation runs on LibTorch's autograd (the fused step updates per batch)";
+  }
   return "";
 }
 

@@ -53,6 +53,9 @@ std::string StackedPathUnsupported(const TrainingRun& run) {
   }
   if (!has_linear) return "the model has no linear layer";
   if (run.spec.loss == LossKind::kNll) return "loss nll has no stacked form";
+  if (run.spec.gradient_accumulation_steps > 1) {
+    return "gradient accumulation trains alone (the stacked step updates per batch)";
+  }
   return "";
 }
 
