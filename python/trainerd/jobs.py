@@ -72,7 +72,12 @@ class JobState(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Epoch:
-    """One finished epoch of a job (trainerd.v1.EpochResult)."""
+    """One finished epoch of a job (trainerd.v1.EpochResult).
+
+    ``loss`` is the epoch's mean training loss over the rows that trained: each batch's mean loss
+    times its rows, summed, divided by the rows (not the mean of the batch means, which differs
+    when the last batch is shorter). ``validation_loss`` is the same over the validation rows.
+    """
 
     epoch: int
     loss: float
@@ -289,6 +294,8 @@ class JobBase:
 
     @property
     def final_loss(self) -> float:
+        """The last finished epoch's loss (:attr:`Epoch.loss`: the mean over the rows that
+        trained); 0 before the first."""
         return self._proto.final_loss
 
     @property
@@ -305,6 +312,7 @@ class JobBase:
 
     @property
     def steps(self) -> int:
+        """Optimizer steps taken (with gradient_accumulation_steps N, one per N batches)."""
         return self._proto.steps
 
     @property
@@ -608,7 +616,8 @@ class Job(JobBase):
 
     def validation_rows(self, rows: int | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The indices of the dataset rows the job held out for validation
-        (``validation_fraction``), in the daemon's order: evaluate the trained model on them to
+        (``validation_fraction``), in the split's order (the order the daemon validates them in
+        when the job shuffles; with ``shuffle=False`` it validates them sorted): evaluate the trained model on them to
         get the job's last validation loss and accuracy. ``rows``: the dataset's row count (asked
         of the daemon when not given). Needs torch, the daemon's version (jobs.proto,
         JobSpec.validation_fraction, says the rule). ValueError for a job that held none out.
