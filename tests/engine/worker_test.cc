@@ -54,6 +54,11 @@ WorkerJob SampleJob() {
   job.spec.validation_fraction = 0.125;
   job.spec.max_job_seconds = 3.5;
   job.spec.precision = Precision::kBf16;
+  job.spec.early_stop_patience = 4;
+  job.spec.early_stop_min_delta = 0.0625;
+  job.spec.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
+  job.spec.gradient_accumulation_steps = 3;
+  job.spec.drop_last = true;
   job.device = "cpu";
   job.intra_op_threads = 2;
   job.cpu_nice = 10;
@@ -86,6 +91,11 @@ TEST(WorkerProtocolTest, AJobCrossesExactly) {
   EXPECT_EQ(back->spec.validation_fraction, 0.125);
   EXPECT_EQ(back->spec.max_job_seconds, 3.5);
   EXPECT_EQ(back->spec.precision, Precision::kBf16);
+  EXPECT_EQ(back->spec.early_stop_patience, 4);
+  EXPECT_EQ(back->spec.early_stop_min_delta, 0.0625);
+  EXPECT_EQ(back->spec.early_stop_metric, EarlyStopMetric::kValidationAccuracy);
+  EXPECT_EQ(back->spec.gradient_accumulation_steps, 3);
+  EXPECT_TRUE(back->spec.drop_last);
   EXPECT_EQ(back->intra_op_threads, 2);
   EXPECT_EQ(back->cpu_nice, 10);
   EXPECT_EQ(back->dataset.meta.feature_shape, (std::vector<int64_t>{1, 28, 28}));
