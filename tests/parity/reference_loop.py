@@ -29,18 +29,30 @@ class Result:
 
 
 def held_out_rows(fraction: float, rows: int) -> int:
-    """round(fraction * rows), halves away from zero (C's llround), as trainerd counts them."""
-    return int(math.floor(fraction * rows + 0.5)) if fraction > 0 else 0
+    """round(fraction * rows), halves away from zero (C's llround), as trainerd counts them: the
+    float64 product's fraction compared with 0.5 exactly (floor(v + 0.5) would round
+    0.49999999999999994 up)."""
+    if not fraction > 0:
+        return 0
+    value = fraction * rows
+    whole = math.floor(value)
+    return int(whole) + (1 if value - whole >= 0.5 else 0)
 
 
-def split(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def split(
+    rows: int, fraction: float, seed: int, shuffle: bool = True
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The held-out split: one permutation from a generator of its own seeded with the job's
-    seed; the first rows - held_out train, the rest validate."""
+    seed; the first rows - held_out train, the rest validate. Without shuffling both parts are
+    taken in ascending row index."""
     held = held_out_rows(fraction, rows)
     if held == 0:
         return None
     order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
-    return order[: rows - held], order[rows - held :]
+    train, val = order[: rows - held], order[rows - held :]
+    if not shuffle:
+        train, val = train.sort().values, val.sort().values
+    return train, val
 
 
 def forward(model: torch.nn.Module, x: torch.Tensor, precision: str) -> torch.Tensor:
@@ -75,7 +87,7 @@ def train(
     rows = features.shape[0]
     train_index: torch.Tensor | None = None
     val_x = val_y = None
-    parts = split(rows, spec.get("validation_fraction") or 0.0, seed)
+    parts = split(rows, spec.get("validation_fraction") or 0.0, seed, spec.get("shuffle", True))
     if parts is not None:
         train_index, val_index = parts
         val_x, val_y = features[val_index], targets[val_index]
@@ -88,9 +100,14 @@ def train(
     precision = spec.get("precision", "fp32")
     clip = spec.get("clip_grad_norm") or 0.0
     patience = spec.get("early_stop_patience") or 0
+    min_delta = spec.get("early_stop_min_delta") or 0.0
+    on_accuracy = spec.get("early_stop_metric") == "accuracy"
+    accumulate = spec.get("gradient_accumulation_steps") or 1
+    # drop_last: DataLoader(drop_last=True) drops the epoch's short last batch.
+    used = rows // batch * batch if spec.get("drop_last") else rows
 
     result = Result([], [], [], {}, False, 0)
-    best = math.inf
+    best = -math.inf if on_accuracy else math.inf
     without_improvement = 0
     for epoch in range(1, epochs + 1):
         lr = reference_schedule.lr_for_epoch(spec, epoch)
@@ -105,18 +122,22 @@ def train(
         else:
             order = torch.arange(rows)
         total = 0.0
-        for begin in range(0, rows, batch):
-            index = order[begin : begin + batch]
+        # Gradient accumulation, the usual loop: (loss / N).backward() per batch, a step after
+        # every N-th batch and after the epoch's last (a short last group still divides by N).
+        for i, begin in enumerate(range(0, used, batch)):
+            index = order[begin : min(begin + batch, used)]
             xb, yb = features[index], targets[index]
-            optimizer.zero_grad()
+            if i % accumulate == 0:
+                optimizer.zero_grad()
             loss = train_loss(forward(model, xb, precision), yb)
-            loss.backward()
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            result.steps += 1
+            (loss / accumulate).backward()
+            if (i + 1) % accumulate == 0 or begin + batch >= used:
+                if clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                optimizer.step()
+                result.steps += 1
             total += loss.item() * index.shape[0]
-        result.losses.append(total / rows)
+        result.losses.append(total / used)
         if val_x is not None:
             model.eval()
             vtotal = 0.0
@@ -134,8 +155,17 @@ def train(
             result.validation_losses.append(vloss)
             if classification:
                 result.validation_accuracies.append(correct / val_x.shape[0])
-            if vloss < best:
-                best = vloss
+            # Keras' EarlyStopping: an improvement beats the best by more than min_delta, and
+            # only an improvement moves the best.
+            if on_accuracy:
+                accuracy = result.validation_accuracies[-1]
+                improved = accuracy - min_delta > best
+                value = accuracy
+            else:
+                improved = vloss + min_delta < best
+                value = vloss
+            if improved:
+                best = value
                 without_improvement = 0
             else:
                 without_improvement += 1
