@@ -78,7 +78,7 @@ struct Recorded {
   std::vector<EpochResult> epochs;
 };
 
-Recorded Run(TrainingRun run) {
+Recorded Train(TrainingRun run) {
   Recorded recorded;
   run.on_epoch = [&](const EpochResult& e, int64_t, int64_t) { recorded.epochs.push_back(e); };
   recorded.outcome = RunTraining(run);
@@ -252,7 +252,7 @@ void ExpectMatches(const Recorded& job, const Reference& ref) {
 TEST(LoopSemanticsTest, TheReferenceLoopIsTheJobsLoop) {
   TrainingRun run = MakeRun(MakeDataset(60), "linear:8,relu,linear:1");
   run.spec.validation_fraction = 0.25;
-  ExpectMatches(Run(run), ReferenceLoop(run));
+  ExpectMatches(Train(run), ReferenceLoop(run));
 }
 
 // --no-shuffle takes the training rows in ascending row index, and the validation rows too; the
@@ -261,11 +261,11 @@ TEST(LoopSemanticsTest, NoShuffleWithValidationTrainsTheSplitsRowsInDatasetOrder
   TrainingRun run = MakeRun(MakeDataset(50), "linear:8,relu,linear:1");
   run.spec.validation_fraction = 0.2;
   run.spec.shuffle = false;
-  const Recorded job = Run(run);
+  const Recorded job = Train(run);
   ExpectMatches(job, ReferenceLoop(run));
   EXPECT_EQ(job.outcome.steps, 4 * 6);  // 40 rows in batches of 7: 6 an epoch
   // Each epoch is the same pass: without shuffling nothing is drawn, and a second job repeats it.
-  EXPECT_EQ(Run(run).epochs.back().loss, job.epochs.back().loss);
+  EXPECT_EQ(Train(run).epochs.back().loss, job.epochs.back().loss);
 }
 
 TEST(LoopSemanticsTest, HeldOutRowsRoundHalvesAwayFromZero) {
@@ -280,7 +280,7 @@ TEST(LoopSemanticsTest, HeldOutRowsRoundHalvesAwayFromZero) {
   run.spec.validation_fraction = 0.25;
   run.spec.batch_size = 7;
   run.spec.epochs = 1;
-  const Recorded job = Run(run);
+  const Recorded job = Train(run);
   ASSERT_EQ(job.outcome.state, JobState::kSucceeded) << job.outcome.error;
   EXPECT_EQ(job.outcome.steps, 1);
   ExpectMatches(job, ReferenceLoop(run));
@@ -295,13 +295,13 @@ TEST(LoopSemanticsTest, DropoutMasksFollowTheDocumentedDrawOrder) {
                             "dropout:0.5,linear:1");
   run.spec.validation_fraction = 0.2;
   run.spec.epochs = 5;
-  const Recorded job = Run(run);
+  const Recorded job = Train(run);
   ExpectMatches(job, ReferenceLoop(run));
   // The masks matter: the same job without dropout trains otherwise.
   TrainingRun plain = MakeRun(MakeDataset(45), "linear:16,relu,linear:8,relu,linear:1");
   plain.spec.validation_fraction = 0.2;
   plain.spec.epochs = 5;
-  EXPECT_NE(Run(plain).epochs.back().loss, job.epochs.back().loss);
+  EXPECT_NE(Train(plain).epochs.back().loss, job.epochs.back().loss);
 }
 
 // Gradient accumulation as `(loss / N).backward()` per batch and a step after every N-th batch
@@ -313,7 +313,7 @@ TEST(LoopSemanticsTest, GradientAccumulationIsTheUsualPyTorchLoop) {
     TrainingRun run = MakeRun(MakeDataset(32), "linear:8,relu,linear:1");
     run.spec.gradient_accumulation_steps = n;
     run.spec.clip_grad_norm = 0.3;
-    const Recorded job = Run(run);
+    const Recorded job = Train(run);
     const Reference ref = ReferenceLoop(run);
     ExpectMatches(job, ref);
     EXPECT_EQ(job.outcome.steps, 4 * ((5 + n - 1) / n));  // optimizer steps
@@ -322,14 +322,14 @@ TEST(LoopSemanticsTest, GradientAccumulationIsTheUsualPyTorchLoop) {
   TrainingRun one = MakeRun(MakeDataset(32), "linear:8,relu,linear:1");
   TrainingRun two = one;
   two.spec.gradient_accumulation_steps = 2;
-  EXPECT_NE(Run(one).epochs.back().loss, Run(two).epochs.back().loss);
+  EXPECT_NE(Train(one).epochs.back().loss, Train(two).epochs.back().loss);
 }
 
 TEST(LoopSemanticsTest, GradientAccumulationWithDropoutAndValidation) {
   TrainingRun run = MakeRun(MakeDataset(40, /*classes=*/3), "linear:12,relu,dropout:0.25,linear:3");
   run.spec.gradient_accumulation_steps = 2;
   run.spec.validation_fraction = 0.25;
-  ExpectMatches(Run(run), ReferenceLoop(run));
+  ExpectMatches(Train(run), ReferenceLoop(run));
 }
 
 // fp16 with accumulation: one unscale, overflow check and step per group, so an epoch of 5
@@ -338,7 +338,7 @@ TEST(LoopSemanticsTest, GradientAccumulationUnderFp16StepsOncePerGroup) {
   TrainingRun run = MakeRun(MakeDataset(32), "linear:8,relu,linear:1");
   run.spec.gradient_accumulation_steps = 2;
   run.spec.precision = Precision::kFp16;
-  const Recorded job = Run(run);
+  const Recorded job = Train(run);
   ASSERT_EQ(job.outcome.state, JobState::kSucceeded) << job.outcome.error;
   EXPECT_EQ(job.outcome.steps, 4 * 3);  // 5 batches: groups of 2, 2 and 1
   int64_t skipped = 0;
@@ -358,12 +358,12 @@ TEST(LoopSemanticsTest, GradientAccumulationUnderFp16StepsOncePerGroup) {
 TEST(LoopSemanticsTest, DropLastDropsTheShortLastBatch) {
   TrainingRun run = MakeRun(MakeDataset(32), "linear:8,relu,linear:1");
   run.spec.drop_last = true;
-  const Recorded job = Run(run);
+  const Recorded job = Train(run);
   ExpectMatches(job, ReferenceLoop(run));
   EXPECT_EQ(job.outcome.steps, 4 * 4);
   // With accumulation the last group is the last whole batch's.
   run.spec.gradient_accumulation_steps = 3;
-  const Recorded grouped = Run(run);
+  const Recorded grouped = Train(run);
   ExpectMatches(grouped, ReferenceLoop(run));
   EXPECT_EQ(grouped.outcome.steps, 4 * 2);
 }
@@ -374,7 +374,7 @@ TEST(LoopSemanticsTest, DropLastOnTheFusedPath) {
   run.spec.drop_last = true;
   TrainingRun fused = run;
   fused.spec.engine = EngineKind::kFused;
-  const Recorded job = Run(fused);
+  const Recorded job = Train(fused);
   ASSERT_EQ(job.outcome.state, JobState::kSucceeded) << job.outcome.error;
   EXPECT_EQ(job.outcome.engine, "fused");
   EXPECT_EQ(job.outcome.steps, 4 * 4);
@@ -390,13 +390,13 @@ TEST(LoopSemanticsTest, GradientAccumulationIsRefusedByTheFusedPathAndTakesLibTo
   TrainingRun run = MakeRun(MakeDataset(32), "linear:8,relu,linear:1");
   run.spec.gradient_accumulation_steps = 2;
   run.spec.engine = EngineKind::kFused;
-  const Recorded refused = Run(run);
+  const Recorded refused = Train(run);
   EXPECT_EQ(refused.outcome.state, JobState::kFailed);
   EXPECT_EQ(refused.outcome.error,
             "engine fused cannot run this job: gradient accumulation runs on LibTorch's autograd "
             "(the fused step updates per batch)");
   run.spec.engine = EngineKind::kAuto;
-  const Recorded job = Run(run);
+  const Recorded job = Train(run);
   ASSERT_EQ(job.outcome.state, JobState::kSucceeded) << job.outcome.error;
   EXPECT_EQ(job.outcome.engine, "libtorch");
   EXPECT_THAT(job.outcome.engine_reason, HasSubstr("gradient accumulation"));
@@ -475,7 +475,7 @@ TEST(LoopSemanticsTest, EarlyStoppingMinDeltaFollowsKeras) {
   run.spec.validation_fraction = 0.25;
   run.spec.learning_rate = 0.02;
   run.spec.epochs = 30;
-  const Recorded full = Run(run);
+  const Recorded full = Train(run);
   ASSERT_EQ(full.outcome.state, JobState::kSucceeded) << full.outcome.error;
   std::vector<double> val;
   for (const EpochResult& e : full.epochs) val.push_back(*e.validation_loss);
@@ -491,7 +491,7 @@ TEST(LoopSemanticsTest, EarlyStoppingMinDeltaFollowsKeras) {
     TrainingRun stopping = run;
     stopping.spec.early_stop_patience = 2;
     stopping.spec.early_stop_min_delta = min_delta;
-    const Recorded job = Run(stopping);
+    const Recorded job = Train(stopping);
     ASSERT_EQ(job.outcome.state, JobState::kSucceeded) << job.outcome.error;
     EXPECT_TRUE(job.outcome.stopped_early);
     ASSERT_EQ(job.epochs.size(), with);
@@ -503,7 +503,7 @@ TEST(LoopSemanticsTest, EarlyStoppingMinDeltaFollowsKeras) {
   TrainingRun never = run;
   never.spec.early_stop_patience = 3;
   never.spec.early_stop_min_delta = 1e6;
-  const Recorded job = Run(never);
+  const Recorded job = Train(never);
   EXPECT_TRUE(job.outcome.stopped_early);
   EXPECT_EQ(job.epochs.size(), 4u);
 }
@@ -514,7 +514,7 @@ TEST(LoopSemanticsTest, EarlyStoppingOnValidationAccuracy) {
   run.spec.learning_rate = 0.01;
   run.spec.momentum = 0.0;
   run.spec.epochs = 25;
-  const Recorded full = Run(run);
+  const Recorded full = Train(run);
   ASSERT_EQ(full.outcome.state, JobState::kSucceeded) << full.outcome.error;
   std::vector<double> accuracy;
   for (const EpochResult& e : full.epochs) accuracy.push_back(*e.validation_accuracy);
@@ -525,7 +525,7 @@ TEST(LoopSemanticsTest, EarlyStoppingOnValidationAccuracy) {
     stopping.spec.early_stop_patience = 3;
     stopping.spec.early_stop_min_delta = min_delta;
     stopping.spec.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
-    const Recorded job = Run(stopping);
+    const Recorded job = Train(stopping);
     ASSERT_EQ(job.outcome.state, JobState::kSucceeded) << job.outcome.error;
     EXPECT_EQ(job.epochs.size(), want);
     EXPECT_EQ(job.outcome.stopped_early, want < accuracy.size());
@@ -546,13 +546,13 @@ TEST(LoopSemanticsTest, EarlyStoppingOnAccuracyResumesExactly) {
   run.spec.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
   run.spec.checkpoint_every = 1;
   run.checkpoint_dir = dir.path();
-  const Recorded whole = Run(run);
+  const Recorded whole = Train(run);
   ASSERT_EQ(whole.outcome.state, JobState::kSucceeded) << whole.outcome.error;
   ASSERT_GT(whole.epochs.size(), 3u);
   TrainingRun resumed = run;
   resumed.checkpoint_dir.clear();
   resumed.resume_from = dir.path() + "/" + CheckpointFileName(3);
-  const Recorded after = Run(resumed);
+  const Recorded after = Train(resumed);
   ASSERT_EQ(after.outcome.state, JobState::kSucceeded) << after.outcome.error;
   ASSERT_EQ(after.epochs.size() + 3, whole.epochs.size());
   for (size_t e = 0; e < after.epochs.size(); ++e) {
