@@ -54,13 +54,6 @@ def test_gradient_accumulation_with_clipping_and_dropout(parity):
                  gradient_accumulation_steps=2, validation_fraction=0.25)
 
 
-def test_gradient_accumulation_under_fp16(parity):
-    # Scaling by a power of two and unscaling is exact: with no overflow, fp16's accumulated
-    # gradients are the autocast loop's.
-    parity.check("regression", model=MLP, lr=0.05, precision="fp16", epochs=2, batch_size=16,
-                 gradient_accumulation_steps=2, rtol=1e-5)
-
-
 def test_drop_last(parity):
     # 96 rows in batches of 40: the last 16 rows of each epoch's order are dropped.
     (job, fused) = parity.check("regression", model=MLP, lr=0.05, epochs=3, batch_size=40,
