@@ -85,8 +85,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "fp32, bf16 or fp16: the forward pass under autocast;\n"
            "fp16 adds loss scaling (default fp32)"},
           {"seed", "S",
-           "seed for initialisation and shuffling (default: the\n"
-           "daemon picks one and reports it in the job)"},
+           "seed for initialisation, the validation split,\n"
+           "shuffling and dropout masks (default: the daemon\n"
+           "picks one and reports it in the job)"},
           {"device", "DEVICE",
            "cpu, cuda, cuda:N or auto: the device the cost model\n"
            "expects to finish first, from Diagnose's figures\n"
