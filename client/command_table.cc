@@ -175,7 +175,9 @@ const std::vector<CommandSpec>& Commands() {
        /*max_args=*/1,
        "Show one job",
        "Shows job ID: its state, spec, progress, timing and (for small models) the trained\n"
-       "parameters; -o json prints every parameter value.\n",
+       "parameters; -o json prints every parameter value. An epoch's loss (and the final loss,\n"
+       "the last epoch's) is the mean over the rows that trained, each batch's mean loss\n"
+       "weighted by its rows, not the mean of the batch means.\n",
        {}},
       {"job watch",
        "",
@@ -183,8 +185,9 @@ const std::vector<CommandSpec>& Commands() {
        /*min_args=*/1,
        /*max_args=*/1,
        "Follow a job's epochs until it ends",
-       "Prints the epochs finished so far, then each epoch as it finishes, then how the job\n"
-       "ended. Exits 0 when the job succeeded, 3 when it failed and 4 when it was cancelled\n"
+       "Prints the epochs finished so far, then each epoch as it finishes (its loss: the mean\n"
+       "over the rows that trained), then how the job ended. Exits 0 when the job succeeded, 3 "
+       "when it failed and 4 when it was cancelled\n"
        "(1 when trainerd refused or could not be reached). Ctrl-C stops watching; the job keeps\n"
        "running. With -o json, prints one JSON object per event (-o yaml: one document each).\n",
        {}},

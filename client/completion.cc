@@ -30,6 +30,7 @@ constexpr ValueKind kValueKinds[] = {
     {"anneal-strategy", "cos linear"},
     {"precision", "fp32 bf16 fp16"},
     {"engine", "auto fused libtorch"},
+    {"early-stop-metric", "loss accuracy"},
     {"priority", "high normal low"},
     {"device", "auto cpu cuda cuda:0"},
     {"target-dtype", "float32 int64"},

@@ -36,7 +36,8 @@ std::string ValidationDescription(const v1::JobSpec& spec) {
   }
   return absl::StrFormat(
       "%g%% of dataset '%s' held out: the last round(%g * rows) of "
-      "torch.randperm(rows, generator=torch.Generator().manual_seed(%d))",
+      "torch.randperm(rows, generator=torch.Generator().manual_seed(%d)), halves rounded away "
+      "from zero",
       100.0 * spec.validation_fraction(), spec.dataset(), spec.validation_fraction(), spec.seed());
 }
 
@@ -254,9 +255,20 @@ std::string JobDetails(const v1::Job& job) {
   if (spec.clip_grad_norm() > 0) {
     lines.push_back({"clip grad norm", absl::StrFormat("%g", spec.clip_grad_norm())});
   }
+  if (spec.drop_last()) lines.push_back({"drop last", "yes (a short last batch is dropped)"});
+  if (spec.gradient_accumulation_steps() > 1) {
+    lines.push_back({"accumulation", absl::StrCat(spec.gradient_accumulation_steps(),
+                                                  " batches per optimizer step")});
+  }
   if (HasValidation(spec)) lines.push_back({"validation", ValidationDescription(spec)});
   if (spec.early_stop_patience() > 0) {
     std::string patience = absl::StrCat(spec.early_stop_patience(), " epochs");
+    if (spec.early_stop_metric() == v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY) {
+      absl::StrAppend(&patience, " on val accuracy");
+    }
+    if (spec.early_stop_min_delta() > 0) {
+      absl::StrAppend(&patience, absl::StrFormat(", min delta %g", spec.early_stop_min_delta()));
+    }
     if (job.stopped_early()) absl::StrAppend(&patience, " (stopped early)");
     lines.push_back({"early stopping", patience});
   }

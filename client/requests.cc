@@ -643,6 +643,32 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
         "--validation-dataset NAME");
   }
   spec.set_early_stop_patience(static_cast<int32_t>(patience));
+  if (invocation.Has("early-stop-min-delta")) {
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "early-stop-min-delta", patience > 0,
+                                          "early stopping (--early-stop-patience N)"));
+    TRAINERD_ASSIGN_OR_RETURN(
+        double min_delta, GetDoubleIn(invocation, "early-stop-min-delta", 0, 0, false, kInf, true));
+    spec.set_early_stop_min_delta(min_delta);
+  }
+  if (invocation.Has("early-stop-metric")) {
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "early-stop-metric", patience > 0,
+                                          "early stopping (--early-stop-patience N)"));
+    const std::string metric = invocation.Get("early-stop-metric");
+    if (metric == "loss") {
+      spec.set_early_stop_metric(v1::EARLY_STOP_METRIC_VALIDATION_LOSS);
+    } else if (metric == "accuracy") {
+      // The daemon checks the loss too, once a loss picked from the targets is known.
+      if (spec.loss() != v1::LOSS_UNSPECIFIED && spec.loss() != v1::LOSS_CROSS_ENTROPY &&
+          spec.loss() != v1::LOSS_NLL) {
+        return absl::InvalidArgumentError(
+            "--early-stop-metric accuracy needs a class loss (--loss cross_entropy or nll)");
+      }
+      spec.set_early_stop_metric(v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--early-stop-metric: unknown metric '",
+                                                     metric, "' (expected loss or accuracy)"));
+    }
+  }
   // Checked here as well as by the daemon, with the same limits (common/job_limits.h): a
   // checkpoint interval beyond --epochs would never fire, and a small one writes too many files.
   TRAINERD_ASSIGN_OR_RETURN(int64_t checkpoint_every,
@@ -659,6 +685,11 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_ASSIGN_OR_RETURN(v1::Engine engine, ParseEngine(invocation.Get("engine", "auto")));
   spec.set_engine(engine);
   spec.set_shuffle(!invocation.Has("no-shuffle"));
+  TRAINERD_ASSIGN_OR_RETURN(
+      const int64_t accumulation,
+      invocation.GetInt("gradient-accumulation-steps", 1, 1, std::numeric_limits<int32_t>::max()));
+  if (accumulation > 1) spec.set_gradient_accumulation_steps(static_cast<int32_t>(accumulation));
+  spec.set_drop_last(invocation.Has("drop-last"));
   // The daemon bounds it (--max_replicas); here only its type and sign.
   TRAINERD_ASSIGN_OR_RETURN(const int64_t replicas, invocation.GetInt("replicas", 1, 1, 1 << 20));
   if (replicas > 1) spec.set_replicas(static_cast<int32_t>(replicas));

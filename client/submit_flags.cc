@@ -101,7 +101,15 @@ std::vector<FlagSpec> SubmitFlags() {
           {"clip-grad-norm", "N",
            "scale the gradients down to a global L2 norm of at\n"
            "most N, > 0 (default 0: off)"},
-          {"batch-size", "N", "rows per step (default 32)"},
+          {"batch-size", "N", "rows per batch (default 32)"},
+          {"gradient-accumulation-steps", "N",
+           "step the optimizer once per N batches, on the sum of\n"
+           "their gradients of loss / N (the epoch's last group too,\n"
+           "however short), as PyTorch's usual accumulation loop;\n"
+           "LibTorch path, one rank (default 1)"},
+          {"drop-last", "",
+           "drop each epoch's last batch when it is short, as\n"
+           "DataLoader(drop_last=True) (default: train on it)"},
           {"epochs", "N", "passes over the dataset (default 10)"},
           {"validation-fraction", "F",
            "hold out this fraction of the rows (a split fixed by\n"
@@ -115,8 +123,16 @@ std::vector<FlagSpec> SubmitFlags() {
            "shapes and target dtype as --dataset; OWNER/NAME for\n"
            "another owner's)"},
           {"early-stop-patience", "N",
-           "stop after N epochs without a better validation loss;\n"
-           "needs validation (default 0: off)"},
+           "stop after N epochs without a better validation loss\n"
+           "(or --early-stop-metric); needs validation (default 0:\n"
+           "off)"},
+          {"early-stop-min-delta", "D",
+           "with --early-stop-patience: an epoch improves only when\n"
+           "it beats the best by more than D, >= 0 (default 0)"},
+          {"early-stop-metric", "M",
+           "with --early-stop-patience: loss (lower is better) or\n"
+           "accuracy (higher is better; cross_entropy and nll)\n"
+           "(default loss)"},
           {"checkpoint-every", "N",
            "save model and optimizer state every N epochs under\n"
            "the daemon's data folder, 1 <= N <= --epochs\n"
@@ -125,8 +141,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "fp32, bf16 or fp16: the forward pass under autocast;\n"
            "fp16 adds loss scaling (default fp32)"},
           {"seed", "S",
-           "seed for initialisation and shuffling (default: the\n"
-           "daemon picks one and reports it in the job)"},
+           "seed for initialisation, the validation split,\n"
+           "shuffling and dropout masks (default: the daemon\n"
+           "picks one and reports it in the job)"},
           {"device", "DEVICE",
            "cpu, cuda, cuda:N or auto: the device the cost model\n"
            "expects to finish first, from Diagnose's figures\n"
@@ -156,7 +173,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "a --torchscript job's time limit, in seconds or as a\n"
            "duration (90m): its worker is killed and the job FAILED\n"
            "past it (default and most: the daemon's --max_job_time, 24h)"},
-          {"no-shuffle", "", "keep the rows in order (default: reshuffle every epoch)"},
+          {"no-shuffle", "",
+           "train on the rows in the dataset's order every epoch\n"
+           "(default: reshuffle every epoch)"},
           {"request-id", "ID",
            "makes a retry safe: the same ID with the same request\n"
            "gets what its first call queued, not a second one\n"

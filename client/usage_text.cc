@@ -123,6 +123,11 @@ std::string CommandUsage(const CommandSpec& command) {
                              : absl::StrCat("-", flag.short_name, ", --", flag.name);
       if (!flag.value_name.empty()) absl::StrAppend(&left, " ", flag.value_name);
       std::vector<absl::string_view> lines = absl::StrSplit(flag.help, '\n');
+      // A flag too long for the column has its help start on the next line.
+      if (left.size() >= kUsageColumn) {
+        absl::StrAppend(&text, "  ", left, "\n");
+        left.clear();
+      }
       for (size_t i = 0; i < lines.size(); ++i) {
         absl::StrAppend(&text, "  ", PadRight(i == 0 ? left : "", kUsageColumn), lines[i], "\n");
       }

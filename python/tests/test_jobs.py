@@ -11,6 +11,7 @@ import pytest
 
 import trainerd
 from trainerd._display import report_rows
+from trainerd.v1 import jobs_pb2
 from conftest import class_data, seed_data
 
 UNREACHABLE = "127.0.0.1:1"
@@ -368,6 +369,26 @@ def test_spec_options_reach_the_daemon(
         ({"seed": -1}, "seed must be at least 0"),
         ({"max_job_time": 0}, "max_job_time must be a positive duration"),
         ({"device": ""}, "device needs a device"),
+        ({"early_stop_min_delta": 0.1}, "early_stop_min_delta applies to early stopping"),
+        ({"early_stop_metric": "accuracy"}, "early_stop_metric applies to early stopping"),
+        (
+            {"validation_fraction": 0.2, "early_stop_patience": 2, "early_stop_min_delta": -1.0},
+            "early_stop_min_delta must be >= 0",
+        ),
+        (
+            {"validation_fraction": 0.2, "early_stop_patience": 2, "early_stop_metric": "f1"},
+            "unknown metric 'f1' \\(expected loss or accuracy\\)",
+        ),
+        (
+            {
+                "validation_fraction": 0.2,
+                "early_stop_patience": 2,
+                "early_stop_metric": "accuracy",
+                "loss": "mse",
+            },
+            "early_stop_metric 'accuracy' needs a class loss",
+        ),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be at least 1"),
     ],
 )
 def test_spec_checks_before_sending(options: dict[str, object], error: str) -> None:
@@ -389,10 +410,70 @@ def test_loss_weights_reach_the_spec() -> None:
     assert list(spec.pos_weight) == [3.0, 0.5]
     with pytest.raises(TypeError, match="class_weights must be a sequence of numbers"):
         build_spec("seed", "linear:3", {"class_weights": "1,2,3"})
+def test_loop_options_reach_the_daemon(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    # 300 of the 400 rows train: batches of 64 are 4 whole ones and 44 rows, which drop_last drops;
+    # accumulating 2 batches a step makes 2 optimizer steps an epoch.
+    job = client.submit(
+        seed_dataset,
+        model="linear:1",
+        batch_size=64,
+        epochs=3,
+        validation_fraction=0.25,
+        gradient_accumulation_steps=2,
+        drop_last=True,
+        early_stop_patience=2,
+        early_stop_min_delta=0.001,
+        seed=3,
+    ).wait(timeout=60)
+    assert job.state == trainerd.JobState.SUCCEEDED, job.error
+    spec = job.spec
+    assert spec.gradient_accumulation_steps == 2
+    assert spec.drop_last is True
+    assert spec.early_stop_min_delta == 0.001
+    assert spec.early_stop_metric == jobs_pb2.EARLY_STOP_METRIC_VALIDATION_LOSS
+    assert job.steps == 3 * 2
+    assert job.report.engine == "libtorch"  # accumulation is LibTorch's
+    assert len(job.history) == 3
+
+
+def test_early_stopping_on_validation_accuracy(client: trainerd.Client) -> None:
+    x, y = class_data()
+    job = client.submit(
+        client.upload(f"acc-{uuid.uuid4().hex[:8]}", x, y),
+        model="linear:3",
+        loss="cross_entropy",
+        lr=0.05,
+        batch_size=32,
+        epochs=40,
+        validation_fraction=0.2,
+        early_stop_patience=2,
+        early_stop_metric="accuracy",
+        seed=1,
+    ).wait(timeout=60)
+    assert job.state == trainerd.JobState.SUCCEEDED, job.error
+    assert job.spec.early_stop_metric == jobs_pb2.EARLY_STOP_METRIC_VALIDATION_ACCURACY
+    # Keras' rule on the reported accuracies: the job ran until 2 epochs in a row did not beat
+    # the best.
+    best, wait, stop = -1.0, 0, len(job.history)
+    for e in job.history:
+        assert e.validation_accuracy is not None
+        if e.validation_accuracy > best:
+            best, wait = e.validation_accuracy, 0
+        else:
+            wait += 1
+            if wait >= 2:
+                stop = e.epoch
+                break
+    assert len(job.history) == stop
+    assert job.stopped_early == (stop < 40)
 
 
 def test_spec_type_errors_before_sending() -> None:
     offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(TypeError, match="drop_last must be a bool"):
+        offline.submit("seed", model="linear:1", drop_last="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="lr must be a number"):
         offline.submit("seed", model="linear:1", lr="fast")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="epochs must be a whole number"):

@@ -47,6 +47,10 @@ DEFAULTS: dict[str, Any] = {
     "epochs": 10,
     "validation_fraction": 0.0,
     "early_stop_patience": 0,
+    "early_stop_min_delta": 0.0,
+    "early_stop_metric": "loss",
+    "gradient_accumulation_steps": 1,
+    "drop_last": False,
     "checkpoint_every": 0,
     "precision": "fp32",
     "priority": "normal",
@@ -114,6 +118,10 @@ class SweepOptions(TypedDict, total=False):
     validation_fraction: float
     validation_dataset: str
     early_stop_patience: int
+    early_stop_min_delta: float
+    early_stop_metric: str
+    gradient_accumulation_steps: int
+    drop_last: bool
     checkpoint_every: int
     precision: str
     device: str
@@ -172,6 +180,10 @@ _PRIORITIES = {
     "high": jobs_pb2.JOB_PRIORITY_HIGH,
     "normal": jobs_pb2.JOB_PRIORITY_NORMAL,
     "low": jobs_pb2.JOB_PRIORITY_LOW,
+}
+_EARLY_STOP_METRICS = {
+    "loss": jobs_pb2.EARLY_STOP_METRIC_VALIDATION_LOSS,
+    "accuracy": jobs_pb2.EARLY_STOP_METRIC_VALIDATION_ACCURACY,
 }
 _ENGINES = {
     "auto": jobs_pb2.ENGINE_AUTO,
@@ -493,6 +505,29 @@ def build_spec(
             "validation_dataset=NAME"
         )
     spec.early_stop_patience = patience
+    _applies(options, "early_stop_min_delta", patience > 0, "early stopping (early_stop_patience=N)")
+    _applies(options, "early_stop_metric", patience > 0, "early stopping (early_stop_patience=N)")
+    spec.early_stop_min_delta = _number_in(
+        "early_stop_min_delta", get("early_stop_min_delta"), 0, False, math.inf, True
+    )
+    metric = _choice("early_stop_metric", get("early_stop_metric"), _EARLY_STOP_METRICS, "metric")
+    if metric == jobs_pb2.EARLY_STOP_METRIC_VALIDATION_ACCURACY and spec.loss not in (
+        jobs_pb2.LOSS_UNSPECIFIED,
+        jobs_pb2.LOSS_CROSS_ENTROPY,
+        jobs_pb2.LOSS_NLL,
+    ):
+        # Without a loss the daemon checks it, once it picked one by the targets.
+        raise ValueError("early_stop_metric 'accuracy' needs a class loss ('cross_entropy' or 'nll')")
+    spec.early_stop_metric = metric  # type: ignore[assignment]
+    accumulation = _integer(
+        "gradient_accumulation_steps", get("gradient_accumulation_steps"), 1, _INT32_MAX
+    )
+    if accumulation > 1:
+        spec.gradient_accumulation_steps = accumulation
+    drop_last = get("drop_last")
+    if not isinstance(drop_last, bool):
+        raise TypeError("drop_last must be a bool")
+    spec.drop_last = drop_last
     checkpoint_every = _integer("checkpoint_every", get("checkpoint_every"), 0, epochs)
     check_epochs_and_checkpoints(epochs, checkpoint_every)
     spec.checkpoint_every = checkpoint_every

@@ -14,7 +14,9 @@ __all__ = ["held_out_rows", "held_out_count"]
 
 
 def held_out_count(rows: int, fraction: float) -> int:
-    """round(fraction * rows), half away from zero as the daemon's llround: the rows held out."""
+    """The rows held out: fraction * rows (float64) rounded to the nearest integer with halves
+    away from zero, as the daemon's llround (not Python's round(), which rounds halves to even:
+    10 rows at 0.25 hold out 3, not 2)."""
     if not fraction > 0:
         return 0
     if fraction >= 1:
@@ -25,8 +27,8 @@ def held_out_count(rows: int, fraction: float) -> int:
 
 
 def held_out_rows(rows: int, fraction: float, seed: int) -> numpy.ndarray[Any, numpy.dtype[numpy.int64]]:
-    """The indices (int64, in the daemon's order) of the rows a job with this ``seed`` held out of
-    a dataset of ``rows`` rows: the last ``round(fraction * rows)`` of
+    """The indices (int64, in the split's order) of the rows a job with this ``seed`` held out of
+    a dataset of ``rows`` rows: the last :func:`held_out_count` of
     ``torch.randperm(rows, generator=torch.Generator().manual_seed(seed))``, drawn on the CPU
     whatever the job's device (jobs.proto, JobSpec.validation_fraction). Needs torch, the same
     version as the daemon's LibTorch for the same permutation (``client.version()`` names it).

@@ -407,6 +407,10 @@ class Client:
         validation_fraction: float = 0.0,
         validation_dataset: str | None = None,
         early_stop_patience: int = 0,
+        early_stop_min_delta: float | None = None,
+        early_stop_metric: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        drop_last: bool = False,
         checkpoint_every: int = 0,
         precision: str = "fp32",
         seed: int | None = None,
@@ -501,23 +505,52 @@ class Client:
             plateau_cooldown: plateau: epochs after a reduction before bad epochs count, >= 0
                 (default 0).
             clip_grad_norm: scale gradients down to a global L2 norm of at most N (0: off).
-            batch_size: rows per step.
+            batch_size: rows per batch (the last batch of an epoch may be shorter).
             epochs: passes over the dataset.
-            validation_fraction: hold out this fraction of the rows, 0 <= F < 1 (0: none).
-                The validation loss each epoch reports is the plain loss, without
-                label_smoothing, class_weights or pos_weight, as an eval loop computes it.
+            validation_fraction: hold out this fraction of the rows, 0 <= F < 1 (0: none):
+                ``k`` rows, ``F * rows`` in float64 rounded to the nearest integer with halves
+                away from zero (C's llround, not Python's ``round()``: 10 rows at 0.25 hold out
+                3, not 2),
+                the last k of ``torch.randperm(rows, generator=torch.Generator()
+                .manual_seed(seed))`` (:meth:`Job.validation_rows` gives them). The validation
+                loss each epoch reports is the plain loss, without label_smoothing,
+                class_weights or pos_weight, as an eval loop computes it.
             validation_dataset: validate on this resident dataset instead.
-            early_stop_patience: stop after N epochs without a better validation loss.
+            early_stop_patience: stop after N epochs without a better validation metric
+                (``early_stop_metric``; the loss by default).
+            early_stop_min_delta: with early_stop_patience: an epoch improves only when it
+                beats the best by more than this, >= 0 (default 0), as Keras' and Lightning's
+                ``EarlyStopping(min_delta=...)``; the best moves only on an improvement.
+            early_stop_metric: with early_stop_patience: ``"loss"`` (the validation loss, lower
+                is better; the default) or ``"accuracy"`` (the validation accuracy, higher is
+                better; cross_entropy and nll only).
+            gradient_accumulation_steps: step the optimizer once per N batches (default 1), as
+                PyTorch's usual loop ``(loss / N).backward()`` per batch and
+                ``optimizer.step(); optimizer.zero_grad()`` after every N-th batch and after
+                the epoch's last: the last group of an epoch may be shorter and its gradients
+                are still divided by N. Clipping and fp16's unscaling act on the accumulated
+                gradients; ``Job.steps`` counts optimizer steps. Runs on the LibTorch path, on
+                one rank.
+            drop_last: drop each epoch's last batch when it is shorter than batch_size, as
+                ``DataLoader(drop_last=True)``; the epoch loss is then the mean over the rows
+                that trained.
             checkpoint_every: save model and optimizer state every N epochs (0: off).
             precision: fp32, bf16 or fp16.
-            seed: seed for initialisation and shuffling (default: the daemon picks one and
-                reports it in the job).
+            seed: seed for initialisation, the validation split, shuffling and dropout masks
+                (default: the daemon picks one and reports it in the job). On the CPU, with
+                ``g = torch.Generator().manual_seed(seed)``, each epoch draws
+                ``torch.randperm(training_rows, generator=g)`` (when shuffling), then for each
+                batch and each dropout layer in order ``torch.empty_like(x).bernoulli_(1 - p,
+                generator=g)``, the layer's output being ``x * (mask / (1 - p))``; initial
+                weights are ``torch.manual_seed(seed)`` then the layers built in order.
             device: cpu, cuda, cuda:N or auto (default: the daemon's default device).
             priority: high, normal or low.
             engine: auto, fused or libtorch.
             max_job_time: a TorchScript job's time limit, seconds or a timedelta.
             shuffle: reshuffle the rows every epoch (trainctl's ``--no-shuffle`` is
-                ``shuffle=False``).
+                ``shuffle=False``). False: every epoch takes the training rows in ascending row
+                index (with validation_fraction, the split's training rows sorted; validation
+                rows sorted too).
             replicas: train on N ranks, data-parallel (CPU ranks): each takes its slice of every
                 global batch of ``replicas * batch_size`` rows and the gradients are averaged,
                 so the job trains as one rank with batch ``replicas * batch_size`` would

@@ -74,11 +74,12 @@ class JobState(str, enum.Enum):
 class Epoch:
     """One finished epoch of a job (trainerd.v1.EpochResult).
 
-    ``loss`` is the epoch's training loss with the job's loss terms (label_smoothing,
-    class_weights, pos_weight): each batch's loss times its rows, summed, over the epoch's rows.
-    ``validation_loss`` is the plain loss over the validation rows, without those training-only
-    terms, as an eval loop computes it; with ``ignore_index``, ignored rows are left out of it and
-    of ``validation_accuracy``.
+    ``loss`` is the epoch's mean training loss over the rows that trained, with the job's loss
+    terms (label_smoothing, class_weights, pos_weight): each batch's mean loss times its rows,
+    summed, divided by the rows (not the mean of the batch means, which differs when the last
+    batch is shorter). ``validation_loss`` is the plain loss over the validation rows, without
+    those training-only terms, as an eval loop computes it, averaged the same way; with
+    ``ignore_index``, ignored rows are left out of it and of ``validation_accuracy``.
     """
 
     epoch: int
@@ -296,6 +297,8 @@ class JobBase:
 
     @property
     def final_loss(self) -> float:
+        """The last finished epoch's loss (:attr:`Epoch.loss`: the mean over the rows that
+        trained); 0 before the first."""
         return self._proto.final_loss
 
     @property
@@ -312,6 +315,7 @@ class JobBase:
 
     @property
     def steps(self) -> int:
+        """Optimizer steps taken (with gradient_accumulation_steps N, one per N batches)."""
         return self._proto.steps
 
     @property
@@ -615,7 +619,8 @@ class Job(JobBase):
 
     def validation_rows(self, rows: int | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The indices of the dataset rows the job held out for validation
-        (``validation_fraction``), in the daemon's order: evaluate the trained model on them to
+        (``validation_fraction``), in the split's order (the order the daemon validates them in
+        when the job shuffles; with ``shuffle=False`` it validates them sorted): evaluate the trained model on them to
         get the job's last validation loss and accuracy. ``rows``: the dataset's row count (asked
         of the daemon when not given). Needs torch, the daemon's version (jobs.proto,
         JobSpec.validation_fraction, says the rule). ValueError for a job that held none out.

@@ -332,6 +332,27 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   out.node_dataset = spec.node_dataset();
   out.node_validation_dataset = spec.node_validation_dataset();
   out.early_stop_patience = spec.early_stop_patience();
+  out.early_stop_min_delta = spec.early_stop_min_delta();
+  switch (spec.early_stop_metric()) {
+    case v1::EARLY_STOP_METRIC_UNSPECIFIED:
+    case v1::EARLY_STOP_METRIC_VALIDATION_LOSS:
+      out.early_stop_metric = engine::EarlyStopMetric::kValidationLoss;
+      break;
+    case v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY:
+      out.early_stop_metric = engine::EarlyStopMetric::kValidationAccuracy;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "early_stop_metric must be EARLY_STOP_METRIC_VALIDATION_LOSS or "
+          "EARLY_STOP_METRIC_VALIDATION_ACCURACY (or unset for the loss)");
+  }
+  if (spec.gradient_accumulation_steps() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient_accumulation_steps must be at least 1 (or unset for 1); got ",
+                     spec.gradient_accumulation_steps()));
+  }
+  out.gradient_accumulation_steps = std::max(1, spec.gradient_accumulation_steps());
+  out.drop_last = spec.drop_last();
   out.checkpoint_every = spec.checkpoint_every();
   switch (spec.precision()) {
     case v1::PRECISION_UNSPECIFIED:
@@ -464,6 +485,12 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_node_dataset(spec.node_dataset);
   out.set_node_validation_dataset(spec.node_validation_dataset);
   out.set_early_stop_patience(spec.early_stop_patience);
+  out.set_early_stop_min_delta(spec.early_stop_min_delta);
+  out.set_early_stop_metric(spec.early_stop_metric == engine::EarlyStopMetric::kValidationAccuracy
+                                ? v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY
+                                : v1::EARLY_STOP_METRIC_VALIDATION_LOSS);
+  out.set_gradient_accumulation_steps(spec.gradient_accumulation_steps);
+  out.set_drop_last(spec.drop_last);
   out.set_checkpoint_every(spec.checkpoint_every);
   out.set_precision(ToProto(spec.precision));
   out.set_priority(ToProto(spec.priority));

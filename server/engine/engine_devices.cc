@@ -195,7 +195,8 @@ std::vector<DeviceCostEstimate> Engine::Impl::EstimateDevices(
                            ? 0.0
                            : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
   job.layers = std::max<int64_t>(1, static_cast<int64_t>(model.layers.size()));
-  job.steps_per_epoch = (training_rows + batch - 1) / batch;
+  job.steps_per_epoch =
+      spec.drop_last ? training_rows / batch : (training_rows + batch - 1) / batch;
   job.epochs = spec.epochs;
   job.dataset_bytes = dataset_bytes;
   job.fused_on_cpu =

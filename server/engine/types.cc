@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace trainerd::engine {
@@ -83,6 +84,16 @@ const char* ScheduleKindName(ScheduleKind kind) {
   return "unknown";
 }
 
+const char* EarlyStopMetricName(EarlyStopMetric metric) {
+  switch (metric) {
+    case EarlyStopMetric::kValidationLoss:
+      return "loss";
+    case EarlyStopMetric::kValidationAccuracy:
+      return "accuracy";
+  }
+  return "loss";
+}
+
 const char* EngineKindName(EngineKind engine) {
   switch (engine) {
     case EngineKind::kAuto:
@@ -141,6 +152,13 @@ int64_t HeldOutRows(double validation_fraction, int64_t rows) {
   if (!(validation_fraction > 0)) return 0;
   if (validation_fraction >= 1) return rows;
   return std::llround(validation_fraction * static_cast<double>(rows));
+}
+
+int64_t TrainedRowsPerEpoch(const JobSpec& spec, int64_t rows) {
+  const int64_t training = rows - HeldOutRows(spec.validation_fraction, rows);
+  if (!spec.drop_last || spec.batch_size < 1) return training;
+  const int64_t global = spec.batch_size * std::max<int64_t>(1, spec.replicas);
+  return training / global * global;
 }
 
 void ResolveLossFromTargets(JobSpec& spec, const DatasetMeta& dataset) {

@@ -109,6 +109,11 @@ const char* JobPriorityName(JobPriority priority);  // "low", "normal", "high"
 enum class EngineKind { kAuto, kFused, kLibTorch };
 const char* EngineKindName(EngineKind engine);  // "auto", "fused", "libtorch"
 
+// What early stopping watches (proto EarlyStopMetric): the validation loss (lower is better) or
+// the validation accuracy (higher is better; class losses only).
+enum class EarlyStopMetric { kValidationLoss, kValidationAccuracy };
+const char* EarlyStopMetricName(EarlyStopMetric metric);  // "loss", "accuracy"
+
 // The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
 // A learning-rate schedule, as torch.optim.lr_scheduler's twin of each kind (jobs.proto, Schedule,
 // says each field's meaning). Its unit is the epoch, or the optimizer step when per_step (always
@@ -187,11 +192,23 @@ struct JobSpec {
   bool shuffle = true;
   std::optional<uint64_t> seed;  // filled in at Submit when absent
   std::string device;            // "" = the engine's default device; filled in at Submit
-  // Validation: hold out round(validation_fraction * rows) rows of `dataset` (a split fixed once
-  // per job from its seed), or validate on a second dataset; at most one of the two. 0 / "" = none.
+  // Validation: hold out HeldOutRows(validation_fraction, rows) rows of `dataset` (a split fixed
+  // once per job from its seed), or validate on a second dataset; at most one of the two. 0 / "" =
+  // none.
   double validation_fraction = 0.0;  // [0, 1)
   std::string validation_dataset;    // a key too; same feature/target shapes and dtype as `dataset`
-  int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation loss; 0 = off
+  int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation metric; 0 = off
+  // Early stopping: an improvement must beat the best by more than this (>= 0), as Keras'
+  // EarlyStopping(min_delta=...); and what it watches (validation loss, or accuracy for class
+  // losses).
+  double early_stop_min_delta = 0.0;
+  EarlyStopMetric early_stop_metric = EarlyStopMetric::kValidationLoss;
+  // >= 1: the optimizer steps once per this many batches, on their gradients summed and divided
+  // by it (the epoch's last group too, however short); clipping and fp16's unscaling act on the
+  // accumulated gradients (proto JobSpec.gradient_accumulation_steps).
+  int32_t gradient_accumulation_steps = 1;
+  // Each epoch's last batch is dropped when shorter than batch_size (DataLoader's drop_last).
+  bool drop_last = false;
   // > 0: write a checkpoint (model, optimizer, epoch, seed) at the end of every N-th epoch,
   // 1 <= N <= epochs; 0 = off.
   int32_t checkpoint_every = 0;
@@ -224,9 +241,15 @@ struct JobSpec {
   bool runs_on_peer() const { return replicas <= 1 && nodes.size() == 1; }
 };
 
-// How many of `rows` a validation fraction holds out: round(fraction * rows). Rounding rather
-// than truncating, so that 0.29 of 100 rows is 29 and not 28 (0.29 * 100 is 28.999... in doubles).
+// How many of `rows` a validation fraction holds out: llround(fraction * rows), the product in
+// double rounded half away from zero (10 rows at 0.25 hold out 3; Python's round() would give 2).
+// Rounding rather than truncating, so that 0.29 of 100 rows is 29 and not 28 (0.29 * 100 is
+// 28.999... in doubles).
 int64_t HeldOutRows(double validation_fraction, int64_t rows);
+
+// The rows each epoch of `spec` trains on, of a dataset of `rows`: those not held out, less the
+// short last batch (of replicas * batch_size rows) with drop_last.
+int64_t TrainedRowsPerEpoch(const JobSpec& spec, int64_t rows);
 
 // A spec that named no loss (loss_from_targets) gets the one its dataset's targets call for:
 // cross_entropy for int64 class indices, mse for float32 values. Nothing for a spec that named one.
@@ -407,7 +430,7 @@ struct JobEvent {
   int64_t steps = 0;
   int64_t host_syncs = 0;
   int32_t epochs_planned = 0;
-  int64_t rows_per_epoch = 0;  // training rows (validation rows excluded)
+  int64_t rows_per_epoch = 0;  // rows trained (validation rows and a dropped last batch excluded)
   double samples_per_second = 0.0;
 };
 

@@ -347,6 +347,25 @@ TEST(JobDetailsTest, JobWithoutCheckpointsHasNoCheckpointLines) {
   EXPECT_THAT(JobDetails(SucceededJob()), Not(HasSubstr("checkpoint")));
 }
 
+TEST(JobDetailsTest, LoopOptionsAreShownWhenSet) {
+  const std::string plain = JobDetails(SucceededJob());
+  EXPECT_THAT(plain, Not(HasSubstr("accumulation")));
+  EXPECT_THAT(plain, Not(HasSubstr("drop last")));
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_gradient_accumulation_steps(4);
+  job.mutable_spec()->set_drop_last(true);
+  job.mutable_spec()->set_validation_fraction(0.2);
+  job.mutable_spec()->set_early_stop_patience(3);
+  job.mutable_spec()->set_early_stop_min_delta(0.01);
+  job.mutable_spec()->set_early_stop_metric(v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY);
+
+  const std::string text = JobDetails(job);
+
+  EXPECT_THAT(text, HasSubstr("\ndrop last:       yes (a short last batch is dropped)\n"
+                              "accumulation:    4 batches per optimizer step\n"));
+  EXPECT_THAT(text, HasSubstr("\nearly stopping:  3 epochs on val accuracy, min delta 0.01\n"));
+}
+
 TEST(JobDetailsTest, ValidationShowsItsSourceAndTheLastEpochsNumbers) {
   v1::Job job = SucceededJob();
   job.mutable_spec()->set_validation_fraction(0.2);
@@ -360,7 +379,8 @@ TEST(JobDetailsTest, ValidationShowsItsSourceAndTheLastEpochsNumbers) {
   // With the rule that recovers the held-out rows.
   EXPECT_THAT(text, HasSubstr("\nvalidation:      20% of dataset 'iris' held out: the last "
                               "round(0.2 * rows) of torch.randperm(rows, "
-                              "generator=torch.Generator().manual_seed(7))\n"
+                              "generator=torch.Generator().manual_seed(7)), halves rounded "
+                              "away from zero\n"
                               "early stopping:  5 epochs (stopped early)\n"));
   EXPECT_THAT(text, HasSubstr("\nfinal loss:      0.012345\n"
                               "val loss:        0.062500\n"

@@ -573,6 +573,42 @@ TEST(JobSpecFromFlagsTest, NegativePatienceIsRejected) {
               HasSubstr("--early-stop-patience"));
 }
 
+TEST(JobSpecFromFlagsTest, LoopFlagsReachTheSpec) {
+  const absl::StatusOr<v1::JobSpec> plain = JobSpecFromFlags(Submit());
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->gradient_accumulation_steps(), 0);  // unset: 1
+  EXPECT_FALSE(plain->drop_last());
+  EXPECT_EQ(plain->early_stop_min_delta(), 0.0);
+  EXPECT_EQ(plain->early_stop_metric(), v1::EARLY_STOP_METRIC_UNSPECIFIED);
+  const absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(
+      Submit({"--gradient-accumulation-steps", "4", "--drop-last", "--validation-fraction", "0.2",
+              "--early-stop-patience", "3", "--early-stop-min-delta", "0.01",
+              "--early-stop-metric", "accuracy", "--loss", "cross_entropy"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->gradient_accumulation_steps(), 4);
+  EXPECT_TRUE(spec->drop_last());
+  EXPECT_DOUBLE_EQ(spec->early_stop_min_delta(), 0.01);
+  EXPECT_EQ(spec->early_stop_metric(), v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY);
+}
+
+TEST(JobSpecFromFlagsTest, LoopFlagsOutOfRangeOrWithoutWhatTheyNeedAreRejected) {
+  EXPECT_THAT(SpecError(Submit({"--gradient-accumulation-steps", "0"})),
+              HasSubstr("--gradient-accumulation-steps"));
+  EXPECT_EQ(SpecError(Submit({"--early-stop-min-delta", "0.1"})),
+            "--early-stop-min-delta applies to early stopping (--early-stop-patience N) only");
+  EXPECT_EQ(SpecError(Submit({"--early-stop-metric", "accuracy"})),
+            "--early-stop-metric applies to early stopping (--early-stop-patience N) only");
+  EXPECT_EQ(SpecError(Submit({"--validation-fraction", "0.2", "--early-stop-patience", "2",
+                              "--early-stop-min-delta", "-1"})),
+            "--early-stop-min-delta must be >= 0, got -1");
+  EXPECT_EQ(SpecError(Submit({"--validation-fraction", "0.2", "--early-stop-patience", "2",
+                              "--early-stop-metric", "f1"})),
+            "--early-stop-metric: unknown metric 'f1' (expected loss or accuracy)");
+  EXPECT_EQ(SpecError(Submit({"--validation-fraction", "0.2", "--early-stop-patience", "2",
+                              "--early-stop-metric", "accuracy", "--loss", "mse"})),
+            "--early-stop-metric accuracy needs a class loss (--loss cross_entropy or nll)");
+}
+
 TEST(JobSpecFromFlagsTest, MomentumOfOneIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--momentum", "1"})), "--momentum must be in [0, 1), got 1");
 }

@@ -143,7 +143,7 @@ TEST(SweepCommandLineTest, HelpDescribesTheListFlags) {
   EXPECT_THAT(help.help_text, HasSubstr("  trainctl sweep --dataset iris "));
   // Submit's other flags, with submit's help.
   EXPECT_THAT(help.help_text,
-              HasSubstr("\n  --batch-size N              rows per step (default 32)\n"));
+              HasSubstr("\n  --batch-size N              rows per batch (default 32)\n"));
   EXPECT_THAT(help.help_text, Not(HasSubstr("--torchscript FILE")));
   EXPECT_EQ(Parse({"help", "sweep"}).help_text, help.help_text);
 }

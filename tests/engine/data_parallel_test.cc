@@ -318,6 +318,12 @@ TEST(DataParallelJobTest, WhatRanksCannotTrainYetIsRefusedWithAReason) {
   EXPECT_THAT(RunDataParallel(run).error,
               ::testing::HasSubstr("batchnorm layers train on one rank"));
   run.model = *ParseModelSpec(run.spec.model);
+  run.spec.gradient_accumulation_steps = 2;
+  EXPECT_EQ(RunDataParallel(run).error,
+            "this job cannot train as ranks: gradient accumulation trains on one rank (the ranks "
+            "exchange gradients once per batch, weighted by its rows; accumulated gradients are "
+            "not a global batch's mean)");
+  run.spec.gradient_accumulation_steps = 1;
   run.spec.precision = Precision::kFp32;
   run.spec.replicas = 1;
   EXPECT_EQ(RunDataParallel(run).error, "a data-parallel job has at least 2 ranks");
@@ -338,6 +344,36 @@ void ExpectParametersNear(const TrainingOutcome& got, const TrainingOutcome& wan
           << want.parameters[p].name << "[" << v << "]";
     }
   }
+}
+
+// drop_last on ranks drops the epoch's short last global batch: 3 ranks of batch 10 train the 100
+// rows' 3 whole global batches of 30 (90 rows), as one rank with batch 30 and drop_last does.
+TEST(DataParallelJobTest, DropLastDropsTheShortLastGlobalBatch) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kAdam);
+  run.spec.engine = EngineKind::kLibTorch;
+  run.spec.drop_last = true;
+  TrainingRun one = run;
+  one.spec.batch_size = 30;
+  TrainingRun ranks = run;
+  ranks.spec.replicas = 3;
+  TrainingRun kept = one;
+  kept.spec.drop_last = false;
+
+  const Recorded alone = RunJob(one);
+  const Recorded split = RunJob(ranks);
+  const Recorded whole = RunJob(kept);
+  ASSERT_EQ(alone.outcome.state, JobState::kSucceeded) << alone.outcome.error;
+  ASSERT_EQ(split.outcome.state, JobState::kSucceeded) << split.outcome.error;
+  ASSERT_EQ(split.epochs.size(), 3u);
+  EXPECT_EQ(alone.outcome.steps, 3 * 3);
+  EXPECT_EQ(split.outcome.steps, 3 * 3);
+  EXPECT_EQ(whole.outcome.steps, 3 * 4);
+  for (size_t e = 0; e < 3; ++e) {
+    EXPECT_NEAR(split.epochs[e].loss, alone.epochs[e].loss, 1e-5 * alone.epochs[e].loss);
+    EXPECT_NE(alone.epochs[e].loss, whole.epochs[e].loss);
+  }
+  ExpectParametersNear(split.outcome, alone.outcome);
 }
 
 // Rank 0's checkpoint holds the one model all ranks hold, with the optimizer's state and the

@@ -57,6 +57,11 @@ WorkerJob SampleJob() {
   job.spec.precision = Precision::kBf16;
   job.spec.class_weights = {0.5, 2.0, 1.0 / 3.0};
   job.spec.ignore_index = -100;
+  job.spec.early_stop_patience = 4;
+  job.spec.early_stop_min_delta = 0.0625;
+  job.spec.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
+  job.spec.gradient_accumulation_steps = 3;
+  job.spec.drop_last = true;
   job.device = "cpu";
   job.intra_op_threads = 2;
   job.cpu_nice = 10;
@@ -92,6 +97,11 @@ TEST(WorkerProtocolTest, AJobCrossesExactly) {
   EXPECT_EQ(back->spec.class_weights, job.spec.class_weights);  // each value's bits
   EXPECT_EQ(back->spec.ignore_index, std::optional<int64_t>(-100));
   EXPECT_TRUE(back->spec.pos_weight.empty());
+  EXPECT_EQ(back->spec.early_stop_patience, 4);
+  EXPECT_EQ(back->spec.early_stop_min_delta, 0.0625);
+  EXPECT_EQ(back->spec.early_stop_metric, EarlyStopMetric::kValidationAccuracy);
+  EXPECT_EQ(back->spec.gradient_accumulation_steps, 3);
+  EXPECT_TRUE(back->spec.drop_last);
   EXPECT_EQ(back->intra_op_threads, 2);
   EXPECT_EQ(back->cpu_nice, 10);
   EXPECT_EQ(back->dataset.meta.feature_shape, (std::vector<int64_t>{1, 28, 28}));

@@ -31,18 +31,30 @@ class Result:
 
 
 def held_out_rows(fraction: float, rows: int) -> int:
-    """round(fraction * rows), halves away from zero (C's llround), as trainerd counts them."""
-    return int(math.floor(fraction * rows + 0.5)) if fraction > 0 else 0
+    """round(fraction * rows), halves away from zero (C's llround), as trainerd counts them: the
+    float64 product's fraction compared with 0.5 exactly (floor(v + 0.5) would round
+    0.49999999999999994 up)."""
+    if not fraction > 0:
+        return 0
+    value = fraction * rows
+    whole = math.floor(value)
+    return int(whole) + (1 if value - whole >= 0.5 else 0)
 
 
-def split(rows: int, fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+def split(
+    rows: int, fraction: float, seed: int, shuffle: bool = True
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The held-out split: one permutation from a generator of its own seeded with the job's
-    seed; the first rows - held_out train, the rest validate."""
+    seed; the first rows - held_out train, the rest validate. Without shuffling both parts are
+    taken in ascending row index."""
     held = held_out_rows(fraction, rows)
     if held == 0:
         return None
     order = torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
-    return order[: rows - held], order[rows - held :]
+    train, val = order[: rows - held], order[rows - held :]
+    if not shuffle:
+        train, val = train.sort().values, val.sort().values
+    return train, val
 
 
 def forward(model: torch.nn.Module, x: torch.Tensor, precision: str) -> torch.Tensor:
@@ -77,7 +89,7 @@ def train(
     rows = features.shape[0]
     train_index: torch.Tensor | None = None
     val_x = val_y = None
-    parts = split(rows, spec.get("validation_fraction") or 0.0, seed)
+    parts = split(rows, spec.get("validation_fraction") or 0.0, seed, spec.get("shuffle", True))
     if parts is not None:
         train_index, val_index = parts
         val_x, val_y = features[val_index], targets[val_index]
@@ -90,10 +102,17 @@ def train(
     precision = spec.get("precision", "fp32")
     clip = spec.get("clip_grad_norm") or 0.0
     patience = spec.get("early_stop_patience") or 0
+    min_delta = spec.get("early_stop_min_delta") or 0.0
+    on_accuracy = spec.get("early_stop_metric") == "accuracy"
+    accumulate = spec.get("gradient_accumulation_steps") or 1
+    # drop_last: DataLoader(drop_last=True) drops the epoch's short last batch.
+    used = rows // batch * batch if spec.get("drop_last") else rows
 
-    schedule = reference_schedule.Schedule(spec, optimizer, -(-rows // batch))
+    # The optimizer steps of an epoch: one per `accumulate` batches (the last group may be short).
+    steps_per_epoch = -(-(-(-used // batch)) // accumulate)
+    schedule = reference_schedule.Schedule(spec, optimizer, steps_per_epoch)
     result = Result([], [], [], {}, False, 0)
-    best = math.inf
+    best = -math.inf if on_accuracy else math.inf
     without_improvement = 0
     for epoch in range(1, epochs + 1):
         result.learning_rates.append(optimizer.param_groups[0]["lr"])
@@ -106,19 +125,23 @@ def train(
         else:
             order = torch.arange(rows)
         total = 0.0
-        for begin in range(0, rows, batch):
-            index = order[begin : begin + batch]
+        # Gradient accumulation, the usual loop: (loss / N).backward() per batch, a step after
+        # every N-th batch and after the epoch's last (a short last group still divides by N).
+        for i, begin in enumerate(range(0, used, batch)):
+            index = order[begin : min(begin + batch, used)]
             xb, yb = features[index], targets[index]
-            optimizer.zero_grad()
+            if i % accumulate == 0:
+                optimizer.zero_grad()
             loss = train_loss(forward(model, xb, precision), yb)
-            loss.backward()
-            if clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            schedule.after_step()
-            result.steps += 1
+            (loss / accumulate).backward()
+            if (i + 1) % accumulate == 0 or begin + batch >= used:
+                if clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                optimizer.step()
+                schedule.after_step()
+                result.steps += 1
             total += loss.item() * index.shape[0]
-        result.losses.append(total / rows)
+        result.losses.append(total / used)
         vloss = None
         if val_x is not None:
             model.eval()
@@ -142,8 +165,17 @@ def train(
             result.validation_losses.append(vloss)
             if classification:
                 result.validation_accuracies.append(correct / vrows)
-            if vloss < best:
-                best = vloss
+            # Keras' EarlyStopping: an improvement beats the best by more than min_delta, and
+            # only an improvement moves the best.
+            if on_accuracy:
+                accuracy = result.validation_accuracies[-1]
+                improved = accuracy - min_delta > best
+                value = accuracy
+            else:
+                improved = vloss + min_delta < best
+                value = vloss
+            if improved:
+                best = value
                 without_improvement = 0
             else:
                 without_improvement += 1

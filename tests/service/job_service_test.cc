@@ -124,7 +124,9 @@ TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   spec.set_shuffle(true);
   spec.set_precision(v1::PRECISION_BF16);
   spec.set_priority(v1::JOB_PRIORITY_HIGH);
-  spec.set_engine(v1::ENGINE_AUTO);  // the echo fills in the default
+  spec.set_engine(v1::ENGINE_AUTO);         // the echo fills in the default
+  spec.set_gradient_accumulation_steps(1);  // and this one
+  spec.set_early_stop_metric(v1::EARLY_STOP_METRIC_VALIDATION_LOSS);  // and this one
 
   const v1::Job job = Submit(spec);
 

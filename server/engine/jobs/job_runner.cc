@@ -316,9 +316,9 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   run.intra_op_threads = threads;
   run.flush_denormal = options_.flush_denormal;
   run.cpu_nice = options_.cpu_training_nice;
-  // Throughput counts the rows trained on, not the ones held out for validation.
-  const int64_t rows =
-      run.dataset->meta.rows - HeldOutRows(run.spec.validation_fraction, run.dataset->meta.rows);
+  // Throughput counts the rows trained on, not the ones held out for validation (nor, with
+  // drop_last, the short last batch).
+  const int64_t rows = TrainedRowsPerEpoch(run.spec, run.dataset->meta.rows);
   state.rows = rows;
   const int32_t planned = run.spec.epochs;
   // keep_checkpoints: files dropped from the list, deleted once the epoch whose record no longer

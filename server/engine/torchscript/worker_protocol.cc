@@ -185,6 +185,10 @@ void PutSpec(WireWriter& w, const JobSpec& s) {
   w.Bool(s.ignore_index.has_value());
   w.I64(s.ignore_index.value_or(0));
   PutF64s(w, s.pos_weight);
+  w.F64(s.early_stop_min_delta);
+  w.I64(static_cast<int64_t>(s.early_stop_metric));
+  w.I64(s.gradient_accumulation_steps);
+  w.Bool(s.drop_last);
 }
 
 absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
@@ -269,6 +273,13 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(v, r.I64());
   if (has_ignore_index) s.ignore_index = v;
   TRAINERD_ASSIGN_OR_RETURN(s.pos_weight, GetF64s(r, "pos_weight values"));
+  TRAINERD_ASSIGN_OR_RETURN(s.early_stop_min_delta, r.F64());
+  TRAINERD_ASSIGN_OR_RETURN(
+      v, r.Int(0, static_cast<int>(EarlyStopMetric::kValidationAccuracy), "an early stop metric"));
+  s.early_stop_metric = static_cast<EarlyStopMetric>(v);
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(1, kInt32Max, "gradient accumulation steps"));
+  s.gradient_accumulation_steps = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(s.drop_last, r.Bool());
   return s;
 }
 

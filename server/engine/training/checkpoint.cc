@@ -49,6 +49,8 @@ absl::StatusOr<int64_t> WriteCheckpoint(
     meta.write("elapsed_seconds", torch::tensor(state.elapsed_seconds, torch::kFloat64));
     meta.write("loss", torch::tensor(state.loss, torch::kFloat64));
     meta.write("best_validation_loss", torch::tensor(state.best_validation_loss, torch::kFloat64));
+    meta.write("best_validation_accuracy",
+               torch::tensor(state.best_validation_accuracy, torch::kFloat64));
     meta.write(
         "epochs_without_improvement",
         torch::tensor(static_cast<int64_t>(state.epochs_without_improvement), torch::kInt64));
@@ -142,6 +144,10 @@ absl::StatusOr<LoopState> ReadCheckpoint(
     state.loss = read_double("loss");
     state.best_validation_loss = read_double("best_validation_loss");
     state.epochs_without_improvement = static_cast<int32_t>(read_int("epochs_without_improvement"));
+    torch::Tensor best_accuracy;
+    if (meta.try_read("best_validation_accuracy", best_accuracy)) {
+      state.best_validation_accuracy = best_accuracy.to(torch::kCPU).item<double>();
+    }
     torch::Tensor generator;
     if (meta.try_read("generator", generator)) state.generator_state = generator.to(torch::kCPU);
     torch::Tensor plateau_rate;

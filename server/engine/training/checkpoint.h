@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -42,8 +43,12 @@ struct LoopState {
   // The job's generator on its device (at::Generator::get_state) at the end of `epoch`: the next
   // epoch's shuffle and dropout masks draw from it. Undefined in checkpoints of older builds.
   torch::Tensor generator_state;
-  // Early stopping: the best validation loss so far (+inf before any) and the epochs since.
+  // Early stopping: the best value so far of the metric it watches (JobSpec.early_stop_metric:
+  // the validation loss, +inf before any; or the validation accuracy, -inf before any; the other
+  // field keeps its initial value) and the epochs since it last improved (by more than
+  // early_stop_min_delta). Checkpoints without "best_validation_accuracy" read it as -inf.
   double best_validation_loss = 0;
+  double best_validation_accuracy = -std::numeric_limits<double>::infinity();
   int32_t epochs_without_improvement = 0;
   // Schedule plateau (ReduceLROnPlateau): its rate, best validation loss, epochs since it and
   // cooldown epochs left after `epoch`. Absent (plateau_rate 0) in other jobs' checkpoints.

@@ -650,6 +650,9 @@ std::string FusedPathUnsupported(const JobSpec& spec, const ModelSpec& model,
   if (!spec.class_weights.empty()) return "class_weights have no fused kernel";
   if (spec.ignore_index.has_value()) return "ignore_index has no fused kernel";
   if (!spec.pos_weight.empty()) return "pos_weight has no fused kernel";
+  if (spec.gradient_accumulation_steps > 1) {
+    return "gradient accumulation runs on LibTorch's autograd (the fused step updates per batch)";
+  }
   return "";
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -197,6 +198,32 @@ class LibTorchPath final : public TrainingPath {
     loss_sum_.add_(loss.detach(), /*alpha=*/static_cast<double>(x.size(0)));
   }
 
+  // Gradient accumulation, as PyTorch's usual loop: (loss / n).backward() per batch (under fp16,
+  // scaler.scale(loss / n).backward()), and at the group's last batch the step Step takes.
+  void AccumulationStep(const BatchView& batch, bool first, bool last, int32_t n) override {
+    const torch::Tensor x = batch.x();
+    const torch::Tensor y = batch.y();
+    if (first) optimizer_->zero_grad();
+    torch::Tensor loss = ComputeLoss(spec_, Forward(x), y);
+    const torch::Tensor part = loss / static_cast<double>(n);
+    if (scaler_) {
+      scaler_->Scale(part).backward();
+    } else {
+      part.backward();
+    }
+    if (last) {
+      if (scaler_) scaler_->Unscale(parameters_);
+      if (spec_.clip_grad_norm > 0) ClipGradNorm(parameters_, spec_.clip_grad_norm);
+      if (scaler_) {
+        scaler_->Step(*optimizer_, parameters_);
+      } else {
+        optimizer_->step();
+      }
+    }
+    torch::NoGradGuard no_grad;
+    loss_sum_.add_(loss.detach(), /*alpha=*/static_cast<double>(x.size(0)));
+  }
+
   // A data-parallel rank whose slice of a short last global batch is empty still takes the step
   // with the others: no forward, zero gradients weighted by no rows into the exchange, then the
   // same clipping and update as every rank, so that the ranks' models stay one.
@@ -314,6 +341,10 @@ class LibTorchPath final : public TrainingPath {
 };
 
 }  // namespace
+
+void TrainingPath::AccumulationStep(const BatchView&, bool, bool, int32_t) {
+  throw std::logic_error("this training path does not accumulate gradients");
+}
 
 bool ReportParameters(const std::vector<std::pair<std::string, torch::Tensor>>& parameters,
                       TrainingOutcome& outcome) {

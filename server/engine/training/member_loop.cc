@@ -125,14 +125,14 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   // Validation rows: a fixed held-out part of the dataset, or a second dataset.
   //  - A fraction is split once per job, not per epoch, so that validation rows never train.
   //    The split is one permutation of the rows drawn on the CPU from a generator of its own
-  //    seeded with the job's seed, whatever the device: rows - round(f * rows) train, the rest
-  //    validate. That is torch.randperm(rows, generator=torch.Generator().manual_seed(seed))
-  //    in PyTorch (the same LibTorch), so that a caller can recover the held-out rows and
-  //    evaluate the trained model on them (JobSpec.validation_fraction in jobs.proto;
-  //    Job.validation_rows() in the Python client). The job's own generator (which the
-  //    model's set-up may have drawn from) is left to the shuffles. The split is kept as index
-  //    tensors (gathered per batch, as shuffled batches are anyway) rather than as copies, so the
-  //    resident dataset is never duplicated on the device.
+  //    seeded with the job's seed, whatever the device: rows - HeldOutRows(f, rows) train (the
+  //    product rounded half away from zero), the rest validate. That is torch.randperm(rows,
+  //    generator=torch.Generator().manual_seed(seed)) in PyTorch (the same LibTorch), so that a
+  //    caller can recover the held-out rows and evaluate the trained model on them
+  //    (JobSpec.validation_fraction in jobs.proto; Job.validation_rows() in the Python client). The
+  //    job's own generator (which the model's set-up may have drawn from) is left to the shuffles.
+  //    The split is kept as index tensors (gathered per batch, as shuffled batches are anyway)
+  //    rather than as copies, so the resident dataset is never duplicated on the device.
   //  - Without validation the generator draws exactly what it did before validation existed,
   //    so existing seeds keep their losses.
   val_features_ = features_;
@@ -148,6 +148,12 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
             .to(index_options.device());
     train_index_ = split.narrow(/*dim=*/0, /*start=*/0, rows_);
     val_index_ = split.narrow(/*dim=*/0, /*start=*/rows_, val_rows_);
+    // Without shuffling, both parts are taken in the dataset's order (ascending row index), as
+    // "keep the rows in order" says; the held-out set is the same.
+    if (!spec_.shuffle) {
+      train_index_ = std::get<0>(train_index_.sort());
+      val_index_ = std::get<0>(val_index_.sort());
+    }
   } else if (run_.validation_dataset != nullptr) {
     val_features_ = run_.validation_dataset->features;
     val_targets_ = run_.validation_dataset->targets;
@@ -165,9 +171,15 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   batch_ = std::min<int64_t>(spec_.batch_size, rows_);
   val_divisor_ = static_cast<double>(val_rows_);
   if (classification_ && spec_.ignore_index.has_value() && !CountIgnoredTargets()) return false;
-  // The schedule's steps per epoch: the epoch's optimizer steps, batch * world rows each.
+  // A step takes batch * world rows (a data-parallel job's global batch). drop_last leaves out
+  // the epoch's short last one (CheckJobSpec saw that a whole batch fits).
   const int64_t step_rows = batch_ * std::max<int64_t>(world, 1);
-  schedule_.emplace(spec_, std::max<int64_t>(1, (rows_ + step_rows - 1) / step_rows));
+  epoch_rows_ = spec_.drop_last ? rows_ / step_rows * step_rows : rows_;
+  // The schedule's steps per epoch: the epoch's optimizer steps, one per
+  // gradient_accumulation_steps batches (the last group may be shorter).
+  const int64_t batches = std::max<int64_t>(1, (epoch_rows_ + step_rows - 1) / step_rows);
+  const int64_t accumulate = std::max<int64_t>(spec_.gradient_accumulation_steps, 1);
+  schedule_.emplace(spec_, (batches + accumulate - 1) / accumulate);
   const int64_t warmup_steps = spec_.schedule.warmup_steps;
   if (schedule_->per_step() && warmup_steps > 0 && warmup_steps >= schedule_->total_units()) {
     return End(JobState::kFailed,
@@ -181,6 +193,7 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
                               resumed.plateau_bad_epochs, resumed.plateau_cooldown_left});
     }
     best_val_loss_ = resumed.best_validation_loss;
+    best_val_accuracy_ = resumed.best_validation_accuracy;
     epochs_without_improvement_ = resumed.epochs_without_improvement;
     if (resumed.generator_state.defined()) {
       std::lock_guard<std::mutex> lock(gen_.mutex());
@@ -265,7 +278,7 @@ void MemberLoop::BeginEpoch() {
 std::vector<torch::Tensor> MemberLoop::EpochValues() {
   batches_.reset();
   val_batches_.reset();
-  std::vector<torch::Tensor> reduced = {path_->loss_sum() / static_cast<double>(rows_)};
+  std::vector<torch::Tensor> reduced = {path_->loss_sum() / static_cast<double>(epoch_rows_)};
   val_loss_at_ = -1;
   val_accuracy_at_ = -1;
   if (val_rows_ > 0) {
@@ -316,8 +329,19 @@ bool MemberLoop::AfterTransfer(const double* value) {
     result.validation_loss = val_loss;
     if (val_accuracy_at_ >= 0) result.validation_accuracy = value[val_accuracy_at_];
     schedule_->EndEpoch(val_loss);
-    if (val_loss < best_val_loss_) {
-      best_val_loss_ = val_loss;
+    // An improvement beats the best by more than min_delta, and only an improvement moves the
+    // best (Keras' and Lightning's EarlyStopping).
+    const double min_delta = spec_.early_stop_min_delta;
+    bool improved = false;
+    if (spec_.early_stop_metric == EarlyStopMetric::kValidationAccuracy &&
+        result.validation_accuracy.has_value()) {
+      improved = *result.validation_accuracy - min_delta > best_val_accuracy_;
+      if (improved) best_val_accuracy_ = *result.validation_accuracy;
+    } else {
+      improved = val_loss + min_delta < best_val_loss_;
+      if (improved) best_val_loss_ = val_loss;
+    }
+    if (improved) {
       epochs_without_improvement_ = 0;
     } else {
       ++epochs_without_improvement_;
@@ -359,6 +383,7 @@ bool MemberLoop::AfterTransfer(const double* value) {
         state.generator_state = gen_.get_state();
       }
       state.best_validation_loss = best_val_loss_;
+      state.best_validation_accuracy = best_val_accuracy_;
       state.epochs_without_improvement = epochs_without_improvement_;
       if (spec_.schedule.kind == ScheduleKind::kPlateau) {
         const PlateauState& plateau = schedule_->plateau();

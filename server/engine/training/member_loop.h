@@ -95,6 +95,9 @@ class MemberLoop {
   bool ended() const { return ended_; }
   int32_t epoch() const { return epoch_; }
   int64_t rows() const { return rows_; }
+  // The rows an epoch trains on: rows(), or with drop_last the whole batches of them (of
+  // batch() * world rows for a data-parallel rank: Setup).
+  int64_t epoch_rows() const { return epoch_rows_; }
   int64_t batch() const { return batch_; }
   int64_t val_rows() const { return val_rows_; }
   int64_t val_batch() const { return std::min<int64_t>(spec_.batch_size, val_rows_); }
@@ -119,10 +122,26 @@ class MemberLoop {
 
   void BeginEpoch();
 
+  // The batch at `begin` of the epoch's order: an optimizer step, or with gradient accumulation
+  // (n batches a step) its part of one, the step taken at the n-th batch of a group or the epoch's
+  // last.
   void Step(int64_t begin) {
-    ScheduleStep();
-    path_->Step(batches_->Get(begin, std::min(batch_, rows_ - begin)));
-    ++outcome_.steps;
+    const BatchView batch = batches_->Get(begin, std::min(batch_, epoch_rows_ - begin));
+    const int32_t n = spec_.gradient_accumulation_steps;
+    if (n <= 1) {
+      ScheduleStep();
+      path_->Step(batch);
+      ++outcome_.steps;
+      return;
+    }
+    const int64_t index = begin / batch_;
+    const bool first = index % n == 0;
+    const bool last = (index + 1) % n == 0 || begin + batch_ >= epoch_rows_;
+    // A per-step schedule counts optimizer steps: the group's step trains at the rate set at its
+    // first batch.
+    if (first) ScheduleStep();
+    path_->AccumulationStep(batch, first, last, n);
+    if (last) ++outcome_.steps;
   }
   // A data-parallel rank's step on rows [begin, begin + len) of the epoch's order (none: a step
   // that only exchanges and updates, training_path.h).
@@ -204,6 +223,7 @@ class MemberLoop {
   torch::Tensor train_index_;  // fraction only: the rows that train, in split order
   torch::Tensor val_index_;    // fraction only: the rows that validate
   int64_t rows_ = 0;           // training rows
+  int64_t epoch_rows_ = 0;     // the rows each epoch trains on (drop_last: whole batches)
   int64_t val_rows_ = 0;
   // What the validation sums are divided by: val_rows_, or with ignore_index the validation rows
   // whose target is not ignored (counted once, at Setup).
@@ -216,8 +236,10 @@ class MemberLoop {
   std::optional<LearningRateSchedule> schedule_;
   double learning_rate_ = 0.0;
   double step_learning_rate_ = 0.0;
-  // Early stopping is decided on the host from values that the epoch's one transfer brought.
+  // Early stopping is decided on the host from values that the epoch's one transfer brought:
+  // the best of the watched metric (the loss's or the accuracy's; the other stays at its start).
   double best_val_loss_ = std::numeric_limits<double>::infinity();
+  double best_val_accuracy_ = -std::numeric_limits<double>::infinity();
   int32_t epochs_without_improvement_ = 0;
   std::optional<EpochBatches> batches_;
   std::optional<EpochBatches> val_batches_;

@@ -3,6 +3,7 @@
 #include "server/engine/training/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -96,6 +97,28 @@ absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& data
         "early stopping (patience ", spec.early_stop_patience,
         ") watches the validation loss; give a validation fraction or a validation dataset"));
   }
+  if (!(spec.early_stop_min_delta >= 0) || std::isinf(spec.early_stop_min_delta)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("early stop min_delta must be a finite number >= 0 (0: any improvement); got ",
+                     spec.early_stop_min_delta));
+  }
+  if (spec.early_stop_patience == 0 && spec.early_stop_min_delta != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("early stop min_delta (", spec.early_stop_min_delta,
+                     ") applies to early stopping; give early_stop_patience N (>= 1) too"));
+  }
+  if (spec.early_stop_metric == EarlyStopMetric::kValidationAccuracy) {
+    if (spec.early_stop_patience == 0) {
+      return absl::InvalidArgumentError(
+          "early stop metric accuracy applies to early stopping; give early_stop_patience N "
+          "(>= 1) too");
+    }
+    if (spec.loss != LossKind::kCrossEntropy && spec.loss != LossKind::kNll) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("early stop metric accuracy needs a class loss (cross_entropy or nll), not ",
+                       LossKindName(spec.loss), "; watch the validation loss instead"));
+    }
+  }
   if (f > 0) {
     const int64_t held_out = HeldOutRows(f, dataset.rows);
     if (held_out < 1) {
@@ -122,6 +145,25 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
   }
   TRAINERD_RETURN_IF_ERROR(CheckEpochsAndCheckpoints(spec.epochs, spec.checkpoint_every));
   TRAINERD_RETURN_IF_ERROR(CheckValidationOptions(spec, dataset));
+  if (spec.gradient_accumulation_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradient accumulation steps must be at least 1 (1: a step per batch); got ",
+                     spec.gradient_accumulation_steps));
+  }
+  if (spec.drop_last) {
+    // A data-parallel job drops its short last global batch (replicas * batch_size rows).
+    const int64_t training_rows =
+        dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
+    const int64_t ranks = std::max<int32_t>(1, spec.replicas);
+    if (spec.batch_size > training_rows / ranks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("drop_last with batch size ", spec.batch_size,
+                       ranks > 1 ? absl::StrCat(" on ", ranks, " ranks") : "",
+                       " would drop every row: dataset '", dataset.name, "' has ", training_rows,
+                       " rows to train on; use a batch size of at most ", training_rows / ranks,
+                       " or keep the last batch"));
+    }
+  }
   if (!spec.torchscript.empty()) {
     // "torchscript" is accepted as well as "", so that a spec can say what it trains.
     if (!spec.model.empty() && spec.model != "torchscript") {

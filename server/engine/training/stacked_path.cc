@@ -56,6 +56,9 @@ std::string StackedPathUnsupported(const TrainingRun& run) {
   if (!run.spec.class_weights.empty()) return "class_weights have no stacked form";
   if (run.spec.ignore_index.has_value()) return "ignore_index has no stacked form";
   if (!run.spec.pos_weight.empty()) return "pos_weight has no stacked form";
+  if (run.spec.gradient_accumulation_steps > 1) {
+    return "gradient accumulation trains alone (the stacked step updates per batch)";
+  }
   return "";
 }
 

@@ -165,7 +165,7 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
         if (!member->ended() && member->more_epochs()) epoch_members.push_back(member.get());
       }
       const MemberLoop& lead = *epoch_members.front();
-      const int64_t rows = lead.rows();
+      const int64_t rows = lead.epoch_rows();
       const int64_t batch = lead.batch();
       auto for_each = [&](auto f) {
         for (MemberLoop* m : epoch_members) {
@@ -269,6 +269,10 @@ std::string DataParallelSpecUnsupported(const JobSpec& spec, const ModelSpec& mo
     return "ignore_index trains on one rank (the mean is over the global batch's rows not "
            "ignored, which the ranks' rows-weighted gradient average does not count)";
   }
+  if (spec.gradient_accumulation_steps > 1) {
+    return "gradient accumulation trains on one rank (the ranks exchange gradients once per "
+           "batch, weighted by its rows; accumulated gradients are not a global batch's mean)";
+  }
   for (const LayerSpec& layer : model.layers) {
     if (layer.kind == LayerKind::kDropout) {
       return "dropout layers train on one rank (each rank's masks would draw from the "
@@ -332,23 +336,29 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
     SetFlushDenormal(run.flush_denormal);
     LowerThreadPriority(run.cpu_nice);
     cpu_meter.emplace();
-    if (member.Setup(run.dataset->features, run.dataset->targets, nullptr, 0, world) &&
-        !member.SetGradientExchange(&comms)) {
-      member.End(JobState::kFailed, "this job's training path cannot exchange gradients");
+    if (member.Setup(run.dataset->features, run.dataset->targets, nullptr, 0, world)) {
+      if (!member.SetGradientExchange(&comms)) {
+        member.End(JobState::kFailed, "this job's training path cannot exchange gradients");
+      } else if (member.epoch_rows() == 0) {
+        // drop_last drops the epoch's short last global batch.
+        member.End(JobState::kFailed,
+                   absl::StrCat("drop_last with ", world, " ranks of batch size ", member.batch(),
+                                " drops every one of the ", member.rows(), " training rows"));
+      }
     }
     loop_start = Clock::now();
     while (!member.ended() && member.more_epochs()) {
       member.BeginEpoch();
       const int64_t global = member.batch() * world;
       bool stop = false;
-      for (int64_t begin = 0; begin < member.rows() && !stop; begin += global) {
+      for (int64_t begin = 0; begin < member.epoch_rows() && !stop; begin += global) {
         // Each rank's cancel and interrupt flags ride in the step's exchange: the ranks agree on
         // the step they stop after (a rank alone stopping would leave the others waiting).
         comms.VoteStop(
             {run.cancel != nullptr && run.cancel->load(std::memory_order_relaxed),
              run.interrupt != nullptr && run.interrupt->load(std::memory_order_relaxed)});
         const auto [from, len] =
-            RankSlice(begin, std::min(global, member.rows() - begin), rank, world);
+            RankSlice(begin, std::min(global, member.epoch_rows() - begin), rank, world);
         member.StepRows(from, len);
         const RankComms::StopVote agreed = comms.agreed_stop();
         if (agreed.interrupt) {
@@ -462,8 +472,11 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
       a.pos_weight != b.pos_weight || s != t ||
       a.clip_grad_norm != b.clip_grad_norm || a.shuffle != b.shuffle ||
       a.validation_dataset != b.validation_dataset ||
-      a.early_stop_patience != b.early_stop_patience || a.precision != b.precision ||
-      a.engine != b.engine) {
+      a.early_stop_patience != b.early_stop_patience ||
+      a.early_stop_min_delta != b.early_stop_min_delta ||
+      a.early_stop_metric != b.early_stop_metric ||
+      a.gradient_accumulation_steps != b.gradient_accumulation_steps ||
+      a.drop_last != b.drop_last || a.precision != b.precision || a.engine != b.engine) {
     return "the members differ in more than learning rate, momentum, weight decay and seed";
   }
   return "";

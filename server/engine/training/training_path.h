@@ -98,6 +98,13 @@ class TrainingPath {
   virtual void BeginEpoch() = 0;
   // One optimizer step on a batch; adds its mean loss times its rows to the epoch's loss sum.
   virtual void Step(const BatchView& batch) = 0;
+  // Gradient accumulation (JobSpec.gradient_accumulation_steps = n > 1): a batch's part of an
+  // optimizer step. `first`: the gradients are zeroed before; the batch's mean loss divided by n
+  // is backpropagated into them; `last`: then the step (fp16's unscaling and check, clipping, the
+  // update) on the accumulated gradients. Adds the batch's undivided mean loss times its rows to
+  // the epoch's loss sum. Only the LibTorch path accumulates (the others' jobs are refused it:
+  // FusedPathUnsupported, StackedPathUnsupported); the default throws.
+  virtual void AccumulationStep(const BatchView& batch, bool first, bool last, int32_t n);
   // The validation pass: eval mode (dropout off, batchnorm on running statistics), no autograd;
   // each batch adds its loss times its rows, and for a class loss its correct count, to sums.
   virtual void BeginValidation() = 0;
