@@ -487,6 +487,10 @@ class FusedCpuPath final : public TrainingPath {
           steps_.push_back(found->second.get());
           break;
         }
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (FusedPathUnsupported)
       }
     }
   }
@@ -512,6 +516,10 @@ class FusedCpuPath final : public TrainingPath {
       }
       case OptimizerKind::kSgd:
         break;
+      case OptimizerKind::kNAdam:
+      case OptimizerKind::kRAdam:
+      case OptimizerKind::kAdagrad:
+        break;  // not on this path (FusedPathUnsupported)
     }
     return 0;
   }
@@ -583,6 +591,10 @@ class FusedCpuPath final : public TrainingPath {
           }
           break;
         }
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (FusedPathUnsupported)
       }
     }
   }
@@ -623,6 +635,7 @@ std::string FusedPathUnsupported(const JobSpec& spec, const ModelSpec& model,
     return absl::StrCat("the fused path runs on the CPU only so far, not on ", device.str());
   }
   if (spec.precision != Precision::kFp32) return "mixed precision runs on LibTorch's autocast";
+  if (std::string why = HandWrittenOptimizerUnsupported(spec); !why.empty()) return why;
   if (feature_shape.size() != 1) {
     return absl::StrCat("features shaped [", absl::StrJoin(feature_shape, ", "),
                         "] per row; the fused path takes flat feature vectors");
