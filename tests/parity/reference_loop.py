@@ -89,6 +89,10 @@ def train(
     clip = spec.get("clip_grad_norm") or 0.0
     patience = spec.get("early_stop_patience") or 0
 
+    # fp16: dynamic loss scaling as torch.amp.GradScaler with its defaults (a step whose
+    # gradients overflowed skips optimizer.step() entirely).
+    scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
+
     result = Result([], [], [], {}, False, 0)
     best = math.inf
     without_improvement = 0
@@ -110,10 +114,18 @@ def train(
             xb, yb = features[index], targets[index]
             optimizer.zero_grad()
             loss = train_loss(forward(model, xb, precision), yb)
-            loss.backward()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(optimizer)
+            else:
+                loss.backward()
             if clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
+            if scaler is not None:
+                scaler.step(optimizer)
+                scaler.update()
+            else:
+                optimizer.step()
             result.steps += 1
             total += loss.item() * index.shape[0]
         result.losses.append(total / rows)
