@@ -67,8 +67,8 @@ std::string OptimizerDescription(const v1::Optimizer& optimizer) {
     absl::StrAppend(&text, absl::StrFormat(", lr decay %g", optimizer.lr_decay()));
   }
   if (optimizer.has_initial_accumulator_value()) {
-    absl::StrAppend(&text, absl::StrFormat(", initial accumulator %g",
-                                           optimizer.initial_accumulator_value()));
+    absl::StrAppend(
+        &text, absl::StrFormat(", initial accumulator %g", optimizer.initial_accumulator_value()));
   }
   if (optimizer.weight_decay_exclude_bias_and_norm()) {
     absl::StrAppend(&text, ", no weight decay on biases and norms");

@@ -376,9 +376,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
     optimizer->set_weight_decay(decay);
   }
   for (absl::string_view flag : {"beta1", "beta2"}) {
-    TRAINERD_RETURN_IF_ERROR(
-        CheckApplies(invocation, flag, adam_like || nadam || radam,
-                     "--optimizer adam, adamw, nadam and radam"));
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, flag, adam_like || nadam || radam,
+                                          "--optimizer adam, adamw, nadam and radam"));
     if (!invocation.Has(flag)) continue;
     TRAINERD_ASSIGN_OR_RETURN(double beta, GetDoubleIn(invocation, flag, 0, 0, false, 1, true));
     if (flag == "beta1") {
@@ -387,8 +386,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
       optimizer->set_beta2(beta);
     }
   }
-  TRAINERD_RETURN_IF_ERROR(
-      CheckApplies(invocation, "eps", !sgd, "--optimizer other than sgd"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "eps", !sgd, "--optimizer other than sgd"));
   if (invocation.Has("eps")) {
     TRAINERD_ASSIGN_OR_RETURN(double eps, GetDoubleIn(invocation, "eps", 0, 0, true, kInf, true));
     optimizer->set_eps(eps);
@@ -403,8 +401,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   optimizer->set_amsgrad(invocation.Has("amsgrad"));
   TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "centered", rmsprop, "--optimizer rmsprop"));
   optimizer->set_centered(invocation.Has("centered"));
-  TRAINERD_RETURN_IF_ERROR(
-      CheckApplies(invocation, "momentum-decay", nadam, "--optimizer nadam"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "momentum-decay", nadam, "--optimizer nadam"));
   if (invocation.Has("momentum-decay")) {
     TRAINERD_ASSIGN_OR_RETURN(double decay,
                               GetDoubleIn(invocation, "momentum-decay", 0, 0, false, kInf, true));
@@ -419,12 +416,11 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
                               GetDoubleIn(invocation, "lr-decay", 0, 0, false, kInf, true));
     optimizer->set_lr_decay(decay);
   }
-  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "initial-accumulator-value", adagrad,
-                                        "--optimizer adagrad"));
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "initial-accumulator-value", adagrad, "--optimizer adagrad"));
   if (invocation.Has("initial-accumulator-value")) {
-    TRAINERD_ASSIGN_OR_RETURN(
-        double value,
-        GetDoubleIn(invocation, "initial-accumulator-value", 0, 0, false, kInf, true));
+    TRAINERD_ASSIGN_OR_RETURN(double value, GetDoubleIn(invocation, "initial-accumulator-value", 0,
+                                                        0, false, kInf, true));
     optimizer->set_initial_accumulator_value(value);
   }
   if (invocation.Has("weight-decay-exclude-bias-and-norm")) {

@@ -46,7 +46,8 @@ std::vector<FlagSpec> SubmitFlags() {
            "nadam and radam: decay the weights as adamw does\n"
            "instead of an L2 penalty"},
           {"lr-decay", "D", "adagrad: rate of step t is lr / (1 + (t-1) D), >= 0\n(default 0)"},
-          {"initial-accumulator-value", "V", "adagrad: starting squared-gradient sum, >= 0\n(default 0)"},
+          {"initial-accumulator-value", "V",
+           "adagrad: starting squared-gradient sum, >= 0\n(default 0)"},
           {"schedule", "KIND",
            "learning rate per epoch: constant, step (times --gamma\n"
            "every --step-epochs) or cosine (down to --min-lr)\n"

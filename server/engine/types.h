@@ -132,9 +132,9 @@ struct JobSpec {
   std::optional<double> alpha;         // rmsprop; unset: 0.99
   bool amsgrad = false;                // adam/adamw
   bool centered = false;               // rmsprop
-  std::optional<double> momentum_decay;  // nadam, >= 0; unset: 4e-3
-  bool decoupled_weight_decay = false;   // nadam/radam: AdamW-style decay
-  std::optional<double> lr_decay;        // adagrad, >= 0; unset: 0
+  std::optional<double> momentum_decay;             // nadam, >= 0; unset: 4e-3
+  bool decoupled_weight_decay = false;              // nadam/radam: AdamW-style decay
+  std::optional<double> lr_decay;                   // adagrad, >= 0; unset: 0
   std::optional<double> initial_accumulator_value;  // adagrad, >= 0; unset: 0
   // Parameters of 1 dimension or fewer (biases, normalisation weights) get weight decay 0.
   bool weight_decay_exclude_bias_and_norm = false;

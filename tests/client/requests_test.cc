@@ -346,8 +346,8 @@ TEST(JobSpecFromFlagsTest, NewOptimizersAndTheirOptionsReachTheSpec) {
   EXPECT_DOUBLE_EQ(spec->optimizer().initial_accumulator_value(), 0.1);
   EXPECT_FALSE(spec->optimizer().has_momentum_decay());
 
-  spec = JobSpecFromFlags(Submit({"--optimizer", "adamw", "--amsgrad",
-                                  "--weight-decay-exclude-bias-and-norm"}));
+  spec = JobSpecFromFlags(
+      Submit({"--optimizer", "adamw", "--amsgrad", "--weight-decay-exclude-bias-and-norm"}));
   ASSERT_TRUE(spec.ok()) << spec.status();  // adamw's default decay 0.01 is above 0
   EXPECT_TRUE(spec->optimizer().amsgrad());
 
@@ -361,7 +361,8 @@ TEST(JobSpecFromFlagsTest, NewOptimizersAndTheirOptionsReachTheSpec) {
 }
 
 TEST(JobSpecFromFlagsTest, NewOptionsWithAnOptimizerThatDoesNotTakeThemAreRejected) {
-  EXPECT_EQ(SpecError(Submit({"--amsgrad"})), "--amsgrad applies to --optimizer adam and adamw only");
+  EXPECT_EQ(SpecError(Submit({"--amsgrad"})),
+            "--amsgrad applies to --optimizer adam and adamw only");
   EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--centered"})),
             "--centered applies to --optimizer rmsprop only");
   EXPECT_EQ(SpecError(Submit({"--optimizer", "radam", "--momentum-decay", "0.1"})),
@@ -372,7 +373,8 @@ TEST(JobSpecFromFlagsTest, NewOptionsWithAnOptimizerThatDoesNotTakeThemAreReject
             "--lr-decay applies to --optimizer adagrad only");
   EXPECT_EQ(SpecError(Submit({"--initial-accumulator-value", "0.1"})),
             "--initial-accumulator-value applies to --optimizer adagrad only");
-  EXPECT_EQ(SpecError(Submit({"--eps", "1e-8"})), "--eps applies to --optimizer other than sgd only");
+  EXPECT_EQ(SpecError(Submit({"--eps", "1e-8"})),
+            "--eps applies to --optimizer other than sgd only");
   EXPECT_EQ(SpecError(Submit({"--optimizer", "adagrad", "--lr-decay", "-1"})),
             "--lr-decay must be >= 0, got -1");
   EXPECT_EQ(SpecError(Submit({"--weight-decay-exclude-bias-and-norm"})),

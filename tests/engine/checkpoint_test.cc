@@ -312,8 +312,8 @@ TEST_F(CheckpointTest, Fp16AdamCheckpointCountsOnlyTheStepsTaken) {
 TEST(CheckpointCompatibilityTest, LibTorchAdamStateLoadsIntoTheDeviceStepOptimizer) {
   auto problem = [](torch::Tensor p) { return (p * torch::tensor({0.5f, -1.0f, 2.0f})).sum(); };
   torch::Tensor p_old = torch::tensor({1.0f, 2.0f, 3.0f}).set_requires_grad(true);
-  torch::optim::Adam old_adam({p_old}, torch::optim::AdamOptions(0.05).betas(
-                                          std::make_tuple(0.8, 0.99)));
+  torch::optim::Adam old_adam({p_old},
+                              torch::optim::AdamOptions(0.05).betas(std::make_tuple(0.8, 0.99)));
   for (int i = 0; i < 3; ++i) {
     old_adam.zero_grad();
     problem(p_old).backward();

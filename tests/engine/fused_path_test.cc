@@ -343,7 +343,8 @@ TEST(FusedPathUnsupportedTest, NamesTheOptimizersAndOptionsItDoesNotRun) {
   auto why = [&](const JobSpec& spec) { return FusedPathUnsupported(spec, mlp, {2}, false, cpu); };
   JobSpec spec;
   spec.loss = LossKind::kMse;
-  for (OptimizerKind kind : {OptimizerKind::kNAdam, OptimizerKind::kRAdam, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kNAdam, OptimizerKind::kRAdam, OptimizerKind::kAdagrad}) {
     spec.optimizer = kind;
     EXPECT_EQ(why(spec), absl::StrCat("optimizer ", OptimizerKindName(kind),
                                       " runs on LibTorch's optimizers"));

@@ -79,8 +79,7 @@ std::vector<double> RunChange(const MakeFn& make, int steps) {
 
 // Runs `steps` steps of MakeOptimizer(spec) in fp32 and returns the parameters' change.
 std::vector<double> TorchChange(const JobSpec& spec, int steps = kSteps) {
-  return RunChange([&spec](std::vector<torch::Tensor> p) { return MakeOptimizer(spec, p); },
-                   steps);
+  return RunChange([&spec](std::vector<torch::Tensor> p) { return MakeOptimizer(spec, p); }, steps);
 }
 
 // The reference: `update` performs one step on params p with gradient g (1-based step t).
@@ -392,11 +391,10 @@ TEST(OptimizerTest, AdagradMatchesLibTorchInBothImplementations) {
     ExpectMatchesTwin(
         spec,
         [](std::vector<torch::Tensor> p) {
-          return std::make_unique<torch::optim::Adagrad>(
-              p, torch::optim::AdagradOptions(0.1)
-                     .lr_decay(0.05)
-                     .initial_accumulator_value(0.2)
-                     .weight_decay(0.01));
+          return std::make_unique<torch::optim::Adagrad>(p, torch::optim::AdagradOptions(0.1)
+                                                                .lr_decay(0.05)
+                                                                .initial_accumulator_value(0.2)
+                                                                .weight_decay(0.01));
         },
         8);
     JobSpec defaults = Spec(OptimizerKind::kAdagrad, 0.1);  // eps 1e-10, no decay
@@ -662,15 +660,17 @@ TEST(CheckOptimizerTest, OptionsGivenToAnOptimizerThatDoesNotTakeThemAreRejected
             "momentum decay applies to nadam only; optimizer radam does not take it");
   spec = Spec(OptimizerKind::kAdamW, 0.1);
   spec.decoupled_weight_decay = true;
-  EXPECT_EQ(Rejection(spec), "decoupled weight decay applies to nadam and radam; optimizer adamw "
-                             "does not take it");
+  EXPECT_EQ(Rejection(spec),
+            "decoupled weight decay applies to nadam and radam; optimizer adamw "
+            "does not take it");
   spec = Spec(OptimizerKind::kAdam, 0.1);
   spec.lr_decay = 0.1;
   EXPECT_EQ(Rejection(spec), "lr decay applies to adagrad only; optimizer adam does not take it");
   spec = Spec(OptimizerKind::kNAdam, 0.1);
   spec.initial_accumulator_value = 0.1;
-  EXPECT_EQ(Rejection(spec), "initial accumulator value applies to adagrad only; optimizer nadam "
-                             "does not take it");
+  EXPECT_EQ(Rejection(spec),
+            "initial accumulator value applies to adagrad only; optimizer nadam "
+            "does not take it");
   spec = Spec(OptimizerKind::kAdagrad, 0.1);
   spec.beta1 = 0.9;
   EXPECT_EQ(Rejection(spec),

@@ -70,9 +70,9 @@ void DeviceStepParamState::serialize(InputArchive& archive) {
   c10::IValue step_value;
   if (archive.try_read("step", step_value)) {
     // LibTorch's AdamParamState keeps the step as an integer.
-    step(step_value.isTensor() ? step_value.toTensor()
-                               : torch::full({}, static_cast<double>(step_value.toInt()),
-                                             torch::kFloat32));
+    step(step_value.isTensor()
+             ? step_value.toTensor()
+             : torch::full({}, static_cast<double>(step_value.toInt()), torch::kFloat32));
   }
   exp_avg(ReadTensor(archive, "exp_avg"));
   exp_avg_sq(ReadTensor(archive, "exp_avg_sq"));
@@ -212,10 +212,8 @@ torch::Tensor DeviceStepOptimizer::step(LossClosure closure) {
           const double rho_inf = 2 / (1 - beta2) - 1;
           const torch::Tensor rho_t =
               rho_inf - 2 * step * torch::pow(beta2, step) / bias_correction2;
-          const torch::Tensor rect =
-              torch::pow((rho_t - 4) * (rho_t - 2) * rho_inf /
-                             ((rho_inf - 4) * (rho_inf - 2) * rho_t),
-                         0.5);
+          const torch::Tensor rect = torch::pow(
+              (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), 0.5);
           const torch::Tensor adaptive_lr =
               torch::pow(bias_correction2, 0.5) / exp_avg_sq.sqrt().add_(o.eps());
           const torch::Tensor update =

@@ -29,10 +29,10 @@ struct DeviceStepOptions : public torch::optim::OptimizerCloneableOptions<Device
   TORCH_ARG(double, beta2) = 0.999;
   TORCH_ARG(double, eps) = 1e-8;
   TORCH_ARG(double, weight_decay) = 0;
-  TORCH_ARG(bool, amsgrad) = false;                 // adam, adamw
-  TORCH_ARG(double, momentum_decay) = 4e-3;         // nadam
-  TORCH_ARG(bool, decoupled_weight_decay) = false;  // nadam, radam (adamw: always)
-  TORCH_ARG(double, lr_decay) = 0;                  // adagrad
+  TORCH_ARG(bool, amsgrad) = false;                  // adam, adamw
+  TORCH_ARG(double, momentum_decay) = 4e-3;          // nadam
+  TORCH_ARG(bool, decoupled_weight_decay) = false;   // nadam, radam (adamw: always)
+  TORCH_ARG(double, lr_decay) = 0;                   // adagrad
   TORCH_ARG(double, initial_accumulator_value) = 0;  // adagrad
 
  public:
@@ -69,7 +69,8 @@ struct DeviceStepParamState
 // parameter without a gradient is skipped, as torch.optim skips it.
 class DeviceStepOptimizer : public torch::optim::Optimizer {
  public:
-  DeviceStepOptimizer(DeviceStepKind kind, const std::vector<torch::optim::OptimizerParamGroup>& groups,
+  DeviceStepOptimizer(DeviceStepKind kind,
+                      const std::vector<torch::optim::OptimizerParamGroup>& groups,
                       const DeviceStepOptions& defaults);
 
   DeviceStepKind kind() const { return kind_; }

@@ -112,12 +112,13 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
         absl::StrCat("weight decay must be 0 or more; got ", *spec.weight_decay));
   }
   const bool adam_like = IsAdamLike(kind);
-  const bool adam_family = adam_like || kind == OptimizerKind::kNAdam || kind == OptimizerKind::kRAdam;
+  const bool adam_family =
+      adam_like || kind == OptimizerKind::kNAdam || kind == OptimizerKind::kRAdam;
   for (const auto& [option, value] :
        {std::pair<const char*, const std::optional<double>&>{"beta1", spec.beta1},
         std::pair<const char*, const std::optional<double>&>{"beta2", spec.beta2}}) {
-    status = CheckApplies(value.has_value(), adam_family, option, "adam, adamw, nadam and radam",
-                          kind);
+    status =
+        CheckApplies(value.has_value(), adam_family, option, "adam, adamw, nadam and radam", kind);
     if (!status.ok()) return status;
     if (value.has_value()) {
       status = CheckRange(option, *value, 0, 1, /*open_low=*/false);
@@ -140,8 +141,8 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
   }
   status = CheckApplies(spec.amsgrad, adam_like, "amsgrad", "adam and adamw", kind);
   if (!status.ok()) return status;
-  status = CheckApplies(spec.centered, kind == OptimizerKind::kRmsprop, "centered",
-                        "rmsprop only", kind);
+  status = CheckApplies(spec.centered, kind == OptimizerKind::kRmsprop, "centered", "rmsprop only",
+                        kind);
   if (!status.ok()) return status;
   status = CheckApplies(spec.momentum_decay.has_value(), kind == OptimizerKind::kNAdam,
                         "momentum decay", "nadam only", kind);
@@ -153,25 +154,22 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
   status = CheckApplies(spec.lr_decay.has_value(), kind == OptimizerKind::kAdagrad, "lr decay",
                         "adagrad only", kind);
   if (!status.ok()) return status;
-  status = CheckApplies(spec.initial_accumulator_value.has_value(),
-                        kind == OptimizerKind::kAdagrad, "initial accumulator value",
-                        "adagrad only", kind);
+  status = CheckApplies(spec.initial_accumulator_value.has_value(), kind == OptimizerKind::kAdagrad,
+                        "initial accumulator value", "adagrad only", kind);
   if (!status.ok()) return status;
   for (const auto& [option, value] :
-       {std::pair<const char*, const std::optional<double>&>{"momentum decay",
-                                                             spec.momentum_decay},
+       {std::pair<const char*, const std::optional<double>&>{"momentum decay", spec.momentum_decay},
         std::pair<const char*, const std::optional<double>&>{"lr decay", spec.lr_decay},
         std::pair<const char*, const std::optional<double>&>{"initial accumulator value",
                                                              spec.initial_accumulator_value}}) {
     if (value.has_value() && !(*value >= 0 && std::isfinite(*value))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(option, " must be 0 or more; got ", *value));
+      return absl::InvalidArgumentError(absl::StrCat(option, " must be 0 or more; got ", *value));
     }
   }
   if (spec.weight_decay_exclude_bias_and_norm && !(EffectiveWeightDecay(spec) > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "weight decay exclude bias and norm needs a weight decay above 0; optimizer ",
-        OptimizerKindName(kind), "'s is ", EffectiveWeightDecay(spec)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight decay exclude bias and norm needs a weight decay above 0; optimizer ",
+                     OptimizerKindName(kind), "'s is ", EffectiveWeightDecay(spec)));
   }
   if (!(spec.clip_grad_norm >= 0 && std::isfinite(spec.clip_grad_norm))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -181,9 +179,8 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
 }
 
 double EffectiveWeightDecay(const JobSpec& spec) {
-  return spec.weight_decay.value_or(spec.optimizer == OptimizerKind::kAdamW
-                                        ? kAdamWDefaultWeightDecay
-                                        : 0.0);
+  return spec.weight_decay.value_or(
+      spec.optimizer == OptimizerKind::kAdamW ? kAdamWDefaultWeightDecay : 0.0);
 }
 
 std::string HandWrittenOptimizerUnsupported(const JobSpec& spec) {
@@ -196,10 +193,11 @@ std::string HandWrittenOptimizerUnsupported(const JobSpec& spec) {
     default:
       break;
   }
-  const char* option = spec.amsgrad                              ? "amsgrad"
-                       : spec.centered                           ? "centered rmsprop"
-                       : spec.weight_decay_exclude_bias_and_norm ? "weight decay exclude bias and norm"
-                                                                 : nullptr;
+  const char* option = spec.amsgrad    ? "amsgrad"
+                       : spec.centered ? "centered rmsprop"
+                       : spec.weight_decay_exclude_bias_and_norm
+                           ? "weight decay exclude bias and norm"
+                           : nullptr;
   if (option == nullptr) return "";
   return absl::StrCat(option, " runs on LibTorch's optimizers");
 }
@@ -281,7 +279,7 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
         .beta1(spec.beta1.value_or(kDefaultBeta1))
         .beta2(spec.beta2.value_or(kDefaultBeta2))
         .eps(spec.eps.value_or(spec.optimizer == OptimizerKind::kAdagrad ? kAdagradDefaultEps
-                                                                          : kDefaultEps))
+                                                                         : kDefaultEps))
         .weight_decay(weight_decay)
         .amsgrad(spec.amsgrad)
         .momentum_decay(spec.momentum_decay.value_or(kDefaultMomentumDecay))

@@ -1,11 +1,11 @@
 #include "server/engine/training/precision.h"
 
-#include "server/engine/training/device_step_optimizer.h"
-
 #include <ATen/autocast_mode.h>
 
 #include <algorithm>
 #include <utility>
+
+#include "server/engine/training/device_step_optimizer.h"
 
 namespace trainerd::engine {
 namespace {
