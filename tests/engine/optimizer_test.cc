@@ -507,13 +507,17 @@ TEST(OptimizerTest, RAdamMatchesFloat64ReferenceOnBothSidesOfTheRectification) {
 
 // ---- Weight-decay exemption ------------------------------------------------------------------
 
-// One step of SGD with weight decay: W (2-D) decays, b (1-D) does not, so W moves as in a run
-// with the decay and b as in a run without it.
+// One step with weight decay: W (2-D) decays, b (1-D) does not, so W moves as in a run with the
+// decay and b as in a run without it. (A first Adam step is +-lr whatever an L2 penalty adds, so
+// the Adam family is checked with decoupled decay, and Adagrad from a nonzero accumulator, where
+// the decay shows in one step.)
 TEST(OptimizerTest, WeightDecayExemptionLeavesOneDimensionalParametersUndecayed) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdam, OptimizerKind::kNAdam,
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW, OptimizerKind::kNAdam,
                              OptimizerKind::kAdagrad}) {
     JobSpec decayed = Spec(kind, 0.1);
     decayed.weight_decay = 0.5;
+    if (kind == OptimizerKind::kNAdam) decayed.decoupled_weight_decay = true;
+    if (kind == OptimizerKind::kAdagrad) decayed.initial_accumulator_value = 0.1;
     JobSpec exempt = decayed;
     exempt.weight_decay_exclude_bias_and_norm = true;
     JobSpec undecayed = decayed;

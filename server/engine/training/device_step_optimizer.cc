@@ -141,6 +141,10 @@ torch::Tensor DeviceStepOptimizer::step(LossClosure closure) {
       torch::Tensor grad = param.grad();
       torch::Tensor step = s.step();
       step.add_(1);
+      // The step as float64, for the scalars that torch.optim's default (capturable=False) code
+      // computes in Python floats from step.item(): the same values, computed on the device.
+      // Each is cast to float32 where it meets a float32 tensor, as a Python float is.
+      const torch::Tensor t = step.to(torch::kFloat64);
       if (kind_ == DeviceStepKind::kAdagrad) {
         // adagrad.py: the L2 penalty, then clr = lr / (1 + (step - 1) * lr_decay).
         if (wd != 0) grad = grad.add(param, wd);
@@ -150,8 +154,9 @@ torch::Tensor DeviceStepOptimizer::step(LossClosure closure) {
         if (o.lr_decay() == 0) {
           param.addcdiv_(grad, std, -lr);  // clr is lr itself
         } else {
-          torch::Tensor clr = lr / ((step - 1) * o.lr_decay() + 1);
-          param.addcdiv_(grad * clr.neg(), std);
+          // addcdiv_(grad, std, value=-clr): param + (-clr * grad) / std.
+          const torch::Tensor clr = lr / ((t - 1) * o.lr_decay() + 1);
+          param.add_(grad * clr.neg() / std);
         }
         continue;
       }
@@ -167,12 +172,12 @@ torch::Tensor DeviceStepOptimizer::step(LossClosure closure) {
       switch (kind_) {
         case DeviceStepKind::kAdam:
         case DeviceStepKind::kAdamW: {
-          // adam.py, capturable.
+          // adam.py (single tensor).
           exp_avg.lerp_(grad, 1 - beta1);
           exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-          const torch::Tensor bias_correction1 = 1 - torch::pow(beta1, step);
-          const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, step);
-          const torch::Tensor step_size_neg = (lr / bias_correction1).neg();
+          const torch::Tensor bias_correction1 = 1 - torch::pow(beta1, t);
+          const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, t);
+          const torch::Tensor step_size = lr / bias_correction1;
           const torch::Tensor bias_correction2_sqrt = bias_correction2.sqrt();
           torch::Tensor second = exp_avg_sq;
           if (o.amsgrad()) {
@@ -180,45 +185,42 @@ torch::Tensor DeviceStepOptimizer::step(LossClosure closure) {
             torch::maximum_out(max_sq, max_sq, exp_avg_sq);
             second = max_sq;
           }
-          const torch::Tensor denom = (second.sqrt() / (bias_correction2_sqrt * step_size_neg))
-                                          .add_(o.eps() / step_size_neg);
-          param.addcdiv_(exp_avg, denom);
+          const torch::Tensor denom = (second.sqrt() / bias_correction2_sqrt).add_(o.eps());
+          param.add_(exp_avg * step_size.neg() / denom);  // addcdiv_(value=-step_size)
           break;
         }
         case DeviceStepKind::kNAdam: {
-          // nadam.py, capturable.
-          const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, step);
-          const torch::Tensor mu =
-              beta1 * (1.0 - 0.5 * torch::pow(0.96, step * o.momentum_decay()));
+          // nadam.py (single tensor).
+          const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, t);
+          const torch::Tensor mu = beta1 * (1.0 - 0.5 * torch::pow(0.96, t * o.momentum_decay()));
           const torch::Tensor mu_next =
-              beta1 * (1.0 - 0.5 * torch::pow(0.96, (step + 1) * o.momentum_decay()));
+              beta1 * (1.0 - 0.5 * torch::pow(0.96, (t + 1) * o.momentum_decay()));
           torch::Tensor mu_product = s.mu_product();
-          mu_product.mul_(mu);
+          mu_product.mul_(mu.to(torch::kFloat32));  // a float32 product, as in torch.optim
           exp_avg.lerp_(grad, 1 - beta1);
           exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-          const torch::Tensor denom = exp_avg_sq.div(bias_correction2).sqrt().add(o.eps());
-          const torch::Tensor mu_product_next = mu_product * mu_next;
-          param.addcdiv_(grad * (-lr * (1.0 - mu) / (1.0 - mu_product)), denom);
-          param.addcdiv_(exp_avg * (-lr * mu_next / (1.0 - mu_product_next)), denom);
+          const torch::Tensor denom = exp_avg_sq.div(bias_correction2).sqrt().add_(o.eps());
+          const torch::Tensor product = mu_product.to(torch::kFloat64);
+          const torch::Tensor mu_product_next = product * mu_next;
+          param.add_(grad * (-lr * (1.0 - mu) / (1.0 - product)) / denom);
+          param.add_(exp_avg * ((-lr * mu_next) / (1.0 - mu_product_next)) / denom);
           break;
         }
         case DeviceStepKind::kRAdam: {
-          // radam.py, capturable.
+          // radam.py (single tensor); both branches computed, the one rho_t selects kept.
           exp_avg.lerp_(grad, 1 - beta1);
           exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
-          const torch::Tensor bias_correction1 = 1 - torch::pow(beta1, step);
-          const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, step);
+          const torch::Tensor bias_correction1 = 1 - torch::pow(beta1, t);
+          const torch::Tensor bias_correction2 = 1 - torch::pow(beta2, t);
           const torch::Tensor bias_corrected_exp_avg = exp_avg / bias_correction1;
           const double rho_inf = 2 / (1 - beta2) - 1;
-          const torch::Tensor rho_t =
-              rho_inf - 2 * step * torch::pow(beta2, step) / bias_correction2;
+          const torch::Tensor rho_t = rho_inf - 2 * t * torch::pow(beta2, t) / bias_correction2;
           const torch::Tensor rect = torch::pow(
               (rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t), 0.5);
           const torch::Tensor adaptive_lr =
               torch::pow(bias_correction2, 0.5) / exp_avg_sq.sqrt().add_(o.eps());
-          const torch::Tensor update =
-              torch::where(rho_t > 5.0, rect * adaptive_lr, torch::ones({}, rho_t.options()));
-          param.add_(bias_corrected_exp_avg * lr * update, -1.0);
+          const torch::Tensor plain = bias_corrected_exp_avg * lr;
+          param.sub_(torch::where(rho_t > 5.0, plain * adaptive_lr * rect, plain));
           break;
         }
         case DeviceStepKind::kAdagrad:

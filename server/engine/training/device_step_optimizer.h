@@ -1,13 +1,16 @@
 // Optimizers whose update depends on the step count (Adam, AdamW, NAdam, RAdam, Adagrad), with
 // that count kept on the parameter's device as a float32 tensor, as torch.optim's
-// `capturable=True` optimizers keep it: bias corrections (and NAdam's momentum cache, RAdam's
-// rectification, Adagrad's decayed rate) are computed on the device, so that a step the loss
-// scaler undoes on the device (precision.h, LossScaler::Step) leaves the step count where it was,
-// exactly as torch.amp.GradScaler skipping optimizer.step() does, without reading anything back.
+// `capturable=True` optimizers keep it, so that a step the loss scaler undoes on the device
+// (precision.h, LossScaler::Step) leaves the step count where it was, exactly as
+// torch.amp.GradScaler skipping optimizer.step() does, without reading anything back.
 //
 // The arithmetic is torch/optim's single-tensor code of each optimizer (adam.py, nadam.py,
-// radam.py, adagrad.py) in its capturable form. LibTorch has no NAdam or RAdam; MakeOptimizer
-// (optimizer.h) uses these for them always, and for adam, adamw and adagrad under fp16.
+// radam.py, adagrad.py) as it runs by default (capturable=False): the scalars it computes from
+// the step in Python floats (bias corrections, NAdam's momentum cache, RAdam's rectification,
+// Adagrad's decayed rate) are computed here in float64 on the device, and each is cast to float32
+// where it meets a float32 tensor, as a Python float is. LibTorch has no NAdam or RAdam;
+// MakeOptimizer (optimizer.h) uses these for them always, and for adam, adamw and adagrad under
+// fp16.
 #pragma once
 
 #include <torch/torch.h>
