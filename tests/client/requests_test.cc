@@ -207,7 +207,8 @@ TEST(JobSpecFromFlagsTest, UnknownLossIsRejectedByName) {
 
 TEST(JobSpecFromFlagsTest, UnknownOptimizerIsRejectedByName) {
   EXPECT_EQ(SpecError(Submit({"--optimizer", "lamb"})),
-            "--optimizer: unknown optimizer 'lamb' (expected sgd, adam, adamw or rmsprop)");
+            "--optimizer: unknown optimizer 'lamb' (expected sgd, adam, adamw, rmsprop, nadam, "
+            "radam or adagrad)");
 }
 
 TEST(JobSpecFromFlagsTest, MomentumWithAdamIsRejected) {

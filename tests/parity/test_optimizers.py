@@ -62,13 +62,15 @@ def test_adagrad_lr_decay_accumulator_and_weight_decay(parity):
 
 
 def test_weight_decay_exclude_bias_and_norm(parity):
-    parity.check("regression", model="linear:8,layernorm,relu,linear:4,batchnorm,linear:1",
+    parity.check("regression", model="linear:8,layernorm,relu,linear:1",
                  optimizer="adamw", lr=0.02, weight_decay=0.5,
                  weight_decay_exclude_bias_and_norm=True, epochs=3, batch_size=16)
 
 
-def test_weight_decay_exclude_bias_and_norm_with_sgd(parity):
-    parity.check("regression", model=MLP, optimizer="sgd", lr=0.05, momentum=0.9,
+# (Not adam here: a bias just before batchnorm has a gradient of rounding noise only, which
+# Adam's normalisation turns into full-size steps.)
+def test_weight_decay_exclude_bias_and_norm_with_sgd_and_batchnorm(parity):
+    parity.check("regression", model="linear:8,batchnorm,relu,linear:1", optimizer="sgd", lr=0.05, momentum=0.9,
                  weight_decay=0.1, weight_decay_exclude_bias_and_norm=True, epochs=3,
                  batch_size=16)
 
@@ -91,3 +93,5 @@ def test_fp16_equals_grad_scaler(parity, options):
     (job,) = parity.check("regression", model=MLP, precision="fp16", epochs=3, batch_size=16,
                           **options)
     assert sum(e.skipped_steps or 0 for e in job.history) > 0  # the skips were exercised
+
+
