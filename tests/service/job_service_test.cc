@@ -150,7 +150,10 @@ TEST_F(JobServiceTest, SubmitWithTheOptimizersOptionsEchoesTheSpec) {
   v1::JobSpec spec = LinearSpec("seed", /*epochs=*/2);
   spec.set_device("cpu");
   spec.set_shuffle(true);
-  spec.set_engine(v1::ENGINE_AUTO);
+  spec.set_engine(v1::ENGINE_AUTO);  // the echo fills in these defaults
+  spec.mutable_schedule()->set_kind(v1::Schedule::CONSTANT);
+  spec.set_precision(v1::PRECISION_FP32);
+  spec.set_priority(v1::JOB_PRIORITY_NORMAL);
   v1::Optimizer* optimizer = spec.mutable_optimizer();
   optimizer->set_kind(v1::OPTIMIZER_KIND_NADAM);
   optimizer->set_learning_rate(0.01);
