@@ -25,7 +25,7 @@ struct ValueKind {
 constexpr ValueKind kValueKinds[] = {
     {"output", "table wide json yaml name"},
     {"loss", "mse l1 huber bce_with_logits cross_entropy nll"},
-    {"optimizer", "sgd adam adamw rmsprop"},
+    {"optimizer", "sgd adam adamw rmsprop nadam radam adagrad"},
     {"schedule", "constant step multistep exponential cosine cosine_restarts onecycle plateau"},
     {"anneal-strategy", "cos linear"},
     {"precision", "fp32 bf16 fp16"},

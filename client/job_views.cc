@@ -58,6 +58,22 @@ std::string OptimizerDescription(const v1::Optimizer& optimizer) {
   if (optimizer.has_eps()) absl::StrAppend(&text, absl::StrFormat(", eps %g", optimizer.eps()));
   if (optimizer.has_alpha())
     absl::StrAppend(&text, absl::StrFormat(", alpha %g", optimizer.alpha()));
+  if (optimizer.amsgrad()) absl::StrAppend(&text, ", amsgrad");
+  if (optimizer.centered()) absl::StrAppend(&text, ", centered");
+  if (optimizer.has_momentum_decay()) {
+    absl::StrAppend(&text, absl::StrFormat(", momentum decay %g", optimizer.momentum_decay()));
+  }
+  if (optimizer.decoupled_weight_decay()) absl::StrAppend(&text, ", decoupled weight decay");
+  if (optimizer.has_lr_decay()) {
+    absl::StrAppend(&text, absl::StrFormat(", lr decay %g", optimizer.lr_decay()));
+  }
+  if (optimizer.has_initial_accumulator_value()) {
+    absl::StrAppend(
+        &text, absl::StrFormat(", initial accumulator %g", optimizer.initial_accumulator_value()));
+  }
+  if (optimizer.weight_decay_exclude_bias_and_norm()) {
+    absl::StrAppend(&text, ", no weight decay on biases and norms");
+  }
   return text;
 }
 

@@ -256,6 +256,12 @@ std::string OptimizerName(v1::OptimizerKind kind) {
       return "adamw";
     case v1::OPTIMIZER_KIND_RMSPROP:
       return "rmsprop";
+    case v1::OPTIMIZER_KIND_NADAM:
+      return "nadam";
+    case v1::OPTIMIZER_KIND_RADAM:
+      return "radam";
+    case v1::OPTIMIZER_KIND_ADAGRAD:
+      return "adagrad";
     default:
       return absl::StrCat("unknown(", static_cast<int>(kind), ")");
   }

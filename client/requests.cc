@@ -64,8 +64,12 @@ absl::StatusOr<v1::OptimizerKind> ParseOptimizer(const std::string& text) {
   if (text == "adam") return v1::OPTIMIZER_KIND_ADAM;
   if (text == "adamw") return v1::OPTIMIZER_KIND_ADAMW;
   if (text == "rmsprop") return v1::OPTIMIZER_KIND_RMSPROP;
-  return absl::InvalidArgumentError(absl::StrCat("--optimizer: unknown optimizer '", text,
-                                                 "' (expected sgd, adam, adamw or rmsprop)"));
+  if (text == "nadam") return v1::OPTIMIZER_KIND_NADAM;
+  if (text == "radam") return v1::OPTIMIZER_KIND_RADAM;
+  if (text == "adagrad") return v1::OPTIMIZER_KIND_ADAGRAD;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--optimizer: unknown optimizer '", text,
+                   "' (expected sgd, adam, adamw, rmsprop, nadam, radam or adagrad)"));
 }
 
 absl::StatusOr<v1::Schedule::Kind> ParseSchedule(const std::string& text) {
@@ -386,6 +390,9 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   const bool sgd = kind == v1::OPTIMIZER_KIND_SGD;
   const bool rmsprop = kind == v1::OPTIMIZER_KIND_RMSPROP;
   const bool adam_like = kind == v1::OPTIMIZER_KIND_ADAM || kind == v1::OPTIMIZER_KIND_ADAMW;
+  const bool nadam = kind == v1::OPTIMIZER_KIND_NADAM;
+  const bool radam = kind == v1::OPTIMIZER_KIND_RADAM;
+  const bool adagrad = kind == v1::OPTIMIZER_KIND_ADAGRAD;
   TRAINERD_RETURN_IF_ERROR(
       CheckApplies(invocation, "momentum", sgd || rmsprop, "--optimizer sgd and rmsprop"));
   TRAINERD_ASSIGN_OR_RETURN(double momentum,
@@ -402,8 +409,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
     optimizer->set_weight_decay(decay);
   }
   for (absl::string_view flag : {"beta1", "beta2"}) {
-    TRAINERD_RETURN_IF_ERROR(
-        CheckApplies(invocation, flag, adam_like, "--optimizer adam and adamw"));
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, flag, adam_like || nadam || radam,
+                                          "--optimizer adam, adamw, nadam and radam"));
     if (!invocation.Has(flag)) continue;
     TRAINERD_ASSIGN_OR_RETURN(double beta, GetDoubleIn(invocation, flag, 0, 0, false, 1, true));
     if (flag == "beta1") {
@@ -412,8 +419,7 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
       optimizer->set_beta2(beta);
     }
   }
-  TRAINERD_RETURN_IF_ERROR(
-      CheckApplies(invocation, "eps", adam_like || rmsprop, "--optimizer adam, adamw and rmsprop"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "eps", !sgd, "--optimizer other than sgd"));
   if (invocation.Has("eps")) {
     TRAINERD_ASSIGN_OR_RETURN(double eps, GetDoubleIn(invocation, "eps", 0, 0, true, kInf, true));
     optimizer->set_eps(eps);
@@ -422,6 +428,42 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   if (invocation.Has("alpha")) {
     TRAINERD_ASSIGN_OR_RETURN(double alpha, GetDoubleIn(invocation, "alpha", 0, 0, true, 1, true));
     optimizer->set_alpha(alpha);
+  }
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "amsgrad", adam_like, "--optimizer adam and adamw"));
+  optimizer->set_amsgrad(invocation.Has("amsgrad"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "centered", rmsprop, "--optimizer rmsprop"));
+  optimizer->set_centered(invocation.Has("centered"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "momentum-decay", nadam, "--optimizer nadam"));
+  if (invocation.Has("momentum-decay")) {
+    TRAINERD_ASSIGN_OR_RETURN(double decay,
+                              GetDoubleIn(invocation, "momentum-decay", 0, 0, false, kInf, true));
+    optimizer->set_momentum_decay(decay);
+  }
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "decoupled-weight-decay", nadam || radam,
+                                        "--optimizer nadam and radam"));
+  optimizer->set_decoupled_weight_decay(invocation.Has("decoupled-weight-decay"));
+  TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "lr-decay", adagrad, "--optimizer adagrad"));
+  if (invocation.Has("lr-decay")) {
+    TRAINERD_ASSIGN_OR_RETURN(double decay,
+                              GetDoubleIn(invocation, "lr-decay", 0, 0, false, kInf, true));
+    optimizer->set_lr_decay(decay);
+  }
+  TRAINERD_RETURN_IF_ERROR(
+      CheckApplies(invocation, "initial-accumulator-value", adagrad, "--optimizer adagrad"));
+  if (invocation.Has("initial-accumulator-value")) {
+    TRAINERD_ASSIGN_OR_RETURN(double value, GetDoubleIn(invocation, "initial-accumulator-value", 0,
+                                                        0, false, kInf, true));
+    optimizer->set_initial_accumulator_value(value);
+  }
+  if (invocation.Has("weight-decay-exclude-bias-and-norm")) {
+    const bool adamw = kind == v1::OPTIMIZER_KIND_ADAMW;
+    if (!(optimizer->has_weight_decay() ? optimizer->weight_decay() > 0 : adamw)) {
+      return absl::InvalidArgumentError(
+          "--weight-decay-exclude-bias-and-norm needs a weight decay above 0 (--weight-decay; "
+          "adamw's default is 0.01)");
+    }
+    optimizer->set_weight_decay_exclude_bias_and_norm(true);
   }
 
   TRAINERD_RETURN_IF_ERROR(

@@ -37,17 +37,31 @@ std::vector<FlagSpec> SubmitFlags() {
            "bce_with_logits: one positive weight per output\n"
            "column on the positive targets (torch's pos_weight);\n"
            "training only (default: none)"},
-          {"optimizer", "OPT", "sgd, adam, adamw or rmsprop (default sgd)"},
+          {"optimizer", "OPT",
+           "sgd, adam, adamw, rmsprop, nadam, radam or adagrad,\n"
+           "each as torch.optim's (default sgd)"},
           {"lr", "RATE", "learning rate, > 0; the peak with a schedule (default 0.01)"},
           {"momentum", "M", "sgd and rmsprop momentum, 0 <= M < 1 (default 0)"},
           {"nesterov", "", "sgd: Nesterov momentum (needs --momentum above 0)"},
           {"weight-decay", "W",
            "L2 penalty, >= 0; decoupled for adamw (default 0,\n"
            "adamw 0.01)"},
-          {"beta1", "B", "adam and adamw, 0 <= B < 1 (default 0.9)"},
-          {"beta2", "B", "adam and adamw, 0 <= B < 1 (default 0.999)"},
-          {"eps", "E", "adam, adamw and rmsprop, > 0 (default 1e-8)"},
+          {"weight-decay-exclude-bias-and-norm", "",
+           "weight decay 0 for parameters of 1 dimension or\n"
+           "fewer (biases, norm weights); needs a weight decay"},
+          {"beta1", "B", "adam, adamw, nadam and radam, 0 <= B < 1 (default 0.9)"},
+          {"beta2", "B", "adam, adamw, nadam and radam, 0 <= B < 1 (default\n0.999)"},
+          {"eps", "E", "all but sgd, > 0 (default 1e-8, adagrad 1e-10)"},
           {"alpha", "A", "rmsprop smoothing, 0 < A < 1 (default 0.99)"},
+          {"amsgrad", "", "adam and adamw: the AMSGrad variant"},
+          {"centered", "", "rmsprop: centered (normalised by the variance)"},
+          {"momentum-decay", "D", "nadam: >= 0 (default 0.004)"},
+          {"decoupled-weight-decay", "",
+           "nadam and radam: decay the weights as adamw does\n"
+           "instead of an L2 penalty"},
+          {"lr-decay", "D", "adagrad: rate of step t is lr / (1 + (t-1) D), >= 0\n(default 0)"},
+          {"initial-accumulator-value", "V",
+           "adagrad: starting squared-gradient sum, >= 0\n(default 0)"},
           {"schedule", "KIND",
            "learning-rate schedule, as torch.optim.lr_scheduler's:\n"
            "constant; step (StepLR: times --gamma every\n"
@@ -139,7 +153,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "(default 0: off)"},
           {"precision", "P",
            "fp32, bf16 or fp16: the forward pass under autocast;\n"
-           "fp16 adds loss scaling (default fp32)"},
+           "fp16 adds loss scaling as torch.amp.GradScaler with\n"
+           "the optimizer: an overflowing step is skipped\n"
+           "(default fp32)"},
           {"seed", "S",
            "seed for initialisation, the validation split,\n"
            "shuffling and dropout masks (default: the daemon\n"

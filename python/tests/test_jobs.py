@@ -323,6 +323,41 @@ def test_spec_options_reach_the_daemon(
     assert [e.learning_rate for e in job.history][:2] == pytest.approx([0.0015, 0.003])
 
 
+def test_new_optimizer_options_reach_the_daemon(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    job = client.submit(
+        "seed",
+        model="linear:4,layernorm,tanh,linear:1",
+        optimizer="nadam",
+        lr=0.01,
+        momentum_decay=0.01,
+        decoupled_weight_decay=True,
+        weight_decay=0.1,
+        weight_decay_exclude_bias_and_norm=True,
+        epochs=2,
+        batch_size=8,
+        engine="auto",
+        seed=5,
+        device="cpu",
+    ).wait()
+    assert job.state == trainerd.JobState.SUCCEEDED, job.error
+    optimizer = job.spec.optimizer
+    assert optimizer.kind == jobs_pb2.OPTIMIZER_KIND_NADAM
+    assert optimizer.momentum_decay == pytest.approx(0.01)
+    assert optimizer.decoupled_weight_decay is True
+    assert optimizer.weight_decay_exclude_bias_and_norm is True
+    assert job.report.engine == "libtorch"  # the fused path runs no nadam
+    adagrad = client.submit(
+        "seed", model="linear:1", optimizer="adagrad", lr=0.05, lr_decay=0.1,
+        initial_accumulator_value=0.2, epochs=1, batch_size=8, seed=5, device="cpu",
+        precision="fp16",
+    ).wait()
+    assert adagrad.state == trainerd.JobState.SUCCEEDED, adagrad.error
+    assert adagrad.spec.optimizer.lr_decay == pytest.approx(0.1)
+    assert adagrad.spec.optimizer.initial_accumulator_value == pytest.approx(0.2)
+
+
 @pytest.mark.parametrize(
     ("options", "error"),
     [
@@ -333,6 +368,19 @@ def test_spec_options_reach_the_daemon(
         ({"nesterov": True}, "nesterov needs momentum above 0"),
         ({"beta1": 0.9}, "beta1 applies to optimizer 'adam'"),
         ({"alpha": 0.9}, "alpha applies to optimizer 'rmsprop'"),
+        ({"amsgrad": True}, "amsgrad applies to optimizer 'adam' and 'adamw'"),
+        ({"optimizer": "adam", "centered": True}, "centered applies to optimizer 'rmsprop'"),
+        ({"optimizer": "radam", "momentum_decay": 0.1}, "momentum_decay applies to optimizer 'nadam'"),
+        (
+            {"optimizer": "adamw", "decoupled_weight_decay": True},
+            "decoupled_weight_decay applies to optimizer 'nadam' and 'radam'",
+        ),
+        ({"optimizer": "adam", "lr_decay": 0.1}, "lr_decay applies to optimizer 'adagrad'"),
+        ({"initial_accumulator_value": 0.1}, "initial_accumulator_value applies to optimizer"),
+        ({"optimizer": "adagrad", "lr_decay": -1.0}, "lr_decay must be >= 0, got -1"),
+        ({"optimizer": "nadam", "momentum_decay": -1.0}, "momentum_decay must be"),
+        ({"weight_decay_exclude_bias_and_norm": True}, "needs a weight decay above 0"),
+        ({"eps": 1e-8}, "eps applies to optimizers other than 'sgd'"),
         ({"loss": "hinge"}, "unknown loss 'hinge'"),
         ({"optimizer": "lbfgs"}, "unknown optimizer"),
         ({"huber_delta": 1.0}, "huber_delta applies to loss 'huber'"),

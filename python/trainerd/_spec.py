@@ -93,6 +93,13 @@ class SweepOptions(TypedDict, total=False):
     beta2: float
     eps: float
     alpha: float
+    amsgrad: bool
+    centered: bool
+    momentum_decay: float
+    decoupled_weight_decay: bool
+    lr_decay: float
+    initial_accumulator_value: float
+    weight_decay_exclude_bias_and_norm: bool
     schedule: str
     step_epochs: int
     gamma: float
@@ -160,6 +167,9 @@ _OPTIMIZERS = {
     "adam": jobs_pb2.OPTIMIZER_KIND_ADAM,
     "adamw": jobs_pb2.OPTIMIZER_KIND_ADAMW,
     "rmsprop": jobs_pb2.OPTIMIZER_KIND_RMSPROP,
+    "nadam": jobs_pb2.OPTIMIZER_KIND_NADAM,
+    "radam": jobs_pb2.OPTIMIZER_KIND_RADAM,
+    "adagrad": jobs_pb2.OPTIMIZER_KIND_ADAGRAD,
 }
 _SCHEDULES = {
     "constant": jobs_pb2.Schedule.CONSTANT,
@@ -336,16 +346,52 @@ def build_spec(
         optimizer.weight_decay = _number_in(
             "weight_decay", options["weight_decay"], 0, False, math.inf, True
         )
+    nadam = kind == jobs_pb2.OPTIMIZER_KIND_NADAM
+    radam = kind == jobs_pb2.OPTIMIZER_KIND_RADAM
+    adagrad = kind == jobs_pb2.OPTIMIZER_KIND_ADAGRAD
     for name in ("beta1", "beta2"):
-        _applies(options, name, adam_like, "optimizer 'adam' and 'adamw'")
+        _applies(
+            options, name, adam_like or nadam or radam, "optimizer 'adam', 'adamw', 'nadam' and 'radam'"
+        )
         if name in options:
             setattr(optimizer, name, _number_in(name, options[name], 0, False, 1, True))
-    _applies(options, "eps", adam_like or rmsprop, "optimizer 'adam', 'adamw' and 'rmsprop'")
+    _applies(options, "eps", not sgd, "optimizers other than 'sgd'")
     if "eps" in options:
         optimizer.eps = _number_in("eps", options["eps"], 0, True, math.inf, True)
     _applies(options, "alpha", rmsprop, "optimizer 'rmsprop'")
     if "alpha" in options:
         optimizer.alpha = _number_in("alpha", options["alpha"], 0, True, 1, True)
+    for name, applies, what in (
+        ("amsgrad", adam_like, "optimizer 'adam' and 'adamw'"),
+        ("centered", rmsprop, "optimizer 'rmsprop'"),
+        ("decoupled_weight_decay", nadam or radam, "optimizer 'nadam' and 'radam'"),
+        ("weight_decay_exclude_bias_and_norm", True, "every optimizer"),
+    ):
+        flag = options.get(name, False)
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be a bool")
+        if flag:
+            _applies(options, name, applies, what)
+            setattr(optimizer, name, True)
+    for name, applies, what in (
+        ("momentum_decay", nadam, "optimizer 'nadam'"),
+        ("lr_decay", adagrad, "optimizer 'adagrad'"),
+        ("initial_accumulator_value", adagrad, "optimizer 'adagrad'"),
+    ):
+        _applies(options, name, applies, what)
+        if name in options:
+            setattr(optimizer, name, _number_in(name, options[name], 0, False, math.inf, True))
+    if optimizer.weight_decay_exclude_bias_and_norm:
+        decay = (
+            optimizer.weight_decay
+            if optimizer.HasField("weight_decay")
+            else (0.01 if kind == jobs_pb2.OPTIMIZER_KIND_ADAMW else 0.0)
+        )
+        if not decay > 0:
+            raise ValueError(
+                "weight_decay_exclude_bias_and_norm needs a weight decay above 0 "
+                "(weight_decay; adamw's default is 0.01)"
+            )
 
     _applies(options, "huber_delta", loss == jobs_pb2.LOSS_HUBER, "loss 'huber'")
     if "huber_delta" in options:

@@ -382,6 +382,13 @@ class Client:
         beta2: float | None = None,
         eps: float | None = None,
         alpha: float | None = None,
+        amsgrad: bool = False,
+        centered: bool = False,
+        momentum_decay: float | None = None,
+        decoupled_weight_decay: bool = False,
+        lr_decay: float | None = None,
+        initial_accumulator_value: float | None = None,
+        weight_decay_exclude_bias_and_norm: bool = False,
         schedule: str = "constant",
         step_epochs: int | None = None,
         gamma: float | None = None,
@@ -451,14 +458,28 @@ class Client:
                 Validation leaves ignored rows out of its loss and accuracy.
             pos_weight: bce_with_logits: one positive weight per output column on the positive
                 targets, as ``torch.nn.BCEWithLogitsLoss(pos_weight=...)``. Training only.
-            optimizer: sgd, adam, adamw or rmsprop.
+            optimizer: sgd, adam, adamw, rmsprop, nadam, radam or adagrad, each as
+                ``torch.optim``'s optimizer of that name with PyTorch's defaults.
             lr: learning rate, > 0; the peak with a schedule.
             momentum: sgd and rmsprop, 0 <= M < 1 (default 0).
             nesterov: sgd: Nesterov momentum (needs momentum above 0).
             weight_decay: L2 penalty, >= 0; decoupled for adamw (default 0, adamw 0.01).
-            beta1, beta2: adam and adamw, 0 <= B < 1 (defaults 0.9 and 0.999).
-            eps: adam, adamw and rmsprop, > 0 (default 1e-8).
+            beta1, beta2: adam, adamw, nadam and radam, 0 <= B < 1 (defaults 0.9 and 0.999).
+            eps: every optimizer but sgd, > 0 (default 1e-8, adagrad 1e-10).
             alpha: rmsprop smoothing, 0 < A < 1 (default 0.99).
+            amsgrad: adam and adamw: the AMSGrad variant (``torch.optim.Adam(amsgrad=True)``).
+            centered: rmsprop: centered (``torch.optim.RMSprop(centered=True)``).
+            momentum_decay: nadam: >= 0 (default 0.004).
+            decoupled_weight_decay: nadam and radam: weight decay as adamw applies it instead of
+                an L2 penalty.
+            lr_decay: adagrad: step t's rate is lr / (1 + (t - 1) * lr_decay), >= 0 (default 0).
+            initial_accumulator_value: adagrad: the starting squared-gradient sum, >= 0
+                (default 0).
+            weight_decay_exclude_bias_and_norm: parameters of 1 dimension or fewer (biases,
+                batchnorm's and layernorm's weights and biases) get weight decay 0, as the two
+                parameter groups ``[{"params": [p for p in model.parameters() if p.dim() > 1]},
+                {"params": [p for p in model.parameters() if p.dim() <= 1], "weight_decay":
+                0.0}]`` do; needs a weight decay above 0.
             schedule: the learning-rate schedule, each as its torch.optim.lr_scheduler twin
                 with PyTorch's defaults, stepped once per epoch (or per optimizer step with
                 ``schedule_per_step``): constant; step (StepLR: times ``gamma`` every
@@ -535,7 +556,9 @@ class Client:
                 ``DataLoader(drop_last=True)``; the epoch loss is then the mean over the rows
                 that trained.
             checkpoint_every: save model and optimizer state every N epochs (0: off).
-            precision: fp32, bf16 or fp16.
+            precision: fp32, bf16 or fp16 (autocast; fp16 adds loss scaling that trains as
+                ``torch.amp.GradScaler`` with the optimizer: a step whose gradients overflowed
+                changes nothing, step counts included).
             seed: seed for initialisation, the validation split, shuffling and dropout masks
                 (default: the daemon picks one and reports it in the job). On the CPU, with
                 ``g = torch.Generator().manual_seed(seed)``, each epoch draws
@@ -699,12 +722,21 @@ def _check_timeout(timeout: object) -> None:
 
 def _given(options: dict[str, Any]) -> dict[str, Any]:
     """The options the caller gave: those not None and not at submit's signature default for the
-    options whose mere presence matters (nesterov, three_phase, schedule_per_step). The others are
-    sent with their value."""
+    options whose mere presence matters (nesterov, amsgrad, centered, decoupled_weight_decay,
+    weight_decay_exclude_bias_and_norm, three_phase, schedule_per_step). The others are sent with
+    their value."""
     given = {k: v for k, v in options.items() if v is not None}
-    for flag in ("nesterov", "three_phase", "schedule_per_step"):
-        if given.get(flag) is False:
-            del given[flag]
+    for switch in (
+        "nesterov",
+        "amsgrad",
+        "centered",
+        "decoupled_weight_decay",
+        "weight_decay_exclude_bias_and_norm",
+        "three_phase",
+        "schedule_per_step",
+    ):
+        if given.get(switch) is False:
+            del given[switch]
     return given
 
 

@@ -66,6 +66,12 @@ v1::OptimizerKind ToProto(engine::OptimizerKind kind) {
       return v1::OPTIMIZER_KIND_ADAMW;
     case engine::OptimizerKind::kRmsprop:
       return v1::OPTIMIZER_KIND_RMSPROP;
+    case engine::OptimizerKind::kNAdam:
+      return v1::OPTIMIZER_KIND_NADAM;
+    case engine::OptimizerKind::kRAdam:
+      return v1::OPTIMIZER_KIND_RADAM;
+    case engine::OptimizerKind::kAdagrad:
+      return v1::OPTIMIZER_KIND_ADAGRAD;
   }
   return v1::OPTIMIZER_KIND_UNSPECIFIED;
 }
@@ -245,10 +251,20 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
     case v1::OPTIMIZER_KIND_RMSPROP:
       out.optimizer = engine::OptimizerKind::kRmsprop;
       break;
+    case v1::OPTIMIZER_KIND_NADAM:
+      out.optimizer = engine::OptimizerKind::kNAdam;
+      break;
+    case v1::OPTIMIZER_KIND_RADAM:
+      out.optimizer = engine::OptimizerKind::kRAdam;
+      break;
+    case v1::OPTIMIZER_KIND_ADAGRAD:
+      out.optimizer = engine::OptimizerKind::kAdagrad;
+      break;
     default:
       return absl::InvalidArgumentError(
           "optimizer.kind must be set: OPTIMIZER_KIND_SGD, OPTIMIZER_KIND_ADAM, "
-          "OPTIMIZER_KIND_ADAMW or OPTIMIZER_KIND_RMSPROP");
+          "OPTIMIZER_KIND_ADAMW, OPTIMIZER_KIND_RMSPROP, OPTIMIZER_KIND_NADAM, "
+          "OPTIMIZER_KIND_RADAM or OPTIMIZER_KIND_ADAGRAD");
   }
   out.learning_rate = optimizer.learning_rate();
   out.momentum = optimizer.momentum();
@@ -258,6 +274,15 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   if (optimizer.has_beta2()) out.beta2 = optimizer.beta2();
   if (optimizer.has_eps()) out.eps = optimizer.eps();
   if (optimizer.has_alpha()) out.alpha = optimizer.alpha();
+  out.amsgrad = optimizer.amsgrad();
+  out.centered = optimizer.centered();
+  if (optimizer.has_momentum_decay()) out.momentum_decay = optimizer.momentum_decay();
+  out.decoupled_weight_decay = optimizer.decoupled_weight_decay();
+  if (optimizer.has_lr_decay()) out.lr_decay = optimizer.lr_decay();
+  if (optimizer.has_initial_accumulator_value()) {
+    out.initial_accumulator_value = optimizer.initial_accumulator_value();
+  }
+  out.weight_decay_exclude_bias_and_norm = optimizer.weight_decay_exclude_bias_and_norm();
   // 0 means unset for these two (proto3 scalars).
   out.huber_delta = spec.huber_delta() == 0 ? kDefaultHuberDelta : spec.huber_delta();
   out.label_smoothing = spec.label_smoothing();
@@ -444,6 +469,15 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   if (spec.beta2.has_value()) opt->set_beta2(*spec.beta2);
   if (spec.eps.has_value()) opt->set_eps(*spec.eps);
   if (spec.alpha.has_value()) opt->set_alpha(*spec.alpha);
+  opt->set_amsgrad(spec.amsgrad);
+  opt->set_centered(spec.centered);
+  if (spec.momentum_decay.has_value()) opt->set_momentum_decay(*spec.momentum_decay);
+  opt->set_decoupled_weight_decay(spec.decoupled_weight_decay);
+  if (spec.lr_decay.has_value()) opt->set_lr_decay(*spec.lr_decay);
+  if (spec.initial_accumulator_value.has_value()) {
+    opt->set_initial_accumulator_value(*spec.initial_accumulator_value);
+  }
+  opt->set_weight_decay_exclude_bias_and_norm(spec.weight_decay_exclude_bias_and_norm);
   // Options of other losses and schedules stay unset (0) rather than echoing their defaults.
   if (spec.loss == engine::LossKind::kHuber) out.set_huber_delta(spec.huber_delta);
   out.set_label_smoothing(spec.label_smoothing);

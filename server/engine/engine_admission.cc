@@ -50,10 +50,15 @@ int64_t OptimizerSlots(const JobSpec& spec) {
     case OptimizerKind::kSgd:
       return spec.momentum > 0 ? 1 : 0;
     case OptimizerKind::kRmsprop:
-      return spec.momentum > 0 ? 2 : 1;
+      return (spec.momentum > 0 ? 2 : 1) + (spec.centered ? 1 : 0);
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW:
+      return spec.amsgrad ? 3 : 2;
+    case OptimizerKind::kNAdam:
+    case OptimizerKind::kRAdam:
       return 2;
+    case OptimizerKind::kAdagrad:
+      return 1;
   }
   return 2;
 }

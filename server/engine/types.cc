@@ -58,6 +58,12 @@ const char* OptimizerKindName(OptimizerKind kind) {
       return "adamw";
     case OptimizerKind::kRmsprop:
       return "rmsprop";
+    case OptimizerKind::kNAdam:
+      return "nadam";
+    case OptimizerKind::kRAdam:
+      return "radam";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
   }
   return "unknown";
 }

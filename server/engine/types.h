@@ -78,7 +78,7 @@ absl::StatusOr<std::string> ResolveDatasetReference(const std::string& reference
 std::string DatasetNameFor(const std::string& key, const std::string& viewer);
 
 enum class LossKind { kMse, kCrossEntropy, kL1, kHuber, kBceWithLogits, kNll };
-enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop };
+enum class OptimizerKind { kSgd, kAdam, kAdamW, kRmsprop, kNAdam, kRAdam, kAdagrad };
 enum class ScheduleKind {
   kConstant,
   kStep,
@@ -96,7 +96,8 @@ enum class Precision { kFp32, kBf16, kFp16 };
 enum class JobPriority { kLow, kNormal, kHigh };
 
 const char* LossKindName(LossKind loss);            // "mse", "cross_entropy", "l1", ...
-const char* OptimizerKindName(OptimizerKind kind);  // "sgd", "adam", "adamw", "rmsprop"
+// "sgd", "adam", "adamw", "rmsprop", "nadam", "radam", "adagrad"
+const char* OptimizerKindName(OptimizerKind kind);
 // "constant", "step", "cosine", "onecycle", "plateau", "multistep", "exponential",
 // "cosine_restarts"
 const char* ScheduleKindName(ScheduleKind kind);
@@ -172,10 +173,18 @@ struct JobSpec {
   double momentum = 0.0;               // sgd and rmsprop, [0, 1)
   bool nesterov = false;               // sgd only
   std::optional<double> weight_decay;  // unset: 0 (adamw: 0.01)
-  std::optional<double> beta1;         // adam/adamw; unset: 0.9
-  std::optional<double> beta2;         // adam/adamw; unset: 0.999
-  std::optional<double> eps;           // adam/adamw/rmsprop; unset: 1e-8
+  std::optional<double> beta1;         // adam/adamw/nadam/radam; unset: 0.9
+  std::optional<double> beta2;         // adam/adamw/nadam/radam; unset: 0.999
+  std::optional<double> eps;           // all but sgd; unset: 1e-8 (adagrad: 1e-10)
   std::optional<double> alpha;         // rmsprop; unset: 0.99
+  bool amsgrad = false;                // adam/adamw
+  bool centered = false;               // rmsprop
+  std::optional<double> momentum_decay;             // nadam, >= 0; unset: 4e-3
+  bool decoupled_weight_decay = false;              // nadam/radam: AdamW-style decay
+  std::optional<double> lr_decay;                   // adagrad, >= 0; unset: 0
+  std::optional<double> initial_accumulator_value;  // adagrad, >= 0; unset: 0
+  // Parameters of 1 dimension or fewer (biases, normalisation weights) get weight decay 0.
+  bool weight_decay_exclude_bias_and_norm = false;
   double huber_delta = 1.0;            // kHuber: > 0
   double label_smoothing = 0.0;        // kCrossEntropy: [0, 1)
   // Training-only loss terms (the validation loss is the plain loss without them; loss.h):

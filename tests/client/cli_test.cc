@@ -397,6 +397,11 @@ TEST(ParseCommandLineTest, SubmitUsageListsTheNewFlags) {
         "--plateau-cooldown N"}) {
     EXPECT_THAT(invocation->help_text, HasSubstr(absl::StrCat("\n  ", flag))) << flag;
   }
+  for (const char* flag :
+       {"--amsgrad ", "--centered ", "--momentum-decay D", "--decoupled-weight-decay",
+        "--lr-decay D", "--initial-accumulator-value V", "--weight-decay-exclude-bias-and-norm"}) {
+    EXPECT_THAT(invocation->help_text, HasSubstr(absl::StrCat("\n  ", flag))) << flag;
+  }
 }
 
 TEST(ParseCommandLineTest, SubmitTakesTheValidationFlags) {

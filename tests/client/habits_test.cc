@@ -298,7 +298,8 @@ TEST(CompletionScriptTest, BashCompletesCommandsFlagsAndTheirValues) {
   EXPECT_EQ(Complete("bash", "--addr h:1 -o json job w"), "watch wait\n");
   EXPECT_EQ(Complete("bash", "submit --loss ''"),
             "mse l1 huber bce_with_logits cross_entropy nll\n");
-  EXPECT_EQ(Complete("bash", "submit --dataset x --optimizer ''"), "sgd adam adamw rmsprop\n");
+  EXPECT_EQ(Complete("bash", "submit --dataset x --optimizer ''"),
+            "sgd adam adamw rmsprop nadam radam adagrad\n");
   EXPECT_EQ(Complete("bash", "job list -o ''"), "table wide json yaml name\n");
   EXPECT_EQ(Complete("bash", "job wait x --f"), "--for\n");
   const std::string model_flags = Complete("bash", "job model x -");

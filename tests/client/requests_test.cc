@@ -207,7 +207,8 @@ TEST(JobSpecFromFlagsTest, UnknownLossIsRejectedByName) {
 
 TEST(JobSpecFromFlagsTest, UnknownOptimizerIsRejectedByName) {
   EXPECT_EQ(SpecError(Submit({"--optimizer", "lamb"})),
-            "--optimizer: unknown optimizer 'lamb' (expected sgd, adam, adamw or rmsprop)");
+            "--optimizer: unknown optimizer 'lamb' (expected sgd, adam, adamw, rmsprop, nadam, "
+            "radam or adagrad)");
 }
 
 TEST(JobSpecFromFlagsTest, MomentumWithAdamIsRejected) {
@@ -366,7 +367,65 @@ TEST(JobSpecFromFlagsTest, RmspropWithAlphaAndMomentumReachesTheSpec) {
 
 TEST(JobSpecFromFlagsTest, BetaWithSgdIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--beta1", "0.9"})),
-            "--beta1 applies to --optimizer adam and adamw only");
+            "--beta1 applies to --optimizer adam, adamw, nadam and radam only");
+}
+
+TEST(JobSpecFromFlagsTest, NewOptimizersAndTheirOptionsReachTheSpec) {
+  absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(
+      Submit({"--optimizer", "nadam", "--momentum-decay", "0.01", "--decoupled-weight-decay",
+              "--weight-decay", "0.1", "--weight-decay-exclude-bias-and-norm", "--beta1", "0.8"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_NADAM);
+  EXPECT_DOUBLE_EQ(spec->optimizer().momentum_decay(), 0.01);
+  EXPECT_TRUE(spec->optimizer().decoupled_weight_decay());
+  EXPECT_TRUE(spec->optimizer().weight_decay_exclude_bias_and_norm());
+  EXPECT_DOUBLE_EQ(spec->optimizer().beta1(), 0.8);
+
+  spec = JobSpecFromFlags(Submit({"--optimizer", "adagrad", "--lr-decay", "0.5",
+                                  "--initial-accumulator-value", "0.1", "--eps", "1e-10"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_ADAGRAD);
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr_decay(), 0.5);
+  EXPECT_DOUBLE_EQ(spec->optimizer().initial_accumulator_value(), 0.1);
+  EXPECT_FALSE(spec->optimizer().has_momentum_decay());
+
+  spec = JobSpecFromFlags(
+      Submit({"--optimizer", "adamw", "--amsgrad", "--weight-decay-exclude-bias-and-norm"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();  // adamw's default decay 0.01 is above 0
+  EXPECT_TRUE(spec->optimizer().amsgrad());
+
+  spec = JobSpecFromFlags(Submit({"--optimizer", "rmsprop", "--centered"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->optimizer().centered());
+
+  spec = JobSpecFromFlags(Submit({"--optimizer", "radam", "--decoupled-weight-decay"}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->optimizer().kind(), v1::OPTIMIZER_KIND_RADAM);
+}
+
+TEST(JobSpecFromFlagsTest, NewOptionsWithAnOptimizerThatDoesNotTakeThemAreRejected) {
+  EXPECT_EQ(SpecError(Submit({"--amsgrad"})),
+            "--amsgrad applies to --optimizer adam and adamw only");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--centered"})),
+            "--centered applies to --optimizer rmsprop only");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "radam", "--momentum-decay", "0.1"})),
+            "--momentum-decay applies to --optimizer nadam only");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adamw", "--decoupled-weight-decay"})),
+            "--decoupled-weight-decay applies to --optimizer nadam and radam only");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adam", "--lr-decay", "0.1"})),
+            "--lr-decay applies to --optimizer adagrad only");
+  EXPECT_EQ(SpecError(Submit({"--initial-accumulator-value", "0.1"})),
+            "--initial-accumulator-value applies to --optimizer adagrad only");
+  EXPECT_EQ(SpecError(Submit({"--eps", "1e-8"})),
+            "--eps applies to --optimizer other than sgd only");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "adagrad", "--lr-decay", "-1"})),
+            "--lr-decay must be >= 0, got -1");
+  EXPECT_EQ(SpecError(Submit({"--weight-decay-exclude-bias-and-norm"})),
+            "--weight-decay-exclude-bias-and-norm needs a weight decay above 0 (--weight-decay; "
+            "adamw's default is 0.01)");
+  EXPECT_EQ(SpecError(Submit({"--optimizer", "lion"})),
+            "--optimizer: unknown optimizer 'lion' (expected sgd, adam, adamw, rmsprop, nadam, "
+            "radam or adagrad)");
 }
 
 TEST(JobSpecFromFlagsTest, AlphaWithAdamIsRejected) {

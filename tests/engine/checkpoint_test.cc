@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "server/engine/training/device_step_optimizer.h"
 #include "server/engine/training/model.h"
 #include "server/engine/training/optimizer.h"
 #include "server/engine/training/precision.h"
@@ -276,8 +277,9 @@ TEST_F(CheckpointTest, Fp16CheckpointHoldsTheLossScaleOfItsEpoch) {
   EXPECT_FALSE(plain_archive.try_read(kCheckpointLossScalerKey, unused));
 }
 
-// The host step counters of Adam are wound back by the epoch's skipped steps before the
-// checkpoint: a resumed job's bias correction counts only the steps that were taken.
+// An fp16 Adam job keeps its step count on the device and a skipped step does not advance it
+// (as GradScaler skips optimizer.step()): the checkpoint's count is the steps taken, so a resumed
+// job's bias correction counts only those.
 TEST_F(CheckpointTest, Fp16AdamCheckpointCountsOnlyTheStepsTaken) {
   JobSpec spec = CheckpointSpec();
   spec.precision = Precision::kFp16;
@@ -297,9 +299,60 @@ TEST_F(CheckpointTest, Fp16AdamCheckpointCountsOnlyTheStepsTaken) {
   ASSERT_FALSE(loaded.optimizer->state().empty());
   for (const auto& [key, state] : loaded.optimizer->state()) {
     (void)key;
-    const auto& adam = static_cast<const torch::optim::AdamParamState&>(*state);
-    EXPECT_EQ(adam.step(), steps_per_epoch * checkpoint.epoch - skipped);
+    const auto& adam = static_cast<const DeviceStepParamState&>(*state);
+    EXPECT_EQ(adam.step().item<float>(),
+              static_cast<float>(steps_per_epoch * checkpoint.epoch - skipped));
   }
+}
+
+// A checkpoint of an fp16 Adam job written before the step count moved to the device holds
+// LibTorch's AdamParamState (an integer step): it loads into the DeviceStepOptimizer, moments
+// and options as they were and the step as a float32 tensor, and the next step equals
+// LibTorch's Adam's from the same state.
+TEST(CheckpointCompatibilityTest, LibTorchAdamStateLoadsIntoTheDeviceStepOptimizer) {
+  auto problem = [](torch::Tensor p) { return (p * torch::tensor({0.5f, -1.0f, 2.0f})).sum(); };
+  torch::Tensor p_old = torch::tensor({1.0f, 2.0f, 3.0f}).set_requires_grad(true);
+  torch::optim::Adam old_adam({p_old},
+                              torch::optim::AdamOptions(0.05).betas(std::make_tuple(0.8, 0.99)));
+  for (int i = 0; i < 3; ++i) {
+    old_adam.zero_grad();
+    problem(p_old).backward();
+    old_adam.step();
+  }
+  torch::serialize::OutputArchive out;
+  old_adam.save(out);
+  std::ostringstream bytes;
+  out.save_to(bytes);
+
+  JobSpec spec;
+  spec.optimizer = OptimizerKind::kAdam;
+  spec.learning_rate = 0.05;
+  spec.beta1 = 0.8;
+  spec.beta2 = 0.99;
+  spec.precision = Precision::kFp16;
+  torch::Tensor p_new = p_old.detach().clone().set_requires_grad(true);
+  auto resumed = MakeOptimizer(spec, {p_new});
+  torch::serialize::InputArchive in;
+  std::istringstream input(bytes.str());
+  in.load_from(input);
+  resumed->load(in);
+  const auto& state =
+      static_cast<const DeviceStepParamState&>(*resumed->state().at(p_new.unsafeGetTensorImpl()));
+  EXPECT_EQ(state.step().scalar_type(), torch::kFloat32);
+  EXPECT_EQ(state.step().item<float>(), 3.0f);
+  const auto& old_state = static_cast<const torch::optim::AdamParamState&>(
+      *old_adam.state().at(p_old.unsafeGetTensorImpl()));
+  EXPECT_TRUE(torch::equal(state.exp_avg(), old_state.exp_avg()));
+  EXPECT_TRUE(torch::equal(state.exp_avg_sq(), old_state.exp_avg_sq()));
+
+  for (auto* run : {static_cast<torch::optim::Optimizer*>(&old_adam), resumed.get()}) {
+    torch::Tensor& p = run == resumed.get() ? p_new : p_old;
+    run->zero_grad();
+    problem(p).backward();
+    run->step();
+  }
+  EXPECT_TRUE(torch::allclose(p_new.detach(), p_old.detach(), /*rtol=*/1e-6, /*atol=*/0))
+      << p_new << p_old;
 }
 
 }  // namespace

@@ -379,16 +379,21 @@ INSTANTIATE_TEST_SUITE_P(Precisions, MixedPrecisionGpuTest,
                          ::testing::Values(Precision::kBf16, Precision::kFp16),
                          [](const auto& info) { return PrecisionName(info.param); });
 
-// An fp16 step whose gradients overflowed is undone without the host: the check, the step, the
-// restore and the scale update all run under sync-debug "error".
-TEST(LossScalerGpuTest, OverflowedStepIsUndoneWithoutSynchronisingWithTheHost) {
+// An fp16 step whose gradients overflowed is undone without the host: the check, the step (with
+// its step count and bias corrections on the device), the restore and the scale update all run
+// under sync-debug "error".
+class LossScalerGpuTest : public ::testing::TestWithParam<OptimizerKind> {};
+
+TEST_P(LossScalerGpuTest, OverflowedStepIsUndoneWithoutSynchronisingWithTheHost) {
   TRAINERD_SKIP_WITHOUT_CUDA();
   const torch::Device cuda(torch::kCUDA, 0);
   torch::Tensor p = torch::tensor({1.0f, -2.0f, 3.0f}).to(cuda).set_requires_grad(true);
   const torch::Tensor x = torch::tensor({0.5f, 0.25f, -1.0f}).to(cuda);
   JobSpec spec;
-  spec.optimizer = OptimizerKind::kAdam;
+  spec.optimizer = GetParam();
   spec.learning_rate = 0.1;
+  spec.precision = Precision::kFp16;
+  if (spec.optimizer == OptimizerKind::kAdagrad) spec.lr_decay = 0.1;
   auto optimizer = MakeOptimizer(spec, {p});
   LossScaler scaler(cuda, LossScaler::Options{});
   auto step = [&](bool poison) {
@@ -414,7 +419,18 @@ TEST(LossScalerGpuTest, OverflowedStepIsUndoneWithoutSynchronisingWithTheHost) {
   EXPECT_TRUE(torch::equal(p.detach(), before));
   EXPECT_EQ(scaler.scale().item<float>(), 32768.0f);
   EXPECT_EQ(scaler.skipped_steps().item<double>(), 1.0);
+  {
+    SyncDebugModeScope no_syncs(c10::cuda::SyncDebugMode::L_ERROR);
+    EXPECT_NO_THROW(step(/*poison=*/false));
+  }
+  EXPECT_FALSE(torch::equal(p.detach(), before));
 }
+
+INSTANTIATE_TEST_SUITE_P(Fp16Optimizers, LossScalerGpuTest,
+                         ::testing::Values(OptimizerKind::kAdam, OptimizerKind::kAdamW,
+                                           OptimizerKind::kNAdam, OptimizerKind::kRAdam,
+                                           OptimizerKind::kAdagrad),
+                         [](const auto& info) { return OptimizerKindName(info.param); });
 
 }  // namespace
 }  // namespace trainerd::engine

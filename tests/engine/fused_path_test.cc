@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/training/trainer.h"
@@ -332,6 +333,34 @@ TEST(FusedPathUnsupportedTest, NamesTheFirstThingInTheWay) {
   spec.loss = LossKind::kNll;
   EXPECT_THAT(FusedPathUnsupported(spec, model("linear:3,logsoftmax"), {2}, false, cpu),
               HasSubstr("logsoftmax"));
+}
+
+// The fused path's update arithmetic covers sgd, adam, adamw and rmsprop with their original
+// options; the rest are named, so that engine auto falls back to LibTorch and fused is refused.
+TEST(FusedPathUnsupportedTest, NamesTheOptimizersAndOptionsItDoesNotRun) {
+  const ModelSpec mlp = *ParseModelSpec("linear:8,relu,linear:1");
+  const torch::Device cpu(torch::kCPU);
+  auto why = [&](const JobSpec& spec) { return FusedPathUnsupported(spec, mlp, {2}, false, cpu); };
+  JobSpec spec;
+  spec.loss = LossKind::kMse;
+  for (OptimizerKind kind :
+       {OptimizerKind::kNAdam, OptimizerKind::kRAdam, OptimizerKind::kAdagrad}) {
+    spec.optimizer = kind;
+    EXPECT_EQ(why(spec), absl::StrCat("optimizer ", OptimizerKindName(kind),
+                                      " runs on LibTorch's optimizers"));
+  }
+  spec.optimizer = OptimizerKind::kAdam;
+  spec.amsgrad = true;
+  EXPECT_EQ(why(spec), "amsgrad runs on LibTorch's optimizers");
+  spec.amsgrad = false;
+  spec.weight_decay = 0.1;
+  spec.weight_decay_exclude_bias_and_norm = true;
+  EXPECT_EQ(why(spec), "weight decay exclude bias and norm runs on LibTorch's optimizers");
+  spec.weight_decay_exclude_bias_and_norm = false;
+  EXPECT_EQ(why(spec), "");
+  spec.optimizer = OptimizerKind::kRmsprop;
+  spec.centered = true;
+  EXPECT_EQ(why(spec), "centered rmsprop runs on LibTorch's optimizers");
 }
 
 }  // namespace

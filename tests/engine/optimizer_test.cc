@@ -7,10 +7,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/training/device_step_optimizer.h"
 
 namespace trainerd::engine {
 namespace {
@@ -46,8 +50,10 @@ std::vector<double> Gradient(const std::vector<double>& p) {
   return g;
 }
 
-// Runs kSteps steps of MakeOptimizer(spec) in fp32 and returns the parameters' change.
-std::vector<double> TorchChange(const JobSpec& spec) {
+// Runs `steps` steps of the optimizer `make` builds over (W, b) in fp32 and returns the
+// parameters' change.
+using MakeFn = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+std::vector<double> RunChange(const MakeFn& make, int steps) {
   auto f32 = [](const std::vector<double>& v) {
     return torch::tensor(v, torch::kFloat64).to(torch::kFloat32);
   };
@@ -57,8 +63,8 @@ std::vector<double> TorchChange(const JobSpec& spec) {
   b.set_requires_grad(true);
   torch::Tensor x = f32(kX).view({kRows, kIn});
   torch::Tensor t = f32(kT).view({kRows, kOut});
-  auto optimizer = MakeOptimizer(spec, {w, b});
-  for (int step = 0; step < kSteps; ++step) {
+  auto optimizer = make({w, b});
+  for (int step = 0; step < steps; ++step) {
     optimizer->zero_grad();
     torch::mse_loss(torch::addmm(b, x, w.t()), t).backward();
     optimizer->step();
@@ -71,11 +77,16 @@ std::vector<double> TorchChange(const JobSpec& spec) {
   return change;
 }
 
+// Runs `steps` steps of MakeOptimizer(spec) in fp32 and returns the parameters' change.
+std::vector<double> TorchChange(const JobSpec& spec, int steps = kSteps) {
+  return RunChange([&spec](std::vector<torch::Tensor> p) { return MakeOptimizer(spec, p); }, steps);
+}
+
 // The reference: `update` performs one step on params p with gradient g (1-based step t).
 template <typename Update>
-std::vector<double> ReferenceChange(Update update) {
+std::vector<double> ReferenceChange(Update update, int steps = kSteps) {
   std::vector<double> p = kInitial;
-  for (int t = 1; t <= kSteps; ++t) update(p, Gradient(p), t);
+  for (int t = 1; t <= steps; ++t) update(p, Gradient(p), t);
   for (size_t i = 0; i < p.size(); ++i) p[i] -= kInitial[i];
   return p;
 }
@@ -306,6 +317,228 @@ TEST(ClipGradNormTest, ParametersWithoutGradientsAreSkipped) {
   EXPECT_FALSE(parameters[2].grad().defined());
 }
 
+// ---- Optimizers with a LibTorch twin: torch::optim as the reference -------------------------
+
+// The twin's change against ours over `steps` steps, to float32 rounding.
+void ExpectMatchesTwin(const JobSpec& spec, const MakeFn& twin, int steps) {
+  const std::vector<double> ours = TorchChange(spec, steps);
+  const std::vector<double> reference = RunChange(twin, steps);
+  EXPECT_LT(RelativeError(ours, reference), kTolerance)
+      << OptimizerKindName(spec.optimizer) << " " << PrecisionName(spec.precision);
+}
+
+// Both precisions: fp32 builds LibTorch's own optimizer, fp16 the DeviceStepOptimizer.
+TEST(OptimizerTest, AmsgradAdamAndAdamWMatchLibTorchInBothImplementations) {
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    JobSpec adam = Spec(OptimizerKind::kAdam, 0.05);
+    adam.amsgrad = true;
+    adam.weight_decay = 0.1;
+    adam.beta2 = 0.9;
+    adam.precision = precision;
+    EXPECT_EQ(UsesDeviceStepOptimizer(adam), precision == Precision::kFp16);
+    ExpectMatchesTwin(
+        adam,
+        [](std::vector<torch::Tensor> p) {
+          return std::make_unique<torch::optim::Adam>(
+              p, torch::optim::AdamOptions(0.05).amsgrad(true).weight_decay(0.1).betas(
+                     std::make_tuple(0.9, 0.9)));
+        },
+        12);
+    JobSpec adamw = adam;
+    adamw.optimizer = OptimizerKind::kAdamW;
+    adamw.weight_decay.reset();  // 0.01
+    ExpectMatchesTwin(
+        adamw,
+        [](std::vector<torch::Tensor> p) {
+          return std::make_unique<torch::optim::AdamW>(
+              p, torch::optim::AdamWOptions(0.05).amsgrad(true).weight_decay(0.01).betas(
+                     std::make_tuple(0.9, 0.9)));
+        },
+        12);
+  }
+  // AMSGrad is in effect: the same run without it ends elsewhere.
+  JobSpec plain = Spec(OptimizerKind::kAdam, 0.05);
+  plain.beta2 = 0.9;
+  JobSpec ams = plain;
+  ams.amsgrad = true;
+  EXPECT_GT(RelativeError(TorchChange(plain, 12), TorchChange(ams, 12)), 1e-4);
+}
+
+TEST(OptimizerTest, CenteredRmspropMatchesLibTorch) {
+  JobSpec spec = Spec(OptimizerKind::kRmsprop, 0.01);
+  spec.centered = true;
+  spec.momentum = 0.5;
+  spec.weight_decay = 0.01;
+  ExpectMatchesTwin(
+      spec,
+      [](std::vector<torch::Tensor> p) {
+        return std::make_unique<torch::optim::RMSprop>(
+            p, torch::optim::RMSpropOptions(0.01).centered(true).momentum(0.5).weight_decay(0.01));
+      },
+      6);
+  JobSpec plain = spec;
+  plain.centered = false;
+  EXPECT_GT(RelativeError(TorchChange(plain, 6), TorchChange(spec, 6)), 1e-4);
+}
+
+TEST(OptimizerTest, AdagradMatchesLibTorchInBothImplementations) {
+  for (Precision precision : {Precision::kFp32, Precision::kFp16}) {
+    JobSpec spec = Spec(OptimizerKind::kAdagrad, 0.1);
+    spec.lr_decay = 0.05;
+    spec.initial_accumulator_value = 0.2;
+    spec.weight_decay = 0.01;
+    spec.precision = precision;
+    ExpectMatchesTwin(
+        spec,
+        [](std::vector<torch::Tensor> p) {
+          return std::make_unique<torch::optim::Adagrad>(p, torch::optim::AdagradOptions(0.1)
+                                                                .lr_decay(0.05)
+                                                                .initial_accumulator_value(0.2)
+                                                                .weight_decay(0.01));
+        },
+        8);
+    JobSpec defaults = Spec(OptimizerKind::kAdagrad, 0.1);  // eps 1e-10, no decay
+    defaults.precision = precision;
+    ExpectMatchesTwin(
+        defaults,
+        [](std::vector<torch::Tensor> p) {
+          return std::make_unique<torch::optim::Adagrad>(p, torch::optim::AdagradOptions(0.1));
+        },
+        8);
+  }
+}
+
+// ---- NAdam and RAdam: float64 references written from PyTorch's documentation ----------------
+
+// torch.optim.NAdam's algorithm: mu_t = b1 (1 - 0.5 * 0.96^(t psi)), mu_{t+1} likewise;
+// m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; v_hat = v / (1 - b2^t);
+// p -= lr (1 - mu_t) / (1 - prod_{i<=t} mu_i) g / (sqrt(v_hat) + eps)
+//    + lr mu_{t+1} / (1 - prod_{i<=t+1} mu_i) m / (sqrt(v_hat) + eps),
+// with weight decay as L2 (g += wd p) or decoupled (p *= 1 - lr wd).
+std::vector<double> NAdamReference(const JobSpec& spec, int steps) {
+  const double b1 = spec.beta1.value_or(0.9), b2 = spec.beta2.value_or(0.999);
+  const double eps = spec.eps.value_or(1e-8), lr = spec.learning_rate;
+  const double psi = spec.momentum_decay.value_or(4e-3), wd = spec.weight_decay.value_or(0);
+  std::vector<double> m(kInitial.size(), 0.0), v(kInitial.size(), 0.0);
+  double mu_product = 1;
+  return ReferenceChange(
+      [&](std::vector<double>& p, const std::vector<double>& g, int t) {
+        const double mu = b1 * (1 - 0.5 * std::pow(0.96, t * psi));
+        const double mu_next = b1 * (1 - 0.5 * std::pow(0.96, (t + 1) * psi));
+        mu_product *= mu;
+        const double mu_product_next = mu_product * mu_next;
+        for (size_t i = 0; i < p.size(); ++i) {
+          double d = g[i];
+          if (spec.decoupled_weight_decay) {
+            p[i] *= 1 - lr * wd;
+          } else {
+            d += wd * p[i];
+          }
+          m[i] = b1 * m[i] + (1 - b1) * d;
+          v[i] = b2 * v[i] + (1 - b2) * d * d;
+          const double denom = std::sqrt(v[i] / (1 - std::pow(b2, t))) + eps;
+          p[i] -= lr * (1 - mu) / (1 - mu_product) * d / denom +
+                  lr * mu_next / (1 - mu_product_next) * m[i] / denom;
+        }
+      },
+      steps);
+}
+
+TEST(OptimizerTest, NAdamMatchesFloat64Reference) {
+  JobSpec spec = Spec(OptimizerKind::kNAdam, 0.02);
+  EXPECT_LT(RelativeError(TorchChange(spec, 6), NAdamReference(spec, 6)), kTolerance);
+  spec.beta1 = 0.8;
+  spec.beta2 = 0.95;
+  spec.momentum_decay = 0.1;
+  spec.weight_decay = 0.05;
+  EXPECT_LT(RelativeError(TorchChange(spec, 6), NAdamReference(spec, 6)), kTolerance);
+  spec.decoupled_weight_decay = true;
+  EXPECT_LT(RelativeError(TorchChange(spec, 6), NAdamReference(spec, 6)), kTolerance);
+}
+
+// torch.optim.RAdam's algorithm: m, v as Adam; m_hat = m / (1 - b1^t);
+// rho_inf = 2 / (1 - b2) - 1; rho_t = rho_inf - 2 t b2^t / (1 - b2^t); when rho_t > 5:
+// l = sqrt(1 - b2^t) / (sqrt(v) + eps), r = sqrt((rho_t - 4)(rho_t - 2) rho_inf /
+// ((rho_inf - 4)(rho_inf - 2) rho_t)), p -= lr m_hat l r; else p -= lr m_hat.
+std::vector<double> RAdamReference(const JobSpec& spec, int steps) {
+  const double b1 = spec.beta1.value_or(0.9), b2 = spec.beta2.value_or(0.999);
+  const double eps = spec.eps.value_or(1e-8), lr = spec.learning_rate;
+  const double wd = spec.weight_decay.value_or(0);
+  std::vector<double> m(kInitial.size(), 0.0), v(kInitial.size(), 0.0);
+  return ReferenceChange(
+      [&](std::vector<double>& p, const std::vector<double>& g, int t) {
+        const double rho_inf = 2 / (1 - b2) - 1;
+        const double rho_t = rho_inf - 2 * t * std::pow(b2, t) / (1 - std::pow(b2, t));
+        for (size_t i = 0; i < p.size(); ++i) {
+          double d = g[i];
+          if (spec.decoupled_weight_decay) {
+            p[i] *= 1 - lr * wd;
+          } else {
+            d += wd * p[i];
+          }
+          m[i] = b1 * m[i] + (1 - b1) * d;
+          v[i] = b2 * v[i] + (1 - b2) * d * d;
+          const double m_hat = m[i] / (1 - std::pow(b1, t));
+          if (rho_t > 5) {
+            const double l = std::sqrt(1 - std::pow(b2, t)) / (std::sqrt(v[i]) + eps);
+            const double r = std::sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                                       ((rho_inf - 4) * (rho_inf - 2) * rho_t));
+            p[i] -= lr * m_hat * l * r;
+          } else {
+            p[i] -= lr * m_hat;
+          }
+        }
+      },
+      steps);
+}
+
+// beta2 0.9 puts the switch to the rectified update at step 6, inside the 10 steps.
+TEST(OptimizerTest, RAdamMatchesFloat64ReferenceOnBothSidesOfTheRectification) {
+  JobSpec spec = Spec(OptimizerKind::kRAdam, 0.02);
+  spec.beta2 = 0.9;
+  EXPECT_LT(RelativeError(TorchChange(spec, 10), RAdamReference(spec, 10)), kTolerance);
+  spec.weight_decay = 0.05;
+  EXPECT_LT(RelativeError(TorchChange(spec, 10), RAdamReference(spec, 10)), kTolerance);
+  spec.decoupled_weight_decay = true;
+  EXPECT_LT(RelativeError(TorchChange(spec, 10), RAdamReference(spec, 10)), kTolerance);
+  JobSpec defaults = Spec(OptimizerKind::kRAdam, 0.02);  // beta2 0.999: unrectified throughout
+  EXPECT_LT(RelativeError(TorchChange(defaults, 4), RAdamReference(defaults, 4)), kTolerance);
+}
+
+// ---- Weight-decay exemption ------------------------------------------------------------------
+
+// One step with weight decay: W (2-D) decays, b (1-D) does not, so W moves as in a run with the
+// decay and b as in a run without it. (A first Adam step is +-lr whatever an L2 penalty adds, so
+// the Adam family is checked with decoupled decay, and Adagrad from a nonzero accumulator, where
+// the decay shows in one step.)
+TEST(OptimizerTest, WeightDecayExemptionLeavesOneDimensionalParametersUndecayed) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdamW, OptimizerKind::kNAdam,
+                             OptimizerKind::kAdagrad}) {
+    JobSpec decayed = Spec(kind, 0.1);
+    decayed.weight_decay = 0.5;
+    if (kind == OptimizerKind::kNAdam) decayed.decoupled_weight_decay = true;
+    if (kind == OptimizerKind::kAdagrad) decayed.initial_accumulator_value = 0.1;
+    JobSpec exempt = decayed;
+    exempt.weight_decay_exclude_bias_and_norm = true;
+    JobSpec undecayed = decayed;
+    undecayed.weight_decay = 0;
+    const std::vector<double> with = TorchChange(decayed, 1);
+    const std::vector<double> without = TorchChange(undecayed, 1);
+    const std::vector<double> mixed = TorchChange(exempt, 1);
+    for (size_t i = 0; i < mixed.size(); ++i) {
+      const double expected = i < 4 ? with[i] : without[i];  // W's four, then b's two
+      EXPECT_DOUBLE_EQ(mixed[i], expected) << OptimizerKindName(kind) << " parameter " << i;
+    }
+    EXPECT_NE(with[0], without[0]);
+    torch::Tensor w = torch::zeros({2, 2}, torch::requires_grad());
+    torch::Tensor b = torch::zeros({2}, torch::requires_grad());
+    auto optimizer = MakeOptimizer(exempt, {w, b});
+    ASSERT_EQ(optimizer->param_groups().size(), 2u);
+    EXPECT_TRUE(optimizer->param_groups()[0].params()[0].is_same(w));
+    EXPECT_TRUE(optimizer->param_groups()[1].params()[0].is_same(b));
+  }
+}
+
 // ---- CheckOptimizer -------------------------------------------------------------------------
 
 std::string Rejection(const JobSpec& spec) {
@@ -337,7 +570,8 @@ TEST(CheckOptimizerTest, EveryOptimizerWithItsOwnOptionsIsAccepted) {
 TEST(CheckOptimizerTest, Beta1WithSgdIsRejected) {
   JobSpec spec = Spec(OptimizerKind::kSgd, 0.1);
   spec.beta1 = 0.9;
-  EXPECT_EQ(Rejection(spec), "beta1 applies to adam and adamw; optimizer sgd does not take it");
+  EXPECT_EQ(Rejection(spec),
+            "beta1 applies to adam, adamw, nadam and radam; optimizer sgd does not take it");
 }
 
 TEST(CheckOptimizerTest, MomentumWithAdamWIsRejected) {
@@ -370,7 +604,7 @@ TEST(CheckOptimizerTest, EpsWithSgdIsRejected) {
   JobSpec spec = Spec(OptimizerKind::kSgd, 0.1);
   spec.eps = 1e-8;
   EXPECT_EQ(Rejection(spec),
-            "eps applies to adam, adamw and rmsprop; optimizer sgd does not take it");
+            "eps applies to every optimizer but sgd; optimizer sgd does not take it");
 }
 
 TEST(CheckOptimizerTest, OutOfRangeOptionsAreRejected) {
@@ -389,6 +623,89 @@ TEST(CheckOptimizerTest, OutOfRangeOptionsAreRejected) {
   spec = Spec(OptimizerKind::kSgd, 0.1);
   spec.clip_grad_norm = -1;
   EXPECT_THAT(Rejection(spec), HasSubstr("gradient clipping norm must be 0 (off) or a positive"));
+}
+
+TEST(CheckOptimizerTest, NewOptimizersWithTheirOwnOptionsAreAccepted) {
+  JobSpec nadam = Spec(OptimizerKind::kNAdam, 0.002);
+  nadam.beta1 = 0.8;
+  nadam.momentum_decay = 0;
+  nadam.decoupled_weight_decay = true;
+  nadam.weight_decay = 0.01;
+  nadam.eps = 1e-6;
+  EXPECT_TRUE(CheckOptimizer(nadam).ok());
+  JobSpec radam = Spec(OptimizerKind::kRAdam, 0.001);
+  radam.decoupled_weight_decay = true;
+  radam.beta2 = 0.99;
+  EXPECT_TRUE(CheckOptimizer(radam).ok());
+  JobSpec adagrad = Spec(OptimizerKind::kAdagrad, 0.01);
+  adagrad.lr_decay = 0.1;
+  adagrad.initial_accumulator_value = 0.1;
+  adagrad.eps = 1e-10;
+  EXPECT_TRUE(CheckOptimizer(adagrad).ok());
+  JobSpec adamw = Spec(OptimizerKind::kAdamW, 0.001);
+  adamw.amsgrad = true;
+  adamw.weight_decay_exclude_bias_and_norm = true;  // adamw's default decay is 0.01
+  EXPECT_TRUE(CheckOptimizer(adamw).ok());
+  JobSpec rmsprop = Spec(OptimizerKind::kRmsprop, 0.01);
+  rmsprop.centered = true;
+  EXPECT_TRUE(CheckOptimizer(rmsprop).ok());
+}
+
+TEST(CheckOptimizerTest, OptionsGivenToAnOptimizerThatDoesNotTakeThemAreRejected) {
+  JobSpec spec = Spec(OptimizerKind::kSgd, 0.1);
+  spec.amsgrad = true;
+  EXPECT_EQ(Rejection(spec), "amsgrad applies to adam and adamw; optimizer sgd does not take it");
+  spec = Spec(OptimizerKind::kAdam, 0.1);
+  spec.centered = true;
+  EXPECT_EQ(Rejection(spec), "centered applies to rmsprop only; optimizer adam does not take it");
+  spec = Spec(OptimizerKind::kRAdam, 0.1);
+  spec.momentum_decay = 0.004;
+  EXPECT_EQ(Rejection(spec),
+            "momentum decay applies to nadam only; optimizer radam does not take it");
+  spec = Spec(OptimizerKind::kAdamW, 0.1);
+  spec.decoupled_weight_decay = true;
+  EXPECT_EQ(Rejection(spec),
+            "decoupled weight decay applies to nadam and radam; optimizer adamw "
+            "does not take it");
+  spec = Spec(OptimizerKind::kAdam, 0.1);
+  spec.lr_decay = 0.1;
+  EXPECT_EQ(Rejection(spec), "lr decay applies to adagrad only; optimizer adam does not take it");
+  spec = Spec(OptimizerKind::kNAdam, 0.1);
+  spec.initial_accumulator_value = 0.1;
+  EXPECT_EQ(Rejection(spec),
+            "initial accumulator value applies to adagrad only; optimizer nadam "
+            "does not take it");
+  spec = Spec(OptimizerKind::kAdagrad, 0.1);
+  spec.beta1 = 0.9;
+  EXPECT_EQ(Rejection(spec),
+            "beta1 applies to adam, adamw, nadam and radam; optimizer adagrad does not take it");
+  spec = Spec(OptimizerKind::kAdagrad, 0.1);
+  spec.momentum = 0.9;
+  EXPECT_EQ(Rejection(spec),
+            "momentum applies to sgd and rmsprop; optimizer adagrad does not take it");
+}
+
+TEST(CheckOptimizerTest, NewOptionsOutOfRangeAreRejected) {
+  JobSpec spec = Spec(OptimizerKind::kNAdam, 0.1);
+  spec.momentum_decay = -1;
+  EXPECT_EQ(Rejection(spec), "momentum decay must be 0 or more; got -1");
+  spec = Spec(OptimizerKind::kAdagrad, 0.1);
+  spec.lr_decay = -0.5;
+  EXPECT_EQ(Rejection(spec), "lr decay must be 0 or more; got -0.5");
+  spec = Spec(OptimizerKind::kAdagrad, 0.1);
+  spec.initial_accumulator_value = std::nan("");
+  EXPECT_EQ(Rejection(spec), "initial accumulator value must be 0 or more; got nan");
+  spec = Spec(OptimizerKind::kSgd, 0.1);
+  spec.weight_decay_exclude_bias_and_norm = true;
+  EXPECT_EQ(Rejection(spec),
+            "weight decay exclude bias and norm needs a weight decay above 0; optimizer sgd's "
+            "is 0");
+  spec = Spec(OptimizerKind::kAdamW, 0.1);
+  spec.weight_decay = 0;
+  spec.weight_decay_exclude_bias_and_norm = true;
+  EXPECT_EQ(Rejection(spec),
+            "weight decay exclude bias and norm needs a weight decay above 0; optimizer adamw's "
+            "is 0");
 }
 
 TEST(CheckOptimizerTest, StepScheduleNeedsStepEpochsAndGamma) {

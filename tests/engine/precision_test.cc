@@ -14,6 +14,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/training/device_step_optimizer.h"
 #include "server/engine/training/optimizer.h"
 #include "tests/engine/engine_test_support.h"
 
@@ -81,12 +82,20 @@ TEST(AutocastGuardTest, LeavingTheScopeDropsCachedCastsOfUpdatedWeights) {
 // p . x as the loss: its gradient is x, known exactly.
 torch::Tensor DotLoss(const torch::Tensor& p, const torch::Tensor& x) { return (p * x).sum(); }
 
-std::unique_ptr<torch::optim::Optimizer> Optimizer(OptimizerKind kind, torch::Tensor p) {
+// The optimizer an fp16 job of `kind` gets (MakeOptimizer: a DeviceStepOptimizer for the
+// optimizers whose update depends on the step count).
+JobSpec Fp16Spec(OptimizerKind kind) {
   JobSpec spec;
   spec.optimizer = kind;
   spec.learning_rate = 0.1;
+  spec.precision = Precision::kFp16;
   if (kind == OptimizerKind::kSgd || kind == OptimizerKind::kRmsprop) spec.momentum = 0.9;
-  return MakeOptimizer(spec, {p});
+  if (kind == OptimizerKind::kAdagrad) spec.lr_decay = 0.5;
+  return spec;
+}
+
+std::unique_ptr<torch::optim::Optimizer> Optimizer(OptimizerKind kind, torch::Tensor p) {
+  return MakeOptimizer(Fp16Spec(kind), {p});
 }
 
 TEST(LossScalerTest, CleanStepUnscalesExactlyAndStepsLikeFp32) {
@@ -125,6 +134,8 @@ std::vector<torch::Tensor> StateOf(torch::optim::Optimizer& optimizer, const tor
   } else if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(it->second.get())) {
     add(s->square_avg());
     add(s->momentum_buffer());
+  } else if (auto* s = dynamic_cast<DeviceStepParamState*>(it->second.get())) {
+    for (const torch::Tensor& t : s->tensors()) add(t);  // the step count first
   }
   return out;
 }
@@ -172,8 +183,7 @@ TEST_P(LossScalerOverflowTest, OverflowedStepIsUndoneOnTheDevice) {
 }
 
 // A first step that overflows leaves no trace: the state it created is reset, so the following
-// clean step gives what a first clean step gives. (Adam, AdamW and RMSprop also count steps on the
-// host, which the skip cannot undo; SGD has no such counter, so it is compared bit for bit.)
+// clean step gives what a first clean step gives, bit for bit.
 TEST(LossScalerTest, SkippedFirstStepThenCleanStepEqualsOneCleanStep) {
   torch::Tensor skipped_first = kStart.clone().set_requires_grad(true);
   auto optimizer_a = Optimizer(OptimizerKind::kSgd, skipped_first);
@@ -195,17 +205,17 @@ TEST(LossScalerTest, SkippedFirstStepThenCleanStepEqualsOneCleanStep) {
   EXPECT_TRUE(Identical(a[0], b[0]));
 }
 
-// Adam counts steps on the host, so a skipped step advances its counter; once the skips are
-// known (the epoch's transfer), CorrectStepCounters winds it back, and the state equals that of a
-// run that never had the skipped step: same moments, same step count.
-TEST(LossScalerTest, CorrectStepCountersUndoesSkippedStepsInAdamsHostCounter) {
+// RMSprop counts steps on the host (without using the count), so a skipped step advances its
+// counter; once the skips are known (the epoch's transfer), CorrectStepCounters winds it back,
+// and the state equals that of a run that never had the skipped step.
+TEST(LossScalerTest, CorrectStepCountersUndoesSkippedStepsInRmspropsHostCounter) {
   torch::Tensor skipped_first = kStart.clone().set_requires_grad(true);
-  auto optimizer_a = Optimizer(OptimizerKind::kAdam, skipped_first);
+  auto optimizer_a = Optimizer(OptimizerKind::kRmsprop, skipped_first);
   LossScaler scaler_a(kCpu, LossScaler::Options{});
   ScaledStep(scaler_a, *optimizer_a, skipped_first, kX, /*poison=*/true);
   ScaledStep(scaler_a, *optimizer_a, skipped_first, kX, /*poison=*/false);
   auto step_of = [](torch::optim::Optimizer& o, const torch::Tensor& p) {
-    return static_cast<torch::optim::AdamParamState&>(*o.state().at(p.unsafeGetTensorImpl()))
+    return static_cast<torch::optim::RMSpropParamState&>(*o.state().at(p.unsafeGetTensorImpl()))
         .step();
   };
   EXPECT_EQ(step_of(*optimizer_a, skipped_first), 2);
@@ -213,17 +223,78 @@ TEST(LossScalerTest, CorrectStepCountersUndoesSkippedStepsInAdamsHostCounter) {
   EXPECT_EQ(step_of(*optimizer_a, skipped_first), 1);
 
   torch::Tensor clean = kStart.clone().set_requires_grad(true);
-  auto optimizer_b = Optimizer(OptimizerKind::kAdam, clean);
+  auto optimizer_b = Optimizer(OptimizerKind::kRmsprop, clean);
   LossScaler scaler_b(kCpu, LossScaler::Options{});
   ScaledStep(scaler_b, *optimizer_b, clean, kX, /*poison=*/false);
+  EXPECT_TRUE(Identical(skipped_first.detach(), clean.detach()));
   const std::vector<torch::Tensor> a = StateOf(*optimizer_a, skipped_first);
   const std::vector<torch::Tensor> b = StateOf(*optimizer_b, clean);
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(Identical(a[i], b[i])) << "moment " << i;
-  EXPECT_EQ(step_of(*optimizer_b, clean), 1);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(Identical(a[i], b[i])) << "state " << i;
   LossScaler::CorrectStepCounters(*optimizer_b, /*skipped=*/5);  // never below zero
   EXPECT_EQ(step_of(*optimizer_b, clean), 0);
 }
+
+// torch.amp.GradScaler skips optimizer.step() when the gradients overflowed: the optimizer's step
+// count does not move, so the first real update after N skipped steps is the first step's. Here
+// a clean step, six overflowed ones (the scale halves each time, 2^16 to 2^10) and three clean
+// ones equal four clean steps bit for bit, state and step count included, and equal LibTorch's
+// own optimizer (the GradScaler-with-torch.optim reference: only the clean steps reach it) to
+// float32 rounding.
+class GradScalerSkipTest : public ::testing::TestWithParam<OptimizerKind> {};
+
+TEST_P(GradScalerSkipTest, OverflowedStepsLeaveTheStepCountAsIfSkipped) {
+  const OptimizerKind kind = GetParam();
+  torch::Tensor skipping = kStart.clone().set_requires_grad(true);
+  auto optimizer_a = Optimizer(kind, skipping);
+  ASSERT_NE(dynamic_cast<DeviceStepOptimizer*>(optimizer_a.get()), nullptr);
+  LossScaler scaler_a(kCpu, LossScaler::Options{});
+  ScaledStep(scaler_a, *optimizer_a, skipping, kX, /*poison=*/false);
+  for (int i = 0; i < 6; ++i) ScaledStep(scaler_a, *optimizer_a, skipping, kX, /*poison=*/true);
+  for (int i = 0; i < 3; ++i) ScaledStep(scaler_a, *optimizer_a, skipping, kX, /*poison=*/false);
+  EXPECT_EQ(scaler_a.skipped_steps().item<double>(), 6.0);
+  EXPECT_EQ(scaler_a.scale().item<float>(), 1024.0f);
+
+  torch::Tensor clean = kStart.clone().set_requires_grad(true);
+  auto optimizer_b = Optimizer(kind, clean);
+  LossScaler scaler_b(kCpu, LossScaler::Options{});
+  for (int i = 0; i < 4; ++i) ScaledStep(scaler_b, *optimizer_b, clean, kX, /*poison=*/false);
+
+  EXPECT_TRUE(Identical(skipping.detach(), clean.detach())) << skipping << clean;
+  const std::vector<torch::Tensor> a = StateOf(*optimizer_a, skipping);
+  const std::vector<torch::Tensor> b = StateOf(*optimizer_b, clean);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(Identical(a[i], b[i])) << "state " << i;
+  EXPECT_EQ(a.front().item<float>(), 4.0f);  // the step count: the clean steps only
+
+  // LibTorch's twin (Adam, AdamW, Adagrad), stepped only on the clean steps' gradients.
+  std::unique_ptr<torch::optim::Optimizer> twin;
+  torch::Tensor reference = kStart.clone().set_requires_grad(true);
+  if (kind == OptimizerKind::kAdam) {
+    twin = std::make_unique<torch::optim::Adam>(std::vector<torch::Tensor>{reference},
+                                                torch::optim::AdamOptions(0.1));
+  } else if (kind == OptimizerKind::kAdamW) {
+    twin = std::make_unique<torch::optim::AdamW>(std::vector<torch::Tensor>{reference},
+                                                 torch::optim::AdamWOptions(0.1));
+  } else if (kind == OptimizerKind::kAdagrad) {
+    twin = std::make_unique<torch::optim::Adagrad>(std::vector<torch::Tensor>{reference},
+                                                   torch::optim::AdagradOptions(0.1).lr_decay(0.5));
+  }
+  if (twin == nullptr) return;
+  for (int i = 0; i < 4; ++i) {
+    twin->zero_grad();
+    DotLoss(reference, kX).backward();
+    twin->step();
+  }
+  EXPECT_TRUE(torch::allclose(skipping.detach(), reference.detach(), /*rtol=*/1e-6, /*atol=*/0))
+      << skipping << reference;
+}
+
+INSTANTIATE_TEST_SUITE_P(StepCountingOptimizers, GradScalerSkipTest,
+                         ::testing::Values(OptimizerKind::kAdam, OptimizerKind::kAdamW,
+                                           OptimizerKind::kNAdam, OptimizerKind::kRAdam,
+                                           OptimizerKind::kAdagrad),
+                         [](const auto& info) { return OptimizerKindName(info.param); });
 
 TEST(LossScalerTest, ScaleGrowsAfterGrowthIntervalCleanStepsAndBacksOffOnOverflow) {
   torch::Tensor p = kStart.clone().set_requires_grad(true);
@@ -245,7 +316,9 @@ TEST(LossScalerTest, ScaleGrowsAfterGrowthIntervalCleanStepsAndBacksOffOnOverflo
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, LossScalerOverflowTest,
                          ::testing::Values(OptimizerKind::kSgd, OptimizerKind::kAdam,
-                                           OptimizerKind::kAdamW, OptimizerKind::kRmsprop),
+                                           OptimizerKind::kAdamW, OptimizerKind::kRmsprop,
+                                           OptimizerKind::kNAdam, OptimizerKind::kRAdam,
+                                           OptimizerKind::kAdagrad),
                          [](const auto& info) { return OptimizerKindName(info.param); });
 
 // Jobs through the Engine on the CPU.

@@ -82,6 +82,34 @@ WorkerJob SampleJob() {
   return job;
 }
 
+// Every optimizer option crosses to the worker: a TorchScript job trains there with them.
+TEST(WorkerProtocolTest, OptimizerOptionsCross) {
+  WorkerJob job = SampleJob();
+  job.spec.optimizer = OptimizerKind::kAdagrad;
+  job.spec.amsgrad = true;
+  job.spec.centered = true;
+  job.spec.momentum_decay = 0.01;
+  job.spec.decoupled_weight_decay = true;
+  job.spec.lr_decay = 0.5;
+  job.spec.initial_accumulator_value = 0.125;
+  job.spec.weight_decay_exclude_bias_and_norm = true;
+  absl::StatusOr<WorkerJob> back = DecodeWorkerJob(EncodeWorkerJob(job));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->spec.optimizer, OptimizerKind::kAdagrad);
+  EXPECT_TRUE(back->spec.amsgrad);
+  EXPECT_TRUE(back->spec.centered);
+  EXPECT_EQ(back->spec.momentum_decay, 0.01);
+  EXPECT_TRUE(back->spec.decoupled_weight_decay);
+  EXPECT_EQ(back->spec.lr_decay, 0.5);
+  EXPECT_EQ(back->spec.initial_accumulator_value, 0.125);
+  EXPECT_TRUE(back->spec.weight_decay_exclude_bias_and_norm);
+  absl::StatusOr<WorkerJob> plain = DecodeWorkerJob(EncodeWorkerJob(SampleJob()));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->spec.momentum_decay.has_value());
+  EXPECT_FALSE(plain->spec.lr_decay.has_value());
+  EXPECT_FALSE(plain->spec.weight_decay_exclude_bias_and_norm);
+}
+
 TEST(WorkerProtocolTest, AJobCrossesExactly) {
   const WorkerJob job = SampleJob();
   absl::StatusOr<WorkerJob> back = DecodeWorkerJob(EncodeWorkerJob(job));

@@ -111,6 +111,9 @@ def train(
     # The optimizer steps of an epoch: one per `accumulate` batches (the last group may be short).
     steps_per_epoch = -(-(-(-used // batch)) // accumulate)
     schedule = reference_schedule.Schedule(spec, optimizer, steps_per_epoch)
+    # fp16: dynamic loss scaling as torch.amp.GradScaler with its defaults (a step whose
+    # gradients overflowed skips optimizer.step() entirely).
+    scaler = torch.amp.GradScaler("cpu") if precision == "fp16" else None
     result = Result([], [], [], {}, False, 0)
     best = -math.inf if on_accuracy else math.inf
     without_improvement = 0
@@ -133,11 +136,22 @@ def train(
             if i % accumulate == 0:
                 optimizer.zero_grad()
             loss = train_loss(forward(model, xb, precision), yb)
-            (loss / accumulate).backward()
+            if scaler is not None:
+                scaler.scale(loss / accumulate).backward()
+            else:
+                (loss / accumulate).backward()
             if (i + 1) % accumulate == 0 or begin + batch >= used:
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
                 if clip > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                optimizer.step()
+                if scaler is not None:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
+                # A skipped fp16 step still advances the schedule, as the usual loop's
+                # scheduler.step() after each batch does.
                 schedule.after_step()
                 result.steps += 1
             total += loss.item() * index.shape[0]

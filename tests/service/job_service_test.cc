@@ -183,6 +183,46 @@ TEST_F(JobServiceTest, EveryScheduleOptionIsEchoedAsSent) {
   }
 }
 
+// The optimizers' options cross to the engine and back: the job's spec echoes what was sent.
+TEST_F(JobServiceTest, SubmitWithTheOptimizersOptionsEchoesTheSpec) {
+  v1::JobSpec spec = LinearSpec("seed", /*epochs=*/2);
+  spec.set_device("cpu");
+  spec.set_shuffle(true);
+  spec.set_engine(v1::ENGINE_AUTO);  // the echo fills in these defaults
+  spec.mutable_schedule()->set_kind(v1::Schedule::CONSTANT);
+  spec.set_precision(v1::PRECISION_FP32);
+  spec.set_priority(v1::JOB_PRIORITY_NORMAL);
+  v1::Optimizer* optimizer = spec.mutable_optimizer();
+  optimizer->set_kind(v1::OPTIMIZER_KIND_NADAM);
+  optimizer->set_learning_rate(0.01);
+  optimizer->set_weight_decay(0.1);
+  optimizer->set_momentum_decay(0.01);
+  optimizer->set_decoupled_weight_decay(true);
+  optimizer->set_weight_decay_exclude_bias_and_norm(true);
+  v1::Job job = Submit(spec);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec))
+      << "sent:\n"
+      << spec.DebugString() << "echoed:\n"
+      << job.spec().DebugString();
+
+  optimizer->Clear();
+  optimizer->set_kind(v1::OPTIMIZER_KIND_ADAGRAD);
+  optimizer->set_learning_rate(0.01);
+  optimizer->set_lr_decay(0.5);
+  optimizer->set_initial_accumulator_value(0.25);
+  job = Submit(spec);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec))
+      << job.spec().DebugString();
+
+  optimizer->Clear();
+  optimizer->set_kind(v1::OPTIMIZER_KIND_RMSPROP);
+  optimizer->set_learning_rate(0.01);
+  optimizer->set_centered(true);
+  job = Submit(spec);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(job.spec(), spec))
+      << job.spec().DebugString();
+}
+
 TEST_F(JobServiceTest, SubmitWithValidationFractionEchoesItAndEpochsCarryValidationLoss) {
   v1::JobSpec spec = LinearSpec("seed", /*epochs=*/3);
   spec.set_validation_fraction(0.25);
@@ -485,7 +525,20 @@ std::vector<InvalidSpec> InvalidSpecs() {
       {"ZeroLearningRate",
        [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_learning_rate(0); }, "learning rate"},
       {"Beta1WithSgd", [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_beta1(0.9); },
-       "beta1 applies to adam and adamw; optimizer sgd does not take it"},
+       "beta1 applies to adam, adamw, nadam and radam; optimizer sgd does not take it"},
+      {"AmsgradWithSgd", [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_amsgrad(true); },
+       "amsgrad applies to adam and adamw; optimizer sgd does not take it"},
+      {"ExemptionWithoutWeightDecay",
+       [](v1::JobSpec* spec) {
+         spec->mutable_optimizer()->set_weight_decay_exclude_bias_and_norm(true);
+       },
+       "weight decay exclude bias and norm needs a weight decay above 0"},
+      {"NegativeLrDecay",
+       [](v1::JobSpec* spec) {
+         spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_ADAGRAD);
+         spec->mutable_optimizer()->set_lr_decay(-1);
+       },
+       "lr decay must be 0 or more; got -1"},
       {"LabelSmoothingWithMse", [](v1::JobSpec* spec) { spec->set_label_smoothing(0.1); },
        "label smoothing applies to loss cross_entropy only"},
       {"ClassWeightsWithMse", [](v1::JobSpec* spec) { spec->add_class_weights(2); },

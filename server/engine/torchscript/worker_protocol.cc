@@ -143,6 +143,13 @@ void PutSpec(WireWriter& w, const JobSpec& s) {
   w.OptF64(s.beta2);
   w.OptF64(s.eps);
   w.OptF64(s.alpha);
+  w.Bool(s.amsgrad);
+  w.Bool(s.centered);
+  w.OptF64(s.momentum_decay);
+  w.Bool(s.decoupled_weight_decay);
+  w.OptF64(s.lr_decay);
+  w.OptF64(s.initial_accumulator_value);
+  w.Bool(s.weight_decay_exclude_bias_and_norm);
   w.F64(s.huber_delta);
   w.F64(s.label_smoothing);
   w.I64(static_cast<int64_t>(s.schedule.kind));
@@ -198,7 +205,7 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(s.model, r.Str(kMaxNameBytes));
   TRAINERD_ASSIGN_OR_RETURN(int64_t v, r.Int(0, static_cast<int>(LossKind::kNll), "a loss"));
   s.loss = static_cast<LossKind>(v);
-  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, static_cast<int>(OptimizerKind::kRmsprop), "an optimizer"));
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, static_cast<int>(OptimizerKind::kAdagrad), "an optimizer"));
   s.optimizer = static_cast<OptimizerKind>(v);
   TRAINERD_ASSIGN_OR_RETURN(s.learning_rate, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(s.momentum, r.F64());
@@ -208,6 +215,13 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(s.beta2, r.OptF64());
   TRAINERD_ASSIGN_OR_RETURN(s.eps, r.OptF64());
   TRAINERD_ASSIGN_OR_RETURN(s.alpha, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.amsgrad, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(s.centered, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(s.momentum_decay, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.decoupled_weight_decay, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(s.lr_decay, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.initial_accumulator_value, r.OptF64());
+  TRAINERD_ASSIGN_OR_RETURN(s.weight_decay_exclude_bias_and_norm, r.Bool());
   TRAINERD_ASSIGN_OR_RETURN(s.huber_delta, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(s.label_smoothing, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(

@@ -490,6 +490,10 @@ class FusedCpuPath final : public TrainingPath {
           steps_.push_back(found->second.get());
           break;
         }
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (FusedPathUnsupported)
       }
     }
   }
@@ -515,6 +519,10 @@ class FusedCpuPath final : public TrainingPath {
       }
       case OptimizerKind::kSgd:
         break;
+      case OptimizerKind::kNAdam:
+      case OptimizerKind::kRAdam:
+      case OptimizerKind::kAdagrad:
+        break;  // not on this path (FusedPathUnsupported)
     }
     return 0;
   }
@@ -586,6 +594,10 @@ class FusedCpuPath final : public TrainingPath {
           }
           break;
         }
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (FusedPathUnsupported)
       }
     }
   }
@@ -626,6 +638,7 @@ std::string FusedPathUnsupported(const JobSpec& spec, const ModelSpec& model,
     return absl::StrCat("the fused path runs on the CPU only so far, not on ", device.str());
   }
   if (spec.precision != Precision::kFp32) return "mixed precision runs on LibTorch's autocast";
+  if (std::string why = HandWrittenOptimizerUnsupported(spec); !why.empty()) return why;
   if (feature_shape.size() != 1) {
     return absl::StrCat("features shaped [", absl::StrJoin(feature_shape, ", "),
                         "] per row; the fused path takes flat feature vectors");

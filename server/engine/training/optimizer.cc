@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/engine/training/device_step_optimizer.h"
 
 namespace trainerd::engine {
 namespace {
@@ -20,6 +21,8 @@ constexpr double kDefaultBeta1 = 0.9;
 constexpr double kDefaultBeta2 = 0.999;
 constexpr double kDefaultEps = 1e-8;
 constexpr double kDefaultAlpha = 0.99;
+constexpr double kAdagradDefaultEps = 1e-10;
+constexpr double kDefaultMomentumDecay = 4e-3;
 constexpr double kPi = 3.14159265358979323846;
 
 bool IsAdamLike(OptimizerKind kind) {
@@ -220,18 +223,21 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
         absl::StrCat("weight decay must be 0 or more; got ", *spec.weight_decay));
   }
   const bool adam_like = IsAdamLike(kind);
+  const bool adam_family =
+      adam_like || kind == OptimizerKind::kNAdam || kind == OptimizerKind::kRAdam;
   for (const auto& [option, value] :
        {std::pair<const char*, const std::optional<double>&>{"beta1", spec.beta1},
         std::pair<const char*, const std::optional<double>&>{"beta2", spec.beta2}}) {
-    status = CheckApplies(value.has_value(), adam_like, option, "adam and adamw", kind);
+    status =
+        CheckApplies(value.has_value(), adam_family, option, "adam, adamw, nadam and radam", kind);
     if (!status.ok()) return status;
     if (value.has_value()) {
       status = CheckRange(option, *value, 0, 1, /*open_low=*/false);
       if (!status.ok()) return status;
     }
   }
-  status = CheckApplies(spec.eps.has_value(), adam_like || kind == OptimizerKind::kRmsprop, "eps",
-                        "adam, adamw and rmsprop", kind);
+  status = CheckApplies(spec.eps.has_value(), kind != OptimizerKind::kSgd, "eps",
+                        "every optimizer but sgd", kind);
   if (!status.ok()) return status;
   if (spec.eps.has_value() && !(*spec.eps > 0 && std::isfinite(*spec.eps))) {
     return absl::InvalidArgumentError(
@@ -244,6 +250,38 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
     status = CheckRange("alpha", *spec.alpha, 0, 1, /*open_low=*/true);
     if (!status.ok()) return status;
   }
+  status = CheckApplies(spec.amsgrad, adam_like, "amsgrad", "adam and adamw", kind);
+  if (!status.ok()) return status;
+  status = CheckApplies(spec.centered, kind == OptimizerKind::kRmsprop, "centered", "rmsprop only",
+                        kind);
+  if (!status.ok()) return status;
+  status = CheckApplies(spec.momentum_decay.has_value(), kind == OptimizerKind::kNAdam,
+                        "momentum decay", "nadam only", kind);
+  if (!status.ok()) return status;
+  status = CheckApplies(spec.decoupled_weight_decay,
+                        kind == OptimizerKind::kNAdam || kind == OptimizerKind::kRAdam,
+                        "decoupled weight decay", "nadam and radam", kind);
+  if (!status.ok()) return status;
+  status = CheckApplies(spec.lr_decay.has_value(), kind == OptimizerKind::kAdagrad, "lr decay",
+                        "adagrad only", kind);
+  if (!status.ok()) return status;
+  status = CheckApplies(spec.initial_accumulator_value.has_value(), kind == OptimizerKind::kAdagrad,
+                        "initial accumulator value", "adagrad only", kind);
+  if (!status.ok()) return status;
+  for (const auto& [option, value] :
+       {std::pair<const char*, const std::optional<double>&>{"momentum decay", spec.momentum_decay},
+        std::pair<const char*, const std::optional<double>&>{"lr decay", spec.lr_decay},
+        std::pair<const char*, const std::optional<double>&>{"initial accumulator value",
+                                                             spec.initial_accumulator_value}}) {
+    if (value.has_value() && !(*value >= 0 && std::isfinite(*value))) {
+      return absl::InvalidArgumentError(absl::StrCat(option, " must be 0 or more; got ", *value));
+    }
+  }
+  if (spec.weight_decay_exclude_bias_and_norm && !(EffectiveWeightDecay(spec) > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight decay exclude bias and norm needs a weight decay above 0; optimizer ",
+                     OptimizerKindName(kind), "'s is ", EffectiveWeightDecay(spec)));
+  }
   if (!(spec.clip_grad_norm >= 0 && std::isfinite(spec.clip_grad_norm))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient clipping norm must be 0 (off) or a positive number; got ", spec.clip_grad_norm));
@@ -251,39 +289,160 @@ absl::Status CheckOptimizer(const JobSpec& spec) {
   return CheckSchedule(spec);
 }
 
+double EffectiveWeightDecay(const JobSpec& spec) {
+  return spec.weight_decay.value_or(
+      spec.optimizer == OptimizerKind::kAdamW ? kAdamWDefaultWeightDecay : 0.0);
+}
+
+std::string HandWrittenOptimizerUnsupported(const JobSpec& spec) {
+  switch (spec.optimizer) {
+    case OptimizerKind::kNAdam:
+    case OptimizerKind::kRAdam:
+    case OptimizerKind::kAdagrad:
+      return absl::StrCat("optimizer ", OptimizerKindName(spec.optimizer),
+                          " runs on LibTorch's optimizers");
+    default:
+      break;
+  }
+  const char* option = spec.amsgrad    ? "amsgrad"
+                       : spec.centered ? "centered rmsprop"
+                       : spec.weight_decay_exclude_bias_and_norm
+                           ? "weight decay exclude bias and norm"
+                           : nullptr;
+  if (option == nullptr) return "";
+  return absl::StrCat(option, " runs on LibTorch's optimizers");
+}
+
+bool UsesDeviceStepOptimizer(const JobSpec& spec) {
+  switch (spec.optimizer) {
+    case OptimizerKind::kNAdam:
+    case OptimizerKind::kRAdam:
+      return true;
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+    case OptimizerKind::kAdagrad:
+      return spec.precision == Precision::kFp16;
+    case OptimizerKind::kSgd:
+    case OptimizerKind::kRmsprop:
+      return false;
+  }
+  return false;
+}
+
+namespace {
+
+// The parameter groups of `options`: one group of every parameter, or under
+// weight_decay_exclude_bias_and_norm those of more than one dimension with `options` and those of
+// one or fewer with `options` at weight decay 0 (an empty group is left out).
+template <typename Options>
+std::vector<torch::optim::OptimizerParamGroup> ParamGroups(const JobSpec& spec,
+                                                           std::vector<torch::Tensor> parameters,
+                                                           const Options& options) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!spec.weight_decay_exclude_bias_and_norm) {
+    groups.emplace_back(std::move(parameters));
+    return groups;
+  }
+  std::vector<torch::Tensor> decayed;
+  std::vector<torch::Tensor> exempt;
+  for (torch::Tensor& p : parameters) (p.dim() > 1 ? decayed : exempt).push_back(std::move(p));
+  if (!decayed.empty()) groups.emplace_back(std::move(decayed));
+  if (!exempt.empty()) {
+    auto no_decay = std::make_unique<Options>(options);
+    no_decay->weight_decay(0);
+    groups.emplace_back(std::move(exempt), std::move(no_decay));
+  }
+  return groups;
+}
+
+template <typename Optim, typename Options>
+std::unique_ptr<torch::optim::Optimizer> Make(const JobSpec& spec,
+                                              std::vector<torch::Tensor> parameters,
+                                              const Options& options) {
+  return std::make_unique<Optim>(ParamGroups(spec, std::move(parameters), options), options);
+}
+
+}  // namespace
+
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
                                                        std::vector<torch::Tensor> parameters) {
-  const double weight_decay = spec.weight_decay.value_or(0.0);
+  const double weight_decay = EffectiveWeightDecay(spec);
+  if (UsesDeviceStepOptimizer(spec)) {
+    DeviceStepKind kind = DeviceStepKind::kAdam;
+    switch (spec.optimizer) {
+      case OptimizerKind::kAdamW:
+        kind = DeviceStepKind::kAdamW;
+        break;
+      case OptimizerKind::kNAdam:
+        kind = DeviceStepKind::kNAdam;
+        break;
+      case OptimizerKind::kRAdam:
+        kind = DeviceStepKind::kRAdam;
+        break;
+      case OptimizerKind::kAdagrad:
+        kind = DeviceStepKind::kAdagrad;
+        break;
+      default:
+        break;
+    }
+    DeviceStepOptions options;
+    options.lr(spec.learning_rate)
+        .beta1(spec.beta1.value_or(kDefaultBeta1))
+        .beta2(spec.beta2.value_or(kDefaultBeta2))
+        .eps(spec.eps.value_or(spec.optimizer == OptimizerKind::kAdagrad ? kAdagradDefaultEps
+                                                                         : kDefaultEps))
+        .weight_decay(weight_decay)
+        .amsgrad(spec.amsgrad)
+        .momentum_decay(spec.momentum_decay.value_or(kDefaultMomentumDecay))
+        .decoupled_weight_decay(spec.decoupled_weight_decay)
+        .lr_decay(spec.lr_decay.value_or(0.0))
+        .initial_accumulator_value(spec.initial_accumulator_value.value_or(0.0));
+    return std::make_unique<DeviceStepOptimizer>(
+        kind, ParamGroups(spec, std::move(parameters), options), options);
+  }
   const double eps = spec.eps.value_or(kDefaultEps);
   const auto betas =
       std::make_tuple(spec.beta1.value_or(kDefaultBeta1), spec.beta2.value_or(kDefaultBeta2));
   switch (spec.optimizer) {
     case OptimizerKind::kSgd:
-      return std::make_unique<torch::optim::SGD>(std::move(parameters),
-                                                 torch::optim::SGDOptions(spec.learning_rate)
-                                                     .momentum(spec.momentum)
-                                                     .nesterov(spec.nesterov)
-                                                     .weight_decay(weight_decay));
+      return Make<torch::optim::SGD>(spec, std::move(parameters),
+                                     torch::optim::SGDOptions(spec.learning_rate)
+                                         .momentum(spec.momentum)
+                                         .nesterov(spec.nesterov)
+                                         .weight_decay(weight_decay));
     case OptimizerKind::kAdam:
-      return std::make_unique<torch::optim::Adam>(std::move(parameters),
-                                                  torch::optim::AdamOptions(spec.learning_rate)
-                                                      .betas(betas)
-                                                      .eps(eps)
-                                                      .weight_decay(weight_decay));
+      return Make<torch::optim::Adam>(spec, std::move(parameters),
+                                      torch::optim::AdamOptions(spec.learning_rate)
+                                          .betas(betas)
+                                          .eps(eps)
+                                          .weight_decay(weight_decay)
+                                          .amsgrad(spec.amsgrad));
     case OptimizerKind::kAdamW:
-      return std::make_unique<torch::optim::AdamW>(
-          std::move(parameters),
-          torch::optim::AdamWOptions(spec.learning_rate)
-              .betas(betas)
-              .eps(eps)
-              .weight_decay(spec.weight_decay.value_or(kAdamWDefaultWeightDecay)));
+      return Make<torch::optim::AdamW>(spec, std::move(parameters),
+                                       torch::optim::AdamWOptions(spec.learning_rate)
+                                           .betas(betas)
+                                           .eps(eps)
+                                           .weight_decay(weight_decay)
+                                           .amsgrad(spec.amsgrad));
     case OptimizerKind::kRmsprop:
-      return std::make_unique<torch::optim::RMSprop>(
-          std::move(parameters), torch::optim::RMSpropOptions(spec.learning_rate)
-                                     .alpha(spec.alpha.value_or(kDefaultAlpha))
-                                     .eps(eps)
-                                     .weight_decay(weight_decay)
-                                     .momentum(spec.momentum));
+      return Make<torch::optim::RMSprop>(spec, std::move(parameters),
+                                         torch::optim::RMSpropOptions(spec.learning_rate)
+                                             .alpha(spec.alpha.value_or(kDefaultAlpha))
+                                             .eps(eps)
+                                             .weight_decay(weight_decay)
+                                             .momentum(spec.momentum)
+                                             .centered(spec.centered));
+    case OptimizerKind::kAdagrad:
+      return Make<torch::optim::Adagrad>(
+          spec, std::move(parameters),
+          torch::optim::AdagradOptions(spec.learning_rate)
+              .lr_decay(spec.lr_decay.value_or(0.0))
+              .weight_decay(weight_decay)
+              .initial_accumulator_value(spec.initial_accumulator_value.value_or(0.0))
+              .eps(spec.eps.value_or(kAdagradDefaultEps)));
+    case OptimizerKind::kNAdam:
+    case OptimizerKind::kRAdam:
+      break;  // DeviceStepOptimizer above
   }
   return nullptr;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,8 +20,25 @@ namespace trainerd::engine {
 // take (e.g. "beta1 applies to adam and adamw; optimizer sgd does not take it").
 absl::Status CheckOptimizer(const JobSpec& spec);
 
+// The weight decay spec.optimizer applies: spec.weight_decay, unset 0 (adamw: 0.01).
+double EffectiveWeightDecay(const JobSpec& spec);
+
+// Why a hand-written path (fused, stacked), whose update arithmetic covers sgd, adam, adamw and
+// rmsprop with their original options, cannot run spec's optimizer, e.g. "optimizer nadam runs
+// on LibTorch's optimizers" or "amsgrad runs on LibTorch's optimizers"; "" when it can.
+std::string HandWrittenOptimizerUnsupported(const JobSpec& spec);
+
+// Whether MakeOptimizer gives spec a DeviceStepOptimizer (device_step_optimizer.h): nadam and
+// radam always, adam, adamw and adagrad under fp16, so that a step the loss scaler skips leaves
+// their step count unchanged.
+bool UsesDeviceStepOptimizer(const JobSpec& spec);
+
 // The optimizer of spec.optimizer with its options (unset ones take PyTorch's defaults; adamw's
-// weight decay is 0.01), at spec.learning_rate.
+// weight decay is 0.01), at spec.learning_rate: LibTorch's own (torch::optim) where it has one,
+// else a DeviceStepOptimizer (nadam, radam), which adam, adamw and adagrad get too under fp16
+// (UsesDeviceStepOptimizer). Under weight_decay_exclude_bias_and_norm, two parameter groups: the
+// parameters of more than one dimension with the weight decay, then those of one or fewer with
+// weight decay 0 (an empty group is left out).
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const JobSpec& spec,
                                                        std::vector<torch::Tensor> parameters);
 

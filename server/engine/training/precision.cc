@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <utility>
 
+#include "server/engine/training/device_step_optimizer.h"
+
 namespace trainerd::engine {
 namespace {
 
 // The state tensors of `optimizer` for one parameter that a step may change in place (defined
-// ones only); empty before the optimizer's first step for that parameter. The host-side step
-// counters are not tensors and are not covered (see LossScaler).
+// ones only); empty before the optimizer's first step for that parameter. A DeviceStepOptimizer's
+// step count is one of them; LibTorch's host-side step counters are not tensors and are not
+// covered (see LossScaler).
 std::vector<torch::Tensor> StateTensors(torch::optim::Optimizer& optimizer,
                                         const torch::Tensor& parameter) {
   std::vector<torch::Tensor> out;
@@ -34,6 +37,10 @@ std::vector<torch::Tensor> StateTensors(torch::optim::Optimizer& optimizer,
     add(s->square_avg());
     add(s->momentum_buffer());
     add(s->grad_avg());
+  } else if (auto* s = dynamic_cast<DeviceStepParamState*>(state)) {
+    for (torch::Tensor& t : s->tensors()) add(t);
+  } else if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(state)) {
+    add(s->sum());
   }
   return out;
 }
@@ -136,13 +143,7 @@ void LossScaler::CorrectStepCounters(torch::optim::Optimizer& optimizer, int64_t
   };
   for (auto& [key, state] : optimizer.state()) {
     (void)key;
-    if (auto* s = dynamic_cast<torch::optim::AdamParamState*>(state.get())) {
-      wind_back(s);
-    } else if (auto* s = dynamic_cast<torch::optim::AdamWParamState*>(state.get())) {
-      wind_back(s);
-    } else if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(state.get())) {
-      wind_back(s);
-    }
+    if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(state.get())) wind_back(s);
   }
 }
 

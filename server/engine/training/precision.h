@@ -34,23 +34,24 @@ class AutocastGuard {
   torch::ScalarType previous_dtype_ = torch::kFloat;
 };
 
-// Dynamic loss scaling for fp16, as PyTorch's GradScaler does it, but without its host
-// synchronisation: GradScaler reads `found_inf` on the host (`.item()`) to decide whether to call
-// optimizer.step(); here the step always runs and is then undone on the device when the gradients
-// overflowed, so the training loop never waits for the device.
+// Dynamic loss scaling for fp16, equal to PyTorch's GradScaler with the same optimizer, but
+// without its host synchronisation: GradScaler reads `found_inf` on the host (`.item()`) to decide
+// whether to call optimizer.step(); here the step always runs and is then undone on the device
+// when the gradients overflowed, so the training loop never waits for the device.
 //
 // Per step: Scale(loss).backward(); Unscale(); [clip]; Step(optimizer). Step():
-//  - snapshots the parameters and the optimizer's state tensors (momentum buffers, Adam moments),
+//  - snapshots the parameters and the optimizer's state tensors (momentum buffers, Adam moments,
+//    and the step count of a DeviceStepOptimizer, which keeps it on the device),
 //  - runs optimizer.step(),
 //  - restores parameters and state where found_inf (torch::where, exact even when the step
 //    produced NaN; state created by this step is reset to zeros, its value before a first step),
 //  - updates the scale on the device (_amp_update_scale_: halve on overflow, double after
 //    growth_interval clean steps) and counts the skipped step.
-// One difference from a true skip: LibTorch's Adam, AdamW and RMSprop keep their step counters on
-// the host, so a skipped step still advances them (Adam's bias correction then assumes one more
-// step than was taken). The trainer learns each epoch's skips from the epoch's one transfer and
-// winds the counters back (CorrectStepCounters), so they are exact at every epoch boundary (and
-// in every checkpoint); within an epoch they run ahead by that epoch's skips so far.
+// A skipped step thus leaves everything as GradScaler's skip does, for every optimizer whose
+// update depends on its step count (adam, adamw, nadam, radam, adagrad: MakeOptimizer gives them
+// a DeviceStepOptimizer under fp16). SGD keeps no step count; LibTorch's RMSprop counts steps on
+// the host without using the count, and the trainer winds it back at each epoch's one transfer
+// (CorrectStepCounters), so that a checkpoint holds the true count.
 // Not thread-safe (one job's worker thread).
 class LossScaler {
  public:
@@ -77,8 +78,8 @@ class LossScaler {
   // 0-d float64 on the device: steps skipped since the last ResetSkippedSteps().
   const torch::Tensor& skipped_steps() const { return skipped_; }
   void ResetSkippedSteps() { skipped_.zero_(); }
-  // Winds the host-side step counters of `optimizer`'s Adam, AdamW or RMSprop state back by
-  // `skipped` steps (never below 0); SGD keeps none. Host arithmetic only.
+  // Winds the host-side step counters of `optimizer`'s RMSprop state back by `skipped` steps
+  // (never below 0); the other optimizers keep none on the host under fp16. Host arithmetic only.
   static void CorrectStepCounters(torch::optim::Optimizer& optimizer, int64_t skipped);
 
   // The scale and the growth tracker ("scale", "growth_tracker"), as GradScaler's state_dict keeps

@@ -40,6 +40,9 @@ std::vector<int64_t> InnerDims(const torch::Tensor& t) {
 std::string StackedPathUnsupported(const TrainingRun& run) {
   if (run.torchscript != nullptr) return "a TorchScript module trains alone";
   if (run.spec.precision != Precision::kFp32) return "mixed precision trains alone";
+  if (std::string why = HandWrittenOptimizerUnsupported(run.spec); !why.empty()) {
+    return absl::StrCat(why, ": the member trains alone");
+  }
   if (run.dataset == nullptr || run.dataset->meta.feature_shape.size() != 1) {
     return "the stacked path takes flat feature vectors";
   }
@@ -202,6 +205,10 @@ class StackedPack::Impl {
           states[key] = std::move(s);
           break;
         }
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (StackedPathUnsupported)
       }
     }
     return engine::WriteCheckpoint(
@@ -250,6 +257,10 @@ class StackedPack::Impl {
           state_a_.push_back(torch::zeros_like(stacked));
           state_b_.push_back(has_momentum_ ? torch::zeros_like(stacked) : torch::Tensor());
           break;
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (StackedPathUnsupported)
       }
     }
   }
@@ -442,6 +453,10 @@ class StackedPack::Impl {
           }
           break;
         }
+        case OptimizerKind::kNAdam:
+        case OptimizerKind::kRAdam:
+        case OptimizerKind::kAdagrad:
+          break;  // not on this path (StackedPathUnsupported)
       }
     }
   }

@@ -467,6 +467,10 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
   const ScheduleSpec& t = b.schedule;
   if (a.loss != b.loss || a.optimizer != b.optimizer || a.nesterov != b.nesterov ||
       a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.eps != b.eps || a.alpha != b.alpha ||
+      a.amsgrad != b.amsgrad || a.centered != b.centered || a.momentum_decay != b.momentum_decay ||
+      a.decoupled_weight_decay != b.decoupled_weight_decay || a.lr_decay != b.lr_decay ||
+      a.initial_accumulator_value != b.initial_accumulator_value ||
+      a.weight_decay_exclude_bias_and_norm != b.weight_decay_exclude_bias_and_norm ||
       a.huber_delta != b.huber_delta || a.label_smoothing != b.label_smoothing ||
       a.class_weights != b.class_weights || a.ignore_index != b.ignore_index ||
       a.pos_weight != b.pos_weight || s != t ||
