@@ -192,6 +192,8 @@ TEST_F(JobServiceTest, SubmitWithTheOptimizersOptionsEchoesTheSpec) {
   spec.mutable_schedule()->set_kind(v1::Schedule::CONSTANT);
   spec.set_precision(v1::PRECISION_FP32);
   spec.set_priority(v1::JOB_PRIORITY_NORMAL);
+  spec.set_gradient_accumulation_steps(1);
+  spec.set_early_stop_metric(v1::EARLY_STOP_METRIC_VALIDATION_LOSS);
   v1::Optimizer* optimizer = spec.mutable_optimizer();
   optimizer->set_kind(v1::OPTIMIZER_KIND_NADAM);
   optimizer->set_learning_rate(0.01);
