@@ -108,3 +108,18 @@ def test_per_step_cosine_in_the_torchscript_worker(parity):
     want = reference_loop.train(spec, x, y, module=copy.deepcopy(module))
     job = parity.run("regression", "auto", dict(spec, model=module))
     parity.compare(job, want, 1e-5, "TorchScript module")
+
+
+def test_onecycle_counts_optimizer_steps_under_accumulation_and_drop_last(parity):
+    # 96 rows in batches of 10: 9 whole batches (drop_last), 3 optimizer steps of 3 batches each.
+    (job,) = parity.check("regression", model=MLP, lr=0.05, schedule="onecycle", epochs=3,
+                          batch_size=10, drop_last=True, gradient_accumulation_steps=3)
+    assert job.steps == 3 * 3
+
+
+def test_per_step_cosine_with_a_short_last_group_and_fp16(parity):
+    # 96 rows in batches of 16: 6 batches, groups of 4 and 2: 2 optimizer steps an epoch.
+    (job,) = parity.check("regression", model=MLP, optimizer="adam", lr=0.01, schedule="cosine",
+                          schedule_per_step=True, min_lr=0.001, epochs=3, batch_size=16,
+                          gradient_accumulation_steps=4, precision="fp16")
+    assert job.steps == 3 * 2
