@@ -234,7 +234,7 @@ TEST_F(EndToEndTest, TrainctlHabitsWorkAgainstTheRealDaemon) {
                       "comp " TRAINCTL_BIN " submit --optimizer ada\n");
   RunResult completed = e2e::Run({"/bin/bash", probe}, {"TRAINERD_ADDR=" + addr_});
   ASSERT_EQ(completed.exit_code, 0) << completed.err;
-  EXPECT_EQ(completed.out, "wait\n" + id + "\nthree\nadam adamw\n");
+  EXPECT_EQ(completed.out, "wait\n" + id + "\nthree\nadam adamw adagrad\n");
 }
 
 // deploy/trainerd.flags, the example of settings kept in a file, is read by the real daemon: every
