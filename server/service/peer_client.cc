@@ -53,6 +53,17 @@ constexpr int kMaxPeerMessageBytes = 256 * 1024 * 1024;
 constexpr size_t kMaxPeerModelBytes = size_t{1} << 30;
 // How often --peers' DNS names are looked up again.
 constexpr auto kResolveInterval = std::chrono::seconds(5);
+// The checks Submit makes of a peer only read, so gRPC may send them again when the connection
+// they went out on turned out dead (UNAVAILABLE): a peer that was stopped (SIGSTOP) or cut off a
+// while leaves this daemon's channel on a connection the peer has reset, and the first call on it
+// fails although the peer is back. Within each call's own deadline; nothing that starts work
+// there (a rank, an upload) is retried.
+constexpr char kPeerServiceConfig[] = R"json({"methodConfig": [{
+  "name": [{"service": "trainerd.v1.SystemService", "method": "GetVersion"},
+           {"service": "trainerd.v1.PeerService", "method": "CheckCredentials"},
+           {"service": "trainerd.v1.DatasetService", "method": "GetDataset"}],
+  "retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.1s", "maxBackoff": "1s",
+                  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})json";
 
 bool HostPort(const std::string& entry) {
   const size_t colon = entry.rfind(':');
@@ -633,6 +644,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     // 4 MiB, as trainctl allows.
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(kMaxPeerMessageBytes);
+    arguments.SetServiceConfigJSON(kPeerServiceConfig);
     auto channel = grpc::CreateCustomChannel(peer, credentials_, arguments);
     channels_.emplace(peer, channel);
     return channel;
