@@ -12,7 +12,13 @@ import pytest
 import trainerd
 import trainerd.aio
 from conftest import TOKEN, Daemon, run_trainctl
-from trainerd.config import DEFAULT_ADDRESS, config_path, load_config, resolve_settings
+from trainerd.config import (
+    DEFAULT_ADDRESS,
+    config_path,
+    load_config,
+    resolve_settings,
+    with_default_port,
+)
 
 
 def set_context(config: Path, name: str, *flags: str) -> None:
@@ -40,6 +46,21 @@ def test_default_address_and_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert (settings.token, settings.token_source) == ("tok", "$TRAINERD_TOKEN")
     explicit = resolve_settings("unix:/run/t.sock", token="mine")
     assert (explicit.address, explicit.token) == ("unix:/run/t.sock", "mine")
+
+
+def test_address_without_port_gets_trainctls_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert trainerd.Client("localhost").address == "localhost:50051"
+    assert trainerd.Client("localhost:1234").address == "localhost:1234"  # a port given wins
+    assert trainerd.aio.Client("gpu-node-1").address == "gpu-node-1:50051"
+    assert with_default_port("10.0.0.7") == "10.0.0.7:50051"
+    assert with_default_port("[::1]") == "[::1]:50051"
+    assert with_default_port("::1") == "[::1]:50051"
+    assert with_default_port("[::1]:7000") == "[::1]:7000"
+    for target in ("unix:/run/t.sock", "unix-abstract:trainerd", "dns:///node:9000",
+                   "ipv4:10.0.0.1:5"):
+        assert with_default_port(target) == target
+    monkeypatch.setenv("TRAINERD_ADDR", "node-3")
+    assert resolve_settings().address == "node-3:50051"
 
 
 def test_contexts_file_written_by_trainctl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

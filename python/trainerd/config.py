@@ -10,6 +10,10 @@ trainctl's (client/contexts.h and client/connection.h in the trainerd repository
    ``$TRAINERD_ADDR`` chose the address: a context's token never goes to another address.
 4. trainctl's default address, ``127.0.0.1:50051``.
 
+An address without a port gets trainctl's default port, 50051: ``Client("localhost")`` dials
+``localhost:50051`` (gRPC alone would dial 443). A port given wins; ``unix:`` paths and other
+gRPC target schemes are used as given.
+
 Example::
 
     settings = resolve_settings(context="gpu1")
@@ -30,6 +34,7 @@ from trainerd.errors import ConfigError
 
 __all__ = [
     "DEFAULT_ADDRESS",
+    "DEFAULT_PORT",
     "ClientContext",
     "ClientConfig",
     "Settings",
@@ -37,10 +42,13 @@ __all__ = [
     "load_config",
     "read_token_file",
     "resolve_settings",
+    "with_default_port",
 ]
 
 #: trainctl's default address (client/cli.h, kDefaultAddress).
 DEFAULT_ADDRESS = "127.0.0.1:50051"
+#: The port of an address given without one (trainctl's and trainerd's default).
+DEFAULT_PORT = 50051
 
 _CONTEXT_KEYS = {
     "name": "name",
@@ -99,6 +107,30 @@ class Settings:
     tls_server_name: str = ""
     context: str = ""  # the context that applied, "" for none
     address_source: str = "default"  # "argument", "$TRAINERD_ADDR", "context NAME" or "default"
+
+
+_TARGET_SCHEMES = ("unix:", "unix-abstract:", "vsock:", "ipv4:", "ipv6:", "dns:", "xds:")
+
+
+def with_default_port(address: str) -> str:
+    """``address`` with :data:`DEFAULT_PORT` added when it names a host without a port:
+    "localhost" becomes "localhost:50051", "[::1]" and "::1" become "[::1]:50051". An address
+    with a port, a ``unix:`` path and any other gRPC target scheme ("dns:///host:port") is
+    returned as given."""
+    text = address.strip()
+    if not text or "://" in text or text.lower().startswith(_TARGET_SCHEMES):
+        return address
+    if text.startswith("["):
+        close = text.find("]")
+        if close > 0 and close == len(text) - 1:
+            return f"{text}:{DEFAULT_PORT}"
+        return address
+    colons = text.count(":")
+    if colons == 0:
+        return f"{text}:{DEFAULT_PORT}"
+    if colons >= 2:  # an IPv6 literal without brackets has no port
+        return f"[{text}]:{DEFAULT_PORT}"
+    return address
 
 
 def config_path(environ: Mapping[str, str] | None = None) -> Path:
@@ -269,7 +301,7 @@ def resolve_settings(
         raise ConfigError("a client certificate needs both tls_cert and tls_key")
     use_tls = bool(files["tls_ca"] or files["tls_cert"] or server_name)
     return Settings(
-        address=resolved_address,
+        address=with_default_port(resolved_address),
         token=resolved_token,
         token_source=token_source,
         use_tls=use_tls,
