@@ -11,7 +11,6 @@ import pytest
 
 import trainerd
 from trainerd._display import report_rows
-from trainerd.v1 import jobs_pb2
 from conftest import class_data, seed_data
 
 UNREACHABLE = "127.0.0.1:1"
@@ -268,8 +267,8 @@ def test_spec_defaults_are_trainctls(
 ) -> None:
     job = client.submit("seed", model="linear:1")
     spec = job.spec
-    assert spec.loss == 1  # mse
-    assert spec.optimizer.kind == 1  # sgd
+    assert spec.loss == "mse"
+    assert spec.optimizer.kind == "sgd"
     assert spec.optimizer.learning_rate == 0.01
     assert spec.batch_size == 32
     assert spec.epochs == 10
@@ -343,7 +342,7 @@ def test_new_optimizer_options_reach_the_daemon(
     ).wait()
     assert job.state == trainerd.JobState.SUCCEEDED, job.error
     optimizer = job.spec.optimizer
-    assert optimizer.kind == jobs_pb2.OPTIMIZER_KIND_NADAM
+    assert optimizer.kind == "nadam"
     assert optimizer.momentum_decay == pytest.approx(0.01)
     assert optimizer.decoupled_weight_decay is True
     assert optimizer.weight_decay_exclude_bias_and_norm is True
@@ -480,7 +479,7 @@ def test_loop_options_reach_the_daemon(
     assert spec.gradient_accumulation_steps == 2
     assert spec.drop_last is True
     assert spec.early_stop_min_delta == 0.001
-    assert spec.early_stop_metric == jobs_pb2.EARLY_STOP_METRIC_VALIDATION_LOSS
+    assert spec.early_stop_metric == "loss"
     assert job.steps == 3 * 2
     assert job.report.engine == "libtorch"  # accumulation is LibTorch's
     assert len(job.history) == 3
@@ -501,7 +500,7 @@ def test_early_stopping_on_validation_accuracy(client: trainerd.Client) -> None:
         seed=1,
     ).wait(timeout=60)
     assert job.state == trainerd.JobState.SUCCEEDED, job.error
-    assert job.spec.early_stop_metric == jobs_pb2.EARLY_STOP_METRIC_VALIDATION_ACCURACY
+    assert job.spec.early_stop_metric == "accuracy"
     # Keras' rule on the reported accuracies: the job ran until 2 epochs in a row did not beat
     # the best.
     best, wait, stop = -1.0, 0, len(job.history)

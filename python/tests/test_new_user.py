@@ -24,13 +24,48 @@ def test_without_a_loss_the_targets_choose_it(client: trainerd.Client, name: str
     assert ds.target_dtype == "int64"  # int32 labels are class indices
     job = client.submit(ds, model="linear:3", lr=0.1, epochs=3, seed=2)
     job.wait(timeout=60)
-    assert job.spec.loss == jobs_pb2.LOSS_CROSS_ENTROPY
+    assert job.spec.loss == "cross_entropy"  # the name submit takes, not the enum's number
+    assert job.spec.proto.loss == jobs_pb2.LOSS_CROSS_ENTROPY
 
     xs, ys = seed_data(64)
     values = client.upload(name + "-values", xs, ys)
     regression = client.submit(values, model="linear:1", epochs=2, seed=2)
     regression.wait(timeout=60)
-    assert regression.spec.loss == jobs_pb2.LOSS_MSE
+    assert regression.spec.loss == "mse"
+
+
+def test_spec_reads_every_choice_as_submits_name(client: trainerd.Client, name: str) -> None:
+    x, y = class_data(90)
+    ds = client.upload(name, x, y)
+    job = client.submit(
+        ds, model="linear:3", loss="nll", optimizer="adamw", lr=0.01, schedule="cosine_restarts",
+        t_0=2, precision="bf16", priority="high", engine="libtorch", epochs=2,
+        validation_fraction=0.2, early_stop_patience=3, early_stop_metric="accuracy", seed=4,
+        device="cpu",
+    )
+    job.wait(timeout=60, check=False)
+    for read in (job, client.job(job.id), client.jobs(dataset=name)[0]):
+        spec = read.spec
+        assert (spec.loss, spec.optimizer.kind, spec.schedule.kind) == (
+            "nll", "adamw", "cosine_restarts")
+        assert (spec.precision, spec.priority, spec.engine, spec.early_stop_metric) == (
+            "bf16", "high", "libtorch", "accuracy")
+        # The other fields read as the message's.
+        assert spec.optimizer.learning_rate == pytest.approx(0.01)
+        assert spec.schedule.t_0 == 2 and spec.epochs == 2 and spec.seed == 4
+        assert spec.HasField("seed") and spec.optimizer.HasField("weight_decay")
+        assert spec.proto.optimizer.kind == jobs_pb2.OPTIMIZER_KIND_ADAMW
+        assert spec.proto.schedule.kind == jobs_pb2.Schedule.COSINE_WARM_RESTARTS
+        assert "loss='nll'" in repr(spec) and "kind='adamw'" in repr(spec)
+    with pytest.raises(AttributeError, match="read-only"):
+        job.spec.loss = "mse"  # type: ignore[misc]
+    # Left to the daemon's defaults: the names of the defaults.
+    plain = client.submit(ds, model="linear:3", epochs=1, seed=1).wait(timeout=60)
+    assert (plain.spec.loss, plain.spec.optimizer.kind, plain.spec.schedule.kind) == (
+        "cross_entropy", "sgd", "constant")
+    assert (plain.spec.precision, plain.spec.priority, plain.spec.engine) == (
+        "fp32", "normal", "auto")
+    assert plain.spec.early_stop_metric == "loss"
 
 
 def test_held_out_rows_give_the_daemons_validation_figures(

@@ -276,11 +276,13 @@ def _member_labels(members: Sequence[JobBase]) -> list[str]:
     differing = [
         (name, read)
         for name, read in _SWEPT
-        if len({read(m.spec) for m in members}) > 1
+        if len({read(m.proto.spec) for m in members}) > 1
     ]
     if not differing:
         return [m.id for m in members]
-    return [", ".join(f"{name}={read(m.spec):g}" for name, read in differing) for m in members]
+    return [
+        ", ".join(f"{name}={read(m.proto.spec):g}" for name, read in differing) for m in members
+    ]
 
 
 def _metric(epoch: Epoch, metric: str) -> float | None:

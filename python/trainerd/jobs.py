@@ -18,6 +18,7 @@ import numpy as np
 
 from trainerd._display import DisplayArg, JobDisplay, job_display, job_html
 from trainerd._optional import import_torch
+from trainerd._spec_view import JobSpecView
 from trainerd._split import held_out_rows
 from trainerd.errors import (
     DeadlineExceeded,
@@ -232,9 +233,14 @@ class JobBase:
         return self._proto.error
 
     @property
-    def spec(self) -> jobs_pb2.JobSpec:
-        """The spec as the daemon accepted it, defaults filled in (seed, shuffle, device)."""
-        return self._proto.spec
+    def spec(self) -> JobSpecView:
+        """The spec as the daemon accepted it, defaults filled in (seed, shuffle, device, the
+        loss). Its choices read as the names :meth:`Client.submit` takes (``spec.loss ==
+        "cross_entropy"``, ``spec.optimizer.kind == "adam"``, ``spec.schedule.kind ==
+        "cosine"``, ``spec.precision``, ``spec.priority``, ``spec.engine``,
+        ``spec.early_stop_metric``); every other field as trainerd.v1.JobSpec has it
+        (``spec.optimizer.learning_rate``). ``spec.proto`` is the message itself."""
+        return JobSpecView(self._proto.spec)
 
     @property
     def dataset(self) -> str:
