@@ -344,3 +344,165 @@ def test_int64_column_targets_keep_their_shape_as_trainctl(
     ds = client.upload(name, x, y.reshape(-1, 1))
     assert (ds.target_dtype, ds.target_shape) == ("int64", (1,))
     assert ds.sha256 == payload_sha256(x, y, int64=True)
+
+
+# --- What a re-run cell and pandas' files do ---------------------------------------------------
+
+
+def test_exist_ok_returns_the_same_data_and_sends_nothing(client: trainerd.Client, name: str) -> None:
+    x, y = seed_data(40)
+    first = client.upload(name, x, y)
+    sent: list[tuple[int, int]] = []
+    again = client.upload(name, x, y, exist_ok=True, progress=lambda d, t: sent.append((d, t)))
+    assert sent == []  # nothing was sent
+    assert again == first and again.sha256 == first.sha256
+    assert again.create_time == first.create_time
+    # Other bytes under the name: still AlreadyExists, saying that they differ.
+    other = y.copy()
+    other[3] += 1
+    with pytest.raises(trainerd.AlreadyExists, match="holds other data than this upload: the "
+                       "same shapes but other bytes") as refused:
+        client.upload(name, x, other, exist_ok=True)
+    assert "overwrite=True" in str(refused.value)
+    with pytest.raises(trainerd.AlreadyExists, match="it holds 40 rows, features \\(1,\\), "
+                       "targets \\(1,\\) float32; this upload 39 rows"):
+        client.upload(name, x[:39], y[:39], exist_ok=True)
+    assert client.dataset(name).sha256 == payload_sha256(x, y)
+    # A name not taken: an ordinary upload.
+    fresh = client.upload(name + "-new", x, y, exist_ok=True)
+    assert fresh.sha256 == first.sha256
+
+
+def test_overwrite_replaces_other_data(client: trainerd.Client, name: str) -> None:
+    x, y = seed_data(40)
+    first = client.upload(name, x, y)
+    x2, y2 = seed_data(25, seed=9)
+    replaced = client.upload(name, x2, y2, overwrite=True)
+    assert replaced.rows == 25 and replaced.sha256 == payload_sha256(x2, y2)
+    assert client.dataset(name).sha256 == replaced.sha256 != first.sha256
+    sent: list[tuple[int, int]] = []
+    same = client.upload(name, x2, y2, overwrite=True, progress=lambda d, t: sent.append((d, t)))
+    assert sent == [] and same.create_time == replaced.create_time  # the same data: kept
+    with pytest.raises(ValueError, match="not both"):
+        client.upload(name, x, y, exist_ok=True, overwrite=True)
+    with pytest.raises(TypeError, match="exist_ok must be True or False"):
+        client.upload(name, x, y, exist_ok="yes")  # type: ignore[arg-type]
+
+
+def test_aio_exist_ok_and_overwrite(daemon: Daemon, name: str) -> None:
+    import asyncio
+
+    import trainerd.aio
+
+    x, y = seed_data(30)
+    x2, y2 = seed_data(20, seed=4)
+
+    async def main() -> tuple[str, str, str]:
+        async with trainerd.aio.Client(daemon.address) as aclient:
+            first = await aclient.upload(name, x, y)
+            again = await aclient.upload(name, x, y, exist_ok=True)
+            with pytest.raises(trainerd.AlreadyExists, match="other data"):
+                await aclient.upload(name, x2, y2, exist_ok=True)
+            replaced = await aclient.upload(name, x2, y2, overwrite=True)
+            return first.sha256, again.sha256, replaced.sha256
+
+    first, again, replaced = asyncio.run(main())
+    assert first == again == payload_sha256(x, y)
+    assert replaced == payload_sha256(x2, y2)
+
+
+def wine_frame(rows: int = 60) -> "pandas.DataFrame":
+    """A frame shaped like scikit-learn's wine: float features, an integer class column, rows
+    sorted by class (so that the row number leaks the label)."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(3), rows // 3)
+    return pd.DataFrame(
+        {
+            "alcohol": (12 + labels + 0.3 * rng.standard_normal(rows)).round(3),
+            "ash": (2 + 0.2 * rng.standard_normal(rows)).round(3),
+            "target": labels.astype(np.int64),
+        }
+    )
+
+
+def test_to_csv_index_is_dropped_and_class_column_stays_classes(
+    client: trainerd.Client, name: str, tmp_path: Path
+) -> None:
+    frame = wine_frame()
+    path = tmp_path / "wine.csv"
+    frame.to_csv(path)  # pandas writes its index by default
+    assert path.read_text().startswith(",alcohol,ash,target\n0,")
+    with pytest.warns(UserWarning) as caught:
+        ds = client.upload(name, str(path))
+    messages = [str(w.message) for w in caught]
+    assert any("unnamed column" in m and "index=False" in m for m in messages), messages
+    assert any("'target' holds whole numbers only (0, 1, 2)" in m and "cross_entropy" in m
+               for m in messages), messages
+    assert all(w.filename == __file__ for w in caught)  # the warning points at the caller
+    x = frame[["alcohol", "ash"]].to_numpy()
+    y = frame["target"].to_numpy()
+    assert (ds.rows, ds.feature_shape, ds.target_shape, ds.target_dtype) == (60, (2,), (), "int64")
+    assert ds.sha256 == payload_sha256(x, y, int64=True)
+    # The same frame uploaded as a DataFrame gives the same dataset.
+    same = client.upload(name + "-frame", frame, target="target")
+    assert same.sha256 == ds.sha256
+    # Without a loss, the job trains with cross_entropy, as for int64 labels from numpy.
+    job = client.submit(ds, model="linear:3", epochs=1, seed=1).wait(timeout=60)
+    assert job.spec.loss == "cross_entropy"
+
+    # index=False: nothing to drop; target_dtype="float32" keeps the values to regress on.
+    plain = tmp_path / "plain.csv"
+    frame.to_csv(plain, index=False)
+    with pytest.warns(UserWarning, match="whole numbers only") as caught:
+        client.upload(name + "-plain", str(plain))
+    assert not any("unnamed column" in str(w.message) for w in caught)
+    import warnings as warnings_module
+
+    with warnings_module.catch_warnings():
+        warnings_module.simplefilter("error")
+        regress = client.upload(name + "-regress", str(plain), target_dtype="float32")
+    assert (regress.target_dtype, regress.target_shape) == ("float32", (1,))
+    assert regress.sha256 == payload_sha256(x, y.reshape(-1, 1))
+
+
+def test_float_and_negative_targets_stay_float32(
+    client: trainerd.Client, name: str, tmp_path: Path
+) -> None:
+    import warnings as warnings_module
+
+    frame = wine_frame()
+    frame["target"] = frame["target"].astype(np.float64)  # written as 0.0, 1.0, 2.0
+    path = tmp_path / "floats.csv"
+    frame.to_csv(path, index=False)
+    negative = tmp_path / "negative.csv"
+    frame.assign(target=frame["target"].astype(np.int64) - 1).to_csv(negative, index=False)
+    # A first column that is not an index (a named one, or values that repeat) is a feature.
+    named = tmp_path / "named.csv"
+    frame.assign(target=frame["target"] * 0.5).to_csv(named, index_label="row")
+    with warnings_module.catch_warnings():
+        warnings_module.simplefilter("error")
+        floats = client.upload(name, str(path))
+        negatives = client.upload(name + "-neg", str(negative))
+        kept = client.upload(name + "-named", str(named))
+    assert (floats.target_dtype, negatives.target_dtype) == ("float32", "float32")
+    assert kept.feature_shape == (3,)  # row, alcohol, ash
+
+
+def test_dataframe_read_back_with_its_index_column(
+    client: trainerd.Client, name: str, tmp_path: Path
+) -> None:
+    pd = pytest.importorskip("pandas")
+    frame = wine_frame()
+    path = tmp_path / "wine.csv"
+    frame.sample(frac=1.0, random_state=0).to_csv(path)  # a shuffled index
+    read = pd.read_csv(path)
+    assert list(read.columns) == ["Unnamed: 0", "alcohol", "ash", "target"]
+    with pytest.warns(UserWarning, match="first column 'Unnamed: 0'.*index_col=0"):
+        ds = client.upload(name, read, target="target")
+    assert ds.feature_shape == (2,) and ds.target_dtype == "int64"
+    expected = payload_sha256(read[["alcohol", "ash"]].to_numpy(), read["target"].to_numpy(), True)
+    assert ds.sha256 == expected
+    with pytest.warns(UserWarning, match="Unnamed: 0"):
+        ds_y = client.upload(name + "-y", read.drop(columns="target"), read["target"])
+    assert ds_y.sha256 == expected

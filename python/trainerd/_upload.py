@@ -13,6 +13,7 @@ targets.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import warnings
@@ -23,6 +24,7 @@ from typing import Any, Union
 import numpy as np
 
 from trainerd._optional import import_torch
+from trainerd.v1 import datasets_pb2
 
 __all__ = [
     "CHUNK_BYTES",
@@ -478,9 +480,18 @@ def _array_source(label: str, value: Any, columns: slice | None = None) -> _Sour
     )
 
 
-def _read_csv(path: Path) -> np.ndarray[Any, np.dtype[np.float64]]:
+@dataclasses.dataclass
+class _CsvTable:
+    """A CSV file's numbers and its header line's fields (None without one)."""
+
+    values: np.ndarray[Any, np.dtype[np.float64]]
+    header: list[str] | None
+
+
+def _read_csv(path: Path) -> _CsvTable:
     """A numeric CSV file as trainctl reads one: comma-separated numbers, an optional header line
     (a first line with a field that is not a number), blank lines ignored."""
+    header: list[str] | None = None
     try:
         with open(path, encoding="utf-8", newline="") as file:
             header_lines = 0
@@ -495,6 +506,7 @@ def _read_csv(path: Path) -> np.ndarray[Any, np.dtype[np.float64]]:
                         float(field)
                 except ValueError:
                     header_lines += 1  # the header, which is skipped
+                    header = [f.strip().strip('"') for f in line.rstrip("\r\n").split(",")]
                 break
     except OSError as e:
         raise FileNotFoundError(f"cannot open '{path}': {e.strerror or e}") from e
@@ -511,7 +523,58 @@ def _read_csv(path: Path) -> np.ndarray[Any, np.dtype[np.float64]]:
             )
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
-    return array
+    return _CsvTable(array, header)
+
+
+_INTEGER_TEXT = re.compile(r"\s*\+?\d+\s*")
+_UNNAMED = re.compile(r"(Unnamed: \d+)?")
+
+
+def _whole_numbers(column: np.ndarray[Any, Any]) -> bool:
+    if not column.size:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(np.isfinite(column) & (np.floor(column) == column)))
+
+
+def _csv_index_column(table: _CsvTable) -> bool:
+    """Whether the file starts with the index ``DataFrame.to_csv`` writes unless index=False: a
+    first column without a name in the header that holds distinct whole numbers (0..n-1 for a
+    frame as read, any order for a split or a shuffle of one)."""
+    if table.header is None or table.values.shape[1] < 3:
+        return False
+    if not _UNNAMED.fullmatch(table.header[0]):
+        return False
+    first = table.values[:, 0]
+    return _whole_numbers(first) and np.unique(first).size == first.size
+
+
+def _csv_integer_text(path: Path, has_header: bool) -> bool:
+    """Whether every field of the last column, past the header, is written as a whole number
+    ("3", not "3.0" or "3e0"): the column pandas would read as integers."""
+    with open(path, encoding="utf-8", newline="") as file:
+        first = has_header
+        for line in file:
+            stripped = line.strip()
+            if not stripped:
+                continue
+            field = stripped.rsplit(",", 1)[-1]
+            if not _INTEGER_TEXT.fullmatch(field) and not first:
+                return False
+            first = False
+    return True
+
+
+def _csv_class_targets(path: Path, table: _CsvTable, first: int) -> bool:
+    """Whether the file's last column (the target, by trainctl's rule) holds class labels: every
+    value a whole number of at least 0, written as one ("3", not "3.0"), as pandas writes an
+    integer column."""
+    if table.values.shape[1] - first < 2:
+        return False
+    last = table.values[:, -1]
+    return _whole_numbers(last) and bool(np.all(last >= 0)) and _csv_integer_text(
+        path, table.header is not None
+    )
 
 
 def _load_path(label: str, value: PathArg) -> tuple[np.ndarray[Any, Any], bool]:
@@ -526,7 +589,70 @@ def _load_path(label: str, value: PathArg) -> tuple[np.ndarray[Any, Any], bool]:
         except ValueError as e:
             raise ValueError(f"{path}: {e}") from e
         return array, True
-    return _read_csv(path), False
+    return _read_csv(path).values, False
+
+
+@dataclasses.dataclass
+class _CsvInput:
+    """A CSV file's features and targets as an upload takes them: pandas' index column dropped,
+    and whether its target column holds class labels."""
+
+    values: np.ndarray[Any, Any]
+    class_targets: bool
+
+
+def _load_csv(path: Path, target_columns: int | None, given_dtype: str | None) -> _CsvInput:
+    table = _read_csv(path)
+    first = 0
+    if _csv_index_column(table):
+        first = 1
+        rows = table.values.shape[0]
+        warnings.warn(
+            f"'{path}' starts with an unnamed column of distinct whole numbers (0 to "
+            f"{int(table.values[:, 0].max())} over {rows} rows): the index DataFrame.to_csv "
+            "writes unless index=False. It was dropped, not uploaded as a feature; write the "
+            "file with df.to_csv(path, index=False) to leave it out",
+            UserWarning,
+            stacklevel=4,
+        )
+    values = table.values[:, first:] if first else table.values
+    classes = False
+    if (
+        given_dtype is None
+        and target_columns in (None, 1)
+        and _csv_class_targets(path, table, first)
+    ):
+        classes = True
+        name = f" '{table.header[-1]}'" if table.header and table.header[-1] else ""
+        labels = np.unique(table.values[:, -1])
+        shown = ", ".join(str(int(v)) for v in labels[:8]) + (", ..." if labels.size > 8 else "")
+        warnings.warn(
+            f"'{path}': its target column{name} holds whole numbers only ({shown}): uploaded as "
+            "int64 class indices, as pandas reads such a column, so a job without a loss trains "
+            "with cross_entropy (the model needs an output per class). Pass "
+            "target_dtype='float32' to regress on them instead",
+            UserWarning,
+            stacklevel=4,
+        )
+    return _CsvInput(np.ascontiguousarray(values), classes)
+
+
+def _frame_index_column(frame: Any) -> Any:
+    """The name of a DataFrame's first column when it is pandas' index read back from a CSV
+    file (``pd.read_csv`` of a file ``to_csv`` wrote with its index: "Unnamed: 0" holding
+    distinct whole numbers), else None."""
+    if len(frame.columns) < 2:
+        return None
+    first = frame.columns[0]
+    if not isinstance(first, str) or not re.fullmatch(r"Unnamed: \d+", first):
+        return None
+    try:
+        values = frame[first].to_numpy(dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+    if not _whole_numbers(values) or np.unique(values).size != values.size:
+        return None
+    return first
 
 
 @dataclasses.dataclass
@@ -552,6 +678,44 @@ class Payload:
     @property
     def total_bytes(self) -> int:
         return self.feature_bytes + self.target_bytes
+
+    def sha256(self) -> str:
+        """The payload's SHA-256 (hex), as the daemon records it: one more pass over the data."""
+        digest = hashlib.sha256()
+        for _ in self.chunks(digest):
+            pass
+        return digest.hexdigest()
+
+    def difference(self, existing: datasets_pb2.Dataset) -> str:
+        """How the dataset ``existing`` (the daemon's record) differs from this payload: "" when
+        it holds the same rows, shapes, target dtype and bytes (its SHA-256), else a sentence."""
+        ours_dtype = "int64" if self.target_dtype == "int64" else "float32"
+        theirs_dtype = {datasets_pb2.DTYPE_INT64: "int64", datasets_pb2.DTYPE_FLOAT32: "float32"}
+        header = (
+            self.rows,
+            self.feature_shape,
+            self.target_shape,
+            ours_dtype,
+        )
+        recorded = (
+            int(existing.row_count),
+            tuple(int(d) for d in existing.feature_shape),
+            tuple(int(d) for d in existing.target_shape),
+            theirs_dtype.get(existing.target_dtype, "unspecified"),
+        )
+        if header != recorded:
+            return (
+                f"it holds {recorded[0]} rows, features {recorded[1]}, targets {recorded[2]} "
+                f"{recorded[3]}; this upload {header[0]} rows, features {header[1]}, targets "
+                f"{header[2]} {header[3]}"
+            )
+        digest = self.sha256()
+        if digest != existing.sha256:
+            return (
+                f"the same shapes but other bytes (sha256 {existing.sha256[:12]}... there, "
+                f"{digest[:12]}... here)"
+            )
+        return ""
 
     def chunks(self, sha256: Any) -> Iterator[memoryview]:
         """The payload in chunks of at most 1 MiB, features then targets, fed to ``sha256``."""
@@ -614,9 +778,14 @@ def prepare_payload(
     features: _Source
     targets: _Source
     x_label, y_label = "X", "y"
+    csv_classes = False
     if _is_path(X):
         x_label = f"X ({os.fspath(X)})"
-        array, is_npy = _load_path("X", X)
+        if y is None and Path(X).is_file() and Path(X).suffix.lower() != ".npy":
+            csv = _load_csv(Path(X), target_columns, given_dtype)
+            array, is_npy, csv_classes = csv.values, False, csv.class_targets
+        else:
+            array, is_npy = _load_path("X", X)
         if y is not None:
             if not is_npy:
                 raise ValueError(f"y needs X as a .npy file too; '{X}' is not")
@@ -647,7 +816,12 @@ def prepare_payload(
             missing = [n for n in names if n not in X.columns]
             if missing:
                 raise ValueError(f"target: no column {missing[0]!r} in the DataFrame")
-            feature_names = [c for c in X.columns if c not in names]
+            index_column = _frame_index_column(X)
+            if index_column in names:
+                index_column = None
+            if index_column is not None:
+                _warn_frame_index(index_column)
+            feature_names = [c for c in X.columns if c not in names and c != index_column]
             if not feature_names:
                 raise ValueError("the DataFrame has no feature columns besides the target")
             features = _FrameSource("X", X, feature_names)
@@ -659,7 +833,10 @@ def prepare_payload(
                 )
             targets = _ScalarView(target_source) if dtype == "int64" else target_source
             return _finish(features, targets, dtype)
-        features = _FrameSource("X", X, list(X.columns))
+        index_column = _frame_index_column(X)
+        if index_column is not None:
+            _warn_frame_index(index_column)
+        features = _FrameSource("X", X, [c for c in X.columns if c != index_column])
     elif X is not None and not _is_path(X):
         features = _array_source(x_label, X)
     else:
@@ -682,7 +859,7 @@ def prepare_payload(
                 f"X has {columns} column{'s' if columns != 1 else ''}; with {k} "
                 f"column{'s' if k != 1 else ''} of targets it needs at least {k + 1}"
             )
-        dtype = given_dtype or "float32"
+        dtype = given_dtype or ("int64" if csv_classes else "float32")
         if dtype == "int64" and k != 1:
             raise ValueError(
                 f"int64 targets take one column (a class index), got target_columns={k}"
@@ -722,6 +899,17 @@ def prepare_payload(
             "row per feature row"
         )
     return _finish(features, targets, dtype)
+
+
+def _warn_frame_index(column: str) -> None:
+    warnings.warn(
+        f"the DataFrame's first column {column!r} holds distinct whole numbers: the index "
+        "DataFrame.to_csv wrote, read back by pd.read_csv. It was dropped, not uploaded as a "
+        "feature; read the file with pd.read_csv(path, index_col=0), or write it with "
+        "index=False",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def _split(features: _Source, split: int) -> tuple[_Source, _Source]:

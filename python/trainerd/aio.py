@@ -51,7 +51,9 @@ from trainerd.client import (
     _check_timeout,
     _given,
     _serialize_upload,
+    check_replace_flags,
     checked_version,
+    keep_existing,
     list_jobs_request,
     not_trainerd,
     ordered_jobs,
@@ -552,10 +554,14 @@ class Client:
         target_columns: int | None = None,
         progress: ProgressArg = None,
         timeout: float | None = None,
+        exist_ok: bool = False,
+        overwrite: bool = False,
     ) -> Dataset:
-        """Uploads a dataset (see :meth:`trainerd.Client.upload`). The checks and the reading of
-        the data run in a worker thread, so the event loop stays free."""
+        """Uploads a dataset (see :meth:`trainerd.Client.upload`, ``exist_ok`` and
+        ``overwrite`` included). The checks and the reading of the data run in a worker thread,
+        so the event loop stays free."""
         validate_dataset_name(name)
+        check_replace_flags(exist_ok, overwrite)
         payload = await asyncio.to_thread(
             prepare_payload,
             X,
@@ -565,6 +571,22 @@ class Client:
             target_columns=target_columns,
         )
         await self._ensure_compatible()
+        if exist_ok or overwrite:
+            try:
+                existing: datasets_pb2.Dataset | None = await self._unary(
+                    _DATASETS + "GetDataset",
+                    datasets_pb2.GetDatasetRequest(name=name),
+                    datasets_pb2.Dataset,
+                )
+            except NotFound:
+                existing = None
+            if existing is not None:
+                keep = await asyncio.to_thread(
+                    keep_existing, name, payload, existing, exist_ok, self.address
+                )
+                if keep:
+                    return Dataset(self, existing)
+                await self.delete_dataset(name)
         bar = make_progress(progress, payload.total_bytes, f"upload {name}")
         failure: list[BaseException] = []
         requests = upload_requests(name, payload, bar, failure)

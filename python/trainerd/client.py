@@ -28,7 +28,13 @@ from trainerd._upload import Payload, RawChunk, prepare_payload, validate_datase
 from trainerd._version import __version__
 from trainerd.config import Settings, resolve_settings
 from trainerd.datasets import Dataset
-from trainerd.errors import IncompatibleDaemon, NotFound, TrainerdError, Unimplemented
+from trainerd.errors import (
+    AlreadyExists,
+    IncompatibleDaemon,
+    NotFound,
+    TrainerdError,
+    Unimplemented,
+)
 from trainerd.jobs import Job, JobState
 from trainerd.sweeps import Sweep
 from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
@@ -271,6 +277,8 @@ class Client:
         target_columns: int | None = None,
         progress: ProgressArg = None,
         timeout: float | None = None,
+        exist_ok: bool = False,
+        overwrite: bool = False,
     ) -> Dataset:
         """Uploads a dataset and returns it once the daemon registered it (UploadDataset).
 
@@ -292,17 +300,38 @@ class Client:
         ``progress``: None shows a tqdm bar when tqdm is installed and stderr is a terminal or
         this runs in Jupyter; True or False force it; a callable gets (bytes sent, total).
 
+        A name already taken raises :class:`AlreadyExists`, unless: ``exist_ok=True``, which
+        returns the dataset there when it holds the same rows, shapes, target dtype and bytes
+        (its SHA-256; nothing is sent) and still raises AlreadyExists, saying how they differ,
+        when it does not; or ``overwrite=True``, which deletes it and uploads again (nothing is
+        sent either when it already holds the same data). Re-running a notebook cell that
+        uploads is then safe.
+
+        A CSV file written by ``DataFrame.to_csv`` without ``index=False`` starts with pandas'
+        index, an unnamed column holding 0..n-1: it is dropped, with a warning. A CSV file's
+        target column written as whole numbers only (``3``, not ``3.0``), none negative, is
+        uploaded as int64 class indices, as that column's integers would be from a DataFrame,
+        with a warning (``target_dtype="float32"`` keeps them values to regress on). Without a
+        loss, a job then trains with cross_entropy.
+
         Example::
 
             ds = client.upload("digits", X_train, y_train)           # int64 y: class indices
             ds = client.upload("houses", df, target="price")
-            ds = client.upload("seed", "seed.csv")
+            ds = client.upload("seed", "seed.csv", exist_ok=True)
         """
         validate_dataset_name(name)
+        check_replace_flags(exist_ok, overwrite)
         payload = prepare_payload(
             X, y, target=target, target_dtype=target_dtype, target_columns=target_columns
         )
         self._ensure_compatible()
+        if exist_ok or overwrite:
+            existing = self._existing_dataset(name)
+            if existing is not None:
+                if keep_existing(name, payload, existing, exist_ok, self.address):
+                    return Dataset(self, existing)
+                self.delete_dataset(name)
         bar = make_progress(progress, payload.total_bytes, f"upload {name}")
         failure: list[BaseException] = []
         requests = upload_requests(name, payload, bar, failure)
@@ -324,6 +353,17 @@ class Client:
         finally:
             bar.close()
         return Dataset(self, response)
+
+    def _existing_dataset(self, name: str) -> datasets_pb2.Dataset | None:
+        try:
+            proto: datasets_pb2.Dataset = self._unary(
+                _DATASETS + "GetDataset",
+                datasets_pb2.GetDatasetRequest(name=name),
+                datasets_pb2.Dataset,
+            )
+        except NotFound:
+            return None
+        return proto
 
     def datasets(self) -> list[Dataset]:
         """Every dataset the caller may see, sorted by name (ListDatasets): its own by their bare
@@ -781,6 +821,35 @@ def checked_version(info: system_pb2.VersionInfo, address: str) -> Version:
             address=address,
         )
     return version_of(info)
+
+
+def check_replace_flags(exist_ok: object, overwrite: object) -> None:
+    for flag, value in (("exist_ok", exist_ok), ("overwrite", overwrite)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be True or False, not {value!r}")
+    if exist_ok and overwrite:
+        raise ValueError(
+            "give exist_ok=True (keep the dataset there when it holds the same data) or "
+            "overwrite=True (replace it), not both"
+        )
+
+
+def keep_existing(
+    name: str, payload: Payload, existing: datasets_pb2.Dataset, exist_ok: bool, address: str
+) -> bool:
+    """For an upload with exist_ok or overwrite to a name taken by ``existing``: True when it
+    holds the payload's data (the upload has nothing to do), False when it is to be replaced
+    (overwrite). AlreadyExists, saying how they differ, for exist_ok and other data."""
+    difference = payload.difference(existing)
+    if not difference:
+        return True
+    if exist_ok:
+        raise AlreadyExists(
+            f"dataset '{name}' exists and holds other data than this upload: {difference}. "
+            "Pass overwrite=True to replace it, or upload under another name",
+            address=address,
+        )
+    return False
 
 
 def upload_requests(
