@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from google.protobuf.message import Message
 from trainerd import _health
 from trainerd._split import held_out_rows
 from trainerd._display import DisplayArg, JobDisplay, SweepDisplay
+from trainerd._optional import torch_mismatch, warn_torch_mismatch
 from trainerd._progress import ProgressArg, make_progress
 from trainerd._transport import MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, _serialize
 from trainerd._upload import prepare_payload, validate_dataset_name
@@ -354,7 +356,9 @@ class Job(JobBase):
 
     async def model(self, *, map_location: str = "cpu", max_bytes: int = MAX_MODEL_BYTES) -> Any:
         """The trained model via torch.jit.load (the archive's bytes without torch)."""
-        return load_model(await self.model_bytes(max_bytes=max_bytes), map_location)
+        model = load_model(await self.model_bytes(max_bytes=max_bytes), map_location)
+        await self._client._check_torch()  # noqa: SLF001
+        return model
 
     async def save_model(
         self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES
@@ -465,6 +469,7 @@ class Client:
         self._transport = _Transport(self.settings, float(timeout))
         self._check_version = check_version
         self._compatible: Version | None = None
+        self._torch_checked = False
 
     @property
     def address(self) -> str:
@@ -502,6 +507,14 @@ class Client:
         return await self._transport.unary(method, request, response_type, **kw)
 
     # --- System ----------------------------------------------------------------------------
+
+    async def _check_torch(self) -> None:
+        """As :meth:`trainerd.Client._check_torch`: one UserWarning when this torch and the
+        daemon's LibTorch differ in major.minor version."""
+        if self._torch_checked or "torch" not in sys.modules:
+            return
+        self._torch_checked = True
+        warn_torch_mismatch(torch_mismatch((await self.version()).libtorch), 2)
 
     async def version(self) -> Version:
         await self._ensure_compatible()
@@ -663,6 +676,8 @@ class Client:
         if request_id is not None:
             request.request_id = request_id
         proto = await self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
+        if request.torchscript_module:
+            await self._check_torch()
         return Job(self, proto)
 
     async def _get_job_proto(self, job_id: str) -> jobs_pb2.Job:

@@ -8,12 +8,14 @@ import hashlib
 import math
 import os
 import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from google.protobuf.message import Message
 
 from trainerd import _health
+from trainerd._optional import torch_mismatch, warn_torch_mismatch
 from trainerd._progress import Progress, ProgressArg, make_progress
 from trainerd._spec import (
     MAX_SWEEP_MEMBERS,
@@ -164,6 +166,7 @@ class Client:
         self._transport = Transport(self.settings, float(timeout))
         self._check_version = check_version
         self._compatible: Version | None = None
+        self._torch_checked = False
 
     # --- Connection ------------------------------------------------------------------------
 
@@ -217,6 +220,15 @@ class Client:
         except Unimplemented as e:
             raise not_trainerd(self.address, e) from None
         return checked_version(info, self.address)
+
+    def _check_torch(self, stacklevel: int) -> None:
+        """Warns once (a UserWarning naming both versions) when the torch this process imported
+        and the daemon's LibTorch differ in major.minor version: called where TorchScript moves
+        between them. Nothing without torch imported."""
+        if self._torch_checked or "torch" not in sys.modules:
+            return
+        self._torch_checked = True
+        warn_torch_mismatch(torch_mismatch(self.version().libtorch), stacklevel + 1)
 
     def _unary(self, method: str, request: Message, response_type: Any, **kwargs: Any) -> Any:
         self._ensure_compatible()
@@ -642,6 +654,8 @@ class Client:
         if request_id is not None:
             request.request_id = request_id
         proto = self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
+        if request.torchscript_module:
+            self._check_torch(stacklevel=3)
         return Job(self, proto)
 
     def job(self, job_id: str) -> Job:

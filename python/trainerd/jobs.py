@@ -612,8 +612,11 @@ class Job(JobBase):
     def model(self, *, map_location: str = "cpu", max_bytes: int = MAX_MODEL_BYTES) -> Any:
         """The trained model, loaded with ``torch.jit.load`` (in eval mode; its forward takes a
         float32 batch shaped like the dataset's features). Without torch, the archive's bytes.
-        ``max_bytes`` as for :meth:`model_bytes`."""
-        return load_model(self.model_bytes(max_bytes=max_bytes), map_location)
+        ``max_bytes`` as for :meth:`model_bytes`. Warns once per client (UserWarning) when
+        this torch's major.minor version is not the daemon's LibTorch's."""
+        model = load_model(self.model_bytes(max_bytes=max_bytes), map_location)
+        self._client._check_torch(stacklevel=2)  # noqa: SLF001
+        return model
 
     def save_model(
         self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES
