@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import io
 import sys
+import time
 import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -203,12 +204,95 @@ def test_a_late_watchers_curve_is_redrawn_seldom(
     job = client.submit("seed", model="linear:1", loss="mse", lr=0.1, epochs=60, seed=3)
     job.wait(progress=False, plot=False)
     assert recorder.calls == []
+    # The history arrives at once, within CURVE_DELAY: one frame, the last (plot=None).
     assert len(list(job.watch(progress=False))) == 60
-    # The history arrives at once: drawn on its first epoch, then its last, not 60 times.
-    assert 2 <= len(rendered) < 10
+    assert len(rendered) == 1 and len(recorder.calls) == 1
+    # Asked for (plot=True): drawn on its first epoch, then its last, not 60 times.
+    assert len(list(job.watch(progress=False, plot=True))) == 60
+    assert 3 <= len(rendered) < 10
     (train,) = rendered[-1]
     assert train[1] == list(range(1, 61))
     assert train[2] == [e.loss for e in job.history]
+
+
+def test_a_curve_imports_matplotlib_off_the_callers_thread(tmp_path: Any) -> None:
+    """Making the display never waits for matplotlib: it loads on a thread of its own (here made
+    to take 2 s) while the job trains, and the first frame uses it."""
+    pytest.importorskip("IPython.display")
+    pytest.importorskip("matplotlib")
+    import subprocess
+
+    code = (
+        "import importlib.abc, sys, threading, time\n"
+        "importers = []\n"
+        "class Slow(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'matplotlib.backends':\n"
+        "            importers.append(threading.current_thread().name)\n"
+        "            time.sleep(2)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Slow())\n"
+        "from trainerd import _display, _progress\n"
+        "_progress.in_jupyter = lambda: True\n"
+        "start = time.monotonic()\n"
+        "curve = _display._make_curve(None, 'job', 3)\n"
+        "made = time.monotonic() - start\n"
+        "print(curve is not None, made < 1.0)\n"
+        "curve._display_module = type('D', (), {'Image': staticmethod(lambda **k: k), "
+        "'display': staticmethod(lambda image, display_id: None)})\n"
+        "curve.draw([('training loss', [1, 2], [0.5, 0.25], True)], force=True)\n"
+        "print('matplotlib.backends.backend_agg' in sys.modules, curve._shown, importers)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == [
+        "True True",
+        "True True ['trainerd-import-matplotlib.backends.backend_agg']",
+    ]
+
+
+def test_drawing_takes_a_small_share_of_a_watch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However slow a frame is, frames are spaced RENDER_SHARE times its rendering time apart,
+    and a watch younger than CURVE_DELAY draws none until it ends (plot=None)."""
+    shown: list[Any] = []
+
+    class Display:
+        @staticmethod
+        def Image(data: bytes, format: str) -> bytes:  # noqa: A002, N802
+            return data
+
+        @staticmethod
+        def display(image: Any, display_id: bool) -> Any:
+            shown.append(image)
+            return type("Handle", (), {"update": staticmethod(shown.append)})
+
+    def slow_render(self: Any, series: Any) -> bytes:
+        time.sleep(0.05)
+        return PNG
+
+    monkeypatch.setattr(_display._Curve, "_render", slow_render)
+    monkeypatch.setattr(_display, "REDRAW_INTERVAL", 0.0)
+    series = [("training loss", [1], [1.0], True)]
+    quick = _display._Curve(Display, "job", 10, delay=_display.CURVE_DELAY)
+    for _ in range(20):
+        quick.draw(series)
+    assert shown == []
+    quick.close()
+    assert shown == [PNG]
+
+    shown.clear()
+    live = _display._Curve(Display, "job", 10, delay=0.0)
+    start = time.monotonic()
+    drawing = 0.0
+    while time.monotonic() - start < 1.5:
+        before = time.monotonic()
+        live.draw(series)
+        drawing += time.monotonic() - before
+        time.sleep(0.001)
+    elapsed = time.monotonic() - start
+    assert 2 <= len(shown) <= 8, len(shown)
+    assert drawing / elapsed < 1 / (1 + _display.RENDER_SHARE) + 0.1
 
 
 def test_no_matplotlib_no_curve_and_no_error(

@@ -8,14 +8,22 @@ drawn, with ``plot=None``, when the code runs in a Jupyter kernel and matplotlib
 ``plot=True`` draws it wherever IPython.display and matplotlib can be imported (a frontend whose
 shell is not Jupyter's own, e.g. Colab's), with a warning and no curve when they cannot; ``False``
 never. Neither ever raises because an optional package is missing.
+
+What it costs the watch: with ``plot=None`` the curve is live only once a watch has lasted
+CURVE_DELAY (a quick job is drawn once, when it ended); matplotlib is imported at the first
+frame; frames are throttled (REDRAW_INTERVAL, RENDER_SHARE) and drawn on one figure kept for the
+watch. The job's own time is the daemon's (``Job.wall_seconds``), never the drawing.
 """
 
 from __future__ import annotations
 
 import html
 import importlib
+import importlib.util
 import io
 import math
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -46,6 +54,12 @@ DisplayArg = Optional[bool]
 #: Least seconds between two redraws of a curve while epochs arrive (rendering a PNG costs tens
 #: of milliseconds; a fast job's epochs come far more often). The last state is always drawn.
 REDRAW_INTERVAL = 0.5
+#: And at least this many times the last frame's rendering time: drawing takes at most about a
+#: fifth of a watch, however slow the machine.
+RENDER_SHARE = 4.0
+#: With plot=None, no live frame while the watch is younger than this (seconds): a job that ends
+#: sooner is drawn once, as it ended.
+CURVE_DELAY = 1.0
 #: A sweep's curve names its members in a legend up to this many.
 MAX_LEGEND = 12
 
@@ -94,31 +108,111 @@ def _make_bar(progress: DisplayArg, total: int, description: str) -> _Bar | None
 # --- The curve ---------------------------------------------------------------------------------
 
 
-class _Curve:
-    """A matplotlib figure rendered to PNG and shown with IPython.display under one display id,
-    so that each redraw replaces the last image instead of adding one."""
+class _Figure:
+    """One matplotlib figure with its Agg canvas and axes, kept between watches: building a
+    figure and laying it out costs several times what drawing new values on it does."""
 
-    def __init__(self, figure_module: Any, display_module: Any, title: str, epochs: int) -> None:
-        self._figure_module = figure_module
+    def __init__(self) -> None:
+        figure_module = importlib.import_module("matplotlib.figure")
+        agg = importlib.import_module("matplotlib.backends.backend_agg")
+        self.figure = figure_module.Figure(figsize=(6.4, 3.4), dpi=100)
+        self.canvas = agg.FigureCanvasAgg(self.figure)
+        # Fixed margins: laying the figure out again at every frame (tight_layout) costs more
+        # than drawing it.
+        self.figure.subplots_adjust(left=0.11, right=0.98, top=0.9, bottom=0.15)
+        self.axes = self.figure.add_subplot()
+        self.axes.set_xlabel("epoch")
+        self.axes.set_ylabel("loss")
+        self.axes.grid(alpha=0.3)
+        self.lines: dict[str, Any] = {}
+
+    def render(self, title: str, epochs: int, series: list[Series]) -> bytes:
+        axes = self.axes
+        axes.set_title(title, fontsize=10)
+        labels = [label for label, _, _, _ in series]
+        if list(self.lines) != labels:
+            # Other lines (another watch, a sweep's leader changed): drawn anew.
+            for line in self.lines.values():
+                line.remove()
+            self.lines = {}
+            for label, _, _, _ in series:
+                (line,) = axes.plot([], [], label=label, markersize=3)
+                self.lines[label] = line
+            if axes.get_legend() is not None:
+                axes.get_legend().remove()
+            if len(series) <= MAX_LEGEND:
+                axes.legend(fontsize=8)
+        finite = [v for _, _, values, _ in series for v in values if math.isfinite(v)]
+        for label, points, values, emphasised in series:
+            line = self.lines[label]
+            line.set_data(points, [v if math.isfinite(v) else math.nan for v in values])
+            line.set_marker("o" if len(points) <= 30 else "None")
+            line.set_linewidth(2.4 if emphasised else 1.4)
+        # Losses that fall by orders of magnitude read better on a log scale.
+        log = bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 50
+        axes.set_yscale("log" if log else "linear")
+        axes.relim()
+        if epochs > 0:
+            axes.set_xlim(0.5, epochs + 0.5)
+        axes.autoscale_view(scalex=epochs <= 0)
+        buffer = io.BytesIO()
+        self.canvas.print_png(buffer)
+        return buffer.getvalue()
+
+
+# Figures no curve is drawing on: a watch takes one (or makes one) and gives it back at its end.
+_spare_figures: list[_Figure] = []
+_spare_lock = threading.Lock()
+_MAX_SPARE_FIGURES = 2
+
+
+class _Curve:
+    """A loss curve rendered to PNG and shown with IPython.display under one display id, so that
+    each redraw replaces the last image instead of adding one.
+
+    Cheap by construction: matplotlib is imported at the first frame (or in the background while
+    the job trains, see _make_curve), not before; with ``delay`` (plot=None) no frame is drawn
+    while the watch is younger than that, so a job that ends sooner gets one frame, its last;
+    frames are at least REDRAW_INTERVAL apart and at least RENDER_SHARE times the last frame's
+    rendering time, so drawing takes a small share of a watch; and figures are kept and their
+    lines updated rather than built again."""
+
+    def __init__(self, display_module: Any, title: str, epochs: int, delay: float = 0.0) -> None:
         self._display_module = display_module
         self._title = title
         self._epochs = epochs
+        self._delay = delay
+        self._started = time.monotonic()
         self._handle: Any = None
         self._shown = False
         self._drawn_at = -math.inf
+        self._render_seconds = 0.0
         self._pending: list[Series] | None = None
+        self._failed = False
+        self._figure: _Figure | None = None
 
     def draw(self, series: list[Series], *, force: bool = False) -> None:
         """Shows ``series``: at once when the last redraw is old enough (or ``force``), else
         kept for the next call (:meth:`close` draws what is left)."""
-        if not any(values for _, _, values, _ in series):
+        if self._failed or not any(values for _, _, values, _ in series):
             return
         live = not self._shown or self._handle is not None
-        if not force and (not live or time.monotonic() - self._drawn_at < REDRAW_INTERVAL):
+        now = time.monotonic()
+        wait = max(REDRAW_INTERVAL, RENDER_SHARE * self._render_seconds)
+        if not force and (
+            not live or now - self._drawn_at < wait or now - self._started < self._delay
+        ):
             self._pending = series
             return
         self._pending = None
-        image = self._display_module.Image(data=self._render(series), format="png")
+        began = time.monotonic()
+        try:
+            png = self._render(series)
+        except ImportError as e:
+            self._failed = True
+            warnings.warn(f"no loss curve: matplotlib cannot be imported ({e})", stacklevel=2)
+            return
+        image = self._display_module.Image(data=png, format="png")
         if self._handle is not None:
             self._handle.update(image)
         else:
@@ -126,48 +220,51 @@ class _Curve:
             self._handle = self._display_module.display(image, display_id=True)
             self._shown = True
         self._drawn_at = time.monotonic()
+        self._render_seconds = self._drawn_at - began
 
     def close(self) -> None:
         if self._pending is not None:
             self.draw(self._pending, force=True)
+        if self._figure is not None:
+            with _spare_lock:
+                if len(_spare_figures) < _MAX_SPARE_FIGURES:
+                    _spare_figures.append(self._figure)
+            self._figure = None
 
     def _render(self, series: list[Series]) -> bytes:
-        figure = self._figure_module.Figure(figsize=(6.4, 3.4), dpi=100)
-        axes = figure.add_subplot()
-        finite = [v for _, _, values, _ in series for v in values if math.isfinite(v)]
-        for label, epochs, values, emphasised in series:
-            axes.plot(
-                epochs,
-                [v if math.isfinite(v) else math.nan for v in values],
-                label=label,
-                linewidth=2.4 if emphasised else 1.4,
-                marker="o" if len(epochs) <= 30 else None,
-                markersize=3,
-            )
-        # Losses that fall by orders of magnitude read better on a log scale.
-        if finite and min(finite) > 0 and max(finite) / min(finite) > 50:
-            axes.set_yscale("log")
-        if self._epochs > 0:
-            axes.set_xlim(0.5, self._epochs + 0.5)
-        axes.set_xlabel("epoch")
-        axes.set_ylabel("loss")
-        axes.set_title(self._title, fontsize=10)
-        axes.grid(alpha=0.3)
-        if len(series) <= MAX_LEGEND:
-            axes.legend(fontsize=8)
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        return buffer.getvalue()
+        if self._figure is None:
+            with _spare_lock:
+                self._figure = _spare_figures.pop() if _spare_figures else None
+            if self._figure is None:
+                self._figure = _Figure()
+        return self._figure.render(self._title, self._epochs, series)
+
+
+def _import_in_background(module: str) -> None:
+    """Starts importing ``module`` on a thread of its own (the caller goes on; an import of it
+    elsewhere waits for this one): matplotlib loads while the job trains."""
+
+    def run() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 (the first frame reports it)
+            pass
+
+    threading.Thread(target=run, name=f"trainerd-import-{module}", daemon=True).start()
 
 
 def _make_curve(plot: DisplayArg, title: str, epochs: int) -> _Curve | None:
+    """The curve ``plot`` asks for: None (False, or None outside Jupyter) when there is none.
+    Nothing heavy happens here: matplotlib is only looked for (its import waits for the first
+    frame)."""
     if plot is False or (plot is None and not _progress.in_jupyter()):
         return None
     try:
-        figure = importlib.import_module("matplotlib.figure")
-        display = importlib.import_module("IPython.display")
-    except ImportError:
+        found = importlib.util.find_spec("matplotlib") is not None
+        display = importlib.import_module("IPython.display") if found else None
+    except (ImportError, ValueError):
+        found, display = False, None
+    if display is None:
         if plot:
             warnings.warn(
                 "plot=True needs matplotlib and IPython (pip install 'trainerd[notebook]'); "
@@ -175,7 +272,11 @@ def _make_curve(plot: DisplayArg, title: str, epochs: int) -> _Curve | None:
                 stacklevel=4,
             )
         return None
-    return _Curve(figure, display, title, epochs)
+    if "matplotlib.backends.backend_agg" not in sys.modules:
+        _import_in_background("matplotlib.backends.backend_agg")
+    # Asked for (True): from the first epoch. Automatic (None): live once the watch outlasts
+    # CURVE_DELAY; a job that ends sooner gets its final curve only.
+    return _Curve(display, title, epochs, delay=0.0 if plot else CURVE_DELAY)
 
 
 # --- A job -------------------------------------------------------------------------------------
