@@ -94,7 +94,7 @@ class _View:
             shown = getattr(self, field.name)
             if isinstance(shown, _View):
                 shown = repr(shown)
-            elif field.label == field.LABEL_REPEATED:
+            elif hasattr(value, "extend"):  # a repeated field
                 shown = list(value)
             else:
                 shown = repr(shown)
