@@ -53,10 +53,11 @@ def test_spec_reads_every_choice_as_submits_name(client: trainerd.Client, name: 
         # The other fields read as the message's.
         assert spec.optimizer.learning_rate == pytest.approx(0.01)
         assert spec.schedule.t_0 == 2 and spec.epochs == 2 and spec.seed == 4
-        assert spec.HasField("seed") and spec.optimizer.HasField("weight_decay")
+        assert spec.HasField("seed") and not spec.optimizer.HasField("momentum_decay")
         assert spec.proto.optimizer.kind == jobs_pb2.OPTIMIZER_KIND_ADAMW
         assert spec.proto.schedule.kind == jobs_pb2.Schedule.COSINE_WARM_RESTARTS
         assert "loss='nll'" in repr(spec) and "kind='adamw'" in repr(spec)
+        assert "t_0=2" in repr(spec) and "dataset=" in repr(spec)
     with pytest.raises(AttributeError, match="read-only"):
         job.spec.loss = "mse"  # type: ignore[misc]
     # Left to the daemon's defaults: the names of the defaults.
