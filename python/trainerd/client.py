@@ -126,7 +126,8 @@ class Client:
         model = job.model()
 
     Args:
-        address: the daemon's gRPC address, "HOST:PORT" or "unix:PATH".
+        address: the daemon's gRPC address, "HOST:PORT" or "unix:PATH"; "HOST" alone dials
+            port 50051, trainctl's default.
         context: a context of trainctl's config file.
         token: the bearer token (else ``token_file``, the context's, ``$TRAINERD_TOKEN``).
         token_file: a file holding it (as trainerd's token files: "NAME:TOKEN" lines allowed).
