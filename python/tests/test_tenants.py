@@ -48,13 +48,20 @@ def test_each_tenant_has_its_own_dataset_of_a_name(tenants_daemon: Daemon) -> No
     assert a.spec.loss != b.spec.loss  # float targets (mse) and classes (cross_entropy)
 
     # Alice's is bob's only once shared, by its owner's name; until then it does not exist.
-    with pytest.raises(trainerd.NotFound, match="dataset 'alice/digits' not found"):
+    # The NotFound names the datasets bob may use, and nothing of alice's.
+    with pytest.raises(trainerd.NotFound) as hidden:
         bob.dataset("alice/digits")
-    with pytest.raises(trainerd.NotFound):
+    assert str(hidden.value) == (
+        "dataset 'alice/digits' not found (the datasets you can use: digits)"
+    )
+    with pytest.raises(trainerd.NotFound) as refused:
         bob.submit("alice/digits", model="linear:1", lr=0.1, batch_size=8, epochs=1)
+    assert refused.value.details == hidden.value.details
     assert [d.name for d in bob.datasets()] == ["digits"]
     mine.share()
     assert [d.name for d in bob.datasets()] == ["alice/digits", "digits"]
+    with pytest.raises(trainerd.NotFound, match=r"the datasets you can use: alice/digits, digits\)$"):
+        bob.submit("digitz", model="linear:1")
     shared = bob.dataset("alice/digits")
     assert (shared.name, shared.owner, shared.shared) == ("alice/digits", "alice", True)
     job = bob.submit(shared, model="linear:1", lr=0.1, batch_size=8, epochs=1, seed=2)

@@ -3,6 +3,7 @@
 // and the disk quota, a caller's references resolved to keys, and the removal of idle copies for
 // peers. The registry's own lock guards its state; admission_mu orders a
 // deletion against a job's admission.
+#include "absl/strings/str_join.h"
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
@@ -40,13 +41,39 @@ absl::StatusOr<std::string> Engine::Impl::KeyFor(const std::string& reference,
   return ResolveDatasetReference(reference, caller.owner);
 }
 
+namespace {
+
+// A dataset's NOT_FOUND names at most this many of the datasets the caller may use.
+constexpr size_t kDatasetsNamedInNotFound = 10;
+
+// " (the datasets you can use: a, b and 3 more)": the first kDatasetsNamedInNotFound of the
+// datasets `caller` may use, as ListDatasets names them to it (its own bare, others' it may use
+// as "OWNER/NAME"), in its order; only those, so a NOT_FOUND tells nothing of other tenants'
+// datasets that are not shared with it.
+std::string UsableDatasetsNote(const DatasetRegistry& datasets, const CallContext& caller) {
+  std::vector<std::string> names;
+  for (const DatasetMeta& meta : datasets.List()) {
+    if (MayUse(caller, meta)) names.push_back(DatasetNameFor(DatasetKeyOf(meta), caller.owner));
+  }
+  if (names.empty()) return " (there is no dataset you can use: upload one first)";
+  std::sort(names.begin(), names.end());
+  const size_t shown = std::min(names.size(), kDatasetsNamedInNotFound);
+  std::string note = absl::StrCat(
+      " (the datasets you can use: ",
+      absl::StrJoin(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
+  if (names.size() > shown) absl::StrAppend(&note, " and ", names.size() - shown, " more");
+  return note + ")";
+}
+
+}  // namespace
+
 absl::StatusOr<DatasetMeta> Engine::Impl::VisibleDataset(const std::string& key,
                                                          const CallContext& caller) const {
   absl::StatusOr<DatasetMeta> meta = datasets.GetMeta(key);
   // Another tenant's dataset that is not shared is, to this caller, no dataset at all.
   if (!meta.ok() || !MayUse(caller, *meta)) {
-    return absl::NotFoundError(
-        absl::StrCat("dataset '", DatasetNameFor(key, caller.owner), "' not found"));
+    return absl::NotFoundError(absl::StrCat("dataset '", DatasetNameFor(key, caller.owner),
+                                            "' not found", UsableDatasetsNote(datasets, caller)));
   }
   return meta;
 }

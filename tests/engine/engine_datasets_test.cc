@@ -718,7 +718,9 @@ TEST_F(DatasetOwnersTest, TwoOwnersEachHaveADatasetOfTheSameName) {
     EXPECT_EQ(engine_->GetDataset("digits", Tenant("bob"))->rows, 6);
     const absl::StatusOr<DatasetMeta> hidden = engine_->GetDataset("alice/digits", Tenant("bob"));
     EXPECT_EQ(hidden.status().code(), absl::StatusCode::kNotFound);
-    EXPECT_EQ(hidden.status().message(), "dataset 'alice/digits' not found");
+    // Named as a name nobody has, followed by bob's own (never alice's unshared one).
+    EXPECT_EQ(hidden.status().message(),
+              "dataset 'alice/digits' not found (the datasets you can use: digits)");
     // An admin names each with its owner (the default caller is the local admin, unnamed).
     EXPECT_EQ(engine_->GetDataset("bob/digits")->target_dtype, TargetDType::kInt64);
     EXPECT_EQ(engine_->GetDataset("digits").status().code(), absl::StatusCode::kNotFound);

@@ -465,7 +465,9 @@ TEST_F(ValidationSubmitTest, NegativePatienceIsRefused) {
 TEST_F(ValidationSubmitTest, UnknownValidationDatasetIsNotFound) {
   JobSpec spec = SeedSpec("seed");
   spec.validation_dataset = "nope";
-  EXPECT_EQ(Rejection(spec, absl::StatusCode::kNotFound), "validation dataset 'nope' not found");
+  // It names the datasets the caller may use.
+  EXPECT_EQ(Rejection(spec, absl::StatusCode::kNotFound),
+            "validation dataset 'nope' not found (the datasets you can use: classes, seed)");
 }
 
 TEST_F(ValidationSubmitTest, ValidationDatasetWithOtherFeaturesIsRefused) {

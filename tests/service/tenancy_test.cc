@@ -20,6 +20,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/sha256.h"
@@ -35,6 +36,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::StartsWith;
 using ::testing::UnorderedElementsAre;
 
 constexpr char kAlice[] = "a11ce0000000000000000000000000a1";
@@ -173,8 +175,11 @@ TEST_F(TenancyTest, ATenantSeesAndManagesOnlyItsOwnDatasets) {
   // To bob, alice's dataset is not there at all: the same NOT_FOUND an unknown name gets.
   const grpc::Status get = GetDatasetAs(kBob, "alice-data");
   EXPECT_EQ(get.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(get.error_message(), "dataset 'alice-data' not found");
-  EXPECT_EQ(GetDatasetAs(kBob, "no-such-data").error_message(), "dataset 'no-such-data' not found");
+  // It names the datasets bob may use, and only those: nothing of alice's.
+  EXPECT_EQ(get.error_message(),
+            "dataset 'alice-data' not found (the datasets you can use: bob-data)");
+  EXPECT_EQ(GetDatasetAs(kBob, "no-such-data").error_message(),
+            "dataset 'no-such-data' not found (the datasets you can use: bob-data)");
   EXPECT_EQ(DeleteDatasetAs(kBob, "alice-data").error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(ShareAs(kBob, "alice-data", true).error_code(), grpc::StatusCode::NOT_FOUND);
   v1::Job job;
@@ -192,6 +197,43 @@ TEST_F(TenancyTest, ATenantSeesAndManagesOnlyItsOwnDatasets) {
   EXPECT_FALSE(dataset.shared());
   ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", 1), &job).ok());
   EXPECT_EQ(WaitAs(kAlice, job.id()).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+// A NOT_FOUND for a dataset names the datasets the caller may use, as ListDatasets names them to
+// it (at most ten, then how many more), through GetDataset and SubmitJob alike (trainctl and the
+// Python client show the daemon's sentence); another tenant's appear only once shared.
+TEST_F(TenancyTest, ANotFoundDatasetNamesTheDatasetsTheCallerMayUse) {
+  v1::Job job;
+  EXPECT_EQ(GetDatasetAs(kBob, "digits").error_message(),
+            "dataset 'digits' not found (there is no dataset you can use: upload one first)");
+  for (int i = 11; i >= 0; --i) {
+    ASSERT_TRUE(UploadAs(kAlice, absl::StrFormat("d%02d", i)).ok());
+  }
+  const std::string alices =
+      "d00, d01, d02, d03, d04, d05, d06, d07, d08, d09 and 2 more";
+  EXPECT_EQ(GetDatasetAs(kAlice, "digits").error_message(),
+            absl::StrCat("dataset 'digits' not found (the datasets you can use: ", alices, ")"));
+  const grpc::Status submit = SubmitAs(kAlice, LinearSpec("digits", 1), &job);
+  EXPECT_EQ(submit.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(submit.error_message(),
+            absl::StrCat("dataset 'digits' not found (the datasets you can use: ", alices, ")"));
+  // Bob sees none of alice's until she shares one; then that one, named with its owner.
+  EXPECT_EQ(GetDatasetAs(kBob, "d00").error_message(),
+            "dataset 'd00' not found (there is no dataset you can use: upload one first)");
+  ASSERT_TRUE(ShareAs(kAlice, "d05", true).ok());
+  ASSERT_TRUE(UploadAs(kBob, "mine").ok());
+  EXPECT_EQ(SubmitAs(kBob, LinearSpec("d00", 1), &job).error_message(),
+            "dataset 'd00' not found (the datasets you can use: alice/d05, mine)");
+  v1::JobSpec validated = LinearSpec("mine", 1);
+  validated.set_validation_dataset("alice/d06");
+  EXPECT_EQ(SubmitAs(kBob, validated, &job).error_message(),
+            "validation dataset 'alice/d06' not found (the datasets you can use: alice/d05, "
+            "mine)");
+  // An admin may use every dataset, each named with its owner.
+  EXPECT_EQ(GetDatasetAs(kOps, "alice/zz").error_message(),
+            "dataset 'alice/zz' not found (the datasets you can use: alice/d00, alice/d01, "
+            "alice/d02, alice/d03, alice/d04, alice/d05, alice/d06, alice/d07, alice/d08, "
+            "alice/d09 and 3 more)");
 }
 
 TEST_F(TenancyTest, ASharedDatasetTrainsOtherTenantsJobsButStaysItsOwners) {
@@ -266,8 +308,10 @@ TEST_F(TenancyTest, EachTenantHasItsOwnDatasetNamesAndOthersAreQualified) {
   // Alice's is nothing to bob until shared: the NOT_FOUND of a name nobody has.
   const grpc::Status hidden = GetDatasetAs(kBob, "alice/digits");
   EXPECT_EQ(hidden.error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(hidden.error_message(), "dataset 'alice/digits' not found");
-  EXPECT_EQ(GetDatasetAs(kBob, "carol/digits").error_message(), "dataset 'carol/digits' not found");
+  EXPECT_THAT(hidden.error_message(), StartsWith("dataset 'alice/digits' not found ("));
+  EXPECT_THAT(hidden.error_message(), Not(HasSubstr("alice/digits)")));
+  EXPECT_THAT(GetDatasetAs(kBob, "carol/digits").error_message(),
+              StartsWith("dataset 'carol/digits' not found ("));
   const grpc::Status submit = SubmitAs(kBob, LinearSpec("alice/digits", 1), &refused);
   EXPECT_EQ(submit.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(submit.error_message(), HasSubstr("dataset 'alice/digits' not found"));
