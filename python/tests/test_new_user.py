@@ -152,3 +152,33 @@ def test_sweep_best_is_the_best_on_held_out_rows(client: trainerd.Client, name: 
     best = sweep.best()
     finals = {job.id: job.history[-1].validation_loss for job in sweep.jobs}
     assert finals[best.id] == min(v for v in finals.values() if v is not None)
+
+
+class _ShapeMismatch(torch.nn.Module):
+    """Fits the daemon's check (eval mode, 2 rows) and fails while training: a shape error in the
+    TorchScript interpreter, in the worker."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 4)
+        self.extra = torch.nn.Parameter(torch.ones(5, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.linear(x)
+        if self.training:
+            return torch.mm(h, self.extra)
+        return h[:, :3]
+
+
+def test_a_torchscript_shape_error_names_the_shapes(client: trainerd.Client, name: str) -> None:
+    x, y = class_data(40)
+    ds = client.upload(name, x, y)
+    job = client.submit(ds, model=_ShapeMismatch(), batch_size=10, epochs=1, seed=1)
+    job.wait(timeout=120, check=False)
+    assert job.state == trainerd.JobState.FAILED
+    assert job.error == (
+        "training failed at epoch 1: The following operation failed in the TorchScript "
+        "interpreter: RuntimeError: mat1 and mat2 shapes cannot be multiplied (10x4 and 5x3)"
+    )
+    with pytest.raises(trainerd.JobFailed, match=r"shapes cannot be multiplied \(10x4 and 5x3\)"):
+        job.raise_for_state()

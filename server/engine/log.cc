@@ -24,22 +24,46 @@ void Log(LogLevel level, std::string_view message) {
   (void)!::write(STDERR_FILENO, line.data(), line.size());
 }
 
+namespace {
+
+// Whether `name` (what comes before ": " on a line) names an exception as the interpreter writes
+// one: "RuntimeError", "builtins.ValueError", "builtins.Exception", "torch.jit.Error".
+bool IsExceptionName(absl::string_view name) {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return false;
+  }
+  return absl::EndsWith(name, "Error") || absl::EndsWith(name, "Exception");
+}
+
+// Where LibTorch's own C++ context starts after a message (never for a user).
+bool IsBacktraceLine(absl::string_view line) {
+  return absl::StartsWith(line, "Exception raised from ") || absl::StartsWith(line, "frame #");
+}
+
+}  // namespace
+
 std::string FirstLineOf(const std::exception& e) {
   const std::string what = e.what();
   const std::string first = what.substr(0, what.find('\n'));
   // The TorchScript interpreter's errors open with a fixed sentence and a traceback of the
-  // module's code; the line that names the cause ("RuntimeError: ... DefaultCPUAllocator: not
-  // enough memory ...") comes after them.
+  // module's code; the cause ("RuntimeError: mat1 and mat2 shapes cannot be multiplied (10x4 and
+  // 5x2)", "builtins.Exception: ...") comes after them, the last line that opens with an
+  // exception's name, with the lines that continue its message.
   if (absl::StartsWith(first, "The following operation failed in the TorchScript interpreter")) {
     const std::vector<absl::string_view> lines = absl::StrSplit(what, '\n', absl::SkipWhitespace());
-    for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-      const absl::string_view line = absl::StripAsciiWhitespace(*it);
+    for (size_t i = lines.size(); i-- > 1;) {
+      const absl::string_view line = absl::StripAsciiWhitespace(lines[i]);
       const size_t colon = line.find(": ");
-      if (colon != absl::string_view::npos && colon > 0 &&
-          absl::EndsWith(line.substr(0, colon), "Error")) {
-        constexpr size_t kMaxCause = 500;
-        return absl::StrCat(absl::StripSuffix(first, "."), ": ", line.substr(0, kMaxCause));
+      if (colon == absl::string_view::npos || !IsExceptionName(line.substr(0, colon))) continue;
+      std::string cause(line);
+      for (size_t j = i + 1; j < lines.size(); ++j) {
+        const absl::string_view more = absl::StripAsciiWhitespace(lines[j]);
+        if (IsBacktraceLine(more)) break;
+        absl::StrAppend(&cause, " ", more);
       }
+      constexpr size_t kMaxCause = 500;
+      return absl::StrCat(absl::StripSuffix(first, "."), ": ", cause.substr(0, kMaxCause));
     }
   }
   return first;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <torch/jit.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -362,6 +363,49 @@ TEST(FirstLineOfTest, AnInterpreterErrorKeepsItsCause) {
             "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
             "you tried to allocate 4000000000000 bytes.");
   EXPECT_EQ(FirstLineOf(std::runtime_error("one line\nException raised from x")), "one line");
+}
+
+// A real interpreter's shape error keeps the line that names the shapes; a raise of the module's
+// own keeps its exception's name and its whole message; LibTorch's backtrace stays out.
+TEST(FirstLineOfTest, AShapeMismatchInTorchScriptKeepsTheShapes) {
+  const std::shared_ptr<torch::jit::CompilationUnit> unit = torch::jit::compile(R"JIT(
+def forward(x: Tensor):
+    h = torch.relu(x)
+    return torch.mm(h, torch.ones([5, 2]))
+)JIT");
+  try {
+    unit->get_function("forward")({torch::ones({10, 4})});
+    ADD_FAILURE() << "a batch of 10x4 times 5x2 did not fail";
+  } catch (const std::exception& e) {
+    EXPECT_THAT(std::string(e.what()), HasSubstr("<--- HERE")) << e.what();
+    EXPECT_EQ(FirstLineOf(e),
+              "The following operation failed in the TorchScript interpreter: RuntimeError: mat1 "
+              "and mat2 shapes cannot be multiplied (10x4 and 5x2)");
+  }
+  // What the interpreter says for `raise Exception("a batch of 10 rows;\nat most 2")` in a
+  // scripted module (as torch.jit.script's functions report it).
+  EXPECT_EQ(FirstLineOf(std::runtime_error(
+                "The following operation failed in the TorchScript interpreter.\n"
+                "Traceback of TorchScript (most recent call last):\n"
+                "  File \"code/__torch__.py\", line 6, in forward\n"
+                "def forward(self, x: Tensor) -> Tensor:\n"
+                "    if x.size(0) > 2:\n"
+                "        raise Exception(\"a batch of \" + str(x.size(0)) + \" rows\")\n"
+                "        ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~ <--- HERE\n"
+                "    return x\n"
+                "builtins.Exception: a batch of 10 rows;\n"
+                "at most 2\n")),
+            "The following operation failed in the TorchScript interpreter: builtins.Exception: "
+            "a batch of 10 rows; at most 2");
+  EXPECT_EQ(FirstLineOf(std::runtime_error(
+                "The following operation failed in the TorchScript interpreter.\n"
+                "Traceback of TorchScript (most recent call last):\n"
+                "    return torch.mm(h, w)\n"
+                "RuntimeError: mat1 and mat2 shapes cannot be multiplied (10x4 and 5x2)\n"
+                "Exception raised from meta at /pytorch/aten/src/ATen/native/LinearAlgebra.cpp\n"
+                "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96\n")),
+            "The following operation failed in the TorchScript interpreter: RuntimeError: mat1 "
+            "and mat2 shapes cannot be multiplied (10x4 and 5x2)");
 }
 
 // ---- Shared memory -------------------------------------------------------------------------
