@@ -16,7 +16,7 @@ import trainerd
 from conftest import Daemon, class_data
 
 # Runs in a fresh interpreter: an import hook refuses torch (as in an environment without it),
-# then the client does a new user's round trip.
+# then the client makes a user's whole round trip.
 WITHOUT_TORCH = textwrap.dedent(
     """
     import importlib.abc
