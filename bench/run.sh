@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: trainerd against the seed's PyTorch loops on this machine's CPU (and GPU when
 # BENCH_DEVICES includes cuda), then the Python client against trainctl (BENCH_PYTHON_CLIENT=0
+# skips it), then users' own models as exported programs and TorchScript (BENCH_USER_MODELS=0
 # skips it), then c10d's all-reduce on loopback (BENCH_COLLECTIVES=0 skips it), then the load
 # test's latencies (32 concurrent clients for BENCH_LOAD_SECONDS, default
 # 60; 0 skips it), with a packed sweep member's numerics on the way (BENCH_PACKED=0 skips them).
@@ -18,6 +19,12 @@ RESULTS_DIR="${RESULTS_DIR:-build/bench}"
 if [ "${BENCH_PYTHON_CLIENT:-1}" != 0 ]; then
   pyclient_python="$(python/venv.sh "$PYTHON")"
   "$pyclient_python" bench/python_client.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR"
+fi
+# Users' own models (a digits CNN and a small Transformer encoder) as exported programs and as
+# TorchScript through the daemon, against a plain PyTorch loop; BENCH_USER_MODELS=0 skips it.
+if [ "${BENCH_USER_MODELS:-1}" != 0 ]; then
+  "$(python/venv.sh "$PYTHON")" bench/user_models.py --build-dir "$BUILD_DIR" \
+    --results-dir "$RESULTS_DIR"
 fi
 # c10d's all-reduce (Gloo) on loopback: latency and bus bandwidth for 2 and 4 ranks;
 # BENCH_COLLECTIVES=0 skips it.

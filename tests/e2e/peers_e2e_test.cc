@@ -884,21 +884,22 @@ TEST_F(PeersEndToEndTest, AJobOfThreeDaemonsThatLosesOneEndsWithTheUninterrupted
       "--replicas",         "3",  "--nodes",      addresses_[1] + "," + addresses_[2],
       "--checkpoint-every", "2"};
   const v1::Job reference = WaitFor(0, Submit(0, flags), 1 << 30, 120);
-  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error();
+  ASSERT_EQ(reference.state(), v1::JOB_STATE_SUCCEEDED) << reference.error() << Logs();
   const std::string id = Submit(0, flags);
   const v1::Job midway = WaitFor(0, id, 3, 60);
-  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error();
+  ASSERT_EQ(midway.state(), v1::JOB_STATE_RUNNING) << midway.error() << Logs();
   ASSERT_LT(midway.epochs_completed(), 12) << "the job ended before the peer could be killed";
   daemons_[2]->Stop(SIGKILL, 30);
   const v1::Job ended = WaitFor(0, id, 1 << 30, 120);
-  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error();
-  ASSERT_EQ(ended.restarts_size(), 1);
-  ASSERT_EQ(ended.epochs_size(), 12);
+  ASSERT_EQ(ended.state(), v1::JOB_STATE_SUCCEEDED) << ended.error() << Logs();
+  ASSERT_EQ(ended.restarts_size(), 1) << Logs();
+  ASSERT_EQ(ended.epochs_size(), 12) << Logs();
   ExpectSameModel(ended, reference);
-  ASSERT_EQ(ended.ranks_size(), 3);
-  EXPECT_EQ(ended.ranks(1).node(), addresses_[1]);
-  EXPECT_EQ(ended.ranks(2).node(), "node-0");
-  EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint ("));
+  ASSERT_EQ(ended.ranks_size(), 3) << Logs();
+  EXPECT_EQ(ended.ranks(1).node(), addresses_[1]) << Logs();
+  EXPECT_EQ(ended.ranks(2).node(), "node-0") << Logs();
+  EXPECT_THAT(daemons_[1]->Stderr(), HasSubstr("from its checkpoint (")) << Logs();
+  if (std::getenv("TRAINERD_TEST_PRINT_LOGS") != nullptr) std::cerr << Logs();
 }
 
 // A peer stopped with SIGSTOP is a lost peer, as one killed is: without a checkpoint the job

@@ -665,7 +665,26 @@ TEST(DataParallelJobTest, ASilentPeerIsLostAfterTheCollectiveTimeout) {
   EXPECT_THAT(lost.outcome.error, ::testing::HasSubstr("rank 1: peer peer-a:1 did not answer"));
   EXPECT_THAT(lost.outcome.error, ::testing::HasSubstr("collective timeout (2s)"));
   EXPECT_EQ(lost.outcome.lost_peer, "peer-a:1");
+  EXPECT_THAT(lost.outcome.lost_peers, ::testing::ElementsAre("peer-a:1"));
   EXPECT_LT(seconds, 20);  // the timeout and the grace, not a hang
+}
+
+// Two peers stopped at once are both lost: the job manager takes the job up without either of
+// them (each such peer once, in rank order), not with one of them still in the group.
+TEST(DataParallelJobTest, EveryPeerThatWentSilentIsLost) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.replicas = 4;
+  ThreadPeers silent(run, ThreadPeers::Mode::kSilent);
+  DataParallelOptions options;
+  options.timeout = absl::Seconds(2);
+  options.peers = {"", "peer-a:1", "peer-b:2", "peer-a:1"};
+  options.remote = &silent;
+  options.job_id = "job-two-peers";
+  const TrainingOutcome lost = RunDataParallel(run, options);
+  EXPECT_EQ(lost.state, JobState::kFailed);
+  EXPECT_EQ(lost.lost_peer, "peer-a:1");
+  EXPECT_THAT(lost.lost_peers, ::testing::ElementsAre("peer-a:1", "peer-b:2"));
 }
 
 // Without the exchange the ranks' models part: the test above is not passing by accident.

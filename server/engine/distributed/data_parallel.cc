@@ -347,9 +347,12 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   }
   if (outcome.state == JobState::kFailed) {
     for (int rank = 1; rank < world; ++rank) {
-      if (lost[rank]) {
-        outcome.lost_peer = peer_of(rank);
-        break;
+      if (!lost[rank]) continue;
+      const std::string peer = peer_of(rank);
+      if (outcome.lost_peer.empty()) outcome.lost_peer = peer;
+      if (std::find(outcome.lost_peers.begin(), outcome.lost_peers.end(), peer) ==
+          outcome.lost_peers.end()) {
+        outcome.lost_peers.push_back(peer);
       }
     }
   }

@@ -321,7 +321,7 @@ class JobManager {
   // lost mid-job when it has a checkpoint (job_ranks.cc).
   TrainingOutcome RunRanks(const std::shared_ptr<Record>& shared, TrainingRun* run, int threads,
                            int32_t attempt, std::vector<std::string> rank_peers);
-  // A data-parallel job that lost a peer (`failed.lost_peer`) and has a checkpoint: its record
+  // A data-parallel job that lost peers (`failed.lost_peers`) and has a checkpoint: its record
   // goes back to that checkpoint (epochs after it dropped, a restart recorded, the peer's ranks
   // placed here) and `run` resumes from it. False without a usable checkpoint.
   bool TakeUpWithoutPeer(const std::shared_ptr<Record>& shared, const TrainingOutcome& failed,

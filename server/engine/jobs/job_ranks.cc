@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
 #include "server/engine/distributed/data_parallel.h"
@@ -26,6 +27,15 @@ std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank) {
 }
 
 }  // namespace job_internal
+
+namespace {
+
+bool IsLost(const TrainingOutcome& failed, const std::string& peer) {
+  return !peer.empty() && std::find(failed.lost_peers.begin(), failed.lost_peers.end(), peer) !=
+                              failed.lost_peers.end();
+}
+
+}  // namespace
 
 TrainingOutcome JobManager::RunRanks(const std::shared_ptr<Record>& shared, TrainingRun* run,
                                      int threads, int32_t attempt,
@@ -47,13 +57,13 @@ TrainingOutcome JobManager::RunRanks(const std::shared_ptr<Record>& shared, Trai
   parallel.peers = std::move(rank_peers);
   parallel.remote = options_.remote_ranks.get();
   TrainingOutcome outcome = RunDataParallel(*run, parallel);
-  // A peer went away mid-job (killed, cut off, stopping): once, as torchrun restarts a job, the
-  // job goes on from its last checkpoint with that peer's ranks here, under the next attempt's
-  // prefix; without a checkpoint it fails, naming the rank and the peer.
-  if (outcome.state == JobState::kFailed && !outcome.lost_peer.empty() && !shared->cancel.load() &&
+  // Peers went away mid-job (killed, cut off, stopping, stalled): once, as torchrun restarts a
+  // job, the job goes on from its last checkpoint with every lost peer's ranks here, under the
+  // next attempt's prefix; without a checkpoint it fails, naming the rank and the first peer.
+  if (outcome.state == JobState::kFailed && !outcome.lost_peers.empty() && !shared->cancel.load() &&
       TakeUpWithoutPeer(shared, outcome, run)) {
     for (std::string& peer : parallel.peers) {
-      if (peer == outcome.lost_peer) peer.clear();
+      if (IsLost(outcome, peer)) peer.clear();
     }
     run->intra_op_threads = std::max(1, threads / here(parallel.peers));
     parallel.group = absl::StrCat(shared->snap.id, "/", attempt + 1);
@@ -101,12 +111,16 @@ bool JobManager::TakeUpWithoutPeer(const std::shared_ptr<Record>& shared,
     snap.final_loss = snap.epochs.empty() ? 0.0 : snap.epochs.back().loss;
     snap.restarts.push_back(JobRestart{absl::Now(), from, JobState::kRunning});
     for (RankPlacement& rank : snap.ranks) {
-      if (rank.node == failed.lost_peer) rank = RankPlacement{rank.rank, snap.device, node, "", "", 0};
+      if (IsLost(failed, rank.node)) {
+        rank = RankPlacement{rank.rank, snap.device, node, "", "", 0};
+      }
     }
   });
-  LogWarning(absl::StrCat("job '", record->snap.id, "' lost its peer ", failed.lost_peer, " (",
-                          failed.error, "); it goes on from the checkpoint of epoch ", from,
-                          " with that peer's ranks here"));
+  const std::vector<std::string>& lost = failed.lost_peers;
+  LogWarning(absl::StrCat("job '", record->snap.id, "' lost its peer", lost.size() > 1 ? "s " : " ",
+                          absl::StrJoin(lost, ", "), " (", failed.error,
+                          "); it goes on from the checkpoint of epoch ", from, " with ",
+                          lost.size() > 1 ? "those peers'" : "that peer's", " ranks here"));
   run->resume_from = point.checkpoint_path;
   return true;
 }

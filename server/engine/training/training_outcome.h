@@ -55,9 +55,12 @@ struct TrainingOutcome {
   std::string model_archive;
   // A data-parallel job: rank 0's seconds inside collectives (in loop_seconds).
   double collective_seconds = 0.0;
-  // A data-parallel job that failed because a peer went away (killed, cut off, stopping): that
-  // peer, so that the job may go on from its last checkpoint without it. Empty otherwise.
+  // A data-parallel job that failed because peers went away (killed, cut off, stopping, stalled):
+  // the first of them (lost_peer, which its error names) and every one of them, in rank order
+  // without repeats (lost_peers), so that the job may go on from its last checkpoint without them.
+  // Empty otherwise.
   std::string lost_peer;
+  std::vector<std::string> lost_peers;
   // A job run in a worker process (a TorchScript job): the sandbox that worker got, as measured
   // before it was sent the job (sandbox_report.h).
   std::optional<SandboxReport> worker_sandbox;
