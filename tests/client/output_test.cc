@@ -351,16 +351,11 @@ TEST(JobDetailsTest, TheBestEpochAndTheModelsEpochAreShown) {
   job.mutable_epochs(2)->set_validation_loss(0.125);
   job.set_best_epoch(2);
   job.set_model_epoch(2);
-  EXPECT_THAT(JobDetails(job), HasSubstr("
-best epoch:      epoch 2, val loss 0.062500, val "
-                                         "accuracy 96.00%
-"
-                                         "model from:      epoch 2 (the best)
-"));
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nbest epoch:      epoch 2, val loss 0.062500, val "
+                                         "accuracy 96.00%\n"
+                                         "model from:      epoch 2 (the best)\n"));
   job.set_model_epoch(3);
-  EXPECT_THAT(JobDetails(job), HasSubstr("
-model from:      epoch 3 (the last)
-"));
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nmodel from:      epoch 3 (the last)\n"));
   EXPECT_THAT(JobDetails(SucceededJob()), Not(HasSubstr("model from")));
 }
 

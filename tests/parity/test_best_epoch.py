@@ -40,6 +40,5 @@ def test_model_from_best_without_early_stopping(parity):
 
 
 def test_model_from_best_on_a_validation_dataset(parity):
-    parity.check("regression", model="linear:8,relu,linear:1", lr=0.2, momentum=0.9, epochs=15,
-                 batch_size=8, validation_dataset="regression_validation", model_from="best",
-                 engines=BOTH)
+    parity.check("regression", model="linear:8,relu,linear:1", lr=0.05, epochs=15, batch_size=16,
+                 validation_dataset="regression_validation", model_from="best", engines=BOTH)
