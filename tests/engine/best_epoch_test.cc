@@ -353,6 +353,22 @@ TEST_F(BestEpochEngineTest, TorchScriptJobInTheWorkerHandsBackItsBest) {
                                      "; it has epochs 1, 2, 3")));
 }
 
+// The working set Submit reserves counts the best epoch's copy of the weights: 4 bytes per
+// parameter more for a job that keeps it.
+TEST_F(BestEpochEngineTest, TheEstimateCountsTheBestEpochsCopy) {
+  ASSERT_TRUE(test_support::Upload(*engine_, "noise", test_support::RandomTable(48, 4)).ok());
+  JobSpec spec = test_support::SeedSpec("noise");
+  spec.model = "linear:16,relu,linear:1";  // 97 parameters
+  spec.epochs = 2;
+  spec.validation_fraction = 0.25;
+  spec.model_from = ModelFrom::kLast;
+  const absl::StatusOr<JobSnapshot> last = test_support::RunJob(*engine_, spec);
+  spec.model_from = ModelFrom::kBest;
+  const absl::StatusOr<JobSnapshot> best = test_support::RunJob(*engine_, spec);
+  ASSERT_TRUE(last.ok() && best.ok());
+  EXPECT_EQ(best->estimated_memory_bytes - last->estimated_memory_bytes, 97 * 4);
+}
+
 // Submit's check: model_from best needs validation.
 TEST(BestEpochCheckTest, ModelFromBestNeedsValidation) {
   TrainingRun run = MakeRun(MakeDataset(), EngineKind::kAuto);
