@@ -74,6 +74,7 @@ int JobWait(const CommandContext& context);
 int JobCancel(const CommandContext& context);
 int JobRemove(const CommandContext& context);
 int JobModel(const CommandContext& context);
+int JobCheckpoint(const CommandContext& context);
 
 // ListJobs from `request` on: its jobs appended to `response`, page after page while
 // `every_page` (else the first page only, its next_page_token kept). The first failed call's

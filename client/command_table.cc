@@ -247,6 +247,29 @@ const std::vector<CommandSpec>& Commands() {
         {"max-size", "SIZE",
          "the largest model to download, e.g. 512MiB (default 8256MiB: the largest model the "
          "daemon trains)"}}},
+      {"job checkpoint",
+       "",
+       "ID",
+       /*min_args=*/1,
+       /*max_args=*/1,
+       "Download one of a job's checkpoints",
+       "Downloads a checkpoint of job ID (trainctl job get lists them): --epoch N's, or the\n"
+       "newest. The file is the archive the daemon resumes the job from, LibTorch's\n"
+       "torch::serialize::OutputArchive (a ZIP that torch.jit.load opens): the model's\n"
+       "parameters and buffers under \"model\", the optimizer's state under \"optimizer\", the\n"
+       "loop's state under \"meta\" and, for a job that hands back its best epoch, that epoch's\n"
+       "weights under \"best_model\". With --file the file is written whole or not at all;\n"
+       "without it the archive goes to standard output, which must then not be a terminal. -o\n"
+       "is the output format, as everywhere: with --file, -o json or yaml describes what was\n"
+       "written. A checkpoint larger than --max-size is not downloaded.\n"
+       "\n"
+       "  trainctl job checkpoint job-0123456789ab -f last.pt\n"
+       "  trainctl job checkpoint job-0123456789ab --epoch 5 -f epoch5.pt\n",
+       {{"epoch", "N", "the checkpoint's epoch (default: the newest)"},
+        {"file", "FILE", "where to write the checkpoint (default: standard output)", "f"},
+        {"max-size", "SIZE",
+         "the largest checkpoint to download, e.g. 512MiB (default 41024MiB: a checkpoint of "
+         "the largest model the daemon trains)"}}},
       {"devices",
        "",
        "",

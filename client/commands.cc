@@ -37,7 +37,7 @@ bool SupportsNameOutput(absl::string_view path) {
   static constexpr absl::string_view kPaths[] = {
       "dataset upload", "dataset list", "dataset get", "dataset rm", "submit",
       "sweep",          "job list",     "job get",     "job wait",   "job cancel",
-      "job rm",         "job model",    "devices",     "version",    "config get-contexts",
+      "job rm",         "job model",    "job checkpoint", "devices",     "version",    "config get-contexts",
       "__complete"};
   return std::find(std::begin(kPaths), std::end(kPaths), path) != std::end(kPaths);
 }
@@ -68,6 +68,7 @@ int RunCommand(const Invocation& invocation) {
       {"job cancel", JobCancel},
       {"job rm", JobRemove},
       {"job model", JobModel},
+      {"job checkpoint", JobCheckpoint},
       {"devices", Devices},
       {"top", Top},
       {"diagnose", Diagnose},

@@ -31,6 +31,7 @@ constexpr ValueKind kValueKinds[] = {
     {"precision", "fp32 bf16 fp16"},
     {"engine", "auto fused libtorch"},
     {"early-stop-metric", "loss accuracy"},
+    {"model-from", "best last"},
     {"priority", "high normal low"},
     {"device", "auto cpu cuda cuda:0"},
     {"target-dtype", "float32 int64"},
@@ -187,7 +188,7 @@ absl::StatusOr<std::string> CompletionScript(const std::string& shell) {
   // Positional arguments that name something.
   arg_arms += CaseArm(
       "\"job get\"|\"job watch\"|\"job wait\"|\"job cancel\"|\"job rm\"|"
-      "\"job delete\"|\"job model\"",
+      "\"job delete\"|\"job model\"|\"job checkpoint\"",
       "COMPREPLY=($(compgen -W \"$(_trainctl_names jobs)\" -- \"$cur\"))");
   arg_arms += CaseArm("\"dataset get\"|\"dataset rm\"|\"dataset delete\"|\"dataset share\"|"
                       "\"dataset unshare\"",

@@ -1,5 +1,5 @@
-// trainctl's job commands: submit (and --watch), job list, get, watch, wait, cancel, rm and
-// model (the download of a trained model).
+// trainctl's job commands: submit (and --watch), job list, get, watch, wait, cancel, rm, model
+// and checkpoint (the downloads of a trained model and of a checkpoint).
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -332,21 +334,34 @@ int JobCancel(const CommandContext& context) {
                                 "; it stops before its next step)\n"));
 }
 
-// Downloads job ID's model to --file (-f): the chunks go to a temporary file next to it, which is
-// renamed over FILE only when the whole archive arrived, so FILE is never half-written. Without
-// --file the archive goes to standard output (refused when that is a terminal), as curl and
-// kubectl cp - do; a download that breaks then leaves what came and exits 1. The download takes
-// at most the size the daemon declares on its first chunk, and refuses a declared size above
-// --max-size (kMaxModelDownloadBytes unless given): a daemon that declares too much, or sends
-// more than it declared, is cancelled at once and nothing is kept.
-int JobModel(const CommandContext& context) {
+namespace {
+
+// A checkpoint holds the model, the optimizer's state (up to three tensors per parameter: amsgrad)
+// and, for a job that hands back its best epoch, a second copy of the model: the default bound on
+// its download.
+constexpr int64_t kMaxCheckpointDownloadBytes =
+    kMaxModelParameters * 4 * 5 + (int64_t{64} << 20);
+
+// Downloads a file the daemon streams in ModelChunks (`start` opens the stream on `call`): job ID's
+// model or one of its checkpoints, `what` naming it in messages ("model", "checkpoint"). The
+// chunks go to --file (-f) by way of a temporary file next to it, which is renamed over FILE only
+// when the whole file arrived, so FILE is never half-written. Without --file the bytes go to
+// standard output (refused when that is a terminal), as curl and kubectl cp - do; a download that
+// breaks then leaves what came and exits 1. The download takes at most the size the daemon
+// declares on its first chunk, and refuses a declared size above --max-size (`default_max` unless
+// given): a daemon that declares too much, or sends more than it declared, is cancelled at once
+// and nothing is kept.
+int DownloadJobFile(
+    const CommandContext& context, const std::string& what, int64_t default_max,
+    const std::function<std::unique_ptr<grpc::ClientReader<v1::ModelChunk>>(grpc::ClientContext*)>&
+        start) {
   const std::string& id = context.invocation.args.at(0);
   const std::string path = context.invocation.Get("file");
   const bool to_stdout = !context.invocation.Has("file");
   if (!to_stdout && path.empty()) {
     return UsageFailure(absl::InvalidArgumentError("--file needs a FILE"));
   }
-  int64_t max_bytes = kMaxModelDownloadBytes;
+  int64_t max_bytes = default_max;
   if (context.invocation.Has("max-size")) {
     absl::StatusOr<MemorySize> size = ParseMemorySize(context.invocation.Get("max-size"));
     if (!size.ok() || size->bytes <= 0) {
@@ -358,13 +373,14 @@ int JobModel(const CommandContext& context) {
   }
   if (to_stdout && (context.structured || context.names)) {
     return UsageFailure(absl::InvalidArgumentError(
-        "'job model' without --file writes the model to standard output; -o describes a file "
-        "written with --file FILE"));
+        absl::StrCat("'job ", what, "' without --file writes the ", what,
+                     " to standard output; -o describes a file written with --file FILE")));
   }
   if (to_stdout && isatty(STDOUT_FILENO) == 1) {
     return UsageFailure(absl::InvalidArgumentError(
-        "refusing to write a binary model to the terminal: give --file FILE, or redirect "
-        "standard output (> model.pt)"));
+        absl::StrCat("refusing to write a binary ", what,
+                     " to the terminal: give --file FILE, or redirect standard output (> ", what,
+                     ".pt)")));
   }
   const std::string tmp = to_stdout ? "" : absl::StrCat(path, ".tmp-", ::getpid());
   std::ofstream file;
@@ -376,15 +392,12 @@ int JobModel(const CommandContext& context) {
     }
   }
   std::ostream& out = to_stdout ? std::cout : file;
-  v1::DownloadModelRequest request;
-  request.set_id(id);
   grpc::ClientContext call;
   // The deadline covers the whole download: a model is far smaller than a dataset, but give it
   // the upload's allowance so that a large model on a slow link is not cut off.
   const absl::Duration timeout = std::max(kUploadTimeout, context.invocation.global.timeout);
   Connection::SetDeadline(&call, timeout);
-  std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
-      context.connection.jobs().DownloadModel(&call, request);
+  std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader = start(&call);
   v1::ModelChunk chunk;
   int64_t total = -1;
   int64_t written = 0;
@@ -394,10 +407,11 @@ int JobModel(const CommandContext& context) {
     if (!had_replies) {
       total = chunk.total_bytes();
       if (total < 0 || total > max_bytes) {
-        refused = total < 0 ? absl::StrCat("the daemon declared job '", id, "''s model as ", total,
-                                           " bytes, which is no size")
-                            : absl::StrCat("the daemon declared job '", id, "''s model as ", total,
-                                           " bytes, more than --max-size allows (", max_bytes,
+        refused = total < 0 ? absl::StrCat("the daemon declared job '", id, "''s ", what, " as ",
+                                           total, " bytes, which is no size")
+                            : absl::StrCat("the daemon declared job '", id, "''s ", what, " as ",
+                                           total, " bytes, more than --max-size allows (",
+                                           max_bytes,
                                            " bytes); give a larger --max-size to "
                                            "download it");
         break;
@@ -407,8 +421,9 @@ int JobModel(const CommandContext& context) {
     const int64_t size = static_cast<int64_t>(chunk.data().size());
     if (size > total - written) {
       refused = absl::StrCat("the daemon sent more than the ", total,
-                             " bytes it declared for job '", id, "''s model (", written + size,
-                             " so far); stopped reading", to_stdout ? "" : " and kept nothing");
+                             " bytes it declared for job '", id, "''s ", what, " (",
+                             written + size, " so far); stopped reading",
+                             to_stdout ? "" : " and kept nothing");
       break;
     }
     out.write(chunk.data().data(), static_cast<std::streamsize>(size));
@@ -431,8 +446,8 @@ int JobModel(const CommandContext& context) {
   }
   if (write_failed) return fail(absl::StrCat("cannot write '", to_stdout ? "<stdout>" : tmp, "'"));
   if (written != total) {
-    return fail(absl::StrCat("the model of job '", id, "' arrived incomplete (", written, " of ",
-                             total, " bytes)"));
+    return fail(absl::StrCat("the ", what, " of job '", id, "' arrived incomplete (", written,
+                             " of ", total, " bytes)"));
   }
   if (to_stdout) return kExitOk;
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -446,7 +461,36 @@ int JobModel(const CommandContext& context) {
                                         JsonString(path), ",\n \"bytes\": \"", written, "\"\n}"),
                            /*stream=*/false);
   }
-  return PrintText(absl::StrCat("wrote model of ", id, " to ", path, " (", written, " bytes)\n"));
+  return PrintText(
+      absl::StrCat("wrote ", what, " of ", id, " to ", path, " (", written, " bytes)\n"));
+}
+
+}  // namespace
+
+// Downloads job ID's model (DownloadJobFile).
+int JobModel(const CommandContext& context) {
+  v1::DownloadModelRequest request;
+  request.set_id(context.invocation.args.at(0));
+  return DownloadJobFile(context, "model", kMaxModelDownloadBytes,
+                         [&](grpc::ClientContext* call) {
+                           return context.connection.jobs().DownloadModel(call, request);
+                         });
+}
+
+// Downloads one of job ID's checkpoints (DownloadJobFile): --epoch N's, or the newest.
+int JobCheckpoint(const CommandContext& context) {
+  v1::DownloadCheckpointRequest request;
+  request.set_id(context.invocation.args.at(0));
+  if (context.invocation.Has("epoch")) {
+    absl::StatusOr<int64_t> epoch =
+        context.invocation.GetInt("epoch", 0, 1, std::numeric_limits<int32_t>::max());
+    if (!epoch.ok()) return UsageFailure(epoch.status());
+    request.set_epoch(static_cast<int32_t>(*epoch));
+  }
+  return DownloadJobFile(context, "checkpoint", kMaxCheckpointDownloadBytes,
+                         [&](grpc::ClientContext* call) {
+                           return context.connection.jobs().DownloadCheckpoint(call, request);
+                         });
 }
 
 }  // namespace trainerd::client

@@ -332,6 +332,25 @@ std::string JobDetails(const v1::Job& job) {
       lines.push_back({"val accuracy", FormatAccuracy(last.validation_accuracy())});
     }
   }
+  // The best validation epoch (with its numbers) and the epoch the trained model is from.
+  if (job.best_epoch() > 0) {
+    std::string best = absl::StrCat("epoch ", job.best_epoch());
+    if (job.best_epoch() <= job.epochs_size()) {
+      const v1::EpochResult& e = job.epochs(job.best_epoch() - 1);
+      absl::StrAppend(&best, ", val loss ", FormatLoss(e.validation_loss()));
+      if (e.has_validation_accuracy()) {
+        absl::StrAppend(&best, ", val accuracy ", FormatAccuracy(e.validation_accuracy()));
+      }
+    }
+    lines.push_back({"best epoch", best});
+  }
+  if (job.model_epoch() > 0) {
+    lines.push_back(
+        {"model from", absl::StrCat("epoch ", job.model_epoch(),
+                                    job.model_epoch() == job.best_epoch() ? " (the best)"
+                                    : job.model_epoch() == EpochsCompleted(job) ? " (the last)"
+                                                                                   : "")});
+  }
   lines.insert(lines.end(), {
                                 {"wall time", absl::StrFormat("%.2f s", job.wall_seconds())},
                                 {"steps", absl::StrCat(job.steps())},
@@ -408,6 +427,9 @@ std::string JobOutcomeLine(const v1::Job& job) {
                       FormatLoss(job.final_loss()));
       if (job.stopped_early()) {
         absl::StrAppend(&text, " (stopped early after ", EpochProgress(job), " epochs)");
+      }
+      if (job.model_epoch() > 0 && job.model_epoch() == job.best_epoch()) {
+        absl::StrAppend(&text, ", model from the best epoch (", job.model_epoch(), ")");
       }
       break;
     case v1::JOB_STATE_FAILED:

@@ -711,6 +711,22 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
                                                      metric, "' (expected loss or accuracy)"));
     }
   }
+  if (invocation.Has("model-from")) {
+    const std::string from = invocation.Get("model-from");
+    if (from == "last") {
+      spec.set_model_from(v1::MODEL_FROM_LAST);
+    } else if (from == "best") {
+      if (validation_fraction == 0 && spec.validation_dataset().empty()) {
+        return absl::InvalidArgumentError(
+            "--model-from best hands back the best validation epoch's weights; add "
+            "--validation-fraction F or --validation-dataset NAME");
+      }
+      spec.set_model_from(v1::MODEL_FROM_BEST);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--model-from: unknown choice '", from,
+                                                     "' (expected best or last)"));
+    }
+  }
   // Checked here as well as by the daemon, with the same limits (common/job_limits.h): a
   // checkpoint interval beyond --epochs would never fire, and a small one writes too many files.
   TRAINERD_ASSIGN_OR_RETURN(int64_t checkpoint_every,

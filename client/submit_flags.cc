@@ -147,6 +147,11 @@ std::vector<FlagSpec> SubmitFlags() {
            "with --early-stop-patience: loss (lower is better) or\n"
            "accuracy (higher is better; cross_entropy and nll)\n"
            "(default loss)"},
+          {"model-from", "WHICH",
+           "the weights the job hands back: best (the best\n"
+           "validation epoch's, by the early-stopping metric;\n"
+           "needs validation) or last (default: best with\n"
+           "--early-stop-patience, else last)"},
           {"checkpoint-every", "N",
            "save model and optimizer state every N epochs under\n"
            "the daemon's data folder, 1 <= N <= --epochs\n"

@@ -644,6 +644,9 @@ def job_html(job: JobBase) -> str:
     if proto.stopped_early:
         epochs += " (stopped early)"
     rows.append(("epochs", epochs))
+    if proto.model_epoch:
+        best = " (the best)" if proto.model_epoch == proto.best_epoch else ""
+        rows.append(("model from", f"epoch {proto.model_epoch}{best}"))
     if proto.error:
         rows.append(("error", proto.error))
     rows += _losses(history)

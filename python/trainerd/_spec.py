@@ -49,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "early_stop_patience": 0,
     "early_stop_min_delta": 0.0,
     "early_stop_metric": "loss",
+    "model_from": "auto",
     "gradient_accumulation_steps": 1,
     "drop_last": False,
     "checkpoint_every": 0,
@@ -127,6 +128,7 @@ class SweepOptions(TypedDict, total=False):
     early_stop_patience: int
     early_stop_min_delta: float
     early_stop_metric: str
+    model_from: str
     gradient_accumulation_steps: int
     drop_last: bool
     checkpoint_every: int
@@ -194,6 +196,11 @@ _PRIORITIES = {
 _EARLY_STOP_METRICS = {
     "loss": jobs_pb2.EARLY_STOP_METRIC_VALIDATION_LOSS,
     "accuracy": jobs_pb2.EARLY_STOP_METRIC_VALIDATION_ACCURACY,
+}
+_MODEL_FROM = {
+    "auto": jobs_pb2.MODEL_FROM_UNSPECIFIED,
+    "best": jobs_pb2.MODEL_FROM_BEST,
+    "last": jobs_pb2.MODEL_FROM_LAST,
 }
 _ENGINES = {
     "auto": jobs_pb2.ENGINE_AUTO,
@@ -565,6 +572,14 @@ def build_spec(
         # Without a loss the daemon checks it, once it picked one by the targets.
         raise ValueError("early_stop_metric 'accuracy' needs a class loss ('cross_entropy' or 'nll')")
     spec.early_stop_metric = metric  # type: ignore[assignment]
+    model_from = _choice("model_from", get("model_from"), _MODEL_FROM, "choice")
+    validates = validation_fraction > 0 or bool(spec.validation_dataset)
+    if model_from == jobs_pb2.MODEL_FROM_BEST and not validates:
+        raise ValueError(
+            "model_from='best' hands back the best validation epoch's weights; add "
+            "validation_fraction=F or validation_dataset=NAME"
+        )
+    spec.model_from = model_from  # type: ignore[assignment]
     accumulation = _integer(
         "gradient_accumulation_steps", get("gradient_accumulation_steps"), 1, _INT32_MAX
     )

@@ -76,11 +76,14 @@ from trainerd.errors import (
 )
 from trainerd.jobs import (
     DOWNLOAD_TIMEOUT,
+    MAX_CHECKPOINT_BYTES,
     MAX_MODEL_BYTES,
+    Checkpoint,
     Epoch,
     JobBase,
     JobState,
     ModelReceiver,
+    _checkpoint_epoch,
     epochs_of_event,
     load_model,
     write_atomically,
@@ -364,6 +367,44 @@ class Job(JobBase):
         self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES
     ) -> Path:
         return write_atomically(path, await self.model_bytes(max_bytes=max_bytes))
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        """The checkpoints written so far, oldest first (see :meth:`trainerd.Job.checkpoints`)."""
+        await self.refresh()
+        return self._checkpoint_list()
+
+    async def checkpoint_bytes(
+        self,
+        epoch: int | None = None,
+        *,
+        timeout: float | None = None,
+        max_bytes: int = MAX_CHECKPOINT_BYTES,
+    ) -> bytes:
+        """A checkpoint's file, ``epoch``'s or the newest (see
+        :meth:`trainerd.Job.checkpoint_bytes`)."""
+        request = jobs_pb2.DownloadCheckpointRequest(id=self.id, epoch=_checkpoint_epoch(epoch))
+        receiver = ModelReceiver(self.id, max_bytes, "checkpoint")
+        await self._client._ensure_compatible()  # noqa: SLF001
+        transport = self._client._transport  # noqa: SLF001
+        deadline = timeout if timeout is not None else max(DOWNLOAD_TIMEOUT, transport.timeout)
+        async with contextlib.aclosing(
+            transport.stream(
+                _JOBS + "DownloadCheckpoint", request, jobs_pb2.ModelChunk, timeout=deadline
+            )
+        ) as chunks:
+            async for chunk in chunks:
+                receiver.add(chunk)
+        return receiver.result()
+
+    async def checkpoint(
+        self,
+        epoch: int | None = None,
+        *,
+        path: str | os.PathLike[str],
+        max_bytes: int = MAX_CHECKPOINT_BYTES,
+    ) -> Path:
+        """Downloads a checkpoint to ``path`` (see :meth:`trainerd.Job.checkpoint`)."""
+        return write_atomically(path, await self.checkpoint_bytes(epoch, max_bytes=max_bytes))
 
     async def validation_rows(
         self, rows: int | None = None

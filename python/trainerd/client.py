@@ -469,6 +469,7 @@ class Client:
         early_stop_patience: int = 0,
         early_stop_min_delta: float | None = None,
         early_stop_metric: str | None = None,
+        model_from: str | None = None,
         gradient_accumulation_steps: int | None = None,
         drop_last: bool = False,
         checkpoint_every: int = 0,
@@ -598,6 +599,12 @@ class Client:
             early_stop_metric: with early_stop_patience: ``"loss"`` (the validation loss, lower
                 is better; the default) or ``"accuracy"`` (the validation accuracy, higher is
                 better; cross_entropy and nll only).
+            model_from: the weights the job hands back (``job.model()``, ``job.parameters``):
+                ``"best"``, the best validation epoch's (by early stopping's metric and
+                min_delta; needs validation), as Keras' ``restore_best_weights=True`` and
+                Lightning's ``ModelCheckpoint`` keep them, or ``"last"``, the last epoch's.
+                None: the best with early_stop_patience, else the last. ``job.model_epoch``
+                says which epoch the model is from.
             gradient_accumulation_steps: step the optimizer once per N batches (default 1), as
                 PyTorch's usual loop ``(loss / N).backward()`` per batch and
                 ``optimizer.step(); optimizer.zero_grad()`` after every N-th batch and after

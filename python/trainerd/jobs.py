@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from trainerd.client import Client
 
-__all__ = ["MAX_MODEL_BYTES", "Epoch", "Job", "JobState"]
+__all__ = ["MAX_CHECKPOINT_BYTES", "MAX_MODEL_BYTES", "Checkpoint", "Epoch", "Job", "JobState"]
 
 _JOBS = "/trainerd.v1.JobService/"
 # A model download may be large on a slow link: it gets an upload's allowance (as trainctl).
@@ -43,6 +43,10 @@ DOWNLOAD_TIMEOUT = 600.0
 #: trains (2**31 float32 parameters, its common/job_limits.h) and 64 MiB for the archive's own
 #: code and records; trainctl's ``job model --max-size`` default too.
 MAX_MODEL_BYTES = (8 << 30) + (64 << 20)
+#: The largest checkpoint a download takes unless given ``max_bytes``: a checkpoint of that model
+#: (the model, up to three optimizer tensors per parameter and the best epoch's copy); trainctl's
+#: ``job checkpoint --max-size`` default too.
+MAX_CHECKPOINT_BYTES = 5 * (8 << 30) + (64 << 20)
 
 
 class JobState(str, enum.Enum):
@@ -128,14 +132,33 @@ def epochs_of_event(event: jobs_pb2.JobEvent, last: int) -> tuple[list[Epoch], b
     return [], False
 
 
-def checked_model(job_id: str, data: bytes, total: int) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """One of a job's checkpoints (trainerd.v1.Checkpoint): written at the end of ``epoch``;
+    :meth:`Job.checkpoint` downloads it."""
+
+    epoch: int
+    size_bytes: int
+    create_time: datetime.datetime | None
+
+
+def checked_model(job_id: str, data: bytes, total: int, what: str = "model") -> bytes:
     """The downloaded archive, when all ``total`` bytes (the first chunk's figure) arrived."""
     if len(data) != total or not data:
         raise TrainerdError(
-            f"the model of job '{job_id}' arrived incomplete ({len(data)} of {max(total, 0)} "
+            f"the {what} of job '{job_id}' arrived incomplete ({len(data)} of {max(total, 0)} "
             "bytes)"
         )
     return data
+
+
+def _checkpoint_epoch(epoch: int | None) -> int:
+    """DownloadCheckpointRequest.epoch: 0 (the newest) for None."""
+    if epoch is None:
+        return 0
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 1 <= epoch < 2**31:
+        raise ValueError(f"epoch must be a checkpoint's epoch (>= 1) or None, not {epoch!r}")
+    return epoch
 
 
 def _check_max_bytes(max_bytes: int) -> int:
@@ -150,8 +173,9 @@ class ModelReceiver:
     (cancelling the call), when the declared size is above ``max_bytes`` or a chunk would take
     the bytes received past the declared size. Nothing is allocated from the declared size."""
 
-    def __init__(self, job_id: str, max_bytes: int) -> None:
+    def __init__(self, job_id: str, max_bytes: int, what: str = "model") -> None:
         self._job_id = job_id
+        self._what = what
         self._max_bytes = _check_max_bytes(max_bytes)
         self._total = -1
         self._received = 0
@@ -162,7 +186,8 @@ class ModelReceiver:
             total = chunk.total_bytes
             if total < 0 or total > self._max_bytes:
                 raise DownloadRefused(
-                    f"the daemon declared the model of job '{self._job_id}' as {total} bytes, "
+                    f"the daemon declared the {self._what} of job '{self._job_id}' as {total} "
+                    "bytes, "
                     + (
                         "which is no size"
                         if total < 0
@@ -174,16 +199,16 @@ class ModelReceiver:
         size = len(chunk.data)
         if self._received + size > self._total:
             raise DownloadRefused(
-                f"the daemon sent more than the {self._total} bytes it declared for the model of "
-                f"job '{self._job_id}' ({self._received + size} so far); stopped reading and "
-                "kept nothing"
+                f"the daemon sent more than the {self._total} bytes it declared for the "
+                f"{self._what} of job '{self._job_id}' ({self._received + size} so far); stopped "
+                "reading and kept nothing"
             )
         self._received += size
         self._buffer.write(chunk.data)
 
     def result(self) -> bytes:
         """The whole archive; TrainerdError when the stream ended before the declared size."""
-        return checked_model(self._job_id, self._buffer.getvalue(), self._total)
+        return checked_model(self._job_id, self._buffer.getvalue(), self._total, self._what)
 
 
 def load_model(data: bytes, map_location: str) -> Any:
@@ -316,6 +341,26 @@ class JobBase:
         return self._proto.stopped_early
 
     @property
+    def model_epoch(self) -> int:
+        """The epoch whose weights the trained model holds (``model_from``): the best validation
+        epoch or the last; 0 until the job succeeded."""
+        return self._proto.model_epoch
+
+    @property
+    def best_epoch(self) -> int:
+        """The best validation epoch by early stopping's metric (its figures are
+        ``history[best_epoch - 1]``), set when the job ends; 0 without validation."""
+        return self._proto.best_epoch
+
+    def _checkpoint_list(self) -> list[Checkpoint]:
+        return [
+            Checkpoint(
+                epoch=c.epoch, size_bytes=c.size_bytes, create_time=_timestamp(c, "create_time")
+            )
+            for c in self._proto.checkpoints
+        ]
+
+    @property
     def wall_seconds(self) -> float:
         return self._proto.wall_seconds
 
@@ -387,6 +432,8 @@ class JobBase:
         text += f", epochs={self._proto.epochs_completed}/{self._proto.spec.epochs}"
         if self._proto.epochs_completed:
             text += f", final_loss={self._proto.final_loss:.6g}"
+        if self._proto.model_epoch and self._proto.model_epoch != self._proto.epochs_completed:
+            text += f", model_epoch={self._proto.model_epoch}"
         if self._proto.error:
             text += f", error={self._proto.error!r}"
         return text + ")"
@@ -625,6 +672,51 @@ class Job(JobBase):
         renamed over it once whole); returns the path. ``max_bytes`` as for
         :meth:`model_bytes`."""
         return write_atomically(path, self.model_bytes(max_bytes=max_bytes))
+
+    def checkpoints(self) -> list[Checkpoint]:
+        """The checkpoints written so far (``checkpoint_every``), oldest first, as the daemon
+        lists them now (GetJob)."""
+        self.refresh()
+        return self._checkpoint_list()
+
+    def checkpoint_bytes(
+        self,
+        epoch: int | None = None,
+        *,
+        timeout: float | None = None,
+        max_bytes: int = MAX_CHECKPOINT_BYTES,
+    ) -> bytes:
+        """A checkpoint's file (DownloadCheckpoint): ``epoch``'s, or the newest. It is the
+        archive the daemon resumes the job from: LibTorch's ``torch::serialize::OutputArchive``
+        (a ZIP that ``torch.jit.load`` opens), with the model's parameters and buffers under
+        ``model``, the optimizer's state under ``optimizer``, the loop's state under ``meta`` and,
+        for a job that hands back its best epoch, that epoch's weights under ``best_model``.
+        NotFound for an epoch without one (the message names those that have one); bounded as
+        :meth:`model_bytes` is, by default at :data:`MAX_CHECKPOINT_BYTES`."""
+        request = jobs_pb2.DownloadCheckpointRequest(id=self.id, epoch=_checkpoint_epoch(epoch))
+        receiver = ModelReceiver(self.id, max_bytes, "checkpoint")
+        transport = self._client._transport  # noqa: SLF001
+        self._client._ensure_compatible()  # noqa: SLF001
+        deadline = timeout if timeout is not None else max(DOWNLOAD_TIMEOUT, transport.timeout)
+        stream = transport.unary_stream(
+            _JOBS + "DownloadCheckpoint", request, jobs_pb2.ModelChunk, timeout=deadline
+        )
+        with stream:  # leaving it (a refusal included) cancels the call
+            for chunk in stream:
+                receiver.add(chunk)
+        return receiver.result()
+
+    def checkpoint(
+        self,
+        epoch: int | None = None,
+        *,
+        path: str | os.PathLike[str],
+        max_bytes: int = MAX_CHECKPOINT_BYTES,
+    ) -> Path:
+        """Downloads a checkpoint (:meth:`checkpoint_bytes`: ``epoch``'s, or the newest) to
+        ``path`` (written to a temporary file beside it and renamed over it once whole); returns
+        the path."""
+        return write_atomically(path, self.checkpoint_bytes(epoch, max_bytes=max_bytes))
 
     def validation_rows(self, rows: int | None = None) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The indices of the dataset rows the job held out for validation

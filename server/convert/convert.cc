@@ -371,6 +371,21 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
           "early_stop_metric must be EARLY_STOP_METRIC_VALIDATION_LOSS or "
           "EARLY_STOP_METRIC_VALIDATION_ACCURACY (or unset for the loss)");
   }
+  switch (spec.model_from()) {
+    case v1::MODEL_FROM_UNSPECIFIED:
+      out.model_from = engine::ModelFrom::kAuto;
+      break;
+    case v1::MODEL_FROM_LAST:
+      out.model_from = engine::ModelFrom::kLast;
+      break;
+    case v1::MODEL_FROM_BEST:
+      out.model_from = engine::ModelFrom::kBest;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          "model_from must be MODEL_FROM_LAST or MODEL_FROM_BEST (or unset: the best epoch with "
+          "early stopping, else the last)");
+  }
   if (spec.gradient_accumulation_steps() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("gradient_accumulation_steps must be at least 1 (or unset for 1); got ",
@@ -525,6 +540,9 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
                                 : v1::EARLY_STOP_METRIC_VALIDATION_LOSS);
   out.set_gradient_accumulation_steps(spec.gradient_accumulation_steps);
   out.set_drop_last(spec.drop_last);
+  out.set_model_from(spec.model_from == engine::ModelFrom::kBest   ? v1::MODEL_FROM_BEST
+                     : spec.model_from == engine::ModelFrom::kLast ? v1::MODEL_FROM_LAST
+                                                                   : v1::MODEL_FROM_UNSPECIFIED);
   out.set_checkpoint_every(spec.checkpoint_every);
   out.set_precision(ToProto(spec.precision));
   out.set_priority(ToProto(spec.priority));
@@ -609,6 +627,8 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   }
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
+  out.set_model_epoch(job.model_epoch);
+  out.set_best_epoch(job.best_epoch);
   out.set_cancel_requested(job.cancel_requested);
   out.set_record_damaged(job.record_damaged);
   out.set_checkpoint_error(EscapeControls(job.checkpoint_error, LineBreaks::kSpace));
@@ -719,6 +739,8 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   }
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
+  out.model_epoch = job.model_epoch();
+  out.best_epoch = job.best_epoch();
   out.cancel_requested = job.cancel_requested();
   out.record_damaged = job.record_damaged();
   out.checkpoint_error = job.checkpoint_error();

@@ -277,6 +277,11 @@ absl::StatusOr<std::string> Engine::ModelArchivePath(const std::string& id) cons
   return impl_->jobs.ModelPath(id);
 }
 
+absl::StatusOr<std::string> Engine::CheckpointFilePath(const std::string& id, int32_t epoch,
+                                                       CheckpointInfo* info) const {
+  return impl_->jobs.CheckpointPath(id, epoch, info);
+}
+
 void Engine::UnsubscribeJob(const std::string& id, const JobEventSink* sink) {
   impl_->jobs.Unsubscribe(id, sink);
 }

@@ -389,6 +389,10 @@ class Engine {
   // NOT_FOUND for an unknown id; FAILED_PRECONDITION ("job 'x' is RUNNING; its model is available
   // once it succeeds") while the job has not succeeded.
   absl::StatusOr<std::string> ModelArchivePath(const std::string& id) const;
+  // The file of one of a job's checkpoints (JobManager::CheckpointPath): `epoch`'s, or the newest
+  // with 0; `info` gets its record. NOT_FOUND naming the epochs that have one.
+  absl::StatusOr<std::string> CheckpointFilePath(const std::string& id, int32_t epoch,
+                                                 CheckpointInfo* info) const;
 
  private:
   struct Impl;

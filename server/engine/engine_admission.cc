@@ -129,6 +129,10 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
     estimate = EstimateModuleMemory(module->parameter_count, dataset, module->output_shape, batch,
                                     OptimizerSlots(spec));
   }
+  // A job that hands back its best epoch keeps a copy of its weights on its device.
+  const int64_t best_copy_bytes =
+      spec.hands_back_best() && spec.has_validation() ? estimate.parameter_bytes : 0;
+  estimate.total_bytes += best_copy_bytes;
   // The validation dataset is looked up under the same admission lock, so that it cannot be
   // deleted before the job holds it (JobUsingDataset counts it as in use).
   int64_t validation_bytes = 0;
@@ -195,10 +199,11 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
     if (need > budget) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "the job needs about %d bytes on %s: an estimated working set of %d (parameters %d, "
-          "gradients %d, optimizer state %d, activations for a batch of %d rows %d) and its "
+          "gradients %d, optimizer state %d, activations for a batch of %d rows %d%s) and its "
           "datasets' %d; the device memory budget is %d bytes (--device_memory_budget)",
           need, DeviceName(device), estimate.total_bytes, estimate.parameter_bytes,
           estimate.gradient_bytes, estimate.optimizer_bytes, batch, estimate.activation_bytes,
+          best_copy_bytes > 0 ? absl::StrCat(", the best epoch's copy ", best_copy_bytes) : "",
           dataset.size_bytes + validation_bytes, budget));
     }
   }

@@ -100,6 +100,18 @@ const char* EarlyStopMetricName(EarlyStopMetric metric) {
   return "loss";
 }
 
+const char* ModelFromName(ModelFrom from) {
+  switch (from) {
+    case ModelFrom::kAuto:
+      return "auto";
+    case ModelFrom::kLast:
+      return "last";
+    case ModelFrom::kBest:
+      return "best";
+  }
+  return "auto";
+}
+
 const char* EngineKindName(EngineKind engine) {
   switch (engine) {
     case EngineKind::kAuto:

@@ -115,6 +115,12 @@ const char* EngineKindName(EngineKind engine);  // "auto", "fused", "libtorch"
 enum class EarlyStopMetric { kValidationLoss, kValidationAccuracy };
 const char* EarlyStopMetricName(EarlyStopMetric metric);  // "loss", "accuracy"
 
+// Which weights a job hands back (proto ModelFrom): kAuto the best validation epoch's when the job
+// has early stopping, else the last epoch's; kLast the last epoch's; kBest the best validation
+// epoch's (needs validation), by early stopping's metric and min_delta.
+enum class ModelFrom { kAuto, kLast, kBest };
+const char* ModelFromName(ModelFrom from);  // "auto", "last", "best"
+
 // The learning rate per epoch (see proto/trainerd/v1/jobs.proto, message Schedule).
 // A learning-rate schedule, as torch.optim.lr_scheduler's twin of each kind (jobs.proto, Schedule,
 // says each field's meaning). Its unit is the epoch, or the optimizer step when per_step (always
@@ -212,6 +218,8 @@ struct JobSpec {
   // losses).
   double early_stop_min_delta = 0.0;
   EarlyStopMetric early_stop_metric = EarlyStopMetric::kValidationLoss;
+  // The weights the job hands back (ModelFrom); HandsBackBest says which rule applies.
+  ModelFrom model_from = ModelFrom::kAuto;
   // >= 1: the optimizer steps once per this many batches, on their gradients summed and divided
   // by it (the epoch's last group too, however short); clipping and fp16's unscaling act on the
   // accumulated gradients (proto JobSpec.gradient_accumulation_steps).
@@ -246,6 +254,11 @@ struct JobSpec {
   double max_job_seconds = 0.0;
 
   bool has_validation() const { return validation_fraction > 0 || !validation_dataset.empty(); }
+  // Whether the job hands back its best validation epoch's weights (model_from).
+  bool hands_back_best() const {
+    return model_from == ModelFrom::kBest ||
+           (model_from == ModelFrom::kAuto && early_stop_patience > 0);
+  }
   // A sweep's member dealt to a peer: it trains there, whole (RemoteRanks::RunJob).
   bool runs_on_peer() const { return replicas <= 1 && nodes.size() == 1; }
 };
@@ -381,6 +394,10 @@ struct JobSnapshot {
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
   bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
+  // The epoch whose weights the trained model holds (SUCCEEDED; 0 before), and the best
+  // validation epoch so far by early stopping's metric (0 without validation).
+  int32_t model_epoch = 0;
+  int32_t best_epoch = 0;
   // A cancel was asked for while the job ran: recorded before the cancel is answered, so that a
   // restart ends the job CANCELLED instead of taking it up again.
   bool cancel_requested = false;

@@ -359,14 +359,15 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   CallerSlots::Slot slot_;
 };
 
-// Streams a succeeded job's TorchScript archive from <data_dir>/models/<id>.pt in chunks of at
-// most kModelChunkBytes. One write in flight: the next chunk is read in OnWriteDone, so at most one
-// chunk is in memory whatever the model's size. That read is a small local file read (1 MiB from
-// a file the engine wrote and fsynced, normally still in the page cache), which the service
-// accepts on a reaction instead of adding a hop to the engine's I/O thread per chunk. Finish is
-// called once (after the last chunk, on an error, or when the client goes away — a write is in
-// flight until then, so a cancelled client always surfaces as OnWriteDone(false)); the reactor
-// deletes itself in OnDone.
+// Streams a file the daemon wrote for a job: a succeeded job's TorchScript archive from
+// <data_dir>/models/<id>.pt (DownloadModel), or one of its checkpoints (DownloadCheckpoint), in
+// chunks of at most kModelChunkBytes. One write in flight: the next chunk is read in OnWriteDone,
+// so at most one chunk is in memory whatever the file's size. That read is a small local file read
+// (1 MiB from a file the engine wrote and fsynced, normally still in the page cache), which the
+// service accepts on a reaction instead of adding a hop to the engine's I/O thread per chunk.
+// Finish is called once (after the last chunk, on an error, or when the client goes away — a
+// write is in flight until then, so a cancelled client always surfaces as OnWriteDone(false));
+// the reactor deletes itself in OnDone.
 class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChunk> {
  public:
   static constexpr int64_t kModelChunkBytes = int64_t{1} << 20;
@@ -382,32 +383,36 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
       Finish(ToGrpcStatus(path.status()));
       return;
     }
-    id_ = id;
-    path_ = *path;
+    std::string expected_sha256;
     if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
-      expected_sha256_ = job->model_sha256;  // empty for models of older builds: not checked
+      expected_sha256 = job->model_sha256;  // empty for models of older builds: not checked
     }
-    errno = 0;
-    file_.open(*path, std::ios::binary | std::ios::ate);
-    if (!file_) {
-      // Only a file that is there and cannot be read is lost data: a job deleted since the
-      // lookup is NOT_FOUND, and a daemon out of descriptors is RESOURCE_EXHAUSTED (try again).
-      const int error_number = errno;
-      if (error_number == ENOENT) {
-        Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                            "job '" + id + "' was deleted; its model is gone"));
-      } else if (IsOutOfDescriptors(error_number)) {
-        Finish(ToGrpcStatus(TooManyOpenFiles(error_number, "opening the model file")));
-      } else {
-        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                            "the model file of job '" + id + "' cannot be read"));
-      }
+    Open(id, *path, expected_sha256, "model", "", "train the job again");
+  }
+
+  // Called once, from DownloadCheckpoint: `epoch`'s checkpoint, or the newest with 0.
+  void StartCheckpoint(engine::Engine* engine, const std::string& id, int32_t epoch,
+                       const absl::Status& access) {
+    if (!access.ok()) {
+      Finish(ToGrpcStatus(access));
       return;
     }
-    remaining_ = static_cast<int64_t>(file_.tellg());
-    file_.seekg(0);
-    chunk_.set_total_bytes(remaining_);
-    WriteNextChunk();  // the first chunk goes even for an empty file, carrying total_bytes
+    if (epoch < 0) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("checkpoint epoch must be >= 1, or 0 for the newest; got ",
+                                       epoch)));
+      return;
+    }
+    engine::CheckpointInfo info;
+    const absl::StatusOr<std::string> path = engine->CheckpointFilePath(id, epoch, &info);
+    if (!path.ok()) {
+      Finish(ToGrpcStatus(path.status()));
+      return;
+    }
+    // The SHA-256 recorded when it was written (empty for checkpoints of older builds: not
+    // checked).
+    Open(id, *path, info.sha256, "checkpoint", absl::StrCat(" (epoch ", info.epoch, ")"),
+         "download another epoch's checkpoint");
   }
 
   void OnWriteDone(bool ok) override {
@@ -420,15 +425,16 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
       // the stream DATA_LOSS instead of OK, and trainctl keeps nothing.
       const std::string digest = hash_.HexDigest();
       if (!expected_sha256_.empty() && digest != expected_sha256_) {
-        engine::LogWarning(absl::StrCat("the model file '", path_, "' of job '", id_,
-                                        "' does not match the checksum recorded when it was "
+        engine::LogWarning(absl::StrCat("the ", what_, " file '", path_, "' of job '", id_, "'",
+                                        detail_,
+                                        " does not match the checksum recorded when it was "
                                         "written (",
                                         expected_sha256_, "; the file has ", digest,
                                         "): it is damaged"));
         Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
-                            absl::StrCat("the model file of job '", id_,
-                                         "' is damaged (it no longer matches the checksum "
-                                         "recorded when it was written); train the job again")));
+                            absl::StrCat("the ", what_, " file of job '", id_, "'", detail_,
+                                         " is damaged (it no longer matches the checksum "
+                                         "recorded when it was written); ", remedy_)));
         return;
       }
       Finish(grpc::Status::OK);
@@ -446,7 +452,7 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
     std::string* data = chunk_.mutable_data();
     data->resize(static_cast<size_t>(n));
     if (n > 0 && !file_.read(data->data(), n)) {
-      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "the model file ended early"));
+      Finish(grpc::Status(grpc::StatusCode::DATA_LOSS, "the " + what_ + " file ended early"));
       return;
     }
     hash_.Update(*data);
@@ -454,9 +460,44 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
     StartWrite(&chunk_);
   }
 
+  void Open(const std::string& id, const std::string& path, const std::string& expected_sha256,
+            std::string what, std::string detail, std::string remedy) {
+    id_ = id;
+    path_ = path;
+    expected_sha256_ = expected_sha256;
+    what_ = std::move(what);
+    detail_ = std::move(detail);
+    remedy_ = std::move(remedy);
+    errno = 0;
+    file_.open(path, std::ios::binary | std::ios::ate);
+    if (!file_) {
+      // Only a file that is there and cannot be read is lost data: a job deleted since the
+      // lookup is NOT_FOUND, and a daemon out of descriptors is RESOURCE_EXHAUSTED (try again).
+      const int error_number = errno;
+      if (error_number == ENOENT) {
+        Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
+                            "job '" + id + "' was deleted; its " + what_ + " is gone"));
+      } else if (IsOutOfDescriptors(error_number)) {
+        Finish(ToGrpcStatus(TooManyOpenFiles(error_number, "opening the " + what_ + " file")));
+      } else {
+        Finish(grpc::Status(grpc::StatusCode::DATA_LOSS,
+                            "the " + what_ + " file of job '" + id + "'" + detail_ +
+                                " cannot be read"));
+      }
+      return;
+    }
+    remaining_ = static_cast<int64_t>(file_.tellg());
+    file_.seekg(0);
+    chunk_.set_total_bytes(remaining_);
+    WriteNextChunk();  // the first chunk goes even for an empty file, carrying total_bytes
+  }
+
   std::ifstream file_;
   std::string id_;
   std::string path_;
+  std::string what_;    // "model" or "checkpoint": what the messages name
+  std::string detail_;  // after the job in the messages: "" or " (epoch 3)"
+  std::string remedy_;  // what to do about a damaged file
   std::string expected_sha256_;  // recorded with the job; empty: not checked
   Sha256 hash_;                  // of the bytes sent so far
   int64_t remaining_ = 0;        // bytes of the file not yet written
@@ -694,6 +735,15 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
     }
   }
   reactor->Start(access);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::ModelChunk>* JobServiceImpl::DownloadCheckpoint(
+    grpc::CallbackServerContext* context, const v1::DownloadCheckpointRequest* request) {
+  auto* reactor = new ModelDownloadReactor();
+  reactor->StartCheckpoint(
+      engine_, request->id(), request->epoch(),
+      CheckJobAccess(engine_, CallContextOf(context, authenticator_), request->id()));
   return reactor;
 }
 

@@ -48,6 +48,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
   // most 1 MiB, reading the next chunk only after the previous one was written.
   grpc::ServerWriteReactor<v1::ModelChunk>* DownloadModel(
       grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) override;
+  grpc::ServerWriteReactor<v1::ModelChunk>* DownloadCheckpoint(
+      grpc::CallbackServerContext* context,
+      const v1::DownloadCheckpointRequest* request) override;
 
  private:
   engine::Engine* const engine_;

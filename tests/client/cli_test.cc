@@ -303,7 +303,8 @@ TEST(ParseCommandLineTest, CommandTableHasEveryCommandOnce) {
       ElementsAre("dataset upload", "dataset list", "dataset get", "dataset rm", "dataset share",
                   "dataset unshare", "submit", "sweep",
                   "job list", "job get", "job watch", "job wait", "job cancel", "job rm",
-                  "job model", "devices", "config get-contexts", "config current-context",
+                  "job model", "job checkpoint", "devices", "config get-contexts",
+                  "config current-context",
                   "config use-context", "config set-context", "config delete-context", "top",
                   "diagnose", "health", "version", "completion", "__complete", "help"));
 }

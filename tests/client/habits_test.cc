@@ -294,7 +294,8 @@ TEST(CompletionScriptTest, BashCompletesCommandsFlagsAndTheirValues) {
   EXPECT_EQ(Complete("bash", "''"),
             "dataset submit sweep job devices config top diagnose health version completion "
             "help\n");
-  EXPECT_EQ(Complete("bash", "job ''"), "list get watch wait cancel rm model\n");
+  EXPECT_EQ(Complete("bash", "job ''"), "list get watch wait cancel rm model checkpoint\n");
+  EXPECT_EQ(Complete("bash", "submit --model-from ''"), "best last\n");
   EXPECT_EQ(Complete("bash", "--addr h:1 -o json job w"), "watch wait\n");
   EXPECT_EQ(Complete("bash", "submit --loss ''"),
             "mse l1 huber bce_with_logits cross_entropy nll\n");

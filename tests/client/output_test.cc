@@ -327,6 +327,38 @@ TEST(JobOutcomeLineTest, StoppedEarlySaysSoWithTheEpochsDone) {
             "3/20 epochs)");
 }
 
+TEST(JobOutcomeLineTest, AModelFromTheBestEpochSaysWhich) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_epochs(20);
+  job.set_stopped_early(true);
+  job.set_best_epoch(1);
+  job.set_model_epoch(1);
+  EXPECT_EQ(JobOutcomeLine(job),
+            "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.012345 (stopped early after "
+            "3/20 epochs), model from the best epoch (1)");
+  job.set_model_epoch(3);  // model_from last
+  EXPECT_EQ(JobOutcomeLine(job),
+            "job job-0123456789ab SUCCEEDED in 1.23 s, final loss 0.012345 (stopped early after "
+            "3/20 epochs)");
+}
+
+TEST(JobDetailsTest, TheBestEpochAndTheModelsEpochAreShown) {
+  v1::Job job = SucceededJob();
+  job.mutable_spec()->set_validation_fraction(0.2);
+  job.mutable_spec()->set_early_stop_patience(2);
+  job.mutable_epochs(1)->set_validation_loss(0.0625);
+  job.mutable_epochs(1)->set_validation_accuracy(0.96);
+  job.mutable_epochs(2)->set_validation_loss(0.125);
+  job.set_best_epoch(2);
+  job.set_model_epoch(2);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nbest epoch:      epoch 2, val loss 0.062500, val "
+                                         "accuracy 96.00%\n"
+                                         "model from:      epoch 2 (the best)\n"));
+  job.set_model_epoch(3);
+  EXPECT_THAT(JobDetails(job), HasSubstr("\nmodel from:      epoch 3 (the last)\n"));
+  EXPECT_THAT(JobDetails(SucceededJob()), Not(HasSubstr("model from")));
+}
+
 TEST(JobDetailsTest, CheckpointsShowTheIntervalAndOneLinePerFile) {
   v1::Job job = SucceededJob();
   job.mutable_spec()->set_checkpoint_every(2);

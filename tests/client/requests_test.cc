@@ -668,6 +668,22 @@ TEST(JobSpecFromFlagsTest, LoopFlagsOutOfRangeOrWithoutWhatTheyNeedAreRejected) 
             "--early-stop-metric accuracy needs a class loss (--loss cross_entropy or nll)");
 }
 
+TEST(JobSpecFromFlagsTest, ModelFromReachesTheSpecAndBestNeedsValidation) {
+  EXPECT_EQ(JobSpecFromFlags(Submit())->model_from(), v1::MODEL_FROM_UNSPECIFIED);
+  const absl::StatusOr<v1::JobSpec> last = JobSpecFromFlags(Submit({"--model-from", "last"}));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->model_from(), v1::MODEL_FROM_LAST);
+  const absl::StatusOr<v1::JobSpec> best =
+      JobSpecFromFlags(Submit({"--validation-fraction", "0.2", "--model-from", "best"}));
+  ASSERT_TRUE(best.ok()) << best.status();
+  EXPECT_EQ(best->model_from(), v1::MODEL_FROM_BEST);
+  EXPECT_EQ(SpecError(Submit({"--model-from", "best"})),
+            "--model-from best hands back the best validation epoch's weights; add "
+            "--validation-fraction F or --validation-dataset NAME");
+  EXPECT_EQ(SpecError(Submit({"--model-from", "first"})),
+            "--model-from: unknown choice 'first' (expected best or last)");
+}
+
 TEST(JobSpecFromFlagsTest, MomentumOfOneIsRejected) {
   EXPECT_EQ(SpecError(Submit({"--momentum", "1"})), "--momentum must be in [0, 1), got 1");
 }

@@ -1110,6 +1110,117 @@ TEST_F(EndToEndTest, SmallCnnOnImagesTrainsAndDownloadedModelMatchesDaemon) {
       "python");
 }
 
+// Early stopping hands back the best epoch through the binaries: `submit --model-from best` (here
+// the default with --early-stop-patience), the watch's end line and `job get` say which epoch the
+// model is from, the downloaded model scores that epoch's recorded validation loss and accuracy on
+// the validation dataset, and `job checkpoint` downloads the checkpoints by epoch.
+TEST_F(EndToEndTest, EarlyStoppingHandsBackTheBestEpochAndCheckpointsDownload) {
+  // Noise: 2 standard-normal features and a random class of 4. A wide model fits the training
+  // rows' noise, so the validation loss falls for a few epochs and then climbs.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int64_t> label(0, 3);
+  auto make = [&](int64_t rows, std::vector<float>& x, std::vector<int64_t>& y) {
+    for (int64_t i = 0; i < rows * 2; ++i) x.push_back(normal(rng));
+    for (int64_t i = 0; i < rows; ++i) y.push_back(label(rng));
+  };
+  std::vector<float> train_x, val_x;
+  std::vector<int64_t> train_y, val_y;
+  make(120, train_x, train_y);
+  make(60, val_x, val_y);
+  auto upload = [&](const std::string& name, const std::vector<float>& x,
+                    const std::vector<int64_t>& y) {
+    const int64_t rows = static_cast<int64_t>(y.size());
+    const std::string xs =
+        WriteFile(name + "-x.npy", Npy("<f4", {rows, 2}, x.data(), x.size() * sizeof(float)));
+    const std::string ys =
+        WriteFile(name + "-y.npy", Npy("<i8", {rows}, y.data(), y.size() * sizeof(int64_t)));
+    return Ctl({"dataset", "upload", name, xs, "--targets", ys, "--target-dtype", "int64"});
+  };
+  ASSERT_EQ(upload("noise", train_x, train_y).exit_code, 0);
+  ASSERT_EQ(upload("noise-val", val_x, val_y).exit_code, 0);
+  const std::string batch_size = "16";
+  auto submit = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args = {
+        "submit", "--dataset", "noise", "--validation-dataset", "noise-val", "--model",
+        "linear:64,relu,linear:64,relu,linear:4", "--loss", "cross_entropy", "--optimizer",
+        "adam", "--lr", "0.01", "--batch-size", batch_size, "--epochs", "80", "--seed", "3",
+        "--early-stop-patience", "3", "--checkpoint-every", "1", "--watch"};
+    args.insert(args.end(), more.begin(), more.end());
+    return Ctl(args);
+  };
+  RunResult run = submit({});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(job.stopped_early()) << "the validation loss never turned up";
+  const int32_t best = job.best_epoch();
+  EXPECT_EQ(best, job.epochs_completed() - 3);
+  EXPECT_EQ(job.model_epoch(), best);
+  EXPECT_THAT(run.out, HasSubstr(", model from the best epoch (" + std::to_string(best) + ")"));
+  RunResult text = Ctl({"job", "get", id});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("epoch " + std::to_string(best) + " (the best)"));
+
+  const std::string model = (dir_ / "best.pt").string();
+  RunResult download = Ctl({"job", "model", id, "-f", model});
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  const std::string vx = WriteFile("val-x.f32", std::string(reinterpret_cast<const char*>(
+                                                                val_x.data()),
+                                                            val_x.size() * sizeof(float)));
+  const std::string vy = WriteFile("val-y.i64", std::string(reinterpret_cast<const char*>(
+                                                                val_y.data()),
+                                                            val_y.size() * sizeof(int64_t)));
+  auto evaluate = [&](const std::string& path) {
+    RunResult eval = e2e::Run({EVALUATE_TORCHSCRIPT_BIN, path, vx, vy, "2", batch_size});
+    EXPECT_EQ(eval.exit_code, 0) << eval.err;
+    std::pair<double, double> out{-1, -1};
+    std::istringstream(eval.out) >> out.first >> out.second;
+    return out;
+  };
+  const v1::EpochResult& at_best = job.epochs(best - 1);
+  const v1::EpochResult& at_last = job.epochs(job.epochs_size() - 1);
+  ASSERT_GT(at_last.validation_loss(), at_best.validation_loss() * (1 + 1e-3));
+  const auto [loss, accuracy] = evaluate(model);
+  EXPECT_NEAR(loss, at_best.validation_loss(), 1e-5 * at_best.validation_loss());
+  EXPECT_EQ(accuracy, at_best.validation_accuracy());
+
+  // --model-from last: the same job hands back its last epoch.
+  RunResult last_run = submit({"--model-from", "last"});
+  ASSERT_EQ(last_run.exit_code, 0) << last_run.out << last_run.err;
+  const std::string last_id = last_run.out.substr(0, last_run.out.find('\n'));
+  const std::string last_model = (dir_ / "last.pt").string();
+  ASSERT_EQ(Ctl({"job", "model", last_id, "-f", last_model}).exit_code, 0);
+  const auto [last_loss, last_accuracy] = evaluate(last_model);
+  EXPECT_NEAR(last_loss, at_last.validation_loss(), 1e-5 * at_last.validation_loss());
+  EXPECT_EQ(last_accuracy, at_last.validation_accuracy());
+
+  // Checkpoints: the newest, one by its epoch, and an epoch without one.
+  const std::string newest = (dir_ / "newest.pt").string();
+  RunResult checkpoint = Ctl({"job", "checkpoint", id, "-f", newest});
+  ASSERT_EQ(checkpoint.exit_code, 0) << checkpoint.err;
+  EXPECT_THAT(checkpoint.out, HasSubstr("wrote checkpoint of " + id + " to " + newest));
+  const v1::Checkpoint& kept = job.checkpoints(job.checkpoints_size() - 1);
+  EXPECT_EQ(kept.epoch(), job.epochs_completed());
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(newest)), kept.size_bytes());
+  std::ifstream newest_file(newest, std::ios::binary);
+  const std::string newest_bytes((std::istreambuf_iterator<char>(newest_file)),
+                                 std::istreambuf_iterator<char>());
+  EXPECT_EQ(Sha256Hex(newest_bytes), kept.sha256());
+  const std::string second = (dir_ / "second.pt").string();
+  ASSERT_EQ(Ctl({"job", "checkpoint", id, "--epoch", "2", "-f", second}).exit_code, 0);
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(second)),
+            job.checkpoints(1).size_bytes());
+  RunResult missing = Ctl({"job", "checkpoint", id, "--epoch", "999", "-f", second + ".x"});
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_THAT(missing.err, HasSubstr("has no checkpoint of epoch 999; it has epochs 1, 2, 3"));
+  EXPECT_FALSE(std::filesystem::exists(second + ".x"));
+}
+
 // Issue 4 through the binaries: a daemon that measured its devices at start gives the seed job a
 // verdict; diagnose, devices and top print them.
 class ObservabilityEndToEndTest : public EndToEndTest {

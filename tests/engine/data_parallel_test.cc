@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -261,6 +262,48 @@ TEST(DataParallelJobTest, RanksTrainTheJobAsOneRankWithTheGlobalBatch) {
     }
   }
   EXPECT_FALSE(first.outcome.model_archive.empty());  // rank 0 exported the model
+}
+
+// model_from best on ranks: rank 0 hands back its best validation epoch's weights, those of the
+// same job on one rank with the global batch.
+TEST(DataParallelJobTest, RanksHandBackTheBestEpochAsOneRankDoes) {
+  const auto dataset = MakeDataset();
+  TrainingRun run = MakeRun(dataset, OptimizerKind::kSgd);
+  run.spec.learning_rate = 0.4;  // a validation loss that goes up and down
+  run.spec.epochs = 10;
+  run.spec.validation_fraction = 0.2;
+  run.spec.model_from = ModelFrom::kBest;
+  run.spec.engine = EngineKind::kLibTorch;
+  TrainingRun one = run;
+  one.spec.batch_size = 20;
+  TrainingRun ranks = run;
+  ranks.spec.replicas = 2;
+  const Recorded alone = RunJob(one);
+  const Recorded got = RunJob(ranks);
+  ASSERT_EQ(alone.outcome.state, JobState::kSucceeded) << alone.outcome.error;
+  ASSERT_EQ(got.outcome.state, JobState::kSucceeded) << got.outcome.error;
+  int32_t best = 0;
+  double lowest = std::numeric_limits<double>::infinity();
+  for (const EpochResult& e : got.epochs) {
+    if (*e.validation_loss < lowest) {
+      lowest = *e.validation_loss;
+      best = e.epoch;
+    }
+  }
+  ASSERT_LT(best, 10) << "the validation loss never turned up";
+  EXPECT_EQ(got.outcome.best_epoch, best);
+  EXPECT_EQ(got.outcome.model_epoch, best);
+  EXPECT_EQ(alone.outcome.model_epoch, best);
+  ASSERT_EQ(got.outcome.parameters.size(), alone.outcome.parameters.size());
+  for (size_t p = 0; p < alone.outcome.parameters.size(); ++p) {
+    const auto& want = alone.outcome.parameters[p].values;
+    const auto& have = got.outcome.parameters[p].values;
+    ASSERT_EQ(have.size(), want.size());
+    for (size_t v = 0; v < want.size(); ++v) {
+      EXPECT_NEAR(have[v], want[v], 1e-4 * std::max(1.0f, std::fabs(want[v])))
+          << alone.outcome.parameters[p].name << "[" << v << "]";
+    }
+  }
 }
 
 // The ranks agree at each epoch's end on what every one of them decides: a cancel seen by any

@@ -4,6 +4,8 @@
 // synchronises with the host, and that datasets are resident on the device.
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <cstdlib>
 #include <limits>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -326,6 +329,91 @@ TEST(StackedPathGpuTest, MembersOnCudaEqualTheirJobsAloneWithoutHostSyncsInAStep
     EXPECT_NO_THROW(pack.ValidateAll());
   }
   EXPECT_GT(paths[0]->loss_sum().item<double>(), 0.0);
+}
+
+// The best epoch on a GPU: a job alone (LibTorch path) and a pack's stacked members each hand back
+// their best validation epoch's weights, kept by copies on the device: the job still makes one
+// transfer per epoch plus the read-back.
+TEST(BestEpochGpuTest, AJobAndStackedMembersOnCudaHandBackTheirBest) {
+  TRAINERD_SKIP_WITHOUT_CUDA();
+  const torch::Device cuda(torch::kCUDA, 0);
+  constexpr int64_t kRows = 64;
+  auto dataset = std::make_shared<Dataset>();
+  dataset->meta.name = "noise";
+  dataset->meta.feature_shape = {4};
+  dataset->meta.target_shape = {1};
+  dataset->meta.rows = kRows;
+  dataset->meta.device = "cuda:0";
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({kRows, 4});
+  const torch::Tensor y = x.narrow(1, 0, 1).sin() + 0.5 * torch::randn({kRows, 1});
+  dataset->features = x.to(cuda);
+  dataset->targets = y.to(cuda);
+  auto make = [&](double lr, uint64_t seed) {
+    TrainingRun run;
+    run.spec.model = "linear:64,relu,linear:64,relu,linear:1";
+    run.spec.loss = LossKind::kMse;
+    run.spec.optimizer = OptimizerKind::kSgd;
+    run.spec.learning_rate = lr;
+    run.spec.momentum = 0.9;
+    run.spec.batch_size = 8;
+    run.spec.epochs = 25;
+    run.spec.seed = seed;
+    run.spec.validation_fraction = 0.25;
+    run.spec.model_from = ModelFrom::kBest;
+    run.spec.device = "cuda:0";
+    run.spec.engine = EngineKind::kLibTorch;
+    run.model = *ParseModelSpec(run.spec.model);
+    run.dataset = dataset;
+    run.device = cuda;
+    return run;
+  };
+  // The handed-back model's loss on the held-out rows, on the CPU, against the epoch's record.
+  auto check = [&](const TrainingRun& run, const TrainingOutcome& outcome,
+                   const std::vector<double>& val_losses) -> int32_t {
+    if (outcome.state != JobState::kSucceeded || val_losses.empty()) {
+      ADD_FAILURE() << "the job did not succeed: " << outcome.error;
+      return 0;
+    }
+    const int32_t best = static_cast<int32_t>(
+        std::min_element(val_losses.begin(), val_losses.end()) - val_losses.begin() + 1);
+    EXPECT_EQ(outcome.best_epoch, best);
+    EXPECT_EQ(outcome.model_epoch, best);
+    std::istringstream in(outcome.model_archive);
+    torch::jit::Module model = torch::jit::load(in);
+    const int64_t held = HeldOutRows(0.25, kRows);
+    at::Generator gen = at::detail::createCPUGenerator(*run.spec.seed);
+    const torch::Tensor rows = torch::randperm(kRows, gen, torch::TensorOptions(torch::kLong))
+                                   .narrow(0, kRows - held, held);
+    torch::NoGradGuard no_grad;
+    const double loss =
+        torch::mse_loss(model.forward({x.index_select(0, rows)}).toTensor(), y.index_select(0, rows))
+            .item<double>();
+    EXPECT_NEAR(loss, val_losses[best - 1], 1e-4 * val_losses[best - 1]);
+    return best;
+  };
+  std::vector<TrainingRun> runs = {make(0.05, 1), make(0.03, 2), make(0.08, 3)};
+  std::vector<std::vector<double>> val_losses(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    runs[i].on_epoch = [&val_losses, i](const EpochResult& e, int64_t, int64_t) {
+      val_losses[i].push_back(*e.validation_loss);
+    };
+  }
+  const TrainingOutcome alone = RunTraining(runs[0]);
+  EXPECT_EQ(alone.host_syncs, 25 + 1);
+  EXPECT_LT(check(runs[0], alone, val_losses[0]), 25) << "the validation loss never turned up";
+
+  for (auto& v : val_losses) v.clear();
+  std::vector<const TrainingRun*> pointers;
+  for (const TrainingRun& run : runs) pointers.push_back(&run);
+  std::vector<TrainingOutcome> packed(runs.size());
+  RunPackedTraining(pointers, [&](size_t i, TrainingOutcome o) { packed[i] = std::move(o); });
+  for (size_t i = 0; i < runs.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(packed[i].engine, "libtorch-stacked");
+    EXPECT_EQ(packed[i].host_syncs, 25 + 1);
+    check(runs[i], packed[i], val_losses[i]);
+  }
 }
 
 // Issue 4's acceptance on a GPU: after the device is measured, the seed job (two parameters,

@@ -63,6 +63,7 @@ WorkerJob SampleJob() {
   job.spec.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
   job.spec.gradient_accumulation_steps = 3;
   job.spec.drop_last = true;
+  job.spec.model_from = ModelFrom::kBest;
   job.device = "cpu";
   job.intra_op_threads = 2;
   job.cpu_nice = 10;
@@ -131,6 +132,7 @@ TEST(WorkerProtocolTest, AJobCrossesExactly) {
   EXPECT_EQ(back->spec.early_stop_metric, EarlyStopMetric::kValidationAccuracy);
   EXPECT_EQ(back->spec.gradient_accumulation_steps, 3);
   EXPECT_TRUE(back->spec.drop_last);
+  EXPECT_EQ(back->spec.model_from, ModelFrom::kBest);
   EXPECT_EQ(back->intra_op_threads, 2);
   EXPECT_EQ(back->cpu_nice, 10);
   EXPECT_EQ(back->dataset.meta.feature_shape, (std::vector<int64_t>{1, 28, 28}));
@@ -180,12 +182,16 @@ TEST(WorkerProtocolTest, EveryCutOfAnOutcomeIsRefusedNeverReadPast) {
   outcome.steps = 700;
   outcome.epochs_done = 7;
   outcome.final_loss = 0.0123456789;
+  outcome.model_epoch = 4;
+  outcome.best_epoch = 4;
   outcome.parameters.push_back(ParameterValues{"w", {1, 1}, {2.5f}});
   outcome.model_archive = "PK model";
   const std::string bytes = EncodeWorkerOutcome(outcome);
   absl::StatusOr<TrainingOutcome> whole = DecodeWorkerOutcome(bytes, /*max_epochs=*/7);
   ASSERT_TRUE(whole.ok()) << whole.status();
   EXPECT_EQ(whole->final_loss, 0.0123456789);
+  EXPECT_EQ(whole->model_epoch, 4);
+  EXPECT_EQ(whole->best_epoch, 4);
   EXPECT_EQ(whole->parameters.at(0).values, std::vector<float>{2.5f});
   EXPECT_EQ(whole->model_archive, "PK model");
   for (size_t cut = 0; cut < bytes.size(); ++cut) {

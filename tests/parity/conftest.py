@@ -81,6 +81,7 @@ class Parity:
             got_acc = [e.validation_accuracy for e in history]
             assert got_acc == pytest.approx(want.validation_accuracies, abs=1e-12), what
         assert job.stopped_early == want.stopped_early, what
+        assert (job.best_epoch, job.model_epoch) == (want.best_epoch, want.model_epoch), what
         params = job.parameters
         assert sorted(params) == sorted(want.parameters), what
         worst_parameter = 0.0

@@ -1,6 +1,8 @@
 """trainerd's epoch loop as a plain PyTorch loop, written from its documented rules
 (docs/TRAINING.md): the same initial weights, split, permutation, batches, reductions, clipping,
-validation and early stopping. ``train(spec, x, y)`` returns what a job reports."""
+validation, early stopping and the model handed back (the best validation epoch's weights, as
+Keras' restore_best_weights keeps them, when ``model_from`` says so). ``train(spec, x, y)``
+returns what a job reports."""
 
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ class Result:
     steps: int
     # per epoch: the rate of its first step (what EpochResult.learning_rate reports)
     learning_rates: list[float] = dataclasses.field(default_factory=list)
+    # the best validation epoch (0 without validation) and the epoch the parameters are from
+    best_epoch: int = 0
+    model_epoch: int = 0
 
 
 def held_out_rows(fraction: float, rows: int) -> int:
@@ -117,7 +122,14 @@ def train(
     result = Result([], [], [], {}, False, 0)
     best = -math.inf if on_accuracy else math.inf
     without_improvement = 0
+    # model_from: the best validation epoch's weights (a copy at each improvement), by default
+    # when the job has early stopping; else the last epoch's.
+    model_from = spec.get("model_from") or "auto"
+    keep_best = model_from == "best" or (model_from == "auto" and patience > 0)
+    best_state: dict[str, torch.Tensor] | None = None
+    last_epoch = 0
     for epoch in range(1, epochs + 1):
+        last_epoch = epoch
         result.learning_rates.append(optimizer.param_groups[0]["lr"])
         if shuffle:
             order = torch.randperm(rows, generator=generator)
@@ -191,6 +203,9 @@ def train(
             if improved:
                 best = value
                 without_improvement = 0
+                result.best_epoch = epoch
+                if keep_best:
+                    best_state = copy.deepcopy(model.state_dict())
             else:
                 without_improvement += 1
         schedule.after_epoch(vloss)
@@ -198,6 +213,10 @@ def train(
             if patience > 0 and without_improvement >= patience and epoch < epochs:
                 result.stopped_early = True
                 break
+    result.model_epoch = last_epoch
+    if best_state is not None:
+        model.load_state_dict(best_state)
+        result.model_epoch = result.best_epoch
     result.parameters = {
         name: p.detach().numpy().copy() for name, p in model.named_parameters()
     }

@@ -109,6 +109,87 @@ TEST_F(ModelDownloadTest, ADamagedModelFileIsDataLoss) {
   EXPECT_EQ(again, good);
 }
 
+// Reads the whole DownloadCheckpoint stream of `epoch` (0: the newest) into *bytes.
+grpc::Status DownloadCheckpoint(v1::JobService::Stub* jobs, const std::string& id, int32_t epoch,
+                                std::string* bytes) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+  v1::DownloadCheckpointRequest request;
+  request.set_id(id);
+  request.set_epoch(epoch);
+  std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
+      jobs->DownloadCheckpoint(&context, request);
+  v1::ModelChunk chunk;
+  int64_t total = -1;
+  while (reader->Read(&chunk)) {
+    if (total < 0) total = chunk.total_bytes();
+    bytes->append(chunk.data());
+  }
+  const grpc::Status status = reader->Finish();
+  if (status.ok()) {
+    EXPECT_EQ(static_cast<int64_t>(bytes->size()), total);
+  }
+  return status;
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  EXPECT_TRUE(file) << path;
+  std::ostringstream out;
+  out << file.rdbuf();
+  return out.str();
+}
+
+// A job's checkpoints come back as the files the daemon wrote: the newest by default, any by its
+// epoch; an epoch without one is NOT_FOUND naming those that have one, a job without any is
+// NOT_FOUND, a negative epoch INVALID_ARGUMENT and a damaged file DATA_LOSS.
+TEST_F(ModelDownloadTest, CheckpointsDownloadByEpoch) {
+  v1::JobSpec spec = LinearSpec("seed", 4);
+  spec.set_checkpoint_every(2);
+  v1::Job job;
+  ASSERT_TRUE(SubmitJob(spec, &job).ok());
+  ASSERT_TRUE(Watch(job.id())->Finish().ok());
+  const std::string folder = data_dir_ + "/checkpoints/" + job.id() + "/";
+
+  std::string newest;
+  grpc::Status status = DownloadCheckpoint(jobs_.get(), job.id(), 0, &newest);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  EXPECT_EQ(newest.substr(0, 2), "PK");  // a torch::serialize archive is a ZIP file
+  EXPECT_EQ(newest, ReadWhole(folder + "epoch-000004.pt"));
+  std::string second;
+  ASSERT_TRUE(DownloadCheckpoint(jobs_.get(), job.id(), 2, &second).ok());
+  EXPECT_EQ(second, ReadWhole(folder + "epoch-000002.pt"));
+  EXPECT_NE(second, newest);
+
+  std::string none;
+  status = DownloadCheckpoint(jobs_.get(), job.id(), 3, &none);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message(),
+            "job '" + job.id() + "' has no checkpoint of epoch 3; it has epochs 2, 4");
+  EXPECT_TRUE(none.empty());
+  status = DownloadCheckpoint(jobs_.get(), job.id(), -1, &none);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(status.error_message(), "checkpoint epoch must be >= 1, or 0 for the newest; got -1");
+  status = DownloadCheckpoint(jobs_.get(), "job-000000000000", 0, &none);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+
+  const std::string without = Submit(/*epochs=*/1);
+  ASSERT_TRUE(Watch(without)->Finish().ok());
+  status = DownloadCheckpoint(jobs_.get(), without, 0, &none);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("has no checkpoints"));
+
+  {
+    std::ofstream out(folder + "epoch-000002.pt", std::ios::binary | std::ios::trunc);
+    out << second.substr(0, second.size() / 2);
+  }
+  std::string cut;
+  status = DownloadCheckpoint(jobs_.get(), job.id(), 2, &cut);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("the checkpoint file of job '" + job.id() + "' (epoch 2) is damaged"));
+}
+
 TEST_F(ModelDownloadTest, DownloadOfRunningJobIsFailedPrecondition) {
   const std::string id = Submit(kLongJobEpochs);
   std::unique_ptr<JobWatch> watch = Watch(id);

@@ -422,7 +422,9 @@ TEST_F(TenancyTest, ACopyForPeerJobsInATenantsNameCountsAgainstHerQuotas) {
 TEST_F(TenancyTest, ATenantsJobsAreNotFoundToOthersAndAnAdminManagesThemAll) {
   ASSERT_TRUE(UploadAs(kAlice, "alice-data").ok());
   v1::Job done;
-  ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", 2), &done).ok());
+  v1::JobSpec with_checkpoints = LinearSpec("alice-data", 2);
+  with_checkpoints.set_checkpoint_every(1);
+  ASSERT_TRUE(SubmitAs(kAlice, with_checkpoints, &done).ok());
   ASSERT_EQ(WaitAs(kAlice, done.id()).state(), v1::JOB_STATE_SUCCEEDED);
   v1::Job running;
   ASSERT_TRUE(SubmitAs(kAlice, LinearSpec("alice-data", kLongJobEpochs), &running).ok());
@@ -456,6 +458,30 @@ TEST_F(TenancyTest, ATenantsJobsAreNotFoundToOthersAndAnAdminManagesThemAll) {
     v1::ModelChunk chunk;
     EXPECT_FALSE(reader->Read(&chunk));
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  // Alice's checkpoints are hers: Bob is told the job does not exist, epoch or not.
+  for (int32_t epoch : {0, 1}) {
+    v1::DownloadCheckpointRequest request;
+    request.set_id(done.id());
+    request.set_epoch(epoch);
+    auto context = As(kBob);
+    auto reader = jobs_->DownloadCheckpoint(context.get(), request);
+    v1::ModelChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    const grpc::Status status = reader->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+    EXPECT_EQ(status.error_message(), not_found);
+  }
+  {
+    v1::DownloadCheckpointRequest request;
+    request.set_id(done.id());
+    auto context = As(kAlice);
+    auto reader = jobs_->DownloadCheckpoint(context.get(), request);
+    v1::ModelChunk chunk;
+    std::string bytes;
+    while (reader->Read(&chunk)) bytes += chunk.data();
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(bytes.substr(0, 2), "PK");
   }
   {
     v1::WatchJobRequest request;

@@ -207,6 +207,12 @@ class JobManager {
   // The file of a SUCCEEDED job's TorchScript model. NOT_FOUND for an unknown id;
   // FAILED_PRECONDITION while the job has not succeeded, or when models are not kept.
   absl::StatusOr<std::string> ModelPath(const std::string& id) const;
+  // The file of one of the job's checkpoints (Job.checkpoints): `epoch`'s, or with epoch 0 the
+  // newest; `out` gets its record (epoch, size, SHA-256). NOT_FOUND for an unknown id, and for an
+  // epoch without a checkpoint (naming the epochs that have one); FAILED_PRECONDITION without a
+  // data folder.
+  absl::StatusOr<std::string> CheckpointPath(const std::string& id, int32_t epoch,
+                                             CheckpointInfo* out) const;
   // Where a TorchScript job's module is kept for a restart ("" without a data folder).
   std::string ModuleFilePath(const std::string& id) const;
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/page_token.h"
@@ -125,6 +126,36 @@ absl::StatusOr<std::string> JobManager::ModelPath(const std::string& id) const {
   }
   // Written before the job was published SUCCEEDED, so the file is complete.
   return absl::StrCat(options_.models_dir, "/", id, ".pt");
+}
+
+absl::StatusOr<std::string> JobManager::CheckpointPath(const std::string& id, int32_t epoch,
+                                                       CheckpointInfo* out) const {
+  absl::StatusOr<JobSnapshot> job = Get(id);
+  if (!job.ok()) return job.status();
+  if (options_.data_dir.empty()) {
+    return absl::FailedPreconditionError("this daemon keeps no checkpoints (it has no data folder)");
+  }
+  const std::vector<CheckpointInfo>& list = job->checkpoints;
+  if (list.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "job '", id, "' has no checkpoints (JobSpec.checkpoint_every writes them)"));
+  }
+  const CheckpointInfo* found = nullptr;
+  if (epoch == 0) {
+    found = &list.back();
+  } else {
+    for (const CheckpointInfo& c : list) {
+      if (c.epoch == epoch) found = &c;
+    }
+  }
+  if (found == nullptr) {
+    std::vector<int32_t> epochs;
+    for (const CheckpointInfo& c : list) epochs.push_back(c.epoch);
+    return absl::NotFoundError(absl::StrCat("job '", id, "' has no checkpoint of epoch ", epoch,
+                                            "; it has epochs ", absl::StrJoin(epochs, ", ")));
+  }
+  *out = *found;
+  return absl::StrCat(options_.data_dir, "/", found->path);
 }
 
 void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {

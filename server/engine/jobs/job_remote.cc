@@ -102,6 +102,8 @@ void JobManager::EndOnPeer(const std::shared_ptr<Record>& shared, StartedRunStat
     outcome.host_syncs = there.host_syncs;
     outcome.epochs_done = there.epochs_completed;
     outcome.stopped_early = there.stopped_early;
+    outcome.model_epoch = there.model_epoch;
+    outcome.best_epoch = there.best_epoch;
     outcome.final_loss = there.final_loss;
     outcome.wall_seconds = there.wall_seconds;
     outcome.parameter_count = there.parameter_count;

@@ -516,6 +516,8 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     snap.parameter_count = outcome.parameter_count;
     snap.parameters = std::move(outcome.parameters);
     snap.stopped_early = outcome.stopped_early;
+    snap.model_epoch = outcome.state == JobState::kSucceeded ? outcome.model_epoch : 0;
+    snap.best_epoch = outcome.best_epoch;
     snap.end_time = absl::Now();
     snap.report = report;
   });

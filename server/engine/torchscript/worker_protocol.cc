@@ -196,6 +196,7 @@ void PutSpec(WireWriter& w, const JobSpec& s) {
   w.I64(static_cast<int64_t>(s.early_stop_metric));
   w.I64(s.gradient_accumulation_steps);
   w.Bool(s.drop_last);
+  w.I64(static_cast<int64_t>(s.model_from));
 }
 
 absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
@@ -294,6 +295,8 @@ absl::StatusOr<JobSpec> GetSpec(WireReader& r) {
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(1, kInt32Max, "gradient accumulation steps"));
   s.gradient_accumulation_steps = static_cast<int32_t>(v);
   TRAINERD_ASSIGN_OR_RETURN(s.drop_last, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, static_cast<int>(ModelFrom::kBest), "a model_from"));
+  s.model_from = static_cast<ModelFrom>(v);
   return s;
 }
 
@@ -697,6 +700,8 @@ std::string EncodeWorkerOutcome(const TrainingOutcome& o) {
   w.I64(o.host_syncs);
   w.I64(o.epochs_done);
   w.Bool(o.stopped_early);
+  w.I64(o.model_epoch);
+  w.I64(o.best_epoch);
   w.F64(o.final_loss);
   w.F64(o.wall_seconds);
   w.I64(o.parameter_count);
@@ -736,6 +741,10 @@ absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, in
   TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, max_epochs, "an epoch count"));
   o.epochs_done = static_cast<int32_t>(v);
   TRAINERD_ASSIGN_OR_RETURN(o.stopped_early, r.Bool());
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, o.epochs_done, "a model epoch"));
+  o.model_epoch = static_cast<int32_t>(v);
+  TRAINERD_ASSIGN_OR_RETURN(v, r.Int(0, o.epochs_done, "a best epoch"));
+  o.best_epoch = static_cast<int32_t>(v);
   TRAINERD_ASSIGN_OR_RETURN(o.final_loss, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(o.wall_seconds, r.F64());
   TRAINERD_ASSIGN_OR_RETURN(o.parameter_count, r.Int(0, kMaxRows, "a parameter count"));

@@ -55,6 +55,11 @@ absl::StatusOr<int64_t> WriteCheckpoint(
         "epochs_without_improvement",
         torch::tensor(static_cast<int64_t>(state.epochs_without_improvement), torch::kInt64));
     if (state.generator_state.defined()) meta.write("generator", state.generator_state);
+    meta.write("best_epoch", torch::tensor(static_cast<int64_t>(state.best_epoch), torch::kInt64));
+    if (!state.best_model.empty()) {
+      meta.write("best_model_tensors",
+                 torch::tensor(static_cast<int64_t>(state.best_model.size()), torch::kInt64));
+    }
     if (state.plateau_rate > 0) {
       meta.write("plateau_rate", torch::tensor(state.plateau_rate, torch::kFloat64));
       meta.write("plateau_best", torch::tensor(state.plateau_best, torch::kFloat64));
@@ -64,6 +69,13 @@ absl::StatusOr<int64_t> WriteCheckpoint(
                  torch::tensor(static_cast<int64_t>(state.plateau_cooldown_left), torch::kInt64));
     }
     archive.write(kCheckpointMetaKey, meta);
+    if (!state.best_model.empty()) {
+      torch::serialize::OutputArchive best_archive;
+      for (size_t k = 0; k < state.best_model.size(); ++k) {
+        best_archive.write(std::to_string(k), state.best_model[k]);
+      }
+      archive.write(kCheckpointBestModelKey, best_archive);
+    }
     if (save_loss_scaler) {
       torch::serialize::OutputArchive scaler_archive;
       save_loss_scaler(scaler_archive);
@@ -147,6 +159,25 @@ absl::StatusOr<LoopState> ReadCheckpoint(
     torch::Tensor best_accuracy;
     if (meta.try_read("best_validation_accuracy", best_accuracy)) {
       state.best_validation_accuracy = best_accuracy.to(torch::kCPU).item<double>();
+    }
+    torch::Tensor best_epoch;
+    if (meta.try_read("best_epoch", best_epoch)) {
+      state.best_epoch = static_cast<int32_t>(best_epoch.to(torch::kCPU).item<int64_t>());
+    }
+    torch::Tensor best_count;
+    if (meta.try_read("best_model_tensors", best_count)) {
+      const int64_t count = best_count.to(torch::kCPU).item<int64_t>();
+      if (count < 0 || count > kMaxCheckpointBestTensors) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "cannot resume from checkpoint '", path, "': it names ", count, " best-epoch tensors"));
+      }
+      torch::serialize::InputArchive best_archive;
+      archive.read(kCheckpointBestModelKey, best_archive);
+      for (int64_t k = 0; k < count; ++k) {
+        torch::Tensor value;
+        best_archive.read(std::to_string(k), value);
+        state.best_model.push_back(value);
+      }
     }
     torch::Tensor generator;
     if (meta.try_read("generator", generator)) state.generator_state = generator.to(torch::kCPU);

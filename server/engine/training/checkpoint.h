@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -20,8 +21,9 @@ inline constexpr char kCheckpointsFolder[] = "checkpoints";
 // "epoch-000010.pt": zero-padded so that a folder listing sorts by epoch (resume picks the last).
 std::string CheckpointFileName(int32_t epoch);
 
-// The archive's top-level entries. A checkpoint is a torch::serialize::OutputArchive holding
-// three sub-archives: kCheckpointModelKey (Module::save: parameters and buffers by name),
+// The archive's top-level entries. A checkpoint is a torch::serialize::OutputArchive (the file
+// torch::save writes: a ZIP of TorchScript's serialisation, which torch.jit.load and
+// torch.load's TorchScript reader open) holding three sub-archives: kCheckpointModelKey (Module::save: parameters and buffers by name),
 // kCheckpointOptimizerKey (Optimizer::save: per-parameter state, step counters included, and the
 // param groups' options) and kCheckpointMetaKey (the LoopState below, scalars by name).
 inline constexpr char kCheckpointModelKey[] = "model";
@@ -30,6 +32,12 @@ inline constexpr char kCheckpointMetaKey[] = "meta";
 // fp16 jobs only: LossScaler::Save (float32 "scale", int32 "growth_tracker"), so that a resumed
 // job keeps its settled scale instead of overflowing its way down from 2^16 again.
 inline constexpr char kCheckpointLossScalerKey[] = "loss_scaler";
+// Jobs that hand back their best epoch: that epoch's parameters and buffers (LoopState::best_model),
+// named "0", "1", ... in the path's ModelTensors() order; the meta's "best_model_tensors" counts
+// them.
+inline constexpr char kCheckpointBestModelKey[] = "best_model";
+// A sanity bound on that count before anything is read (a model has far fewer tensors).
+inline constexpr int64_t kMaxCheckpointBestTensors = int64_t{1} << 20;
 
 // What a job's future depends on besides its model, optimizer and loss scaler: with them, a job
 // resumed from epoch k trains exactly as if it had never stopped.
@@ -50,6 +58,12 @@ struct LoopState {
   double best_validation_loss = 0;
   double best_validation_accuracy = -std::numeric_limits<double>::infinity();
   int32_t epochs_without_improvement = 0;
+  // The best validation epoch so far (0: none, or a checkpoint of an older build) and, for a job
+  // that hands back its best epoch (JobSpec::model_from), that epoch's weights: the path's
+  // ModelTensors() in their order, on the job's device (kCheckpointBestModelKey; empty when the
+  // job keeps none, or in checkpoints of older builds).
+  int32_t best_epoch = 0;
+  std::vector<torch::Tensor> best_model;
   // Schedule plateau (ReduceLROnPlateau): its rate, best validation loss, epochs since it and
   // cooldown epochs left after `epoch`. Absent (plateau_rate 0) in other jobs' checkpoints.
   double plateau_rate = 0;

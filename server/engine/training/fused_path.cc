@@ -162,6 +162,14 @@ class FusedCpuPath final : public TrainingPath {
   std::vector<torch::Tensor> ExtraEpochValues() override { return {}; }
   void AfterTransfer(const double* /*extra_values*/) override {}
 
+  // The kernels read the parameters' memory in place: copies into these tensors are what the next
+  // step sees.
+  std::vector<torch::Tensor> ModelTensors() override {
+    std::vector<torch::Tensor> out = sequential_->parameters();
+    for (const torch::Tensor& b : sequential_->buffers()) out.push_back(b);
+    return out;
+  }
+
   absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
                                           const LoopState& state) override {
     return engine::WriteCheckpoint(

@@ -71,6 +71,18 @@ class TrainableModel {
     for (torch::Tensor p : script_->parameters()) out.push_back(p.requires_grad_(true));
     return out;
   }
+  // Parameters, then buffers, as the module lists them.
+  std::vector<torch::Tensor> tensors() {
+    std::vector<torch::Tensor> out;
+    if (!script_) {
+      out = sequential_->parameters();
+      for (const torch::Tensor& b : sequential_->buffers()) out.push_back(b);
+      return out;
+    }
+    for (const torch::Tensor& p : script_->parameters()) out.push_back(p);
+    for (const torch::Tensor& b : script_->buffers()) out.push_back(b);
+    return out;
+  }
   // Checkpoints: Module::save/load for a Sequential; a TorchScript module's parameters and buffers
   // by flat name ("fc.weight").
   void Save(torch::serialize::OutputArchive& archive) {
@@ -280,6 +292,8 @@ class LibTorchPath final : public TrainingPath {
     // Before any checkpoint of this epoch, so that saved step counts are the true ones.
     LossScaler::CorrectStepCounters(*optimizer_, std::llround(extra_values[1]));
   }
+
+  std::vector<torch::Tensor> ModelTensors() override { return net_.tensors(); }
 
   absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
                                           const LoopState& state) override {

@@ -187,6 +187,7 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
                             schedule_->total_units(), ": ", spec_.epochs, " epochs of ",
                             schedule_->total_units() / std::max(spec_.epochs, 1), ")"));
   }
+  keep_best_ = spec_.hands_back_best() && val_rows_ > 0;
   if (!run_.resume_from.empty()) {
     if (resumed.plateau_rate > 0) {
       schedule_->set_plateau({resumed.plateau_rate, resumed.plateau_best,
@@ -195,6 +196,32 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
     best_val_loss_ = resumed.best_validation_loss;
     best_val_accuracy_ = resumed.best_validation_accuracy;
     epochs_without_improvement_ = resumed.epochs_without_improvement;
+    best_epoch_ = resumed.best_epoch;
+    // The best epoch's weights as the checkpoint kept them. A checkpoint without them (an older
+    // build's, or a job that kept none) leaves the best to the epochs after the resume: the model
+    // handed back is the best of those, or the last.
+    if (keep_best_ && !resumed.best_model.empty()) {
+      const std::vector<torch::Tensor> now = path_->ModelTensors();
+      if (resumed.best_model.size() != now.size()) {
+        return End(JobState::kFailed,
+                   absl::StrCat("cannot resume from checkpoint '", run_.resume_from, "': it keeps ",
+                                resumed.best_model.size(), " best-epoch tensors; the model has ",
+                                now.size()));
+      }
+      for (size_t k = 0; k < now.size(); ++k) {
+        if (!resumed.best_model[k].sizes().equals(now[k].sizes()) ||
+            resumed.best_model[k].scalar_type() != now[k].scalar_type()) {
+          return End(JobState::kFailed,
+                     absl::StrCat("cannot resume from checkpoint '", run_.resume_from,
+                                  "': its best-epoch tensor ", k, " is shaped ",
+                                  c10::str(resumed.best_model[k].sizes()), "; the model's is ",
+                                  c10::str(now[k].sizes())));
+        }
+      }
+      best_model_ = std::move(resumed.best_model);
+    } else if (keep_best_) {
+      best_epoch_ = 0;
+    }
     if (resumed.generator_state.defined()) {
       std::lock_guard<std::mutex> lock(gen_.mutex());
       gen_.set_state(resumed.generator_state);
@@ -343,6 +370,8 @@ bool MemberLoop::AfterTransfer(const double* value) {
     }
     if (improved) {
       epochs_without_improvement_ = 0;
+      best_epoch_ = epoch_;
+      if (keep_best_) KeepBest();
     } else {
       ++epochs_without_improvement_;
     }
@@ -385,6 +414,8 @@ bool MemberLoop::AfterTransfer(const double* value) {
       state.best_validation_loss = best_val_loss_;
       state.best_validation_accuracy = best_val_accuracy_;
       state.epochs_without_improvement = epochs_without_improvement_;
+      state.best_epoch = best_epoch_;
+      if (keep_best_) state.best_model = best_model_;
       if (spec_.schedule.kind == ScheduleKind::kPlateau) {
         const PlateauState& plateau = schedule_->plateau();
         state.plateau_rate = plateau.rate;
@@ -418,9 +449,33 @@ bool MemberLoop::AfterTransfer(const double* value) {
   return true;
 }
 
+// The best epoch's weights copied aside on the device (the first time, allocated by the clone).
+// Queued on the job's stream after the epoch's steps: nothing is read on the host.
+void MemberLoop::KeepBest() {
+  torch::NoGradGuard no_grad;
+  const std::vector<torch::Tensor> now = path_->ModelTensors();
+  if (best_model_.size() != now.size()) {
+    best_model_.clear();
+    for (const torch::Tensor& t : now) best_model_.push_back(t.detach().clone());
+    return;
+  }
+  for (size_t k = 0; k < now.size(); ++k) best_model_[k].copy_(now[k]);
+}
+
 void MemberLoop::Finish() {
   loop_end_seconds_ = SecondsSince(start_);
   outcome_.loop_host_transfer_seconds = host_.seconds();
+  outcome_.best_epoch = best_epoch_;
+  outcome_.model_epoch = epoch_;
+  if (keep_best_ && !best_model_.empty() && best_epoch_ > 0) {
+    outcome_.model_epoch = best_epoch_;
+    if (best_epoch_ != epoch_) {
+      torch::NoGradGuard no_grad;
+      const std::vector<torch::Tensor> now = path_->ModelTensors();
+      for (size_t k = 0; k < now.size(); ++k) now[k].copy_(best_model_[k]);
+    }
+    best_model_.clear();
+  }
   absl::StatusOr<std::string> archive = path_->Finish(host_, outcome_);
   if (!archive.ok()) {
     End(JobState::kFailed, std::string(archive.status().message()));
@@ -437,6 +492,7 @@ bool MemberLoop::End(JobState state, std::string error) {
   if (!error.empty()) outcome_.error = std::move(error);
   batches_.reset();
   val_batches_.reset();
+  best_model_.clear();
   path_.reset();
   return false;
 }

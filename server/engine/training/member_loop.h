@@ -241,6 +241,14 @@ class MemberLoop {
   double best_val_loss_ = std::numeric_limits<double>::infinity();
   double best_val_accuracy_ = -std::numeric_limits<double>::infinity();
   int32_t epochs_without_improvement_ = 0;
+  // The best validation epoch so far (0 before one) and, when the job hands back its best
+  // (keep_best_: JobSpec::hands_back_best with validation rows), a device copy of its
+  // ModelTensors(), refreshed at each improvement (a copy on the device, no host sync) and put
+  // back into the model before Finish.
+  int32_t best_epoch_ = 0;
+  bool keep_best_ = false;
+  std::vector<torch::Tensor> best_model_;
+  void KeepBest();
   std::optional<EpochBatches> batches_;
   std::optional<EpochBatches> val_batches_;
   int val_loss_at_ = -1;  // each value's place in the transfer; -1 when the job has no such value

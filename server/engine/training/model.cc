@@ -119,6 +119,11 @@ absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& data
                        LossKindName(spec.loss), "; watch the validation loss instead"));
     }
   }
+  if (spec.model_from == ModelFrom::kBest && !spec.has_validation()) {
+    return absl::InvalidArgumentError(
+        "model_from best hands back the best validation epoch's weights; give a validation "
+        "fraction or a validation dataset, or model_from last");
+  }
   if (f > 0) {
     const int64_t held_out = HeldOutRows(f, dataset.rows);
     if (held_out < 1) {

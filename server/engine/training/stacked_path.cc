@@ -216,6 +216,15 @@ class StackedPack::Impl {
         std::function<void(torch::serialize::OutputArchive&)>());
   }
 
+  // Member `i`'s slot of the stacked parameters, as views (a spec-built model of linear layers and
+  // activations has no buffers).
+  std::vector<torch::Tensor> MemberTensors(size_t i) {
+    Build();
+    std::vector<torch::Tensor> out;
+    for (const torch::Tensor& p : parameters_) out.push_back(p.select(/*dim=*/0, static_cast<int64_t>(i)));
+    return out;
+  }
+
   absl::StatusOr<std::string> Finish(size_t i, HostTransfers& host, TrainingOutcome& outcome) {
     torch::nn::Sequential& model = CopySlotToModel(i);
     return FinishSequential(model, model_spec_, feature_shape_, device_, host, outcome);
@@ -517,6 +526,7 @@ class StackedMemberPath final : public TrainingPath {
   torch::Tensor validation_correct() const override { return pack_->validation_correct(slot_); }
   std::vector<torch::Tensor> ExtraEpochValues() override { return {}; }
   void AfterTransfer(const double* /*extra_values*/) override {}
+  std::vector<torch::Tensor> ModelTensors() override { return pack_->MemberTensors(slot_); }
   absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
                                           const LoopState& state) override {
     return pack_->WriteCheckpoint(slot_, path, state);

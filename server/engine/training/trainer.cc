@@ -317,6 +317,9 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
   std::atomic<bool> drain_agreed{false};
   run.drain = &drain_agreed;
   if (rank != 0) {
+    // Rank 0 hands back the model (its best epoch's when the job keeps it); the others keep no
+    // copy of theirs, which is the same model.
+    run.spec.model_from = ModelFrom::kLast;
     run.on_epoch = nullptr;
     run.checkpoint_dir.clear();
     run.on_checkpoint = nullptr;

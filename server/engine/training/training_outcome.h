@@ -25,6 +25,11 @@ struct TrainingOutcome {
   int64_t host_syncs = 0;
   int32_t epochs_done = 0;
   bool stopped_early = false;  // kSucceeded after fewer than spec.epochs (early stopping)
+  // The epoch whose weights model_archive holds (kSucceeded: the last epoch, or the best when the
+  // job hands back its best, JobSpec::model_from), and the best validation epoch (0 without
+  // validation).
+  int32_t model_epoch = 0;
+  int32_t best_epoch = 0;
   double final_loss = 0.0;
   double wall_seconds = 0.0;
   int64_t parameter_count = 0;

@@ -127,6 +127,11 @@ class TrainingPath {
   // stacked paths, today): the job must then run on one that can. With an exchange, a Step on no
   // rows (a rank's empty slice of a short last global batch) still exchanges and updates.
   virtual bool SetGradientExchange(GradientExchange* exchange) { return false; }
+  // The model's parameters and buffers (batchnorm's running statistics), in an order fixed for
+  // the path's life: the tensors themselves (or views of them), so that copying into them under
+  // NoGradGuard sets the model. The loop keeps the best validation epoch's weights by copying
+  // these on the device, and puts them back before Finish (JobSpec::model_from).
+  virtual std::vector<torch::Tensor> ModelTensors() = 0;
   // Checkpoints: the model, the optimizer and the path's own state with the loop's `state`.
   virtual absl::StatusOr<int64_t> WriteCheckpoint(const std::string& path,
                                                   const LoopState& state) = 0;
