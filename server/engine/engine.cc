@@ -277,6 +277,12 @@ absl::StatusOr<std::string> Engine::ModelArchivePath(const std::string& id) cons
   return impl_->jobs.ModelPath(id);
 }
 
+absl::StatusOr<Engine::StateDictFile> Engine::StateDictPath(const std::string& id) const {
+  absl::StatusOr<std::pair<std::string, std::string>> file = impl_->jobs.StateDictPath(id);
+  if (!file.ok()) return file.status();
+  return StateDictFile{std::move(file->first), std::move(file->second)};
+}
+
 void Engine::UnsubscribeJob(const std::string& id, const JobEventSink* sink) {
   impl_->jobs.Unsubscribe(id, sink);
 }
