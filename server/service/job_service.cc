@@ -359,8 +359,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
   CallerSlots::Slot slot_;
 };
 
-// Streams a succeeded job's TorchScript archive from <data_dir>/models/<id>.pt in chunks of at
-// most kModelChunkBytes. One write in flight: the next chunk is read in OnWriteDone, so at most one
+// Streams a succeeded job's TorchScript archive from <data_dir>/models/<id>.pt (or its state_dict
+// from <id>.safetensors) in chunks of at most kModelChunkBytes. One write in flight: the next chunk is read in OnWriteDone, so at most one
 // chunk is in memory whatever the model's size. That read is a small local file read (1 MiB from
 // a file the engine wrote and fsynced, normally still in the page cache), which the service
 // accepts on a reaction instead of adding a hop to the engine's I/O thread per chunk. Finish is
@@ -372,23 +372,40 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
   static constexpr int64_t kModelChunkBytes = int64_t{1} << 20;
 
   // Called once, from DownloadModel, before any reaction can run.
-  void Start(engine::Engine* engine, const std::string& id, const absl::Status& access) {
+  void Start(engine::Engine* engine, const std::string& id, v1::ModelFormat format,
+             const absl::Status& access) {
     if (!access.ok()) {
       Finish(ToGrpcStatus(access));
       return;
     }
-    const absl::StatusOr<std::string> path = engine->ModelArchivePath(id);
-    if (!path.ok()) {
-      Finish(ToGrpcStatus(path.status()));
+    if (format == v1::MODEL_FORMAT_SAFETENSORS) {
+      const absl::StatusOr<engine::Engine::StateDictFile> file = engine->StateDictPath(id);
+      if (!file.ok()) {
+        Finish(ToGrpcStatus(file.status()));
+        return;
+      }
+      path_ = file->path;
+      expected_sha256_ = file->sha256;
+    } else if (format == v1::MODEL_FORMAT_UNSPECIFIED || format == v1::MODEL_FORMAT_TORCHSCRIPT) {
+      const absl::StatusOr<std::string> path = engine->ModelArchivePath(id);
+      if (!path.ok()) {
+        Finish(ToGrpcStatus(path.status()));
+        return;
+      }
+      path_ = *path;
+      if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
+        expected_sha256_ = job->model_sha256;  // empty for models of older builds: not checked
+      }
+    } else {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("format must be MODEL_FORMAT_TORCHSCRIPT (1) or "
+                                       "MODEL_FORMAT_SAFETENSORS (2); got ",
+                                       static_cast<int>(format))));
       return;
     }
     id_ = id;
-    path_ = *path;
-    if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
-      expected_sha256_ = job->model_sha256;  // empty for models of older builds: not checked
-    }
     errno = 0;
-    file_.open(*path, std::ios::binary | std::ios::ate);
+    file_.open(path_, std::ios::binary | std::ios::ate);
     if (!file_) {
       // Only a file that is there and cannot be read is lost data: a job deleted since the
       // lookup is NOT_FOUND, and a daemon out of descriptors is RESOURCE_EXHAUSTED (try again).
@@ -700,7 +717,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* JobServiceImpl::WatchJob(
 grpc::ServerWriteReactor<v1::ModelChunk>* JobServiceImpl::DownloadModel(
     grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) {
   auto* reactor = new ModelDownloadReactor();
-  reactor->Start(engine_, request->id(),
+  reactor->Start(engine_, request->id(), request->format(),
                  CheckJobAccess(engine_, CallContextOf(context, authenticator_), request->id()));
   return reactor;
 }
