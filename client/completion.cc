@@ -30,6 +30,7 @@ constexpr ValueKind kValueKinds[] = {
     {"anneal-strategy", "cos linear"},
     {"precision", "fp32 bf16 fp16"},
     {"engine", "auto fused libtorch"},
+    {"format", "torchscript safetensors"},
     {"early-stop-metric", "loss accuracy"},
     {"priority", "high normal low"},
     {"device", "auto cpu cuda cuda:0"},

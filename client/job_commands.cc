@@ -122,6 +122,11 @@ int WatchJob(const CommandContext& context, const std::string& id) {
   return kExitFailure;
 }
 
+// The --format word of a model format.
+const char* FormatName(v1::ModelFormat format) {
+  return format == v1::MODEL_FORMAT_SAFETENSORS ? "safetensors" : "torchscript";
+}
+
 }  // namespace
 
 int Submit(const CommandContext& context) {
@@ -356,6 +361,17 @@ int JobModel(const CommandContext& context) {
     }
     max_bytes = size->bytes;
   }
+  v1::ModelFormat format = v1::MODEL_FORMAT_TORCHSCRIPT;
+  if (context.invocation.Has("format")) {
+    const std::string name = absl::AsciiStrToLower(context.invocation.Get("format"));
+    if (name == "safetensors") {
+      format = v1::MODEL_FORMAT_SAFETENSORS;
+    } else if (name != "torchscript") {
+      return UsageFailure(absl::InvalidArgumentError(
+          absl::StrCat("--format takes torchscript or safetensors, not '",
+                       context.invocation.Get("format"), "'")));
+    }
+  }
   if (to_stdout && (context.structured || context.names)) {
     return UsageFailure(absl::InvalidArgumentError(
         "'job model' without --file writes the model to standard output; -o describes a file "
@@ -378,6 +394,7 @@ int JobModel(const CommandContext& context) {
   std::ostream& out = to_stdout ? std::cout : file;
   v1::DownloadModelRequest request;
   request.set_id(id);
+  request.set_format(format);
   grpc::ClientContext call;
   // The deadline covers the whole download: a model is far smaller than a dataset, but give it
   // the upload's allowance so that a large model on a slow link is not cut off.
@@ -443,10 +460,13 @@ int JobModel(const CommandContext& context) {
     // No message of its own to print: the fields as JSON, int64 as a string like the others.
     return PrintStructured(context.format,
                            absl::StrCat("{\n \"job\": ", JsonString(id), ",\n \"path\": ",
-                                        JsonString(path), ",\n \"bytes\": \"", written, "\"\n}"),
+                                        JsonString(path), ",\n \"format\": ",
+                                        JsonString(FormatName(format)), ",\n \"bytes\": \"",
+                                        written, "\"\n}"),
                            /*stream=*/false);
   }
-  return PrintText(absl::StrCat("wrote model of ", id, " to ", path, " (", written, " bytes)\n"));
+  return PrintText(absl::StrCat("wrote model of ", id, " to ", path, " (",
+                                FormatName(format), ", ", written, " bytes)\n"));
 }
 
 }  // namespace trainerd::client
