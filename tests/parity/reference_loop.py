@@ -28,6 +28,8 @@ class Result:
     steps: int
     # per epoch: the rate of its first step (what EpochResult.learning_rate reports)
     learning_rates: list[float] = dataclasses.field(default_factory=list)
+    # the trained model's state_dict(), buffers included, in its order
+    state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def held_out_rows(fraction: float, rows: int) -> int:
@@ -201,4 +203,5 @@ def train(
     result.parameters = {
         name: p.detach().numpy().copy() for name, p in model.named_parameters()
     }
+    result.state = {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
     return result
