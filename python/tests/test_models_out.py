@@ -214,3 +214,33 @@ def test_trainctl_writes_the_same_safetensors(
 def test_a_format_the_daemon_does_not_know_is_refused(mlp_job: trainerd.Job) -> None:
     with pytest.raises(ValueError, match="format must be 'torchscript' or 'safetensors'"):
         mlp_job.model_bytes(format="onnx")
+
+
+def test_aio_state_dict_module_and_export(
+    daemon: Daemon, mlp_job: trainerd.Job, tmp_path: Path
+) -> None:
+    import asyncio
+
+    import trainerd.aio
+
+    xv, _ = class_data(20, seed=9)
+    with torch.no_grad():
+        expected = mlp_job.module()(torch.from_numpy(xv))
+
+    async def main() -> None:
+        async with trainerd.aio.Client(daemon.address) as client:
+            job = await client.job(mlp_job.id)
+            state = await job.state_dict()
+            assert list(state.keys()) == list(mlp_job.state_dict().keys())
+            module = await job.module()
+            path = await job.export(tmp_path / "aio.pt2")
+            with torch.no_grad():
+                torch.testing.assert_close(module(torch.from_numpy(xv)), expected)
+                torch.testing.assert_close(
+                    torch.export.load(str(path)).module()(torch.from_numpy(xv)), expected
+                )
+            assert (await job.model_bytes(format="safetensors")) == mlp_job.model_bytes(
+                format="safetensors"
+            )
+
+    asyncio.run(main())
