@@ -975,7 +975,7 @@ TEST_F(EndToEndTest, JobModelFormatSafetensorsWritesNnSequentialsStateDict) {
   v1::Job job;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
   ASSERT_EQ(job.parameters_size(), 4);
-  for (const v1::ParameterValues& p : job.parameters()) {
+  for (const v1::Parameter& p : job.parameters()) {
     const std::vector<float> values = Float32Tensor(bytes, *file, p.name());
     ASSERT_EQ(static_cast<int>(values.size()), p.values_size()) << p.name();
     for (int i = 0; i < p.values_size(); ++i) {
