@@ -555,8 +555,7 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
     outcome = *std::move(reported);
     outcome.engine = "libtorch-worker";
     outcome.worker_sandbox = std::move(sandbox);
-    if (outcome.state == JobState::kSucceeded &&
-        (outcome.model_archive.empty() || outcome.state_dict.empty())) {
+    if (outcome.state == JobState::kSucceeded && outcome.model_archive.empty()) {
       return fail("the job's worker reported success without a model");
     }
     // The model is served to its owner, whose torch.jit.load trusts it: it is checked as a
@@ -568,7 +567,8 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
         return fail(
             absl::StrCat("the job's worker sent a model that is not kept: ", sound.message()));
       }
-      // Its state_dict is served as safetensors, which readers trust to be well formed.
+      // Its state_dict (none is not one) is served as safetensors, which readers trust to be
+      // well formed.
       if (absl::Status sound = ParseSafetensors(outcome.state_dict).status(); !sound.ok()) {
         outcome.state_dict.clear();
         return fail(absl::StrCat("the job's worker sent a state_dict that is not kept: ",
