@@ -231,10 +231,15 @@ const std::vector<CommandSpec>& Commands() {
        /*min_args=*/1,
        /*max_args=*/1,
        "Download a succeeded job's trained model",
-       "Downloads the trained model of job ID as a TorchScript archive, which Python loads with\n"
-       "torch.jit.load(FILE) and C++ with torch::jit::load(FILE). Its forward takes a float32\n"
-       "batch shaped like the dataset's features and returns the model's output, in eval form\n"
-       "(dropout off, batchnorm on its running statistics). With --file the file is written\n"
+       "Downloads the trained model of job ID. --format torchscript (the default): a TorchScript\n"
+       "archive, which Python loads with torch.jit.load(FILE) and C++ with torch::jit::load(FILE);\n"
+       "its forward takes a float32 batch shaped like the dataset's features and returns the\n"
+       "model's output, in eval form (dropout off, batchnorm on its running statistics).\n"
+       "--format safetensors: the trained weights as a safetensors state_dict, which loads\n"
+       "without running code (safetensors.torch.load_file(FILE)); a spec-built model's names are\n"
+       "nn.Sequential's (0.weight, 0.bias, 2.weight, ...), so that nn.Sequential built from the\n"
+       "same spec takes it with load_state_dict, and a TorchScript job's are its module's own.\n"
+       "With --file the file is written\n"
        "whole or not at all; without it the archive goes to standard output, which must then\n"
        "not be a terminal. Only a job that succeeded has a model. -o is the output format, as\n"
        "everywhere: with --file, -o json or yaml describes what was written. The download takes\n"
@@ -242,8 +247,11 @@ const std::vector<CommandSpec>& Commands() {
        "that declares more, or sends more than it declared, is stopped and nothing is kept.\n"
        "\n"
        "  trainctl job model job-0123456789ab -f model.pt\n"
-       "  trainctl job model job-0123456789ab > model.pt\n",
+       "  trainctl job model job-0123456789ab > model.pt\n"
+       "  trainctl job model job-0123456789ab --format safetensors -f model.safetensors\n",
        {{"file", "FILE", "where to write the model (default: standard output)", "f"},
+        {"format", "FORMAT",
+         "torchscript (default: the archive for torch.jit.load) or safetensors (the state_dict)"},
         {"max-size", "SIZE",
          "the largest model to download, e.g. 512MiB (default 8256MiB: the largest model the "
          "daemon trains)"}}},

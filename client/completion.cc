@@ -30,6 +30,7 @@ constexpr ValueKind kValueKinds[] = {
     {"anneal-strategy", "cos linear"},
     {"precision", "fp32 bf16 fp16"},
     {"engine", "auto fused libtorch"},
+    {"format", "torchscript safetensors"},
     {"early-stop-metric", "loss accuracy"},
     {"model-from", "best last"},
     {"priority", "high normal low"},

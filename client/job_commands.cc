@@ -124,6 +124,11 @@ int WatchJob(const CommandContext& context, const std::string& id) {
   return kExitFailure;
 }
 
+// The --format word of a model format.
+const char* FormatName(v1::ModelFormat format) {
+  return format == v1::MODEL_FORMAT_SAFETENSORS ? "safetensors" : "torchscript";
+}
+
 }  // namespace
 
 int Submit(const CommandContext& context) {
@@ -352,7 +357,8 @@ constexpr int64_t kMaxCheckpointDownloadBytes =
 // given): a daemon that declares too much, or sends more than it declared, is cancelled at once
 // and nothing is kept.
 int DownloadJobFile(
-    const CommandContext& context, const std::string& what, int64_t default_max,
+    const CommandContext& context, const std::string& what, const std::string& format,
+    int64_t default_max,
     const std::function<std::unique_ptr<grpc::ClientReader<v1::ModelChunk>>(grpc::ClientContext*)>&
         start) {
   const std::string& id = context.invocation.args.at(0);
@@ -458,20 +464,37 @@ int DownloadJobFile(
     // No message of its own to print: the fields as JSON, int64 as a string like the others.
     return PrintStructured(context.format,
                            absl::StrCat("{\n \"job\": ", JsonString(id), ",\n \"path\": ",
-                                        JsonString(path), ",\n \"bytes\": \"", written, "\"\n}"),
+                                        JsonString(path),
+                                        format.empty()
+                                            ? std::string()
+                                            : absl::StrCat(",\n \"format\": ", JsonString(format)),
+                                        ",\n \"bytes\": \"", written, "\"\n}"),
                            /*stream=*/false);
   }
-  return PrintText(
-      absl::StrCat("wrote ", what, " of ", id, " to ", path, " (", written, " bytes)\n"));
+  return PrintText(absl::StrCat("wrote ", what, " of ", id, " to ", path, " (",
+                                format.empty() ? "" : absl::StrCat(format, ", "), written,
+                                " bytes)\n"));
 }
 
 }  // namespace
 
-// Downloads job ID's model (DownloadJobFile).
+// Downloads job ID's model (DownloadJobFile) in --format's form: TorchScript (the default) or
+// a safetensors state_dict.
 int JobModel(const CommandContext& context) {
   v1::DownloadModelRequest request;
   request.set_id(context.invocation.args.at(0));
-  return DownloadJobFile(context, "model", kMaxModelDownloadBytes,
+  request.set_format(v1::MODEL_FORMAT_TORCHSCRIPT);
+  if (context.invocation.Has("format")) {
+    const std::string name = absl::AsciiStrToLower(context.invocation.Get("format"));
+    if (name == "safetensors") {
+      request.set_format(v1::MODEL_FORMAT_SAFETENSORS);
+    } else if (name != "torchscript") {
+      return UsageFailure(absl::InvalidArgumentError(
+          absl::StrCat("--format takes torchscript or safetensors, not '",
+                       context.invocation.Get("format"), "'")));
+    }
+  }
+  return DownloadJobFile(context, "model", FormatName(request.format()), kMaxModelDownloadBytes,
                          [&](grpc::ClientContext* call) {
                            return context.connection.jobs().DownloadModel(call, request);
                          });
@@ -487,7 +510,7 @@ int JobCheckpoint(const CommandContext& context) {
     if (!epoch.ok()) return UsageFailure(epoch.status());
     request.set_epoch(static_cast<int32_t>(*epoch));
   }
-  return DownloadJobFile(context, "checkpoint", kMaxCheckpointDownloadBytes,
+  return DownloadJobFile(context, "checkpoint", "", kMaxCheckpointDownloadBytes,
                          [&](grpc::ClientContext* call) {
                            return context.connection.jobs().DownloadCheckpoint(call, request);
                          });

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The Python client's virtual environment: made once, with ./python[torch,pandas,progress,test,
-# notebook] installed into it and reinstalled whenever the package's sources (or the .proto files)
-# changed. Prints the environment's python on stdout; what it does goes to stderr. Shared by
+# The Python client's virtual environment: made once, with ./python[torch,safetensors,pandas,
+# progress,test,notebook] installed into it and reinstalled whenever the package's sources (or the
+# .proto files) changed. Prints the environment's python on stdout; what it does goes to stderr. Shared by
 # python/run_tests.sh and bench/run.sh (`make test`, `make bench`).
 #
 #   python/venv.sh [PYTHON]
@@ -36,7 +36,7 @@ if [ "$source_site" != "$site" ]; then
 fi
 
 # What the installed package was built from: its sources and the .proto files.
-extras="torch,pandas,progress,test,notebook"
+extras="torch,safetensors,pandas,progress,test,notebook"
 stamp_file="$venv/.trainerd-pyclient-stamp"
 stamp="$(cd "$repo" && {
   find python/setup.py python/pyproject.toml python/README.md python/trainerd proto/trainerd \

@@ -84,10 +84,12 @@ from trainerd.jobs import (
     JobState,
     ModelReceiver,
     _checkpoint_epoch,
+    download_request,
     epochs_of_event,
     load_model,
     write_atomically,
 )
+from trainerd._models import StateDict, export_program, load_into, parse_state_dict
 from trainerd.sweeps import SweepBase
 from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
 
@@ -339,9 +341,14 @@ class Job(JobBase):
         await self.refresh()
 
     async def model_bytes(
-        self, *, timeout: float | None = None, max_bytes: int = MAX_MODEL_BYTES
+        self,
+        *,
+        timeout: float | None = None,
+        max_bytes: int = MAX_MODEL_BYTES,
+        format: str = "torchscript",
     ) -> bytes:
-        """The trained model's archive, bounded as :meth:`trainerd.Job.model_bytes` is."""
+        """The trained model's bytes in ``format``, as :meth:`trainerd.Job.model_bytes`."""
+        request = download_request(self.id, format)
         receiver = ModelReceiver(self.id, max_bytes)
         await self._client._ensure_compatible()  # noqa: SLF001
         transport = self._client._transport  # noqa: SLF001
@@ -349,8 +356,7 @@ class Job(JobBase):
         # Closing the stream (a refusal included) cancels the call at once.
         async with contextlib.aclosing(
             transport.stream(
-                _JOBS + "DownloadModel", jobs_pb2.DownloadModelRequest(id=self.id),
-                jobs_pb2.ModelChunk, timeout=deadline,
+                _JOBS + "DownloadModel", request, jobs_pb2.ModelChunk, timeout=deadline,
             )
         ) as chunks:
             async for chunk in chunks:
@@ -362,6 +368,21 @@ class Job(JobBase):
         model = load_model(await self.model_bytes(max_bytes=max_bytes), map_location)
         await self._client._check_torch()  # noqa: SLF001
         return model
+
+    async def state_dict(self, *, max_bytes: int = MAX_MODEL_BYTES) -> StateDict:
+        """The trained weights (see :meth:`trainerd.Job.state_dict`)."""
+        return parse_state_dict(await self.model_bytes(max_bytes=max_bytes, format="safetensors"))
+
+    async def module(self, module: Any = None, *, max_bytes: int = MAX_MODEL_BYTES) -> Any:
+        """The trained model as an ``nn.Module`` (see :meth:`trainerd.Job.module`)."""
+        return load_into(self.id, await self.state_dict(max_bytes=max_bytes), module)
+
+    async def export(
+        self, path: str | os.PathLike[str], module: Any = None, *, max_bytes: int = MAX_MODEL_BYTES
+    ) -> Path:
+        """The trained model saved as a ``.pt2`` program (see :meth:`trainerd.Job.export`)."""
+        state = await self.state_dict(max_bytes=max_bytes)
+        return export_program(load_into(self.id, state, module), state.feature_shape, path)
 
     async def save_model(
         self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainerd._display import DisplayArg, JobDisplay, job_display, job_html
+from trainerd._models import StateDict, export_program, load_into, parse_state_dict
 from trainerd._optional import import_torch
 from trainerd._spec_view import JobSpecView
 from trainerd._split import held_out_rows
@@ -209,6 +210,17 @@ class ModelReceiver:
     def result(self) -> bytes:
         """The whole archive; TrainerdError when the stream ended before the declared size."""
         return checked_model(self._job_id, self._buffer.getvalue(), self._total, self._what)
+
+
+def download_request(job_id: str, format: str) -> jobs_pb2.DownloadModelRequest:
+    """DownloadModel's request for ``format`` ("torchscript" or "safetensors")."""
+    formats = {
+        "torchscript": jobs_pb2.MODEL_FORMAT_TORCHSCRIPT,
+        "safetensors": jobs_pb2.MODEL_FORMAT_SAFETENSORS,
+    }
+    if format not in formats:
+        raise ValueError(f"format must be 'torchscript' or 'safetensors', not {format!r}")
+    return jobs_pb2.DownloadModelRequest(id=job_id, format=formats[format])
 
 
 def load_model(data: bytes, map_location: str) -> Any:
@@ -636,20 +648,25 @@ class Job(JobBase):
         self.refresh()
 
     def model_bytes(
-        self, *, timeout: float | None = None, max_bytes: int = MAX_MODEL_BYTES
+        self,
+        *,
+        timeout: float | None = None,
+        max_bytes: int = MAX_MODEL_BYTES,
+        format: str = "torchscript",
     ) -> bytes:
-        """The trained model as the bytes of a TorchScript archive (DownloadModel).
-        FailedPrecondition unless the job SUCCEEDED. The download takes at most the size the
-        daemon declares, and refuses (DownloadRefused) a declared size above ``max_bytes``
-        (default :data:`MAX_MODEL_BYTES`, the largest model the daemon trains) or more bytes
-        than declared, stopping the call at once."""
+        """The trained model's bytes (DownloadModel): ``format="torchscript"`` a TorchScript
+        archive, ``"safetensors"`` the state_dict as a safetensors file (see
+        :meth:`state_dict`). FailedPrecondition unless the job SUCCEEDED. The download takes at
+        most the size the daemon declares, and refuses (DownloadRefused) a declared size above
+        ``max_bytes`` (default :data:`MAX_MODEL_BYTES`, the largest model the daemon trains) or
+        more bytes than declared, stopping the call at once."""
+        request = download_request(self.id, format)
         receiver = ModelReceiver(self.id, max_bytes)
         transport = self._client._transport  # noqa: SLF001
         self._client._ensure_compatible()  # noqa: SLF001
         deadline = timeout if timeout is not None else max(DOWNLOAD_TIMEOUT, transport.timeout)
         stream = transport.unary_stream(
-            _JOBS + "DownloadModel", jobs_pb2.DownloadModelRequest(id=self.id),
-            jobs_pb2.ModelChunk, timeout=deadline,
+            _JOBS + "DownloadModel", request, jobs_pb2.ModelChunk, timeout=deadline,
         )
         with stream:  # leaving it (a refusal included) cancels the call
             for chunk in stream:
@@ -657,13 +674,41 @@ class Job(JobBase):
         return receiver.result()
 
     def model(self, *, map_location: str = "cpu", max_bytes: int = MAX_MODEL_BYTES) -> Any:
-        """The trained model, loaded with ``torch.jit.load`` (in eval mode; its forward takes a
-        float32 batch shaped like the dataset's features). Without torch, the archive's bytes.
-        ``max_bytes`` as for :meth:`model_bytes`. Warns once per client (UserWarning) when
-        this torch's major.minor version is not the daemon's LibTorch's."""
+        """The trained model as TorchScript, loaded with ``torch.jit.load`` (in eval mode; its
+        forward takes a float32 batch shaped like the dataset's features). Without torch, the
+        archive's bytes. ``max_bytes`` as for :meth:`model_bytes`. Warns once per client
+        (UserWarning) when this torch's major.minor version is not the daemon's LibTorch's.
+        PyTorch deprecates TorchScript: :meth:`module` and :meth:`export` give the same model as
+        an ``nn.Module`` and as a ``torch.export`` program."""
         model = load_model(self.model_bytes(max_bytes=max_bytes), map_location)
         self._client._check_torch(stacklevel=2)  # noqa: SLF001
         return model
+
+    def state_dict(self, *, max_bytes: int = MAX_MODEL_BYTES) -> StateDict:
+        """The trained weights, an OrderedDict of name to tensor in the order of the module's own
+        ``state_dict()``: torch tensors when torch is importable, numpy arrays otherwise (needs
+        the safetensors package: ``pip install 'trainerd[safetensors]'``). A spec's names are
+        ``nn.Sequential``'s (``0.weight``, ``0.bias``, ``1.running_mean``, ...), so that
+        ``nn.Sequential(...).load_state_dict(job.state_dict())`` takes them; a TorchScript job's
+        are its module's own. ``.metadata`` holds the job's id, its spec and one row's shape."""
+        return parse_state_dict(self.model_bytes(max_bytes=max_bytes, format="safetensors"))
+
+    def module(self, module: Any = None, *, max_bytes: int = MAX_MODEL_BYTES) -> Any:
+        """The trained model as a ready ``nn.Module`` in eval mode: the ``nn.Sequential`` of the
+        job's spec with its weights, or ``module`` (an instance of the user's own class, e.g.
+        ``job.module(MyNet())``) with the weights loaded into it (strictly: every name must
+        match). Needs torch."""
+        return load_into(self.id, self.state_dict(max_bytes=max_bytes), module)
+
+    def export(
+        self, path: str | os.PathLike[str], module: Any = None, *, max_bytes: int = MAX_MODEL_BYTES
+    ) -> Path:
+        """Saves the trained model as a ``.pt2`` program for deployment: ``torch.export`` of
+        :meth:`module` (``module`` as there) in eval mode, traced on an example batch of the
+        dataset's feature shape with the batch dimension dynamic, written by
+        ``torch.export.save``; ``torch.export.load(path).module()`` runs it. Returns the path."""
+        state = self.state_dict(max_bytes=max_bytes)
+        return export_program(load_into(self.id, state, module), state.feature_shape, path)
 
     def save_model(
         self, path: str | os.PathLike[str], *, max_bytes: int = MAX_MODEL_BYTES

@@ -282,6 +282,12 @@ absl::StatusOr<std::string> Engine::CheckpointFilePath(const std::string& id, in
   return impl_->jobs.CheckpointPath(id, epoch, info);
 }
 
+absl::StatusOr<Engine::StateDictFile> Engine::StateDictPath(const std::string& id) const {
+  absl::StatusOr<std::pair<std::string, std::string>> file = impl_->jobs.StateDictPath(id);
+  if (!file.ok()) return file.status();
+  return StateDictFile{std::move(file->first), std::move(file->second)};
+}
+
 void Engine::UnsubscribeJob(const std::string& id, const JobEventSink* sink) {
   impl_->jobs.Unsubscribe(id, sink);
 }

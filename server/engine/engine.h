@@ -393,6 +393,15 @@ class Engine {
   // with 0; `info` gets its record. NOT_FOUND naming the epochs that have one.
   absl::StatusOr<std::string> CheckpointFilePath(const std::string& id, int32_t epoch,
                                                  CheckpointInfo* info) const;
+  // The same model's weights as a safetensors state_dict (nn.Sequential's names for a spec-built
+  // model, the module's own for a TorchScript job), kept as <data_dir>/models/<job-id>.safetensors
+  // beside the archive: the file and the SHA-256 recorded when it was written. As
+  // ModelArchivePath, and FAILED_PRECONDITION when the job kept none (trained by an older build).
+  struct StateDictFile {
+    std::string path;
+    std::string sha256;
+  };
+  absl::StatusOr<StateDictFile> StateDictPath(const std::string& id) const;
 
  private:
   struct Impl;

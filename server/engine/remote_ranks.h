@@ -98,6 +98,9 @@ struct RemoteJobResult {
   JobSnapshot job;
   // kSucceeded: the trained model's TorchScript archive, as the peer kept it.
   std::string model_archive;
+  // kSucceeded: its state_dict as safetensors, as the peer kept it; empty when the peer kept
+  // none (an older build).
+  std::string state_dict;
   // Ended because `stop` said so: the peer's job was cancelled there (kCancel), or is left
   // training there (kDetach: `detached`, and `job` is unset).
   bool stopped = false;

@@ -360,7 +360,8 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::JobEvent> {
 };
 
 // Streams a file the daemon wrote for a job: a succeeded job's TorchScript archive from
-// <data_dir>/models/<id>.pt (DownloadModel), or one of its checkpoints (DownloadCheckpoint), in
+// <data_dir>/models/<id>.pt or its state_dict from <id>.safetensors (DownloadModel), or one of its
+// checkpoints (DownloadCheckpoint), in
 // chunks of at most kModelChunkBytes. One write in flight: the next chunk is read in OnWriteDone,
 // so at most one chunk is in memory whatever the file's size. That read is a small local file read
 // (1 MiB from a file the engine wrote and fsynced, normally still in the page cache), which the
@@ -372,10 +373,28 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
  public:
   static constexpr int64_t kModelChunkBytes = int64_t{1} << 20;
 
-  // Called once, from DownloadModel, before any reaction can run.
-  void Start(engine::Engine* engine, const std::string& id, const absl::Status& access) {
+  // Called once, from DownloadModel, before any reaction can run: the TorchScript archive, or
+  // with MODEL_FORMAT_SAFETENSORS the state_dict kept beside it (<id>.safetensors).
+  void Start(engine::Engine* engine, const std::string& id, v1::ModelFormat format,
+             const absl::Status& access) {
     if (!access.ok()) {
       Finish(ToGrpcStatus(access));
+      return;
+    }
+    if (format == v1::MODEL_FORMAT_SAFETENSORS) {
+      const absl::StatusOr<engine::Engine::StateDictFile> file = engine->StateDictPath(id);
+      if (!file.ok()) {
+        Finish(ToGrpcStatus(file.status()));
+        return;
+      }
+      Open(id, file->path, file->sha256, "state_dict", "", "train the job again");
+      return;
+    }
+    if (format != v1::MODEL_FORMAT_UNSPECIFIED && format != v1::MODEL_FORMAT_TORCHSCRIPT) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("format must be MODEL_FORMAT_TORCHSCRIPT (1) or "
+                                       "MODEL_FORMAT_SAFETENSORS (2); got ",
+                                       static_cast<int>(format))));
       return;
     }
     const absl::StatusOr<std::string> path = engine->ModelArchivePath(id);
@@ -750,7 +769,7 @@ grpc::ServerWriteReactor<v1::ModelChunk>* JobServiceImpl::DownloadCheckpoint(
 grpc::ServerWriteReactor<v1::ModelChunk>* JobServiceImpl::DownloadModel(
     grpc::CallbackServerContext* context, const v1::DownloadModelRequest* request) {
   auto* reactor = new ModelDownloadReactor();
-  reactor->Start(engine_, request->id(),
+  reactor->Start(engine_, request->id(), request->format(),
                  CheckJobAccess(engine_, CallContextOf(context, authenticator_), request->id()));
   return reactor;
 }

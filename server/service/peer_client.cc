@@ -586,36 +586,52 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
     }
     result.job = *std::move(snapshot);
     if (ended.state() == v1::JOB_STATE_SUCCEEDED) {
-      grpc::ClientContext context;
-      Authorize(&context);
-      v1::DownloadModelRequest request;
-      request.set_id(id);
-      std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
-          stub->DownloadModel(&context, request);
-      v1::ModelChunk chunk;
-      bool too_big = false;
-      while (reader->Read(&chunk)) {
-        if (result.model_archive.size() + chunk.data().size() > kMaxPeerModelBytes) {
-          too_big = true;
-          context.TryCancel();
-          break;
-        }
-        result.model_archive += chunk.data();
-      }
-      const grpc::Status status = reader->Finish();
-      if (too_big) {
-        result.status = absl::ResourceExhaustedError(absl::StrCat(
-            "peer ", peer, "'s model of the member is larger than ", kMaxPeerModelBytes, " bytes"));
+      absl::Status fetched =
+          Download(stub, peer, id, v1::MODEL_FORMAT_TORCHSCRIPT, &result.model_archive);
+      if (!fetched.ok()) {
+        result.status = std::move(fetched);
         return result;
       }
-      if (!status.ok()) {
-        result.status = PeerError(peer, status, "to give the member's model");
-        return result;
+      // The state_dict too; a peer that kept none (an older build, which also sends its archive
+      // for a format it does not know) leaves the member without one, which is checked when it
+      // is kept.
+      std::string state_dict;
+      if (Download(stub, peer, id, v1::MODEL_FORMAT_SAFETENSORS, &state_dict).ok()) {
+        result.state_dict = std::move(state_dict);
       }
     }
     // The member's home is this daemon: nothing of it stays there.
     DeleteThere(stub, id);
     return result;
+  }
+
+  // A member's model from its peer, in `format`, into *out (at most kMaxPeerModelBytes).
+  absl::Status Download(v1::JobService::Stub* stub, const std::string& peer,
+                        const std::string& id, v1::ModelFormat format, std::string* out) const {
+    grpc::ClientContext context;
+    Authorize(&context);
+    v1::DownloadModelRequest request;
+    request.set_id(id);
+    request.set_format(format);
+    std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
+        stub->DownloadModel(&context, request);
+    v1::ModelChunk chunk;
+    bool too_big = false;
+    while (reader->Read(&chunk)) {
+      if (out->size() + chunk.data().size() > kMaxPeerModelBytes) {
+        too_big = true;
+        context.TryCancel();
+        break;
+      }
+      *out += chunk.data();
+    }
+    const grpc::Status status = reader->Finish();
+    if (too_big) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "peer ", peer, "'s model of the member is larger than ", kMaxPeerModelBytes, " bytes"));
+    }
+    if (!status.ok()) return PeerError(peer, status, "to give the member's model");
+    return absl::OkStatus();
   }
 
   void DeleteThere(v1::JobService::Stub* stub, const std::string& id) const {

@@ -307,6 +307,8 @@ TEST(CompletionScriptTest, BashCompletesCommandsFlagsAndTheirValues) {
   EXPECT_THAT(model_flags, HasSubstr("--file"));
   EXPECT_THAT(model_flags, HasSubstr("--no-headers"));  // and the global ones
   EXPECT_EQ(Complete("bash", "job model x -f ''").find("error"), std::string::npos);
+  EXPECT_THAT(model_flags, HasSubstr("--format"));
+  EXPECT_EQ(Complete("bash", "job model x --format ''"), "torchscript safetensors\n");
 }
 
 TEST(CompletionScriptTest, OtherShellsAreRefusedAndZshLoadsBashcompinit) {

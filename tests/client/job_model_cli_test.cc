@@ -55,6 +55,16 @@ TEST(JobModelCliTest, DashOIsTheFormatNeverAFileName) {
   EXPECT_FALSE(no_file->Has("file"));  // the command refuses it: JSON describes a --file
 }
 
+TEST(JobModelCliTest, FormatIsTheModelsFormatBesideDashO) {
+  const absl::StatusOr<Invocation> invocation =
+      Parse({"job", "model", "job-1", "--format", "safetensors", "-o", "json", "-f", "m.st"});
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  EXPECT_EQ(invocation->Get("format"), "safetensors");
+  EXPECT_EQ(invocation->global.output, OutputFormat::kJson);
+  EXPECT_THAT(CommandUsage(*invocation->command), HasSubstr("--format FORMAT"));
+  EXPECT_THAT(CommandUsage(*invocation->command), HasSubstr("nn.Sequential"));
+}
+
 TEST(JobModelCliTest, DashFIsNotAFlagOfOtherCommands) {
   const absl::StatusOr<Invocation> invocation = Parse({"job", "get", "job-1", "-f", "x"});
   EXPECT_EQ(invocation.status().code(), absl::StatusCode::kInvalidArgument);

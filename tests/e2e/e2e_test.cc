@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/safetensors.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -22,7 +24,10 @@
 namespace trainerd::e2e {
 namespace {
 
+using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 
 // The seed question's data: y = 1 + 2x + 0.1 * noise, 800 rows.
 std::string SeedCsv() {
@@ -846,7 +851,8 @@ TEST_F(EndToEndTest, DownloadedModelLoadsInPythonAndMatchesReportedParameters) {
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 2u);
   EXPECT_EQ(bytes.substr(0, 2), "PK");
-  EXPECT_THAT(download.out, HasSubstr("(" + std::to_string(bytes.size()) + " bytes)"));
+  EXPECT_THAT(download.out,
+              HasSubstr("(torchscript, " + std::to_string(bytes.size()) + " bytes)"));
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp-" + std::to_string(::getpid())));
 
   const std::string python = TorchPython();
@@ -920,6 +926,91 @@ TEST_F(EndToEndTest, SubmittedTorchScriptModuleTrainsAndDownloads) {
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   ASSERT_GT(bytes.size(), 2u);
   EXPECT_EQ(bytes.substr(0, 2), "PK");
+}
+
+// The safetensors file of `path`, parsed; its tensor `name` as float32 values.
+std::vector<float> Float32Tensor(const std::string& bytes, const SafetensorsFile& file,
+                                 const std::string& name) {
+  for (const SafetensorsEntry& e : file.tensors) {
+    if (e.name != name) continue;
+    EXPECT_EQ(e.dtype, "F32") << name;
+    std::vector<float> values(static_cast<size_t>(e.size) / sizeof(float));
+    std::memcpy(values.data(), bytes.data() + e.offset, static_cast<size_t>(e.size));
+    return values;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+}
+
+TEST_F(EndToEndTest, JobModelFormatSafetensorsWritesNnSequentialsStateDict) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--model", "linear:3,relu,linear:1", "--lr",
+                       "0.05", "--batch-size", "16", "--epochs", "5", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+
+  const std::string path = (dir_ / "model.safetensors").string();
+  RunResult download = Ctl({"job", "model", id, "--format", "safetensors", "-f", path});
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  const std::string bytes = ReadWhole(path);
+  EXPECT_THAT(download.out, HasSubstr("wrote model of " + id + " to " + path + " (safetensors, " +
+                                      std::to_string(bytes.size()) + " bytes)"));
+  const absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::string> names;
+  for (const SafetensorsEntry& e : file->tensors) names.push_back(e.name);
+  EXPECT_THAT(names, ElementsAre("0.weight", "0.bias", "2.weight", "2.bias"));
+  EXPECT_THAT(file->metadata, Contains(Pair("trainerd.job", id)));
+  EXPECT_THAT(file->metadata, Contains(Pair("trainerd.model", "linear:3,relu,linear:1")));
+  EXPECT_THAT(file->metadata, Contains(Pair("trainerd.feature_shape", "[1]")));
+
+  // The values are those the job reports.
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  ASSERT_EQ(job.parameters_size(), 4);
+  for (const v1::Parameter& p : job.parameters()) {
+    const std::vector<float> values = Float32Tensor(bytes, *file, p.name());
+    ASSERT_EQ(static_cast<int>(values.size()), p.values_size()) << p.name();
+    for (int i = 0; i < p.values_size(); ++i) {
+      EXPECT_FLOAT_EQ(values[static_cast<size_t>(i)], static_cast<float>(p.values(i)))
+          << p.name();
+    }
+  }
+
+  // To standard output as well, byte for byte; a format trainctl does not know is a usage error.
+  RunResult piped = Ctl({"job", "model", id, "--format", "SafeTensors"});
+  ASSERT_EQ(piped.exit_code, 0) << piped.err;
+  EXPECT_EQ(piped.out, bytes);
+  RunResult bad = Ctl({"job", "model", id, "--format", "onnx", "-f", path + ".x"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--format takes torchscript or safetensors, not 'onnx'"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".x"));
+}
+
+TEST_F(EndToEndTest, TorchScriptJobsStateDictHasItsModulesNames) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  const std::string module = MakeLinearModule(dir_, /*inputs=*/1, /*outputs=*/1);
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--torchscript", module, "--lr", "0.1",
+                       "--batch-size", "16", "--epochs", "3", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+  const std::string path = (dir_ / "trained.safetensors").string();
+  RunResult download = Ctl({"job", "model", id, "--format", "safetensors", "-f", path});
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  const std::string bytes = ReadWhole(path);
+  const absl::StatusOr<SafetensorsFile> file = ParseSafetensors(bytes);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<std::string> names;
+  for (const SafetensorsEntry& e : file->tensors) names.push_back(e.name);
+  EXPECT_THAT(names, ElementsAre("w", "b", "calls"));  // the module's own, buffer last
+  EXPECT_THAT(file->metadata, Contains(Pair("trainerd.model", "torchscript")));
 }
 
 TEST_F(EndToEndTest, TorchScriptModuleThatDoesNotFitIsRejectedAtSubmit) {

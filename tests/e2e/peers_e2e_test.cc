@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <set>
@@ -27,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
@@ -424,6 +426,17 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
     RunResult model = Ctl(0, {"job", "model", id, "-f", (dir_ / (id + ".pt")).string()});
     EXPECT_EQ(model.exit_code, 0) << model.err;
     EXPECT_GT(std::filesystem::file_size(dir_ / (id + ".pt")), 100u);
+    // Its state_dict too, under the leader's id for it.
+    const std::string state_path = (dir_ / (id + ".safetensors")).string();
+    RunResult state = Ctl(0, {"job", "model", id, "--format", "safetensors", "-f", state_path});
+    ASSERT_EQ(state.exit_code, 0) << state.err;
+    std::ifstream state_file(state_path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(state_file)),
+                            std::istreambuf_iterator<char>());
+    const absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(bytes);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_THAT(parsed->metadata, ::testing::Contains(::testing::Pair("trainerd.job", id)));
+    EXPECT_EQ(parsed->tensors.size(), 4u);  // 0.weight, 0.bias, 2.weight, 2.bias
   }
   EXPECT_EQ(on_peer, 2);  // members 1 and 3 of 0-3
   EXPECT_EQ(sweep_requests_there.size(), 1u);

@@ -90,18 +90,37 @@ TEST(TorchScriptExportTest, NormalisationAndActivationsMatchTrainedModelInEvalMo
   ExpectExportMatchesModel("layernorm,linear:3,flatten,linear:6,logsoftmax", {2, 4, 4});
 }
 
-TEST(TorchScriptExportTest, ExportedParametersKeepTheirValuesUnderFlatNames) {
-  const absl::StatusOr<ModelSpec> spec = ParseModelSpec("linear:3,batchnorm");
+TEST(TorchScriptExportTest, ExportedTensorsHaveTheSequentialsNamesAndValues) {
+  const absl::StatusOr<ModelSpec> spec = ParseModelSpec("linear:3,batchnorm,relu,linear:2");
   ASSERT_TRUE(spec.ok());
   torch::nn::Sequential model = BuildModel(*spec, {2});
+  model->train();
+  model->forward(torch::randn({4, 2}));  // moves the running statistics and counts one batch
   const absl::StatusOr<std::string> archive = ExportTorchScript(model, *spec, {2});
   ASSERT_TRUE(archive.ok()) << archive.status();
   std::istringstream in(*archive);
   torch::jit::Module loaded = torch::jit::load(in);
-  const torch::Tensor weight = loaded.attr("l0_weight").toTensor();
-  EXPECT_TRUE(torch::equal(weight, model->named_parameters()["0.weight"]));
-  EXPECT_TRUE(loaded.hasattr("l1_running_var"));
-  EXPECT_FALSE(loaded.hasattr("l1_num_batches_tracked"));
+  // Python's torch.jit.load(...).state_dict() has these keys: nn.Sequential's.
+  std::vector<std::string> parameters;
+  for (const auto& p : loaded.named_parameters(/*recurse=*/true)) {
+    parameters.push_back(p.name);
+    EXPECT_TRUE(torch::equal(p.value, model->named_parameters()[p.name])) << p.name;
+  }
+  EXPECT_THAT(parameters,
+              ::testing::ElementsAre("0.weight", "0.bias", "1.weight", "1.bias", "3.weight",
+                                     "3.bias"));
+  std::vector<std::string> buffers;
+  for (const auto& b : loaded.named_buffers(/*recurse=*/true)) {
+    buffers.push_back(b.name);
+    EXPECT_TRUE(torch::equal(b.value, model->named_buffers()[b.name])) << b.name;
+  }
+  EXPECT_THAT(buffers, ::testing::ElementsAre("1.running_mean", "1.running_var",
+                                              "1.num_batches_tracked"));
+  EXPECT_EQ(loaded.attr("1").toModule().attr("num_batches_tracked").toTensor().item<int64_t>(),
+            1);
+  EXPECT_EQ(loaded.attr("1").toModule().attr("num_batches_tracked").toTensor().scalar_type(),
+            torch::kInt64);
+  EXPECT_FALSE(loaded.hasattr("l0_weight"));
 }
 
 TEST(TorchScriptExportTest, SourceNamesEachLayer) {
@@ -109,9 +128,11 @@ TEST(TorchScriptExportTest, SourceNamesEachLayer) {
   ASSERT_TRUE(spec.ok());
   const absl::StatusOr<std::string> source = TorchScriptSource(*spec, {1, 5, 5});
   ASSERT_TRUE(source.ok()) << source.status();
-  EXPECT_THAT(*source, HasSubstr("torch.conv2d(x, self.l0_weight, self.l0_bias, [1, 1], [0, 0]"));
+  EXPECT_THAT(*source, HasSubstr("torch.conv2d(x, getattr(self, \"0\").weight, "
+                                 "getattr(self, \"0\").bias, [1, 1], [0, 0]"));
   EXPECT_THAT(*source, HasSubstr("torch.flatten(x, 1)"));
-  EXPECT_THAT(*source, HasSubstr("torch.linear(x, self.l2_weight, self.l2_bias)"));
+  EXPECT_THAT(*source, HasSubstr("torch.linear(x, getattr(self, \"2\").weight, "
+                                 "getattr(self, \"2\").bias)"));
 }
 
 TEST(TorchScriptExportTest, SourceForShapeThatDoesNotFitIsInvalidArgument) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/datasets/shared_memory.h"
@@ -186,6 +187,7 @@ TEST(WorkerProtocolTest, EveryCutOfAnOutcomeIsRefusedNeverReadPast) {
   outcome.best_epoch = 4;
   outcome.parameters.push_back(ParameterValues{"w", {1, 1}, {2.5f}});
   outcome.model_archive = "PK model";
+  outcome.state_dict = "safetensors bytes";
   const std::string bytes = EncodeWorkerOutcome(outcome);
   absl::StatusOr<TrainingOutcome> whole = DecodeWorkerOutcome(bytes, /*max_epochs=*/7);
   ASSERT_TRUE(whole.ok()) << whole.status();
@@ -194,6 +196,7 @@ TEST(WorkerProtocolTest, EveryCutOfAnOutcomeIsRefusedNeverReadPast) {
   EXPECT_EQ(whole->best_epoch, 4);
   EXPECT_EQ(whole->parameters.at(0).values, std::vector<float>{2.5f});
   EXPECT_EQ(whole->model_archive, "PK model");
+  EXPECT_EQ(whole->state_dict, "safetensors bytes");
   for (size_t cut = 0; cut < bytes.size(); ++cut) {
     EXPECT_FALSE(DecodeWorkerOutcome(bytes.substr(0, cut), 7).ok()) << "cut at " << cut;
   }
@@ -630,6 +633,17 @@ TEST(RunTrainingInWorkerTest, GivesTheInProcessLossesBitForBit) {
     ASSERT_EQ(outcome.parameters.size(), expected.parameters.size());
     EXPECT_EQ(outcome.parameters[0].values, expected.parameters[0].values);
     EXPECT_EQ(outcome.model_archive.substr(0, 2), "PK");
+    // The state_dict crossed too, whole, with the values the daemon's own run has.
+    const absl::StatusOr<SafetensorsFile> state = ParseSafetensors(outcome.state_dict);
+    ASSERT_TRUE(state.ok()) << state.status();
+    ASSERT_FALSE(state->tensors.empty());
+    EXPECT_EQ(state->tensors[0].name, expected.parameters[0].name);
+    EXPECT_EQ(state->tensors[0].size,
+              static_cast<int64_t>(expected.parameters[0].values.size() * sizeof(float)));
+    EXPECT_EQ(std::memcmp(outcome.state_dict.data() + state->tensors[0].offset,
+                          expected.parameters[0].values.data(),
+                          static_cast<size_t>(state->tensors[0].size)),
+              0);
     EXPECT_GT(started, 0.0);
   }
 }

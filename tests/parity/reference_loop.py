@@ -33,6 +33,8 @@ class Result:
     # the best validation epoch (0 without validation) and the epoch the parameters are from
     best_epoch: int = 0
     model_epoch: int = 0
+    # the trained model's state_dict(), buffers included, in its order
+    state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def held_out_rows(fraction: float, rows: int) -> int:
@@ -220,4 +222,5 @@ def train(
     result.parameters = {
         name: p.detach().numpy().copy() for name, p in model.named_parameters()
     }
+    result.state = {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
     return result

@@ -99,11 +99,12 @@ class HostileFixture : public ServiceTest {
     return reader->Finish();
   }
 
-  grpc::Status Download(const std::string& id) {
+  grpc::Status Download(const std::string& id, int format = 0) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
     v1::DownloadModelRequest request;
     request.set_id(id);
+    request.set_format(static_cast<v1::ModelFormat>(format));
     auto reader = jobs_->DownloadModel(&context, request);
     v1::ModelChunk chunk;
     while (reader->Read(&chunk)) {
@@ -549,6 +550,9 @@ std::vector<Attack> Attacks() {
   attacks.push_back({"DownloadModelTraversal",
                      [](H* t) { return t->Download("../models/job-000000000000"); },
                      grpc::StatusCode::NOT_FOUND, "not found"});
+  attacks.push_back({"DownloadModelUnknownFormat",
+                     [](H* t) { return t->Download(t->canary_job_, -5); },
+                     kInvalid, "format must be MODEL_FORMAT_TORCHSCRIPT (1) or"});
   return attacks;
 }
 

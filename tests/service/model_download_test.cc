@@ -1,11 +1,12 @@
 // Tests JobService.DownloadModel (server/service/job_service.h) through a real server and a real
 // TCP channel: a succeeded job's model comes back as a TorchScript archive (a ZIP file, checked by
-// its bytes only: service_test does not link LibTorch) equal to the file the daemon kept, and the
-// errors come with their codes.
+// its bytes only: service_test does not link LibTorch) equal to the file the daemon kept, or as
+// its safetensors state_dict, and the errors come with their codes.
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
@@ -31,11 +32,13 @@ class ModelDownloadTest : public ServiceTest {
   }
 
   // Reads the whole DownloadModel stream into *bytes, checking the chunks' contract on the way.
-  grpc::Status Download(const std::string& id, std::string* bytes, int* chunks = nullptr) {
+  grpc::Status Download(const std::string& id, std::string* bytes, int* chunks = nullptr,
+                        v1::ModelFormat format = v1::MODEL_FORMAT_UNSPECIFIED) {
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
     v1::DownloadModelRequest request;
     request.set_id(id);
+    request.set_format(format);
     std::unique_ptr<grpc::ClientReader<v1::ModelChunk>> reader =
         jobs_->DownloadModel(&context, request);
     v1::ModelChunk chunk;
@@ -188,6 +191,51 @@ TEST_F(ModelDownloadTest, CheckpointsDownloadByEpoch) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS);
   EXPECT_THAT(status.error_message(),
               HasSubstr("the checkpoint file of job '" + job.id() + "' (epoch 2) is damaged"));
+}
+
+TEST_F(ModelDownloadTest, SafetensorsFormatReturnsTheKeptStateDict) {
+  const std::string id = Submit(/*epochs=*/2);
+  ASSERT_TRUE(Watch(id)->Finish().ok());
+  std::string archive;
+  ASSERT_TRUE(Download(id, &archive, nullptr, v1::MODEL_FORMAT_TORCHSCRIPT).ok());
+  EXPECT_EQ(archive.substr(0, 2), "PK");
+
+  std::string bytes;
+  const grpc::Status status = Download(id, &bytes, nullptr, v1::MODEL_FORMAT_SAFETENSORS);
+  ASSERT_TRUE(status.ok()) << status.error_code() << ": " << status.error_message();
+  std::ifstream file(data_dir_ + "/models/" + id + ".safetensors", std::ios::binary);
+  ASSERT_TRUE(file);
+  std::ostringstream kept;
+  kept << file.rdbuf();
+  EXPECT_EQ(bytes, kept.str());
+  const absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->tensors.size(), 2u);  // linear:1
+  EXPECT_EQ(parsed->tensors[0].name, "0.weight");
+  EXPECT_EQ(parsed->tensors[1].name, "0.bias");
+
+  // Damaged on disk: DATA_LOSS, as for the archive.
+  {
+    std::ofstream out(data_dir_ + "/models/" + id + ".safetensors",
+                      std::ios::binary | std::ios::trunc);
+    out << bytes.substr(0, bytes.size() - 1) << static_cast<char>(bytes.back() ^ 1);
+  }
+  std::string damaged;
+  const grpc::Status lost = Download(id, &damaged, nullptr, v1::MODEL_FORMAT_SAFETENSORS);
+  EXPECT_EQ(lost.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(lost.error_message(), HasSubstr("is damaged"));
+}
+
+TEST_F(ModelDownloadTest, AFormatThatIsNotOneIsInvalidArgument) {
+  const std::string id = Submit(/*epochs=*/1);
+  ASSERT_TRUE(Watch(id)->Finish().ok());
+  std::string bytes;
+  const grpc::Status status = Download(id, &bytes, nullptr, static_cast<v1::ModelFormat>(7));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("format must be MODEL_FORMAT_TORCHSCRIPT (1) or MODEL_FORMAT_SAFETENSORS "
+                        "(2); got 7"));
+  EXPECT_TRUE(bytes.empty());
 }
 
 TEST_F(ModelDownloadTest, DownloadOfRunningJobIsFailedPrecondition) {

@@ -339,6 +339,7 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
       const std::string where = peer_of(rank).empty() ? std::string("here") : peer_of(rank);
       outcome.state = JobState::kFailed;
       outcome.model_archive.clear();
+      outcome.state_dict.clear();
       outcome.error =
           absl::StrCat("rank ", rank, " (", where, ") did not finish with rank 0: ",
                        other.error.empty() ? std::string(JobStateName(other.state)) : other.error);

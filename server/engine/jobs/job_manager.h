@@ -64,8 +64,9 @@ struct JobHooks {
 };
 
 struct JobManagerOptions {
-  // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath); empty
-  // means models are not kept.
+  // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath), its
+  // state_dict as <job-id>.safetensors with its SHA-256 in <job-id>.safetensors.sha256
+  // (StateDictPath); empty means models are not kept.
   std::string models_dir;
   // A job's checkpoints (JobSpec::checkpoint_every, and the one a drain writes) go to
   // <data_dir>/checkpoints/<job-id>/ and are listed relative to `data_dir`; a TorchScript job's
@@ -213,6 +214,10 @@ class JobManager {
   // data folder.
   absl::StatusOr<std::string> CheckpointPath(const std::string& id, int32_t epoch,
                                              CheckpointInfo* out) const;
+  // The safetensors file of a SUCCEEDED job's state_dict and the SHA-256 recorded when it was
+  // written. As ModelPath, and FAILED_PRECONDITION when the job kept no state_dict (a job of an
+  // older build, or one whose peer sent none).
+  absl::StatusOr<std::pair<std::string, std::string>> StateDictPath(const std::string& id) const;
   // Where a TorchScript job's module is kept for a restart ("" without a data folder).
   std::string ModuleFilePath(const std::string& id) const;
 
@@ -343,6 +348,10 @@ class JobManager {
   void ReleaseResources(const std::string& id, int cpu_threads);
   // Publishes the job RUNNING and builds its TrainingRun (callbacks, flags, checkpoint folder).
   StartedRun StartRun(const std::shared_ptr<Record>& record, int threads, int32_t packed_members);
+  // Writes a succeeded job's state_dict (safetensors, its id stamped into the metadata) and its
+  // digest beside its model; logs and skips what cannot be kept.
+  void KeepStateDict(const std::string& id, const std::string& owner,
+                     const std::string& state_dict);
   // After the run: keeps the model, publishes the terminal state with its report (or, for an
   // interrupted run, leaves it RUNNING). `release_now` gives back its resources first.
   void EndRun(const std::shared_ptr<Record>& record, StartedRunState& state,

@@ -158,6 +158,31 @@ absl::StatusOr<std::string> JobManager::CheckpointPath(const std::string& id, in
   return absl::StrCat(options_.data_dir, "/", found->path);
 }
 
+absl::StatusOr<std::pair<std::string, std::string>> JobManager::StateDictPath(
+    const std::string& id) const {
+  absl::StatusOr<std::string> archive = ModelPath(id);
+  if (!archive.ok()) return archive.status();
+  const std::string path = absl::StrCat(options_.models_dir, "/", id, ".safetensors");
+  // The digest is written after the file and before the job is published SUCCEEDED: a job
+  // without it kept no state_dict.
+  absl::StatusOr<std::string> digest = ReadFileToString(path + ".sha256");
+  if (!digest.ok()) {
+    if (absl::IsNotFound(digest.status())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", id, "' has no safetensors state_dict (it was trained by an older trainerd); "
+          "download its TorchScript model, or train it again"));
+    }
+    return digest.status();
+  }
+  const bool hex = digest->size() == 64 && digest->find_first_not_of("0123456789abcdef") ==
+                                               std::string::npos;
+  if (!hex) {
+    return absl::DataLossError(absl::StrCat("the state_dict checksum of job '", id,
+                                            "' is damaged; train the job again"));
+  }
+  return std::make_pair(path, *std::move(digest));
+}
+
 void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {
   {
     std::lock_guard<std::mutex> publish_lock(record->publish_mu);
@@ -243,7 +268,11 @@ absl::StatusOr<JobSnapshot> JobManager::Cancel(const std::string& id) {
 }
 
 void JobManager::DeleteJobFiles(const std::string& id) const {
-  if (!options_.models_dir.empty()) RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".pt"));
+  if (!options_.models_dir.empty()) {
+    RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".pt"));
+    RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".safetensors"));
+    RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".safetensors.sha256"));
+  }
   if (!options_.data_dir.empty()) {
     RemoveFlatFolder(absl::StrCat(options_.data_dir, "/", kCheckpointsFolder, "/", id));
     RemoveFile(ModuleFilePath(id));

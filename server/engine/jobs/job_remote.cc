@@ -109,6 +109,7 @@ void JobManager::EndOnPeer(const std::shared_ptr<Record>& shared, StartedRunStat
     outcome.parameter_count = there.parameter_count;
     outcome.parameters = there.parameters;
     outcome.model_archive = std::move(result.model_archive);
+    outcome.state_dict = std::move(result.state_dict);
     state.peer_report = there.report;
     state.peer_samples_per_second = there.samples_per_second;
   }

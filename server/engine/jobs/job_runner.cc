@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/flops.h"
+#include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
@@ -406,6 +407,30 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   return started_run;
 }
 
+void JobManager::KeepStateDict(const std::string& id, const std::string& owner,
+                               const std::string& state_dict) {
+  // The job's id goes into the file's metadata, which also checks the file (a peer's bytes);
+  // a job keeps its TorchScript model without it rather than fail over the second format.
+  if (state_dict.empty()) return;
+  absl::StatusOr<std::string> file = SetSafetensorsMetadata(state_dict, "trainerd.job", id);
+  if (!file.ok()) {
+    LogWarning(absl::StrCat("job '", id, "': its state_dict is not kept: ",
+                            file.status().message()));
+    return;
+  }
+  const std::string path = absl::StrCat(options_.models_dir, "/", id, ".safetensors");
+  absl::Status written = WriteModelArchive(path, *file);
+  // The digest last: its presence says that the file is whole (StateDictPath).
+  if (written.ok()) written = WriteModelArchive(path + ".sha256", Sha256Hex(*file));
+  if (!written.ok()) {
+    LogWarning(absl::StrCat("job '", id, "': its state_dict is not kept: ", written.message()));
+    return;
+  }
+  if (options_.hooks.wrote_file) {
+    options_.hooks.wrote_file(owner, static_cast<int64_t>(file->size()));
+  }
+}
+
 void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& state,
                         TrainingOutcome outcome, const std::function<void()>& release_now) {
   Record* record = shared.get();
@@ -444,10 +469,13 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
         options_.hooks.wrote_file(state.started.owner,
                                   static_cast<int64_t>(outcome.model_archive.size()));
       }
+      KeepStateDict(record->snap.id, state.started.owner, outcome.state_dict);
     }
   }
   outcome.model_archive.clear();
   outcome.model_archive.shrink_to_fit();
+  outcome.state_dict.clear();
+  outcome.state_dict.shrink_to_fit();
   run.validation_dataset.reset();
   state.module.reset();
   {

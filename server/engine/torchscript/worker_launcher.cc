@@ -26,6 +26,7 @@
 #include "absl/time/clock.h"
 #include "common/checked_size.h"
 #include "common/file_io.h"
+#include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "server/engine/datasets/shared_memory.h"
 #include "server/engine/devices/device.h"
@@ -264,8 +265,9 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   };
 
   // --- Its messages, until it ends -------------------------------------------------------------
-  // A frame holds at most a checkpoint or the model: parameters with two optimizer slots and
-  // gradients' worth of slack, and room for the archive's own records.
+  // A frame holds at most a checkpoint or the model (its archive and its state_dict): parameters
+  // with two optimizer slots and gradients' worth of slack, and room for the archive's own
+  // records.
   const int64_t slack = int64_t{64} << 20;
   const int64_t per_parameter = 16;
   const size_t max_frame = static_cast<size_t>(
@@ -564,6 +566,13 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
         outcome.model_archive.clear();
         return fail(
             absl::StrCat("the job's worker sent a model that is not kept: ", sound.message()));
+      }
+      // Its state_dict (none is not one) is served as safetensors, which readers trust to be
+      // well formed.
+      if (absl::Status sound = ParseSafetensors(outcome.state_dict).status(); !sound.ok()) {
+        outcome.state_dict.clear();
+        return fail(absl::StrCat("the job's worker sent a state_dict that is not kept: ",
+                                 sound.message()));
       }
     }
     return outcome;

@@ -722,6 +722,7 @@ std::string EncodeWorkerOutcome(const TrainingOutcome& o) {
   w.Str(o.engine);
   w.Str(o.engine_reason);
   w.Str(o.model_archive);
+  w.Str(o.state_dict);
   return w.Take();
 }
 
@@ -779,6 +780,7 @@ absl::StatusOr<TrainingOutcome> DecodeWorkerOutcome(std::string_view payload, in
   TRAINERD_ASSIGN_OR_RETURN(o.engine_reason, r.Str(kMaxErrorBytes));
   o.engine_reason = EscapeControls(o.engine_reason, LineBreaks::kSpace);
   TRAINERD_ASSIGN_OR_RETURN(o.model_archive, r.Str(payload.size()));
+  TRAINERD_ASSIGN_OR_RETURN(o.state_dict, r.Str(payload.size()));
   if (!r.done()) return absl::InvalidArgumentError("the outcome message has bytes after its end");
   return o;
 }

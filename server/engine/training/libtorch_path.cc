@@ -18,6 +18,7 @@
 #include "server/engine/training/model.h"
 #include "server/engine/training/optimizer.h"
 #include "server/engine/training/precision.h"
+#include "server/engine/training/state_dict.h"
 #include "server/engine/training/torchscript_export.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/training/training_path.h"
@@ -121,9 +122,13 @@ class TrainableModel {
 // The end of a TorchScript job: moves the module to the CPU (after the last epoch; off the CPU that
 // is the job's end-of-job transfer, counted once like a spec-built model's single copy, though
 // LibTorch copies tensor by tensor), reads back a small model's parameters (float32, named as in
-// the module, e.g. "fc.weight") and returns the module's saved archive. Throws c10::Error.
-std::string FinishTorchScriptModule(torch::jit::Module& module, const torch::Device& device,
-                                    HostTransfers& host, TrainingOutcome& outcome) {
+// the module, e.g. "fc.weight"), keeps its state_dict as safetensors in `outcome` and returns the
+// module's saved archive. Throws c10::Error.
+absl::StatusOr<std::string> FinishTorchScriptModule(torch::jit::Module& module,
+                                                    const torch::Device& device,
+                                                    const std::vector<int64_t>& feature_shape,
+                                                    HostTransfers& host,
+                                                    TrainingOutcome& outcome) {
   torch::NoGradGuard no_grad;
   module.to(torch::kCPU);
   if (!device.is_cpu()) host.CountCrossDeviceCopy();
@@ -134,6 +139,9 @@ std::string FinishTorchScriptModule(torch::jit::Module& module, const torch::Dev
   }
   // As for a spec-built model: on the CPU the read-back counts as the copy.
   if (ReportParameters(parameters, outcome) && device.is_cpu()) host.CountCrossDeviceCopy();
+  absl::StatusOr<std::string> state_dict = ModuleSafetensors(module, feature_shape);
+  if (!state_dict.ok()) return state_dict.status();
+  outcome.state_dict = *std::move(state_dict);
   std::ostringstream archive;
   module.save(archive);
   return archive.str();
@@ -321,7 +329,7 @@ class LibTorchPath final : public TrainingPath {
     if (net_.is_torchscript()) {
       // Bring your own model: the download is the trained module itself, on the CPU and in eval
       // mode (as a spec-built model's export is), saved with its own code, parameters and buffers.
-      return FinishTorchScriptModule(net_.script(), device_, host, outcome);
+      return FinishTorchScriptModule(net_.script(), device_, feature_shape_, host, outcome);
     }
     return FinishSequential(net_.sequential(), model_spec_, feature_shape_, device_, host, outcome);
   }
@@ -390,6 +398,9 @@ absl::StatusOr<std::string> FinishSequential(const torch::nn::Sequential& model,
     host.CountCrossDeviceCopy();
   }
   if (ReportParameters(state.parameters, outcome) && device.is_cpu()) host.CountCrossDeviceCopy();
+  absl::StatusOr<std::string> state_dict = SequentialSafetensors(state, spec, feature_shape);
+  if (!state_dict.ok()) return state_dict.status();
+  outcome.state_dict = *std::move(state_dict);
   return ExportTorchScript(state, spec, feature_shape);
 }
 

@@ -3,7 +3,7 @@
 // LibTorch's C++ API cannot script a C++ module (torch.jit.script exists only in Python), so the
 // exported module is assembled by hand: a torch::jit::Module whose forward is TorchScript source
 // generated from the model spec (module.define), with every trained tensor registered as a
-// parameter or buffer of that module. The source calls the same ATen operators that the C++
+// parameter or buffer of a submodule per layer, named as nn.Sequential names them. The source calls the same ATen operators that the C++
 // layers call, so the exported forward computes what the trained model computes in eval mode.
 #include "server/engine/training/torchscript_export.h"
 
@@ -12,12 +12,17 @@
 #include <torch/script.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
@@ -36,14 +41,20 @@ std::string IntList(const std::vector<int64_t>& values) {
   return absl::StrCat("[", absl::StrJoin(values, ", "), "]");
 }
 
-// The TorchScript parameter or buffer name of a Sequential entry: "3.running_mean" becomes
-// "l3_running_mean" (TorchScript attribute names cannot hold dots).
-std::string ExportName(const std::string& sequential_name) {
-  std::string name = absl::StrCat("l", sequential_name);
-  for (char& c : name) {
-    if (c == '.') c = '_';
-  }
-  return name;
+// A Sequential entry's layer and its name within the layer: "3.running_mean" is {"3",
+// "running_mean"}.
+std::pair<std::string, std::string> SplitName(const std::string& sequential_name) {
+  const size_t dot = sequential_name.find('.');
+  if (dot == std::string::npos) return {"", sequential_name};
+  return {sequential_name.substr(0, dot), sequential_name.substr(dot + 1)};
+}
+
+// The class of layer i's submodule, e.g. "__torch__.trainerd.Linear" (mangled by LibTorch when
+// two layers share a kind), so that Python shows the layer's kind.
+std::string LayerClassName(const LayerSpec& layer) {
+  std::string kind = LayerKindName(layer.kind);
+  if (!kind.empty()) kind[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(kind[0])));
+  return absl::StrCat("__torch__.trainerd.", kind);
 }
 
 }  // namespace
@@ -56,7 +67,8 @@ absl::StatusOr<std::string> TorchScriptSource(const ModelSpec& spec,
   for (size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& layer = spec.layers[i];
     const std::vector<int64_t>& in = shapes[i];
-    const std::string p = absl::StrCat("self.l", i, "_");  // this layer's tensors
+    // This layer's tensors: its submodule's, named as in nn.Sequential ("0.weight").
+    const std::string p = absl::StrCat("getattr(self, \"", i, "\").");
     absl::StrAppend(&src, "    # layer ", i + 1, ": ", layer.ToString(), "\n");
     switch (layer.kind) {
       case LayerKind::kLinear:
@@ -138,7 +150,6 @@ HostModelState CopyModelStateToHost(const torch::nn::Sequential& model) {
     sources.push_back(p.value().detach());
   }
   for (const auto& b : model->named_buffers()) {
-    if (b.key().find("num_batches_tracked") != std::string::npos) continue;
     state.buffers.emplace_back(b.key(), torch::Tensor());
     sources.push_back(b.value().detach());
   }
@@ -146,22 +157,34 @@ HostModelState CopyModelStateToHost(const torch::nn::Sequential& model) {
   for (auto& [name, t] : state.buffers) outputs.push_back(&t);
   if (sources.empty()) return state;
 
-  // Float32: the dtype the model trains in and that the exported forward expects.
+  // Float32, the dtype the model trains in and that the exported forward expects; integer
+  // buffers (batchnorm's num_batches_tracked) keep their int64.
+  auto host_dtype = [](const torch::Tensor& t) {
+    return t.is_floating_point() ? torch::kFloat32 : t.scalar_type();
+  };
   if (sources.front().device().is_cpu()) {
     for (size_t i = 0; i < sources.size(); ++i) {
-      *outputs[i] = sources[i].to(torch::kFloat32).clone();
+      *outputs[i] = sources[i].to(host_dtype(sources[i])).clone();
     }
     return state;
   }
+  // One transfer: every tensor flattened into one float32 buffer, an int64 tensor as its bits
+  // (two float32 words per value; copies keep bits as they are).
   std::vector<torch::Tensor> flat;
   flat.reserve(sources.size());
-  for (const torch::Tensor& t : sources) flat.push_back(t.to(torch::kFloat32).reshape({-1}));
+  for (const torch::Tensor& t : sources) {
+    const torch::Tensor typed = t.to(host_dtype(t)).contiguous().reshape({-1});
+    flat.push_back(typed.scalar_type() == torch::kFloat32 ? typed : typed.view(torch::kFloat32));
+  }
   const torch::Tensor all = torch::cat(flat).to(torch::kCPU);  // the one transfer
   int64_t offset = 0;
   for (size_t i = 0; i < sources.size(); ++i) {
-    const int64_t n = sources[i].numel();
-    *outputs[i] = all.narrow(/*dim=*/0, offset, n).view(sources[i].sizes()).clone();
-    offset += n;
+    const torch::ScalarType dtype = host_dtype(sources[i]);
+    const int64_t words = flat[i].numel();
+    torch::Tensor part = all.narrow(/*dim=*/0, offset, words);
+    if (dtype != torch::kFloat32) part = part.view(dtype);
+    *outputs[i] = part.view(sources[i].sizes()).clone();
+    offset += words;
   }
   return state;
 }
@@ -171,17 +194,44 @@ absl::StatusOr<std::string> ExportTorchScript(const HostModelState& state, const
   TRAINERD_ASSIGN_OR_RETURN(const std::string source, TorchScriptSource(spec, input_shape));
   try {
     torch::NoGradGuard no_grad;
-    torch::jit::Module module("TrainerdModel");
+    auto unit = std::make_shared<torch::jit::CompilationUnit>();
+    torch::jit::Module module(c10::QualifiedName("__torch__.trainerd.TrainerdModel"), unit,
+                              /*shouldMangle=*/true);
     // nn.Module's flag: torch.jit.load's Python wrapper and Module::eval() read and write it.
     module.register_attribute("training", c10::BoolType::get(), false);
+    // One submodule per layer that holds tensors, named by its place ("0", "2"), so that the
+    // archive's state_dict() has nn.Sequential's keys ("0.weight", "2.bias") and loads into an
+    // nn.Sequential built from the same spec.
+    std::map<std::string, torch::jit::Module> layers;
+    auto layer = [&](const std::string& index) -> torch::jit::Module& {
+      auto it = layers.find(index);
+      if (it == layers.end()) {
+        size_t i = 0;
+        if (!absl::SimpleAtoi(index, &i) || i >= spec.layers.size()) {
+          throw std::runtime_error(absl::StrCat("no layer ", index, " in the spec"));
+        }
+        torch::jit::Module child(c10::QualifiedName(LayerClassName(spec.layers[i])), unit,
+                                 /*shouldMangle=*/true);
+        child.register_attribute("training", c10::BoolType::get(), false);
+        it = layers.emplace(index, std::move(child)).first;
+      }
+      return it->second;
+    };
     for (const auto& [name, value] : state.parameters) {
+      const auto [index, leaf] = SplitName(name);
       // Its own leaf tensor, trainable as in torch.jit.script(model).save.
-      module.register_parameter(ExportName(name), value.detach().clone().requires_grad_(true),
-                                /*is_buffer=*/false);
+      layer(index).register_parameter(leaf, value.detach().clone().requires_grad_(true),
+                                      /*is_buffer=*/false);
     }
     for (const auto& [name, value] : state.buffers) {
-      module.register_buffer(ExportName(name), value.detach().clone());
+      const auto [index, leaf] = SplitName(name);
+      layer(index).register_buffer(leaf, value.detach().clone());
     }
+    // In the Sequential's order (numerically: "10" after "9").
+    std::vector<std::pair<size_t, std::string>> order;
+    for (const auto& [index, child] : layers) order.emplace_back(std::stoul(index), index);
+    std::sort(order.begin(), order.end());
+    for (const auto& [i, index] : order) module.register_module(index, layers.at(index));
     module.define(source);
     std::ostringstream out;
     module.save(out);

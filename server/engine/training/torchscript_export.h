@@ -15,18 +15,17 @@
 namespace trainerd::engine {
 
 // The TorchScript source of the model's forward for a per-row input shape: one statement per
-// layer over parameters and buffers named "l<i>_<name>" (layer i's "weight", "bias",
-// "running_mean", "running_var"). Eval semantics: dropout is the identity and batchnorm uses its
+// layer over the parameters and buffers of submodule "<i>" (layer i's "weight", "bias",
+// "running_mean", "running_var"), read as getattr(self, "<i>").weight. Eval semantics: dropout is the identity and batchnorm uses its
 // running statistics. INVALID_ARGUMENT when the spec does not fit `input_shape`.
 absl::StatusOr<std::string> TorchScriptSource(const ModelSpec& spec,
                                               const std::vector<int64_t>& input_shape);
 
-// A trained model's state on the host: float32 CPU tensors, keyed as in the Sequential
-// ("0.weight", "2.running_mean").
+// A trained model's state on the host: CPU tensors keyed as in the Sequential ("0.weight",
+// "2.running_mean"), float32 but for batchnorm's num_batches_tracked (int64).
 struct HostModelState {
   std::vector<std::pair<std::string, torch::Tensor>> parameters;  // model->named_parameters()
-  // The buffers the exported forward reads (batchnorm's running statistics; num_batches_tracked,
-  // which only drives training, is left out).
+  // model->named_buffers(): batchnorm's running statistics and num_batches_tracked.
   std::vector<std::pair<std::string, torch::Tensor>> buffers;
 };
 
@@ -37,8 +36,11 @@ struct HostModelState {
 HostModelState CopyModelStateToHost(const torch::nn::Sequential& model);
 
 // Builds a torch::jit::Module "TrainerdModel" from `state` (of a model BuildModel made from `spec`
-// and `input_shape`) and returns its saved archive. The module's forward takes a float32 CPU batch
-// shaped [rows, *input_shape]; its parameters are trainable, so users can fine-tune it. Never
+// and `input_shape`) and returns its saved archive. Each layer with tensors is a submodule named
+// by its place, so that the module's state_dict() has nn.Sequential's keys ("0.weight",
+// "1.running_mean", "1.num_batches_tracked") and loads into nn.Sequential built from the spec.
+// The module's forward takes a float32 CPU batch shaped [rows, *input_shape]; its parameters are
+// trainable, so users can fine-tune it. Never
 // throws: LibTorch errors become INTERNAL with the error's first line.
 absl::StatusOr<std::string> ExportTorchScript(const HostModelState& state, const ModelSpec& spec,
                                               const std::vector<int64_t>& input_shape);

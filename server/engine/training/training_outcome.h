@@ -58,6 +58,9 @@ struct TrainingOutcome {
   // kSucceeded: the trained model as a TorchScript archive (ExportTorchScript), which the job
   // manager writes to the models folder; empty otherwise.
   std::string model_archive;
+  // kSucceeded: the same model's state_dict as a safetensors file (state_dict.h), written beside
+  // the archive; empty otherwise.
+  std::string state_dict;
   // A data-parallel job: rank 0's seconds inside collectives (in loop_seconds).
   double collective_seconds = 0.0;
   // A data-parallel job that failed because peers went away (killed, cut off, stopping, stalled):

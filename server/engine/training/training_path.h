@@ -157,8 +157,8 @@ bool ReportParameters(const std::vector<std::pair<std::string, torch::Tensor>>& 
                       TrainingOutcome& outcome);
 
 // The end of a spec-built model's job: its state copied to the host (one counted transfer off the
-// CPU; on the CPU the read-back of a small model counts as one), its parameters reported, and its
-// TorchScript export.
+// CPU; on the CPU the read-back of a small model counts as one), its parameters reported, its
+// state_dict as safetensors in outcome.state_dict, and its TorchScript export (returned).
 absl::StatusOr<std::string> FinishSequential(const torch::nn::Sequential& model,
                                              const ModelSpec& spec,
                                              const std::vector<int64_t>& feature_shape,
