@@ -162,3 +162,11 @@ def test_the_downloaded_program_is_the_trained_model_in_evaluation_mode(parity):
         loss = nn.functional.cross_entropy(logits, torch.from_numpy(y[held_out])).item()
     assert loss == pytest.approx(job.history[-1].validation_loss, rel=1e-5)
     assert job.model_bytes()[:2] == b"PK"
+
+
+def test_bf16_autocast_reaches_the_programs_operators(parity):
+    # The interpreter's calls go through LibTorch's dispatcher, autocast included: the same
+    # operators run in bfloat16 as under torch.autocast in the eager module.
+    torch.manual_seed(8)
+    check_module(parity, "regression", Residual(), "exported residual block in bf16",
+                 precision="bf16")
