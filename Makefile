@@ -23,7 +23,7 @@ ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metric
 	service_test store_test job_records_test trainerd_module_check trainerd_worker pickle_check_test \
 	sandbox_test
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
-	module_check_fuzz pickle_check_fuzz safetensors_fuzz
+	module_check_fuzz pickle_check_fuzz safetensors_fuzz exported_program_fuzz
 
 .PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check test-image python clean help
 

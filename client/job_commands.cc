@@ -138,7 +138,12 @@ int Submit(const CommandContext& context) {
   if (!torchscript.ok()) return UsageFailure(torchscript.status());
   v1::SubmitJobRequest request;
   *request.mutable_spec() = *std::move(spec);
-  request.set_torchscript_module(*std::move(torchscript));
+  if (IsExportedProgramFile(*torchscript)) {
+    request.mutable_spec()->clear_model();
+    request.set_exported_program(*std::move(torchscript));
+  } else {
+    request.set_torchscript_module(*std::move(torchscript));
+  }
   if (context.invocation.Has("request-id")) {
     request.set_request_id(context.invocation.Get("request-id"));
   }

@@ -362,7 +362,8 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
   TRAINERD_RETURN_IF_ERROR(ParseDatasetReference(spec.dataset()).status());
 
   if (torchscript) {
-    // The module's bytes travel beside the spec (SubmitJobRequest.torchscript_module).
+    // The module's bytes travel beside the spec (SubmitJobRequest.torchscript_module, or
+    // exported_program for a .pt2 file; Submit clears the name for those).
     spec.set_model("torchscript");
   } else {
     absl::StatusOr<ModelSpec> model = ParseModelSpec(invocation.Get("model"));
@@ -889,6 +890,11 @@ absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation) {
         kMaxTorchScriptBytes, " bytes can be sent (the daemon's message limit)"));
   }
   return bytes;
+}
+
+bool IsExportedProgramFile(absl::string_view bytes) {
+  return absl::StartsWith(bytes, "PK\x03\x04") &&
+         absl::StrContains(bytes, "/models/model.json");
 }
 
 absl::StatusOr<v1::JobState> ParseJobState(absl::string_view text) {

@@ -132,4 +132,9 @@ absl::StatusOr<v1::JobState> ParseJobState(absl::string_view text);
 // (common/job_limits.h, the daemon's own limit).
 absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation);
 
+// Whether a --torchscript file is an exported program (the zip torch.export.save writes, which
+// holds <name>/models/model.json) rather than a TorchScript archive: it then travels as
+// SubmitJobRequest.exported_program. The daemon checks either kind itself.
+bool IsExportedProgramFile(absl::string_view bytes);
+
 }  // namespace trainerd::client

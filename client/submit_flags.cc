@@ -14,8 +14,11 @@ std::vector<FlagSpec> SubmitFlags() {
            "yours, or OWNER/NAME for one another owner shared"},
           {"model", "SPEC", "layers, e.g. linear:64,relu,linear:1 (required)"},
           {"torchscript", "FILE",
-           "train this TorchScript module (torch.jit.script(m)\n"
-           ".save(FILE), at most 64 MiB) instead of --model"},
+           "train this module instead of --model, at most 64 MiB:\n"
+           "an exported program (torch.export.save(torch.export.\n"
+           "export(m.train(), (x,), dynamic_shapes=...), FILE),\n"
+           "a .pt2) or a TorchScript module (torch.jit.script(m)\n"
+           ".save(FILE)), told apart by the file's content"},
           {"loss", "LOSS",
            "mse, l1, huber or bce_with_logits (float32 targets\n"
            "shaped like the output), cross_entropy or nll (int64\n"

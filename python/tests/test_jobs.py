@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -174,7 +175,7 @@ def test_model_without_torch_is_bytes(
     assert data[:2] == b"PK"  # a TorchScript archive is a ZIP file
 
 
-def test_torch_module_is_scripted_and_trained(
+def test_torch_module_is_exported_and_trained(
     client: trainerd.Client, seed_dataset: trainerd.Dataset, tmp_path: Path
 ) -> None:
     torch = pytest.importorskip("torch")
@@ -187,8 +188,9 @@ def test_torch_module_is_scripted_and_trained(
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.linear(x)
 
+    # An nn.Module goes as an exported program (torch.export), a ScriptModule as TorchScript.
     job = client.submit("seed", model=Affine(), lr=0.1, epochs=20, seed=1).wait(timeout=120)
-    assert job.spec.model.startswith("torchscript")
+    assert job.spec.model.startswith("exported (")
     # Its worker's sandbox, as measured before the module reached it, in the report and its view.
     sandbox = job.report.worker_sandbox
     assert sandbox.program == "trainerd-worker"
@@ -200,23 +202,45 @@ def test_torch_module_is_scripted_and_trained(
         out = trained(torch.tensor([[0.0], [1.0]]))
     assert float(out[1] - out[0]) == pytest.approx(2.0, abs=0.4)
 
-    # The same module from a file, by path.
+    # The same module from a file, by path: TorchScript, and an exported program.
     path = tmp_path / "affine.pt"
     torch.jit.script(Affine()).save(str(path))
     job2 = client.submit("seed", model=path, lr=0.1, epochs=2)
     assert job2.wait(timeout=120).state == trainerd.JobState.SUCCEEDED
+    assert job2.spec.model.startswith("torchscript (")
+    exported = tmp_path / "affine.pt2"
+    torch.export.save(
+        torch.export.export(
+            Affine(), (torch.zeros(2, 1),),
+            dynamic_shapes=({0: torch.export.Dim("batch", min=1)},),
+        ),
+        str(exported),
+    )
+    job3 = client.submit("seed", model=exported, lr=0.1, epochs=2)
+    assert job3.wait(timeout=120).state == trainerd.JobState.SUCCEEDED
+    assert job3.spec.model.startswith("exported (")
+    # Its download is the .pt2 with the trained weights, which torch.export.load reads.
+    program = torch.export.load(io.BytesIO(job3.model_bytes()))
+    assert set(program.state_dict) == {"linear.weight", "linear.bias"}
+    assert torch.equal(program.state_dict["linear.weight"],
+                       torch.from_numpy(job3.parameters["linear.weight"]))
 
 
-def test_unscriptable_module_is_a_clear_error() -> None:
+def test_unexportable_module_is_a_clear_error() -> None:
     torch = pytest.importorskip("torch")
+    from trainerd._spec import model_argument
 
     class Dynamic(torch.nn.Module):  # type: ignore[misc]
         def forward(self, x):  # type: ignore[no-untyped-def]
-            return x * len({"a": io.StringIO()})
+            if x.sum() > 0:  # data-dependent control flow: torch.export refuses it
+                return x
+            return -x
 
-    offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(TypeError, match="cannot script the model"):
-        offline.submit("seed", model=Dynamic())
+    module = Dynamic()
+    module.eval()
+    with pytest.raises(TypeError, match="cannot export the model"):
+        model_argument(module, lambda: (3,))
+    assert not module.training  # its own mode is given back
 
 
 def test_jobs_lists_filters_and_pages(
@@ -558,6 +582,11 @@ def test_model_argument_forms() -> None:
     from trainerd._spec import model_argument
 
     assert model_argument(b"PK-archive") == ("torchscript", b"PK-archive")
+    # A .pt2 archive (torch.export.save) is told apart by its content.
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("m/models/model.json", "{}")
+    assert model_argument(buffer.getvalue()) == ("exported", buffer.getvalue())
     assert model_argument("linear:1") == ("linear:1", b"")
     with pytest.raises(ValueError, match="empty"):
         model_argument(b"")

@@ -6,7 +6,7 @@ Five lines in a notebook::
     client = trainerd.Client()                     # as trainctl: $TRAINERD_ADDR, contexts, ...
     ds = client.upload("digits", X_train, y_train)  # numpy, torch, pandas, .npy or .csv
     job = client.submit(ds, model="linear:128,relu,linear:10", loss="cross_entropy").wait()
-    model = job.model()                             # a torch.jit ScriptModule
+    model = job.model()                             # the trained model, in eval mode
 
 ``trainerd.aio.Client`` is the same API on asyncio (grpc.aio).
 

@@ -10,7 +10,9 @@ import datetime
 import io
 import math
 import os
-from collections.abc import Mapping, Sequence
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict, Union
 
@@ -27,7 +29,9 @@ __all__ = [
     "SpecOptions",
     "SweepOptions",
     "build_spec",
+    "is_exported_program",
     "model_argument",
+    "needs_feature_shape",
 ]
 
 #: trainctl's defaults (client/requests.cc and the help of client/submit_flags.cc).
@@ -631,17 +635,22 @@ def build_spec(
     return spec
 
 
-def model_argument(model: object) -> tuple[str, bytes]:
-    """(spec text, TorchScript bytes) for ``model=``: a spec string ("linear:64,relu,linear:1")
-    with no module; or "torchscript" and the archive of a torch.nn.Module (scripted with
-    torch.jit.script), of a TorchScript file (a path), or given as bytes."""
+def model_argument(
+    model: object, feature_shape: Callable[[], Sequence[int]] | None = None
+) -> tuple[str, bytes]:
+    """(spec text, module bytes) for ``model=``: a spec string ("linear:64,relu,linear:1") with
+    no module; "exported" and the archive torch.export.save writes, of a torch.nn.Module
+    (exported in training mode with an example batch of ``feature_shape()``, the dataset's rows,
+    its batch dimension dynamic), of a .pt2 file (a path) or given as bytes; or "torchscript" and
+    the archive of a ScriptModule, of a TorchScript file or given as bytes. Which archive bytes
+    and files hold, their content says."""
     if isinstance(model, bytes):
-        return "torchscript", _check_module_bytes(model, "model")
+        return _archive_kind(model), _check_module_bytes(model, "model")
     if isinstance(model, os.PathLike) or (
         isinstance(model, str)
         and (
             os.sep in model
-            or model.endswith((".pt", ".pth", ".zip", ".ts", ".torchscript"))
+            or model.endswith((".pt", ".pth", ".pt2", ".zip", ".ts", ".torchscript"))
             or os.path.isfile(model)
         )
     ):
@@ -650,7 +659,7 @@ def model_argument(model: object) -> tuple[str, bytes]:
             data = path.read_bytes()
         except OSError as e:
             raise FileNotFoundError(f"model: cannot read '{path}': {e.strerror or e}") from e
-        return "torchscript", _check_module_bytes(data, f"model '{path}'")
+        return _archive_kind(data), _check_module_bytes(data, f"model '{path}'")
     if isinstance(model, str):
         text = model.strip()
         if not text or text == "torchscript":
@@ -662,7 +671,12 @@ def model_argument(model: object) -> tuple[str, bytes]:
             raise ValueError(f"model: the spec is longer than {MAX_MODEL_SPEC_BYTES} bytes")
         return text, b""
     if _is_torch_module(model):
-        return "torchscript", _script_module(model)
+        torch = import_torch()
+        if isinstance(model, torch.jit.ScriptModule):
+            return "torchscript", _script_module(model)
+        if feature_shape is None:
+            raise TypeError("a torch.nn.Module trains as a job of its own: pass it to submit()")
+        return "exported", _export_module(model, tuple(feature_shape()))
     raise TypeError(
         "model must be a spec string, a torch.nn.Module, a path to a TorchScript file or its "
         f"bytes, not {type(model).__name__}"
@@ -691,6 +705,62 @@ def _script_module(module: Any) -> bytes:
             f"{first.strip()}. Make its forward scriptable, or pass torch.jit.trace(model, "
             "example) or a TorchScript file instead"
         ) from e
+    return _check_module_bytes(buffer.getvalue(), "model")
+
+
+def needs_feature_shape(model: object) -> bool:
+    """Whether ``model=`` is a torch.nn.Module that submit exports (not a ScriptModule)."""
+    if not _is_torch_module(model):
+        return False
+    return not isinstance(model, import_torch().jit.ScriptModule)
+
+
+def is_exported_program(data: bytes) -> bool:
+    """Whether ``data`` is an archive torch.export.save wrote: a zip holding
+    ``<name>/models/model.json``."""
+    if not data.startswith(b"PK"):
+        return False
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            return any(n.endswith("/models/model.json") for n in archive.namelist())
+    except (zipfile.BadZipFile, ValueError, OSError):
+        return False
+
+
+def _archive_kind(data: bytes) -> str:
+    return "exported" if is_exported_program(data) else "torchscript"
+
+
+def _export_module(module: Any, feature_shape: tuple[int, ...]) -> bytes:
+    """torch.export of ``module`` in training mode (so that trainerd can switch dropout and batch
+    norm between training and evaluation), on an example batch of 2 rows of ``feature_shape``
+    (zeros, on the module's device), the batch dimension dynamic; the bytes torch.export.save
+    writes. The module's own training flag is restored."""
+    torch = import_torch()
+    parameter = next(iter(module.parameters()), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    example = torch.zeros((2, *feature_shape), dtype=torch.float32, device=device)
+    was_training = module.training
+    buffer = io.BytesIO()
+    try:
+        module.train()
+        with warnings.catch_warnings():
+            # nn.LSTM/GRU/RNN keep their weights in a Python list too; export warns about that
+            # list, which is torch's own code and the user can do nothing about.
+            warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights")
+            program = torch.export.export(
+                module, (example,), dynamic_shapes=({0: torch.export.Dim("batch", min=1)},)
+            )
+        torch.export.save(program, buffer)
+    except Exception as e:  # torch raises many kinds: UserError, TorchRuntimeError, ...
+        first = next((line for line in str(e).strip().split("\n") if line.strip()), str(e))
+        raise TypeError(
+            f"cannot export the model ({type(module).__name__}) with torch.export for rows "
+            f"shaped {list(feature_shape)}: {first.strip()}. Make its forward exportable "
+            "(https://pytorch.org/docs/stable/export.html), or pass a .pt2 file instead"
+        ) from e
+    finally:
+        module.train(was_training)
     return _check_module_bytes(buffer.getvalue(), "model")
 
 

@@ -44,6 +44,7 @@ from trainerd._progress import ProgressArg, make_progress
 from trainerd._transport import MAX_RECEIVE_MESSAGE_BYTES, MAX_SEND_MESSAGE_BYTES, _serialize
 from trainerd._upload import prepare_payload, validate_dataset_name
 from trainerd._version import __version__
+from trainerd._spec import needs_feature_shape
 from trainerd.client import (
     DEFAULT_TIMEOUT,
     DIAGNOSE_TIMEOUT,
@@ -734,7 +735,16 @@ class Client:
     ) -> Job:
         """Submits a job; the keyword arguments are :meth:`trainerd.Client.submit`'s."""
         name = dataset.name if isinstance(dataset, DatasetBase) else dataset
-        request = await asyncio.to_thread(submit_request, name, model, _given(dict(options)))
+        shape: Sequence[int] = ()
+        if needs_feature_shape(model):  # a torch.nn.Module to export: the dataset's rows
+            shape = (
+                dataset.feature_shape
+                if isinstance(dataset, DatasetBase)
+                else (await self.dataset(name)).feature_shape
+            )
+        request = await asyncio.to_thread(
+            submit_request, name, model, _given(dict(options)), lambda: shape
+        )
         if request_id is not None:
             request.request_id = request_id
         proto = await self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)

@@ -9,7 +9,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from google.protobuf.message import Message
@@ -493,8 +493,11 @@ class Client:
         Args:
             dataset: the resident dataset to train on (a name or a :class:`Dataset`): one of the
                 caller's, or ``"OWNER/NAME"`` for one another owner shared.
-            model: a spec ("linear:64,relu,linear:1"), a ``torch.nn.Module`` (scripted with
-                ``torch.jit.script``), a path to a TorchScript file, or its bytes.
+            model: a spec ("linear:64,relu,linear:1"); a ``torch.nn.Module``, exported with
+                ``torch.export`` in training mode on an example batch of the dataset's rows (the
+                batch dimension dynamic) and trained as an exported program (docs/MODELS.md); a
+                ``torch.jit.ScriptModule`` (TorchScript, deprecated by PyTorch); a path to a
+                ``.pt2`` (``torch.export.save``) or TorchScript file; or such a file's bytes.
             loss: mse, l1, huber or bce_with_logits (float32 targets shaped like the output),
                 cross_entropy or nll (int64 class targets; nll wants log-probabilities). None:
                 the daemon picks cross_entropy for int64 targets, mse for float32 ones
@@ -658,7 +661,12 @@ class Client:
     def _submit(
         self, dataset: DatasetArg, model: Any, options: dict[str, Any], request_id: str | None
     ) -> Job:
-        request = submit_request(dataset, model, options)
+        def feature_shape() -> Sequence[int]:
+            if isinstance(dataset, Dataset):
+                return dataset.feature_shape
+            return self.dataset(dataset).feature_shape
+
+        request = submit_request(dataset, model, options, feature_shape)
         if request_id is not None:
             request.request_id = request_id
         proto = self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
@@ -1081,8 +1089,14 @@ def _points_request(
 
 
 def submit_request(
-    dataset: DatasetArg, model: object, options: dict[str, Any]
+    dataset: DatasetArg,
+    model: object,
+    options: dict[str, Any],
+    feature_shape: Callable[[], Sequence[int]] | None = None,
 ) -> jobs_pb2.SubmitJobRequest:
-    spec_model, module = model_argument(model)
+    """``feature_shape``: the dataset's rows, asked only to export a torch.nn.Module."""
+    spec_model, module = model_argument(model, feature_shape)
     spec = build_spec(_dataset_name(dataset), spec_model, options)
+    if spec_model == "exported":
+        return jobs_pb2.SubmitJobRequest(spec=spec, exported_program=module)
     return jobs_pb2.SubmitJobRequest(spec=spec, torchscript_module=module)

@@ -10,6 +10,7 @@ import io
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from trainerd._models import StateDict, export_program, load_into, parse_state_d
 from trainerd._optional import import_torch
 from trainerd._spec_view import JobSpecView
 from trainerd._split import held_out_rows
+from trainerd._spec import is_exported_program
 from trainerd.errors import (
     DeadlineExceeded,
     DownloadRefused,
@@ -224,12 +226,63 @@ def download_request(job_id: str, format: str) -> jobs_pb2.DownloadModelRequest:
 
 
 def load_model(data: bytes, map_location: str) -> Any:
-    """torch.jit.load of an archive's bytes; the bytes themselves without torch."""
+    """The trained model from an archive's bytes: an exported program's (an exported job's .pt2)
+    as a torch.fx.GraphModule in evaluation mode (eval_exported_module), a TorchScript archive's
+    with torch.jit.load; the bytes themselves without torch."""
     try:
         torch = import_torch()
     except ImportError:
         return data
+    if is_exported_program(data):
+        with warnings.catch_warnings():
+            # torch.export.load makes its tensors over the archive's read-only bytes and says
+            # so; they are copied below, before anything can write to them.
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            program = torch.export.load(io.BytesIO(data))
+        module = program.module()
+        with torch.no_grad():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                tensor.data = tensor.data.clone()
+        return eval_exported_module(module).to(map_location)
     return torch.jit.load(io.BytesIO(data), map_location=map_location)
+
+
+# Each mode-dependent operator trainerd switches (docs/TRAINING.md): its argument, and the value
+# it takes in evaluation mode.
+_EVAL_ARGUMENTS = {
+    "aten.dropout.default": ("train", 2, False),
+    "aten.feature_dropout.default": ("train", 2, False),
+    "aten.alpha_dropout.default": ("train", 2, False),
+    "aten.feature_alpha_dropout.default": ("train", 2, False),
+    "aten.batch_norm.default": ("training", 5, False),
+    "aten.lstm.input": ("train", 6, False),
+    "aten.gru.input": ("train", 6, False),
+    "aten.rnn_tanh.input": ("train", 6, False),
+    "aten.rnn_relu.input": ("train", 6, False),
+    "aten.scaled_dot_product_attention.default": ("dropout_p", 4, 0.0),
+}
+
+
+def eval_exported_module(module: Any) -> Any:
+    """An exported program's module (``ExportedProgram.module()``, exported in training mode)
+    switched to evaluation behaviour as trainerd validates it: dropout off, batch norm on its
+    running statistics (when it has them), the recurrent layers' and attention's dropout off.
+    ``.eval()`` is not supported on such modules; this rewrites the nodes' mode arguments."""
+    for node in module.graph.nodes:
+        rule = _EVAL_ARGUMENTS.get(str(node.target)) if node.op == "call_function" else None
+        if rule is None:
+            continue
+        name, position, value = rule
+        if name == "training" and (len(node.args) <= 3 or node.args[3] is None):
+            continue  # batch norm without running statistics uses the batch's in both modes
+        if name in node.kwargs:
+            node.update_kwarg(name, value)
+        elif len(node.args) > position:
+            node.update_arg(position, value)
+        else:
+            node.update_kwarg(name, value)
+    module.recompile()
+    return module
 
 
 def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:

@@ -298,6 +298,35 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& c
     std::random_device random;
     spec.seed = (static_cast<uint64_t>(random()) << 32) | random();
   }
+  if (!spec.exported_program.empty()) {
+    if (!spec.torchscript.empty()) {
+      return absl::InvalidArgumentError(
+          "give either a TorchScript module or an exported program, not both");
+    }
+    if (!IsExportedProgramArchive(spec.exported_program)) {
+      return absl::InvalidArgumentError(
+          "exported_program is not an archive written by torch.export.save (a zip holding "
+          "models/model.json)");
+    }
+    if (!spec.model.empty() && spec.model != kExportedModelName) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "give either a model spec ('", spec.model, "') or an exported program, not both"));
+    }
+    // From here on a submitted module, whose archive says which kind it is.
+    spec.model.clear();
+    spec.torchscript = std::move(spec.exported_program);
+    spec.exported_program.clear();
+    if (!options.allow_torchscript) {
+      return absl::PermissionDeniedError(
+          "this daemon does not accept submitted models (it runs with --allow_torchscript=false, "
+          "which covers TorchScript modules and exported programs); describe the model with a text "
+          "spec instead");
+    }
+  } else if (!spec.torchscript.empty() && IsExportedProgramArchive(spec.torchscript)) {
+    return absl::InvalidArgumentError(
+        "torchscript_module holds an exported program (torch.export.save); send it as "
+        "exported_program");
+  }
   if (!spec.torchscript.empty() && !options.allow_torchscript) {
     return absl::PermissionDeniedError(
         "this daemon does not accept TorchScript modules (it runs with --allow_torchscript=false); "
@@ -338,7 +367,9 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
     ResolveLossFromTargets(spec, checked_against);
     TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, checked_against).status());
   }
-  spec.model = absl::StrCat("torchscript (", spec.torchscript.size(), " bytes)");
+  spec.model = absl::StrCat(
+      IsExportedProgramArchive(spec.torchscript) ? kExportedModelName : "torchscript", " (",
+      spec.torchscript.size(), " bytes)");
   TRAINERD_ASSIGN_OR_RETURN(
       LoadedTorchScript loaded,
       LoadTorchScriptModule(spec, checked_against, options.module_checker, caller.deadline,
@@ -391,10 +422,10 @@ absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& c
 
 absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes& axes,
                                                   const CallContext& caller) {
-  if (!spec.torchscript.empty()) {
+  if (!spec.torchscript.empty() || !spec.exported_program.empty()) {
     return absl::InvalidArgumentError(
-        "a sweep trains a model described by a text spec; submit a TorchScript module as a job of "
-        "its own");
+        "a sweep trains a model described by a text spec; submit a TorchScript module or an "
+        "exported program as a job of its own");
   }
   if (auto found = impl_->Submitted(caller)) {
     if (!found->ok()) return found->status();

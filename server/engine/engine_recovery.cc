@@ -69,7 +69,8 @@ absl::Status Engine::Impl::Recover() {
     // A TorchScript job taken up again and again from the same point: whatever ends it (its
     // worker, or the daemon with it) ends it every time. Three times in a row, and it is FAILED
     // rather than taken up once more, so that a crash loop cannot happen.
-    if (absl::StartsWith(job.spec.model, "torchscript")) {
+    if (absl::StartsWith(job.spec.model, "torchscript") ||
+        absl::StartsWith(job.spec.model, "exported (")) {
       int in_a_row = 0;
       for (auto it = job.restarts.rbegin(); it != job.restarts.rend() && it->from_epoch == from;
            ++it) {
@@ -98,7 +99,8 @@ absl::Status Engine::Impl::Recover() {
       }
       ModelSpec model;
       std::shared_ptr<const TorchScriptJob> module;
-      if (absl::StartsWith(job.spec.model, "torchscript")) {
+      if (absl::StartsWith(job.spec.model, "torchscript") ||
+          absl::StartsWith(job.spec.model, "exported (")) {
         if (!options.allow_torchscript) {
           return absl::PermissionDeniedError(
               "this daemon no longer accepts TorchScript modules (--allow_torchscript=false)");

@@ -170,6 +170,11 @@ struct JobSpec {
   // spec; `model` must then be empty or "torchscript". Submit loads and checks it, then replaces
   // `model` with "torchscript (N bytes)" and clears this, so that jobs never echo the bytes.
   std::string torchscript;
+  // Bring your own model as an exported program: the bytes torch.export.save writes (.pt2),
+  // trained instead of a text spec; `model` must then be empty or "exported". Exclusive with
+  // `torchscript`. Submit checks that it is such an archive and then carries it in `torchscript`
+  // (a submitted module, whose kind its archive says) and names it "exported (N bytes)".
+  std::string exported_program;
   LossKind loss = LossKind::kMse;
   // The caller named no loss: admission picks it by the dataset's targets (ResolveLossFromTargets)
   // and clears this, so that a queued job's spec always names its loss.

@@ -536,6 +536,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
     }
   }
   spec->torchscript = request->torchscript_module();  // bring your own model; usually empty
+  spec->exported_program = request->exported_program();
   engine::CallContext caller = CallContextOf(context, authenticator_);
   caller.request_id = request->request_id();
   // A module's check stops when its caller goes away (the context lives until Finish, and

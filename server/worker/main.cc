@@ -286,16 +286,25 @@ int main(int argc, char** argv) {
   };
   trainerd::engine::SetCheckpointFiles(std::move(files));
 
-  // Now the module: checked again, then loaded, inside the sandbox.
-  absl::StatusOr<std::shared_ptr<torch::jit::Module>> module =
-      trainerd::engine::LoadCheckedModule(job->module);
-  job->module.clear();
-  job->module.shrink_to_fit();
-  if (!module.ok()) return report_failure(std::string(module.status().message()));
-
+  // Now the module: checked again, then loaded, inside the sandbox. An exported program (a .pt2
+  // archive) runs on the interpreter of exported_program.h, a TorchScript archive on LibTorch's.
   trainerd::engine::TrainingRun run;
+  if (trainerd::engine::IsExportedProgramArchive(job->module)) {
+    absl::StatusOr<std::shared_ptr<trainerd::engine::ExportedProgram>> program =
+        trainerd::engine::ExportedProgram::Load(job->module);
+    job->module.clear();
+    job->module.shrink_to_fit();
+    if (!program.ok()) return report_failure(std::string(program.status().message()));
+    run.exported = *std::move(program);
+  } else {
+    absl::StatusOr<std::shared_ptr<torch::jit::Module>> module =
+        trainerd::engine::LoadCheckedModule(job->module);
+    job->module.clear();
+    job->module.shrink_to_fit();
+    if (!module.ok()) return report_failure(std::string(module.status().message()));
+    run.torchscript = *std::move(module);
+  }
   run.spec = job->spec;
-  run.torchscript = *std::move(module);
   run.dataset = *std::move(dataset);
   run.validation_dataset = std::move(validation);
   run.device = device;

@@ -1015,6 +1015,15 @@ TEST_F(UploadFilesTest, MissingTorchScriptFileIsNotFound) {
   EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
 }
 
+// --torchscript FILE takes an exported program too: a zip holding <name>/models/model.json,
+// which then travels as SubmitJobRequest.exported_program.
+TEST(IsExportedProgramFileTest, TellsAPt2FromATorchScriptArchiveByContent) {
+  EXPECT_TRUE(IsExportedProgramFile(std::string("PK\x03\x04....net/models/model.json....", 33)));
+  EXPECT_FALSE(IsExportedProgramFile(std::string("PK\x03\x04....net/data.pkl....code/", 29)));
+  EXPECT_FALSE(IsExportedProgramFile("net/models/model.json"));  // not a zip
+  EXPECT_FALSE(IsExportedProgramFile(""));
+}
+
 TEST(JobSpecFromFlagsTest, PrecisionReachesTheSpecAndDefaultsToFp32) {
   const absl::StatusOr<v1::JobSpec> plain = JobSpecFromFlags(Submit());
   ASSERT_TRUE(plain.ok()) << plain.status();

@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e/subprocess.h"
+#include "tests/support/exported_archive.h"
 #include "trainerd/v1/datasets.pb.h"
 #include "trainerd/v1/jobs.pb.h"
 
@@ -1011,6 +1012,55 @@ TEST_F(EndToEndTest, TorchScriptJobsStateDictHasItsModulesNames) {
   for (const SafetensorsEntry& e : file->tensors) names.push_back(e.name);
   EXPECT_THAT(names, ElementsAre("w", "b", "calls"));  // the module's own, buffer last
   EXPECT_THAT(file->metadata, Contains(Pair("trainerd.model", "torchscript")));
+}
+
+// An exported program (the .pt2 layout torch.export.save writes, made by hand here: this test
+// links no LibTorch) of fc = nn.Linear(1, 1), sent by trainctl's --torchscript, which tells the
+// kinds apart by content.
+TEST_F(EndToEndTest, SubmittedExportedProgramTrainsAndDownloadsAsPt2) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  const std::string program = WriteFile("net.pt2", trainerd::testing::ExportedProgramArchive());
+  RunResult run = Ctl({"submit", "--dataset", "seed", "--torchscript", program, "--lr", "0.1",
+                       "--batch-size", "16", "--epochs", "100", "--seed", "7", "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("SUCCEEDED"));
+  const std::string id = run.out.substr(0, run.out.find('\n'));
+
+  RunResult get = Ctl({"-o", "json", "job", "get", id});
+  ASSERT_EQ(get.exit_code, 0) << get.err;
+  v1::Job job;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &job).ok()) << get.out;
+  EXPECT_THAT(job.spec().model(), HasSubstr("exported ("));
+  ASSERT_EQ(job.parameters_size(), 2);
+  EXPECT_EQ(job.parameters(0).name(), "fc.weight");
+  EXPECT_NEAR(job.parameters(0).values(0), 2.0, 0.05);
+  EXPECT_EQ(job.parameters(1).name(), "fc.bias");
+  EXPECT_NEAR(job.parameters(1).values(0), 1.0, 0.05);
+
+  // The download is the .pt2 with the trained weights in its weight records.
+  const std::string path = (dir_ / "trained.pt2").string();
+  RunResult download = Ctl({"job", "model", id, "-f", path});
+  ASSERT_EQ(download.exit_code, 0) << download.err;
+  std::ifstream file(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.substr(0, 2), "PK");
+  EXPECT_THAT(bytes, HasSubstr("models/model.json"));
+  EXPECT_THAT(bytes, HasSubstr("data/weights/weight_0"));
+  const float w = job.parameters(0).values(0);
+  EXPECT_NE(bytes.find(std::string(reinterpret_cast<const char*>(&w), 4)), std::string::npos)
+      << "the trained weight is not in the download";
+}
+
+TEST_F(EndToEndTest, ExportedProgramWithAnOperatorOffTheListIsRefusedAtSubmit) {
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  trainerd::testing::ExportedProgramKnobs knobs;
+  knobs.target = "torch.ops.aten.from_file.default";
+  const std::string program =
+      WriteFile("evil.pt2", trainerd::testing::ExportedProgramArchive(knobs));
+  RunResult r = Ctl({"submit", "--dataset", "seed", "--torchscript", program});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("aten.from_file.default, which is not on trainerd's list of "
+                               "operators"));
 }
 
 TEST_F(EndToEndTest, TorchScriptModuleThatDoesNotFitIsRejectedAtSubmit) {

@@ -65,6 +65,34 @@ def classes_ignored_block() -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
+def digits(rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """1x8x8 images, int64 labels of 4 classes (which quadrant is bright)."""
+    rng = np.random.default_rng(15)
+    y = rng.integers(0, 4, size=rows, dtype=np.int64)
+    x = 0.3 * rng.standard_normal((rows, 1, 8, 8)).astype(np.float32)
+    for i, label in enumerate(y):
+        r, c = 4 * (label // 2), 4 * (label % 2)
+        x[i, 0, r : r + 4, c : c + 4] += 1.0
+    return x, y
+
+
+def sequences(rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """6 steps of 4 features, one float32 target: a decayed sum of the steps' first feature."""
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((rows, 6, 4)).astype(np.float32)
+    weights = 0.7 ** np.arange(5, -1, -1, dtype=np.float32)
+    y = (x[:, :, 0] @ weights).reshape(rows, 1)
+    return x, y.astype(np.float32)
+
+
+def tokens(rows: int = 48) -> tuple[np.ndarray, np.ndarray]:
+    """5 positions of 32 features, int64 labels of 2 classes (the sign of a mean feature)."""
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((rows, 5, 32)).astype(np.float32)
+    y = (x[:, :, :4].mean(axis=(1, 2)) > 0).astype(np.int64)
+    return x, y
+
+
 ALL = {
     "regression": regression,
     "regression_validation": regression_validation,
@@ -73,4 +101,7 @@ ALL = {
     "classes_ignored_block": classes_ignored_block,
     "binary": binary,
     "images": images,
+    "digits": digits,
+    "sequences": sequences,
+    "tokens": tokens,
 }

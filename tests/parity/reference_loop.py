@@ -79,13 +79,21 @@ def train(
     y: np.ndarray,
     validation: tuple[np.ndarray, np.ndarray] | None = None,
     module: torch.nn.Module | None = None,
+    seeded_dropout: bool = False,
 ) -> Result:
+    """``seeded_dropout``: the module's nn.Dropout layers draw their masks from the job's
+    generator, as an exported program's dropout does (docs/TRAINING.md)."""
     seed = spec["seed"]
     features = torch.from_numpy(x)
     targets = torch.from_numpy(y)
     generator = torch.Generator().manual_seed(seed)  # the job's: shuffling, then dropout
     if module is not None:  # a submitted module trains from its own weights
         model = copy.deepcopy(module)
+        if seeded_dropout:
+            for parent in list(model.modules()):
+                for name, child in list(parent.named_children()):
+                    if type(child) is torch.nn.Dropout:
+                        setattr(parent, name, reference_model.SeededDropout(child.p, generator))
     else:
         model = reference_model.build(spec["model"], tuple(x.shape[1:]), seed, generator)
     model.train()

@@ -177,5 +177,5 @@ def test_torchscript_module_in_the_worker(parity):
     module = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
     spec = dict(lr=0.05, momentum=0.5, seed=7, epochs=3, batch_size=16)
     want = reference_loop.train(spec, x, y, module=copy.deepcopy(module))
-    job = parity.run("regression", "auto", dict(spec, model=module))
+    job = parity.run("regression", "auto", dict(spec, model=torch.jit.script(module)))
     parity.compare(job, want, 1e-5, "TorchScript module")

@@ -86,5 +86,5 @@ def test_class_weights_and_ignore_index_in_the_torchscript_worker(parity):
     spec = dict(loss="cross_entropy", class_weights=WEIGHTS, ignore_index=-100, lr=0.1,
                 seed=7, epochs=3, batch_size=16, validation_fraction=0.25)
     want = reference_loop.train(spec, x, y, module=copy.deepcopy(module))
-    job = parity.run("classes_ignoring", "auto", dict(spec, model=module))
+    job = parity.run("classes_ignoring", "auto", dict(spec, model=torch.jit.script(module)))
     parity.compare(job, want, 1e-5, "TorchScript module")

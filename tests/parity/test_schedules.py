@@ -106,7 +106,7 @@ def test_per_step_cosine_in_the_torchscript_worker(parity):
     spec = dict(lr=0.05, momentum=0.5, seed=7, epochs=3, batch_size=16, schedule="cosine",
                 min_lr=0.001, schedule_per_step=True, warmup_steps=2)
     want = reference_loop.train(spec, x, y, module=copy.deepcopy(module))
-    job = parity.run("regression", "auto", dict(spec, model=module))
+    job = parity.run("regression", "auto", dict(spec, model=torch.jit.script(module)))
     parity.compare(job, want, 1e-5, "TorchScript module")
 
 

@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/service/service_fixture.h"
+#include "tests/support/exported_archive.h"
 
 namespace trainerd::service::testing {
 namespace {
@@ -80,6 +81,17 @@ class HostileFixture : public ServiceTest {
     v1::SubmitJobRequest request;
     *request.mutable_spec() = spec;
     request.set_torchscript_module(module);
+    v1::Job job;
+    return jobs_->SubmitJob(&context, request, &job);
+  }
+
+  grpc::Status SubmitExported(const std::string& archive) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = Spec();
+    request.mutable_spec()->clear_model();
+    request.set_exported_program(archive);
     v1::Job job;
     return jobs_->SubmitJob(&context, request, &job);
   }
@@ -517,6 +529,42 @@ std::vector<Attack> Attacks() {
                        return t->Submit(spec, ModuleThatReadsFiles());
                      },
                      grpc::StatusCode::PERMISSION_DENIED, "operator 'aten::from_file'"});
+  // ---- SubmitJob: exported programs (tests/support/exported_archive.h) ----
+  using trainerd::testing::ExportedProgramArchive;
+  using Knobs = trainerd::testing::ExportedProgramKnobs;
+  auto exported = [](std::function<void(Knobs&)> spoil_it) {
+    return [spoil_it](H* t) {
+      Knobs knobs;
+      spoil_it(knobs);
+      return t->SubmitExported(ExportedProgramArchive(knobs));
+    };
+  };
+  attacks.push_back({"SubmitExportedForgedGraph", exported([](Knobs& k) { k.forged_graph = true; }), kInvalid,
+                     "uses 'nowhere' before it is defined"});
+  attacks.push_back({"SubmitExportedWeightPastItsStorage", exported([](Knobs& k) { k.weight_rows = 1000; }),
+                     kInvalid, "lies past its storage"});
+  attacks.push_back({"SubmitExportedOperatorOffTheList",
+                     exported([](Knobs& k) { k.target = "torch.ops.aten.from_file.default"; }),
+                     grpc::StatusCode::PERMISSION_DENIED,
+                     "aten.from_file.default, which is not on trainerd's list of operators"});
+  attacks.push_back({"SubmitExportedHigherOrderOperator",
+                     exported([](Knobs& k) { k.target = "torch.ops.higher_order.cond"; }),
+                     grpc::StatusCode::PERMISSION_DENIED, "not on trainerd's list of operators"});
+  attacks.push_back({"SubmitExportedPickledWeight", exported([](Knobs& k) { k.pickled_weight = true; }),
+                     grpc::StatusCode::PERMISSION_DENIED, "is pickled"});
+  attacks.push_back({"SubmitExportedDecompressionBomb",
+                     exported([](Knobs& k) { k.bomb_bytes = 0xF0000000u; }), kInvalid,
+                     "would expand to more than"});
+  attacks.push_back({"SubmitExportedProgramAsTorchScript",
+                     [](H* t) {
+                       v1::JobSpec spec = t->Spec();
+                       spec.set_model("");
+                       return t->Submit(spec, ExportedProgramArchive());
+                     },
+                     kInvalid, "send it as exported_program"});
+  attacks.push_back({"SubmitExportedProgramThatIsNoArchive",
+                     [](H* t) { return t->SubmitExported("PK\x03\x04 not really a zip"); },
+                     kInvalid, "not an archive written by torch.export.save"});
   attacks.push_back({"SubmitModuleAndModelText",
                      [](H* t) { return t->Submit(t->Spec(), "whatever"); }, kInvalid, "not both"});
   // ---- The job calls ----

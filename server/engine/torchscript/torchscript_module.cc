@@ -13,6 +13,7 @@
 #include "common/table.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript/module_check.h"
+#include "server/engine/training/exported_program.h"
 #include "server/engine/training/loss.h"
 
 namespace trainerd::engine {
@@ -56,11 +57,61 @@ absl::StatusOr<int64_t> CountModuleParameters(const torch::jit::Module& module) 
   return count;
 }
 
+// The checker's work on an exported program: CheckExportedProgram, its input against the
+// dataset's rows, the load, and an evaluation-mode forward on zeros (which changes nothing of the
+// program: no buffer is mutated in evaluation mode).
+absl::StatusOr<ModuleProbe> ProbeExportedProgram(std::string_view archive,
+                                                 const std::vector<int64_t>& feature_shape,
+                                                 const std::string& dataset_name) {
+  TRAINERD_ASSIGN_OR_RETURN(const ExportedProgramInfo info, CheckExportedProgram(archive));
+  if (info.input_shape != feature_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the exported program takes rows shaped ", ShapeToString(info.input_shape),
+        "; dataset '", dataset_name, "' has ", ShapeToString(feature_shape),
+        " features per row (export the module with an example batch of the dataset's rows)"));
+  }
+  if (info.parameter_count == 0) {
+    return absl::InvalidArgumentError(
+        "the exported program has no parameters to train; register its weights as parameters "
+        "(nn.Parameter), not buffers");
+  }
+  TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<ExportedProgram> program,
+                            ExportedProgram::Load(archive));
+  std::vector<int64_t> batch_shape = {kCheckRows};
+  batch_shape.insert(batch_shape.end(), feature_shape.begin(), feature_shape.end());
+  ModuleProbe probe;
+  probe.parameter_count = info.parameter_count;
+  try {
+    torch::NoGradGuard no_grad;
+    program->Train(false);
+    const torch::Tensor y = program->Forward(torch::zeros(batch_shape, torch::kFloat32));
+    if (y.dim() < 1 || y.size(0) != kCheckRows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the exported program must return one output row per input row: a batch of shape ",
+          BatchShape(batch_shape), " gave an output of shape ", BatchShape(y.sizes().vec())));
+    }
+    probe.output_shape.assign(y.sizes().begin() + 1, y.sizes().end());
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the exported program's forward does not accept a batch of shape ",
+                     BatchShape(batch_shape), ": ", FirstLineOf(e)));
+  }
+  if (probe.output_shape != info.output_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the exported program's output is shaped ", ShapeToString(probe.output_shape),
+        " per row where its graph says ", ShapeToString(info.output_shape)));
+  }
+  return probe;
+}
+
 }  // namespace
 
 absl::StatusOr<ModuleProbe> ProbeTorchScriptModule(std::string_view archive,
                                                    const std::vector<int64_t>& feature_shape,
                                                    const std::string& dataset_name) {
+  if (IsExportedProgramArchive(archive)) {
+    return ProbeExportedProgram(archive, feature_shape, dataset_name);
+  }
   absl::Status archive_ok = CheckTorchScriptArchive(archive);
   if (!archive_ok.ok()) return archive_ok;
   absl::StatusOr<std::shared_ptr<torch::jit::Module>> module = LoadArchive(archive);
@@ -126,13 +177,24 @@ absl::StatusOr<LoadedTorchScript> LoadTorchScriptModule(const JobSpec& spec,
   if (!probe.ok()) return probe.status();
   // The checker's word is not trusted for safety: the archive check again on the daemon's own
   // copy (data only; nothing of the module is loaded here).
-  absl::Status archive_ok = CheckTorchScriptArchive(spec.torchscript);
-  if (!archive_ok.ok()) return archive_ok;
+  const bool exported = IsExportedProgramArchive(spec.torchscript);
+  if (exported) {
+    // The reader and checker again; they allocate no tensor and run no operator.
+    TRAINERD_ASSIGN_OR_RETURN(const ExportedProgramInfo info,
+                              CheckExportedProgram(spec.torchscript));
+    if (info.input_shape != dataset.feature_shape) {
+      return absl::InvalidArgumentError("the exported program does not take the dataset's rows");
+    }
+  } else {
+    absl::Status archive_ok = CheckTorchScriptArchive(spec.torchscript);
+    if (!archive_ok.ok()) return archive_ok;
+  }
   LoadedTorchScript loaded;
   loaded.parameter_count = probe->parameter_count;
   if (loaded.parameter_count > kMaxModelParameters) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the TorchScript module has ", loaded.parameter_count, " parameters; at most ",
+        absl::StrCat(exported ? "the exported program" : "the TorchScript module", " has ",
+                     loaded.parameter_count, " parameters; at most ",
                      kMaxModelParameters, " are allowed"));
   }
   loaded.output_shape = probe->output_shape;

@@ -34,6 +34,7 @@
 #include "server/engine/torchscript/module_check.h"
 #include "server/engine/torchscript/worker_protocol.h"
 #include "server/engine/training/checkpoint.h"
+#include "server/engine/training/exported_program.h"
 #include "server/engine/training/torchscript_export.h"
 
 namespace trainerd::engine {
@@ -562,7 +563,15 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
     // submitted module is (its records, its pickles, every tensor inside its storage) before it
     // is kept.
     if (outcome.state == JobState::kSucceeded) {
-      if (absl::Status sound = CheckTorchScriptArchive(outcome.model_archive); !sound.ok()) {
+      // An exported program comes back as an exported program (its reader's checks), a
+      // TorchScript module as TorchScript.
+      const absl::Status sound =
+          IsExportedProgramArchive(module.archive)
+              ? (IsExportedProgramArchive(outcome.model_archive)
+                     ? CheckExportedProgram(outcome.model_archive).status()
+                     : absl::InvalidArgumentError("it is not an exported program"))
+              : CheckTorchScriptArchive(outcome.model_archive);
+      if (!sound.ok()) {
         outcome.model_archive.clear();
         return fail(
             absl::StrCat("the job's worker sent a model that is not kept: ", sound.message()));

@@ -641,7 +641,7 @@ class FusedCpuPath final : public TrainingPath {
 std::string FusedPathUnsupported(const JobSpec& spec, const ModelSpec& model,
                                  const std::vector<int64_t>& feature_shape, bool torchscript,
                                  const torch::Device& device) {
-  if (torchscript) return "a TorchScript module runs on LibTorch";
+  if (torchscript) return "a submitted module (TorchScript or exported program) runs on LibTorch";
   if (!device.is_cpu()) {
     return absl::StrCat("the fused path runs on the CPU only so far, not on ", device.str());
   }

@@ -41,18 +41,25 @@ class TrainableModel {
  public:
   explicit TrainableModel(torch::nn::Sequential sequential) : sequential_(std::move(sequential)) {}
   explicit TrainableModel(torch::jit::Module module) : script_(std::move(module)) {}
+  explicit TrainableModel(std::shared_ptr<ExportedProgram> program)
+      : exported_(std::move(program)) {}
 
   bool is_torchscript() const { return script_.has_value(); }
+  bool is_exported() const { return exported_ != nullptr; }
+  ExportedProgram& exported() { return *exported_; }
   torch::jit::Module& script() { return *script_; }
   torch::nn::Sequential& sequential() { return sequential_; }
 
   torch::Tensor forward(const torch::Tensor& x) {
     if (script_) return script_->forward({x}).toTensor();
+    if (exported_) return exported_->Forward(x);
     return sequential_->forward(x);
   }
   void train(bool on = true) {
     if (script_) {
       script_->train(on);
+    } else if (exported_) {
+      exported_->Train(on);
     } else {
       sequential_->train(on);
     }
@@ -60,6 +67,8 @@ class TrainableModel {
   void to(const torch::Device& device) {
     if (script_) {
       script_->to(device);  // parameters and buffers, in place (set_data)
+    } else if (exported_) {
+      exported_->To(device);  // the same, and the graph's tensor factories
     } else {
       sequential_->to(device);
     }
@@ -67,8 +76,12 @@ class TrainableModel {
   // A TorchScript module's parameters all train: a module assembled in C++ registers tensors
   // that do not require gradients, and a weight that should stay fixed belongs in a buffer.
   std::vector<torch::Tensor> parameters() {
-    if (!script_) return sequential_->parameters();
     std::vector<torch::Tensor> out;
+    if (exported_) {
+      for (const auto& [name, p] : exported_->named_parameters()) out.push_back(p);
+      return out;
+    }
+    if (!script_) return sequential_->parameters();
     for (torch::Tensor p : script_->parameters()) out.push_back(p.requires_grad_(true));
     return out;
   }
@@ -87,6 +100,13 @@ class TrainableModel {
   // Checkpoints: Module::save/load for a Sequential; a TorchScript module's parameters and buffers
   // by flat name ("fc.weight").
   void Save(torch::serialize::OutputArchive& archive) {
+    if (exported_) {
+      for (const auto& [name, p] : exported_->named_parameters()) archive.write(name, p);
+      for (const auto& [name, b] : exported_->named_buffers()) {
+        archive.write(name, b, /*is_buffer=*/true);
+      }
+      return;
+    }
     if (!script_) {
       sequential_->save(archive);
       return;
@@ -97,6 +117,22 @@ class TrainableModel {
     }
   }
   void Load(torch::serialize::InputArchive& archive) {
+    if (exported_) {
+      torch::NoGradGuard no_grad;
+      for (const auto& [name, p] : exported_->named_parameters()) {
+        torch::Tensor value;
+        archive.read(name, value);
+        torch::Tensor target = p;
+        target.copy_(value);
+      }
+      for (const auto& [name, b] : exported_->named_buffers()) {
+        torch::Tensor value;
+        archive.read(name, value, /*is_buffer=*/true);
+        torch::Tensor target = b;
+        target.copy_(value);
+      }
+      return;
+    }
     if (!script_) {
       sequential_->load(archive);
       return;
@@ -117,7 +153,22 @@ class TrainableModel {
  private:
   torch::nn::Sequential sequential_{nullptr};
   std::optional<torch::jit::Module> script_;
+  std::shared_ptr<ExportedProgram> exported_;
 };
+
+// The end of an exported-program job: as FinishTorchScriptModule, and the download is the same
+// .pt2 archive with its weights (parameters and buffers) replaced by the trained ones.
+std::string FinishExportedProgram(ExportedProgram& program, const torch::Device& device,
+                                  HostTransfers& host, TrainingOutcome& outcome) {
+  torch::NoGradGuard no_grad;
+  program.To(torch::kCPU);
+  if (!device.is_cpu()) host.CountCrossDeviceCopy();
+  program.Train(false);
+  std::vector<std::pair<std::string, torch::Tensor>> parameters;
+  for (const auto& [name, p] : program.named_parameters()) parameters.emplace_back(name, p.detach());
+  if (ReportParameters(parameters, outcome) && device.is_cpu()) host.CountCrossDeviceCopy();
+  return program.SaveArchive();
+}
 
 // The end of a TorchScript job: moves the module to the CPU (after the last epoch; off the CPU that
 // is the job's end-of-job transfer, counted once like a spec-built model's single copy, though
@@ -149,6 +200,18 @@ absl::StatusOr<std::string> FinishTorchScriptModule(torch::jit::Module& module,
 
 TrainableModel BuildTrainable(const TrainingRun& run, at::Generator& gen) {
   if (run.torchscript != nullptr) return TrainableModel(*run.torchscript);
+  if (run.exported != nullptr) {
+    // Dropout's masks from the job's generator, as a spec-built model's; the other draws inside
+    // operators (scaled_dot_product_attention's dropout) from LibTorch's default CPU generator,
+    // seeded with the job's seed here.
+    run.exported->SetGenerator(gen);
+    at::Generator cpu_gen = at::detail::getDefaultCPUGenerator();
+    {
+      std::lock_guard<std::mutex> lock(cpu_gen.mutex());
+      cpu_gen.set_current_seed(run.spec.seed.value_or(0));
+    }
+    return TrainableModel(run.exported);
+  }
   return TrainableModel(BuildSeededModel(run, gen));
 }
 
@@ -326,6 +389,9 @@ class LibTorchPath final : public TrainingPath {
     // device-to-host transfer, counted here; it also serves the read-back, so a small model still
     // reports epochs + 1. On the CPU nothing crosses a device and only the read-back of a small
     // model is counted, as it always was.
+    if (net_.is_exported()) {
+      return FinishExportedProgram(net_.exported(), device_, host, outcome);
+    }
     if (net_.is_torchscript()) {
       // Bring your own model: the download is the trained module itself, on the CPU and in eval
       // mode (as a spec-built model's export is), saved with its own code, parameters and buffers.

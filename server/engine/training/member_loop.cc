@@ -67,7 +67,7 @@ bool TakesFusedPath(const TrainingRun& run, std::string* reason) {
   const JobSpec& spec = run.spec;
   const DatasetMeta& meta = run.dataset->meta;
   std::string not_fused = FusedPathUnsupported(spec, run.model, meta.feature_shape,
-                                               run.torchscript != nullptr, run.device);
+                                               run.submitted_module(), run.device);
   if (not_fused.empty() && spec.engine == EngineKind::kAuto) {
     const int64_t train_rows = meta.rows - HeldOutRows(spec.validation_fraction, meta.rows);
     not_fused = FusedPathSlower(run.model, meta.feature_shape,

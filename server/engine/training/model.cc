@@ -171,7 +171,7 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
   }
   if (!spec.torchscript.empty()) {
     // "torchscript" is accepted as well as "", so that a spec can say what it trains.
-    if (!spec.model.empty() && spec.model != "torchscript") {
+    if (!spec.model.empty() && spec.model != "torchscript" && spec.model != "exported") {
       return absl::InvalidArgumentError(absl::StrCat("give either a model spec ('", spec.model,
                                                      "') or a TorchScript module, not both"));
     }

@@ -38,7 +38,7 @@ std::vector<int64_t> InnerDims(const torch::Tensor& t) {
 }  // namespace
 
 std::string StackedPathUnsupported(const TrainingRun& run) {
-  if (run.torchscript != nullptr) return "a TorchScript module trains alone";
+  if (run.submitted_module()) return "a submitted module trains alone";
   if (run.spec.precision != Precision::kFp32) return "mixed precision trains alone";
   if (std::string why = HandWrittenOptimizerUnsupported(run.spec); !why.empty()) {
     return absl::StrCat(why, ": the member trains alone");

@@ -253,7 +253,7 @@ std::string DataParallelSpecUnsupported(const JobSpec& spec, const ModelSpec& mo
     return "ranks on a GPU need NCCL, which this daemon does not wire yet (train the ranks on "
            "device cpu, or one rank on the GPU)";
   }
-  if (torchscript) return "a TorchScript module trains on one rank";
+  if (torchscript) return "a submitted module (TorchScript or exported program) trains on one rank";
   if (spec.precision != Precision::kFp32) return "ranks train in float32 (precision fp32)";
   if (spec.engine == EngineKind::kFused) {
     return "ranks train on the LibTorch path (engine auto or libtorch, not fused)";
@@ -287,7 +287,7 @@ std::string DataParallelSpecUnsupported(const JobSpec& spec, const ModelSpec& mo
 }
 
 std::string DataParallelUnsupported(const TrainingRun& run) {
-  return DataParallelSpecUnsupported(run.spec, run.model, run.torchscript != nullptr, run.device);
+  return DataParallelSpecUnsupported(run.spec, run.model, run.submitted_module(), run.device);
 }
 
 namespace {
@@ -448,8 +448,8 @@ TrainingOutcome RunRank(const TrainingRun& job, RankComms& comms) {
 }
 
 std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) {
-  if (member.torchscript != nullptr || lead.torchscript != nullptr) {
-    return "a TorchScript module trains alone";
+  if (member.submitted_module() || lead.submitted_module()) {
+    return "a submitted module trains alone";
   }
   if (!member.resume_from.empty() || !lead.resume_from.empty()) {
     return "a job taken up again from a checkpoint trains alone";

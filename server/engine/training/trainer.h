@@ -17,6 +17,7 @@
 #include "common/model_spec.h"
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/training/training_outcome.h"
+#include "server/engine/training/exported_program.h"
 #include "server/engine/training/training_path.h"
 #include "server/engine/types.h"
 
@@ -30,6 +31,11 @@ struct TrainingRun {
   // its buffers are moved to the device and kept (a batchnorm's running statistics update as in
   // PyTorch's training mode). Null for a spec-built model.
   std::shared_ptr<torch::jit::Module> torchscript;
+  // Bring your own model as an exported program (exported_program.h), trained in place as a
+  // TorchScript module is (its parameters all train, its buffers kept); null otherwise.
+  std::shared_ptr<ExportedProgram> exported;
+  // Whether the job trains a submitted module (TorchScript or exported program).
+  bool submitted_module() const { return torchscript != nullptr || exported != nullptr; }
   std::shared_ptr<const Dataset> dataset;  // resident tensors
   // spec.validation_dataset's tensors (same per-row shapes and dtype as `dataset`); null when the
   // job validates on a fraction of `dataset` (spec.validation_fraction) or not at all.
