@@ -146,7 +146,7 @@ def test_state_dict_without_torch_is_numpy(
     assert state["1.num_batches_tracked"].dtype == np.int64
 
 
-def test_torchscript_job_has_its_modules_names(client: trainerd.Client) -> None:
+def test_users_module_jobs_have_its_modules_names(client: trainerd.Client) -> None:
     class Block(nn.Module):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
@@ -167,21 +167,29 @@ def test_torchscript_job_has_its_modules_names(client: trainerd.Client) -> None:
 
     x, y = class_data(120, seed=10)
     client.upload("models-out-ts", x, y)
-    job = client.submit(
-        "models-out-ts", model=Net(), loss="cross_entropy", lr=0.05, epochs=2, seed=4
-    ).wait(timeout=120)
-    assert job.state == trainerd.JobState.SUCCEEDED, job.error
-    state = job.state_dict()
-    assert list(state.keys()) == list(Net().state_dict().keys())
-    assert state.model == "torchscript"
-    with pytest.raises(ValueError, match=r"job.module\(MyNet\(\)\)"):
-        job.module()
-    mine = job.module(Net())
-    xv, _ = class_data(20, seed=11)
-    with torch.no_grad():
-        torch.testing.assert_close(
-            mine(torch.from_numpy(xv)), job.model()(torch.from_numpy(xv)), rtol=1e-6, atol=1e-6
-        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch.jit.script's deprecation
+        scripted = torch.jit.script(Net())
+    # An nn.Module goes as a torch.export program, a ScriptModule as TorchScript: either way the
+    # state_dict has the module's own keys in its own order.
+    for model, kind in ((Net(), "exported"), (scripted, "torchscript")):
+        job = client.submit(
+            "models-out-ts", model=model, loss="cross_entropy", lr=0.05, epochs=2, seed=4
+        ).wait(timeout=120)
+        assert job.state == trainerd.JobState.SUCCEEDED, job.error
+        state = job.state_dict()
+        assert list(state.keys()) == list(Net().state_dict().keys())
+        assert state.model == kind
+        with pytest.raises(ValueError, match=r"job.module\(MyNet\(\)\)"):
+            job.module()
+        mine = job.module(Net())
+        xv, _ = class_data(20, seed=11)
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch.jit.load's, for TorchScript
+            torch.testing.assert_close(
+                mine(torch.from_numpy(xv)), job.model()(torch.from_numpy(xv)), rtol=1e-6,
+                atol=1e-6
+            )
 
 
 def test_trainctl_writes_the_same_safetensors(

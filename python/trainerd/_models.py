@@ -84,7 +84,7 @@ def load_into(job_id: str, state: StateDict, module: Any | None) -> Any:
     """``module`` (or, without one, the ``nn.Sequential`` of the job's spec) with ``state``
     loaded strictly, in eval mode."""
     if module is None:
-        if state.model in ("", "torchscript"):
+        if state.model in ("", "torchscript", "exported"):
             raise ValueError(
                 f"job '{job_id}' trained its own module, not a spec: pass an instance of that "
                 "module's class to load the weights into, as in job.module(MyNet())"

@@ -88,6 +88,11 @@ class TrainableModel {
   // Parameters, then buffers, as the module lists them.
   std::vector<torch::Tensor> tensors() {
     std::vector<torch::Tensor> out;
+    if (exported_) {
+      for (const auto& [name, p] : exported_->named_parameters()) out.push_back(p);
+      for (const auto& [name, b] : exported_->named_buffers()) out.push_back(b);
+      return out;
+    }
     if (!script_) {
       out = sequential_->parameters();
       for (const torch::Tensor& b : sequential_->buffers()) out.push_back(b);
@@ -156,10 +161,13 @@ class TrainableModel {
   std::shared_ptr<ExportedProgram> exported_;
 };
 
-// The end of an exported-program job: as FinishTorchScriptModule, and the download is the same
-// .pt2 archive with its weights (parameters and buffers) replaced by the trained ones.
-std::string FinishExportedProgram(ExportedProgram& program, const torch::Device& device,
-                                  HostTransfers& host, TrainingOutcome& outcome) {
+// The end of an exported-program job: as FinishTorchScriptModule (its state_dict kept as
+// safetensors under the module's own names), and the download is the same .pt2 archive with its
+// weights (parameters and buffers) replaced by the trained ones. Throws c10::Error.
+absl::StatusOr<std::string> FinishExportedProgram(ExportedProgram& program,
+                                                  const torch::Device& device,
+                                                  const std::vector<int64_t>& feature_shape,
+                                                  HostTransfers& host, TrainingOutcome& outcome) {
   torch::NoGradGuard no_grad;
   program.To(torch::kCPU);
   if (!device.is_cpu()) host.CountCrossDeviceCopy();
@@ -167,6 +175,9 @@ std::string FinishExportedProgram(ExportedProgram& program, const torch::Device&
   std::vector<std::pair<std::string, torch::Tensor>> parameters;
   for (const auto& [name, p] : program.named_parameters()) parameters.emplace_back(name, p.detach());
   if (ReportParameters(parameters, outcome) && device.is_cpu()) host.CountCrossDeviceCopy();
+  absl::StatusOr<std::string> state_dict = ExportedSafetensors(program, feature_shape);
+  if (!state_dict.ok()) return state_dict.status();
+  outcome.state_dict = *std::move(state_dict);
   return program.SaveArchive();
 }
 
@@ -390,7 +401,7 @@ class LibTorchPath final : public TrainingPath {
     // reports epochs + 1. On the CPU nothing crosses a device and only the read-back of a small
     // model is counted, as it always was.
     if (net_.is_exported()) {
-      return FinishExportedProgram(net_.exported(), device_, host, outcome);
+      return FinishExportedProgram(net_.exported(), device_, feature_shape_, host, outcome);
     }
     if (net_.is_torchscript()) {
       // Bring your own model: the download is the trained module itself, on the CPU and in eval

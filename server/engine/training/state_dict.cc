@@ -2,6 +2,8 @@
 // to the safetensors encoder with the names PyTorch's state_dict() gives them.
 #include "server/engine/training/state_dict.h"
 
+#include <functional>
+#include <map>
 #include <string_view>
 #include <utility>
 
@@ -46,6 +48,40 @@ absl::StatusOr<std::string> Encode(const NamedTensors& tensors,
         absl::StrCat("cannot write the model as safetensors: ", file.status().message()));
   }
   return file;
+}
+
+// nn.Module.state_dict()'s order from a program's parameters and buffers, each listed by its
+// module path in the module's own order: the modules in pre-order, each with its own parameters,
+// then its own buffers. A module's children come in the order of their first tensor (parameters
+// first), which is their registration order except where a child holding only buffers was
+// registered before a sibling holding parameters; load_state_dict takes the keys in any order.
+void StateDictOrder(const NamedTensors& parameters, const NamedTensors& buffers, NamedTensors& out) {
+  struct Node {
+    std::vector<std::string> order;  // children, by first appearance
+    std::map<std::string, Node> children;
+    std::vector<const std::pair<std::string, torch::Tensor>*> own_parameters, own_buffers;
+  };
+  Node root;
+  auto add = [&root](const std::pair<std::string, torch::Tensor>& entry, bool buffer) {
+    Node* node = &root;
+    std::string_view rest = entry.first;
+    for (size_t dot = rest.find('.'); dot != std::string_view::npos; dot = rest.find('.')) {
+      const std::string child(rest.substr(0, dot));
+      auto [it, inserted] = node->children.try_emplace(child);
+      if (inserted) node->order.push_back(child);
+      node = &it->second;
+      rest.remove_prefix(dot + 1);
+    }
+    (buffer ? node->own_buffers : node->own_parameters).push_back(&entry);
+  };
+  for (const auto& p : parameters) add(p, false);
+  for (const auto& b : buffers) add(b, true);
+  std::function<void(const Node&)> walk = [&](const Node& node) {
+    for (const auto* p : node.own_parameters) out.push_back(*p);
+    for (const auto* b : node.own_buffers) out.push_back(*b);
+    for (const std::string& child : node.order) walk(node.children.at(child));
+  };
+  walk(root);
 }
 
 // Python's nn.Module.state_dict() order for a TorchScript module: own parameters, own buffers,
@@ -117,6 +153,20 @@ absl::StatusOr<std::string> ModuleSafetensors(const torch::jit::Module& module,
     return Encode(state, {{"format", "pt"},
                           {"trainerd.feature_shape", ShapeText(feature_shape)},
                           {"trainerd.model", "torchscript"}});
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        absl::StrCat("cannot write the model as safetensors: ", FirstLineOf(e)));
+  }
+}
+
+absl::StatusOr<std::string> ExportedSafetensors(const ExportedProgram& program,
+                                                const std::vector<int64_t>& feature_shape) {
+  try {
+    NamedTensors state;
+    StateDictOrder(program.named_parameters(), program.named_buffers(), state);
+    return Encode(state, {{"format", "pt"},
+                          {"trainerd.feature_shape", ShapeText(feature_shape)},
+                          {"trainerd.model", "exported"}});
   } catch (const std::exception& e) {
     return absl::InternalError(
         absl::StrCat("cannot write the model as safetensors: ", FirstLineOf(e)));

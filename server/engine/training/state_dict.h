@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
+#include "server/engine/training/exported_program.h"
 #include "server/engine/training/torchscript_export.h"
 
 namespace trainerd::engine {
@@ -35,5 +36,12 @@ absl::StatusOr<std::string> SequentialSafetensors(const HostModelState& state,
 // safetensors name; never throws.
 absl::StatusOr<std::string> ModuleSafetensors(const torch::jit::Module& module,
                                               const std::vector<int64_t>& feature_shape);
+
+// The safetensors of an exported program's trained state (ExportedProgram): its parameters, then
+// its buffers, under the module's own names ("fc.weight", "bn.running_mean"), the keys the user's
+// module's load_state_dict takes. Metadata as ModuleSafetensors's, "trainerd.model" "exported".
+// INTERNAL as there; never throws.
+absl::StatusOr<std::string> ExportedSafetensors(const ExportedProgram& program,
+                                                const std::vector<int64_t>& feature_shape);
 
 }  // namespace trainerd::engine
