@@ -1,7 +1,6 @@
 // The archive check and the operator allow-list for submitted TorchScript modules.
 #include "server/engine/torchscript/module_check.h"
 
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/api/function_impl.h>
 
@@ -19,6 +18,7 @@
 #include "common/job_limits.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript/pickle_check.h"
+#include "server/engine/training/bounded_read_adapter.h"
 
 namespace trainerd::engine {
 namespace {
@@ -544,7 +544,7 @@ absl::Status CheckModuleOperators(const torch::jit::Module& module) {
 absl::Status CheckTorchScriptArchive(std::string_view archive) {
   try {
     auto reader = std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-        std::make_shared<caffe2::serialize::MemoryReadAdapter>(archive.data(), archive.size()));
+        std::make_shared<BoundedReadAdapter>(archive));
     const std::vector<std::string> records = reader->getAllRecords();
     // Stored (uncompressed) records are at most the archive's size; a record that claims to
     // expand far past it is a zip bomb, refused before anything reads it.

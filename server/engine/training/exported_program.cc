@@ -4,7 +4,6 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
-#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/checked_size.h"
+#include "server/engine/training/bounded_read_adapter.h"
 #include "common/job_limits.h"
 
 namespace trainerd::engine {
@@ -306,7 +306,7 @@ struct Parsed {
 
 std::unique_ptr<caffe2::serialize::PyTorchStreamReader> OpenZip(std::string_view archive) {
   return std::make_unique<caffe2::serialize::PyTorchStreamReader>(
-      std::make_shared<caffe2::serialize::MemoryReadAdapter>(archive.data(), archive.size()));
+      std::make_shared<BoundedReadAdapter>(archive));
 }
 
 std::string ReadRecord(caffe2::serialize::PyTorchStreamReader& zip, const std::string& name) {
