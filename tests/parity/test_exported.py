@@ -170,3 +170,14 @@ def test_bf16_autocast_reaches_the_programs_operators(parity):
     torch.manual_seed(8)
     check_module(parity, "regression", Residual(), "exported residual block in bf16",
                  precision="bf16")
+
+
+def test_the_best_epoch_is_handed_back(parity):
+    # The best validation epoch's weights (parameters and batch norm's buffers) are copied aside
+    # at each improvement and handed back, as for a spec's model (docs/TRAINING.md).
+    torch.manual_seed(3)
+    job = check_module(parity, "classes", Mlp(), "exported MLP, the best epoch handed back",
+                       loss="cross_entropy", lr=0.3, momentum=0.9, epochs=8,
+                       validation_fraction=0.25, model_from="best")
+    assert 1 <= job.model_epoch <= 8
+    assert job.model_epoch == job.best_epoch
