@@ -748,7 +748,7 @@ class Client:
         if request_id is not None:
             request.request_id = request_id
         proto = await self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
-        if request.torchscript_module:
+        if request.torchscript_module or request.exported_program:
             await self._check_torch()
         return Job(self, proto)
 

@@ -224,8 +224,9 @@ class Client:
 
     def _check_torch(self, stacklevel: int) -> None:
         """Warns once (a UserWarning naming both versions) when the torch this process imported
-        and the daemon's LibTorch differ in major.minor version: called where TorchScript moves
-        between them. Nothing without torch imported."""
+        and the daemon's LibTorch differ in major.minor version: called where a TorchScript module
+        or an exported program moves between them (an archive one writes may not load, or load
+        differently, in the other). Nothing without torch imported."""
         if self._torch_checked or "torch" not in sys.modules:
             return
         self._torch_checked = True
@@ -670,7 +671,7 @@ class Client:
         if request_id is not None:
             request.request_id = request_id
         proto = self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
-        if request.torchscript_module:
+        if request.torchscript_module or request.exported_program:
             self._check_torch(stacklevel=3)
         return Job(self, proto)
 
