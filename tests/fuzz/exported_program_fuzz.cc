@@ -2,7 +2,8 @@
 // exported_program.h). The first byte picks the input's use: the whole archive as it is, or the
 // graph (models/model.json) or the weights' config inside an otherwise well-formed archive
 // (tests/support/exported_archive.h), so that the JSON readers are reached past the zip. The check
-// must return a status, never crash, and never allocate past its limits; what it accepts must load.
+// must return a status, never crash, and never allocate past its limits; so must the load of what
+// it accepts.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,8 +34,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const auto info = trainerd::engine::CheckExportedProgram(archive);
   if (info.ok()) {
+    // What the check accepts is loaded too, which must end in a program or a status, never a
+    // crash. It may fail: the check reads the archive's directory, graph and weight metadata, not
+    // every weight's compressed bytes, so a damaged record (a local header or data miniz cannot
+    // read) is found when the worker loads the program, and the job fails naming that record.
     const auto program = trainerd::engine::ExportedProgram::Load(archive);
-    if (!program.ok()) __builtin_trap();  // what the check accepts must load
+    (void)program;
   }
   return 0;
 }
