@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -327,7 +328,13 @@ int main(int argc, char** argv) {
   trainerd::engine::TrainingOutcome outcome = trainerd::engine::RunTraining(run);
   const absl::Status sent = trainerd::engine::SendFrame(
       g_socket, WorkerFrame::kOutcome, trainerd::engine::EncodeWorkerOutcome(outcome));
-  // Without the destructors of LibTorch's globals (the control thread still runs).
+  // Without the destructors of LibTorch's globals (the control thread still runs), and with its
+  // socket and streams closed first: the daemon takes the outcome as final once they close, so
+  // the job ends without waiting for the kernel to unmap this process.
+  // (The control thread still reads the socket, so its writing end is shut rather than closed.)
   std::fflush(nullptr);
+  ::shutdown(g_socket, SHUT_WR);
+  ::close(STDOUT_FILENO);
+  ::close(STDERR_FILENO);
   _exit(sent.ok() ? 0 : 1);
 }

@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "server/engine/torchscript/reaper.h"
 
 namespace trainerd::engine {
 namespace {
@@ -417,6 +418,15 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
     ::waitpid(pid, nullptr, 0);
     if (!stopped.ok()) return stopped;
     return DeadlineError(until - start);
+  }
+  // A whole answer (its last line ended) is the verdict, whatever the exit: the checker closes
+  // its streams before it exits, and the exit itself is not waited for.
+  if (!out.empty() && out.back() == '\n') {
+    absl::StatusOr<ModuleProbe> answer = DecodeModuleProbe(out);
+    if (answer.ok() || answer.status().code() != absl::StatusCode::kInternal) {
+      ReapWhenItExits(pid);
+      return answer;
+    }
   }
   int wait_status = 0;
   while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {

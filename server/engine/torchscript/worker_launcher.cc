@@ -29,9 +29,11 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "server/engine/datasets/shared_memory.h"
+#include "server/engine/devices/cpu_threads.h"
 #include "server/engine/devices/device.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript/module_check.h"
+#include "server/engine/torchscript/reaper.h"
 #include "server/engine/torchscript/worker_protocol.h"
 #include "server/engine/training/checkpoint.h"
 #include "server/engine/training/exported_program.h"
@@ -247,6 +249,10 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   const absl::Time start = absl::Now();
   absl::StatusOr<WorkerProcess> taken = pool.Take(job.device);
   if (!taken.ok()) return fail(std::string(taken.status().message()));
+  // The next job's worker starts warming up now when a core is left beside this job's threads
+  // (its start is one thread of LibTorch's loading), so that a job submitted as this one ends
+  // finds it ready; else once this one is done (below), rather than slow this job down.
+  if (run.device.is_cuda() || job.intra_op_threads < UsableCores()) pool.Refill(job.device);
   const pid_t pid = taken->pid;
   ScopedFd socket(taken->socket);
   ScopedFd output(taken->output);
@@ -496,10 +502,14 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   }
   said.Flush();
   int wait_status = 0;
-  while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+  if (reported && killed == Kill::kNone) {
+    // It reported and closed its end: its exit status says nothing more.
+    ReapWhenItExits(pid);
+  } else {
+    while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
+    }
   }
-  // The next job's worker starts warming up now that this one is done, rather than beside it (on
-  // a machine of few cores the start would slow the job down).
+  // When it did not start beside this job, the next job's worker starts warming up now.
   pool.Refill(job.device);
   outcome.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
