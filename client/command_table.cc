@@ -22,20 +22,24 @@ const std::vector<CommandSpec>& Commands() {
        "resident on the daemon's device. FILE is NumPy .npy when its name ends in .npy and CSV\n"
        "otherwise. In a CSV file (and in a 2-D .npy array without --targets) the last\n"
        "--target-columns columns are the targets and the others the features; a CSV header line\n"
-       "is skipped. NAME matches [A-Za-z0-9._-]{1,128}; it is one of your datasets (names are\n"
+       "is skipped, and so is the index pandas writes first (an unnamed column of distinct whole\n"
+       "numbers: df.to_csv without index=False). NAME matches [A-Za-z0-9._-]{1,128}; it is one of your datasets (names are\n"
        "per owner: another tenant may have a dataset of the same name).\n"
        "\n"
        "With --targets, the targets keep the file's type: an int64 array uploads int64 class\n"
-       "indices, a float array float32 values; --target-dtype overrides it.\n"
+       "indices, a float array float32 values. A CSV target column written as whole numbers\n"
+       "only (2, not 2.0), none negative, uploads int64 class indices. --target-dtype overrides\n"
+       "either; what was inferred is said on stderr.\n"
        "\n"
-       "  trainctl dataset upload iris iris.csv --target-dtype int64\n"
+       "  trainctl dataset upload iris iris.csv                # class column: int64\n"
+       "  trainctl dataset upload prices prices.csv --target-dtype float32\n"
        "  trainctl dataset upload mnist images.npy --targets labels.npy   # int64 labels\n",
        {{"target-columns", "N", "trailing columns that are targets (default 1)"},
         {"target-dtype", "TYPE",
          "float32 (regression, mse) or int64 (class indices,\n"
          "cross_entropy; needs one target column) (default: a\n"
          "--targets .npy file's own, int64 for an int64 array;\n"
-         "else float32)"},
+         "a CSV column of whole numbers: int64; else float32)"},
         {"targets", "FILE.npy",
          "targets as a separate .npy array with one row per feature row;\n"
          "FILE must then be .npy too"}}},

@@ -274,6 +274,37 @@ std::vector<std::string> NpyConversionNotes(NpyDType features_dtype,
   return notes;
 }
 
+std::vector<std::string> CsvLayoutNotes(const UploadInput& input, const CsvLayout& layout,
+                                        CsvOptions* options) {
+  std::vector<std::string> notes;
+  const std::string& path = input.features_path;
+  if (layout.index_column) {
+    options->skip_first_column = true;
+    notes.push_back(absl::StrCat(
+        path, " starts with an unnamed column of distinct whole numbers (0 to ", layout.index_max,
+        " over ", layout.rows,
+        " rows): the index DataFrame.to_csv writes unless index=False. It was left out, not "
+        "uploaded as a feature; write the file with df.to_csv(path, index=False) to leave it "
+        "out"));
+  }
+  if (!input.target_dtype_given && input.target_columns == 1 && layout.class_targets) {
+    options->target_dtype = TargetDType::kInt64;
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < layout.labels.size() && i < 8; ++i) {
+      shown.push_back(absl::StrCat(layout.labels[i]));
+    }
+    if (layout.labels.size() > 8) shown.push_back("...");
+    notes.push_back(absl::StrCat(
+        path, ": its target column", layout.target_name.empty() ? "" : " '",
+        layout.target_name, layout.target_name.empty() ? "" : "'", " holds whole numbers only (",
+        absl::StrJoin(shown, ", "),
+        "): uploaded as int64 class indices, as pandas reads such a column, so a job without a "
+        "loss trains with cross_entropy (the model needs an output per class). Pass "
+        "--target-dtype float32 to regress on them instead"));
+  }
+  return notes;
+}
+
 absl::StatusOr<Table> ReadUploadInput(const UploadInput& input, std::vector<std::string>* notes) {
   absl::StatusOr<Table> table;
   if (input.npy) {
@@ -303,11 +334,17 @@ absl::StatusOr<Table> ReadUploadInput(const UploadInput& input, std::vector<std:
                           absl::StrCat(files, ": ", table.status().message()));
     }
   } else {
+    TRAINERD_ASSIGN_OR_RETURN(const std::string text, ReadFileToString(input.features_path));
     CsvOptions options;
     options.target_columns = input.target_columns;
     options.target_dtype = input.target_dtype;
-    table = ReadCsvFile(input.features_path, options);
-    if (!table.ok()) return table.status();
+    std::vector<std::string> said = CsvLayoutNotes(input, InspectCsv(text), &options);
+    table = ParseCsv(text, options);
+    if (!table.ok()) {
+      return absl::Status(table.status().code(),
+                          absl::StrCat(input.features_path, ": ", table.status().message()));
+    }
+    if (notes != nullptr) notes->insert(notes->end(), said.begin(), said.end());
   }
   TRAINERD_RETURN_IF_ERROR(ValidateTable(*table));
   return table;

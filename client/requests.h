@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/cli.h"
+#include "common/csv_reader.h"
 #include "common/dataset_header.h"
 #include "common/job_limits.h"
 #include "common/npy_reader.h"
@@ -44,6 +45,13 @@ struct UploadInput {
 // last columns, whose dtype says nothing about them).
 TargetDType EffectiveTargetDType(const UploadInput& input,
                                  std::optional<NpyDType> targets_file_dtype);
+
+// What a CSV upload takes from the file's layout (InspectCsv), as the Python client does: the
+// index column pandas writes is left out (options->skip_first_column), and without --target-dtype
+// one target column of whole numbers written as such becomes int64 class indices
+// (options->target_dtype). A sentence for each, for trainctl to say (on stderr).
+std::vector<std::string> CsvLayoutNotes(const UploadInput& input, const CsvLayout& layout,
+                                        CsvOptions* options);
 
 // What an upload of .npy arrays converts, a sentence each, for trainctl to say (on stderr): e.g.
 // "features: float64 values sent as float32" or "targets: int32 values sent as int64 class

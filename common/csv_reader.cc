@@ -1,6 +1,7 @@
 // Numeric CSV -> Table. Strict: every field of every data row must be a whole, finite number.
 #include "common/csv_reader.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -175,7 +177,7 @@ absl::StatusOr<Table> ParseCsv(std::string_view std_text, const CsvOptions& opti
     }
 
     const size_t feature_columns = width - target_columns;
-    for (size_t c = 0; c < width; ++c) {
+    for (size_t c = options.skip_first_column ? 1 : 0; c < width; ++c) {
       const int64_t column = static_cast<int64_t>(c) + 1;
       if (c < feature_columns || options.target_dtype == TargetDType::kFloat32) {
         TRAINERD_ASSIGN_OR_RETURN(float value, ParseFloatField(fields[c], line_number, column));
@@ -189,11 +191,92 @@ absl::StatusOr<Table> ParseCsv(std::string_view std_text, const CsvOptions& opti
   }
 
   if (table.rows == 0) return absl::InvalidArgumentError("no data rows");
-  table.feature_shape = {static_cast<int64_t>(width - target_columns)};
+  const size_t skipped = options.skip_first_column ? 1 : 0;
+  if (width - target_columns <= skipped) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("without its first column a row has no feature columns (", Columns(width),
+                     ", ", Columns(target_columns), " of targets)"));
+  }
+  table.feature_shape = {static_cast<int64_t>(width - target_columns - skipped)};
   if (options.target_dtype == TargetDType::kFloat32) {
     table.target_shape = {static_cast<int64_t>(target_columns)};
   }
   return table;
+}
+
+CsvLayout InspectCsv(std::string_view std_text) {
+  const absl::string_view text(std_text.data(), std_text.size());
+  CsvLayout layout;
+  std::vector<std::string> header;
+  bool first_line = true;
+  bool whole_first = true;     // every first-column value a whole number
+  bool integer_last = true;    // every last-column field written as a whole number >= 0
+  std::vector<double> firsts;
+  std::vector<int64_t> labels;
+  size_t width = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    std::vector<absl::string_view> fields;
+    for (absl::string_view field : absl::StrSplit(line, ',')) {
+      fields.push_back(absl::StripAsciiWhitespace(field));
+    }
+    if (first_line) {
+      first_line = false;
+      width = fields.size();
+      bool is_header = false;
+      for (absl::string_view field : fields) {
+        double ignored = 0;
+        if (!field.empty() && ParseDouble(field, &ignored) == NumberKind::kNotANumber) {
+          is_header = true;
+        }
+      }
+      if (is_header) {
+        for (absl::string_view field : fields) header.emplace_back(field);
+        continue;
+      }
+    }
+    if (fields.size() != width || width < 2) return layout;  // ParseCsv says what is wrong
+    double first = 0;
+    if (ParseDouble(fields.front(), &first) != NumberKind::kNumber || !std::isfinite(first) ||
+        first != std::trunc(first)) {
+      whole_first = false;
+    } else {
+      firsts.push_back(first);
+    }
+    // "3" or "+3": the text of a whole number, as pandas writes an integer column.
+    const absl::string_view last = StripPlus(fields.back());
+    int64_t label = 0;
+    const auto [ptr, ec] = std::from_chars(last.data(), last.data() + last.size(), label);
+    if (last.empty() || last.front() == '-' || ec != std::errc() ||
+        ptr != last.data() + last.size()) {
+      integer_last = false;
+    } else if (labels.size() <= 64) {
+      if (std::find(labels.begin(), labels.end(), label) == labels.end()) labels.push_back(label);
+    }
+    ++layout.rows;
+  }
+  if (layout.rows == 0) return layout;
+  const bool unnamed_first =
+      !header.empty() &&
+      (header.front().empty() ||
+       (absl::StartsWith(header.front(), "Unnamed: ") && header.front().size() > 9 &&
+        std::all_of(header.front().begin() + 9, header.front().end(),
+                    [](char c) { return c >= '0' && c <= '9'; })));
+  if (unnamed_first && width >= 3 && whole_first) {
+    std::sort(firsts.begin(), firsts.end());
+    if (std::adjacent_find(firsts.begin(), firsts.end()) == firsts.end()) {
+      layout.index_column = true;
+      layout.index_max = static_cast<int64_t>(firsts.back());
+    }
+  }
+  const size_t features = width - 1 - (layout.index_column ? 1 : 0);
+  layout.class_targets = integer_last && features >= 1;
+  if (!header.empty()) layout.target_name = header.back();
+  std::sort(labels.begin(), labels.end());
+  if (labels.size() > 9) labels.resize(9);
+  layout.labels = std::move(labels);
+  return layout;
 }
 
 absl::StatusOr<Table> ReadCsvFile(const std::string& path, const CsvOptions& options) {

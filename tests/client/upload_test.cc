@@ -51,6 +51,7 @@ using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 constexpr size_t kMiB = size_t{1} << 20;
@@ -769,13 +770,40 @@ TEST_F(UploadCommandTest, DaemonRefusalEndsTheStreamWithItsMessage) {
 }
 
 TEST_F(UploadCommandTest, CsvIsReadWholeAndCarriesItsChecksumInTheHeader) {
-  const std::string csv = folder_.Write("x.csv", "a,b,y\n1,2,3\n4,5,6\n");
+  const std::string csv = folder_.Write("x.csv", "a,b,y\n1,2,3.5\n4,5,6\n");
   ASSERT_EQ(Run({"small", csv}), kExitOk) << err_;
   const std::vector<v1::UploadDatasetRequest> messages = datasets_.Uploads(1).at(0).messages;
   ASSERT_EQ(messages.size(), 2u);
-  const std::string expected = Bytes<float>({1, 2, 4, 5, 3, 6});
+  const std::string expected = Bytes<float>({1, 2, 4, 5, 3.5, 6});
   EXPECT_EQ(messages[0].header().sha256(), Sha256Hex(expected));
   EXPECT_EQ(messages[1].chunk(), expected);
+}
+
+// What DataFrame.to_csv writes by default (its index first) of a frame with an integer class
+// column: the index is left out and the classes go as int64, as the Python client uploads the
+// same file, each said on stderr.
+TEST_F(UploadCommandTest, CsvOfAPandasFrameLosesItsIndexAndKeepsItsClasses) {
+  const std::string csv =
+      folder_.Write("wine.csv", ",alcohol,hue,class\n0,14.2,1.04,0\n1,13.2,1.05,0\n2,12.4,0.9,2\n");
+  ASSERT_EQ(Run({"wine", csv}), kExitOk) << err_;
+  const std::vector<v1::UploadDatasetRequest> messages = datasets_.Uploads(1).at(0).messages;
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_THAT(messages[0].header().feature_shape(), ElementsAre(2));
+  EXPECT_EQ(messages[0].header().target_dtype(), v1::DTYPE_INT64);
+  EXPECT_EQ(messages[1].chunk(), Bytes<float>({14.2f, 1.04f, 13.2f, 1.05f, 12.4f, 0.9f}) +
+                                     Bytes<int64_t>({0, 0, 2}));
+  EXPECT_THAT(err_, HasSubstr(csv + " starts with an unnamed column of distinct whole numbers "
+                                    "(0 to 2 over 3 rows)"));
+  EXPECT_THAT(err_, HasSubstr(csv + ": its target column 'class' holds whole numbers only "
+                                    "(0, 2): uploaded as int64 class indices"));
+
+  // --target-dtype float32 regresses on the same column; the index still goes.
+  ASSERT_EQ(Run({"wine-r", csv, "--target-dtype", "float32"}), kExitOk) << err_;
+  const std::vector<v1::UploadDatasetRequest> again = datasets_.Uploads(2).at(1).messages;
+  EXPECT_EQ(again[0].header().target_dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(again[1].chunk(),
+            Bytes<float>({14.2f, 1.04f, 13.2f, 1.05f, 12.4f, 0.9f}) + Bytes<float>({0, 0, 2}));
+  EXPECT_THAT(err_, Not(HasSubstr("int64 class indices")));
 }
 
 }  // namespace

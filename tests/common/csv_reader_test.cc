@@ -18,6 +18,7 @@ namespace trainerd {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 CsvOptions Int64Targets() {
@@ -278,6 +279,48 @@ TEST(ReadCsvFileTest, DirectoryIsNotFound) {
   const absl::StatusOr<Table> table = ReadCsvFile(path, CsvOptions());
   EXPECT_EQ(table.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(table.status().message(), "cannot open '" + path + "': Is a directory");
+}
+
+TEST(InspectCsvTest, FindsPandasIndexAndClassColumn) {
+  const CsvLayout layout = InspectCsv(",a,b,label\n0,1.5,2,3\n2,1,2,0\n1,0.5,1,3\n");
+  EXPECT_TRUE(layout.index_column);
+  EXPECT_EQ(layout.index_max, 2);
+  EXPECT_EQ(layout.rows, 3);
+  EXPECT_TRUE(layout.class_targets);
+  EXPECT_EQ(layout.target_name, "label");
+  EXPECT_THAT(layout.labels, ElementsAre(0, 3));
+  // "Unnamed: 0" (pandas' name for it read back and written again) is an index too.
+  EXPECT_TRUE(InspectCsv("Unnamed: 0,a,y\n5,1,2.5\n7,2,3.5\n").index_column);
+}
+
+TEST(InspectCsvTest, NamedRepeatedOrFractionalFirstColumnsAreFeatures) {
+  EXPECT_FALSE(InspectCsv("id,a,y\n0,1,2\n1,2,3\n").index_column);        // named
+  EXPECT_FALSE(InspectCsv(",a,y\n0,1,2\n0,2,3\n").index_column);          // repeated
+  EXPECT_FALSE(InspectCsv(",a,y\n0.5,1,2\n1,2,3\n").index_column);        // not whole
+  EXPECT_FALSE(InspectCsv("0,1,2\n1,2,3\n").index_column);               // no header
+  EXPECT_FALSE(InspectCsv(",y\n0,1\n1,2\n").index_column);               // 2 columns
+}
+
+TEST(InspectCsvTest, ClassTargetsAreWholeNumbersWrittenAsSuch) {
+  EXPECT_TRUE(InspectCsv("1.5,0\n2.5,1\n").class_targets);
+  EXPECT_FALSE(InspectCsv("1.5,0.0\n2.5,1.0\n").class_targets);  // written as floats
+  EXPECT_FALSE(InspectCsv("1.5,0\n2.5,-1\n").class_targets);     // negative
+  EXPECT_FALSE(InspectCsv("1.5,0\n2.5,1e0\n").class_targets);
+  EXPECT_FALSE(InspectCsv("1,2\n3\n").class_targets);            // ragged: ParseCsv says why
+}
+
+TEST(ParseCsvTest, SkipFirstColumnLeavesItOut) {
+  CsvOptions options;
+  options.skip_first_column = true;
+  options.target_dtype = TargetDType::kInt64;
+  const absl::StatusOr<Table> table = ParseCsv(",a,b,y\n0,1,2,3\n1,4,5,6\n", options);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_THAT(table->feature_shape, ElementsAre(2));
+  EXPECT_THAT(table->features, ElementsAre(1, 2, 4, 5));
+  EXPECT_THAT(table->targets_i64, ElementsAre(3, 6));
+  options.target_dtype = TargetDType::kFloat32;
+  EXPECT_THAT(ParseCsv(",y\n0,1\n", options).status().message(),
+              HasSubstr("without its first column a row has no feature columns"));
 }
 
 }  // namespace
