@@ -31,7 +31,7 @@ fi
 if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   mkdir -p "$RESULTS_DIR"
   "$BUILD_DIR/tests/engine/collectives_bench" --json "$RESULTS_DIR/collectives.json"
-  # A data-parallel MLP as 1, 2 and 4 ranks (engine-internal ranks, issue 21).
+  # A data-parallel MLP as 1, 2 and 4 ranks (engine-internal ranks).
   "$BUILD_DIR/tests/engine/data_parallel_bench" --json "$RESULTS_DIR/data_parallel.json"
   # The same kind of job through the daemons: one rank, 2 ranks in one daemon, 2 on two daemons.
   "$(python/venv.sh "$PYTHON")" bench/data_parallel_daemons.py --build-dir "$BUILD_DIR" \

@@ -30,7 +30,7 @@ export REQUIRE_CUDA=1
   tee "$RESULTS_DIR/gpu_test.txt" | tail -5 || status=1
 
 # bench.py expects the build layout (server/trainerd, client/trainctl).
-# Issue 4 on real hardware: NVML through dlopen, Diagnose on cuda:0, /metrics with GPU series.
+# On real hardware: NVML through dlopen, Diagnose on cuda:0, /metrics with GPU series.
 obs="$RESULTS_DIR/observability"
 mkdir -p "$obs"
 "$DEPS/bin/trainerd" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --device=cuda \
