@@ -1,4 +1,4 @@
-// trainctl's scripting habits (issue 12) against a fake trainerd in this process: job wait and
+// trainctl's scripting habits against a fake trainerd in this process: job wait and
 // job watch exit codes, version (and --client offline), the refusals of -o where it cannot apply,
 // the completion helper, and the bash completion script run by bash.
 #include <unistd.h>

@@ -1362,7 +1362,7 @@ TEST_F(EndToEndTest, EarlyStoppingHandsBackTheBestEpochAndCheckpointsDownload) {
   EXPECT_FALSE(std::filesystem::exists(second + ".x"));
 }
 
-// Issue 4 through the binaries: a daemon that measured its devices at start gives the seed job a
+// Through the binaries: a daemon that measured its devices at start gives the seed job a
 // verdict; diagnose, devices and top print them.
 class ObservabilityEndToEndTest : public EndToEndTest {
  protected:

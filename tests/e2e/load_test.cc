@@ -556,10 +556,10 @@ TEST(LoadTest, ThirtyTwoClientsLeaveTheDaemonWholeAndItsMemoryNearItsBaseline) {
   }
   EXPECT_EQ(recorder.broken(), 0) << report;
   EXPECT_GT(accepted.size(), 0u);
-  // What stays: the job records (kept in memory until issue 9's SQLite records and retention:
-  // about 5 KiB each, measured, plus what the allocator keeps around them, about 19 KiB a job in
-  // all over a 60 s run) and 64 MiB for the allocator's own caches. A leak per request (an
-  // upload's staging, a watcher, a module) would show as far more.
+  // What stays: the job records' snapshots in memory (about 5 KiB each, measured, plus what the
+  // allocator keeps around them, about 19 KiB a job in all over a 60 s run) and 64 MiB for the
+  // allocator's own caches. A leak per request (an upload's staging, a watcher, a module) would
+  // show as far more.
   const int64_t allowed = (int64_t{64} << 20) + static_cast<int64_t>(accepted.size()) * (24 << 10);
   EXPECT_LT(after - baseline, allowed)
       << "before " << baseline << " bytes, after " << after << ", " << accepted.size() << " jobs";

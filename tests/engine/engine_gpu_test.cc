@@ -416,7 +416,7 @@ TEST(BestEpochGpuTest, AJobAndStackedMembersOnCudaHandBackTheirBest) {
   }
 }
 
-// Issue 4's acceptance on a GPU: after the device is measured, the seed job (two parameters,
+// On a GPU: after the device is measured, the seed job (two parameters,
 // batches of 16) is launch-bound, and the verdict says so with a recommendation.
 TEST_F(EngineGpuTest, SeedJobOnCudaIsLaunchBoundAfterDiagnose) {
   TRAINERD_SKIP_WITHOUT_CUDA();

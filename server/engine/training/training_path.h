@@ -68,7 +68,7 @@ struct BatchView {
 };
 
 // How a data-parallel job's ranks combine their gradients between backward and the optimizer's
-// update (issue 21; distributed/gradient_exchange.h is the one on c10d). Each rank's path computes
+// update (distributed/gradient_exchange.h is the one on c10d). Each rank's path computes
 // the gradients of its slice's mean loss, `rows` rows of the step's global batch; Exchange leaves
 // in `gradients`, on every rank, their rows-weighted mean over the ranks: the gradients of the
 // global batch's mean loss, what one process training on the whole global batch computes. Called
