@@ -308,6 +308,9 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // A peer or client that goes away mid-write is an error of that write (EPIPE), never the
+  // daemon's end: gRPC sends with MSG_NOSIGNAL, Gloo's transport does not.
+  std::signal(SIGPIPE, SIG_IGN);
 
   absl::SetProgramUsageMessage(
       "trainerd: a training daemon that keeps datasets resident on the GPU.\n"

@@ -4,6 +4,7 @@
 #include "server/engine/distributed/collectives.h"
 
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -173,6 +174,11 @@ absl::StatusOr<std::unique_ptr<CpuGroup>> CpuGroup::Join(const GroupOptions& opt
         absl::StrCat(who, ": only ", joined, " of ", options.world_size, " ranks joined within ",
                      absl::FormatDuration(options.timeout), " (", FirstLine(error), ")"));
   }
+  // Gloo's transport writes to its peers' sockets with writev (PyTorch's Python ignores SIGPIPE for
+  // it): a rank that leaves mid-collective would end this process by SIGPIPE instead of failing
+  // the collective with EPIPE. Ignored process-wide, as the daemon does from its start.
+  static std::once_flag ignore_sigpipe;
+  std::call_once(ignore_sigpipe, [] { std::signal(SIGPIPE, SIG_IGN); });
   try {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create(Millis(options.timeout));
     gloo_options->devices.push_back(
