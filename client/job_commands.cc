@@ -126,6 +126,7 @@ int WatchJob(const CommandContext& context, const std::string& id) {
 
 // The --format word of a model format.
 const char* FormatName(v1::ModelFormat format) {
+  if (format == v1::MODEL_FORMAT_PT2) return "pt2";
   return format == v1::MODEL_FORMAT_SAFETENSORS ? "safetensors" : "torchscript";
 }
 
@@ -483,8 +484,8 @@ int DownloadJobFile(
 
 }  // namespace
 
-// Downloads job ID's model (DownloadJobFile) in --format's form: TorchScript (the default) or
-// a safetensors state_dict.
+// Downloads job ID's model (DownloadJobFile) in --format's form: TorchScript (the default), a
+// safetensors state_dict, or an exported program's .pt2.
 int JobModel(const CommandContext& context) {
   v1::DownloadModelRequest request;
   request.set_id(context.invocation.args.at(0));
@@ -493,9 +494,11 @@ int JobModel(const CommandContext& context) {
     const std::string name = absl::AsciiStrToLower(context.invocation.Get("format"));
     if (name == "safetensors") {
       request.set_format(v1::MODEL_FORMAT_SAFETENSORS);
+    } else if (name == "pt2") {
+      request.set_format(v1::MODEL_FORMAT_PT2);
     } else if (name != "torchscript") {
       return UsageFailure(absl::InvalidArgumentError(
-          absl::StrCat("--format takes torchscript or safetensors, not '",
+          absl::StrCat("--format takes torchscript, safetensors or pt2, not '",
                        context.invocation.Get("format"), "'")));
     }
   }

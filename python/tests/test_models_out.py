@@ -6,6 +6,7 @@ same file; none of it warns."""
 
 from __future__ import annotations
 
+import io
 import sys
 import warnings
 from pathlib import Path
@@ -180,6 +181,13 @@ def test_users_module_jobs_have_its_modules_names(client: trainerd.Client) -> No
         state = job.state_dict()
         assert list(state.keys()) == list(Net().state_dict().keys())
         assert state.model == kind
+        if kind == "exported":
+            # The trained program as a .pt2, which torch.export.load reads.
+            pt2 = job.model_bytes(format="pt2")
+            assert pt2 == job.model_bytes()
+            loaded = torch.export.load(io.BytesIO(pt2))
+            assert set(loaded.state_dict) == set(state)
+            torch.testing.assert_close(loaded.state_dict["head.weight"], state["head.weight"])
         with pytest.raises(ValueError, match=r"job.module\(MyNet\(\)\)"):
             job.module()
         mine = job.module(Net())
@@ -216,12 +224,15 @@ def test_trainctl_writes_the_same_safetensors(
     bad = run_trainctl("--addr", daemon.address, "job", "model", mlp_job.id, "--format", "onnx",
                        "-f", str(tmp_path / "x"))
     assert bad.returncode == 2
-    assert "--format takes torchscript or safetensors, not 'onnx'" in bad.stderr
+    assert "--format takes torchscript, safetensors or pt2, not 'onnx'" in bad.stderr
 
 
 def test_a_format_the_daemon_does_not_know_is_refused(mlp_job: trainerd.Job) -> None:
-    with pytest.raises(ValueError, match="format must be 'torchscript' or 'safetensors'"):
+    with pytest.raises(ValueError, match="format must be 'torchscript', 'safetensors' or 'pt2'"):
         mlp_job.model_bytes(format="onnx")
+    # A spec job's .pt2 is job.export()'s, here: the daemon says so.
+    with pytest.raises(trainerd.FailedPrecondition, match=r"job.export\(path\)"):
+        mlp_job.model_bytes(format="pt2")
 
 
 def test_aio_state_dict_module_and_export(

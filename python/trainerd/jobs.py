@@ -215,13 +215,16 @@ class ModelReceiver:
 
 
 def download_request(job_id: str, format: str) -> jobs_pb2.DownloadModelRequest:
-    """DownloadModel's request for ``format`` ("torchscript" or "safetensors")."""
+    """DownloadModel's request for ``format`` ("torchscript", "safetensors" or "pt2")."""
     formats = {
         "torchscript": jobs_pb2.MODEL_FORMAT_TORCHSCRIPT,
         "safetensors": jobs_pb2.MODEL_FORMAT_SAFETENSORS,
+        "pt2": jobs_pb2.MODEL_FORMAT_PT2,
     }
     if format not in formats:
-        raise ValueError(f"format must be 'torchscript' or 'safetensors', not {format!r}")
+        raise ValueError(
+            f"format must be 'torchscript', 'safetensors' or 'pt2', not {format!r}"
+        )
     return jobs_pb2.DownloadModelRequest(id=job_id, format=formats[format])
 
 

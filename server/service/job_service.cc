@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/file_io.h"
@@ -390,10 +391,11 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
       Open(id, file->path, file->sha256, "state_dict", "", "train the job again");
       return;
     }
-    if (format != v1::MODEL_FORMAT_UNSPECIFIED && format != v1::MODEL_FORMAT_TORCHSCRIPT) {
+    if (format != v1::MODEL_FORMAT_UNSPECIFIED && format != v1::MODEL_FORMAT_TORCHSCRIPT &&
+        format != v1::MODEL_FORMAT_PT2) {
       Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("format must be MODEL_FORMAT_TORCHSCRIPT (1) or "
-                                       "MODEL_FORMAT_SAFETENSORS (2); got ",
+                          absl::StrCat("format must be MODEL_FORMAT_TORCHSCRIPT (1), "
+                                       "MODEL_FORMAT_SAFETENSORS (2) or MODEL_FORMAT_PT2 (3); got ",
                                        static_cast<int>(format))));
       return;
     }
@@ -405,6 +407,21 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
     std::string expected_sha256;
     if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
       expected_sha256 = job->model_sha256;  // empty for models of older builds: not checked
+      // An exported program's job keeps its model as a .pt2; its spec names it
+      // "exported (N bytes)" (engine_admission.cc).
+      if (format == v1::MODEL_FORMAT_PT2 && !absl::StartsWith(job->spec.model, "exported (")) {
+        Finish(grpc::Status(
+            grpc::StatusCode::FAILED_PRECONDITION,
+            absl::StrCat("job '", id, "' trained ",
+                         absl::StartsWith(job->spec.model, "torchscript (")
+                             ? "a TorchScript module"
+                             : absl::StrCat("the model spec '", job->spec.model, "'"),
+                         ", whose .pt2 is made where PyTorch is: the Python client's "
+                         "job.export(path) exports it with the trained weights; trainerd sends a "
+                         ".pt2 for jobs that trained an exported program, and the weights of any "
+                         "job as safetensors (--format safetensors)")));
+        return;
+      }
     }
     Open(id, *path, expected_sha256, "model", "", "train the job again");
   }

@@ -991,8 +991,14 @@ TEST_F(EndToEndTest, JobModelFormatSafetensorsWritesNnSequentialsStateDict) {
   EXPECT_EQ(piped.out, bytes);
   RunResult bad = Ctl({"job", "model", id, "--format", "onnx", "-f", path + ".x"});
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_THAT(bad.err, HasSubstr("--format takes torchscript or safetensors, not 'onnx'"));
+  EXPECT_THAT(bad.err, HasSubstr("--format takes torchscript, safetensors or pt2, not 'onnx'"));
   EXPECT_FALSE(std::filesystem::exists(path + ".x"));
+  // A spec-built model's .pt2 is torch.export's to make, where PyTorch is: refused with the way.
+  RunResult pt2 = Ctl({"job", "model", id, "--format", "pt2", "-f", path + ".pt2"});
+  EXPECT_EQ(pt2.exit_code, 1);
+  EXPECT_THAT(pt2.err, HasSubstr("whose .pt2 is made where PyTorch is: the Python client's "
+                                 "job.export(path)"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".pt2"));
 }
 
 TEST_F(EndToEndTest, TorchScriptJobsStateDictHasItsModulesNames) {
@@ -1049,6 +1055,10 @@ TEST_F(EndToEndTest, SubmittedExportedProgramTrainsAndDownloadsAsPt2) {
   const float w = job.parameters(0).values(0);
   EXPECT_NE(bytes.find(std::string(reinterpret_cast<const char*>(&w), 4)), std::string::npos)
       << "the trained weight is not in the download";
+  // --format pt2 names what it is: the same archive.
+  RunResult pt2 = Ctl({"job", "model", id, "--format", "pt2"});
+  ASSERT_EQ(pt2.exit_code, 0) << pt2.err;
+  EXPECT_EQ(pt2.out, bytes);
 }
 
 TEST_F(EndToEndTest, ExportedProgramWithAnOperatorOffTheListIsRefusedAtSubmit) {
