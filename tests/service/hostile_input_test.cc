@@ -600,7 +600,7 @@ std::vector<Attack> Attacks() {
                      grpc::StatusCode::NOT_FOUND, "not found"});
   attacks.push_back({"DownloadModelUnknownFormat",
                      [](H* t) { return t->Download(t->canary_job_, -5); },
-                     kInvalid, "format must be MODEL_FORMAT_TORCHSCRIPT (1) or"});
+                     kInvalid, "format must be MODEL_FORMAT_TORCHSCRIPT (1), "});
   return attacks;
 }
 

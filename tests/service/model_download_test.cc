@@ -233,8 +233,13 @@ TEST_F(ModelDownloadTest, AFormatThatIsNotOneIsInvalidArgument) {
   const grpc::Status status = Download(id, &bytes, nullptr, static_cast<v1::ModelFormat>(7));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
-              HasSubstr("format must be MODEL_FORMAT_TORCHSCRIPT (1) or MODEL_FORMAT_SAFETENSORS "
-                        "(2); got 7"));
+              HasSubstr("format must be MODEL_FORMAT_TORCHSCRIPT (1), MODEL_FORMAT_SAFETENSORS "
+                        "(2) or MODEL_FORMAT_PT2 (3); got 7"));
+  EXPECT_TRUE(bytes.empty());
+  // A spec-built model has no .pt2 here: FAILED_PRECONDITION, pointing to job.export().
+  const grpc::Status pt2 = Download(id, &bytes, nullptr, v1::MODEL_FORMAT_PT2);
+  EXPECT_EQ(pt2.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(pt2.error_message(), HasSubstr("job.export(path)"));
   EXPECT_TRUE(bytes.empty());
 }
 
