@@ -18,7 +18,7 @@
 
 namespace trainerd::client {
 
-// Process exit codes, listed by `trainctl help exit-codes` (ExitCodesHelp) and the README.
+// Process exit codes, listed by `trainctl help exit-codes` (ExitCodesHelp) and docs/CLI.md.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;       // trainerd refused, or could not be reached
 inline constexpr int kExitUsage = 2;         // bad command line or local input; nothing was sent

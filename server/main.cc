@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
       "[--device=auto|cpu|cuda[:N]]\n"
       "                [--auth_token_file=FILE] [--tls_cert_file=FILE --tls_key_file=FILE\n"
       "                [--tls_client_ca_file=FILE]] [--metrics_listen=HOST:PORT]\n"
-      "                [--flagfile=FILE]   (see docs/SECURITY.md and README.md)\n"
+      "                [--flagfile=FILE]   (see docs/DAEMON.md and docs/SECURITY.md)\n"
       "Every flag may also come from the environment: TRAINERD_DATA_DIR=/data is "
       "--data_dir=/data;\nthe command line wins.");
   {

@@ -1,4 +1,4 @@
-// The epoch loop's rules as a PyTorch user reads them in jobs.proto and README.md, checked against
+// The epoch loop's rules as a PyTorch user reads them in jobs.proto and docs/JOBS.md, checked against
 // a plain LibTorch loop written from those rules alone (torch::nn layers, torch::optim::SGD, the
 // documented generator draws): no shuffling takes the rows in ascending order, the held-out count
 // rounds halves away from zero, dropout masks come from the job's generator in the documented
@@ -145,7 +145,7 @@ struct ReferenceModel {
   }
 };
 
-// The loop written from the documented rules (jobs.proto JobSpec, README.md), with SGD.
+// The loop written from the documented rules (jobs.proto JobSpec, docs/JOBS.md), with SGD.
 Reference ReferenceLoop(const TrainingRun& run) {
   const JobSpec& spec = run.spec;
   const uint64_t seed = *spec.seed;
