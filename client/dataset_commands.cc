@@ -21,7 +21,7 @@
 #include "client/connection.h"
 #include "client/output.h"
 #include "client/progress_bar.h"
-#include "client/requests.h"
+#include "client/upload_input.h"
 #include "client/upload_stream.h"
 #include "common/dataset_header.h"
 #include "common/sha256.h"

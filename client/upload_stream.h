@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/requests.h"
+#include "client/upload_input.h"
 #include "common/dataset_header.h"
 #include "common/npy_reader.h"
 

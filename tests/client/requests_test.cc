@@ -1,6 +1,7 @@
 // Tests for client/requests.h: the JobSpec that `submit` sends (flags, defaults, local errors),
 // and what `dataset upload` reads (CSV / .npy selection, flag checks) and the header it sends.
 #include "client/requests.h"
+#include "client/upload_input.h"
 
 #include <unistd.h>
 

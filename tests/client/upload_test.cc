@@ -32,6 +32,7 @@
 #include "client/cli.h"
 #include "client/commands.h"
 #include "client/requests.h"
+#include "client/upload_input.h"
 #include "client/upload_stream.h"
 #include "common/sha256.h"
 #include "common/table.h"
