@@ -5,9 +5,12 @@
 #include "server/engine/torchscript/module_check.h"
 
 #include <torch/script.h>
+#include <signal.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <future>
 #include <memory>
@@ -22,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
 #include "server/engine/torchscript/module_sandbox.h"
+#include "server/engine/torchscript/reaper.h"
 #include "server/engine/torchscript/torchscript_module.h"
 #include "tests/engine/engine_test_support.h"
 
@@ -256,6 +260,28 @@ TEST(ModuleProbeTest, MalformedOrUnexpectedOutputIsInternal) {
 }
 
 // ---- The checker process --------------------------------------------------------------------
+
+// A child that has answered but lingers (here: one that only sleeps) is ended and reaped at once,
+// without the caller waiting for it: no zombie, no reaping thread held.
+TEST(EndAndReapTest, ALingeringChildIsEndedAndReapedWithoutWaiting) {
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  const absl::Time start = absl::Now();
+  EndAndReap(pid);
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(100));  // returns without waiting
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = ::kill(pid, 0) != 0 && errno == ESRCH;  // reaped: not even a zombie is left
+    if (!gone) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+  EndAndReap(pid);  // one already reaped: nothing (and no signal to a stranger)
+  EndAndReap(-1);
+}
 
 ModuleCheckerOptions Checker(absl::Duration timeout = absl::Seconds(30)) {
   ModuleCheckerOptions options;

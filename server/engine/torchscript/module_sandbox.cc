@@ -424,7 +424,7 @@ absl::StatusOr<ModuleProbe> RunModuleChecker(const ModuleCheckerOptions& options
   if (!out.empty() && out.back() == '\n') {
     absl::StatusOr<ModuleProbe> answer = DecodeModuleProbe(out);
     if (answer.ok() || answer.status().code() != absl::StatusCode::kInternal) {
-      ReapWhenItExits(pid);
+      EndAndReap(pid);
       return answer;
     }
   }

@@ -1,5 +1,6 @@
 #include "server/engine/torchscript/reaper.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cerrno>
@@ -7,9 +8,10 @@
 
 namespace trainerd::engine {
 
-void ReapWhenItExits(pid_t pid) {
+void EndAndReap(pid_t pid) {
   if (pid <= 0) return;
   if (::waitpid(pid, nullptr, WNOHANG) != 0) return;  // gone already (or not a child)
+  ::kill(pid, SIGKILL);  // it has answered: nothing of it is waited for
   std::thread([pid] {
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }

@@ -506,7 +506,7 @@ TrainingOutcome RunTrainingInWorker(const TrainingRun& run, const std::string& j
   int wait_status = 0;
   if (reported && killed == Kill::kNone) {
     // It reported and closed its end: its exit status says nothing more.
-    ReapWhenItExits(pid);
+    EndAndReap(pid);
   } else {
     while (::waitpid(pid, &wait_status, 0) < 0 && errno == EINTR) {
     }
