@@ -243,9 +243,10 @@ const std::vector<CommandSpec>& Commands() {
        "without running code (safetensors.torch.load_file(FILE)); a spec-built model's names are\n"
        "nn.Sequential's (0.weight, 0.bias, 2.weight, ...), so that nn.Sequential built from the\n"
        "same spec takes it with load_state_dict, and a TorchScript job's are its module's own.\n"
-       "--format pt2: a job that trained an exported program (a .pt2 submitted with\n"
-       "--torchscript) as a .pt2 for torch.export.load; other jobs' .pt2 is made by the Python\n"
-       "client's job.export(), which needs PyTorch. With --file the file is written\n"
+       "--format pt2: the model as a .pt2 for torch.export.load: an exported program's job\n"
+       "gets its trained program back, a spec-built job the program of nn.Sequential(...).eval()\n"
+       "with its weights, any batch size. A TorchScript job's .pt2 is made where its Python\n"
+       "class is (the Python client's job.export). With --file the file is written\n"
        "whole or not at all; without it the archive goes to standard output, which must then\n"
        "not be a terminal. Only a job that succeeded has a model. -o is the output format, as\n"
        "everywhere: with --file, -o json or yaml describes what was written. The download takes\n"
@@ -259,7 +260,7 @@ const std::vector<CommandSpec>& Commands() {
        {{"file", "FILE", "where to write the model (default: standard output)", "f"},
         {"format", "FORMAT",
          "torchscript (default: the archive for torch.jit.load), safetensors (the\n"
-         "state_dict) or pt2 (an exported program's job)"},
+         "state_dict) or pt2 (torch.export's archive)"},
         {"max-size", "SIZE",
          "the largest model to download, e.g. 512MiB (default 8256MiB: the largest model the "
          "daemon trains)"}}},

@@ -7,9 +7,12 @@ same file; none of it warns."""
 from __future__ import annotations
 
 import io
+import json
 import sys
+import zipfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -230,9 +233,73 @@ def test_trainctl_writes_the_same_safetensors(
 def test_a_format_the_daemon_does_not_know_is_refused(mlp_job: trainerd.Job) -> None:
     with pytest.raises(ValueError, match="format must be 'torchscript', 'safetensors' or 'pt2'"):
         mlp_job.model_bytes(format="onnx")
-    # A spec job's .pt2 is job.export()'s, here: the daemon says so.
-    with pytest.raises(trainerd.FailedPrecondition, match=r"job.export\(path\)"):
-        mlp_job.model_bytes(format="pt2")
+
+
+def _targets(program: Any) -> list[str]:
+    return [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [
+        ("mlp", None),
+        ("cnn", "conv2d:4:3:1:1,batchnorm,gelu,maxpool2d:2,conv2d:3:2,avgpool2d:2,flatten,"
+                "dropout:0.3,linear:4,sigmoid,linear:2,softmax"),
+    ],
+)
+def test_the_daemons_pt2_of_a_spec_job_is_torch_exports_own(
+    daemon: Daemon, client: trainerd.Client, mlp_job: trainerd.Job, name: str, spec: str | None,
+    tmp_path: Path,
+) -> None:
+    """The daemon writes a spec job's .pt2 (no Python there): torch.export.load of the pinned
+    torch reads it, its graph is the one torch.export makes of the same nn.Sequential in eval
+    mode, and it predicts as the job's module for any batch size."""
+    if spec is None:
+        job, xv = mlp_job, class_data(50, seed=9)[0]
+    else:
+        x, y = image_data(120, seed=4)
+        client.upload("models-out-pt2-cnn", x, y)
+        job = client.submit("models-out-pt2-cnn", model=spec, lr=0.01, epochs=2, seed=3).wait(
+            timeout=120
+        )
+        assert job.state == trainerd.JobState.SUCCEEDED, job.error
+        xv = image_data(10, seed=5)[0]
+    pt2 = job.model_bytes(format="pt2")
+    assert job.model_bytes(format="pt2") == pt2  # made once, kept
+    program = torch.export.load(io.BytesIO(pt2))
+    module = job.module()
+    ours = torch.export.export(
+        module, (torch.from_numpy(xv[:2]),),
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+    )
+    assert _targets(program) == _targets(ours)
+    assert program.graph_signature.parameters == ours.graph_signature.parameters
+    assert program.graph_signature.buffers == ours.graph_signature.buffers
+    for key, value in ours.state_dict.items():
+        assert torch.equal(program.state_dict[key], value), key
+    # The example input (AOTInductor compiles with it): two rows of the feature shape.
+    (example,), kwargs = program.example_inputs
+    assert example.shape == (2, *xv.shape[1:]) and kwargs == {}
+    # The schema version is this torch's (the daemon writes the pinned torch's).
+    from torch._export.serde.schema import SCHEMA_VERSION
+
+    archive = zipfile.ZipFile(io.BytesIO(pt2))
+    written = json.loads(archive.read("archive/models/model.json"))
+    version = written["schema_version"]
+    assert (version["major"], version["minor"]) == tuple(SCHEMA_VERSION)
+    with torch.no_grad():
+        expected = module(torch.from_numpy(xv))
+        run = program.module()
+        torch.testing.assert_close(run(torch.from_numpy(xv)), expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            run(torch.from_numpy(xv[:1])), expected[:1], rtol=1e-5, atol=1e-6
+        )
+    # trainctl writes the same bytes.
+    path = tmp_path / f"{name}.pt2"
+    done = run_trainctl("--addr", daemon.address, "job", "model", job.id, "--format", "pt2",
+                        "-f", str(path))
+    assert done.returncode == 0, done.stderr
+    assert path.read_bytes() == pt2
 
 
 def test_aio_state_dict_module_and_export(

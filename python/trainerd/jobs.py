@@ -712,7 +712,10 @@ class Job(JobBase):
     ) -> bytes:
         """The trained model's bytes (DownloadModel): ``format="torchscript"`` a TorchScript
         archive, ``"safetensors"`` the state_dict as a safetensors file (see
-        :meth:`state_dict`). FailedPrecondition unless the job SUCCEEDED. The download takes at
+        :meth:`state_dict`), ``"pt2"`` torch.export's archive (an exported job's trained
+        program; a spec-built job's ``nn.Sequential`` in eval mode, written by the daemon;
+        FailedPrecondition for a TorchScript job: see :meth:`export`). FailedPrecondition unless
+        the job SUCCEEDED. The download takes at
         most the size the daemon declares, and refuses (DownloadRefused) a declared size above
         ``max_bytes`` (default :data:`MAX_MODEL_BYTES`, the largest model the daemon trains) or
         more bytes than declared, stopping the call at once."""

@@ -288,6 +288,12 @@ absl::StatusOr<Engine::StateDictFile> Engine::StateDictPath(const std::string& i
   return StateDictFile{std::move(file->first), std::move(file->second)};
 }
 
+absl::StatusOr<Engine::StateDictFile> Engine::Pt2Path(const std::string& id) const {
+  absl::StatusOr<std::pair<std::string, std::string>> file = impl_->jobs.Pt2Path(id);
+  if (!file.ok()) return file.status();
+  return StateDictFile{std::move(file->first), std::move(file->second)};
+}
+
 void Engine::UnsubscribeJob(const std::string& id, const JobEventSink* sink) {
   impl_->jobs.Unsubscribe(id, sink);
 }

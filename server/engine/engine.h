@@ -402,6 +402,12 @@ class Engine {
     std::string sha256;
   };
   absl::StatusOr<StateDictFile> StateDictPath(const std::string& id) const;
+  // A spec-built job's model as torch.export's archive for deployment (the graph of
+  // nn.Sequential(...).eval(), any batch size), made from its state_dict on the first call and
+  // kept as <data_dir>/models/<job-id>.pt2. As StateDictPath; FAILED_PRECONDITION for a
+  // TorchScript job (whose Python module the daemon does not have) and an exported one (whose
+  // own archive ModelArchivePath gives).
+  absl::StatusOr<StateDictFile> Pt2Path(const std::string& id) const;
 
  private:
   struct Impl;

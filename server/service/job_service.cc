@@ -408,18 +408,25 @@ class ModelDownloadReactor final : public grpc::ServerWriteReactor<v1::ModelChun
     if (absl::StatusOr<engine::JobSnapshot> job = engine->GetJob(id); job.ok()) {
       expected_sha256 = job->model_sha256;  // empty for models of older builds: not checked
       // An exported program's job keeps its model as a .pt2; its spec names it
-      // "exported (N bytes)" (engine_admission.cc).
+      // "exported (N bytes)" (engine_admission.cc). A spec-built job's .pt2 is made from its
+      // state_dict; a TorchScript job's needs the user's Python module.
       if (format == v1::MODEL_FORMAT_PT2 && !absl::StartsWith(job->spec.model, "exported (")) {
-        Finish(grpc::Status(
-            grpc::StatusCode::FAILED_PRECONDITION,
-            absl::StrCat("job '", id, "' trained ",
-                         absl::StartsWith(job->spec.model, "torchscript (")
-                             ? "a TorchScript module"
-                             : absl::StrCat("the model spec '", job->spec.model, "'"),
-                         ", whose .pt2 is made where PyTorch is: the Python client's "
-                         "job.export(path) exports it with the trained weights; trainerd sends a "
-                         ".pt2 for jobs that trained an exported program, and the weights of any "
-                         "job as safetensors (--format safetensors)")));
+        if (absl::StartsWith(job->spec.model, "torchscript (")) {
+          Finish(grpc::Status(
+              grpc::StatusCode::FAILED_PRECONDITION,
+              absl::StrCat("job '", id,
+                           "' trained a TorchScript module, whose .pt2 is made where its Python "
+                           "class is: job.module(MyNet()) then torch.export.export, or the "
+                           "Python client's job.export(path, module=MyNet()); the weights come "
+                           "as safetensors (--format safetensors)")));
+          return;
+        }
+        const absl::StatusOr<engine::Engine::StateDictFile> pt2 = engine->Pt2Path(id);
+        if (!pt2.ok()) {
+          Finish(ToGrpcStatus(pt2.status()));
+          return;
+        }
+        Open(id, pt2->path, pt2->sha256, ".pt2", "", "train the job again");
         return;
       }
     }

@@ -993,12 +993,18 @@ TEST_F(EndToEndTest, JobModelFormatSafetensorsWritesNnSequentialsStateDict) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("--format takes torchscript, safetensors or pt2, not 'onnx'"));
   EXPECT_FALSE(std::filesystem::exists(path + ".x"));
-  // A spec-built model's .pt2 is torch.export's to make, where PyTorch is: refused with the way.
+  // A spec-built model's .pt2 is made by the daemon from its state_dict: torch.export's archive
+  // (a zip whose model.json is the graph, tests/python's test_models_out loads it with torch),
+  // the same bytes each time.
   RunResult pt2 = Ctl({"job", "model", id, "--format", "pt2", "-f", path + ".pt2"});
-  EXPECT_EQ(pt2.exit_code, 1);
-  EXPECT_THAT(pt2.err, HasSubstr("whose .pt2 is made where PyTorch is: the Python client's "
-                                 "job.export(path)"));
-  EXPECT_FALSE(std::filesystem::exists(path + ".pt2"));
+  ASSERT_EQ(pt2.exit_code, 0) << pt2.err;
+  const std::string archive = ReadWhole(path + ".pt2");
+  EXPECT_EQ(archive.substr(0, 2), "PK");
+  EXPECT_NE(archive.find("archive/models/model.json"), std::string::npos);
+  EXPECT_NE(archive.find("torch.ops.aten.linear.default"), std::string::npos);
+  RunResult again = Ctl({"job", "model", id, "--format", "pt2"});
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_EQ(again.out, archive);
 }
 
 TEST_F(EndToEndTest, TorchScriptJobsStateDictHasItsModulesNames) {
@@ -1018,6 +1024,12 @@ TEST_F(EndToEndTest, TorchScriptJobsStateDictHasItsModulesNames) {
   for (const SafetensorsEntry& e : file->tensors) names.push_back(e.name);
   EXPECT_THAT(names, ElementsAre("w", "b", "calls"));  // the module's own, buffer last
   EXPECT_THAT(file->metadata, Contains(Pair("trainerd.model", "torchscript")));
+  // Its .pt2 needs the user's Python class: refused with the way to make it.
+  RunResult pt2 = Ctl({"job", "model", id, "--format", "pt2", "-f", path + ".pt2"});
+  EXPECT_EQ(pt2.exit_code, 1);
+  EXPECT_THAT(pt2.err, HasSubstr("trained a TorchScript module, whose .pt2 is made where its "
+                                 "Python class is"));
+  EXPECT_FALSE(std::filesystem::exists(path + ".pt2"));
 }
 
 // An exported program (the .pt2 layout torch.export.save writes, made by hand here: this test

@@ -2,6 +2,7 @@
 // TCP channel: a succeeded job's model comes back as a TorchScript archive (a ZIP file, checked by
 // its bytes only: service_test does not link LibTorch) equal to the file the daemon kept, or as
 // its safetensors state_dict, and the errors come with their codes.
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -236,11 +237,30 @@ TEST_F(ModelDownloadTest, AFormatThatIsNotOneIsInvalidArgument) {
               HasSubstr("format must be MODEL_FORMAT_TORCHSCRIPT (1), MODEL_FORMAT_SAFETENSORS "
                         "(2) or MODEL_FORMAT_PT2 (3); got 7"));
   EXPECT_TRUE(bytes.empty());
-  // A spec-built model has no .pt2 here: FAILED_PRECONDITION, pointing to job.export().
-  const grpc::Status pt2 = Download(id, &bytes, nullptr, v1::MODEL_FORMAT_PT2);
-  EXPECT_EQ(pt2.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(pt2.error_message(), HasSubstr("job.export(path)"));
-  EXPECT_TRUE(bytes.empty());
+}
+
+TEST_F(ModelDownloadTest, ASpecModelsPt2IsMadeOnceAndCheckedByItsDigest) {
+  const std::string id = Submit(/*epochs=*/1);
+  ASSERT_TRUE(Watch(id)->Finish().ok());
+  std::string bytes;
+  ASSERT_TRUE(Download(id, &bytes, nullptr, v1::MODEL_FORMAT_PT2).ok());
+  // torch.export's archive of the spec's graph (training/sequential_pt2.h; its numbers are
+  // tested there and loaded by torch in python/tests), kept beside the state_dict.
+  EXPECT_EQ(bytes.substr(0, 2), "PK");
+  EXPECT_NE(bytes.find("torch.ops.aten.linear.default"), std::string::npos);
+  const std::string kept = data_dir_ + "/models/" + id + ".pt2";
+  ASSERT_TRUE(std::filesystem::exists(kept));
+  std::string again;
+  ASSERT_TRUE(Download(id, &again, nullptr, v1::MODEL_FORMAT_PT2).ok());
+  EXPECT_EQ(again, bytes);
+  {  // damaged on disk after it was made: DATA_LOSS, as for the other formats
+    std::ofstream out(kept, std::ios::binary | std::ios::trunc);
+    out << bytes.substr(0, bytes.size() - 1) << static_cast<char>(bytes.back() ^ 1);
+  }
+  std::string damaged;
+  const grpc::Status lost = Download(id, &damaged, nullptr, v1::MODEL_FORMAT_PT2);
+  EXPECT_EQ(lost.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_THAT(lost.error_message(), HasSubstr("is damaged"));
 }
 
 TEST_F(ModelDownloadTest, DownloadOfRunningJobIsFailedPrecondition) {

@@ -218,6 +218,11 @@ class JobManager {
   // written. As ModelPath, and FAILED_PRECONDITION when the job kept no state_dict (a job of an
   // older build, or one whose peer sent none).
   absl::StatusOr<std::pair<std::string, std::string>> StateDictPath(const std::string& id) const;
+  // The .pt2 of a SUCCEEDED spec-built job's model for deployment (training/sequential_pt2.h) and
+  // its SHA-256: made from the kept state_dict on the first call and kept beside it as
+  // <models_dir>/<job-id>.pt2. As StateDictPath; FAILED_PRECONDITION for a TorchScript or
+  // exported job, whose state_dict is not a spec's.
+  absl::StatusOr<std::pair<std::string, std::string>> Pt2Path(const std::string& id) const;
   // Where a TorchScript job's module is kept for a restart ("" without a data folder).
   std::string ModuleFilePath(const std::string& id) const;
 
@@ -407,6 +412,8 @@ class JobManager {
   // Signs the page tokens of listings kept in memory (no job store): valid until a restart.
   const std::string page_token_key_ = RandomPageTokenKey();
   mutable absl::Mutex mu_;
+  // Held while a job's .pt2 is made (Pt2Path): one writer of its file at a time.
+  mutable absl::Mutex pt2_mu_;
   std::map<std::string, std::shared_ptr<Record>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in memory, oldest first
   std::map<std::string, std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);

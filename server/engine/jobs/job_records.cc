@@ -23,6 +23,7 @@
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
 #include "server/engine/training/checkpoint.h"
+#include "server/engine/training/sequential_pt2.h"
 #include "server/engine/training/torchscript_export.h"
 #include "server/engine/training/trainer.h"
 
@@ -183,6 +184,45 @@ absl::StatusOr<std::pair<std::string, std::string>> JobManager::StateDictPath(
   return std::make_pair(path, *std::move(digest));
 }
 
+absl::StatusOr<std::pair<std::string, std::string>> JobManager::Pt2Path(
+    const std::string& id) const {
+  absl::StatusOr<std::pair<std::string, std::string>> state_dict = StateDictPath(id);
+  if (!state_dict.ok()) return state_dict.status();
+  const std::string path = absl::StrCat(options_.models_dir, "/", id, ".pt2");
+  absl::MutexLock lock(&pt2_mu_);
+  // As the state_dict's: the digest written after the file says that it is whole.
+  if (absl::StatusOr<std::string> digest = ReadFileToString(path + ".sha256"); digest.ok()) {
+    return std::make_pair(path, *std::move(digest));
+  }
+  absl::StatusOr<std::string> file = ReadFileToString(state_dict->first);
+  if (!file.ok()) return file.status();
+  if (Sha256Hex(*file) != state_dict->second) {
+    return absl::DataLossError(absl::StrCat("the state_dict of job '", id,
+                                            "' does not match the checksum recorded when it was "
+                                            "written: it is damaged; train the job again"));
+  }
+  absl::StatusOr<std::string> pt2 = SequentialPt2(*file);
+  if (!pt2.ok()) return pt2.status();
+  absl::Status written = WriteModelArchive(path, *pt2);
+  const std::string digest = Sha256Hex(*pt2);
+  if (written.ok()) written = WriteModelArchive(path + ".sha256", digest);
+  if (!written.ok()) return written;
+  if (options_.hooks.wrote_file) {
+    std::string owner;
+    {
+      absl::MutexLock records(&mu_);
+      if (std::shared_ptr<Record> record = FindLocked(id)) owner = record->snap.owner;
+    }
+    if (owner.empty() && store_ != nullptr) {
+      if (absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id); stored.ok()) {
+        owner = stored->owner;
+      }
+    }
+    options_.hooks.wrote_file(owner, static_cast<int64_t>(pt2->size()));
+  }
+  return std::make_pair(path, digest);
+}
+
 void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {
   {
     std::lock_guard<std::mutex> publish_lock(record->publish_mu);
@@ -272,6 +312,8 @@ void JobManager::DeleteJobFiles(const std::string& id) const {
     RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".pt"));
     RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".safetensors"));
     RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".safetensors.sha256"));
+    RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".pt2"));
+    RemoveFile(absl::StrCat(options_.models_dir, "/", id, ".pt2.sha256"));
   }
   if (!options_.data_dir.empty()) {
     RemoveFlatFolder(absl::StrCat(options_.data_dir, "/", kCheckpointsFolder, "/", id));
