@@ -11,12 +11,13 @@
 
 ARG DEBIAN_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
-# Where the binaries come from: "build" compiles them in the build stage below (the default);
-# "prebuilt" takes them from build/image-out/ in the build context, laid out as the build stage
-# lays out /out (tests/image/build_and_run.sh does this in CI with the binaries `make test` has
-# just built and tested, so that CI does not compile trainerd twice). The stage not named is
-# skipped (BuildKit and buildah skip unused stages).
-ARG BINARIES=build
+# Where the binaries come from: the last stage, the default image, compiles them in the build
+# stage below. `--target runtime-prebuilt` takes them instead from build/image-out/ in the build
+# context, laid out as the build stage lays out /out (tests/image/build_and_run.sh does this in
+# CI with the binaries `make test` has just built and tested, so that CI does not compile trainerd
+# twice). Docker (BuildKit) and buildah/podman build only the stages the target needs. The choice
+# is a target, not a `FROM ${ARG}` stage: buildah 1.28 (Debian 12's podman) does not resolve a
+# stage named by an argument's default value ("short-name did not resolve").
 
 # --- build: the project's own recipe (deploy/install-deps.sh, then a Release build) -------------
 FROM ${DEBIAN_IMAGE} AS build
@@ -44,14 +45,12 @@ RUN make build BUILD_DIR=build/image CMAKE_ARGS=-DTRAINERD_BUILD_TESTS=OFF JOBS=
     && . build/deps.env \
     && deploy/image-out.sh build/image "$TRAINERD_TORCH_LIB" /out
 
-# --- prebuilt: the same /out, made outside the image (BINARIES=prebuilt) -------------------------
+# --- prebuilt: the same /out, made outside the image (--target runtime-prebuilt) ---------------
 FROM scratch AS prebuilt
 COPY build/image-out/ /out/
 
-FROM ${BINARIES} AS binaries
-
-# --- runtime: what runs, and no compiler or Python ----------------------------------------------
-FROM ${RUNTIME_IMAGE}
+# --- runtime-base: what runs, and no compiler or Python; the binaries come in the last step ------
+FROM ${RUNTIME_IMAGE} AS runtime-base
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
@@ -62,8 +61,6 @@ RUN apt-get update -qq \
     && useradd --system --uid 10001 --gid trainerd --home-dir /var/lib/trainerd \
          --shell /usr/sbin/nologin trainerd \
     && mkdir -p /var/lib/trainerd && chown trainerd:trainerd /var/lib/trainerd
-COPY --from=binaries /out/lib /opt/trainerd/lib
-COPY --from=binaries /out/bin /opt/trainerd/bin
 # (DL3064: these name the token's file, not a token.)
 # hadolint ignore=DL3064
 ENV PATH=/opt/trainerd/bin:$PATH \
@@ -91,3 +88,13 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
   CMD ["trainctl", "--addr", "127.0.0.1:50051", "--timeout", "4s", "health"]
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["trainerd"]
+
+# --- runtime-prebuilt: the binaries of a build made outside (CI's image test) --------------------
+FROM runtime-base AS runtime-prebuilt
+COPY --from=prebuilt /out/lib /opt/trainerd/lib
+COPY --from=prebuilt /out/bin /opt/trainerd/bin
+
+# --- runtime: the default image, with the binaries of the build stage ---------------------------
+FROM runtime-base AS runtime
+COPY --from=build /out/lib /opt/trainerd/lib
+COPY --from=build /out/bin /opt/trainerd/bin

@@ -8,7 +8,7 @@
 #   deploy/image-out.sh BUILD_DIR TORCH_LIB OUT
 #
 # The Dockerfile's build stage runs it on the binaries it compiled; tests/image/build_and_run.sh
-# runs it on the binaries `make test` built (BINARIES=prebuilt), so both images hold the same
+# runs it on the binaries `make test` built (--target runtime-prebuilt), so both images hold the same
 # files. Libraries are hard-linked where OUT is on the same file system as TORCH_LIB (a copy
 # otherwise), so that laying out a few GB outside an image costs no copy.
 set -euo pipefail

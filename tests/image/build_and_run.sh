@@ -10,9 +10,11 @@
 #      cannot start). By default (IMAGE_BINARIES=prebuilt, as CI runs it) the binaries are the
 #      ones BUILD_DIR holds, which `make test` has just built and tested: deploy/image-out.sh
 #      lays them out with LibTorch's libraries in build/image-out/, exactly as the Dockerfile's
-#      build stage lays out its own, and the build takes them (BINARIES=prebuilt) instead of
-#      compiling trainerd and downloading torch a second time. IMAGE_BINARIES=build builds the
-#      Dockerfile's build stage from the sources, as `docker build` does by default: the
+#      build stage lays out its own, and the build takes them (--target runtime-prebuilt)
+#      instead of compiling trainerd and downloading torch a second time. Before it,
+#      tests/image/stage_graph.sh checks in seconds that the build with no arguments and no
+#      target, as documented, takes the build stage. IMAGE_BINARIES=build builds the
+#      Dockerfile's default image from the sources, as `docker build .` does: the
 #      machine reaches PyPI through a CA of its own, which a debootstrapped base lacks, so the
 #      host's bundle is mounted read-only into the build and named by the PIP_CERT build
 #      argument, as builds behind a corporate proxy do;
@@ -50,6 +52,9 @@ if ! podman image exists docker.io/library/debian:bookworm; then
 fi
 podman tag docker.io/library/debian:bookworm docker.io/library/debian:bookworm-slim
 log "base images ready"
+# The stage graph as `podman build .` with no arguments walks it (seconds, no compile).
+tests/image/stage_graph.sh Dockerfile || fail "the Dockerfile's stages (tests/image/stage_graph.sh)"
+log "stage graph: the default image builds its binaries, --target runtime-prebuilt takes them"
 
 # --- 2. the build -----------------------------------------------------------------------------------
 case "$BINARIES" in
@@ -59,16 +64,18 @@ case "$BINARIES" in
     torch_lib="$(. build/deps.env && echo "$TRAINERD_TORCH_LIB")"
     deploy/image-out.sh "$BUILD_DIR" "$torch_lib" build/image-out
     trap 'rm -rf build/image-out' EXIT
-    log "podman build --isolation=chroot, with the binaries of $BUILD_DIR (BINARIES=prebuilt)"
+    log "podman build --isolation=chroot --target runtime-prebuilt, with the binaries of $BUILD_DIR"
+    target=(--target runtime-prebuilt)
     ;;
   build)
     log "podman build --isolation=chroot (the build stage runs install-deps and a Release build)"
+    target=()
     ;;
   *) fail "IMAGE_BINARIES must be prebuilt or build, not '$BINARIES'" ;;
 esac
 podman build --isolation=chroot --pull=never --layers --format docker -t "$IMAGE" \
   --volume "$HOST_CA:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt \
-  --build-arg BINARIES="$BINARIES" --build-arg JOBS="${JOBS:-2}" -f Dockerfile . \
+  "${target[@]}" --build-arg JOBS="${JOBS:-2}" -f Dockerfile . \
   >"$WORK/build.log" 2>&1 ||
   { tail -40 "$WORK/build.log"; fail "podman build (log: $WORK/build.log)"; }
 rm -rf build/image-out
