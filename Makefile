@@ -25,7 +25,7 @@ ASAN_TARGETS = common_test client_test monitor_test http_test engine_test metric
 FUZZ_TARGETS = csv_reader_fuzz npy_reader_fuzz model_spec_fuzz dataset_header_fuzz \
 	module_check_fuzz pickle_check_fuzz safetensors_fuzz exported_program_fuzz
 
-.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check test-image python clean help
+.PHONY: all deps configure build test test-gpu test-asan fuzz demo bench deploy-check test-image python docs clean help
 
 all: build
 
@@ -38,6 +38,7 @@ help:
 	@echo "make deploy-check  lint the Dockerfile, Kubernetes, Compose, systemd and YAML files"
 	@echo "make test-image    build the image with podman and run its trainerd and trainctl (root)"
 	@echo "make python   the Python client (python/) as a wheel in build/python/"
+	@echo "make docs     write docs/CONFIGURATION.md's flags and docs/CLI.md's command help from the binaries"
 	@echo "make build    configure and build ($(BUILD_TYPE)) into $(BUILD_DIR)"
 	@echo "make clean    remove $(BUILD_DIR)"
 
@@ -59,6 +60,12 @@ build: configure
 test: build
 	@. ./$(DEPS_ENV) && cd $(BUILD_DIR) && TRAINERD_PYTHON="$$TRAINERD_TORCH_VENV/bin/python" \
 	  ctest --output-on-failure -j $(JOBS) --timeout 300
+
+# The references' generated parts from this build's binaries: docs/CONFIGURATION.md's flags and
+# docs/CLI.md's command help (docs/generate.py; the docs_generated test checks them).
+docs: build
+	@python3 docs/generate.py --trainerd $(BUILD_DIR)/server/trainerd \
+	  --trainctl $(BUILD_DIR)/client/trainctl
 
 # The deployment files, checked without a container engine (deploy/check.sh).
 deploy-check: build

@@ -21,11 +21,14 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flags_from_env.h"
@@ -35,6 +38,9 @@
 #include "server/engine/torchscript/sandbox_policy.h"
 #include "server/service/server.h"
 
+ABSL_FLAG(bool, flags_reference, false,
+          "print every flag of trainerd as a Markdown table (flag, default, meaning) and exit: the "
+          "table of docs/CONFIGURATION.md, which docs/generate.py writes from it");
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051",
           "host:port to serve gRPC on (port 0 picks a free port, printed at start), or unix:PATH "
           "for a Unix socket (mode 0660); an address other machines can reach needs "
@@ -47,8 +53,9 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(int64_t, max_dataset_bytes, int64_t{16} << 30,
           "largest dataset payload accepted, in bytes; 0 for no limit");
 ABSL_FLAG(int64_t, max_datasets, 4096,
-          "most datasets the daemon keeps, all tenants together (a resident CPU dataset holds "
-          "two file descriptors); 0 for no bound");
+          "most datasets the daemon keeps, all tenants together: a resident CPU dataset holds "
+          "two file descriptors, and the daemon raises its open-file limit to the hard limit at "
+          "start and warns when that is short; 0 for no bound");
 ABSL_FLAG(int64_t, max_datasets_per_caller, 0,
           "quota: datasets one caller (not an admin) may own; 0 (the default): a fair share, a "
           "quarter of --max_datasets, so that no tenant takes every place");
@@ -81,7 +88,8 @@ ABSL_FLAG(std::string, auth_token_file, "",
 ABSL_FLAG(std::vector<std::string>, admin, {},
           "comma-separated callers (token names or client certificate subjects) that see and "
           "manage every tenant's datasets and jobs; the others see their own");
-ABSL_FLAG(std::string, tls_cert_file, "", "PEM certificate (chain) to serve gRPC over TLS");
+ABSL_FLAG(std::string, tls_cert_file, "",
+          "PEM certificate (chain) to serve gRPC over TLS; re-read every --tls_reload_interval");
 ABSL_FLAG(std::string, tls_key_file, "", "PEM private key of --tls_cert_file");
 ABSL_FLAG(std::string, tls_client_ca_file, "",
           "PEM CA certificate(s): require client certificates signed by it (mutual TLS); a "
@@ -115,7 +123,8 @@ ABSL_FLAG(int64_t, max_dataset_bytes_per_caller, 0,
           "quota: bytes of datasets one caller (not an admin) may own; 0 for none");
 ABSL_FLAG(int64_t, max_disk_bytes_per_caller, 0,
           "quota: bytes under --data_dir one caller's (not an admin's) datasets, modules, "
-          "checkpoints and models may hold; 0 for none");
+          "checkpoints and models may hold; past it its uploads and jobs are refused and its "
+          "jobs' checkpoints skipped; 0 for none");
 ABSL_FLAG(absl::Duration, diagnose_min_interval, absl::Seconds(30),
           "Diagnose --refresh measures again only when the figures are older than this");
 ABSL_FLAG(int64_t, max_upload_bytes_in_flight, int64_t{8} << 30,
@@ -231,6 +240,27 @@ ABSL_FLAG(int64_t, worker_memory_limit_bytes, int64_t{8} << 30,
 
 namespace {
 
+// --flags_reference: the flags defined in this file, sorted by name, as Markdown table rows. Their
+// help strings are the reference; docs/CONFIGURATION.md holds this output (docs/generate.py
+// writes it, the docs_generated test checks it).
+void PrintFlagsReference(std::ostream& out) {
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::EndsWith(flag->Filename(), "server/main.cc")) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(), [](const absl::CommandLineFlag* a,
+                                           const absl::CommandLineFlag* b) {
+    return a->Name() < b->Name();
+  });
+  out << "| flag | default | meaning |\n|---|---|---|\n";
+  for (const absl::CommandLineFlag* flag : flags) {
+    const std::string value = flag->DefaultValue();
+    out << "| `--" << flag->Name() << "` | " << (value.empty() ? "(empty)" : absl::StrCat("`", value, "`"))
+        << " | " << absl::StrReplaceAll(flag->Help(),
+                                       {{"|", "\\|"}, {"<", "&lt;"}, {">", "&gt;"}, {"\n", " "}}) << " |\n";
+  }
+}
+
 // The directory of this executable, where trainerd-module-check is installed beside it.
 std::string ExecutableDirectory() {
   char path[4096];
@@ -318,7 +348,7 @@ int main(int argc, char** argv) {
       "[--device=auto|cpu|cuda[:N]]\n"
       "                [--auth_token_file=FILE] [--tls_cert_file=FILE --tls_key_file=FILE\n"
       "                [--tls_client_ca_file=FILE]] [--metrics_listen=HOST:PORT]\n"
-      "                [--flagfile=FILE]   (see docs/DAEMON.md and docs/SECURITY.md)\n"
+      "                [--flagfile=FILE]   (see docs/CONFIGURATION.md and docs/SECURITY.md)\n"
       "Every flag may also come from the environment: TRAINERD_DATA_DIR=/data is "
       "--data_dir=/data;\nthe command line wins.");
   {
@@ -353,6 +383,10 @@ int main(int argc, char** argv) {
     }
   }
   absl::ParseCommandLine(argc, argv);
+  if (absl::GetFlag(FLAGS_flags_reference)) {
+    PrintFlagsReference(std::cout);
+    return 0;
+  }
 
   trainerd::service::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
