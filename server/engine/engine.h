@@ -339,8 +339,9 @@ class Engine {
   // model over the limits of common/job_limits.h or a full queue), fills in the seed and device,
   // and queues it. Returns the job QUEUED. A job with a TorchScript module first has the module
   // checked as code (torchscript_module.h: PERMISSION_DENIED for refused operators,
-  // DEADLINE_EXCEEDED when its check runs past its limit or `caller.deadline`), which blocks for
-  // as long as the check runs.
+  // DEADLINE_EXCEEDED when its check runs past its limit or `caller.deadline`). SubmitJobAsync,
+  // waited for: it blocks for as long as the check waits and runs, and must not be called from
+  // a module-check thread.
   absl::StatusOr<JobSnapshot> SubmitJob(JobSpec spec, const CallContext& caller = {});
   // The same without blocking: `done` is called exactly once, on the calling thread for a
   // spec-built job and on one of the engine's module-check threads for a TorchScript job (at most

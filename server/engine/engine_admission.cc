@@ -2,6 +2,8 @@
 // against its dataset, the limits and the caller's quotas (CheckLocked, under admission_mu, so
 // that a dataset cannot be deleted between a job's admission and its registration), the queue
 // (Admit), sweeps, and the TorchScript path, whose module checks run on the module-check threads.
+#include <future>
+
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
@@ -408,16 +410,14 @@ absl::Status CheckNodesOfRanks(const JobSpec& spec) {
 }  // namespace
 
 absl::StatusOr<JobSnapshot> Engine::SubmitJob(JobSpec spec, const CallContext& caller) {
-  if (auto found = impl_->Submitted(caller)) {
-    if (!found->ok()) return found->status();
-    return (*found)->front();
-  }
-  TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
-  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec), caller));
-  if (!spec.torchscript.empty()) return impl_->SubmitWithModule(std::move(spec), caller);
-  if (!spec.nodes.empty()) TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(spec, caller, 1));
-  TRAINERD_RETURN_IF_ERROR(impl_->CheckPeers(&spec, caller, spec.replicas - 1));
-  return impl_->Admit(std::move(spec), caller, std::nullopt, nullptr);
+  // The asynchronous path, waited for: one sequence of admission for every caller (a module's
+  // check takes its turn on the check thread, within the same per-caller bounds).
+  std::promise<absl::StatusOr<JobSnapshot>> answer;
+  std::future<absl::StatusOr<JobSnapshot>> answered = answer.get_future();
+  SubmitJobAsync(std::move(spec), caller, [&answer](absl::StatusOr<JobSnapshot> job) {
+    answer.set_value(std::move(job));
+  });
+  return answered.get();
 }
 
 absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes& axes,
