@@ -63,8 +63,8 @@ endfunction()
 # trainerd_engine_room(<target> ROOM <room> [MAY_INCLUDE <room>...]): the defaults of an engine
 # room's library (server/engine/<room>/): the repository root as include folder, LibTorch and its
 # precompiled header, warnings, and a build step that fails when a file of the room includes a
-# header of a room it does not declare (cmake/CheckEngineRoom.cmake; "base" is types.h, log.h and
-# job_store.h). The step runs again whenever a file of the room changes, and before the library
+# header of a room it does not declare (cmake/CheckEngineRoom.cmake; "base" is types.h, log.h,
+# job_store.h and remote_ranks.h). The step runs again whenever a file of the room changes, and before the library
 # builds. The link-level boundaries (no gRPC, no protos) are checked in the top-level
 # CMakeLists.txt.
 function(trainerd_engine_room target)

@@ -1,5 +1,5 @@
 // trainerd-module-check: the first load and trial forward of a TorchScript module submitted with a
-// job, in a process of its own (see server/engine/module_sandbox.h). trainerd starts it with the
+// job, in a process of its own (see server/engine/torchscript/module_sandbox.h). trainerd starts it with the
 // module's archive on standard input and the dataset's row shape as an argument, kills it at the
 // check's deadline, and reads one result from standard output (EncodeModuleProbe), after a first
 // line "sandbox REPORT" (common/sandbox_report.h) that it writes once confined. Before it reads
