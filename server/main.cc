@@ -437,31 +437,31 @@ int main(int argc, char** argv) {
   options.engine.max_dataset_bytes_per_caller = absl::GetFlag(FLAGS_max_dataset_bytes_per_caller);
   options.engine.max_disk_bytes_per_caller = absl::GetFlag(FLAGS_max_disk_bytes_per_caller);
   options.engine.max_upload_bytes_in_flight = absl::GetFlag(FLAGS_max_upload_bytes_in_flight);
-  options.engine.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
+  options.engine.jobs.max_queued_jobs = absl::GetFlag(FLAGS_max_queued_jobs);
   // A shared node's defaults: no tenant may take more than a quarter of the queue or of the
   // dataset places (admins, and every caller of a daemon without authentication, are exempt).
   // A bound of the node's own size lifts it.
-  if (options.engine.max_jobs_per_caller == 0 && options.engine.max_queued_jobs > 0) {
-    options.engine.max_jobs_per_caller = std::max<int64_t>(1, options.engine.max_queued_jobs / 4);
+  if (options.engine.max_jobs_per_caller == 0 && options.engine.jobs.max_queued_jobs > 0) {
+    options.engine.max_jobs_per_caller = std::max<int64_t>(1, options.engine.jobs.max_queued_jobs / 4);
   }
   if (options.engine.max_datasets_per_caller == 0 && options.engine.max_datasets > 0) {
     options.engine.max_datasets_per_caller = std::max<int64_t>(1, options.engine.max_datasets / 4);
   }
-  options.engine.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
-  options.engine.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
-  options.engine.flush_denormal = absl::GetFlag(FLAGS_flush_denormal);
-  options.engine.cpu_training_nice = absl::GetFlag(FLAGS_cpu_training_nice);
-  if (options.engine.cpu_training_nice < 0 || options.engine.cpu_training_nice > 19) {
+  options.engine.jobs.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
+  options.engine.jobs.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
+  options.engine.jobs.flush_denormal = absl::GetFlag(FLAGS_flush_denormal);
+  options.engine.jobs.cpu_training_nice = absl::GetFlag(FLAGS_cpu_training_nice);
+  if (options.engine.jobs.cpu_training_nice < 0 || options.engine.jobs.cpu_training_nice > 19) {
     std::cerr << "trainerd: --cpu_training_nice must be from 0 to 19, not "
-              << options.engine.cpu_training_nice << "\n";
+              << options.engine.jobs.cpu_training_nice << "\n";
     return 2;
   }
-  options.engine.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
-  options.engine.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
-  options.engine.job_retention = absl::GetFlag(FLAGS_job_retention);
-  if (options.engine.keep_checkpoints < 0 || options.engine.max_finished_jobs < 0 ||
-      options.engine.max_concurrent_jobs < 0 || options.engine.intra_op_threads < 0 ||
-      options.engine.job_retention < absl::ZeroDuration() ||
+  options.engine.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  options.engine.jobs.max_finished_jobs = absl::GetFlag(FLAGS_max_finished_jobs);
+  options.engine.jobs.job_retention = absl::GetFlag(FLAGS_job_retention);
+  if (options.engine.jobs.keep_checkpoints < 0 || options.engine.jobs.max_finished_jobs < 0 ||
+      options.engine.jobs.max_concurrent_jobs < 0 || options.engine.jobs.intra_op_threads < 0 ||
+      options.engine.jobs.job_retention < absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_shutdown_timeout) < absl::ZeroDuration()) {
     std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --max_concurrent_jobs, "
                  "--intra_op_threads, --job_retention and --shutdown_timeout must not be "
@@ -500,15 +500,15 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  options.engine.worker.program = absl::GetFlag(FLAGS_worker);
-  if (options.engine.worker.program.empty()) {
-    options.engine.worker.program = ExecutableDirectory() + "/trainerd-worker";
+  options.engine.jobs.worker.program = absl::GetFlag(FLAGS_worker);
+  if (options.engine.jobs.worker.program.empty()) {
+    options.engine.jobs.worker.program = ExecutableDirectory() + "/trainerd-worker";
   }
-  options.engine.worker.grace = absl::GetFlag(FLAGS_worker_grace);
-  options.engine.worker.pool = std::max(0, absl::GetFlag(FLAGS_worker_pool));
+  options.engine.jobs.worker.grace = absl::GetFlag(FLAGS_worker_grace);
+  options.engine.jobs.worker.pool = std::max(0, absl::GetFlag(FLAGS_worker_pool));
   // The module checker's warm process follows the workers' setting (one, or none).
-  options.engine.module_checker.pool = options.engine.worker.pool > 0 ? 1 : 0;
-  options.engine.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
+  options.engine.module_checker.pool = options.engine.jobs.worker.pool > 0 ? 1 : 0;
+  options.engine.jobs.worker.memory_limit_bytes = absl::GetFlag(FLAGS_worker_memory_limit_bytes);
   options.engine.measure_sandbox_at_start = options.engine.allow_torchscript;
   for (absl::string_view part :
        absl::StrSplit(absl::GetFlag(FLAGS_worker_sandbox_may_lack), ',', absl::SkipWhitespace())) {
@@ -522,11 +522,11 @@ int main(int argc, char** argv) {
     }
     options.engine.worker_sandbox_may_lack.push_back(name);
   }
-  options.engine.max_job_time = absl::GetFlag(FLAGS_max_job_time);
+  options.engine.jobs.max_job_time = absl::GetFlag(FLAGS_max_job_time);
   options.engine.max_replicas = absl::GetFlag(FLAGS_max_replicas);
-  options.engine.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
-  options.engine.node_name = absl::GetFlag(FLAGS_node_name);
-  options.engine.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  options.engine.jobs.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  options.engine.jobs.node_name = absl::GetFlag(FLAGS_node_name);
+  options.engine.jobs.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   {
     const std::string ports = absl::GetFlag(FLAGS_rendezvous_ports);
     const std::vector<std::string> range = absl::StrSplit(ports, '-');
@@ -538,8 +538,8 @@ int main(int argc, char** argv) {
                 << "'\n";
       return 2;
     }
-    options.engine.rendezvous_port_min = low;
-    options.engine.rendezvous_port_max = high;
+    options.engine.jobs.rendezvous_port_min = low;
+    options.engine.jobs.rendezvous_port_max = high;
   }
   if (absl::GetFlag(FLAGS_cluster_env)) {
     // A cluster manager's group of daemons: its other nodes are peers (cluster_directory.h).
@@ -553,10 +553,10 @@ int main(int argc, char** argv) {
     if (cluster->has_value()) {
       // The others must reach this daemon: loopback will not do across machines. Unless set, the
       // address is the host name's, as a pod's is.
-      if (options.engine.advertise_host == "127.0.0.1" &&
+      if (options.engine.jobs.advertise_host == "127.0.0.1" &&
           !IsLoopbackHost((*cluster)->master_addr)) {
-        options.engine.advertise_host = HostAddress();
-        if (options.engine.advertise_host.empty()) {
+        options.engine.jobs.advertise_host = HostAddress();
+        if (options.engine.jobs.advertise_host.empty()) {
           std::cerr << "trainerd: node " << (*cluster)->node_rank << " of a group of "
                     << (*cluster)->nodes
                     << " has no address but loopback: set --advertise_host to this node's "
@@ -574,7 +574,7 @@ int main(int argc, char** argv) {
   {
     options.peers.peers = absl::GetFlag(FLAGS_peers);
     // This daemon as its peers see it (a headless Service's names list it too).
-    options.peers.self = absl::StrCat(options.engine.advertise_host, ":",
+    options.peers.self = absl::StrCat(options.engine.jobs.advertise_host, ":",
                                       options.listen.substr(options.listen.rfind(':') + 1));
     const std::string token_file = absl::GetFlag(FLAGS_peer_token_file);
     struct stat token_stat {};
@@ -611,20 +611,20 @@ int main(int argc, char** argv) {
     options.peers.tls_key_file = absl::GetFlag(FLAGS_peer_tls_key);
   }
   if (options.engine.max_replicas < 1 ||
-      options.engine.collective_timeout <= absl::ZeroDuration()) {
+      options.engine.jobs.collective_timeout <= absl::ZeroDuration()) {
     std::cerr << "trainerd: --max_replicas must be at least 1 and --collective_timeout positive\n";
     return 2;
   }
-  if (options.engine.worker.grace < absl::ZeroDuration() ||
-      options.engine.max_job_time < absl::ZeroDuration() ||
-      options.engine.worker.memory_limit_bytes < 0) {
+  if (options.engine.jobs.worker.grace < absl::ZeroDuration() ||
+      options.engine.jobs.max_job_time < absl::ZeroDuration() ||
+      options.engine.jobs.worker.memory_limit_bytes < 0) {
     std::cerr << "trainerd: --worker_grace, --max_job_time and --worker_memory_limit_bytes must "
                  "not be negative\n";
     return 2;
   }
   if (options.engine.allow_torchscript &&
-      access(options.engine.worker.program.c_str(), X_OK) != 0) {
-    std::cerr << "trainerd: the worker '" << options.engine.worker.program
+      access(options.engine.jobs.worker.program.c_str(), X_OK) != 0) {
+    std::cerr << "trainerd: the worker '" << options.engine.jobs.worker.program
               << "' cannot be run; install trainerd-worker beside trainerd, give --worker, or "
                  "start with --allow_torchscript=false"
               << std::endl;

@@ -19,6 +19,7 @@
 // The group of daemons a cluster manager starts (ClusterDirectory), which the server runs.
 #include "server/engine/distributed/cluster_directory.h"
 #include "server/engine/job_store.h"
+#include "server/engine/jobs/job_options.h"
 #include "server/engine/remote_ranks.h"
 #include "server/engine/torchscript/module_sandbox.h"
 #include "server/engine/torchscript/worker_options.h"
@@ -53,8 +54,6 @@ struct EngineOptions {
   // means no bound. Staging grows with the bytes received, so this bounds what clients have
   // actually sent, whatever their headers declare.
   int64_t max_upload_bytes_in_flight = 0;
-  // The most jobs that may wait in the queues at once; 0 means no bound.
-  int64_t max_queued_jobs = 0;
   // Optional per-tenant quotas (0: none). They bound callers that are not admins (access.h), so
   // that one team cannot take a shared node: its queued and running jobs (a sweep counts each
   // member), and the bytes of the datasets it owns, counted at the upload's header.
@@ -71,59 +70,30 @@ struct EngineOptions {
   // (disk_quota.h): checked at its uploads and submissions, and before each checkpoint of its jobs
   // (skipped over the quota; the job goes on and says so). 0: none.
   int64_t max_disk_bytes_per_caller = 0;
-  // Jobs each device runs at once; 0: 1 on the CPU, 4 on a GPU (each GPU job on its own stream).
-  int32_t max_concurrent_jobs = 0;
-  // A CPU job's intra-op threads: 0 chooses each job's from its size (one thread for a small
-  // model), N > 0 gives every CPU job N; the running CPU jobs share the usable cores either way
-  // (JobManagerOptions::intra_op_threads).
-  int32_t intra_op_threads = 0;
-  // Jobs flush subnormal floats to zero on their threads (x86 FTZ/DAZ): subnormals cost up to 100x
-  // per operation, and flushing changes only values below 1.2e-38 (cpu_threads.h).
-  bool flush_denormal = true;
-  // The nice value (0-19) CPU jobs train at, so that answering RPCs comes first when both want
-  // the cores (cpu_threads.h, LowerThreadPriority); 0: the daemon's own priority.
-  int32_t cpu_training_nice = 10;
   // Where job records outlive the process (the daemon's SQLite database, server/store). With one,
   // Create takes up the jobs the records hold as QUEUED or RUNNING (from their last checkpoint),
   // and Shutdown leaves running jobs to resume at the next start instead of cancelling them.
   // Null: job records live in memory only.
   std::shared_ptr<JobStore> job_store;
-  // > 0: each job keeps only its last N checkpoints; 0 keeps all.
-  int32_t keep_checkpoints = 0;
-  // Retention of ended jobs (with a job store): the newest `max_finished_jobs` are kept (0 = no
-  // bound) and none that ended more than `job_retention` ago (zero = no limit); the rest are
-  // deleted with their models and checkpoints.
-  int64_t max_finished_jobs = 0;
-  absl::Duration job_retention = absl::ZeroDuration();
   // Accept TorchScript modules with jobs (bring your own model); false refuses them with
   // PERMISSION_DENIED.
   bool allow_torchscript = true;
   // The separate process that loads and tries a submitted module first (module_sandbox.h), with
   // its time and memory limits. An empty program refuses modules with FAILED_PRECONDITION.
   ModuleCheckerOptions module_checker;
-  // TorchScript jobs train in worker processes (trainerd-worker) started with these options.
-  WorkerOptions worker;
-  // A TorchScript job's time limit when its spec gives none; zero: none (--max_job_time).
-  absl::Duration max_job_time = absl::ZeroDuration();
   // Required parts of the sandbox of the processes that run submitted code that this daemon
   // accepts missing (--worker_sandbox_may_lack; RequiredSandboxParts names them). Empty: a checker
   // or worker short of any of them is sent no code, and its job is refused FAILED_PRECONDITION.
   std::vector<std::string> worker_sandbox_may_lack;
   // Data-parallel jobs (JobSpec::replicas): the most ranks a job may ask for (INVALID_ARGUMENT
-  // above it), how long its ranks may take to meet and any one collective may wait for the others
-  // before the job fails naming the rank that did not come (never a hang), and the name this
-  // daemon gives itself in a job's rank placements (empty: the host name).
+  // above it).
   int32_t max_replicas = 8;
-  absl::Duration collective_timeout = absl::Seconds(60);
-  std::string node_name;
   // Ranks on other daemons (JobSpec::nodes): the peers and the calls to them (--peers; the
-  // service layer's gRPC client), null without peers. The address this daemon's rendezvous stores
-  // listen on and its ranks' transport binds, which peers must reach (--advertise_host), and the
-  // stores' port range (--rendezvous_ports; 0-0: any port).
+  // service layer's gRPC client), null without peers.
   std::shared_ptr<RemoteRanks> remote_ranks;
-  std::string advertise_host = "127.0.0.1";
-  int32_t rendezvous_port_min = 0;
-  int32_t rendezvous_port_max = 0;
+  // How jobs run: queues, threads, checkpoints kept, retention, worker processes, time limits,
+  // data-parallel ranks (jobs/job_options.h); handed unchanged to the job manager.
+  JobRunOptions jobs;
   // Diagnose(refresh) measures again only when the cached figures are at least this old; younger
   // ones are returned (marked cached). Zero: every refresh measures.
   absl::Duration diagnose_min_interval = absl::Seconds(30);

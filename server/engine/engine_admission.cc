@@ -84,14 +84,14 @@ absl::Status Engine::Impl::CheckAdmissible(const JobSpec& spec, const CallContex
   TRAINERD_RETURN_IF_ERROR(CheckDiskQuota(caller, 0, count > 1 ? "this sweep" : "this job"));
   absl::MutexLock lock(&admission_mu);
   TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, count));
-  if (options.max_queued_jobs > 0) {
+  if (options.jobs.max_queued_jobs > 0) {
     int64_t queued = 0;
     for (const JobSnapshot& job : jobs.ActiveJobs()) {
       queued += job.state == JobState::kQueued ? 1 : 0;
     }
-    if (queued + count > options.max_queued_jobs) {
+    if (queued + count > options.jobs.max_queued_jobs) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          queued, " jobs are already queued; this daemon queues at most ", options.max_queued_jobs,
+          queued, " jobs are already queued; this daemon queues at most ", options.jobs.max_queued_jobs,
           " (--max_queued_jobs); submit again when some have started"));
     }
   }
@@ -336,11 +336,11 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& c
   }
   // A job's own time limit may only be shorter than the operator's: a caller cannot lift the
   // bound --max_job_time puts on submitted code.
-  if (options.max_job_time > absl::ZeroDuration() &&
-      spec.max_job_seconds > absl::ToDoubleSeconds(options.max_job_time)) {
+  if (options.jobs.max_job_time > absl::ZeroDuration() &&
+      spec.max_job_seconds > absl::ToDoubleSeconds(options.jobs.max_job_time)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_job_seconds ", spec.max_job_seconds, " is over this daemon's --max_job_time of ",
-        absl::FormatDuration(options.max_job_time), "; a job's own limit may only be shorter"));
+        absl::FormatDuration(options.jobs.max_job_time), "; a job's own limit may only be shorter"));
   }
   if (static_cast<int64_t>(spec.torchscript.size()) > kMaxTorchScriptBytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the TorchScript module has ",

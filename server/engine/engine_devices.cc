@@ -18,8 +18,8 @@ EngineOptions Engine::Impl::WithSandboxPolicy(EngineOptions options, Impl* impl)
   auto record = [impl](const SandboxReport& report) { impl->RecordSandbox(report); };
   options.module_checker.sandbox_policy = policy;
   options.module_checker.on_sandbox = record;
-  options.worker.sandbox_policy = policy;
-  options.worker.on_sandbox = record;
+  options.jobs.worker.sandbox_policy = policy;
+  options.jobs.worker.on_sandbox = record;
   return options;
 }
 

@@ -72,26 +72,12 @@ struct Engine::Impl {
 
   JobManagerOptions JobOptions(const EngineOptions& options) {
     JobManagerOptions out;
+    static_cast<JobRunOptions&>(out) = options.jobs;
     out.models_dir = options.data_dir + "/models";
     out.data_dir = options.data_dir;
     out.hooks = Hooks();
-    out.max_queued_jobs = options.max_queued_jobs;
-    out.max_concurrent_jobs = options.max_concurrent_jobs;
-    out.intra_op_threads = options.intra_op_threads;
-    out.flush_denormal = options.flush_denormal;
-    out.cpu_training_nice = options.cpu_training_nice;
     out.store = options.job_store;
-    out.keep_checkpoints = options.keep_checkpoints;
-    out.max_finished_jobs = options.max_finished_jobs;
-    out.job_retention = options.job_retention;
-    out.worker = options.worker;
-    out.max_job_time = options.max_job_time;
-    out.collective_timeout = options.collective_timeout;
-    out.node_name = options.node_name;
     out.remote_ranks = options.remote_ranks;
-    out.advertise_host = options.advertise_host;
-    out.rendezvous_port_min = options.rendezvous_port_min;
-    out.rendezvous_port_max = options.rendezvous_port_max;
     return out;
   }
   // The options with the sandbox policy (--worker_sandbox_may_lack, the daemon's user) given to

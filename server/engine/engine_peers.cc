@@ -134,7 +134,7 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
                                         const std::atomic<bool>* cancel) {
   Impl& impl = *impl_;
   RemoteRankResult result;
-  result.node = NodeName(impl.options.node_name);
+  result.node = NodeName(impl.options.jobs.node_name);
   auto refuse = [&](absl::Status status) {
     result.status = std::move(status);
     return result;
@@ -286,8 +286,8 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   run.cancel = cancel;
   run.interrupt = &impl.peer_ranks_stop;
   run.intra_op_threads = 1;
-  run.flush_denormal = impl.options.flush_denormal;
-  run.cpu_nice = impl.options.cpu_training_nice;
+  run.flush_denormal = impl.options.jobs.flush_denormal;
+  run.cpu_nice = impl.options.jobs.cpu_training_nice;
   GroupOptions group;
   group.store_host = request.store_host;
   group.store_port = request.store_port;
@@ -296,7 +296,7 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   group.rank = request.rank;
   group.world_size = request.world_size;
   group.timeout = absl::Seconds(request.timeout_seconds);
-  group.interface_host = impl.options.advertise_host;
+  group.interface_host = impl.options.jobs.advertise_host;
   LogInfo(absl::StrCat(
       who, " (of ", request.world_size, ") starts here for the daemon at ", request.store_host,
       request.resume_bytes > 0

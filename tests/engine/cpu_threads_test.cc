@@ -233,7 +233,7 @@ TEST_F(JobThreadsTest, ASmallModelRunsOnOneThreadAndALargeOneOnTheCores) {
 
 TEST_F(JobThreadsTest, TheDaemonSettingGivesEveryCpuJobItsThreads) {
   EngineOptions options = Options();
-  options.intra_op_threads = 2;
+  options.jobs.intra_op_threads = 2;
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);
@@ -246,7 +246,7 @@ TEST_F(JobThreadsTest, TheDaemonSettingGivesEveryCpuJobItsThreads) {
   EXPECT_EQ(job->report.intra_op_threads, std::min(2, UsableCores()));
 
   // A hostile or mistaken count (a million threads) is capped at the usable cores.
-  options.intra_op_threads = 1000000;
+  options.jobs.intra_op_threads = 1000000;
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);  // the dataset is kept in the data folder
@@ -269,7 +269,7 @@ TEST_F(JobThreadsTest, AJobsLossesDoNotDependOnWhatRunsBesideIt) {
   ASSERT_EQ(alone->state, JobState::kSucceeded) << alone->error;
 
   EngineOptions options = Options();
-  options.max_concurrent_jobs = 2;
+  options.jobs.max_concurrent_jobs = 2;
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);

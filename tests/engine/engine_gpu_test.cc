@@ -208,8 +208,8 @@ TEST_F(EngineGpuTest, AWorkersDeviceMemoryIsCappedAtItsLimit) {
   options.data_dir = dir_.path();
   options.device = "cuda:0";
   options.module_checker.program = TRAINERD_MODULE_CHECKER;
-  options.worker.program = TRAINERD_WORKER;
-  options.worker.memory_limit_bytes = int64_t{256} << 20;
+  options.jobs.worker.program = TRAINERD_WORKER;
+  options.jobs.worker.memory_limit_bytes = int64_t{256} << 20;
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(options);
   ASSERT_TRUE(engine.ok()) << engine.status();
   ASSERT_TRUE(Upload(**engine, "seed", SeedTable()).ok());

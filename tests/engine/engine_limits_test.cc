@@ -163,7 +163,7 @@ TEST_F(EngineLimitsTest, TooManyCheckpointsAreInvalid) {
 
 TEST_F(EngineLimitsTest, TheQueueIsBounded) {
   EngineOptions options = Options();
-  options.max_queued_jobs = 1;
+  options.jobs.max_queued_jobs = 1;
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_TRUE(Upload(*engine_, "seed", SeedTable(10)).ok());

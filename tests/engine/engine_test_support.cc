@@ -229,7 +229,7 @@ EngineOptions EngineFixture::Options() const {
   options.data_dir = dir_.path();
   options.device = "cpu";
   options.module_checker.program = TRAINERD_MODULE_CHECKER;
-  options.worker.program = TRAINERD_WORKER;
+  options.jobs.worker.program = TRAINERD_WORKER;
   return options;
 }
 

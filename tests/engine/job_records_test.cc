@@ -268,7 +268,7 @@ TEST_F(JobRecordsTest, DeleteRemovesTheRecordTheModelAndTheCheckpoints) {
 
 TEST_F(JobRecordsTest, RetentionKeepsTheNewestEndedJobs) {
   EngineOptions options = DurableOptions();
-  options.max_finished_jobs = 2;
+  options.jobs.max_finished_jobs = 2;
   Restart(options);
   JobSpec spec = SeedSpec("seed");
   spec.epochs = 1;
@@ -290,7 +290,7 @@ TEST_F(JobRecordsTest, RetentionKeepsTheNewestEndedJobs) {
 
   // A tighter bound applies at the next start.
   options = DurableOptions();
-  options.max_finished_jobs = 1;
+  options.jobs.max_finished_jobs = 1;
   Restart(options);
   EXPECT_EQ(engine_->GetJob(ids[1]).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(engine_->GetJob(ids[2]).ok());
@@ -299,7 +299,7 @@ TEST_F(JobRecordsTest, RetentionKeepsTheNewestEndedJobs) {
 
 TEST_F(JobRecordsTest, KeepCheckpointsKeepsEachJobsLastN) {
   EngineOptions options = DurableOptions();
-  options.keep_checkpoints = 2;
+  options.jobs.keep_checkpoints = 2;
   Restart(options);
   JobSpec spec = SeedSpec("seed");
   spec.epochs = 6;

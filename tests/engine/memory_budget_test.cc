@@ -41,7 +41,7 @@ class MemoryBudgetTest : public EngineFixture {
     EngineOptions options = Options();
     options.device_memory_budget.bytes = budget;
     options.preload = preload;
-    options.max_concurrent_jobs = max_concurrent_jobs;
+    options.jobs.max_concurrent_jobs = max_concurrent_jobs;
     engine_ = StartEngine(options);
     ASSERT_NE(engine_, nullptr);
   }

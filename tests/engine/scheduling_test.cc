@@ -93,7 +93,7 @@ TEST_F(SchedulingTest, IdenticalJobsRunTogetherReportTheLossesOfOneRunAlone) {
   ASSERT_EQ(alone->state, JobState::kSucceeded) << alone->error;
 
   EngineOptions options = Options();
-  options.max_concurrent_jobs = 2;
+  options.jobs.max_concurrent_jobs = 2;
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);

@@ -749,7 +749,7 @@ TEST_F(SweepTest, NanInfiniteAndNegativeListValuesRefuseTheSweep) {
 
 TEST_F(SweepTest, TheQueueBoundCountsEveryMember) {
   EngineOptions options = Options();
-  options.max_queued_jobs = 3;
+  options.jobs.max_queued_jobs = 3;
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);  // the dataset is still there

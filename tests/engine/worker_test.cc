@@ -817,7 +817,7 @@ TEST_F(WorkerJobsTest, ASpecTimeLimitEndsTheJobFailedWithTheReason) {
 // before its module is checked, naming the daemon's.
 TEST_F(WorkerJobsTest, AJobsTimeLimitMayNotExceedTheDaemons) {
   EngineOptions options = Options();
-  options.max_job_time = absl::Hours(1);
+  options.jobs.max_job_time = absl::Hours(1);
   engine_.reset();
   engine_ = StartEngine(options);
   ASSERT_NE(engine_, nullptr);

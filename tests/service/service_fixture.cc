@@ -336,7 +336,7 @@ ServerOptions ServiceTest::Options() const {
   options.engine.data_dir = data_dir_;
   options.engine.device = "cpu";
   options.engine.module_checker.program = TRAINERD_MODULE_CHECKER;
-  options.engine.worker.program = TRAINERD_WORKER;
+  options.engine.jobs.worker.program = TRAINERD_WORKER;
   return options;
 }
 

@@ -25,6 +25,7 @@
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/devices/cpu_threads.h"
 #include "server/engine/job_store.h"
+#include "server/engine/jobs/job_options.h"
 #include "server/engine/remote_ranks.h"
 #include "server/engine/torchscript/worker_launcher.h"
 #include "server/engine/training/trainer.h"
@@ -63,7 +64,9 @@ struct JobHooks {
   std::function<void(const std::string& owner, int64_t bytes)> wrote_file;
 };
 
-struct JobManagerOptions {
+// The operator's settings (JobRunOptions, as EngineOptions::jobs carries them) and what the
+// engine supplies.
+struct JobManagerOptions : JobRunOptions {
   // A succeeded job's TorchScript model is kept as <models_dir>/<job-id>.pt (ModelPath), its
   // state_dict as <job-id>.safetensors with its SHA-256 in <job-id>.safetensors.sha256
   // (StateDictPath); empty means models are not kept.
@@ -74,48 +77,15 @@ struct JobManagerOptions {
   // restart can take the job up again. Empty: neither is written.
   std::string data_dir;
   JobHooks hooks;
-  // Bounds the jobs waiting in all queues together (0 = no bound).
-  int64_t max_queued_jobs = 0;
-  // Jobs a device runs at once, each on a worker thread of its own (and on a GPU on a CUDA stream
-  // of its own); 0: 1 on the CPU (whose intra-op threads one job already uses), 4 on a GPU.
-  int32_t max_concurrent_jobs = 0;
-  // Intra-op threads of a CPU job (cpu_threads.h): 0 chooses each job's from its FLOPs per step
-  // (one thread for a small model), N > 0 gives every CPU job N. Either way the CPU jobs running
-  // together hold at most `cpu_cores` threads (each at least one). A GPU job's host side runs on
-  // one thread: its operators run on the device.
-  int32_t intra_op_threads = 0;
   // The cores CPU jobs share; 0: UsableCores() (affinity mask and cgroup quota).
   int32_t cpu_cores = 0;
-  // Jobs flush subnormal floats to zero on their thread (cpu_threads.h, SetFlushDenormal).
-  bool flush_denormal = true;
-  // The nice value of CPU jobs' training threads (TrainingRun::cpu_nice); 0: the daemon's own.
-  int32_t cpu_training_nice = 10;
   // Where the records are kept. With a store, a job is written through on every state change and
   // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
   // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next
   // start). Null: records live in memory only and die with the process.
   std::shared_ptr<JobStore> store;
-  // > 0: a job keeps only its last N checkpoints (older files are deleted as new ones are
-  // written); 0 keeps them all.
-  int32_t keep_checkpoints = 0;
-  // Retention of ended jobs (with a store): beyond the newest `max_finished_jobs` (0 = no
-  // bound), and those that ended more than `job_retention` ago (zero = kept), are deleted with
-  // their models and checkpoints, after each job ends and at PruneEndedJobs.
-  int64_t max_finished_jobs = 0;
-  absl::Duration job_retention = absl::ZeroDuration();
-  // TorchScript jobs train in worker processes (worker_launcher.h) started with these options.
-  WorkerOptions worker;
-  // A TorchScript job's time limit when its spec gives none (JobSpec::max_job_seconds); zero: none.
-  absl::Duration max_job_time = absl::ZeroDuration();
-  // Data-parallel jobs (RunDataParallel): the ranks' rendezvous and collective timeout, and this
-  // daemon's name in their placements (empty: the host name).
-  absl::Duration collective_timeout = absl::Seconds(60);
-  std::string node_name;
-  // Ranks on peers (JobSpec::nodes), and where this daemon's stores and ranks listen.
+  // Ranks and sweep members on peers (JobSpec::nodes); null without peers.
   std::shared_ptr<RemoteRanks> remote_ranks;
-  std::string advertise_host = "127.0.0.1";
-  int32_t rendezvous_port_min = 0;
-  int32_t rendezvous_port_max = 0;
 };
 
 // Where a job taken up again at start goes on from.
