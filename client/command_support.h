@@ -41,6 +41,16 @@ int RpcFailure(const CommandContext& context, const grpc::Status& status, absl::
 // RpcFailure of a unary call, made with the global --timeout.
 int UnaryRpcFailure(const CommandContext& context, const grpc::Status& status);
 
+// A command's unary call (Connection::Call): 0 when it succeeded and `response` holds the answer,
+// else the exit code, the error printed (UnaryRpcFailure).
+template <typename Stub, typename Request, typename Response>
+int CallOrFail(const CommandContext& context, Stub& stub,
+               grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+               const Request& request, Response* response) {
+  const grpc::Status status = context.connection.Call(stub, method, request, response);
+  return status.ok() ? 0 : UnaryRpcFailure(context, status);
+}
+
 // Prints JSON text in the structured format asked for: as it is for json, as YAML for yaml.
 // `stream`: one of a series of events (JSON Lines; YAML documents, each opened by "---").
 // Flushes, so that watchers see each event.

@@ -72,6 +72,16 @@ class Connection {
 
   // Sets the deadline of a unary call (--timeout from now).
   void SetUnaryDeadline(grpc::ClientContext* context) const;
+  // Calls the unary RPC `method` of `stub` (one of the three above) with that deadline:
+  // Call(conn.jobs(), &v1::JobService::Stub::GetJob, request, &job).
+  template <typename Stub, typename Request, typename Response>
+  grpc::Status Call(Stub& stub,
+                    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                    const Request& request, Response* response) const {
+    grpc::ClientContext call;
+    SetUnaryDeadline(&call);
+    return (stub.*method)(&call, request, response);
+  }
   // Sets a deadline `timeout` from now.
   static void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);
 

@@ -166,12 +166,12 @@ int DatasetUpload(const CommandContext& context) {
 }
 
 int DatasetList(const CommandContext& context) {
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::ListDatasetsResponse response;
-  grpc::Status status =
-      context.connection.datasets().ListDatasets(&call, v1::ListDatasetsRequest(), &response);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.datasets(),
+                              &v1::DatasetService::Stub::ListDatasets, v1::ListDatasetsRequest(),
+                              &response)) {
+    return failed;
+  }
   if (context.names) {
     std::vector<std::string> names;
     for (const v1::Dataset& dataset : response.datasets()) names.push_back(dataset.name());
@@ -184,11 +184,11 @@ int DatasetList(const CommandContext& context) {
 int DatasetGet(const CommandContext& context) {
   v1::GetDatasetRequest request;
   request.set_name(context.invocation.args.at(0));
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::Dataset dataset;
-  grpc::Status status = context.connection.datasets().GetDataset(&call, request, &dataset);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.datasets(),
+                              &v1::DatasetService::Stub::GetDataset, request, &dataset)) {
+    return failed;
+  }
   if (context.names) return PrintNames({dataset.name()});
   return context.structured ? PrintMessage(context, dataset) : PrintText(DatasetDetails(dataset));
 }
@@ -196,11 +196,11 @@ int DatasetGet(const CommandContext& context) {
 int DatasetRemove(const CommandContext& context) {
   v1::DeleteDatasetRequest request;
   request.set_name(context.invocation.args.at(0));
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::DeleteDatasetResponse response;
-  grpc::Status status = context.connection.datasets().DeleteDataset(&call, request, &response);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.datasets(),
+                              &v1::DatasetService::Stub::DeleteDataset, request, &response)) {
+    return failed;
+  }
   if (context.names) return PrintNames({request.name()});
   return context.structured ? PrintMessage(context, response)
                             : PrintText(absl::StrCat("deleted dataset '", request.name(), "'\n"));
@@ -211,11 +211,11 @@ int DatasetShare(const CommandContext& context, bool shared) {
   v1::ShareDatasetRequest request;
   request.set_name(context.invocation.args.at(0));
   request.set_shared(shared);
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::Dataset dataset;
-  grpc::Status status = context.connection.datasets().ShareDataset(&call, request, &dataset);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.datasets(),
+                              &v1::DatasetService::Stub::ShareDataset, request, &dataset)) {
+    return failed;
+  }
   if (context.names) return PrintNames({dataset.name()});
   return context.structured ? PrintMessage(context, dataset)
                             : PrintText(absl::StrCat(shared ? "shared" : "unshared", " dataset '",

@@ -48,9 +48,8 @@ volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void OnInterrupt(int /*signal*/) { stop_requested = 1; }
 
 grpc::Status ListDevices(const CommandContext& context, v1::ListDevicesResponse* response) {
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
-  return context.connection.system().ListDevices(&call, v1::ListDevicesRequest(), response);
+  return context.connection.Call(context.connection.system(), &v1::SystemService::Stub::ListDevices,
+                                 v1::ListDevicesRequest(), response);
 }
 
 }  // namespace
@@ -122,12 +121,11 @@ int Top(const CommandContext& context) {
     grpc::Status status = ListDevices(context, &devices);
     if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
     v1::ListJobsResponse jobs;
-    grpc::ClientContext call;
-    context.connection.SetUnaryDeadline(&call);
     v1::ListJobsRequest running;  // a device runs one job at a time: one page holds them all
     running.set_state(v1::JOB_STATE_RUNNING);
     running.set_page_size(1000);
-    status = context.connection.jobs().ListJobs(&call, running, &jobs);
+    status = context.connection.Call(context.connection.jobs(), &v1::JobService::Stub::ListJobs,
+                                     running, &jobs);
     if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
     if (stop_requested) break;
 
@@ -190,10 +188,9 @@ int DevicesAllContexts(const Invocation& invocation, const ClientConfig& config,
       error = std::string(security.status().message());
     } else {
       Connection connection({global.address, global.timeout, *security});
-      grpc::ClientContext call;
-      connection.SetUnaryDeadline(&call);
-      const grpc::Status status =
-          connection.system().ListDevices(&call, v1::ListDevicesRequest(), &response);
+      const grpc::Status status = connection.Call(
+          connection.system(), &v1::SystemService::Stub::ListDevices, v1::ListDevicesRequest(),
+          &response);
       if (!status.ok()) error = connection.DescribeError(status, global.timeout, false);
     }
     if (!error.empty()) exit_code = kExitFailure;

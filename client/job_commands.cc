@@ -148,11 +148,11 @@ int Submit(const CommandContext& context) {
   if (context.invocation.Has("request-id")) {
     request.set_request_id(context.invocation.Get("request-id"));
   }
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::Job job;
-  grpc::Status status = context.connection.jobs().SubmitJob(&call, request, &job);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.jobs(), &v1::JobService::Stub::SubmitJob,
+                              request, &job)) {
+    return failed;
+  }
 
   const bool watch = context.invocation.Has("watch");
   int code = kExitOk;
@@ -194,10 +194,9 @@ absl::StatusOr<std::optional<v1::Job>> AwaitJobEnd(const CommandContext& context
 grpc::Status ListJobPages(const CommandContext& context, v1::ListJobsRequest request,
                           bool every_page, v1::ListJobsResponse* response) {
   while (true) {
-    grpc::ClientContext call;
-    context.connection.SetUnaryDeadline(&call);
     v1::ListJobsResponse page;
-    grpc::Status status = context.connection.jobs().ListJobs(&call, request, &page);
+    grpc::Status status = context.connection.Call(context.connection.jobs(),
+                                                  &v1::JobService::Stub::ListJobs, request, &page);
     if (!status.ok()) return status;
     for (v1::Job& job : *page.mutable_jobs()) *response->add_jobs() = std::move(job);
     if (!every_page || page.next_page_token().empty()) {
@@ -258,11 +257,11 @@ int JobList(const CommandContext& context) {
 int JobRemove(const CommandContext& context) {
   v1::DeleteJobRequest request;
   request.set_id(context.invocation.args.at(0));
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::DeleteJobResponse response;
-  grpc::Status status = context.connection.jobs().DeleteJob(&call, request, &response);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.jobs(), &v1::JobService::Stub::DeleteJob,
+                              request, &response)) {
+    return failed;
+  }
   if (context.names) return PrintNames({request.id()});
   return context.structured ? PrintMessage(context, response)
                             : PrintText(absl::StrCat("deleted job '", request.id(),
@@ -272,11 +271,11 @@ int JobRemove(const CommandContext& context) {
 int JobGet(const CommandContext& context) {
   v1::GetJobRequest request;
   request.set_id(context.invocation.args.at(0));
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::Job job;
-  grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.jobs(), &v1::JobService::Stub::GetJob,
+                              request, &job)) {
+    return failed;
+  }
   if (context.names) return PrintNames({job.id()});
   return context.structured ? PrintMessage(context, job) : PrintText(JobDetails(job));
 }
@@ -331,11 +330,11 @@ int JobWait(const CommandContext& context) {
 int JobCancel(const CommandContext& context) {
   v1::CancelJobRequest request;
   request.set_id(context.invocation.args.at(0));
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::Job job;
-  grpc::Status status = context.connection.jobs().CancelJob(&call, request, &job);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.jobs(), &v1::JobService::Stub::CancelJob,
+                              request, &job)) {
+    return failed;
+  }
   if (context.names) return PrintNames({job.id()});
   if (context.structured) return PrintMessage(context, job);
   if (job.state() == v1::JOB_STATE_CANCELLED) {

@@ -39,11 +39,10 @@ std::string OrDashText(const std::string& text) { return text.empty() ? "-" : te
 // `version`: trainctl's version, then the daemon's (GetVersion). --client is answered in
 // RunCommand, before any connection.
 int Version(const CommandContext& context) {
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::VersionInfo server;
-  const grpc::Status status =
-      context.connection.system().GetVersion(&call, v1::GetVersionRequest(), &server);
+  const grpc::Status status = context.connection.Call(
+      context.connection.system(), &v1::SystemService::Stub::GetVersion, v1::GetVersionRequest(),
+      &server);
   if (!status.ok()) {
     if (!context.structured && !context.names) {
       std::cout << "trainctl  " << TrainerdVersion() << std::endl;

@@ -65,10 +65,9 @@ TerminalSize StdoutTerminalSize() {
 grpc::Status Refresh(const CommandContext& context, v1::Job& member) {
   v1::GetJobRequest request;
   request.set_id(member.id());
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::Job job;
-  grpc::Status status = context.connection.jobs().GetJob(&call, request, &job);
+  grpc::Status status =
+      context.connection.Call(context.connection.jobs(), &v1::JobService::Stub::GetJob, request, &job);
   if (status.ok()) member = std::move(job);
   return status;
 }
@@ -202,11 +201,11 @@ int Sweep(const CommandContext& context) {
   if (context.invocation.Has("request-id")) {
     request->set_request_id(context.invocation.Get("request-id"));
   }
-  grpc::ClientContext call;
-  context.connection.SetUnaryDeadline(&call);
   v1::SubmitSweepResponse response;
-  grpc::Status status = context.connection.jobs().SubmitSweep(&call, *request, &response);
-  if (!status.ok()) return UnaryRpcFailure(context, status);
+  if (int failed = CallOrFail(context, context.connection.jobs(),
+                              &v1::JobService::Stub::SubmitSweep, *request, &response)) {
+    return failed;
+  }
 
   const bool watch = context.invocation.Has("watch");
   if (context.names) {
