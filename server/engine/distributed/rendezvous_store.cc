@@ -28,197 +28,44 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/engine/distributed/rendezvous_wire.h"
 #include "server/engine/log.h"
 
 namespace trainerd::engine {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// The wire's vocabulary (rendezvous_wire.h).
+using rendezvous_wire::Clock;
+using rendezvous_wire::Status;
+using rendezvous_wire::kSet;
+using rendezvous_wire::kGet;
+using rendezvous_wire::kAdd;
+using rendezvous_wire::kCheck;
+using rendezvous_wire::kWait;
+using rendezvous_wire::kDelete;
+using rendezvous_wire::kNumKeys;
+using rendezvous_wire::kCompareSet;
+using rendezvous_wire::kOk;
+using rendezvous_wire::kTimedOut;
+using rendezvous_wire::kRefused;
+using rendezvous_wire::PutI64;
+using rendezvous_wire::PutBytes;
+using rendezvous_wire::GetU32;
+using rendezvous_wire::Framed;
+using rendezvous_wire::Reader;
+using rendezvous_wire::NoDelay;
+using rendezvous_wire::WriteAll;
+using rendezvous_wire::ReadExactly;
+using rendezvous_wire::PeerName;
+using rendezvous_wire::LocalName;
+using rendezvous_wire::FreshSecret;
+using rendezvous_wire::SameSecret;
+using rendezvous_wire::HelloFrame;
 
-// The wire: every message is a 4-byte little-endian length, then that many bytes. A request's
-// first byte is its operation, a response's its status; strings are a 4-byte length and the
-// bytes, numbers 8 bytes, little-endian. The first request of a connection is kHello with the
-// store's secret.
-enum Op : uint8_t {
-  kHello = 1,
-  kSet = 2,
-  kGet = 3,
-  kAdd = 4,
-  kCheck = 5,
-  kWait = 6,
-  kDelete = 7,
-  kNumKeys = 8,
-  kCompareSet = 9,
-};
-enum Status : uint8_t { kOk = 0, kTimedOut = 1, kRefused = 2 };
-
-constexpr size_t kSecretBytes = 32;
 // How long a connection keeps its place among those waiting to say the secret, however many come.
 constexpr auto kMinimumWait = std::chrono::milliseconds(200);
 // A wait that asks for longer is held to this (the group's timeout bounds it on the rank's side).
 constexpr int64_t kMostWaitMillis = int64_t{3600} * 1000;
-
-void PutU32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutI64(std::string& out, int64_t value) {
-  const auto v = static_cast<uint64_t>(value);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-void PutBytes(std::string& out, const std::string& bytes) {
-  PutU32(out, static_cast<uint32_t>(bytes.size()));
-  out += bytes;
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-std::string Framed(const std::string& body) {
-  std::string out;
-  PutU32(out, static_cast<uint32_t>(body.size()));
-  return out + body;
-}
-
-// Reads a message body field by field; every read is bounded by what is left.
-class Reader {
- public:
-  explicit Reader(const std::string& body) : body_(body) {}
-  bool U8(uint8_t* v) {
-    if (at_ + 1 > body_.size()) return false;
-    *v = static_cast<uint8_t>(body_[at_++]);
-    return true;
-  }
-  bool U32(uint32_t* v) {
-    if (at_ + 4 > body_.size()) return false;
-    *v = GetU32(body_.data() + at_);
-    at_ += 4;
-    return true;
-  }
-  bool I64(int64_t* v) {
-    if (at_ + 8 > body_.size()) return false;
-    uint64_t u = 0;
-    for (int i = 0; i < 8; ++i) {
-      u |= static_cast<uint64_t>(static_cast<uint8_t>(body_[at_ + i])) << (8 * i);
-    }
-    at_ += 8;
-    *v = static_cast<int64_t>(u);
-    return true;
-  }
-  bool Bytes(std::string* v) {
-    uint32_t n = 0;
-    if (!U32(&n) || n > body_.size() - at_) return false;
-    v->assign(body_, at_, n);
-    at_ += n;
-    return true;
-  }
-  bool done() const { return at_ == body_.size(); }
-
- private:
-  const std::string& body_;
-  size_t at_ = 0;
-};
-
-int MillisUntil(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-  return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000));
-}
-
-void NoDelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-// Writes all of `data` to the non-blocking `fd` by `deadline`; false when the other end went away
-// or did not read in time.
-bool WriteAll(int fd, const std::string& data, Clock::time_point deadline) {
-  size_t sent = 0;
-  while (sent < data.size()) {
-    const ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    if (Clock::now() >= deadline) return false;
-    pollfd p{fd, POLLOUT, 0};
-    ::poll(&p, 1, MillisUntil(deadline));
-  }
-  return true;
-}
-
-// Reads exactly `n` bytes from the non-blocking `fd` into `out` by `deadline`, giving up early
-// when `stop` turns true. kOk, kTimedOut (deadline or stop), or kRefused (end of stream, error).
-Status ReadExactly(int fd, size_t n, std::string* out, Clock::time_point deadline,
-                   const std::atomic<bool>* stop) {
-  out->resize(n);
-  size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::recv(fd, out->data() + got, n - got, 0);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-      continue;
-    }
-    if (r == 0) return kRefused;
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return kRefused;
-    if (Clock::now() >= deadline || (stop != nullptr && stop->load())) return kTimedOut;
-    pollfd p{fd, POLLIN, 0};
-    ::poll(&p, 1, std::min(MillisUntil(deadline), 200));
-  }
-  return kOk;
-}
-
-std::string PeerName(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "an unknown peer";
-  char host[NI_MAXHOST];
-  char port[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "an unknown peer";
-  }
-  return addr.ss_family == AF_INET6 ? absl::StrCat("[", host, "]:", port)
-                                    : absl::StrCat(host, ":", port);
-}
-
-std::string LocalName(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";
-  char host[NI_MAXHOST];
-  char port[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), port, sizeof(port),
-                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
-    return "";
-  }
-  return addr.ss_family == AF_INET6 ? absl::StrCat("[", host, "]:", port)
-                                    : absl::StrCat(host, ":", port);
-}
-
-// 32 bytes from the kernel's generator, as hex.
-std::string FreshSecret() {
-  std::string bytes(kSecretBytes, '\0');
-  std::ifstream random("/dev/urandom", std::ios::binary);
-  random.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!random) throw std::runtime_error("cannot read /dev/urandom for the store's secret");
-  return absl::BytesToHexString(bytes);
-}
-
-bool SameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char differ = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return differ == 0;
-}
-
-std::string HelloFrame(const std::string& secret) {
-  std::string body(1, static_cast<char>(kHello));
-  PutBytes(body, secret);
-  return Framed(body);
-}
 
 }  // namespace
 
@@ -689,234 +536,5 @@ int64_t StoreServer::stored_bytes() const {
 }
 
 int64_t StoreServer::refused_connections() const { return state_->refused.load(); }
-
-namespace {
-
-// The rank's side: one connection, one request at a time (under mu_), each bounded in time.
-class StoreClient final : public c10d::Store {
- public:
-  StoreClient(std::string host, int port, std::string secret, std::chrono::milliseconds timeout)
-      : c10d::Store(timeout),
-        host_(std::move(host)),
-        port_(port),
-        secret_(std::move(secret)),
-        limit_(timeout) {}
-  ~StoreClient() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  absl::Status Connect() {
-    const auto deadline = Clock::now() + limit_;
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    std::string last = "no address";
-    while (true) {
-      addrinfo* found = nullptr;
-      const int resolved =
-          ::getaddrinfo(host_.c_str(), std::to_string(port_).c_str(), &hints, &found);
-      if (resolved != 0) {
-        last = ::gai_strerror(resolved);
-      } else {
-        for (addrinfo* a = found; a != nullptr && fd_ < 0; a = a->ai_next) {
-          const int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-          if (fd < 0) continue;
-          int error = 0;
-          if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-            error = errno;
-            if (error == EINPROGRESS) {
-              pollfd p{fd, POLLOUT, 0};
-              ::poll(&p, 1, MillisUntil(deadline));
-              socklen_t len = sizeof(error);
-              if ((p.revents & (POLLOUT | POLLERR | POLLHUP)) == 0) {
-                error = ETIMEDOUT;
-              } else {
-                ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
-              }
-            }
-          }
-          if (error == 0) {
-            fd_ = fd;
-          } else {
-            last = std::strerror(error);
-            ::close(fd);
-          }
-        }
-        ::freeaddrinfo(found);
-      }
-      if (fd_ >= 0) break;
-      if (Clock::now() + std::chrono::milliseconds(100) >= deadline) {
-        return absl::UnavailableError(absl::StrCat(last, " (within ", limit_.count(), "ms)"));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    NoDelay(fd_);
-    std::string answer;
-    if (!WriteAll(fd_, HelloFrame(secret_), deadline) ||
-        ReadAnswer(&answer, Clock::now() + limit_) != kOk) {
-      return absl::PermissionDeniedError("the store refused this rank's secret");
-    }
-    return absl::OkStatus();
-  }
-
-  c10::intrusive_ptr<c10d::Store> clone() override {
-    auto copy = c10::make_intrusive<StoreClient>(host_, port_, secret_, limit_);
-    if (absl::Status connected = copy->Connect(); !connected.ok()) {
-      throw std::runtime_error(Where(std::string(connected.message())));
-    }
-    return copy;
-  }
-
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    std::string body(1, static_cast<char>(kSet));
-    PutBytes(body, key);
-    PutBytes(body, std::string(value.begin(), value.end()));
-    Call(body, limit_, key);
-  }
-
-  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
-                                  const std::vector<uint8_t>& desired) override {
-    std::string body(1, static_cast<char>(kCompareSet));
-    PutBytes(body, key);
-    PutBytes(body, std::string(expected.begin(), expected.end()));
-    PutBytes(body, std::string(desired.begin(), desired.end()));
-    return BytesOf(Call(body, limit_, key));
-  }
-
-  std::vector<uint8_t> get(const std::string& key) override {
-    const std::chrono::milliseconds wait = Bounded(timeout_);
-    std::string body(1, static_cast<char>(kGet));
-    PutBytes(body, key);
-    PutI64(body, wait.count());
-    return BytesOf(Call(body, wait, key));
-  }
-
-  int64_t add(const std::string& key, int64_t value) override {
-    std::string body(1, static_cast<char>(kAdd));
-    PutBytes(body, key);
-    PutI64(body, value);
-    const std::string answer = Call(body, limit_, key);
-    Reader in(answer);
-    int64_t now = 0;
-    if (!in.I64(&now)) throw std::runtime_error(Where("a malformed answer to add"));
-    return now;
-  }
-
-  bool deleteKey(const std::string& key) override {
-    std::string body(1, static_cast<char>(kDelete));
-    PutBytes(body, key);
-    const std::string answer = Call(body, limit_, key);
-    return !answer.empty() && answer[0] != 0;
-  }
-
-  bool check(const std::vector<std::string>& keys) override {
-    std::string body(1, static_cast<char>(kCheck));
-    PutKeys(body, keys);
-    const std::string answer = Call(body, limit_, Joined(keys));
-    return !answer.empty() && answer[0] != 0;
-  }
-
-  int64_t getNumKeys() override {
-    const std::string answer = Call(std::string(1, static_cast<char>(kNumKeys)), limit_, "");
-    Reader in(answer);
-    int64_t n = 0;
-    if (!in.I64(&n)) throw std::runtime_error(Where("a malformed answer to a key count"));
-    return n;
-  }
-
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    const std::chrono::milliseconds wait = Bounded(timeout);
-    std::string body(1, static_cast<char>(kWait));
-    PutKeys(body, keys);
-    PutI64(body, wait.count());
-    Call(body, wait, Joined(keys));
-  }
-
- private:
-  std::chrono::milliseconds Bounded(std::chrono::milliseconds asked) const {
-    return asked.count() <= 0 ? limit_ : std::min(asked, limit_);
-  }
-  static void PutKeys(std::string& body, const std::vector<std::string>& keys) {
-    PutU32(body, static_cast<uint32_t>(keys.size()));
-    for (const std::string& key : keys) PutBytes(body, key);
-  }
-  static std::string Joined(const std::vector<std::string>& keys) {
-    std::string out;
-    for (const std::string& key : keys) out += (out.empty() ? "" : ", ") + key;
-    return out;
-  }
-  static std::vector<uint8_t> BytesOf(const std::string& answer) {
-    Reader in(answer);
-    std::string value;
-    if (!in.Bytes(&value)) throw std::runtime_error("the rendezvous store answered malformed");
-    return std::vector<uint8_t>(value.begin(), value.end());
-  }
-  std::string Where(const std::string& what) const {
-    return absl::StrCat("rendezvous store at ", host_, ":", port_, ": ", what);
-  }
-
-  // An answer's status and payload, read by `deadline`.
-  Status ReadAnswer(std::string* payload, Clock::time_point deadline) {
-    std::string header;
-    if (ReadExactly(fd_, 4, &header, deadline, nullptr) != kOk) return kRefused;
-    const uint32_t length = GetU32(header.data());
-    if (length == 0 || length > (uint32_t{64} << 20)) return kRefused;
-    std::string body;
-    if (ReadExactly(fd_, length, &body, deadline, nullptr) != kOk) return kRefused;
-    *payload = body.substr(1);
-    return static_cast<Status>(body[0]);
-  }
-
-  // Sends a request and returns its answer's payload; throws with a sentence otherwise. `wait`:
-  // how long the store may take to answer (a wait for keys), on top of the round trip.
-  std::string Call(const std::string& body, std::chrono::milliseconds wait,
-                   const std::string& keys) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (fd_ < 0) throw std::runtime_error(Where("the connection is closed"));
-    if (!WriteAll(fd_, Framed(body), Clock::now() + limit_)) {
-      throw std::runtime_error(Where("the store closed the connection"));
-    }
-    std::string payload;
-    const Status status = ReadAnswer(&payload, Clock::now() + wait + limit_);
-    switch (status) {
-      case kOk:
-        return payload;
-      case kTimedOut:
-        throw std::runtime_error(
-            Where(absl::StrCat("wait timeout after ", wait.count(), "ms for ", keys)));
-      default: {
-        Reader in(payload);
-        std::string why;
-        ::close(fd_);
-        fd_ = -1;
-        if (status == kRefused && in.Bytes(&why)) {
-          throw std::runtime_error(Where(absl::StrCat("the store refused: ", why)));
-        }
-        throw std::runtime_error(Where("the store closed the connection"));
-      }
-    }
-  }
-
-  const std::string host_;
-  const int port_;
-  const std::string secret_;
-  const std::chrono::milliseconds limit_;
-  std::mutex mu_;
-  int fd_ = -1;  // guarded by mu_ after Connect
-};
-
-}  // namespace
-
-absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(const std::string& host, int port,
-                                                             const std::string& secret,
-                                                             absl::Duration timeout) {
-  auto client =
-      c10::make_intrusive<StoreClient>(host, port, secret, absl::ToChronoMilliseconds(timeout));
-  if (absl::Status connected = client->Connect(); !connected.ok()) return connected;
-  return c10::intrusive_ptr<c10d::Store>(std::move(client));
-}
 
 }  // namespace trainerd::engine
