@@ -215,6 +215,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   server->health_ = std::make_unique<HealthService>(options.health);
   grpc::ServerBuilder builder;
+  // A port another process listens on is refused, not shared: gRPC turns SO_REUSEPORT on by
+  // default, and a second trainerd (or anything else) started on the same port would then take
+  // half the calls meant for the first, each answering for its own datasets and jobs.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(options.listen, MakeServerCredentials(options.tls, authenticator),
                            &server->port_);
   builder.RegisterService(server->health_.get());

@@ -312,6 +312,20 @@ TEST_F(SecurityTest, ARewrittenTokenFileTakesEffectWithoutARestart) {
   EXPECT_EQ(ListWith(channel, kBobToken).error_code(), grpc::StatusCode::UNAUTHENTICATED);
 }
 
+TEST_F(SecurityTest, APortInUseIsRefusedNotShared) {
+  StartServer();
+  // A second daemon on the first one's port (its own data folder): refused at start, so that a
+  // client never reaches one or the other by chance.
+  ServerOptions options = Options();
+  options.listen = absl::StrCat("127.0.0.1:", server_->port());
+  options.engine.data_dir = data_dir_ + "/second";  // removed with data_dir_
+  const absl::StatusOr<std::unique_ptr<Server>> second = Server::BuildAndStart(options);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("cannot listen on '127.0.0.1:", server_->port(),
+                                     "' (address in use or not valid)")));
+}
+
 TEST_F(SecurityTest, AnOpenAddressWithoutAuthenticationIsRefusedInOneSentence) {
   ServerOptions options = Options();
   options.listen = "0.0.0.0:0";
