@@ -32,9 +32,6 @@
 namespace trainerd::client {
 namespace {
 
-constexpr double kDefaultLearningRate = 0.01;
-constexpr int64_t kDefaultBatchSize = 32;
-constexpr int64_t kDefaultEpochs = 10;
 constexpr double kDefaultGamma = 0.1;
 
 absl::StatusOr<v1::Loss> ParseLoss(const std::string& text) {

@@ -13,6 +13,14 @@
 
 namespace trainerd {
 
+// What a job gets for the settings its request leaves unset (proto3's zero, OPTIMIZER_KIND_
+// UNSPECIFIED): the daemon fills them in (server/convert), so that every client, trainctl, Python
+// or any gRPC caller, gets the same job without a copy of these values; trainctl shows them in
+// its help. SGD is the optimizer.
+inline constexpr double kDefaultLearningRate = 0.01;
+inline constexpr int64_t kDefaultBatchSize = 32;
+inline constexpr int32_t kDefaultEpochs = 10;
+
 // Epochs per job.
 inline constexpr int64_t kMaxEpochs = 1000000;
 // Checkpoints one job may write (epochs / checkpoint_every): each is a file the size of the

@@ -260,13 +260,20 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
     case v1::OPTIMIZER_KIND_ADAGRAD:
       out.optimizer = engine::OptimizerKind::kAdagrad;
       break;
+    case v1::OPTIMIZER_KIND_UNSPECIFIED:  // unset: the default, as trainctl's
+      out.optimizer = engine::OptimizerKind::kSgd;
+      break;
     default:
-      return absl::InvalidArgumentError(
-          "optimizer.kind must be set: OPTIMIZER_KIND_SGD, OPTIMIZER_KIND_ADAM, "
-          "OPTIMIZER_KIND_ADAMW, OPTIMIZER_KIND_RMSPROP, OPTIMIZER_KIND_NADAM, "
-          "OPTIMIZER_KIND_RADAM or OPTIMIZER_KIND_ADAGRAD");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.kind ", static_cast<int>(optimizer.kind()),
+          " is not one of OPTIMIZER_KIND_SGD, OPTIMIZER_KIND_ADAM, OPTIMIZER_KIND_ADAMW, "
+          "OPTIMIZER_KIND_RMSPROP, OPTIMIZER_KIND_NADAM, OPTIMIZER_KIND_RADAM or "
+          "OPTIMIZER_KIND_ADAGRAD"));
   }
-  out.learning_rate = optimizer.learning_rate();
+  // 0 means unset for the learning rate, the batch size and the epochs (proto3 scalars): the
+  // daemon's defaults (common/job_limits.h), whoever the client.
+  out.learning_rate =
+      optimizer.learning_rate() == 0 ? kDefaultLearningRate : optimizer.learning_rate();
   out.momentum = optimizer.momentum();
   out.nesterov = optimizer.nesterov();
   if (optimizer.has_weight_decay()) out.weight_decay = optimizer.weight_decay();
@@ -347,8 +354,8 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   if (schedule.has_threshold()) out.schedule.threshold = schedule.threshold();
   out.schedule.cooldown = schedule.cooldown();
   out.clip_grad_norm = spec.clip_grad_norm();
-  out.batch_size = spec.batch_size();
-  out.epochs = spec.epochs();
+  out.batch_size = spec.batch_size() == 0 ? kDefaultBatchSize : spec.batch_size();
+  out.epochs = spec.epochs() == 0 ? kDefaultEpochs : spec.epochs();
   out.shuffle = spec.has_shuffle() ? spec.shuffle() : true;
   if (spec.has_seed()) out.seed = spec.seed();
   out.device = spec.device();

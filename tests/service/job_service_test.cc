@@ -104,6 +104,22 @@ TEST_F(JobServiceTest, SubmitReturnsQueuedJobWithSpecFilledIn) {
   EXPECT_EQ(spec.device(), "cpu");
 }
 
+TEST_F(JobServiceTest, WhatARequestLeavesUnsetGetsTheDaemonsDefaults) {
+  // A client that knows none of the defaults: the dataset and the model, nothing else.
+  v1::JobSpec bare;
+  bare.set_dataset("seed");
+  bare.set_model("linear:1");
+  v1::Job job;
+  grpc::Status status = SubmitJob(bare, &job);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  const v1::JobSpec& spec = job.spec();
+  EXPECT_EQ(spec.optimizer().kind(), v1::OPTIMIZER_KIND_SGD);
+  EXPECT_DOUBLE_EQ(spec.optimizer().learning_rate(), 0.01);
+  EXPECT_EQ(spec.batch_size(), 32);
+  EXPECT_EQ(spec.epochs(), 10);
+  EXPECT_EQ(spec.loss(), v1::LOSS_MSE);  // from the float targets
+}
+
 TEST_F(JobServiceTest, SubmitWithAdamWCosineAndClippingEchoesTheSpec) {
   v1::JobSpec spec = LinearSpec("seed", /*epochs=*/4);
   spec.set_loss(v1::LOSS_HUBER);
@@ -517,15 +533,16 @@ std::vector<InvalidSpec> InvalidSpecs() {
          spec->set_dataset("classes");
        },
        "loss cross_entropy needs one score per class"},
-      {"OptimizerUnspecified",
+      {"OptimizerNotOne",
        [](v1::JobSpec* spec) {
-         spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_KIND_UNSPECIFIED);
+         spec->mutable_optimizer()->set_kind(static_cast<v1::OptimizerKind>(42));
        },
-       "optimizer"},
+       "optimizer.kind 42 is not one of OPTIMIZER_KIND_SGD"},
       {"BadModelText", [](v1::JobSpec* spec) { spec->set_model("linear:4,conv:3"); }, "conv"},
       {"MseOnInt64Targets", [](v1::JobSpec* spec) { spec->set_dataset("classes"); }, "int64"},
-      {"ZeroLearningRate",
-       [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_learning_rate(0); }, "learning rate"},
+      {"NegativeLearningRate",
+       [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_learning_rate(-0.1); },
+       "learning rate must be a positive number; got -0.1"},
       {"Beta1WithSgd", [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_beta1(0.9); },
        "beta1 applies to adam, adamw, nadam and radam; optimizer sgd does not take it"},
       {"AmsgradWithSgd", [](v1::JobSpec* spec) { spec->mutable_optimizer()->set_amsgrad(true); },
