@@ -50,16 +50,19 @@ def test_replicas_train_as_the_global_batch_and_the_model_loads(
     assert mse == pytest.approx(ranks.history[-1].validation_loss, rel=1e-5)
 
 
-def test_replicas_are_checked_before_sending_and_refused_with_the_daemons_reason(
+def test_replicas_are_refused_with_the_daemons_reason(
     client: trainerd.Client, seed_dataset: trainerd.Dataset
 ) -> None:
     offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(ValueError, match="replicas must be at least 1"):
+    # 0 is how the request says "one rank": not what replicas=0 asks.
+    with pytest.raises(ValueError, match="replicas=0 cannot be sent: .*one rank"):
         offline.submit("seed", model="linear:1", replicas=0)
-    with pytest.raises(ValueError, match="give replicas"):
-        offline.submit("seed", model="linear:1", nodes=["127.0.0.1:1"])
     with pytest.raises(TypeError, match="nodes must be a list"):
         offline.submit("seed", model="linear:1", replicas=2, nodes="127.0.0.1:1")
+    with pytest.raises(trainerd.InvalidArgument, match=r"replicas must be >= 1 .*got -1"):
+        client.submit("seed", model="linear:1", replicas=-1)
+    with pytest.raises(trainerd.InvalidArgument, match=r"give replicas \(at least 2\) too"):
+        client.submit("seed", model="linear:1", nodes=["127.0.0.1:1"])
     # The test daemon has no --peers.
     with pytest.raises(trainerd.FailedPrecondition, match="has no peers"):
         client.submit("seed", model="linear:1", replicas=2, nodes=["127.0.0.1:1"])

@@ -1,5 +1,6 @@
 """Jobs against the real daemon: submit, wait and watch to SUCCEEDED, FAILED and CANCELLED, the
-history, the report, the trained model in torch, listing, and the spec's local checks."""
+history, the report, the trained model in torch, listing, what the client refuses before sending
+(what a request cannot carry) and what the daemon refuses (the spec's checks)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 import trainerd
 from trainerd._display import report_rows
+from trainerd.v1 import jobs_pb2
 from conftest import class_data, seed_data
 
 UNREACHABLE = "127.0.0.1:1"
@@ -228,7 +230,7 @@ def test_torch_module_is_exported_and_trained(
 
 def test_unexportable_module_is_a_clear_error() -> None:
     torch = pytest.importorskip("torch")
-    from trainerd._spec import model_argument
+    from trainerd._model_input import model_argument
 
     class Dynamic(torch.nn.Module):  # type: ignore[misc]
         def forward(self, x):  # type: ignore[no-untyped-def]
@@ -261,21 +263,21 @@ def test_jobs_lists_filters_and_pages(
     request_pages: list[int] = []
     original = client._transport.unary  # noqa: SLF001
 
-    def counting(method: str, request, response_type, **kwargs):  # type: ignore[no-untyped-def]
-        if method.endswith("ListJobs"):
+    def counting(rpc, request, **kwargs):  # type: ignore[no-untyped-def]
+        if rpc.path.endswith("/ListJobs"):
             request_pages.append(request.page_size)
-        return original(method, request, response_type, **kwargs)
+        return original(rpc, request, **kwargs)
 
     client._transport.unary = counting  # type: ignore[method-assign]  # noqa: SLF001
     try:
-        import trainerd.client as module
+        import trainerd._calls as module
 
-        old_page = module._LIST_PAGE  # noqa: SLF001
-        module._LIST_PAGE = 2  # noqa: SLF001
+        old_page = module.LIST_PAGE
+        module.LIST_PAGE = 2
         try:
             assert [j.id for j in client.jobs(dataset=name)] == ids
         finally:
-            module._LIST_PAGE = old_page  # noqa: SLF001
+            module.LIST_PAGE = old_page
     finally:
         del client._transport.unary  # noqa: SLF001
     assert request_pages == [2, 2, 2]
@@ -286,10 +288,26 @@ def test_jobs_lists_filters_and_pages(
 # --- The spec -------------------------------------------------------------------------------
 
 
-def test_spec_defaults_are_trainctls(
+def test_spec_defaults_are_the_daemons(
     client: trainerd.Client, seed_dataset: trainerd.Dataset
 ) -> None:
-    job = client.submit("seed", model="linear:1")
+    # The request leaves every default to the daemon, which fills in trainctl's values (SGD at
+    # 0.01, batches of 32, 10 epochs) and reports them. An argument given at its default is not
+    # sent either.
+    sent: list[jobs_pb2.SubmitJobRequest] = []
+    original = client._transport.unary  # noqa: SLF001
+
+    def recording(rpc, request, **kwargs):  # type: ignore[no-untyped-def]
+        if rpc.path.endswith("/SubmitJob"):
+            sent.append(request)
+        return original(rpc, request, **kwargs)
+
+    client._transport.unary = recording  # type: ignore[method-assign]  # noqa: SLF001
+    try:
+        job = client.submit("seed", model="linear:1", shuffle=True, precision="fp32", lr=0.01)
+    finally:
+        del client._transport.unary  # noqa: SLF001
+    assert sent[0].spec == jobs_pb2.JobSpec(dataset="seed", model="linear:1")
     spec = job.spec
     assert spec.loss == "mse"
     assert spec.optimizer.kind == "sgd"
@@ -381,74 +399,113 @@ def test_new_optimizer_options_reach_the_daemon(
     assert adagrad.spec.optimizer.initial_accumulator_value == pytest.approx(0.2)
 
 
+# What a request cannot carry: refused before anything is sent.
 @pytest.mark.parametrize(
     ("options", "error"),
     [
-        ({"lr": 0}, "lr must be > 0"),
-        ({"lr": -1.0}, "lr must be > 0"),
-        ({"momentum": 1.0}, r"momentum must be in \[0, 1\)"),
-        ({"optimizer": "adam", "momentum": 0.9}, "momentum applies to optimizer 'sgd'"),
-        ({"nesterov": True}, "nesterov needs momentum above 0"),
-        ({"beta1": 0.9}, "beta1 applies to optimizer 'adam'"),
-        ({"alpha": 0.9}, "alpha applies to optimizer 'rmsprop'"),
-        ({"amsgrad": True}, "amsgrad applies to optimizer 'adam' and 'adamw'"),
-        ({"optimizer": "adam", "centered": True}, "centered applies to optimizer 'rmsprop'"),
-        ({"optimizer": "radam", "momentum_decay": 0.1}, "momentum_decay applies to optimizer 'nadam'"),
-        (
-            {"optimizer": "adamw", "decoupled_weight_decay": True},
-            "decoupled_weight_decay applies to optimizer 'nadam' and 'radam'",
-        ),
-        ({"optimizer": "adam", "lr_decay": 0.1}, "lr_decay applies to optimizer 'adagrad'"),
-        ({"initial_accumulator_value": 0.1}, "initial_accumulator_value applies to optimizer"),
-        ({"optimizer": "adagrad", "lr_decay": -1.0}, "lr_decay must be >= 0, got -1"),
-        ({"optimizer": "nadam", "momentum_decay": -1.0}, "momentum_decay must be"),
-        ({"weight_decay_exclude_bias_and_norm": True}, "needs a weight decay above 0"),
-        ({"eps": 1e-8}, "eps applies to optimizers other than 'sgd'"),
         ({"loss": "hinge"}, "unknown loss 'hinge'"),
         ({"optimizer": "lbfgs"}, "unknown optimizer"),
-        ({"huber_delta": 1.0}, "huber_delta applies to loss 'huber'"),
-        (
-            {"label_smoothing": 0.1, "loss": "mse"},
-            "label_smoothing applies to loss 'cross_entropy'",
-        ),
-        (
-            {"class_weights": [1.0, 2.0], "loss": "mse"},
-            "class_weights applies to loss 'cross_entropy' and 'nll'",
-        ),
-        ({"ignore_index": -100, "loss": "l1"}, "ignore_index applies to loss 'cross_entropy'"),
-        ({"pos_weight": [2.0], "loss": "nll"}, "pos_weight applies to loss 'bce_with_logits'"),
-        ({"class_weights": [1.0, 0.0]}, r"class_weights values must be positive; class_weights\[1\]"),
-        ({"class_weights": []}, "class_weights needs one weight per class; got none"),
-        (
-            {"class_weights": [1.0] * ((1 << 20) + 1)},
-            "class_weights holds at most 1048576 weights",
-        ),
-        ({"loss": "bce_with_logits", "pos_weight": [float("nan")]}, "must be a finite number"),
-        ({"schedule": "step"}, "needs step_epochs"),
-        ({"gamma": 0.5}, "gamma applies to schedule 'step'"),
-        ({"schedule": "cosine", "min_lr": 0.5}, r"min_lr must be in \[0, 0.01\)"),
-        ({"epochs": 0}, "epochs must be at least 1"),
-        ({"batch_size": 0}, "batch_size must be at least 1"),
-        ({"validation_fraction": 1.0}, "validation_fraction"),
-        ({"early_stop_patience": 2}, "early_stop_patience watches the validation loss"),
-        ({"validation_fraction": 0.1, "validation_dataset": "v"}, "not both"),
-        ({"checkpoint_every": 11}, "checkpoint_every must be at most 10"),
-        ({"epochs": 5000, "checkpoint_every": 1}, "at most 1000 are allowed"),
+        ({"class_weights": []}, r"class_weights=\[\] cannot be sent: .*every class weighing 1"),
         ({"precision": "int8"}, "unknown precision"),
         ({"priority": "urgent"}, "unknown priority"),
         ({"engine": "cuda"}, "unknown engine"),
         ({"seed": -1}, "seed must be at least 0"),
-        ({"max_job_time": 0}, "max_job_time must be a positive duration"),
-        ({"device": ""}, "device needs a device"),
-        ({"early_stop_min_delta": 0.1}, "early_stop_min_delta applies to early stopping"),
-        ({"early_stop_metric": "accuracy"}, "early_stop_metric applies to early stopping"),
-        (
-            {"validation_fraction": 0.2, "early_stop_patience": 2, "early_stop_min_delta": -1.0},
-            "early_stop_min_delta must be >= 0",
-        ),
+        ({"epochs": 2**31}, "epochs must be at most 2147483647"),
+        ({"max_job_time": 0}, "max_job_time=0 cannot be sent: .*--max_job_time"),
+        ({"lr": 0}, "lr=0 cannot be sent: .*its default, 0.01"),
+        ({"epochs": 0}, "epochs=0 cannot be sent: .*its default, 10"),
+        ({"batch_size": 0}, "batch_size=0 cannot be sent: .*its default, 32"),
+        ({"device": ""}, "device='' cannot be sent: .*its default device"),
+        ({"loss": "huber", "huber_delta": 0.0}, "huber_delta=0.0 cannot be sent: .*1"),
         (
             {"validation_fraction": 0.2, "early_stop_patience": 2, "early_stop_metric": "f1"},
             "unknown metric 'f1' \\(expected loss or accuracy\\)",
+        ),
+        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps=0 cannot be sent"),
+    ],
+)
+def test_what_a_request_cannot_carry_is_refused_before_sending(
+    options: dict[str, object], error: str
+) -> None:
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(ValueError, match=error):
+        offline.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def classes(client: trainerd.Client) -> trainerd.Dataset:
+    """Three classes of int64 labels, for the checks of a class loss."""
+    x, y = class_data(90)
+    return client.upload("spec-checks-classes", x, y, exist_ok=True)
+
+
+# The daemon checks the spec: InvalidArgument (a ValueError) with its sentence.
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"lr": -0.5}, r"learning rate must be a positive number; got -0.5"),
+        ({"lr": -1.0}, r"learning rate must be a positive number; got -1"),
+        ({"momentum": 1.0}, r"momentum must be in \[0, 1\); got 1"),
+        (
+            {"optimizer": "adam", "momentum": 0.9},
+            "momentum applies to sgd and rmsprop; optimizer adam does not take it",
+        ),
+        ({"nesterov": True}, "nesterov needs a momentum above 0"),
+        ({"beta1": 0.9}, "beta1 applies to adam, adamw, nadam and radam; optimizer sgd"),
+        ({"alpha": 0.9}, "alpha applies to rmsprop only"),
+        ({"amsgrad": True}, "amsgrad applies to adam and adamw"),
+        ({"optimizer": "adam", "centered": True}, "centered applies to rmsprop only"),
+        ({"optimizer": "radam", "momentum_decay": 0.1}, "momentum decay applies to nadam only"),
+        (
+            {"optimizer": "adamw", "decoupled_weight_decay": True},
+            "decoupled weight decay applies to nadam and radam; optimizer adamw",
+        ),
+        ({"optimizer": "adam", "lr_decay": 0.1}, "lr decay applies to adagrad only"),
+        ({"initial_accumulator_value": 0.1}, "initial accumulator value applies to adagrad"),
+        ({"optimizer": "adagrad", "lr_decay": -1.0}, "lr decay must be 0 or more; got -1"),
+        ({"optimizer": "nadam", "momentum_decay": -1.0}, "momentum decay must be 0 or more"),
+        ({"weight_decay_exclude_bias_and_norm": True}, "needs a weight decay above 0"),
+        ({"eps": 1e-8}, "eps applies to every optimizer but sgd"),
+        ({"huber_delta": 2.0}, "huber delta applies to loss huber only; loss mse"),
+        (
+            {"label_smoothing": 0.1, "loss": "mse"},
+            "label smoothing applies to loss cross_entropy only",
+        ),
+        (
+            {"class_weights": [1.0, 2.0], "loss": "mse"},
+            "class_weights apply to losses cross_entropy and nll only",
+        ),
+        (
+            {"ignore_index": -100, "loss": "l1"},
+            "ignore_index applies to losses cross_entropy and nll only",
+        ),
+        ({"pos_weight": [2.0], "loss": "nll"}, "pos_weight applies to loss bce_with_logits only"),
+        (
+            {"class_weights": [1.0] * ((1 << 20) + 1)},
+            "class_weights and pos_weight hold at most 1048576 values",
+        ),
+        (
+            {"loss": "bce_with_logits", "pos_weight": [float("nan")]},
+            "pos_weight values must be positive finite numbers; value 0 is nan",
+        ),
+        ({"schedule": "step"}, "schedule step needs step epochs of at least 1"),
+        ({"gamma": 0.5}, "gamma applies to schedules step, multistep and exponential"),
+        (
+            {"schedule": "cosine", "min_lr": 0.5},
+            r"needs a minimum learning rate in \[0, learning rate 0.01\); got 0.5",
+        ),
+        ({"epochs": -1}, "epochs must be between 1 and 1000000; got -1"),
+        ({"batch_size": -4}, "batch size must be at least 1; got -4"),
+        ({"validation_fraction": 1.0}, r"validation fraction must be in \[0, 1\)"),
+        ({"early_stop_patience": 2}, r"early stopping \(patience 2\) watches the validation loss"),
+        ({"validation_fraction": 0.1, "validation_dataset": "seed"}, "not both"),
+        ({"checkpoint_every": 11}, r"between 1 and the epochs \(10\); got 11"),
+        ({"epochs": 5000, "checkpoint_every": 1}, "at most 1000 are allowed"),
+        ({"early_stop_min_delta": 0.1}, "early stop min_delta .* applies to early stopping"),
+        ({"early_stop_metric": "accuracy"}, "early stop metric accuracy applies to early stopping"),
+        (
+            {"validation_fraction": 0.2, "early_stop_patience": 2, "early_stop_min_delta": -1.0},
+            "early stop min_delta must be a finite number >= 0",
         ),
         (
             {
@@ -457,15 +514,31 @@ def test_new_optimizer_options_reach_the_daemon(
                 "early_stop_metric": "accuracy",
                 "loss": "mse",
             },
-            "early_stop_metric 'accuracy' needs a class loss",
+            r"early stop metric accuracy needs a class loss \(cross_entropy or nll\), not mse",
         ),
-        ({"gradient_accumulation_steps": 0}, "gradient_accumulation_steps must be at least 1"),
+        ({"gradient_accumulation_steps": -1}, "gradient_accumulation_steps must be at least 1"),
+        ({"max_job_time": -1}, "max_job_seconds must be a finite number of seconds >= 0"),
     ],
 )
-def test_spec_checks_before_sending(options: dict[str, object], error: str) -> None:
-    offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(ValueError, match=error):
-        offline.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+def test_the_daemon_checks_the_spec(
+    client: trainerd.Client,
+    seed_dataset: trainerd.Dataset,
+    options: dict[str, object],
+    error: str,
+) -> None:
+    with pytest.raises(trainerd.InvalidArgument, match=error):
+        client.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+
+
+def test_the_daemon_checks_class_weights(
+    client: trainerd.Client, classes: trainerd.Dataset
+) -> None:
+    with pytest.raises(
+        trainerd.InvalidArgument, match="class_weights values must be positive finite numbers"
+    ):
+        client.submit(
+            classes, model="linear:3", loss="cross_entropy", class_weights=[1.0, 0.0, 1.0]
+        )
 
 
 def test_loss_weights_reach_the_spec() -> None:
@@ -553,10 +626,6 @@ def test_spec_type_errors_before_sending() -> None:
         offline.submit("seed", model=42)
     with pytest.raises(ValueError, match="model needs a spec"):
         offline.submit("seed", model="")
-    with pytest.raises(ValueError, match="not valid"):
-        offline.submit("no such name", model="linear:1")
-    with pytest.raises(ValueError, match="not valid"):
-        offline.submit("alice/bad name", model="linear:1")
 
 
 def test_daemon_refusals_carry_its_sentence(
@@ -575,11 +644,18 @@ def test_daemon_refusals_carry_its_sentence(
         client.job("job-000000000000")
     with pytest.raises(trainerd.InvalidArgument):
         client.submit("seed", model="linear:1", loss="cross_entropy")  # float32 targets
+    # Dataset names are the daemon's to check.
+    with pytest.raises(trainerd.InvalidArgument, match="dataset name 'no such name' is invalid"):
+        client.submit("no such name", model="linear:1")
+    with pytest.raises(trainerd.InvalidArgument, match="dataset name 'bad name' is invalid"):
+        client.submit("alice/bad name", model="linear:1")
+    with pytest.raises(trainerd.InvalidArgument, match=r"the model spec has \d+ characters"):
+        client.submit("seed", model="linear:1," * 500 + "linear:1")
 
 
 def test_model_argument_forms() -> None:
     # The bytes given as model= go to the daemon as they are.
-    from trainerd._spec import model_argument
+    from trainerd._model_input import model_argument
 
     assert model_argument(b"PK-archive") == ("torchscript", b"PK-archive")
     # A .pt2 archive (torch.export.save) is told apart by its content.

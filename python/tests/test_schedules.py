@@ -1,6 +1,6 @@
 """The learning-rate schedules through the Python client: the options reach the daemon, each
-epoch reports the rate of its first step as PyTorch's scheduler gives it, and the checks refuse
-what a schedule does not take before anything is sent."""
+epoch reports the rate of its first step as PyTorch's scheduler gives it, and the daemon refuses
+what a schedule does not take, with its sentence."""
 
 from __future__ import annotations
 
@@ -130,29 +130,58 @@ def test_plateau_needs_validation_and_keeps_its_options(
 @pytest.mark.parametrize(
     ("options", "error"),
     [
-        ({"schedule": "multistep"}, "needs milestones"),
-        ({"schedule": "multistep", "milestones": [3, 2]}, "milestones must be ascending"),
-        ({"milestones": [2]}, "milestones applies to schedule 'multistep'"),
-        ({"schedule": "cosine", "gamma": 0.5}, "gamma applies to schedule 'step'"),
-        ({"schedule": "exponential", "gamma": 1.5}, r"gamma must be in \(0, 1\]"),
-        ({"schedule": "cosine_restarts"}, "needs t_0"),
-        ({"schedule": "cosine", "t_0": 2}, "t_0 applies to schedule 'cosine_restarts'"),
-        ({"schedule": "onecycle", "pct_start": 1.5}, r"pct_start must be in \[0, 1\]"),
-        ({"schedule": "onecycle", "anneal_strategy": "exp"}, "anneal_strategy must be"),
-        ({"schedule": "step", "step_epochs": 1, "three_phase": True}, "three_phase applies"),
-        ({"schedule": "plateau", "plateau_factor": 1.0}, r"plateau_factor must be in \(0, 1\)"),
-        ({"plateau_patience": 3}, "plateau_patience applies to schedule 'plateau'"),
-        ({"schedule": "plateau", "schedule_per_step": True}, "steps once per epoch"),
-        ({"schedule": "onecycle", "warmup_epochs": 1}, "takes no warmup_epochs"),
-        ({"warmup_steps": 2}, "warmup_steps needs schedule_per_step=True"),
+        ({"schedule": "multistep"}, "schedule multistep needs milestones"),
+        (
+            {"schedule": "multistep", "milestones": [3, 2]},
+            "milestones must be at least 1 and in ascending order; got 2 at position 2",
+        ),
+        ({"milestones": [2]}, "milestones applies to schedule multistep only"),
+        (
+            {"schedule": "cosine", "gamma": 0.5},
+            "gamma applies to schedules step, multistep and exponential; schedule cosine",
+        ),
+        ({"schedule": "exponential", "gamma": 1.5}, r"needs gamma in \(0, 1\]; got 1.5"),
+        ({"schedule": "cosine_restarts"}, "schedule cosine_restarts needs t_0 of at least 1"),
+        ({"schedule": "cosine", "t_0": 2}, "t_0 applies to schedule cosine_restarts only"),
+        ({"schedule": "onecycle", "pct_start": 1.5}, r"pct_start must be in \[0, 1\]; got 1.5"),
+        (
+            {"schedule": "onecycle", "anneal_strategy": "exp"},
+            "anneal_strategy must be cos or linear; got 'exp'",
+        ),
+        (
+            {"schedule": "step", "step_epochs": 1, "three_phase": True},
+            "three_phase applies to schedule onecycle only",
+        ),
+        ({"schedule": "plateau", "plateau_factor": 1.0}, r"plateau factor must be in \(0, 1\)"),
+        ({"plateau_patience": 3}, "plateau patience applies to schedule plateau only"),
+        (
+            {"schedule": "plateau", "schedule_per_step": True, "validation_fraction": 0.25},
+            "schedule plateau steps once per epoch",
+        ),
+        ({"schedule": "onecycle", "warmup_epochs": 1}, "schedule onecycle takes no warm-up"),
+        ({"warmup_steps": 2}, "warm-up steps need a per-step schedule"),
         (
             {"schedule": "cosine", "schedule_per_step": True, "warmup_epochs": 1},
-            "warms up by steps",
+            "a per-step schedule warms up by steps",
         ),
-        ({"schedule": "hyperbolic"}, "unknown schedule"),
     ],
 )
-def test_schedule_checks_before_sending(options: dict[str, object], error: str) -> None:
+def test_the_daemon_checks_the_schedule(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset, options: dict[str, object], error: str
+) -> None:
+    with pytest.raises(trainerd.InvalidArgument, match=error):
+        client.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+
+
+def test_what_a_schedule_request_cannot_carry_is_refused_before_sending() -> None:
     offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(ValueError, match=error):
-        offline.submit("seed", model="linear:1", **options)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown schedule"):
+        offline.submit("seed", model="linear:1", schedule="hyperbolic")
+    with pytest.raises(ValueError, match="gamma=0 cannot be sent: .*0.1"):
+        offline.submit("seed", model="linear:1", schedule="step", step_epochs=1, gamma=0)
+    with pytest.raises(ValueError, match="anneal_strategy='' cannot be sent: .*'cos'"):
+        offline.submit("seed", model="linear:1", schedule="onecycle", anneal_strategy="")
+    with pytest.raises(TypeError, match="milestones must be a sequence of whole numbers"):
+        offline.submit(
+            "seed", model="linear:1", schedule="multistep", milestones=3  # type: ignore[arg-type]
+        )

@@ -152,7 +152,7 @@ def test_unreachable_daemon_is_unavailable_naming_the_address() -> None:
 def test_daemon_of_another_major_version_is_incompatible(
     daemon: Daemon, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import trainerd.client as module
+    import trainerd._connection as module
 
     monkeypatch.setattr(module, "__version__", "1.0.0")  # this client, as a 1.x
     client = trainerd.Client(daemon.address)

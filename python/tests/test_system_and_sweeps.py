@@ -86,14 +86,21 @@ def test_sweep_with_validation_ranks_by_validation_loss(
     assert len({j.spec.seed for j in sweep.jobs}) == 1
 
 
-def test_sweep_checks_before_sending() -> None:
+def test_sweep_checks(client: trainerd.Client, seed_dataset: trainerd.Dataset) -> None:
+    # The daemon checks every member as it checks a job alone, and bounds the sweep.
+    with pytest.raises(
+        trainerd.InvalidArgument,
+        match=r"sweep member 2 \(learning rate -1, .*learning rate must be a positive number",
+    ):
+        client.sweep("seed", model="linear:1", lr=[0.1, -1])
+    with pytest.raises(trainerd.InvalidArgument, match="the sweep has more than 256 members"):
+        client.sweep("seed", model="linear:1", lr=list(np.linspace(0.01, 0.1, 20)), seed=range(20))
+    with pytest.raises(
+        trainerd.InvalidArgument, match=r"sweep member 2 \(.*\): nesterov needs a momentum above 0"
+    ):
+        client.sweep("seed", model="linear:1", momentum=[0.9, 0.0], nesterov=True)
+    # What the request cannot carry, before anything is sent.
     offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(ValueError, match="lr must be > 0"):
-        offline.sweep("seed", model="linear:1", lr=[0.1, -1])
-    with pytest.raises(ValueError, match="at most 256 members"):
-        offline.sweep("seed", model="linear:1", lr=list(np.linspace(0.01, 0.1, 20)), seed=range(20))
-    with pytest.raises(ValueError, match="nesterov needs momentum above 0"):
-        offline.sweep("seed", model="linear:1", momentum=[0.9, 0.0], nesterov=True)
     with pytest.raises(ValueError, match="at least one value"):
         offline.sweep("seed", model="linear:1", lr=[])
     with pytest.raises(TypeError, match="model spec"):
@@ -132,18 +139,23 @@ def test_sweep_points_are_the_members_in_order(
     assert all(np.array_equal(ours[name], theirs[name]) for name in ours)
 
 
-def test_sweep_points_are_checked_before_sending() -> None:
+def test_sweep_points_are_checked(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    with pytest.raises(
+        trainerd.InvalidArgument,
+        match=r"sweep member 2 \(learning rate -1, .*learning rate must be a positive number",
+    ):
+        client.sweep("seed", model="linear:1", points=[{"lr": 0.1}, {"lr": -1}])
+    with pytest.raises(trainerd.InvalidArgument, match=r"sweep member 1 \(learning rate nan"):
+        client.sweep("seed", model="linear:1", points=[{"lr": float("nan")}])
+    with pytest.raises(trainerd.InvalidArgument, match="the sweep has 257 points; at most 256"):
+        client.sweep("seed", model="linear:1", points=[{"seed": i} for i in range(257)])
     offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(ValueError, match=r"points\[1\]: lr must be > 0"):
-        offline.sweep("seed", model="linear:1", points=[{"lr": 0.1}, {"lr": -1}])
-    with pytest.raises(ValueError, match=r"points\[0\]: lr must be"):
-        offline.sweep("seed", model="linear:1", points=[{"lr": float("nan")}])
     with pytest.raises(ValueError, match="not batch_size"):
         offline.sweep("seed", model="linear:1", points=[{"batch_size": 3}])
     with pytest.raises(ValueError, match="seed takes one value with it"):
         offline.sweep("seed", model="linear:1", seed=[1, 2], points=[{"lr": 0.1}])
-    with pytest.raises(ValueError, match="at most 256"):
-        offline.sweep("seed", model="linear:1", points=[{"seed": i} for i in range(257)])
     with pytest.raises(ValueError, match="at least one member"):
         offline.sweep("seed", model="linear:1", points=[])
     with pytest.raises(TypeError, match="sequence of mappings"):
@@ -151,7 +163,9 @@ def test_sweep_points_are_checked_before_sending() -> None:
     with pytest.raises(TypeError, match=r"points\[0\]: seed must be a whole number"):
         offline.sweep("seed", model="linear:1", points=[{"seed": 1.5}])
     # min_lr above the default rate is fine when every point gives a rate above it.
-    request = trainerd.client.sweep_request(
+    from trainerd._submit import sweep_request
+
+    request = sweep_request(
         "seed", "linear:1", 0.01, None, None, None, {"schedule": "cosine", "min_lr": 0.05},
         [{"lr": 0.1}, {"lr": 0.2}],
     )
@@ -180,5 +194,7 @@ def test_a_sweep_is_picked_up_again_by_its_id(
         assert other.jobs(sweep=submitted.id, state="failed") == []
         with pytest.raises(trainerd.NotFound, match="sweep 'sweep-000000000000' not found"):
             other.get_sweep("sweep-000000000000")
-        with pytest.raises(ValueError, match="sweep must be a sweep's id"):
+        with pytest.raises(trainerd.InvalidArgument, match="sweep_id must be at most 64 letters"):
             other.jobs(sweep="sweep 1")
+        with pytest.raises(ValueError, match="sweep must be a sweep's id"):
+            other.jobs(sweep="")  # would list every job

@@ -33,7 +33,7 @@ from trainerd import _progress
 from trainerd.v1 import jobs_pb2
 
 if TYPE_CHECKING:
-    from trainerd.jobs import Epoch, JobBase
+    from trainerd._jobbase import Epoch, JobBase
     from trainerd.sweeps import SweepBase
 
 __all__ = [

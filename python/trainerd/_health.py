@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from trainerd._transport import Transport
+from trainerd._rpc import Op, Raw
 from trainerd.errors import NotFound, TrainerdError
 
 __all__ = ["check", "serving_status_name"]
@@ -73,10 +73,11 @@ def decode_response(data: bytes) -> int:
     return status
 
 
-def check(transport: Transport, service: str = "") -> str:
-    """The serving status of ``service`` ("" for the whole server) as a name."""
+def check(service: str = "") -> Op[str]:
+    """The serving status of ``service`` ("" for the whole server) as a name. The health service
+    needs no token and says nothing of the version: no version check."""
     try:
-        reply = transport.raw_unary(_METHOD, encode_request(service), timeout=transport.timeout)
+        reply = yield Raw(_METHOD, encode_request(service))
     except NotFound:
         # The health protocol answers NOT_FOUND for a service it has no status for.
         return "SERVICE_UNKNOWN"

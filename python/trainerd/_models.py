@@ -1,22 +1,35 @@
 """A job's trained model as PyTorch users take it today: its state_dict (the safetensors file
-DownloadModel sends with ``format=MODEL_FORMAT_SAFETENSORS``), a ready ``nn.Module`` and a
-``torch.export`` program (``.pt2``). The safetensors file is read by the ``safetensors`` package
-(``pip install trainerd[safetensors]``), which reads tensors and never runs code; torch is needed
-only for tensors, modules and programs."""
+DownloadModel sends with ``format=MODEL_FORMAT_SAFETENSORS``), a ready ``nn.Module``, a
+``torch.export`` program (``.pt2``), and the downloaded archive loaded (TorchScript, or an
+exported program switched to evaluation behaviour) or saved to a file. The safetensors file is
+read by the ``safetensors`` package (``pip install trainerd[safetensors]``), which reads tensors
+and never runs code; torch is needed only for tensors, modules and programs."""
 
 from __future__ import annotations
 
 import collections
+import io
 import json
 import os
 import struct
+import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
+from trainerd._model_input import is_exported_program
 from trainerd._modules import build_sequential
 from trainerd._optional import import_torch
 
-__all__ = ["StateDict", "export_program", "load_into", "parse_state_dict"]
+__all__ = [
+    "StateDict",
+    "eval_exported_module",
+    "export_program",
+    "load_into",
+    "load_model",
+    "parse_state_dict",
+    "write_atomically",
+]
 
 
 class StateDict(collections.OrderedDict[str, Any]):
@@ -106,4 +119,78 @@ def export_program(
     program = torch.export.export(module, (example,), dynamic_shapes=({0: batch},))
     target = Path(path)
     torch.export.save(program, str(target))
+    return target
+
+
+def load_model(data: bytes, map_location: str) -> Any:
+    """The trained model from an archive's bytes: an exported program's (an exported job's .pt2)
+    as a torch.fx.GraphModule in evaluation mode (eval_exported_module), a TorchScript archive's
+    with torch.jit.load; the bytes themselves without torch."""
+    try:
+        torch = import_torch()
+    except ImportError:
+        return data
+    if is_exported_program(data):
+        with warnings.catch_warnings():
+            # torch.export.load makes its tensors over the archive's read-only bytes and says
+            # so; they are copied below, before anything can write to them.
+            warnings.filterwarnings("ignore", message="The given buffer is not writable")
+            program = torch.export.load(io.BytesIO(data))
+        module = program.module()
+        with torch.no_grad():
+            for tensor in [*module.parameters(), *module.buffers()]:
+                tensor.data = tensor.data.clone()
+        return eval_exported_module(module).to(map_location)
+    return torch.jit.load(io.BytesIO(data), map_location=map_location)
+
+
+# Each mode-dependent operator trainerd switches (docs/TRAINING.md): its argument, and the value
+# it takes in evaluation mode.
+_EVAL_ARGUMENTS = {
+    "aten.dropout.default": ("train", 2, False),
+    "aten.feature_dropout.default": ("train", 2, False),
+    "aten.alpha_dropout.default": ("train", 2, False),
+    "aten.feature_alpha_dropout.default": ("train", 2, False),
+    "aten.batch_norm.default": ("training", 5, False),
+    "aten.lstm.input": ("train", 6, False),
+    "aten.gru.input": ("train", 6, False),
+    "aten.rnn_tanh.input": ("train", 6, False),
+    "aten.rnn_relu.input": ("train", 6, False),
+    "aten.scaled_dot_product_attention.default": ("dropout_p", 4, 0.0),
+}
+
+
+def eval_exported_module(module: Any) -> Any:
+    """An exported program's module (``ExportedProgram.module()``, exported in training mode)
+    switched to evaluation behaviour as trainerd validates it: dropout off, batch norm on its
+    running statistics (when it has them), the recurrent layers' and attention's dropout off.
+    ``.eval()`` is not supported on such modules; this rewrites the nodes' mode arguments."""
+    for node in module.graph.nodes:
+        rule = _EVAL_ARGUMENTS.get(str(node.target)) if node.op == "call_function" else None
+        if rule is None:
+            continue
+        name, position, value = rule
+        if name == "training" and (len(node.args) <= 3 or node.args[3] is None):
+            continue  # batch norm without running statistics uses the batch's in both modes
+        if name in node.kwargs:
+            node.update_kwarg(name, value)
+        elif len(node.args) > position:
+            node.update_arg(position, value)
+        else:
+            node.update_kwarg(name, value)
+    module.recompile()
+    return module
+
+
+def write_atomically(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Writes ``data`` to a temporary file beside ``path`` and renames it over ``path``."""
+    target = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return target

@@ -9,10 +9,9 @@ from __future__ import annotations
 import importlib
 import re
 import sys
-import warnings
 from typing import Any
 
-__all__ = ["import_torch", "torch_mismatch", "warn_torch_mismatch"]
+__all__ = ["import_torch", "torch_mismatch"]
 
 
 def import_torch() -> Any:
@@ -43,7 +42,3 @@ def torch_mismatch(libtorch_version: str) -> str | None:
         f"torch {theirs[0]}.{theirs[1]} beside the client matches the daemon"
     )
 
-
-def warn_torch_mismatch(message: str | None, stacklevel: int) -> None:
-    if message is not None:
-        warnings.warn(message, UserWarning, stacklevel=stacklevel + 1)

@@ -11,13 +11,13 @@ from typing import Any
 from google.protobuf.message import Message
 
 from trainerd._spec import (
-    _EARLY_STOP_METRICS,
-    _ENGINES,
-    _LOSSES,
-    _OPTIMIZERS,
-    _PRECISIONS,
-    _PRIORITIES,
-    _SCHEDULES,
+    EARLY_STOP_METRICS,
+    ENGINES,
+    LOSSES,
+    OPTIMIZERS,
+    PRECISIONS,
+    PRIORITIES,
+    SCHEDULES,
 )
 from trainerd.v1 import jobs_pb2
 
@@ -37,14 +37,14 @@ def _names(table: Mapping[str, int], unspecified: str | None) -> dict[int, str |
 # What UNSPECIFIED means for each (jobs.proto): the loss has none until the daemon picks it from
 # the dataset's targets (a spec it accepted always has one).
 _JOB_CHOICES: dict[str, dict[int, str | None]] = {
-    "loss": _names(_LOSSES, None),
-    "precision": _names(_PRECISIONS, "fp32"),
-    "priority": _names(_PRIORITIES, "normal"),
-    "engine": _names(_ENGINES, "auto"),
-    "early_stop_metric": _names(_EARLY_STOP_METRICS, "loss"),
+    "loss": _names(LOSSES, None),
+    "precision": _names(PRECISIONS, "fp32"),
+    "priority": _names(PRIORITIES, "normal"),
+    "engine": _names(ENGINES, "auto"),
+    "early_stop_metric": _names(EARLY_STOP_METRICS, "loss"),
 }
-_OPTIMIZER_KINDS = _names(_OPTIMIZERS, "sgd")
-_SCHEDULE_KINDS = _names(_SCHEDULES, "constant")
+_OPTIMIZER_KINDS = _names(OPTIMIZERS, "sgd")
+_SCHEDULE_KINDS = _names(SCHEDULES, "constant")
 
 
 def _name_of(names: dict[int, str | None], number: int) -> str | None:

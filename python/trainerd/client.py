@@ -1,114 +1,44 @@
-"""The client of trainerd: :class:`Client`."""
+"""The synchronous client of trainerd: :class:`Client`, whose every call blocks until the daemon
+answered. Each method converts its arguments, runs the operation of the request layer
+(:mod:`trainerd._calls`, :mod:`trainerd._submit`, :mod:`trainerd._upload`) on a
+:class:`~trainerd._transport.Transport`, and wraps what it returns in this client's
+:class:`~trainerd.Dataset`, :class:`~trainerd.Job` and :class:`~trainerd.Sweep`."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import hashlib
-import math
-import os
-import re
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, Union
 
-from google.protobuf.message import Message
-
-from trainerd import _health
-from trainerd._optional import torch_mismatch, warn_torch_mismatch
-from trainerd._progress import Progress, ProgressArg, make_progress
-from trainerd._spec import (
-    MAX_SWEEP_MEMBERS,
-    OPTION_NAMES,
-    SweepOptions,
-    build_spec,
-    model_argument,
-    sweep_values,
-)
+from trainerd import _calls, _health, _submit, _upload
+from trainerd._calls import DIAGNOSE_TIMEOUT as DIAGNOSE_TIMEOUT  # noqa: PLC0414
+from trainerd._connection import DEFAULT_TIMEOUT as DEFAULT_TIMEOUT  # noqa: PLC0414
+from trainerd._connection import MIN_DAEMON_VERSION as MIN_DAEMON_VERSION  # noqa: PLC0414
+from trainerd._connection import ClientBase, Connection, Version
+from trainerd._progress import ProgressArg
+from trainerd._rpc import Op
+from trainerd._spec import OPTION_NAMES, SweepOptions, given_options
+from trainerd._upload import UPLOAD_TIMEOUT as UPLOAD_TIMEOUT  # noqa: PLC0414
 from trainerd._transport import Transport
-from trainerd._upload import Payload, RawChunk, prepare_payload, validate_dataset_name
-from trainerd._version import __version__
-from trainerd.config import Settings, resolve_settings
+from trainerd.config import Settings
 from trainerd.datasets import Dataset
-from trainerd.errors import (
-    AlreadyExists,
-    IncompatibleDaemon,
-    NotFound,
-    TrainerdError,
-    Unimplemented,
-)
 from trainerd.jobs import Job, JobState
 from trainerd.sweeps import Sweep
-from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
+from trainerd.v1 import system_pb2
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["Client", "Version", "MIN_DAEMON_VERSION"]
 
-_DATASETS = "/trainerd.v1.DatasetService/"
-_JOBS = "/trainerd.v1.JobService/"
-_SYSTEM = "/trainerd.v1.SystemService/"
-
-#: trainctl's default call deadline (client/cli.h, kDefaultTimeout), seconds.
-DEFAULT_TIMEOUT = 30.0
-#: Uploads may move gigabytes: their deadline is at least this (client/connection.h).
-UPLOAD_TIMEOUT = 600.0
-#: Diagnose measures every device on first use: a longer default deadline.
-DIAGNOSE_TIMEOUT = 120.0
-#: The oldest daemon this client works with. The daemon's API is package trainerd.v1; its
-#: VersionInfo carries trainerd's version (no separate API version), so compatibility is judged
-#: from that: the same major version, and at least this one.
-MIN_DAEMON_VERSION = (0, 1, 0)
-
-_LIST_PAGE = 1000  # the daemon's largest ListJobs page
+P = ParamSpec("P")
+T = TypeVar("T")
 
 DatasetArg = Union[str, Dataset]
 
 
-@dataclasses.dataclass(frozen=True)
-class Version:
-    """What :meth:`Client.version` reports: the daemon's versions and this package's."""
-
-    trainerd: str
-    libtorch: str
-    cuda: str  # "" for a CPU-only LibTorch
-    driver: str  # "" without a driver or NVML
-    client: str = __version__
-
-
-def _parse_version(text: str) -> tuple[int, int, int] | None:
-    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if match is None:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _serialize_upload(item: Message | RawChunk) -> bytes:
-    """UploadDatasetRequest: the header and trailer as messages; a chunk written by hand (field 2,
-    bytes) straight from the array's memory."""
-    if isinstance(item, RawChunk):
-        return b"".join((b"\x12", _varint(len(item.data)), item.data))
-    return item.SerializeToString()
-
-
-def _dataset_name(dataset: DatasetArg) -> str:
-    return dataset.name if isinstance(dataset, Dataset) else dataset
-
-
-class Client:
+class Client(ClientBase[Transport]):
     """A connection to one trainerd daemon.
 
     The address and credentials are decided as trainctl decides them: the arguments, then
@@ -139,46 +69,19 @@ class Client:
         check_version: check the daemon's version on the first call.
     """
 
-    def __init__(
+    def _connect(self, settings: Settings, timeout: float) -> Transport:
+        return Transport(settings, timeout)
+
+    def _call(
         self,
-        address: str | None = None,
-        *,
-        context: str | None = None,
-        token: str | None = None,
-        token_file: str | os.PathLike[str] | None = None,
-        tls_ca: str | os.PathLike[str] | None = None,
-        tls_cert: str | os.PathLike[str] | None = None,
-        tls_key: str | os.PathLike[str] | None = None,
-        tls_server_name: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        check_version: bool = True,
-    ) -> None:
-        _check_timeout(timeout)
-        self.settings: Settings = resolve_settings(
-            address,
-            context=context,
-            token=token,
-            token_file=token_file,
-            tls_ca=tls_ca,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            tls_server_name=tls_server_name,
-        )
-        self._transport = Transport(self.settings, float(timeout))
-        self._check_version = check_version
-        self._compatible: Version | None = None
-        self._torch_checked = False
+        operation: Callable[Concatenate[Connection, P], Op[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Runs ``operation`` of the request layer, with this client's connection, to its result."""
+        return self._transport.run(operation(self._connection, *args, **kwargs))
 
     # --- Connection ------------------------------------------------------------------------
-
-    @property
-    def address(self) -> str:
-        """The address the client talks to."""
-        return self.settings.address
-
-    @property
-    def timeout(self) -> float:
-        return self._transport.timeout
 
     @property
     def channel(self) -> Any:
@@ -206,56 +109,17 @@ class Client:
         tls = ", tls=True" if self.settings.use_tls else ""
         return f"Client(address={self.address!r}{how}{tls})"
 
-    def _ensure_compatible(self) -> None:
-        """Checks once (on the first call) that the daemon speaks this client's API."""
-        if not self._check_version or self._compatible is not None:
-            return
-        # Two threads may both ask on the first call; the answer is the same.
-        self._compatible = self._check_daemon()
-
-    def _check_daemon(self) -> Version:
-        try:
-            info = self._transport.unary(
-                _SYSTEM + "GetVersion", system_pb2.GetVersionRequest(), system_pb2.VersionInfo
-            )
-        except Unimplemented as e:
-            raise not_trainerd(self.address, e) from None
-        return checked_version(info, self.address)
-
-    def _check_torch(self, stacklevel: int) -> None:
-        """Warns once (a UserWarning naming both versions) when the torch this process imported
-        and the daemon's LibTorch differ in major.minor version: called where a TorchScript module
-        or an exported program moves between them (an archive one writes may not load, or load
-        differently, in the other). Nothing without torch imported."""
-        if self._torch_checked or "torch" not in sys.modules:
-            return
-        self._torch_checked = True
-        warn_torch_mismatch(torch_mismatch(self.version().libtorch), stacklevel + 1)
-
-    def _unary(self, method: str, request: Message, response_type: Any, **kwargs: Any) -> Any:
-        self._ensure_compatible()
-        return self._transport.unary(method, request, response_type, **kwargs)
-
     # --- System ----------------------------------------------------------------------------
 
     def version(self) -> Version:
         """The daemon's version and the LibTorch, CUDA and driver versions it runs on
         (GetVersion)."""
-        self._ensure_compatible()
-        if self._compatible is not None:
-            return self._compatible
-        info = self._transport.unary(
-            _SYSTEM + "GetVersion", system_pb2.GetVersionRequest(), system_pb2.VersionInfo
-        )
-        return version_of(info)
+        return self._call(Connection.version)
 
     def devices(self) -> list[system_pb2.DeviceStatus]:
         """Every device with its utilization, memory, resident datasets and jobs (ListDevices;
         trainerd.v1.DeviceStatus messages)."""
-        response = self._unary(
-            _SYSTEM + "ListDevices", system_pb2.ListDevicesRequest(), system_pb2.ListDevicesResponse
-        )
-        return list(response.devices)
+        return self._call(_calls.devices)
 
     def diagnose(
         self, *, refresh: bool = False, timeout: float | None = None
@@ -263,20 +127,13 @@ class Client:
         """The seed's checks of every device: matrix-product peak, host-to-device bandwidth,
         launch and sync costs (Diagnose; a few seconds on first use, cached afterwards unless
         ``refresh``)."""
-        deadline = timeout if timeout is not None else max(DIAGNOSE_TIMEOUT, self.timeout)
-        response: system_pb2.DiagnoseResponse = self._unary(
-            _SYSTEM + "Diagnose",
-            system_pb2.DiagnoseRequest(refresh=refresh),
-            system_pb2.DiagnoseResponse,
-            timeout=deadline,
-        )
-        return response
+        return self._call(_calls.diagnose, refresh, timeout)
 
     def health(self, service: str = "") -> str:
         """The standard gRPC health check (grpc.health.v1.Health/Check, which needs no token):
         "SERVING", "NOT_SERVING", "UNKNOWN" or "SERVICE_UNKNOWN". ``service`` "" asks about the
         whole server. Unavailable when the daemon cannot be reached."""
-        return _health.check(self._transport, service)
+        return self._transport.run(_health.check(service))
 
     # --- Datasets --------------------------------------------------------------------------
 
@@ -334,85 +191,26 @@ class Client:
             ds = client.upload("houses", df, target="price")
             ds = client.upload("seed", "seed.csv", exist_ok=True)
         """
-        validate_dataset_name(name)
-        check_replace_flags(exist_ok, overwrite)
-        payload = prepare_payload(
-            X, y, target=target, target_dtype=target_dtype, target_columns=target_columns
-        )
-        self._ensure_compatible()
-        if exist_ok or overwrite:
-            existing = self._existing_dataset(name)
-            if existing is not None:
-                if keep_existing(name, payload, existing, exist_ok, self.address):
-                    return Dataset(self, existing)
-                self.delete_dataset(name)
-        bar = make_progress(progress, payload.total_bytes, f"upload {name}")
-        failure: list[BaseException] = []
-        requests = upload_requests(name, payload, bar, failure)
-        deadline = timeout if timeout is not None else max(UPLOAD_TIMEOUT, self.timeout)
-        try:
-            response = self._transport.stream_unary(
-                _DATASETS + "UploadDataset",
-                requests,
-                datasets_pb2.Dataset,
-                timeout=deadline,
-                serializer=_serialize_upload,
-            )
-        except TrainerdError:
-            # A failure reading the data (a file that changed as it was read) cancels the call;
-            # it is the error to report, not gRPC's "cancelled".
-            if failure:
-                raise failure[0] from None
-            raise
-        finally:
-            bar.close()
-        return Dataset(self, response)
-
-    def _existing_dataset(self, name: str) -> datasets_pb2.Dataset | None:
-        try:
-            proto: datasets_pb2.Dataset = self._unary(
-                _DATASETS + "GetDataset",
-                datasets_pb2.GetDatasetRequest(name=name),
-                datasets_pb2.Dataset,
-            )
-        except NotFound:
-            return None
-        return proto
+        options = (target, target_dtype, target_columns, progress, timeout, exist_ok, overwrite)
+        return Dataset(self, self._call(_upload.upload, name, X, y, *options))
 
     def datasets(self) -> list[Dataset]:
         """Every dataset the caller may see, sorted by name (ListDatasets): its own by their bare
         names, other owners' (shared with it, or all for an admin) as ``"OWNER/NAME"``."""
-        response = self._unary(
-            _DATASETS + "ListDatasets",
-            datasets_pb2.ListDatasetsRequest(),
-            datasets_pb2.ListDatasetsResponse,
-        )
-        return [Dataset(self, d) for d in response.datasets]
+        return [Dataset(self, d) for d in self._call(_calls.datasets)]
 
     def dataset(self, name: str) -> Dataset:
         """The dataset called ``name`` (GetDataset): one of the caller's, or ``"OWNER/NAME"`` for
         another owner's. NotFound when there is none, or it is another tenant's and not shared."""
-        proto = self._unary(
-            _DATASETS + "GetDataset", datasets_pb2.GetDatasetRequest(name=name), datasets_pb2.Dataset
-        )
-        return Dataset(self, proto)
+        return Dataset(self, self._call(_calls.dataset, name))
 
     def delete_dataset(self, name: DatasetArg) -> None:
         """Deletes a dataset (DeleteDataset)."""
-        self._unary(
-            _DATASETS + "DeleteDataset",
-            datasets_pb2.DeleteDatasetRequest(name=_dataset_name(name)),
-            datasets_pb2.DeleteDatasetResponse,
-        )
+        self._call(_calls.delete_dataset, name)
 
     def share_dataset(self, name: DatasetArg, shared: bool = True) -> Dataset:
         """Lets other tenants' jobs train on a dataset, or stops it (ShareDataset)."""
-        proto = self._unary(
-            _DATASETS + "ShareDataset",
-            datasets_pb2.ShareDatasetRequest(name=_dataset_name(name), shared=shared),
-            datasets_pb2.Dataset,
-        )
-        return Dataset(self, proto)
+        return Dataset(self, self._call(_calls.share_dataset, name, shared))
 
     # --- Jobs ------------------------------------------------------------------------------
 
@@ -487,9 +285,16 @@ class Client:
     ) -> Job:
         """Submits a training job and returns it, QUEUED (SubmitJob).
 
-        The arguments are trainctl submit's flags with underscores, with its defaults; an
-        argument left at None is not sent (the daemon's default applies) and, like a flag not
-        given, may not be given where it does not apply (``momentum`` with adam is an error).
+        The arguments are trainctl submit's flags with underscores. An argument left at its
+        default is not sent: the daemon applies its own default (``job.spec`` says which), except
+        for the optimizer, ``lr``, ``batch_size`` and ``epochs``, which the daemon needs and which
+        are sent with trainctl's values (sgd, 0.01, 32, 10). The daemon checks the spec: a value
+        out of range, an argument that does not apply (``momentum`` with adam) or that needs
+        another (``early_stop_patience`` without validation) raises :class:`InvalidArgument`
+        with its sentence. Before anything is sent, this raises TypeError or ValueError only for
+        what cannot be written into the request: an unknown argument, a value of the wrong type
+        or an unknown name (``optimizer="lbfgs"``), or a value the request would carry as unset
+        (``device=""``, ``replicas=0``).
 
         Args:
             dataset: the resident dataset to train on (a name or a :class:`Dataset`): one of the
@@ -656,34 +461,14 @@ class Client:
             job = client.submit("houses", model="linear:64,relu,linear:1", optimizer="adam",
                                 lr=1e-3, epochs=50, validation_fraction=0.2)
         """
-        options = {k: v for k, v in locals().items() if k in OPTION_NAMES}
-        return self._submit(dataset, model, _given(options), request_id)
-
-    def _submit(
-        self, dataset: DatasetArg, model: Any, options: dict[str, Any], request_id: str | None
-    ) -> Job:
-        def feature_shape() -> Sequence[int]:
-            if isinstance(dataset, Dataset):
-                return dataset.feature_shape
-            return self.dataset(dataset).feature_shape
-
-        request = submit_request(dataset, model, options, feature_shape)
-        if request_id is not None:
-            request.request_id = request_id
-        proto = self._unary(_JOBS + "SubmitJob", request, jobs_pb2.Job)
-        if request.torchscript_module or request.exported_program:
-            self._check_torch(stacklevel=3)
-        return Job(self, proto)
+        options = given_options(
+            {k: v for k, v in locals().items() if k in OPTION_NAMES}, _submit_defaults()
+        )
+        return Job(self, self._call(_submit.submit, dataset, model, options, request_id))
 
     def job(self, job_id: str) -> Job:
         """The job with id ``job_id`` (GetJob). NotFound when there is none."""
-        return Job(self, self._get_job_proto(job_id))
-
-    def _get_job_proto(self, job_id: str) -> jobs_pb2.Job:
-        proto: jobs_pb2.Job = self._unary(
-            _JOBS + "GetJob", jobs_pb2.GetJobRequest(id=job_id), jobs_pb2.Job
-        )
-        return proto
+        return Job(self, self._call(_calls.job, job_id))
 
     def jobs(
         self,
@@ -696,16 +481,7 @@ class Client:
         view: a job's epochs are fetched when asked for). ``state``, ``dataset`` and ``sweep``
         (a sweep's id: its members, in order) filter on the daemon; ``limit`` keeps the newest
         ``limit`` jobs (as trainctl job list --limit)."""
-        request = list_jobs_request(state, dataset, limit, sweep)
-        found: list[jobs_pb2.Job] = []
-        while True:
-            request.page_size = page_size(len(found), limit)
-            page = self._unary(_JOBS + "ListJobs", request, jobs_pb2.ListJobsResponse)
-            found.extend(page.jobs)
-            if not page.next_page_token or (limit is not None and len(found) >= limit):
-                break
-            request.page_token = page.next_page_token
-        found = ordered_jobs(found, limit)
+        found = self._call(_calls.jobs, state, dataset, limit, sweep)
         return [Job(self, proto) for proto in found]
 
     def get_sweep(self, sweep_id: str) -> Sweep:
@@ -718,17 +494,12 @@ class Client:
             sweep = client.get_sweep("sweep-f6e17bb93128").wait()
             sweep.best()
         """
-        members = self.jobs(sweep=sweep_id)
-        if not members:
-            raise NotFound(f"sweep {sweep_id!r} not found", address=self.address)
-        return Sweep(self, sweep_id, members)
+        members = self._call(_calls.get_sweep, sweep_id)
+        return Sweep(self, sweep_id, [Job(self, proto) for proto in members])
 
     def delete_job(self, job_id: str | Job) -> None:
         """Forgets a job that ended (DeleteJob)."""
-        job_id = job_id.id if isinstance(job_id, Job) else job_id
-        self._unary(
-            _JOBS + "DeleteJob", jobs_pb2.DeleteJobRequest(id=job_id), jobs_pb2.DeleteJobResponse
-        )
+        self._call(_calls.delete_job, job_id.id if isinstance(job_id, Job) else job_id)
 
     # --- Sweeps ----------------------------------------------------------------------------
 
@@ -754,8 +525,9 @@ class Client:
         argument (``lr``, ``momentum``, ``weight_decay`` and ``seed`` take no lists then).
 
         ``lr``, ``momentum``, ``weight_decay`` and ``seed`` take one value or a list; the other
-        keyword arguments are :meth:`submit`'s and apply to every member. Each value is checked
-        as submit checks it; at most 256 members. Without ``seed`` every member gets the same
+        keyword arguments are :meth:`submit`'s and apply to every member. The daemon checks every
+        member as it checks a job submitted alone (:class:`InvalidArgument` names the first that
+        fails and its values); at most 256 members. Without ``seed`` every member gets the same
         seed (one the daemon picks), so members differ only in the swept values. ``model`` must
         be a spec string (a sweep packs its members into one model). ``nodes`` without
         ``replicas`` spreads the members over this daemon and those peers (``"all"``: every
@@ -772,332 +544,20 @@ class Client:
                 {"lr": 10 ** rng.uniform(-4, -1), "weight_decay": 10 ** rng.uniform(-6, -2)}
                 for _ in range(32)])
         """
-        request = sweep_request(
-            _dataset_name(dataset), model, lr, momentum, weight_decay, seed, dict(options), points
+        request = _submit.sweep_request(
+            dataset, model, lr, momentum, weight_decay, seed, options, points, request_id
         )
-        if request_id is not None:
-            request.request_id = request_id
-        response = self._unary(_JOBS + "SubmitSweep", request, jobs_pb2.SubmitSweepResponse)
+        response = self._call(_submit.sweep, request)
         return Sweep(self, response.sweep_id, [Job(self, m) for m in response.members])
 
 
-def _check_timeout(timeout: object) -> None:
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not math.isfinite(timeout)
-        or not timeout > 0
-    ):
-        raise ValueError(f"timeout must be a positive, finite number of seconds, got {timeout!r}")
+def _submit_defaults() -> Mapping[str, Any]:
+    """The defaults of :meth:`Client.submit`'s signature: an option left at one is not given."""
+    global _SUBMIT_DEFAULTS
+    if _SUBMIT_DEFAULTS is None:
+        parameters = inspect.signature(Client.submit).parameters
+        _SUBMIT_DEFAULTS = {n: parameters[n].default for n in OPTION_NAMES if n in parameters}
+    return _SUBMIT_DEFAULTS
 
 
-def _given(options: dict[str, Any]) -> dict[str, Any]:
-    """The options the caller gave: those not None and not at submit's signature default for the
-    options whose mere presence matters (nesterov, amsgrad, centered, decoupled_weight_decay,
-    weight_decay_exclude_bias_and_norm, three_phase, schedule_per_step). The others are sent with
-    their value."""
-    given = {k: v for k, v in options.items() if v is not None}
-    for switch in (
-        "nesterov",
-        "amsgrad",
-        "centered",
-        "decoupled_weight_decay",
-        "weight_decay_exclude_bias_and_norm",
-        "three_phase",
-        "schedule_per_step",
-    ):
-        if given.get(switch) is False:
-            del given[switch]
-    return given
-
-
-# --- What the synchronous and the asyncio clients share -----------------------------------------
-
-
-def version_of(info: system_pb2.VersionInfo) -> Version:
-    return Version(
-        trainerd=info.trainerd_version,
-        libtorch=info.libtorch_version,
-        cuda=info.cuda_version,
-        driver=info.driver_version,
-    )
-
-
-def not_trainerd(address: str, error: TrainerdError) -> IncompatibleDaemon:
-    """The error for a server that does not implement GetVersion."""
-    return IncompatibleDaemon(
-        f"the server at {address} does not serve trainerd's API "
-        f"(trainerd.v1.SystemService): {error.details}",
-        address=address,
-    )
-
-
-def checked_version(info: system_pb2.VersionInfo, address: str) -> Version:
-    """The daemon's version, when this client speaks its API: the same major version and at
-    least MIN_DAEMON_VERSION. IncompatibleDaemon otherwise."""
-    parsed = _parse_version(info.trainerd_version)
-    if parsed is None:
-        raise IncompatibleDaemon(
-            f"trainerd at {address} reports version {info.trainerd_version!r}, which this "
-            f"client ({__version__}) cannot read",
-            address=address,
-        )
-    ours = _parse_version(__version__)
-    assert ours is not None
-    if parsed[0] != ours[0] or parsed < MIN_DAEMON_VERSION:
-        minimum = ".".join(str(v) for v in MIN_DAEMON_VERSION)
-        raise IncompatibleDaemon(
-            f"trainerd at {address} is version {info.trainerd_version}; this client "
-            f"({__version__}) needs a trainerd {ours[0]}.x of at least {minimum}",
-            address=address,
-        )
-    return version_of(info)
-
-
-def check_replace_flags(exist_ok: object, overwrite: object) -> None:
-    for flag, value in (("exist_ok", exist_ok), ("overwrite", overwrite)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{flag} must be True or False, not {value!r}")
-    if exist_ok and overwrite:
-        raise ValueError(
-            "give exist_ok=True (keep the dataset there when it holds the same data) or "
-            "overwrite=True (replace it), not both"
-        )
-
-
-def keep_existing(
-    name: str, payload: Payload, existing: datasets_pb2.Dataset, exist_ok: bool, address: str
-) -> bool:
-    """For an upload with exist_ok or overwrite to a name taken by ``existing``: True when it
-    holds the payload's data (the upload has nothing to do), False when it is to be replaced
-    (overwrite). AlreadyExists, saying how they differ, for exist_ok and other data."""
-    difference = payload.difference(existing)
-    if not difference:
-        return True
-    if exist_ok:
-        raise AlreadyExists(
-            f"dataset '{name}' exists and holds other data than this upload: {difference}. "
-            "Pass overwrite=True to replace it, or upload under another name",
-            address=address,
-        )
-    return False
-
-
-def upload_requests(
-    name: str, payload: Payload, bar: Progress, failure: list[BaseException]
-) -> Iterator[Message | RawChunk]:
-    """The messages of UploadDataset: the header, the payload's chunks, the SHA-256 trailer. An
-    error reading the data is kept in ``failure`` (gRPC then cancels the call)."""
-    header = datasets_pb2.DatasetHeader(
-        name=name,
-        feature_shape=payload.feature_shape,
-        target_shape=payload.target_shape,
-        target_dtype=(
-            datasets_pb2.DTYPE_INT64
-            if payload.target_dtype == "int64"
-            else datasets_pb2.DTYPE_FLOAT32
-        ),
-        row_count=payload.rows,
-    )
-    total = payload.total_bytes
-    try:
-        yield datasets_pb2.UploadDatasetRequest(header=header)
-        digest = hashlib.sha256()
-        sent = 0
-        for chunk in payload.chunks(digest):
-            yield RawChunk(chunk)
-            sent += len(chunk)
-            bar.update(sent)
-        if sent != total:
-            raise AssertionError(f"the payload has {sent} bytes, not {total}")
-        yield datasets_pb2.UploadDatasetRequest(sha256=digest.hexdigest())
-    except GeneratorExit:
-        raise
-    except BaseException as e:  # reported after gRPC cancels the call
-        failure.append(e)
-        raise
-
-
-def list_jobs_request(
-    state: str | JobState | None,
-    dataset: DatasetArg | None,
-    limit: int | None,
-    sweep: str | None = None,
-) -> jobs_pb2.ListJobsRequest:
-    """The first page's request of Client.jobs (page_size is set per page)."""
-    request = jobs_pb2.ListJobsRequest()
-    if sweep is not None:
-        if not isinstance(sweep, str) or not _SWEEP_ID.fullmatch(sweep):
-            raise ValueError(
-                f"sweep must be a sweep's id such as 'sweep-0123456789ab' (at most 64 letters, "
-                f"digits, '_' and '-'), got {sweep!r}"
-            )
-        request.sweep_id = sweep
-    if state is not None:
-        try:
-            parsed = JobState(str(state).upper().replace("CANCELED", "CANCELLED"))
-        except ValueError:
-            raise ValueError(
-                f"state must be queued, running, succeeded, failed or cancelled, not {state!r}"
-            ) from None
-        request.state = parsed.to_proto()  # type: ignore[assignment]
-    if dataset is not None:
-        request.dataset = _dataset_name(dataset)
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a whole number >= 1, got {limit!r}")
-        request.newest_first = True
-    return request
-
-
-_SWEEP_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def page_size(found: int, limit: int | None) -> int:
-    return _LIST_PAGE if limit is None else min(_LIST_PAGE, limit - found)
-
-
-def ordered_jobs(found: list[jobs_pb2.Job], limit: int | None) -> list[jobs_pb2.Job]:
-    """Oldest first: a limited listing was asked newest first."""
-    if limit is None:
-        return found
-    return list(reversed(found[:limit]))
-
-
-def sweep_request(
-    dataset: str,
-    model: object,
-    lr: Any,
-    momentum: Any,
-    weight_decay: Any,
-    seed: Any,
-    options: dict[str, Any],
-    points: Any = None,
-) -> jobs_pb2.SubmitSweepRequest:
-    """SubmitSweep's request, every member's values checked as submit checks them."""
-    if not isinstance(model, str):
-        raise TypeError(
-            "a sweep trains a model spec (a str such as 'linear:64,relu,linear:1'); "
-            "TorchScript modules go to submit() one job at a time"
-        )
-    for name in ("lr", "momentum", "weight_decay", "seed"):
-        if name in options:
-            raise TypeError(f"{name} is given twice")
-    if points is not None:
-        return _points_request(dataset, model, lr, momentum, weight_decay, seed, options, points)
-    swept: dict[str, list[Any]] = {"lr": sweep_values("lr", lr)}
-    if momentum is not None:
-        swept["momentum"] = sweep_values("momentum", momentum)
-    if weight_decay is not None:
-        swept["weight_decay"] = sweep_values("weight_decay", weight_decay)
-    if seed is not None:
-        swept["seed"] = sweep_values("seed", seed, whole=True)
-    members = 1
-    for values in swept.values():
-        members *= len(values)
-    if members > MAX_SWEEP_MEMBERS:
-        factors = " x ".join(f"{len(v)} {k}" for k, v in swept.items() if len(v) > 1)
-        raise ValueError(
-            f"a sweep has at most {MAX_SWEEP_MEMBERS} members; {factors} make {members}"
-        )
-    spec_model, module = model_argument(model)
-    if module:
-        raise TypeError("a sweep trains a model spec; a TorchScript file goes to submit()")
-    first = dict(options, **{k: v[0] for k, v in swept.items()})
-    spec = build_spec(dataset, spec_model, first, sweep=True)
-    # Each further value in place of the first, the others at theirs: the checks that tie two
-    # options together (nesterov and the momentum, min_lr and the rate) involve one swept option
-    # each, so this covers every member (as trainctl).
-    for key, values in swept.items():
-        for value in values[1:]:
-            build_spec(dataset, spec_model, dict(first, **{key: value}), sweep=True)
-    request = jobs_pb2.SubmitSweepRequest(spec=spec)
-    request.learning_rates.extend(float(v) for v in swept["lr"])
-    if "momentum" in swept:
-        request.momenta.extend(float(v) for v in swept["momentum"])
-    if "weight_decay" in swept:
-        request.weight_decays.extend(float(v) for v in swept["weight_decay"])
-    if "seed" in swept:
-        request.seeds.extend(int(v) for v in swept["seed"])
-    return request
-
-
-_POINT_KEYS = ("lr", "momentum", "weight_decay", "seed")
-
-
-def _points_request(
-    dataset: str,
-    model: str,
-    lr: Any,
-    momentum: Any,
-    weight_decay: Any,
-    seed: Any,
-    options: dict[str, Any],
-    points: Any,
-) -> jobs_pb2.SubmitSweepRequest:
-    """SubmitSweep's request with points: the members one by one, each checked as submit checks
-    its options (as ``trainctl sweep --points``)."""
-    if isinstance(points, (str, bytes, Mapping)) or not hasattr(points, "__iter__"):
-        raise TypeError("points must be a sequence of mappings such as {'lr': 0.1, 'seed': 1}")
-    rows = list(points)
-    if not rows:
-        raise ValueError("points: give at least one member")
-    if len(rows) > MAX_SWEEP_MEMBERS:
-        raise ValueError(f"points has {len(rows)} members; a sweep has at most {MAX_SWEEP_MEMBERS}")
-    base: dict[str, Any] = dict(options)
-    for key, value in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay),
-                       ("seed", seed)):
-        if value is None:
-            continue
-        if isinstance(value, (list, tuple, range)) or hasattr(value, "__len__"):
-            raise ValueError(
-                f"points gives each member's values: {key} takes one value with it (the "
-                "members' default), not a list"
-            )
-        base[key] = value
-    spec_model, _ = model_argument(model)
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, Mapping):
-            raise TypeError(f"points[{number - 1}] must be a mapping, got {type(row).__name__}")
-        unknown = sorted(str(k) for k in row if k not in _POINT_KEYS)
-        if unknown:
-            raise ValueError(
-                f"points[{number - 1}]: a point sets lr, momentum, weight_decay and seed, not "
-                + ", ".join(unknown)
-            )
-        try:
-            build_spec(dataset, spec_model, dict(base, **row), sweep=True)
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"points[{number - 1}]: {error}") from None
-    # The spec: the options, with the first point's value for each key every point sets (no
-    # member takes the option's value then, and it may not suit the others: min_lr above the
-    # default rate when every point gives a rate above it).
-    everyone = {k: v for k, v in rows[0].items() if all(k in row for row in rows)}
-    request = jobs_pb2.SubmitSweepRequest(
-        spec=build_spec(dataset, spec_model, dict(base, **everyone), sweep=True)
-    )
-    for row in rows:
-        point = request.points.add()
-        if "lr" in row:
-            point.learning_rate = float(row["lr"])
-        if "momentum" in row:
-            point.momentum = float(row["momentum"])
-        if "weight_decay" in row:
-            point.weight_decay = float(row["weight_decay"])
-        if "seed" in row:
-            point.seed = int(row["seed"])
-    return request
-
-
-def submit_request(
-    dataset: DatasetArg,
-    model: object,
-    options: dict[str, Any],
-    feature_shape: Callable[[], Sequence[int]] | None = None,
-) -> jobs_pb2.SubmitJobRequest:
-    """``feature_shape``: the dataset's rows, asked only to export a torch.nn.Module."""
-    spec_model, module = model_argument(model, feature_shape)
-    spec = build_spec(_dataset_name(dataset), spec_model, options)
-    if spec_model == "exported":
-        return jobs_pb2.SubmitJobRequest(spec=spec, exported_program=module)
-    return jobs_pb2.SubmitJobRequest(spec=spec, torchscript_module=module)
+_SUBMIT_DEFAULTS: Mapping[str, Any] | None = None

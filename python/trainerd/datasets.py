@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
 
 from trainerd.v1 import datasets_pb2
 
@@ -123,6 +123,14 @@ class DatasetBase:
 
     def __hash__(self) -> int:
         return hash((self.name, self.sha256))
+
+
+#: A dataset as the calls take it: its name, or an object of either client.
+DatasetRef = Union[str, DatasetBase]
+
+
+def dataset_name(dataset: DatasetRef) -> str:
+    return dataset.name if isinstance(dataset, DatasetBase) else dataset
 
 
 class Dataset(DatasetBase):

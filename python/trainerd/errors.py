@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 if TYPE_CHECKING:
-    from trainerd.jobs import JobBase
+    from trainerd._jobbase import JobBase
 
 __all__ = [
     "Aborted",

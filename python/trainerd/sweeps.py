@@ -1,14 +1,18 @@
-"""Hyperparameter sweeps: what :meth:`trainerd.Client.sweep` returns."""
+"""Hyperparameter sweeps: what :meth:`trainerd.Client.sweep` returns. :class:`SweepBase` is what
+both clients' sweeps have; :class:`Sweep` is the synchronous client's, whose calls block (the
+operations of :mod:`trainerd._calls`, run on the client's transport)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from trainerd import _calls
+from trainerd._calls import POLL_SECONDS as POLL_SECONDS  # noqa: PLC0414 (trainerd.sweeps's)
 from trainerd._display import DisplayArg, SweepDisplay, sweep_display, sweep_html
-from trainerd.errors import DeadlineExceeded, TrainerdError
-from trainerd.jobs import Epoch, Job, JobBase, JobState
+from trainerd._jobbase import Epoch, JobBase, JobState
+from trainerd.errors import TrainerdError
+from trainerd.jobs import Job
 
 if TYPE_CHECKING:
     import pandas
@@ -18,11 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["Sweep", "SweepBase"]
 
 JobT = TypeVar("JobT", bound=JobBase)
-
-#: While a sweep's progress is shown, how often its members are asked again (as `trainctl sweep
-#: --watch` redraws its table): often enough to follow the epochs, seldom enough that a 256-member
-#: sweep costs the daemon little. The end of the member waited on is seen at once.
-POLL_SECONDS = 0.4
 
 
 class SweepBase(Generic[JobT]):
@@ -119,19 +118,6 @@ class SweepBase(Generic[JobT]):
         ``progress`` and ``plot`` ask for (see :meth:`Sweep.wait`)."""
         return sweep_display(self, progress, plot)
 
-    def _poll_wait(self, deadline: float | None, timeout: float | None) -> float:
-        """How long the live display's wait may follow a member before asking about all again:
-        POLL_SECONDS, less when the deadline is nearer; TimeoutError once it passed."""
-        if deadline is None:
-            return POLL_SECONDS
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise self._timed_out(timeout)
-        return min(POLL_SECONDS, left)
-
-    def _timed_out(self, timeout: float | None) -> TimeoutError:
-        return TimeoutError(f"sweep '{self.id}' did not end within {timeout:g} s")
-
     def __len__(self) -> int:
         return len(self.jobs)
 
@@ -154,6 +140,7 @@ class Sweep(SweepBase[Job]):
     def __init__(self, client: Client, sweep_id: str, jobs: list[Job]) -> None:
         super().__init__(sweep_id, jobs)
         self._client = client
+        self._call = client._call  # noqa: SLF001 (runs an operation on the client's transport)
 
     def _state(self, job: Job) -> JobState:
         return job.state  # asked again while the member runs
@@ -163,8 +150,7 @@ class Sweep(SweepBase[Job]):
 
     def refresh(self) -> Sweep:
         """Asks the daemon for every member again; returns self."""
-        for job in self.jobs:
-            job.refresh()
+        self._call(_calls.refresh_all, self.jobs)
         return self
 
     @property
@@ -201,40 +187,5 @@ class Sweep(SweepBase[Job]):
         None draws it in a Jupyter kernel when matplotlib is installed, True wherever IPython
         and matplotlib are, False never. While either shows, the members are asked again every
         0.4 s."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        display = self._display(progress, plot)
-        if display is not None:
-            try:
-                self._follow(deadline, timeout, display)
-            finally:
-                display.close()
-            return self
-        for job in self.jobs:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if left == 0.0 and not job.state.ended:
-                raise self._timed_out(timeout)
-            try:
-                job.wait(left, check=False, progress=False, plot=False)
-            except TimeoutError:
-                raise self._timed_out(timeout) from None
+        self._call(_calls.wait_sweep, self, timeout, self._display(progress, plot))
         return self
-
-    def _follow(
-        self, deadline: float | None, timeout: float | None, display: SweepDisplay
-    ) -> None:
-        """Asks the daemon about every member still running, shows them, and waits (at most
-        POLL_SECONDS) on the first of them, until every member ended (as trainctl's sweep
-        --watch)."""
-        while True:
-            for job in self.jobs:
-                if job._needs_full():  # noqa: SLF001
-                    job.refresh()
-            display.update(self.jobs)
-            running = [job for job in self.jobs if not job.cached_state.ended]
-            if not running:
-                return
-            wait = self._poll_wait(deadline, timeout)
-            try:
-                running[0]._follow(wait, None)  # noqa: SLF001
-            except DeadlineExceeded:
-                pass
