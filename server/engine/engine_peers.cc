@@ -7,7 +7,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -242,7 +241,8 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
     if (std::chrono::steady_clock::now() > deadline || (cancel != nullptr && cancel->load())) {
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Woken when a job gives memory back; a cancel is seen within 200 ms.
+    impl.jobs.WaitForRelease(absl::Milliseconds(200));
   }
   if (!held.ok()) {
     return refuse(

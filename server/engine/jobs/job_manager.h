@@ -207,6 +207,13 @@ class JobManager {
   // that jobs queued here wait for them; given back with ReleaseCpuThreads.
   void TakeCpuThreads(int threads) { cpu_threads_.Take(threads); }
   void ReleaseCpuThreads(int threads) { ReleaseResources("", threads); }
+  // Waits until a job (or a rank run for a peer) gives back its memory or threads, or `most`
+  // has passed: what a rank run for a peer waits on when running jobs hold what it needs, as a
+  // queued job does.
+  void WaitForRelease(absl::Duration most) {
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, most);
+  }
   int CpuThreadsInUse() const { return cpu_threads_.in_use(); }
 
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
