@@ -33,6 +33,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/support/free_port.h"
 #include "tests/e2e/subprocess.h"
 #include "trainerd/v1/datasets.pb.h"
 #include "trainerd/v1/jobs.pb.h"
@@ -48,19 +49,7 @@ constexpr char kLeaderToken[] = "0123456789abcdef0123456789abcdef-leader";
 constexpr char kUserToken[] = "0123456789abcdef0123456789abcdef-user00";
 constexpr char kOtherToken[] = "0123456789abcdef0123456789abcdef-other0";
 
-// A port free now (bound, read and closed): the daemons must know each other's before starting.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using trainerd::testing::FreePort;  // tests/support/free_port.h
 
 class PeersEndToEndTest : public ::testing::Test {
  protected:

@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/free_port.h"
 #include "tests/e2e/subprocess.h"
 #include "trainerd/v1/system.pb.h"
 
@@ -71,23 +72,7 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-// A loopback port that was free a moment ago (bound to port 0, then closed). Racy by nature: the
-// caller retries when the server it starts finds the port taken.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
+using trainerd::testing::FreePort;  // tests/support/free_port.h
 
 struct HttpResponse {
   int status = 0;  // 0: no connection or no valid response
