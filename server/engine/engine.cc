@@ -86,7 +86,6 @@ Engine::~Engine() { Shutdown(); }
 
 void Engine::Drain(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  impl_->peer_ranks_stop.store(true);
   // New submissions and uploads are refused at once; the module checks in flight end with
   // Shutdown below.
   impl_->jobs.Drain(timeout);
@@ -101,7 +100,6 @@ void Engine::Drain(absl::Duration timeout) {
 void Engine::Shutdown() {
   // Module checks in progress end at once (their clients get UNAVAILABLE); waiting ones too.
   impl_->check_stop.store(true);
-  impl_->peer_ranks_stop.store(true);
   {
     std::lock_guard<std::mutex> lock(impl_->check_mu);
     impl_->check_stopping = true;

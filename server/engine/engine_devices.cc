@@ -72,13 +72,7 @@ std::vector<DeviceStatusInfo> Engine::ListDevices() const {
   const std::string default_name = DeviceName(impl_->device);
   const std::vector<DatasetMeta> datasets = impl_->datasets.List();
   const std::vector<JobSnapshot> jobs = impl_->jobs.ActiveJobs();
-  std::vector<std::string> peer_ranks;
-  {
-    absl::MutexLock lock(&impl_->peer_ranks_mu);
-    for (const auto& [rank, leader] : impl_->peer_ranks_running) {
-      peer_ranks.push_back(absl::StrCat(rank, " for ", leader));
-    }
-  }
+  const std::vector<std::string> peer_ranks = impl_->jobs.PeerRanks();
   for (const std::string& name : AvailableDeviceNames()) {
     DeviceStatusInfo info;
     info.device = name;

@@ -225,13 +225,6 @@ struct Engine::Impl {
   std::map<std::string, int> running_checks_of;
   bool check_stopping = false;  // guarded by check_mu
   std::atomic<bool> check_stop{false};
-  // Set when the daemon starts to stop (Drain, Shutdown): the ranks it runs for peers stop after
-  // their next step (an interrupt, which the leader reports as the rank's daemon stopping).
-  std::atomic<bool> peer_ranks_stop{false};
-  // The ranks running here for other daemons' jobs (ListDevices' peer_ranks): "<job>/rank-<r>"
-  // to the host of the leader whose job it is.
-  mutable absl::Mutex peer_ranks_mu;
-  std::map<std::string, std::string> peer_ranks_running ABSL_GUARDED_BY(peer_ranks_mu);
   std::vector<std::thread> check_threads;
 };
 

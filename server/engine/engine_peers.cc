@@ -3,8 +3,6 @@
 // layer's (RemoteRanks, remote_ranks.h); the group is the distributed room's.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -207,8 +205,7 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
     return refuse(absl::InvalidArgumentError(absl::StrCat(who, ": ", why)));
   }
   // The rank's datasets resident here and its working set reserved, as a job's; waits while
-  // running jobs hold the memory, at most the group's timeout.
-  const std::string holder = absl::StrCat(request.job_id, "/rank-", request.rank);
+  // running jobs hold the memory, at most the group's timeout (JobManager::RunPeerRank).
   const int64_t rows = dataset->rows - HeldOutRows(spec.validation_fraction, dataset->rows);
   const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, rows));
   absl::StatusOr<MemoryEstimate> estimate =
@@ -230,93 +227,65 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
     if (!with.ok()) return refuse(with.status());
     reserve = *with;
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(request.timeout_seconds * 1e3));
-  absl::StatusOr<JobDatasets> held;
-  while (true) {
-    held = impl.datasets.AcquireForJob(holder, spec.dataset, spec.validation_dataset, reserve,
-                                       torch::kCPU);
-    if (held.ok() || held.status().code() != absl::StatusCode::kUnavailable) break;
-    if (std::chrono::steady_clock::now() > deadline || (cancel != nullptr && cancel->load())) {
-      break;
+  JobManager::PeerRank admission;
+  admission.holder = absl::StrCat(request.job_id, "/rank-", request.rank);
+  admission.leader = request.store_host;
+  admission.dataset = spec.dataset;
+  admission.validation_dataset = spec.validation_dataset;
+  admission.reserve_bytes = reserve;
+  admission.wait_until = absl::Now() + absl::Seconds(request.timeout_seconds);
+  admission.cancel = cancel;
+  bool stopping = false;  // ended by this daemon's Drain or Shutdown
+  auto train = [&](const JobDatasets& held, const std::atomic<bool>& stop) {
+    TrainingRun run;
+    run.spec = spec;
+    run.model = *model;
+    run.dataset = held.dataset;
+    run.validation_dataset = held.validation_dataset;
+    run.device = torch::kCPU;
+    run.cancel = cancel;
+    run.interrupt = &stop;
+    run.intra_op_threads = 1;
+    run.flush_denormal = impl.options.jobs.flush_denormal;
+    run.cpu_nice = impl.options.jobs.cpu_training_nice;
+    GroupOptions group;
+    group.store_host = request.store_host;
+    group.store_port = request.store_port;
+    group.store_secret = request.store_secret;
+    group.prefix = request.prefix;
+    group.rank = request.rank;
+    group.world_size = request.world_size;
+    group.timeout = absl::Seconds(request.timeout_seconds);
+    group.interface_host = impl.options.jobs.advertise_host;
+    LogInfo(absl::StrCat(who, " (of ", request.world_size, ") starts here for the daemon at ",
+                         request.store_host,
+                         request.resume_bytes > 0
+                             ? absl::StrCat(", from its checkpoint (", request.resume_bytes,
+                                            " bytes, sent by rank 0)")
+                             : std::string()));
+    GroupResume resume;
+    if (request.resume_bytes > 0) {
+      resume.expect_bytes = request.resume_bytes;
+      resume.expect_sha256 = request.resume_sha256;
+      run.resume_from = absl::StrCat("the leader's checkpoint of job '", request.job_id, "'");
     }
-    // Woken when a job gives memory back; a cancel is seen within 200 ms.
-    impl.jobs.WaitForRelease(absl::Milliseconds(200));
-  }
-  if (!held.ok()) {
-    return refuse(
-        absl::Status(held.status().code(), absl::StrCat(who, ": ", held.status().message())));
-  }
-  // Its thread is counted in this daemon's CPU budget, so that jobs queued here wait for it; it
-  // never waits for them (the job's other ranks already wait in a collective, and two daemons
-  // running ranks of each other's jobs must not wait on each other). ListDevices shows it.
-  impl.jobs.TakeCpuThreads(1);
-  {
-    absl::MutexLock lock(&impl.peer_ranks_mu);
-    impl.peer_ranks_running[holder] = request.store_host;
-  }
-  // Whatever way the rank ends: unlisted, its datasets and its thread given back.
-  class Running {
-   public:
-    Running(Impl& impl, std::string holder) : impl_(impl), holder_(std::move(holder)) {}
-    Running(const Running&) = delete;
-    Running& operator=(const Running&) = delete;
-    ~Running() {
-      {
-        absl::MutexLock lock(&impl_.peer_ranks_mu);
-        impl_.peer_ranks_running.erase(holder_);
-      }
-      impl_.datasets.ReleaseJob(holder_);
-      impl_.jobs.ReleaseCpuThreads(1);
-    }
-
-   private:
-    Impl& impl_;
-    const std::string holder_;
+    TrainingOutcome outcome = RunJoinedRank(run, group, resume);
+    stopping = outcome.interrupted && stop.load();
+    return outcome;
   };
-  std::optional<Running> running;
-  running.emplace(impl, holder);
-  TrainingRun run;
-  run.spec = spec;
-  run.model = *model;
-  run.dataset = held->dataset;
-  run.validation_dataset = held->validation_dataset;
-  run.device = torch::kCPU;
-  run.cancel = cancel;
-  run.interrupt = &impl.peer_ranks_stop;
-  run.intra_op_threads = 1;
-  run.flush_denormal = impl.options.jobs.flush_denormal;
-  run.cpu_nice = impl.options.jobs.cpu_training_nice;
-  GroupOptions group;
-  group.store_host = request.store_host;
-  group.store_port = request.store_port;
-  group.store_secret = request.store_secret;
-  group.prefix = request.prefix;
-  group.rank = request.rank;
-  group.world_size = request.world_size;
-  group.timeout = absl::Seconds(request.timeout_seconds);
-  group.interface_host = impl.options.jobs.advertise_host;
-  LogInfo(absl::StrCat(
-      who, " (of ", request.world_size, ") starts here for the daemon at ", request.store_host,
-      request.resume_bytes > 0
-          ? absl::StrCat(", from its checkpoint (", request.resume_bytes, " bytes, sent by rank 0)")
-          : std::string()));
-  GroupResume resume;
-  if (request.resume_bytes > 0) {
-    resume.expect_bytes = request.resume_bytes;
-    resume.expect_sha256 = request.resume_sha256;
-    run.resume_from = absl::StrCat("the leader's checkpoint of job '", request.job_id, "'");
+  // Admitted by the job manager as its own jobs are (its memory and a CPU thread), never queued
+  // behind them (JobManager::RunPeerRank).
+  absl::StatusOr<TrainingOutcome> ran = impl.jobs.RunPeerRank(admission, train);
+  if (!ran.ok()) {
+    return refuse(
+        absl::Status(ran.status().code(), absl::StrCat(who, ": ", ran.status().message())));
   }
-  const TrainingOutcome outcome = RunJoinedRank(run, group, resume);
-  running.reset();
+  const TrainingOutcome& outcome = *ran;
   LogInfo(absl::StrCat(who, " ended ", JobStateName(outcome.state),
                        outcome.error.empty() ? "" : ": ", outcome.error));
   result.state = outcome.state;
   result.error = outcome.error;
-  if (outcome.interrupted && impl.peer_ranks_stop.load()) {
-    result.error = "the daemon there is stopping";
-  }
+  if (outcome.interrupted && stopping) result.error = "the daemon there is stopping";
   result.steps = outcome.steps;
   result.collective_seconds = outcome.collective_seconds;
   return result;

@@ -133,6 +133,7 @@ std::string JobManager::JobUsingDataset(const std::string& dataset) const {
 }
 
 void JobManager::Drain(absl::Duration timeout) {
+  peer_ranks_stop_.store(true);
   if (store_ == nullptr) {
     Shutdown();
     return;
@@ -166,6 +167,7 @@ void JobManager::Drain(absl::Duration timeout) {
 }
 
 void JobManager::Shutdown(const std::string& reason) {
+  peer_ranks_stop_.store(true);
   std::vector<std::shared_ptr<Record>> queued;
   std::vector<std::thread> threads;
   {

@@ -202,18 +202,31 @@ class JobManager {
   // The device's queued and running jobs ("cpu", "cuda:N"), for placement.
   int64_t DeviceLoad(const std::string& device) const;
 
-  // CPU threads of work this manager does not run, a rank run here for another daemon's job
-  // (Engine::RunRankForPeer): counted in the jobs' budget at once (CpuThreadBudget::Take), so
-  // that jobs queued here wait for them; given back with ReleaseCpuThreads.
-  void TakeCpuThreads(int threads) { cpu_threads_.Take(threads); }
-  void ReleaseCpuThreads(int threads) { ReleaseResources("", threads); }
-  // Waits until a job (or a rank run for a peer) gives back its memory or threads, or `most`
-  // has passed: what a rank run for a peer waits on when running jobs hold what it needs, as a
-  // queued job does.
-  void WaitForRelease(absl::Duration most) {
-    absl::MutexLock lock(&mu_);
-    memory_released_.WaitWithTimeout(&mu_, most);
-  }
+  // A rank of another daemon's data-parallel job (Engine::RunRankForPeer, the leader's RunRank
+  // call), run on the calling thread and admitted as this daemon's jobs are when they start: its
+  // datasets resident and its working set reserved (JobHooks::acquire, under `rank.holder`),
+  // waiting while running jobs hold the memory, woken as they give it back, until
+  // `rank.wait_until` or a cancel; then one CPU thread counted in the jobs' budget at once, so
+  // that jobs queued here wait for it. It never waits in a queue behind this daemon's jobs: the
+  // job's other ranks already wait for it in a collective, and two daemons running ranks of each
+  // other's jobs must not wait on each other. Listed (PeerRanks) while `train` runs; `train`
+  // gets its datasets and the flag Drain and Shutdown set (stop at the next step). Everything is
+  // given back however `train` ends. The acquire's error when it was not admitted (UNAVAILABLE
+  // when the memory stayed held past the wait, or the daemon is stopping).
+  struct PeerRank {
+    std::string holder;  // "<job>/rank-<r>"
+    std::string leader;  // the leader's host, as ListDevices shows it
+    std::string dataset;
+    std::string validation_dataset;  // "" for none
+    int64_t reserve_bytes = 0;
+    absl::Time wait_until = absl::InfinitePast();
+    const std::atomic<bool>* cancel = nullptr;
+  };
+  using TrainPeerRank =
+      std::function<TrainingOutcome(const JobDatasets&, const std::atomic<bool>& stop)>;
+  absl::StatusOr<TrainingOutcome> RunPeerRank(const PeerRank& rank, const TrainPeerRank& train);
+  // The ranks running here for other daemons' jobs: "<job>/rank-<r> for <leader host>".
+  std::vector<std::string> PeerRanks() const;
   int CpuThreadsInUse() const { return cpu_threads_.in_use(); }
 
   // Registers `sink` for the job's future events and returns the job as it stands, atomically:
@@ -402,7 +415,12 @@ class JobManager {
   std::mutex prune_mu_;  // one retention pass at a time
   // Signalled (with mu_) when a job gives back its memory or its CPU threads.
   absl::CondVar memory_released_;
-  CpuThreadBudget cpu_threads_;  // the running CPU jobs' intra-op threads
+  CpuThreadBudget cpu_threads_;  // the running CPU jobs' intra-op threads, peer ranks' too
+  // Set as the daemon starts to stop (Drain, Shutdown): the ranks it runs for peers stop after
+  // their next step (an interrupt, which the leader reports as the rank's daemon stopping).
+  std::atomic<bool> peer_ranks_stop_{false};
+  // The ranks running here for peers (RunPeerRank): holder to the leader's host.
+  std::map<std::string, std::string> peer_ranks_ ABSL_GUARDED_BY(mu_);
   // TorchScript jobs' worker processes, kept warm per device. Declared last: destroyed (its idle
   // workers killed) after Shutdown has joined the device workers that take from it.
   WorkerPool worker_pool_{options_.worker};

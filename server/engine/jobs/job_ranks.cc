@@ -1,6 +1,7 @@
 // JobManager's data-parallel half: a job with replicas run as its ranks (RunRanks: threads here
-// and ranks on peers, jobs/job_runner.cc calls it), and taken up without a peer it lost
-// (TakeUpWithoutPeer). Apart from job_runner.cc, which runs every job.
+// and ranks on peers, jobs/job_runner.cc calls it), taken up without a peer it lost
+// (TakeUpWithoutPeer), and a peer's side: a rank of another daemon's job admitted here
+// (RunPeerRank). Apart from job_runner.cc, which runs every job.
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -70,6 +71,64 @@ TrainingOutcome JobManager::RunRanks(const std::shared_ptr<Record>& shared, Trai
     outcome = RunDataParallel(*run, parallel);
   }
   return outcome;
+}
+
+absl::StatusOr<TrainingOutcome> JobManager::RunPeerRank(const PeerRank& rank,
+                                                        const TrainPeerRank& train) {
+  if (!options_.hooks.acquire) {
+    return absl::FailedPreconditionError("this daemon cannot hold datasets for a peer's rank");
+  }
+  // What the acquire hook reads of a job: the rank's datasets on the CPU (ranks on GPUs are not
+  // wired), and its working set.
+  JobSnapshot as_job;
+  as_job.id = rank.holder;
+  as_job.device = "cpu";
+  as_job.spec.dataset = rank.dataset;
+  as_job.spec.validation_dataset = rank.validation_dataset;
+  as_job.estimated_memory_bytes = rank.reserve_bytes;
+  absl::StatusOr<JobDatasets> held;
+  while (true) {
+    if (peer_ranks_stop_.load()) return absl::UnavailableError("this daemon is stopping");
+    held = options_.hooks.acquire(as_job);
+    if (held.ok() || !absl::IsUnavailable(held.status())) break;
+    if (absl::Now() >= rank.wait_until || (rank.cancel != nullptr && rank.cancel->load())) break;
+    // Woken when a job gives memory back; a cancel or a stop is seen within 200 ms.
+    absl::MutexLock lock(&mu_);
+    memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
+  }
+  if (!held.ok()) return held.status();
+  cpu_threads_.Take(1);
+  {
+    absl::MutexLock lock(&mu_);
+    peer_ranks_[rank.holder] = rank.leader;
+  }
+  // Whatever way the rank ends: unlisted, its datasets and its thread given back.
+  class Admitted {
+   public:
+    Admitted(JobManager& jobs, std::string holder) : jobs_(jobs), holder_(std::move(holder)) {}
+    Admitted(const Admitted&) = delete;
+    Admitted& operator=(const Admitted&) = delete;
+    ~Admitted() {
+      {
+        absl::MutexLock lock(&jobs_.mu_);
+        jobs_.peer_ranks_.erase(holder_);
+      }
+      jobs_.ReleaseResources(holder_, 1);
+    }
+
+   private:
+    JobManager& jobs_;
+    const std::string holder_;
+  };
+  Admitted admitted(*this, rank.holder);
+  return train(*held, peer_ranks_stop_);
+}
+
+std::vector<std::string> JobManager::PeerRanks() const {
+  std::vector<std::string> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [holder, leader] : peer_ranks_) out.push_back(absl::StrCat(holder, " for ", leader));
+  return out;
 }
 
 bool JobManager::TakeUpWithoutPeer(const std::shared_ptr<Record>& shared,
