@@ -183,7 +183,7 @@ ABSL_FLAG(std::string, worker_sandbox_may_lack, "",
 ABSL_FLAG(absl::Duration, max_job_time, absl::Hours(24),
           "a TorchScript job's time limit when it gives none (trainctl submit --max-job-time): "
           "its worker is killed and the job FAILED once it has run this long; 0 for none");
-// Data-parallel jobs (docs/ARCHITECTURE.md, "Data-parallel jobs").
+// Data-parallel jobs (docs/ARCHITECTURE.md, "The cluster layer").
 ABSL_FLAG(int32_t, max_replicas, 8,
           "the most ranks one job may ask for (trainctl submit --replicas); on the CPU they are "
           "threads of this daemon and share its cores");

@@ -557,6 +557,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_max_job_seconds(spec.max_job_seconds);
   if (spec.replicas > 1) out.set_replicas(spec.replicas);  // one rank: left unset, as sent
   for (const std::string& node : spec.nodes) out.add_nodes(node);
+  if (!spec.peer.empty()) out.add_nodes(spec.peer);  // a member on a peer: its one node
   return out;
 }
 
@@ -645,9 +646,11 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
     rank->set_rank(r.rank);
     rank->set_device(r.device);
     rank->set_node(r.node);
-    rank->set_job_id(r.job_id);
-    rank->set_request_id(r.request_id);
-    rank->set_sweep_member(r.sweep_member);
+    if (job.spec.runs_on_peer()) {  // a member on a peer: its one rank, there
+      rank->set_job_id(job.there.job_id);
+      rank->set_request_id(job.there.request_id);
+      rank->set_sweep_member(job.there.sweep_member);
+    }
   }
   out.set_global_batch_size(job.spec.batch_size * std::max<int32_t>(1, job.spec.replicas));
   out.set_estimated_memory_bytes(job.estimated_memory_bytes);
@@ -753,8 +756,17 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   out.checkpoint_error = job.checkpoint_error();
   out.model_sha256 = job.model_sha256();
   for (const v1::RankPlacement& r : job.ranks()) {
-    out.ranks.push_back(engine::RankPlacement{r.rank(), r.device(), r.node(), r.job_id(),
-                                              r.request_id(), r.sweep_member()});
+    out.ranks.push_back(engine::RankPlacement{r.rank(), r.device(), r.node()});
+  }
+  // A sweep's member dealt to a peer: one node and one replica, recorded as the spec's nodes and
+  // its job there as its one rank's.
+  if (out.spec.replicas <= 1 && out.spec.nodes.size() == 1) {
+    out.spec.peer = std::move(out.spec.nodes.front());
+    out.spec.nodes.clear();
+    if (job.ranks_size() > 0) {
+      out.there = engine::JobOnPeer{job.ranks(0).job_id(), job.ranks(0).request_id(),
+                                    job.ranks(0).sweep_member()};
+    }
   }
   out.estimated_memory_bytes = job.estimated_memory_bytes();
   out.sweep_id = job.sweep_id();

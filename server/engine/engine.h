@@ -18,9 +18,9 @@
 #include "server/engine/devices/diagnosis_types.h"
 // The group of daemons a cluster manager starts (ClusterDirectory), which the server runs.
 #include "server/engine/distributed/cluster_directory.h"
+#include "server/engine/distributed/peers.h"
 #include "server/engine/job_store.h"
 #include "server/engine/jobs/job_options.h"
-#include "server/engine/remote_ranks.h"
 #include "server/engine/torchscript/module_sandbox.h"
 #include "server/engine/torchscript/worker_options.h"
 #include "server/engine/types.h"
@@ -90,7 +90,7 @@ struct EngineOptions {
   int32_t max_replicas = 8;
   // Ranks on other daemons (JobSpec::nodes): the peers and the calls to them (--peers; the
   // service layer's gRPC client), null without peers.
-  std::shared_ptr<RemoteRanks> remote_ranks;
+  std::shared_ptr<Peers> peers;
   // How jobs run: queues, threads, checkpoints kept, retention, worker processes, time limits,
   // data-parallel ranks (jobs/job_options.h); handed unchanged to the job manager.
   JobRunOptions jobs;

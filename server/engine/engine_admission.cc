@@ -3,7 +3,9 @@
 // that a dataset cannot be deleted between a job's admission and its registration), the queue
 // (Admit), sweeps, and the TorchScript path, whose module checks run on the module-check threads.
 #include <future>
+#include <utility>
 
+#include "server/engine/distributed/node_placement.h"
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
@@ -97,9 +99,7 @@ absl::Status Engine::Impl::CheckAdmissible(const JobSpec& spec, const CallContex
   }
   // The spec as its first member here would be checked (a sweep spread over nodes has its members
   // there checked by the nodes' own admission).
-  JobSpec here = spec;
-  if (here.replicas <= 1) here.nodes.clear();
-  return CheckLocked(std::move(here), caller, nullptr, nullptr).status();
+  return CheckLocked(spec, caller, nullptr, nullptr).status();
 }
 
 absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallContext& caller,
@@ -288,6 +288,7 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& c
   }
   spec.node_dataset.clear();
   spec.node_validation_dataset.clear();
+  spec.peer.clear();  // a member's peer is its sweep's to deal (SubmitSweep)
   if (spec.device == "auto") {
     // Chosen by cost in Admit, once the model and the dataset are known (device_cost.h).
   } else if (!spec.device.empty()) {
@@ -461,16 +462,20 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   // Nodes with replicas place each member's ranks; without, they spread the members: member m
   // trains here when m mod (1 + nodes) is 0, else whole on that node (round the list, as ranks
   // go), so that a sweep uses every daemon it names.
-  const bool spread = !spec.nodes.empty() && spec.replicas <= 1;
+  std::vector<std::string> deal;  // the nodes the members are dealt round, with this daemon
+  if (spec.replicas <= 1) deal = std::exchange(spec.nodes, {});
+  const bool spread = !deal.empty();
   if (!spread) TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
   // A member on a peer takes the device as the caller named it ("" or auto: the peer's choice);
   // this daemon's placement is this daemon's.
   const std::string asked_device = spec.device;
   TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec), caller));
-  if (!spec.nodes.empty()) TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(spec, caller, count));
+  if (spread || !spec.nodes.empty()) {
+    TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(spec, caller, count));
+  }
   TRAINERD_RETURN_IF_ERROR(
-      impl_->CheckPeers(&spec, caller, spread ? count - 1 : int64_t{spec.replicas} - 1));
-  const std::vector<std::string> nodes = spread ? spec.nodes : std::vector<std::string>{};
+      spread ? impl_->CheckPeers(&deal, &spec, caller, count - 1)
+             : impl_->CheckPeers(&spec.nodes, &spec, caller, int64_t{spec.replicas} - 1));
   // The members' values: the points, or the lists' product in order. An empty list keeps the
   // spec's value (a seed Prepare drew when the spec had none: every member then starts from the
   // same weights), as an unset value of a point does.
@@ -505,11 +510,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     for (size_t index = 0; index < grid.size(); ++index) {
       const SweepPoint& point = grid[index];
       JobSpec member = spec;
-      if (spread) {
-        const size_t slot = index % (1 + nodes.size());
-        member.nodes.clear();
-        if (slot > 0) member.nodes.push_back(nodes[slot - 1]);
-      }
+      member.peer = NodeOf(deal, static_cast<int64_t>(index));
       member.learning_rate = point.learning_rate.value_or(spec.learning_rate);
       member.momentum = point.momentum.value_or(spec.momentum);
       if (point.weight_decay.has_value()) member.weight_decay = point.weight_decay;
@@ -571,7 +572,8 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
         return;
       }
     }
-    if (absl::Status peers = impl_->CheckPeers(&*prepared, caller, prepared->replicas - 1);
+    if (absl::Status peers =
+            impl_->CheckPeers(&prepared->nodes, &*prepared, caller, prepared->replicas - 1);
         !peers.ok()) {
       done(peers);
       return;

@@ -77,7 +77,7 @@ struct Engine::Impl {
     out.data_dir = options.data_dir;
     out.hooks = Hooks();
     out.store = options.job_store;
-    out.remote_ranks = options.remote_ranks;
+    out.peers = options.peers;
     return out;
   }
   // The options with the sandbox policy (--worker_sandbox_may_lack, the daemon's user) given to
@@ -123,13 +123,15 @@ struct Engine::Impl {
   // datasets and the limits), so that nothing is sent to a peer for a submit this daemon refuses.
   // Admission checks it all again when it queues the job.
   absl::Status CheckAdmissible(const JobSpec& spec, const CallContext& caller, int64_t count);
-  // A job with nodes: each is one of this daemon's peers, takes this daemon's peer credentials as
-  // an admin's, and holds the job's datasets (asked of it, within seconds, after CheckAdmissible
-  // and before admission; outside the admission lock), or is sent them: as the submitting
-  // tenant's there (node_dataset and node_validation_dataset in `spec` say under which names).
-  // OK for a job without. Nodes "*" become the peers known now (at most `most`: replicas - 1 for
-  // a job's ranks, the members but one for a sweep spread over its nodes), in `spec`.
-  absl::Status CheckPeers(JobSpec* spec, const CallContext& caller, int64_t most) const;
+  // The nodes of `spec` (its ranks' `spec->nodes`, or the nodes a sweep deals its members round):
+  // each is one of this daemon's peers, takes this daemon's peer credentials as an admin's, and
+  // holds the job's datasets (asked of it, within seconds, after CheckAdmissible and before
+  // admission; outside the admission lock), or is sent them: as the submitting tenant's there
+  // (node_dataset and node_validation_dataset in `spec` say under which names). OK for no nodes.
+  // Nodes "*" become the peers known now (at most `most`: replicas - 1 for a job's ranks, the
+  // members but one for a spread sweep), in `nodes`.
+  absl::Status CheckPeers(std::vector<std::string>* nodes, JobSpec* spec, const CallContext& caller,
+                          int64_t most) const;
   // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
   // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
   torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);

@@ -1,6 +1,6 @@
 // Ranks on peers: the leader's check of a job's nodes before admission (CheckPeers), and a peer's
 // side of a rank the leader runs here (RunRankForPeer). The calls between daemons are the service
-// layer's (RemoteRanks, remote_ranks.h); the group is the distributed room's.
+// layer's (distributed/peers.h); the group is the distributed room's.
 #include <algorithm>
 #include <atomic>
 #include <set>
@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "server/engine/datasets/dataset_file.h"
 #include "server/engine/distributed/data_parallel.h"
+#include "server/engine/distributed/node_placement.h"
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
@@ -34,35 +35,24 @@ bool IsLowerHex(const std::string& text, size_t length) {
          });
 }
 
-// What a job's nodes call one of its datasets: a dataset of the job's owner there (her own
-// upload there, or the copy this daemon sends), so that a peer tells her only of her own
-// datasets. Her own dataset keeps its name; another's (one shared with her, or an admin's pick of
-// a tenant's) gets its name with the first 16 hex digits of its SHA-256, so that it never takes
-// the place of a dataset of hers of that name. Qualified ("OWNER/NAME", "/NAME" for a caller
-// without a name): the leader's admin credentials name it there.
-std::string NodeDatasetName(const DatasetMeta& meta, const std::string& submitter) {
-  if (meta.owner == submitter) return absl::StrCat(submitter, "/", meta.name);
-  constexpr size_t kMaxName = 128;  // ValidateDatasetName's
-  return absl::StrCat(submitter, "/", meta.name.substr(0, kMaxName - 17), "-",
-                      meta.sha256.substr(0, 16));
-}
-
 }  // namespace
 
-absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, int64_t most) const {
+absl::Status Engine::Impl::CheckPeers(std::vector<std::string>* job_nodes, JobSpec* job,
+                                      const CallContext& caller, int64_t most) const {
+  std::vector<std::string>& nodes = *job_nodes;
   JobSpec& spec = *job;
-  if (spec.nodes.empty()) return absl::OkStatus();
-  const bool every_peer = std::find(spec.nodes.begin(), spec.nodes.end(), "*") != spec.nodes.end();
-  if (every_peer && spec.nodes.size() > 1) {
+  if (nodes.empty()) return absl::OkStatus();
+  const bool every_peer = std::find(nodes.begin(), nodes.end(), "*") != nodes.end();
+  if (every_peer && nodes.size() > 1) {
     return absl::InvalidArgumentError("nodes '*' stands for every peer: give it alone");
   }
-  if (options.remote_ranks == nullptr) {
+  if (options.peers == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("this daemon has no peers (--peers, or a cluster manager's group): it cannot "
                      "run ranks on ",
-                     absl::StrJoin(spec.nodes, ", ")));
+                     absl::StrJoin(nodes, ", ")));
   }
-  const std::vector<std::string> peers = options.remote_ranks->peers();
+  const std::vector<std::string> peers = options.peers->peers();
   if (every_peer) {
     // The peers known now, as many as can be used (`most`); the job keeps this list
     // (a restart or a resume places its ranks as the first attempt did).
@@ -71,11 +61,11 @@ absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, i
           "this daemon knows no peers yet (a cluster manager's group is found within seconds of "
           "its daemons starting; --peers' DNS names once their daemons are up)");
     }
-    spec.nodes.assign(peers.begin(),
-                      peers.begin() + std::min<int64_t>(static_cast<int64_t>(peers.size()),
-                                                        std::max<int64_t>(1, most)));
+    nodes.assign(peers.begin(),
+                 peers.begin() + std::min<int64_t>(static_cast<int64_t>(peers.size()),
+                                                   std::max<int64_t>(1, most)));
   }
-  for (const std::string& node : spec.nodes) {
+  for (const std::string& node : nodes) {
     if (std::find(peers.begin(), peers.end(), node) == peers.end()) {
       return absl::InvalidArgumentError(absl::StrCat("node '", node,
                                                      "' is not one of this daemon's --peers (",
@@ -101,17 +91,15 @@ absl::Status Engine::Impl::CheckPeers(JobSpec* job, const CallContext& caller, i
   // admin), then each dataset; a node that lacks one gets it from here, read from this daemon's
   // file and uploaded there (checksummed by the peer) as the submitter's, under her quotas
   // there, before the job is admitted.
-  const std::set<std::string> nodes(spec.nodes.begin(), spec.nodes.end());
-  for (const std::string& node : nodes) {
-    TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckVersion(node));
-    TRAINERD_RETURN_IF_ERROR(options.remote_ranks->CheckAdmin(node));
+  for (const std::string& node : std::set<std::string>(nodes.begin(), nodes.end())) {
+    TRAINERD_RETURN_IF_ERROR(options.peers->CheckVersion(node));
+    TRAINERD_RETURN_IF_ERROR(options.peers->CheckAdmin(node));
     for (const auto& [meta, there] : needed) {
-      absl::Status held = options.remote_ranks->CheckDataset(node, there, meta.sha256);
+      absl::Status held = options.peers->CheckDataset(node, there, meta.sha256);
       if (absl::IsNotFound(held)) {
         const std::string path = datasets.PathFor(DatasetKeyOf(meta));
         absl::StatusOr<DatasetFileHeader> file = ReadDatasetFileHeader(path);
-        held = file.ok() ? options.remote_ranks->CopyDataset(node, there, meta, path,
-                                                             file->payload_offset)
+        held = file.ok() ? options.peers->CopyDataset(node, there, meta, path, file->payload_offset)
                          : file.status();
         if (!held.ok()) {
           held = absl::Status(
@@ -143,12 +131,12 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
     return refuse(absl::PermissionDeniedError(absl::StrCat(
         who, ": running a rank for another daemon takes an admin's credentials here")));
   }
-  if (impl.options.remote_ranks == nullptr) {
+  if (impl.options.peers == nullptr) {
     return refuse(absl::FailedPreconditionError(
         absl::StrCat(who, ": this daemon has no --peers and runs no ranks for other daemons")));
   }
   // The store must be a peer's: this daemon connects to no address a caller chooses.
-  const std::vector<std::string> peers = impl.options.remote_ranks->peers();
+  const std::vector<std::string> peers = impl.options.peers->peers();
   if (std::none_of(peers.begin(), peers.end(),
                    [&](const std::string& peer) { return HostOf(peer) == request.store_host; })) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(

@@ -117,7 +117,7 @@ absl::Status Engine::Impl::Recover() {
       const std::string id = job.id;
       // A member on a peer went on there: it is found again by its id there (job_remote.cc).
       const std::string how =
-          job.spec.runs_on_peer() ? absl::StrCat("is followed again on peer ", job.spec.nodes[0])
+          job.spec.runs_on_peer() ? absl::StrCat("is followed again on peer ", job.spec.peer)
           : from > 0 ? absl::StrCat("resumes after epoch ", from, " from its last checkpoint")
                      : std::string("starts over");
       TRAINERD_RETURN_IF_ERROR(

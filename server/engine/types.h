@@ -243,10 +243,14 @@ struct JobSpec {
   // slice of every global batch of replicas * batch_size rows (RunRank,
   // distributed/data_parallel.h).
   int32_t replicas = 1;
-  // Peers (their --peers names) that run some of the ranks, round-robin after this daemon
-  // (proto JobSpec.nodes); empty: every rank here. One node and one replica: a sweep's member
-  // that trains whole on that peer (runs_on_peer).
+  // Peers (their --peers names) that run some of this job's ranks, round-robin after this daemon
+  // (NodeOf, distributed/node_placement.h; proto JobSpec.nodes with replicas); empty: every rank
+  // here.
   std::vector<std::string> nodes;
+  // A sweep's member that the sweep dealt to a peer (a sweep's proto JobSpec.nodes without
+  // replicas): it trains there whole, as a job of that daemon's (PeerJobCalls::RunJob). Empty:
+  // here. In the API and the records the member's spec.nodes is this one peer.
+  std::string peer;
   // With nodes: the names the nodes know the job's dataset and validation dataset by there, as
   // the job's owner's datasets there (a copy sent at submit, or her own upload there); set by
   // the daemon at submit (CheckPeers) and sent to the nodes in place of `dataset` and
@@ -264,8 +268,7 @@ struct JobSpec {
     return model_from == ModelFrom::kBest ||
            (model_from == ModelFrom::kAuto && early_stop_patience > 0);
   }
-  // A sweep's member dealt to a peer: it trains there, whole (RemoteRanks::RunJob).
-  bool runs_on_peer() const { return replicas <= 1 && nodes.size() == 1; }
+  bool runs_on_peer() const { return !peer.empty(); }
 };
 
 // How many of `rows` a validation fraction holds out: llround(fraction * rows), the product in
@@ -365,10 +368,17 @@ struct RankPlacement {
   int32_t rank = 0;
   std::string device;  // "cpu", "cuda:1"
   std::string node;    // the daemon's node name
-  std::string job_id;  // a sweep's member on a peer: its job's id there
-  // ...and the request id it was submitted there with, recorded before the call (job_remote.cc)
+};
+
+// A sweep's member on a peer (JobSpec::peer): its job there, as far as this daemon knows it
+// (jobs/job_remote.cc). In the API and the records: Job.ranks[0]'s job_id, request_id and
+// sweep_member.
+struct JobOnPeer {
+  std::string job_id;  // its id there, once the peer took it
+  // The request id it was submitted there with, recorded before the call, by which a daemon
+  // killed before it learned the id finds it there.
   std::string request_id;
-  // ...sent with others of its sweep as one sweep there: its place in it, 1-based; 0: alone
+  // Sent with others of its sweep as one sweep there: its place in it, 1-based; 0: alone.
   int32_t sweep_member = 0;
 };
 
@@ -425,8 +435,10 @@ struct JobSnapshot {
   std::string checkpoint_error;  // the last checkpoint that could not be written, in a sentence
   std::string model_sha256;      // of the trained model's archive, once written
   // A data-parallel job (spec.replicas > 1): where each rank ran, rank 0 first; set when it
-  // starts. Empty for a one-rank job; one for a member on a peer (spec.runs_on_peer).
+  // starts. Empty for a one-rank job; one for a member on a peer (spec.peer).
   std::vector<RankPlacement> ranks;
+  // A member on a peer: its job there (empty otherwise).
+  JobOnPeer there;
   // The caller's request id (CallContext::request_id) and the digest of the rest of its request:
   // a submit that repeats the id gets this job back (Engine::SubmitJob). Empty without one.
   std::string request_id;
@@ -434,14 +446,11 @@ struct JobSnapshot {
 
   // A member on a peer whose job there the peer took: its id there; else empty. Such a member
   // is cancelled there, even after this daemon's restart (jobs/job_remote.cc).
-  std::string peer_job_id() const {
-    return spec.runs_on_peer() && !ranks.empty() ? ranks.front().job_id : std::string();
-  }
+  std::string peer_job_id() const { return spec.runs_on_peer() ? there.job_id : std::string(); }
   // A member on a peer that a run before may have submitted there: its id there is known, or the
   // request id it was submitted with (its id there then found by that).
   bool may_be_on_peer() const {
-    return spec.runs_on_peer() && !ranks.empty() &&
-           (!ranks.front().job_id.empty() || !ranks.front().request_id.empty());
+    return spec.runs_on_peer() && (!there.job_id.empty() || !there.request_id.empty());
   }
 };
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
-#include "server/engine/remote_ranks.h"
+#include "server/engine/distributed/peers.h"
 #include "trainerd/v1/jobs.grpc.pb.h"
 
 namespace trainerd::service {

@@ -135,9 +135,9 @@ std::string BareName(const std::string& name_there) {
   return slash == std::string::npos ? name_there : name_there.substr(slash + 1);
 }
 
-class GrpcRemoteRanks final : public engine::RemoteRanks {
+class GrpcPeers final : public engine::Peers {
  public:
-  GrpcRemoteRanks(PeerClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
+  GrpcPeers(PeerClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
       : options_(std::move(options)), credentials_(std::move(credentials)) {}
 
   std::vector<std::string> peers() const override {
@@ -678,7 +678,7 @@ class GrpcRemoteRanks final : public engine::RemoteRanks {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options) {
+absl::StatusOr<std::shared_ptr<engine::Peers>> MakePeerClient(PeerClientOptions options) {
   // The form now (a name that does not resolve yet is not an error: its daemons may come later).
   for (absl::string_view raw : absl::StrSplit(options.peers, ',', absl::SkipWhitespace())) {
     std::string entry(absl::StripAsciiWhitespace(raw));
@@ -690,7 +690,7 @@ absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOp
   }
   TRAINERD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                             PeerCredentials(options));
-  return std::make_shared<GrpcRemoteRanks>(std::move(options), std::move(credentials));
+  return std::make_shared<GrpcPeers>(std::move(options), std::move(credentials));
 }
 
 absl::StatusOr<std::vector<std::string>> ResolvePeers(const std::string& flag,

@@ -1,6 +1,6 @@
-// engine::RemoteRanks over gRPC: the leader's calls to its peers (--peers), with this daemon's own
-// credentials for them (--peer_token_file, and TLS with --peer_tls_ca and a client certificate
-// for mutual TLS). One channel per peer, made when first used.
+// engine::Peers (distributed/peers.h) over gRPC: this daemon's calls to its peers (--peers), with
+// this daemon's own credentials for them (--peer_token_file, and TLS with --peer_tls_ca and a
+// client certificate for mutual TLS). One channel per peer, made when first used.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/distributed/cluster_directory.h"
-#include "server/engine/remote_ranks.h"
+#include "server/engine/distributed/peers.h"
 
 namespace trainerd::service {
 
@@ -47,7 +47,7 @@ struct PeerClientOptions {
 
 // Reads the PEM files and checks --peers' form; INVALID_ARGUMENT naming the flag when one cannot
 // be read or an entry is not host:port or dns:NAME:PORT.
-absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> MakePeerClient(PeerClientOptions options);
+absl::StatusOr<std::shared_ptr<engine::Peers>> MakePeerClient(PeerClientOptions options);
 
 // How this daemon, a node other than 0 of a cluster manager's group, meets node 0 at `node0`
 // (MASTER_ADDR:MASTER_PORT): PeerService.JoinGroup with the peer credentials (the token, or the

@@ -178,7 +178,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     peers.discovered = [directory = server->group_] { return directory->peers(); };
   }
   if (!absl::StripAsciiWhitespace(peers.peers).empty() || peers.discovered) {
-    TRAINERD_ASSIGN_OR_RETURN(engine_options.remote_ranks, MakePeerClient(std::move(peers)));
+    TRAINERD_ASSIGN_OR_RETURN(engine_options.peers, MakePeerClient(std::move(peers)));
   }
   engine_options.observer = server->metrics_->job_observer();
   engine_options.sampler = server->sampler_.get();

@@ -30,7 +30,7 @@
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/distributed/collectives.h"
 #include "server/engine/distributed/gradient_exchange.h"
-#include "server/engine/remote_ranks.h"
+#include "server/engine/distributed/peers.h"
 #include "server/engine/training/checkpoint.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/training/training_path.h"
@@ -496,10 +496,10 @@ TEST(DataParallelJobTest, ADrainStopsEveryRankAfterTheSameEpochAndTheJobResumesE
   EXPECT_EQ(after.epochs[1].loss, reference.epochs[3].loss);
 }
 
-// Ranks "on a peer" as the engine sees them (RemoteRanks): each call runs the rank on a thread
-// here through RunJoinedRank with what its request says, as a peer daemon's RunRankForPeer does
-// (tests/e2e/peers_e2e_test.cc has the real daemons). `mode` breaks the peer on purpose.
-class ThreadPeers final : public RemoteRanks {
+// Ranks "on a peer" as the ranks' run sees them (PeerRankCalls): each call runs the rank on a
+// thread here through RunJoinedRank with what its request says, as a peer daemon's RunRankForPeer
+// does (tests/e2e/peers_e2e_test.cc has the real daemons). `mode` breaks the peer on purpose.
+class ThreadPeers final : public PeerRankCalls {
  public:
   enum class Mode {
     kRank,       // runs the rank as asked
@@ -514,16 +514,6 @@ class ThreadPeers final : public RemoteRanks {
 
   std::vector<RemoteRankRequest> requests;  // what the leader asked, in order
 
-  std::vector<std::string> peers() const override { return {"peer-a:1"}; }
-  absl::Status CheckVersion(const std::string&) override { return absl::OkStatus(); }
-  absl::Status CheckAdmin(const std::string&) override { return absl::OkStatus(); }
-  absl::Status CheckDataset(const std::string&, const std::string&, const std::string&) override {
-    return absl::OkStatus();
-  }
-  absl::Status CopyDataset(const std::string&, const std::string&, const DatasetMeta&,
-                           const std::string&, int64_t) override {
-    return absl::OkStatus();
-  }
   std::unique_ptr<Call> StartRank(const std::string& peer, const RemoteRankRequest& request,
                                   std::function<void(RemoteRankResult)> done) override {
     requests.push_back(request);
@@ -577,18 +567,6 @@ class ThreadPeers final : public RemoteRanks {
       std::shared_ptr<std::atomic<bool>> cancel_;
     };
     return std::make_unique<Handle>(cancel);
-  }
-  RemoteJobResult RunJob(const std::string&, const RemoteJobRequest&,
-                         const std::function<void(const std::string&, const std::string&)>&,
-                         const std::function<void(const EpochResult&)>&,
-                         const std::function<RemoteStop()>&) override {
-    RemoteJobResult result;
-    result.status = absl::UnimplementedError("not here");
-    return result;
-  }
-  std::vector<RemoteJobResult> RunSweep(const std::string&, const RemoteSweepRequest&,
-                                        const std::vector<RemoteMemberCalls>&) override {
-    return {};
   }
 
  private:

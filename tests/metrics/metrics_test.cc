@@ -122,7 +122,7 @@ TEST(MetricsTest, DataParallelJobHasASeriesPerRankAndItsCollectiveTime) {
     observer->Push(State(id, engine::JobState::kQueued));
     engine::JobEvent running = State(id, engine::JobState::kRunning);
     running.job.spec.replicas = 2;
-    running.job.ranks = {{0, "cpu", "node-a", "", "", 0}, {1, "cpu", "node-a", "", "", 0}};
+    running.job.ranks = {{0, "cpu", "node-a"}, {1, "cpu", "node-a"}};
     running.job.start_time = absl::Now();
     observer->Push(running);
     std::string text = metrics.Render();

@@ -75,7 +75,7 @@ Outcome RunAgainst(HostilePeer* peer, const std::string& resume_id = "") {
   Outcome out;
   PeerClientOptions options;
   options.peers = address;
-  absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+  absl::StatusOr<std::shared_ptr<engine::Peers>> client = MakePeerClient(options);
   EXPECT_TRUE(client.ok()) << client.status();
   if (!client.ok()) return out;
   engine::RemoteJobRequest request;
@@ -154,7 +154,7 @@ TEST(PeerClientTest, ARequestIdAnsweredWithACancelledJobThereIsDeletedAndSubmitt
   std::unique_ptr<grpc::Server> server = ServePeer(&peer, &address);
   PeerClientOptions options;
   options.peers = address;
-  absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+  absl::StatusOr<std::shared_ptr<engine::Peers>> client = MakePeerClient(options);
   ASSERT_TRUE(client.ok()) << client.status();
   engine::RemoteJobRequest request;
   request.spec.dataset = "d";
@@ -197,7 +197,7 @@ absl::Status CheckVersionOf(VersionedPeer* peer) {
   std::unique_ptr<grpc::Server> server = ServePeer(peer, &options.peers);
   options.trainerd_version = "1.2.0";
   options.libtorch_version = "2.11.0";
-  absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+  absl::StatusOr<std::shared_ptr<engine::Peers>> client = MakePeerClient(options);
   if (!client.ok()) return client.status();
   absl::Status checked = (*client)->CheckVersion(options.peers);
   server->Shutdown();
@@ -270,7 +270,7 @@ TEST(PeerClientTest, ADatasetIsSentFromItsFileAndItsChecksumIsHeldAgainstThePeer
   auto copy = [&](ReceivingPeer* peer, const engine::DatasetMeta& sent) {
     PeerClientOptions options;
     std::unique_ptr<grpc::Server> server = ServePeer(peer, &options.peers);
-    absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+    absl::StatusOr<std::shared_ptr<engine::Peers>> client = MakePeerClient(options);
     EXPECT_TRUE(client.ok()) << client.status();
     absl::Status copied = (*client)->CopyDataset(options.peers, "user/waves", sent, path, offset);
     server->Shutdown();

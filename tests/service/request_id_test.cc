@@ -236,11 +236,11 @@ TEST_F(RequestIdTest, RetriesRacingWithOneIdQueueOneJob) {
 // The peer client (a leader's side of a sweep's member on a peer) against this real daemon.
 class MemberOnAPeerTest : public RequestIdTest {
  protected:
-  std::shared_ptr<engine::RemoteRanks> Leader() {
+  std::shared_ptr<engine::Peers> Leader() {
     PeerClientOptions options;
     options.peers = server_->address();
     options.token = kOps;
-    absl::StatusOr<std::shared_ptr<engine::RemoteRanks>> client = MakePeerClient(options);
+    absl::StatusOr<std::shared_ptr<engine::Peers>> client = MakePeerClient(options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *client : nullptr;
   }
@@ -259,7 +259,7 @@ class MemberOnAPeerTest : public RequestIdTest {
   }
   // Runs the member there until the peer took it, then stops watching, as a leader killed at
   // that moment would (its record then holds the request id but no job id): the job's id there.
-  std::string SubmitAndLeave(engine::RemoteRanks* leader, const engine::RemoteJobRequest& member) {
+  std::string SubmitAndLeave(engine::Peers* leader, const engine::RemoteJobRequest& member) {
     std::string id;
     const engine::RemoteJobResult left = leader->RunJob(
         server_->address(), member,
@@ -273,7 +273,7 @@ class MemberOnAPeerTest : public RequestIdTest {
 };
 
 TEST_F(MemberOnAPeerTest, AMemberSubmittedByALeaderThatDiedIsFoundByItsRequestIdNotTrainedTwice) {
-  std::shared_ptr<engine::RemoteRanks> leader = Leader();
+  std::shared_ptr<engine::Peers> leader = Leader();
   ASSERT_NE(leader, nullptr);
   const engine::RemoteJobRequest member = Member(/*epochs=*/40);
   const std::string there = SubmitAndLeave(leader.get(), member);
@@ -298,7 +298,7 @@ TEST_F(MemberOnAPeerTest, AMemberSubmittedByALeaderThatDiedIsFoundByItsRequestId
 }
 
 TEST_F(MemberOnAPeerTest, ACancelBeforeItsIdWasKnownFindsTheJobThereAndCancelsIt) {
-  std::shared_ptr<engine::RemoteRanks> leader = Leader();
+  std::shared_ptr<engine::Peers> leader = Leader();
   ASSERT_NE(leader, nullptr);
   const engine::RemoteJobRequest member = Member(kLongJobEpochs);
   const std::string there = SubmitAndLeave(leader.get(), member);
@@ -332,7 +332,7 @@ TEST_F(MemberOnAPeerTest, ACancelBeforeItsIdWasKnownFindsTheJobThereAndCancelsIt
 // A sweep's share for one peer goes there as one sweep (packed there). A leader killed before it
 // recorded the members' ids there finds each again by the sweep's request id and its place.
 TEST_F(MemberOnAPeerTest, AShareSentAsOneSweepIsPackedThereAndEachMemberIsFoundByItsPlace) {
-  std::shared_ptr<engine::RemoteRanks> leader = Leader();
+  std::shared_ptr<engine::Peers> leader = Leader();
   ASSERT_NE(leader, nullptr);
   engine::RemoteSweepRequest share;
   share.request_id = "sweep-leader001.00000000000000cc";
@@ -404,7 +404,7 @@ int ThreadCount() {
 // order, from the first; a cancel of one ends it there alone, while the others go on; and no
 // thread per member (before, a stream's and a watchdog's: 16 more).
 TEST_F(MemberOnAPeerTest, AShareIsFollowedWithoutAThreadPerMemberAndACancelEndsOneAlone) {
-  std::shared_ptr<engine::RemoteRanks> leader = Leader();
+  std::shared_ptr<engine::Peers> leader = Leader();
   ASSERT_NE(leader, nullptr);
   constexpr int kMembers = 8;
   constexpr int kEpochs = 200;

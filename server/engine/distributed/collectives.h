@@ -5,7 +5,7 @@
 // rank resumes from travel only through Gloo.
 //
 // Tested with ranks in one process on loopback (tests/engine/collectives_test.cc); a job with
-// replicas builds on it (docs/ARCHITECTURE.md, "Data-parallel jobs").
+// replicas builds on it (docs/ARCHITECTURE.md, "The cluster layer").
 #pragma once
 
 #include <torch/torch.h>

@@ -201,7 +201,7 @@ TrainingOutcome RunDataParallel(const TrainingRun& run, const DataParallelOption
   std::mutex remote_mu;
   std::condition_variable remote_done;
   int remote_pending = 0;
-  std::vector<std::unique_ptr<RemoteRanks::Call>> calls(static_cast<size_t>(world));
+  std::vector<std::unique_ptr<PeerRankCalls::Call>> calls(static_cast<size_t>(world));
   for (const int rank : remote_ranks) {
     const std::string peer = peer_of(rank);
     RemoteRankRequest request;

@@ -1,5 +1,5 @@
 // A data-parallel job (JobSpec::replicas) led by this process: its ranks as threads here on the
-// CPU, and with JobSpec::nodes also ranks on peer daemons (RemoteRanks, remote_ranks.h), all
+// CPU, and with JobSpec::nodes also ranks on peer daemons (PeerRankCalls, peers.h), all
 // meeting at a store this process hosts and training with RunRank (training/trainer.h) through one
 // Gloo group. The job manager calls it for a job with replicas (jobs/job_runner.cc); a peer's
 // side of a rank is RunJoinedRank.
@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "common/job_limits.h"
 #include "server/engine/distributed/collectives.h"
-#include "server/engine/remote_ranks.h"
+#include "server/engine/distributed/peers.h"
 #include "server/engine/training/trainer.h"
 
 namespace trainerd::engine {
@@ -45,7 +45,7 @@ struct DataParallelOptions {
   // peers[r], when there and not empty: the peer (of remote's) that runs rank r; the others run
   // here as threads. Rank 0 always runs here (it reports, checkpoints and exports).
   std::vector<std::string> peers;
-  RemoteRanks* remote = nullptr;
+  PeerRankCalls* remote = nullptr;
 };
 
 // The checkpoint a job's ranks resume from, as one rank's part in handing it round the group:

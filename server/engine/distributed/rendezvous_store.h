@@ -2,8 +2,8 @@
 // themselves in and Gloo's ranks tell each other their addresses, as a c10d::TCPStore is for
 // torchrun. trainerd's own, because c10d's TCPStore server takes any connection (no credential),
 // lists its keys to anyone, and bounds only each value (8 MiB), not how many a connection sets:
-// on a daemon that is a stranger's way to grow its memory without end (docs/ARCHITECTURE.md,
-// "Data-parallel jobs"). The ranks see it through c10d's own Store interface, so c10d's
+// on a daemon that is a stranger's way to grow its memory without end (distributed/README.md,
+// "Rendezvous"). The ranks see it through c10d's own Store interface, so c10d's
 // PrefixStore and ProcessGroupGloo use it as they use a TCPStore.
 //
 // What it guards (docs/SECURITY.md, "Peers"): it listens on one address (the daemon's

@@ -24,9 +24,9 @@
 #include "common/page_token.h"
 #include "server/engine/datasets/dataset_registry.h"
 #include "server/engine/devices/cpu_threads.h"
+#include "server/engine/distributed/peers.h"
 #include "server/engine/job_store.h"
 #include "server/engine/jobs/job_options.h"
-#include "server/engine/remote_ranks.h"
 #include "server/engine/torchscript/worker_launcher.h"
 #include "server/engine/training/trainer.h"
 #include "server/engine/types.h"
@@ -85,7 +85,7 @@ struct JobManagerOptions : JobRunOptions {
   // start). Null: records live in memory only and die with the process.
   std::shared_ptr<JobStore> store;
   // Ranks and sweep members on peers (JobSpec::nodes); null without peers.
-  std::shared_ptr<RemoteRanks> remote_ranks;
+  std::shared_ptr<Peers> peers;
 };
 
 // Where a job taken up again at start goes on from.
@@ -308,7 +308,7 @@ class JobManager {
   void RunJob(const std::shared_ptr<Record>& record);
   // A sweep's members taken off the queue together (claimed): trained as one pack.
   void RunPack(std::vector<std::shared_ptr<Record>> members);
-  // A job that trains whole on a peer (JobSpec::runs_on_peer; job_remote.cc): nothing of it is
+  // A job that trains whole on a peer (JobSpec::peer; job_remote.cc): nothing of it is
   // held here but its record; a cancel cancels it there, a drain or a shutdown leaves it training
   // there (taken up again at the next start).
   void RunOnPeer(const std::shared_ptr<Record>& record);
@@ -318,7 +318,8 @@ class JobManager {
   // RunOnPeer's steps: the member published RUNNING with where it goes (durably, before any call
   // there); the calls through which the peer client reports its job there and asks whether to
   // go on; and its end from the peer's result.
-  StartedRun StartOnPeer(const std::shared_ptr<Record>& record, const RankPlacement& placement);
+  StartedRun StartOnPeer(const std::shared_ptr<Record>& record, const std::string& device,
+                         const JobOnPeer& there);
   RemoteMemberCalls MemberCalls(Record* record);
   void EndOnPeer(const std::shared_ptr<Record>& record, StartedRunState& state,
                  RemoteJobResult result, const std::string& peer);

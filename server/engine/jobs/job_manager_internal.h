@@ -24,13 +24,9 @@ std::string ExceptionText(const std::exception_ptr& e);
 // Where TorchScript jobs' modules are kept, under the data folder.
 inline constexpr char kModulesFolder[] = "modules";
 
-// The peer that runs rank `rank` of a job with `nodes` (JobSpec::nodes): round the list starting
-// here; "" for this daemon (job_ranks.cc).
-std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank);
-
 // The queue a job waits in: its device's, or its peer's ("peer HOST:PORT").
 inline std::string QueueOf(const JobSnapshot& snap) {
-  return snap.spec.runs_on_peer() ? "peer " + snap.spec.nodes.front() : snap.device;
+  return snap.spec.runs_on_peer() ? "peer " + snap.spec.peer : snap.device;
 }
 
 }  // namespace trainerd::engine::job_internal

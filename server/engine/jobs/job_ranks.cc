@@ -19,16 +19,6 @@
 
 namespace trainerd::engine {
 
-namespace job_internal {
-
-std::string PeerOfRank(const std::vector<std::string>& nodes, int32_t rank) {
-  if (nodes.empty()) return "";
-  const size_t slot = static_cast<size_t>(rank) % (nodes.size() + 1);
-  return slot == 0 ? "" : nodes[slot - 1];
-}
-
-}  // namespace job_internal
-
 namespace {
 
 bool IsLost(const TrainingOutcome& failed, const std::string& peer) {
@@ -56,7 +46,7 @@ TrainingOutcome JobManager::RunRanks(const std::shared_ptr<Record>& shared, Trai
   parallel.port_min = options_.rendezvous_port_min;
   parallel.port_max = options_.rendezvous_port_max;
   parallel.peers = std::move(rank_peers);
-  parallel.remote = options_.remote_ranks.get();
+  parallel.remote = options_.peers.get();
   TrainingOutcome outcome = RunDataParallel(*run, parallel);
   // Peers went away mid-job (killed, cut off, stopping, stalled): once, as torchrun restarts a
   // job, the job goes on from its last checkpoint with every lost peer's ranks here, under the
@@ -127,7 +117,9 @@ absl::StatusOr<TrainingOutcome> JobManager::RunPeerRank(const PeerRank& rank,
 std::vector<std::string> JobManager::PeerRanks() const {
   std::vector<std::string> out;
   absl::MutexLock lock(&mu_);
-  for (const auto& [holder, leader] : peer_ranks_) out.push_back(absl::StrCat(holder, " for ", leader));
+  for (const auto& [holder, leader] : peer_ranks_) {
+    out.push_back(absl::StrCat(holder, " for ", leader));
+  }
   return out;
 }
 
@@ -171,7 +163,7 @@ bool JobManager::TakeUpWithoutPeer(const std::shared_ptr<Record>& shared,
     snap.restarts.push_back(JobRestart{absl::Now(), from, JobState::kRunning});
     for (RankPlacement& rank : snap.ranks) {
       if (IsLost(failed, rank.node)) {
-        rank = RankPlacement{rank.rank, snap.device, node, "", "", 0};
+        rank = RankPlacement{rank.rank, snap.device, node};
       }
     }
   });

@@ -1,16 +1,16 @@
 // A job that trains whole on a peer: a sweep's member that the sweep dealt to one of its nodes
-// (JobSpec::runs_on_peer). The peer trains it as a job of its own, in its queue and within its
-// limits, through RemoteRanks::RunJob; this daemon keeps the member's record, publishes its epochs
+// (JobSpec::peer). The peer trains it as a job of its own, in its queue and within its
+// limits, through PeerJobCalls::RunJob; this daemon keeps the member's record, publishes its epochs
 // as the peer reports them, and keeps its model once the peer gives it.
 //
 // Before the member is submitted there, the request id it is submitted with is recorded here
-// (ranks[0].request_id, once for the member's life): a daemon killed between the peer's taking the
-// job and its recording the job's id submits again with that id and gets the same job back.
-// The members a sweep deals to one peer go there together, as one sweep of the peer's
-// (RunPackOnPeer, RemoteRanks::RunSweep): packed there, as they would be here. Each is recorded
+// (JobSnapshot::there.request_id, once for the member's life): a daemon killed between the peer's
+// taking the job and its recording the job's id submits again with that id and gets the same job
+// back. The members a sweep deals to one peer go there together, as one sweep of the peer's
+// (RunPackOnPeer, PeerJobCalls::RunSweep): packed there, as they would be here. Each is recorded
 // with that sweep's request id and its place in it before the call, and follows its own job there
 // afterwards; a member taken up again after a restart is followed (or found, or trained anew)
-// alone. The peer's id of the job is recorded here (ranks[0].job_id) as soon as the peer took it.
+// alone. The peer's id of the job is recorded here (there.job_id) as soon as the peer took it.
 // When this daemon stops (a drain, a shutdown) or is killed while the member trains there, the job
 // is left training there, and the next start takes it up again by that id, reading its epochs from
 // the first: nothing is trained twice and nothing is left there unread. Only a cancel here
@@ -29,14 +29,15 @@
 namespace trainerd::engine {
 
 JobManager::StartedRun JobManager::StartOnPeer(const std::shared_ptr<Record>& shared,
-                                               const RankPlacement& placement) {
+                                               const std::string& device, const JobOnPeer& there) {
   auto state = std::make_unique<StartedRunState>();
   state->threads = 0;  // none of this daemon's
   Publish(shared.get(), JobEvent{}, [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
     // Its device and id there once the peer took it (on_queued); until then what the caller
     // named, the id of an earlier run there, and the request id it is (or was) submitted with.
-    snap.ranks = {placement};
+    snap.ranks = {RankPlacement{0, device, snap.spec.peer}};
+    snap.there = there;
     if (snap.start_time == absl::InfinitePast()) {
       snap.start_time = absl::Now();
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
@@ -71,9 +72,8 @@ RemoteMemberCalls JobManager::MemberCalls(Record* record) {
   // Recorded (SaveJob) before its first epoch: a daemon killed from here on finds it again.
   calls.on_queued = [this, record](const std::string& there, const std::string& device) {
     Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
-      if (snap.ranks.empty()) return;
-      snap.ranks.front().job_id = there;
-      if (!device.empty()) snap.ranks.front().device = device;
+      snap.there.job_id = there;
+      if (!device.empty() && !snap.ranks.empty()) snap.ranks.front().device = device;
     });
   };
   return calls;
@@ -120,28 +120,26 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   Record* record = shared.get();
   JobSpec spec;
   std::string id;
-  RankPlacement before;  // what a run before this daemon's restart recorded of it there
+  JobOnPeer there;  // what a run before this daemon's restart recorded of it there
   {
     absl::MutexLock lock(&mu_);
     spec = record->snap.spec;
     id = record->snap.id;
-    if (!record->snap.ranks.empty()) before = record->snap.ranks.front();
+    there = record->snap.there;
   }
   // A run before this daemon's restart may have submitted it there: its id there, or at least
   // the request id it was submitted with, was recorded.
-  const bool may_be_there = !before.job_id.empty() || !before.request_id.empty();
-  RankPlacement placement{
-      0, spec.device, spec.nodes.front(), before.job_id, before.request_id, before.sweep_member};
-  if (placement.request_id.empty()) {
+  const bool may_be_there = !there.job_id.empty() || !there.request_id.empty();
+  if (there.request_id.empty()) {
     absl::MutexLock lock(&mu_);
-    placement.request_id = absl::StrFormat("%s.%016x", id, rng_());
+    there.request_id = absl::StrFormat("%s.%016x", id, rng_());
   }
   // Cancelled before it started here: ended, unless it may have gone on there (after a
   // restart), which RunJob then finds and cancels there.
   if ((!may_be_there || !record->cancel.load()) && StopsBeforeStart(shared)) return;
-  const std::string peer = spec.nodes.front();
-  StartedRun state = StartOnPeer(shared, placement);
-  if (options_.remote_ranks == nullptr) {
+  const std::string peer = spec.peer;
+  StartedRun state = StartOnPeer(shared, spec.device, there);
+  if (options_.peers == nullptr) {
     TrainingOutcome outcome;
     outcome.error =
         absl::StrCat("it was to train on peer ", peer, ", and this daemon has no peers");
@@ -151,21 +149,21 @@ void JobManager::RunOnPeer(const std::shared_ptr<Record>& shared) {
   LogInfo(absl::StrCat("job '", id, "' trains on peer ", peer));
   RemoteJobRequest request;
   request.spec = spec;
-  request.spec.nodes.clear();
+  request.spec.peer.clear();
   request.job_id = id;
-  request.resume_id = placement.job_id;
-  if (placement.sweep_member > 0) {
+  request.resume_id = there.job_id;
+  if (there.sweep_member > 0) {
     // Sent before as one of a sweep there: found there by that sweep's request id and its place;
     // trained anew alone (should it be gone there) under an id of its own derived from both.
-    request.share_request_id = placement.request_id;
-    request.share_member = placement.sweep_member;
-    request.request_id = absl::StrCat(placement.request_id, ":", placement.sweep_member);
+    request.share_request_id = there.request_id;
+    request.share_member = there.sweep_member;
+    request.request_id = absl::StrCat(there.request_id, ":", there.sweep_member);
   } else {
-    request.request_id = placement.request_id;
+    request.request_id = there.request_id;
   }
   const RemoteMemberCalls calls = MemberCalls(record);
   RemoteJobResult result =
-      options_.remote_ranks->RunJob(peer, request, calls.on_queued, calls.on_epoch, calls.stop);
+      options_.peers->RunJob(peer, request, calls.on_queued, calls.on_epoch, calls.stop);
   EndOnPeer(shared, *state, std::move(result), peer);
 }
 
@@ -174,7 +172,7 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
   std::string sweep_request;
   {
     absl::MutexLock lock(&mu_);
-    peer = members.front()->snap.spec.nodes.front();
+    peer = members.front()->snap.spec.peer;
     sweep_request = absl::StrFormat("%s.%016x", members.front()->snap.sweep_id, rng_());
   }
   // The members that start (one cancelled meanwhile ends here, with nothing of it there), each
@@ -192,11 +190,10 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
       spec = member->snap.spec;
     }
     const int32_t place = static_cast<int32_t>(started.size()) + 1;
-    states.push_back(
-        StartOnPeer(member, RankPlacement{0, spec.device, peer, "", sweep_request, place}));
+    states.push_back(StartOnPeer(member, spec.device, JobOnPeer{"", sweep_request, place}));
     started.push_back(member);
     request.job_ids.push_back(member->snap.id);
-    spec.nodes.clear();
+    spec.peer.clear();
     request.members.push_back(std::move(spec));
   }
   // The worker forgets the member it took; the pack's others leave memory here once ended, as a
@@ -208,7 +205,7 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
     forget();
     return;
   }
-  if (options_.remote_ranks == nullptr) {
+  if (options_.peers == nullptr) {
     for (size_t i = 0; i < started.size(); ++i) {
       TrainingOutcome outcome;
       outcome.error =
@@ -222,7 +219,7 @@ void JobManager::RunPackOnPeer(std::vector<std::shared_ptr<Record>> members) {
                        "' train on peer ", peer, " as one sweep there"));
   std::vector<RemoteMemberCalls> calls;
   for (const std::shared_ptr<Record>& member : started) calls.push_back(MemberCalls(member.get()));
-  std::vector<RemoteJobResult> results = options_.remote_ranks->RunSweep(peer, request, calls);
+  std::vector<RemoteJobResult> results = options_.peers->RunSweep(peer, request, calls);
   results.resize(started.size());  // a short answer fails the rest below
   for (size_t i = 0; i < started.size(); ++i) {
     if (results[i].status.ok() && !results[i].detached && !results[i].stopped &&

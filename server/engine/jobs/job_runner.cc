@@ -20,6 +20,7 @@
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
+#include "server/engine/distributed/node_placement.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
@@ -287,9 +288,9 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     if (snap.spec.replicas > 1) {
       const std::string node = NodeName(options_.node_name);
       for (int32_t rank = 0; rank < snap.spec.replicas; ++rank) {
-        const std::string peer = job_internal::PeerOfRank(snap.spec.nodes, rank);
-        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node, "", "", 0}
-                                          : RankPlacement{rank, "cpu", peer, "", "", 0});
+        const std::string peer = NodeOf(snap.spec.nodes, rank);
+        snap.ranks.push_back(peer.empty() ? RankPlacement{rank, snap.device, node}
+                                          : RankPlacement{rank, "cpu", peer});
       }
     }
     if (snap.start_time == absl::InfinitePast()) {
@@ -594,7 +595,7 @@ void JobManager::RunJob(const std::shared_ptr<Record>& shared) {
     replicas = std::max<int32_t>(1, shared->snap.spec.replicas);
     attempt = static_cast<int32_t>(shared->snap.restarts.size()) + 1;
     for (int32_t rank = 0; rank < replicas; ++rank) {
-      rank_peers.push_back(job_internal::PeerOfRank(shared->snap.spec.nodes, rank));
+      rank_peers.push_back(NodeOf(shared->snap.spec.nodes, rank));
     }
   }
   const int32_t local_ranks =

@@ -1,6 +1,13 @@
-// Ranks of a data-parallel job on other trainerd daemons (the leader's --peers), as the engine
-// sees them: an interface the service layer implements over gRPC (server/service/peer_client.h),
-// so that the engine never includes gRPC. The peer's side of a call is Engine::RunRankForPeer.
+// The transport to other trainerd daemons (this daemon's peers), as the engine sees it: four
+// interfaces, one per purpose, that the service layer implements over gRPC
+// (server/service/peer_client.h, PeerService on the other side), so that the engine never
+// includes gRPC.
+//   PeerMembership  who the peers are now, and whether one is fit to take this daemon's work
+//   PeerDatasets    whether a peer holds a job's dataset, and sending it there
+//   PeerRankCalls   a rank of a data-parallel job run on a peer (its side: Engine::RunRankForPeer)
+//   PeerJobCalls    a sweep's members trained whole on a peer, as jobs of that peer's
+// Each user takes the one it needs: admission the first two (engine_peers.cc), the ranks' run the
+// third (data_parallel.h), the job manager the last two (jobs/job_ranks.cc, job_remote.cc).
 #pragma once
 
 #include <cstdint>
@@ -48,7 +55,7 @@ struct RemoteRankResult {
 };
 
 // A whole job a peer trains on this daemon's behalf: a sweep's member dealt to it
-// (JobSpec::runs_on_peer).
+// (JobSpec::peer).
 struct RemoteJobRequest {
   JobSpec spec;        // as the leader accepted it (seed set), without its nodes
   std::string job_id;  // the leader's id, for the peer's log
@@ -107,11 +114,13 @@ struct RemoteJobResult {
   bool detached = false;
 };
 
-class RemoteRanks {
+// Who the peers are, and whether one is fit to take this daemon's work.
+class PeerMembership {
  public:
-  virtual ~RemoteRanks() = default;
+  virtual ~PeerMembership() = default;
 
-  // The peers this daemon may place ranks on (--peers), as "host:port".
+  // The peers this daemon may place ranks and members on, as "host:port": its --peers (DNS names
+  // resolved again every few seconds) and the daemons of the group a cluster manager started it in.
   virtual std::vector<std::string> peers() const = 0;
 
   // Whether `peer` runs this daemon's trainerd and LibTorch versions, asked within a few seconds:
@@ -125,6 +134,12 @@ class RemoteRanks {
   // fix (--peer_token_file, or the peer's --admin for a certificate). Asked before anything of a
   // tenant's is sent there.
   virtual absl::Status CheckAdmin(const std::string& peer) = 0;
+};
+
+// A job's datasets on a peer.
+class PeerDatasets {
+ public:
+  virtual ~PeerDatasets() = default;
 
   // Whether `peer` holds dataset `name_there` (qualified, "OWNER/NAME": the job's owner's there)
   // with this SHA-256, asked within a few seconds: OK; NOT_FOUND when it has no dataset of that
@@ -143,6 +158,12 @@ class RemoteRanks {
   virtual absl::Status CopyDataset(const std::string& peer, const std::string& name_there,
                                    const DatasetMeta& meta, const std::string& path,
                                    int64_t payload_offset) = 0;
+};
+
+// Ranks of data-parallel jobs run on peers.
+class PeerRankCalls {
+ public:
+  virtual ~PeerRankCalls() = default;
 
   // A rank running on a peer; destroying it (or Cancel) cancels the call, which ends the rank
   // there at its next step.
@@ -156,6 +177,12 @@ class RemoteRanks {
   // when the rank ended there or the call failed. `done` may be called before StartRank returns.
   virtual std::unique_ptr<Call> StartRank(const std::string& peer, const RemoteRankRequest& request,
                                           std::function<void(RemoteRankResult)> done) = 0;
+};
+
+// Sweep members trained whole on peers.
+class PeerJobCalls {
+ public:
+  virtual ~PeerJobCalls() = default;
 
   // Trains `request` on `peer` as a job of its own there (its queue, its limits) and returns when
   // it ended, calling `on_queued` with the job's id there and the device the peer placed it on
@@ -178,5 +205,11 @@ class RemoteRanks {
                                                 const RemoteSweepRequest& request,
                                                 const std::vector<RemoteMemberCalls>& calls) = 0;
 };
+
+// All four, as the service layer's peer client gives them (EngineOptions::peers).
+class Peers : public PeerMembership,
+              public PeerDatasets,
+              public PeerRankCalls,
+              public PeerJobCalls {};
 
 }  // namespace trainerd::engine
