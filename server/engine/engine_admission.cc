@@ -81,7 +81,7 @@ absl::Status Engine::Impl::CheckJobQuotaLocked(const CallContext& caller, int64_
   return absl::OkStatus();
 }
 
-absl::Status Engine::Impl::CheckAdmissible(const JobSpec& spec, const CallContext& caller,
+absl::Status Engine::Impl::CheckAdmissible(const PreparedJob& job, const CallContext& caller,
                                            int64_t count) {
   TRAINERD_RETURN_IF_ERROR(CheckDiskQuota(caller, 0, count > 1 ? "this sweep" : "this job"));
   absl::MutexLock lock(&admission_mu);
@@ -99,12 +99,13 @@ absl::Status Engine::Impl::CheckAdmissible(const JobSpec& spec, const CallContex
   }
   // The spec as its first member here would be checked (a sweep spread over nodes has its members
   // there checked by the nodes' own admission).
-  return CheckLocked(spec, caller, nullptr, nullptr).status();
+  return CheckLocked(job, caller, nullptr, nullptr).status();
 }
 
-absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallContext& caller,
+absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(PreparedJob job, const CallContext& caller,
                                                       const LoadedTorchScript* module,
                                                       const DatasetMeta* checked_against) {
+  JobSpec& spec = job.spec;
   TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta dataset, UsableDataset(spec.dataset, caller));
   ResolveLossFromTargets(spec, dataset);
   if (checked_against != nullptr && (dataset.sha256 != checked_against->sha256 ||
@@ -118,7 +119,8 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
   // dataset.) The batch is worked out only from a checked spec: a validation fraction outside
   // [0, 1) or NaN must not reach the arithmetic.
   if (!(module != nullptr)) {
-    TRAINERD_ASSIGN_OR_RETURN(model, CheckJobSpec(spec, dataset));
+    TRAINERD_RETURN_IF_ERROR(CheckJobSpec(spec, job.model, dataset));
+    model = std::move(job.model);
   }
   const int64_t training_rows = dataset.rows - HeldOutRows(spec.validation_fraction, dataset.rows);
   const int64_t batch = std::max<int64_t>(1, std::min(spec.batch_size, training_rows));
@@ -161,8 +163,8 @@ absl::StatusOr<SweepMember> Engine::Impl::CheckLocked(JobSpec spec, const CallCo
       TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice("auto"));
     }
     spec.device = DeviceName(device);
-  } else if (!spec.device.empty()) {
-    TRAINERD_ASSIGN_OR_RETURN(device, ResolveDevice(spec.device));
+  } else if (job.device.has_value()) {
+    device = *job.device;  // resolved by Prepare
   } else {
     device = Place(spec, dataset, estimate.total_bytes);
     spec.device = DeviceName(device);
@@ -242,7 +244,7 @@ std::optional<absl::StatusOr<std::vector<JobSnapshot>>> Engine::Impl::Submitted(
   return std::move(page->jobs);
 }
 
-absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext& caller,
+absl::StatusOr<JobSnapshot> Engine::Impl::Admit(PreparedJob prepared, const CallContext& caller,
                                                 std::optional<LoadedTorchScript> module,
                                                 const DatasetMeta* checked_against,
                                                 std::string_view module_bytes) {
@@ -257,7 +259,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   TRAINERD_RETURN_IF_ERROR(CheckJobQuotaLocked(caller, 1));
   TRAINERD_ASSIGN_OR_RETURN(
       SweepMember checked,
-      CheckLocked(std::move(spec), caller, module ? &*module : nullptr, checked_against));
+      CheckLocked(std::move(prepared), caller, module ? &*module : nullptr, checked_against));
   TRAINERD_ASSIGN_OR_RETURN(
       JobSnapshot job,
       jobs.Enqueue(std::move(checked.spec), std::move(checked.model), checked.device,
@@ -275,7 +277,9 @@ absl::StatusOr<JobSnapshot> Engine::Impl::Admit(JobSpec spec, const CallContext&
   return job;
 }
 
-absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& caller) {
+absl::StatusOr<Engine::Impl::PreparedJob> Engine::Impl::Prepare(JobSpec spec,
+                                                                const CallContext& caller) {
+  PreparedJob prepared;
   // Draining or stopped: said first, whatever else is wrong with the spec.
   if (!jobs.accepting()) return absl::UnavailableError("the daemon is shutting down");
   // The datasets by key from here on (and in the records): a restart, or a caller with another
@@ -292,9 +296,10 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& c
   if (spec.device == "auto") {
     // Chosen by cost in Admit, once the model and the dataset are known (device_cost.h).
   } else if (!spec.device.empty()) {
-    TRAINERD_ASSIGN_OR_RETURN(torch::Device resolved, ResolveDevice(spec.device));
-    spec.device = DeviceName(resolved);
+    TRAINERD_ASSIGN_OR_RETURN(prepared.device, ResolveDevice(spec.device));
+    spec.device = DeviceName(*prepared.device);
   } else if (!device.is_cuda() || torch::cuda::device_count() < 2) {
+    prepared.device = device;
     spec.device = DeviceName(device);
   }  // else Admit places the job, once its estimate is known.
   if (!spec.seed.has_value()) {
@@ -353,14 +358,16 @@ absl::StatusOr<JobSpec> Engine::Impl::Prepare(JobSpec spec, const CallContext& c
     // spec, not the caller's text: whitespace and case cost nothing ("linear:1" padded with
     // megabytes of spaces is stored as "linear:1"). A spec that does not parse fails here with
     // the parser's sentence, as it would in CheckJobSpec.
-    TRAINERD_ASSIGN_OR_RETURN(const ModelSpec model, ParseModelSpec(spec.model));
-    spec.model = model.ToString();
+    TRAINERD_ASSIGN_OR_RETURN(prepared.model, ParseModelSpec(spec.model));
+    spec.model = prepared.model.ToString();
   }
-  return spec;
+  prepared.spec = std::move(spec);
+  return prepared;
 }
 
-absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
+absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(PreparedJob job,
                                                            const CallContext& caller) {
+  JobSpec& spec = job.spec;
   // The cheap checks first, so that a spec that cannot work fails before a process starts; then
   // the module's check without any lock; then admission, which finds the dataset again.
   DatasetMeta checked_against;
@@ -387,7 +394,7 @@ absl::StatusOr<JobSnapshot> Engine::Impl::SubmitWithModule(JobSpec spec,
   // kept in a file of their own while the job may run (a restart loads them again).
   const std::string module_bytes = std::move(spec.torchscript);
   spec.torchscript.clear();
-  return Admit(std::move(spec), caller, std::move(loaded), &checked_against, module_bytes);
+  return Admit(std::move(job), caller, std::move(loaded), &checked_against, module_bytes);
 }
 
 namespace {
@@ -469,27 +476,28 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   // A member on a peer takes the device as the caller named it ("" or auto: the peer's choice);
   // this daemon's placement is this daemon's.
   const std::string asked_device = spec.device;
-  TRAINERD_ASSIGN_OR_RETURN(spec, impl_->Prepare(std::move(spec), caller));
-  if (spread || !spec.nodes.empty()) {
-    TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(spec, caller, count));
+  TRAINERD_ASSIGN_OR_RETURN(Impl::PreparedJob prepared, impl_->Prepare(std::move(spec), caller));
+  const JobSpec& base = prepared.spec;
+  if (spread || !base.nodes.empty()) {
+    TRAINERD_RETURN_IF_ERROR(impl_->CheckAdmissible(prepared, caller, count));
   }
-  TRAINERD_RETURN_IF_ERROR(
-      spread ? impl_->CheckPeers(&deal, &spec, caller, count - 1)
-             : impl_->CheckPeers(&spec.nodes, &spec, caller, int64_t{spec.replicas} - 1));
+  TRAINERD_RETURN_IF_ERROR(spread ? impl_->CheckPeers(&deal, &prepared.spec, caller, count - 1)
+                                  : impl_->CheckPeers(&prepared.spec.nodes, &prepared.spec, caller,
+                                                      int64_t{base.replicas} - 1));
   // The members' values: the points, or the lists' product in order. An empty list keeps the
   // spec's value (a seed Prepare drew when the spec had none: every member then starts from the
   // same weights), as an unset value of a point does.
   std::vector<SweepPoint> grid = axes.points;
   if (grid.empty()) {
     const std::vector<double> lrs =
-        axes.learning_rates.empty() ? std::vector<double>{spec.learning_rate} : axes.learning_rates;
+        axes.learning_rates.empty() ? std::vector<double>{base.learning_rate} : axes.learning_rates;
     const std::vector<double> momenta =
-        axes.momenta.empty() ? std::vector<double>{spec.momentum} : axes.momenta;
+        axes.momenta.empty() ? std::vector<double>{base.momentum} : axes.momenta;
     std::vector<std::optional<double>> decays;
     for (double d : axes.weight_decays) decays.push_back(d);
-    if (decays.empty()) decays.push_back(spec.weight_decay);
+    if (decays.empty()) decays.push_back(base.weight_decay);
     const std::vector<uint64_t> seeds =
-        axes.seeds.empty() ? std::vector<uint64_t>{*spec.seed} : axes.seeds;
+        axes.seeds.empty() ? std::vector<uint64_t>{*base.seed} : axes.seeds;
     for (double lr : lrs) {
       for (double momentum : momenta) {
         for (const std::optional<double>& decay : decays) {
@@ -509,19 +517,23 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     TRAINERD_RETURN_IF_ERROR(impl_->CheckJobQuotaLocked(caller, count));
     for (size_t index = 0; index < grid.size(); ++index) {
       const SweepPoint& point = grid[index];
-      JobSpec member = spec;
+      Impl::PreparedJob checking = prepared;
+      JobSpec& member = checking.spec;
       member.peer = NodeOf(deal, static_cast<int64_t>(index));
-      member.learning_rate = point.learning_rate.value_or(spec.learning_rate);
-      member.momentum = point.momentum.value_or(spec.momentum);
+      member.learning_rate = point.learning_rate.value_or(base.learning_rate);
+      member.momentum = point.momentum.value_or(base.momentum);
       if (point.weight_decay.has_value()) member.weight_decay = point.weight_decay;
-      member.seed = point.seed.value_or(*spec.seed);
+      member.seed = point.seed.value_or(*base.seed);
       // One device for the whole sweep here: the first member's (placed or chosen by cost).
-      if (!members.empty()) member.device = members.front().spec.device;
+      if (!members.empty()) {
+        member.device = members.front().spec.device;
+        checking.device = members.front().device;
+      }
       const std::string values = absl::StrCat(
           "learning rate ", member.learning_rate, ", momentum ", member.momentum, ", weight decay ",
           member.weight_decay.value_or(0.0), ", seed ", *member.seed);
       absl::StatusOr<SweepMember> checked =
-          impl_->CheckLocked(std::move(member), caller, nullptr, nullptr);
+          impl_->CheckLocked(std::move(checking), caller, nullptr, nullptr);
       if (!checked.ok()) {
         return absl::Status(checked.status().code(),
                             absl::StrCat("sweep member ", index + 1, " (", values,
@@ -536,8 +548,8 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     sweep.id = jobs.front().sweep_id;
     sweep.members = std::move(jobs);
     LogInfo(absl::StrCat("sweep '", sweep.id, "' queued on ", sweep.members.front().device, ": ",
-                         sweep.members.size(), " members of ", spec.model, " on dataset '",
-                         spec.dataset, "'", caller.owner.empty() ? "" : ", for ", caller.owner));
+                         sweep.members.size(), " members of ", base.model, " on dataset '",
+                         base.dataset, "'", caller.owner.empty() ? "" : ", for ", caller.owner));
     return sweep;
   }
 }
@@ -557,23 +569,23 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     done(nodes);
     return;
   }
-  absl::StatusOr<JobSpec> prepared = impl_->Prepare(std::move(spec), caller);
-  if (!prepared.ok() || prepared->torchscript.empty()) {
+  absl::StatusOr<Impl::PreparedJob> prepared = impl_->Prepare(std::move(spec), caller);
+  if (!prepared.ok() || prepared->spec.torchscript.empty()) {
     if (!prepared.ok()) {
       done(prepared.status());
       return;
     }
     // A job with nodes asks them first (seconds at most; the caller runs this off the RPC
     // threads, as the service's blocking pool does), once admission would take it.
-    if (!prepared->nodes.empty()) {
+    if (!prepared->spec.nodes.empty()) {
       if (absl::Status admissible = impl_->CheckAdmissible(*prepared, caller, 1);
           !admissible.ok()) {
         done(admissible);
         return;
       }
     }
-    if (absl::Status peers =
-            impl_->CheckPeers(&prepared->nodes, &*prepared, caller, prepared->replicas - 1);
+    if (absl::Status peers = impl_->CheckPeers(&prepared->spec.nodes, &prepared->spec, caller,
+                                               prepared->spec.replicas - 1);
         !peers.ok()) {
       done(peers);
       return;
@@ -582,7 +594,7 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     return;
   }
   // std::function needs a copyable callable: the spec (with its module bytes) moves into a holder.
-  auto holder = std::make_shared<JobSpec>(*std::move(prepared));
+  auto holder = std::make_shared<Impl::PreparedJob>(*std::move(prepared));
   absl::Status refused;
   {
     std::lock_guard<std::mutex> lock(impl_->check_mu);

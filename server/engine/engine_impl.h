@@ -117,12 +117,21 @@ struct Engine::Impl {
   // job brings one (then `checked_against` is the dataset it was checked against, which must not
   // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
   // Prepare also resolves the spec's dataset references to keys (the caller's bare names its own).
-  absl::StatusOr<JobSpec> Prepare(JobSpec spec, const CallContext& caller);
+  // What it leaves is what every later step takes, so that nothing of a request is parsed or
+  // resolved twice: the spec (datasets by key, seed drawn, model spec canonical), its model
+  // parsed (empty for a submitted module), and the device the caller named, resolved (unset for
+  // "auto", chosen by cost, and for none on a daemon with several GPUs, placed).
+  struct PreparedJob {
+    JobSpec spec;
+    ModelSpec model;
+    std::optional<torch::Device> device;
+  };
+  absl::StatusOr<PreparedJob> Prepare(JobSpec spec, const CallContext& caller);
   // Before a job with nodes asks them anything: what admission would refuse of it now (the
   // caller's job and disk quotas for `count` jobs, the queue's bound, the spec against its
   // datasets and the limits), so that nothing is sent to a peer for a submit this daemon refuses.
   // Admission checks it all again when it queues the job.
-  absl::Status CheckAdmissible(const JobSpec& spec, const CallContext& caller, int64_t count);
+  absl::Status CheckAdmissible(const PreparedJob& job, const CallContext& caller, int64_t count);
   // The nodes of `spec` (its ranks' `spec->nodes`, or the nodes a sweep deals its members round):
   // each is one of this daemon's peers, takes this daemon's peer credentials as an admin's, and
   // holds the job's datasets (asked of it, within seconds, after CheckAdmissible and before
@@ -148,13 +157,13 @@ struct Engine::Impl {
   // admission_mu, so that two calls racing with one id queue one job.
   std::optional<absl::StatusOr<std::vector<JobSnapshot>>> Submitted(
       const CallContext& caller) const;
-  absl::StatusOr<JobSnapshot> Admit(JobSpec spec, const CallContext& caller,
+  absl::StatusOr<JobSnapshot> Admit(PreparedJob prepared, const CallContext& caller,
                                     std::optional<LoadedTorchScript> module,
                                     const DatasetMeta* checked_against,
                                     std::string_view module_bytes = {});
   // Admit's checks without the queue: the spec against its dataset and the limits, its device
   // placed, its estimates. Under admission_mu.
-  absl::StatusOr<SweepMember> CheckLocked(JobSpec spec, const CallContext& caller,
+  absl::StatusOr<SweepMember> CheckLocked(PreparedJob job, const CallContext& caller,
                                           const LoadedTorchScript* module,
                                           const DatasetMeta* checked_against)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
@@ -169,7 +178,7 @@ struct Engine::Impl {
                                             const CallContext& caller) const {
     return VisibleDataset(key, caller);
   }
-  absl::StatusOr<JobSnapshot> SubmitWithModule(JobSpec spec, const CallContext& caller);
+  absl::StatusOr<JobSnapshot> SubmitWithModule(PreparedJob job, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;
   absl::StatusOr<Diagnosis> Measure();

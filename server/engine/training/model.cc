@@ -140,9 +140,9 @@ absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& data
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset) {
+// What CheckJobSpec checks of a spec apart from its model: the optimizer, the batch, the epochs
+// and checkpoints, the validation options, accumulation and drop_last.
+absl::Status CheckSpecOptions(const JobSpec& spec, const DatasetMeta& dataset) {
   TRAINERD_RETURN_IF_ERROR(CheckOptimizer(spec));
   if (spec.batch_size < 1) {
     return absl::InvalidArgumentError(
@@ -169,15 +169,24 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
                        " or keep the last batch"));
     }
   }
-  if (!spec.torchscript.empty()) {
-    // "torchscript" is accepted as well as "", so that a spec can say what it trains.
-    if (!spec.model.empty() && spec.model != "torchscript" && spec.model != "exported") {
-      return absl::InvalidArgumentError(absl::StrCat("give either a model spec ('", spec.model,
-                                                     "') or a TorchScript module, not both"));
-    }
-    return ModelSpec{};
+  return absl::OkStatus();
+}
+
+// A submitted module's spec names no model of its own: the module is checked by
+// LoadTorchScriptModule.
+absl::Status CheckNoModelBesideModule(const JobSpec& spec) {
+  // "torchscript" is accepted as well as "", so that a spec can say what it trains.
+  if (!spec.model.empty() && spec.model != "torchscript" && spec.model != "exported") {
+    return absl::InvalidArgumentError(absl::StrCat("give either a model spec ('", spec.model,
+                                                   "') or a TorchScript module, not both"));
   }
-  TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, ParseModelSpec(spec.model));
+  return absl::OkStatus();
+}
+
+// The parsed model against the dataset: its layers on the features, batchnorm's batch, the loss
+// on its output and the targets.
+absl::Status CheckModelAgainstDataset(const JobSpec& spec, const ModelSpec& model,
+                                      const DatasetMeta& dataset) {
   auto output = InferOutputShape(model, dataset.feature_shape);
   if (!output.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -186,7 +195,26 @@ absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& d
   }
   TRAINERD_RETURN_IF_ERROR(CheckBatchNormBatch(spec, model, dataset));
   TRAINERD_RETURN_IF_ERROR(CheckLoss(spec, *output, dataset));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset) {
+  TRAINERD_RETURN_IF_ERROR(CheckSpecOptions(spec, dataset));
+  if (!spec.torchscript.empty()) {
+    TRAINERD_RETURN_IF_ERROR(CheckNoModelBesideModule(spec));
+    return ModelSpec{};
+  }
+  TRAINERD_ASSIGN_OR_RETURN(ModelSpec model, ParseModelSpec(spec.model));
+  TRAINERD_RETURN_IF_ERROR(CheckModelAgainstDataset(spec, model, dataset));
   return model;
+}
+
+absl::Status CheckJobSpec(const JobSpec& spec, const ModelSpec& model, const DatasetMeta& dataset) {
+  TRAINERD_RETURN_IF_ERROR(CheckSpecOptions(spec, dataset));
+  if (!spec.torchscript.empty()) return CheckNoModelBesideModule(spec);
+  return CheckModelAgainstDataset(spec, model, dataset);
 }
 
 absl::Status CheckValidationDataset(const JobSpec& spec, const ModelSpec& model,

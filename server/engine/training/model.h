@@ -21,6 +21,9 @@ namespace trainerd::engine {
 // A TorchScript job (spec.torchscript set) gets an empty ModelSpec: its model and loss are
 // checked by LoadTorchScriptModule (torchscript_module.h), which runs its forward.
 absl::StatusOr<ModelSpec> CheckJobSpec(const JobSpec& spec, const DatasetMeta& dataset);
+// The same for a spec whose model was parsed already (`model`, from spec.model; empty for a
+// submitted module): admission parses a request's model once.
+absl::Status CheckJobSpec(const JobSpec& spec, const ModelSpec& model, const DatasetMeta& dataset);
 
 // Checks spec.validation_dataset's metadata (`validation`) against the training `dataset`: the
 // same per-row feature and target shapes and target dtype, and targets the loss accepts (class
