@@ -236,28 +236,16 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
     run.intra_op_threads = 1;
     run.flush_denormal = impl.options.jobs.flush_denormal;
     run.cpu_nice = impl.options.jobs.cpu_training_nice;
-    GroupOptions group;
-    group.store_host = request.store_host;
-    group.store_port = request.store_port;
-    group.store_secret = request.store_secret;
-    group.prefix = request.prefix;
-    group.rank = request.rank;
-    group.world_size = request.world_size;
-    group.timeout = absl::Seconds(request.timeout_seconds);
-    group.interface_host = impl.options.jobs.advertise_host;
-    LogInfo(absl::StrCat(who, " (of ", request.world_size, ") starts here for the daemon at ",
-                         request.store_host,
-                         request.resume_bytes > 0
-                             ? absl::StrCat(", from its checkpoint (", request.resume_bytes,
-                                            " bytes, sent by rank 0)")
-                             : std::string()));
-    GroupResume resume;
+    const JoinedGroup joined = JoinedGroupOf(request, impl.options.jobs.advertise_host);
+    LogInfo(absl::StrCat(
+        who, " (of ", request.world_size, ") starts here for the daemon at ", request.store_host,
+        request.resume_bytes > 0 ? absl::StrCat(", from its checkpoint (", request.resume_bytes,
+                                                " bytes, sent by rank 0)")
+                                 : std::string()));
     if (request.resume_bytes > 0) {
-      resume.expect_bytes = request.resume_bytes;
-      resume.expect_sha256 = request.resume_sha256;
       run.resume_from = absl::StrCat("the leader's checkpoint of job '", request.job_id, "'");
     }
-    TrainingOutcome outcome = RunJoinedRank(run, group, resume);
+    TrainingOutcome outcome = RunJoinedRank(run, joined.group, joined.resume);
     stopping = outcome.interrupted && stop.load();
     return outcome;
   };

@@ -533,22 +533,12 @@ class ThreadPeers final : public PeerRankCalls {
       run.checkpoint_dir.clear();
       run.resume_from.clear();
       run.resume_bytes.reset();
-      GroupOptions group;
-      group.store_host = request.store_host;
-      group.store_port = request.store_port;
-      group.store_secret = request.store_secret;
-      group.prefix = request.prefix;
-      group.rank = request.rank;
-      group.world_size = request.world_size;
-      group.timeout = absl::Seconds(request.timeout_seconds);
-      GroupResume resume;
+      JoinedGroup joined = JoinedGroupOf(request, "");
       if (request.resume_bytes > 0) {
         run.resume_from = "the leader's checkpoint";
-        resume.expect_bytes = request.resume_bytes;
-        resume.expect_sha256 = request.resume_sha256;
-        if (mode_ == Mode::kTampered) resume.expect_sha256 = std::string(64, 'f');
+        if (mode_ == Mode::kTampered) joined.resume.expect_sha256 = std::string(64, 'f');
       }
-      const TrainingOutcome outcome = RunJoinedRank(run, group, resume);
+      const TrainingOutcome outcome = RunJoinedRank(run, joined.group, joined.resume);
       result.state = outcome.state;
       result.error = outcome.error;
       result.steps = outcome.steps;

@@ -94,6 +94,23 @@ absl::StatusOr<int64_t> MostCheckpointBytes(const MemoryEstimate& estimate, size
   return CheckedAdd(twice, framing, kWhat);
 }
 
+JoinedGroup JoinedGroupOf(const RemoteRankRequest& request, const std::string& interface_host) {
+  JoinedGroup joined;
+  joined.group.store_host = request.store_host;
+  joined.group.store_port = request.store_port;
+  joined.group.store_secret = request.store_secret;
+  joined.group.prefix = request.prefix;
+  joined.group.rank = request.rank;
+  joined.group.world_size = request.world_size;
+  joined.group.timeout = absl::Seconds(request.timeout_seconds);
+  if (!interface_host.empty()) joined.group.interface_host = interface_host;
+  if (request.resume_bytes > 0) {
+    joined.resume.expect_bytes = request.resume_bytes;
+    joined.resume.expect_sha256 = request.resume_sha256;
+  }
+  return joined;
+}
+
 TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group_options,
                               const GroupResume& resume) {
   absl::StatusOr<std::unique_ptr<CpuGroup>> group = CpuGroup::Join(group_options);

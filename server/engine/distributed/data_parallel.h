@@ -76,6 +76,15 @@ absl::StatusOr<int64_t> MostCheckpointBytes(const MemoryEstimate& estimate, size
 TrainingOutcome RunJoinedRank(const TrainingRun& run, const GroupOptions& group,
                               const GroupResume& resume = {});
 
+// The group a peer's rank joins and the checkpoint it expects from rank 0, as the leader's
+// request says; `interface_host` is the address the rank's Gloo device binds (the peer's
+// --advertise_host; empty: GroupOptions' loopback default).
+struct JoinedGroup {
+  GroupOptions group;
+  GroupResume resume;
+};
+JoinedGroup JoinedGroupOf(const RemoteRankRequest& request, const std::string& interface_host);
+
 // As above, with ranks on peers: their calls start first; one that cannot start (the peer is
 // down, refuses the credentials or the dataset) gives the meeting up, and the job fails at once
 // naming the rank, the peer and the reason; a peer's rank that fails during the job ends the
