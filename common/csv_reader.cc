@@ -115,24 +115,12 @@ absl::StatusOr<int64_t> ParseInt64Field(absl::string_view field, int64_t line, i
   return static_cast<int64_t>(value);
 }
 
-absl::Status CheckOptions(const CsvOptions& options) {
-  if (options.target_columns < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("target_columns must be at least 1; got ", options.target_columns));
-  }
-  if (options.target_dtype == TargetDType::kInt64 && options.target_columns != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("int64 targets need exactly one target column; got ", options.target_columns));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<Table> ParseCsv(std::string_view std_text, const CsvOptions& options) {
   // Debian's Abseil has its own absl::string_view (not std::string_view): convert once.
   const absl::string_view text(std_text.data(), std_text.size());
-  TRAINERD_RETURN_IF_ERROR(CheckOptions(options));
+  TRAINERD_RETURN_IF_ERROR(CheckTargetColumns(options.target_columns, options.target_dtype));
   const size_t target_columns = static_cast<size_t>(options.target_columns);
 
   Table table;

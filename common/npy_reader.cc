@@ -484,14 +484,7 @@ absl::StatusOr<NpyTableLayout> LayOutNpyTable(const NpyArrayInfo& features,
     return layout;
   }
 
-  if (options.target_columns < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("target_columns must be at least 1; got ", options.target_columns));
-  }
-  if (options.target_dtype == TargetDType::kInt64 && options.target_columns != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("int64 targets need exactly one target column; got ", options.target_columns));
-  }
+  TRAINERD_RETURN_IF_ERROR(CheckTargetColumns(options.target_columns, options.target_dtype));
   if (features.shape.size() != 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("without a targets array the features array must be 2-D (rows, columns); "

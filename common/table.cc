@@ -29,6 +29,18 @@ bool IsDatasetNameChar(char c) {
 
 }  // namespace
 
+absl::Status CheckTargetColumns(int target_columns, TargetDType dtype) {
+  if (target_columns < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("target_columns must be at least 1; got ", target_columns));
+  }
+  if (dtype == TargetDType::kInt64 && target_columns != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("int64 targets need exactly one target column; got ", target_columns));
+  }
+  return absl::OkStatus();
+}
+
 const char* TargetDTypeName(TargetDType dtype) {
   switch (dtype) {
     case TargetDType::kFloat32:

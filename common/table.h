@@ -19,6 +19,10 @@ enum class TargetDType { kFloat32, kInt64 };
 // "float32" / "int64".
 const char* TargetDTypeName(TargetDType dtype);
 
+// The target columns a reader (CSV, NPY) is asked to take from a table's last columns: at least
+// one, and exactly one for int64 class indices. INVALID_ARGUMENT naming the option otherwise.
+absl::Status CheckTargetColumns(int target_columns, TargetDType dtype);
+
 // Rows of features and targets. Exactly one of targets_f32 / targets_i64 is filled, by
 // target_dtype. Not thread-safe (a plain value).
 struct Table {
