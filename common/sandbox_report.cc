@@ -1,8 +1,12 @@
-// The sandbox report's one-line form (sandbox_report.h).
+// The sandbox report's one-line form, and the /proc status field both its sides read
+// (sandbox_report.h).
 #include "common/sandbox_report.h"
 
+#include <fstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -91,6 +95,17 @@ absl::StatusOr<SandboxReport> DecodeSandboxReport(absl::string_view line) {
     }
   }
   return r;
+}
+
+std::string ProcStatusField(const std::string& path, absl::string_view key) {
+  std::ifstream status(path);
+  std::string line;
+  while (std::getline(status, line)) {
+    if (absl::StartsWith(line, key)) {
+      return std::string(absl::StripAsciiWhitespace(line.substr(key.size())));
+    }
+  }
+  return "";
 }
 
 }  // namespace trainerd

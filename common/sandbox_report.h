@@ -51,6 +51,11 @@ struct SandboxReport {
 std::string EncodeSandboxReport(const SandboxReport& report);
 absl::StatusOr<SandboxReport> DecodeSandboxReport(absl::string_view line);
 
+// The value of `key` ("Seccomp:") in a /proc status file (a process's or a thread's), blanks
+// trimmed; "" when the file or the key is missing. What both sides of a report read: the process
+// of itself, the daemon of the process from outside.
+std::string ProcStatusField(const std::string& path, absl::string_view key);
+
 // The parts, as named in reports, flags (--worker_sandbox_may_lack) and metrics.
 inline constexpr absl::string_view kSandboxLandlock = "landlock";
 inline constexpr absl::string_view kSandboxSeccomp = "seccomp";

@@ -298,18 +298,6 @@ int64_t TasksOfUser(uid_t uid) {
   return tasks;
 }
 
-// The value of `key` ("Seccomp:") in a status file's lines, or "".
-std::string StatusField(const std::string& path, absl::string_view key) {
-  std::ifstream status(path);
-  std::string line;
-  while (std::getline(status, line)) {
-    if (absl::StartsWith(line, key)) {
-      return std::string(absl::StripAsciiWhitespace(line.substr(key.size())));
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 std::vector<std::string> EnterNamespaces(SandboxReport* report) {
@@ -455,8 +443,8 @@ void MeasureConfinement(SandboxReport* report) {
       if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
       ++threads;
       const std::string path = absl::StrCat("/proc/self/task/", tid, "/status");
-      all_filtered = all_filtered && StatusField(path, "Seccomp:") == "2";
-      all_no_new_privs = all_no_new_privs && StatusField(path, "NoNewPrivs:") == "1";
+      all_filtered = all_filtered && ProcStatusField(path, "Seccomp:") == "2";
+      all_no_new_privs = all_no_new_privs && ProcStatusField(path, "NoNewPrivs:") == "1";
     }
     ::closedir(tasks);
   }

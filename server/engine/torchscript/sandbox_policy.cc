@@ -55,18 +55,6 @@ std::string SeccompExplanation(const SandboxReport& r) {
                       ")");
 }
 
-// The value of `key` ("Seccomp:") in a status file, or "" when the file or the key is missing.
-std::string StatusField(const std::string& path, absl::string_view key) {
-  std::ifstream status(path);
-  std::string line;
-  while (std::getline(status, line)) {
-    if (absl::StartsWith(line, key)) {
-      return std::string(absl::StripAsciiWhitespace(line.substr(key.size())));
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 const std::vector<std::string>& RequiredSandboxParts() {
@@ -113,21 +101,21 @@ void MeasureFromOutside(pid_t pid, const SandboxPolicy& policy, SandboxReport* r
   // The worker's own filter comes on top of any the daemon runs under (systemd's
   // SystemCallFilter=, a container's profile): each thread has more than the daemon has.
   int64_t own_filters = -1;
-  (void)absl::SimpleAtoi(StatusField("/proc/self/status", "Seccomp_filters:"), &own_filters);
+  (void)absl::SimpleAtoi(ProcStatusField("/proc/self/status", "Seccomp_filters:"), &own_filters);
   const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
   if (DIR* tasks = ::opendir(task_dir.c_str())) {
     while (dirent* e = ::readdir(tasks)) {
       int tid = 0;
       if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
       const std::string path = absl::StrCat(task_dir, "/", tid, "/status");
-      const std::string seccomp = StatusField(path, "Seccomp:");
+      const std::string seccomp = ProcStatusField(path, "Seccomp:");
       if (seccomp.empty()) continue;  // the thread ended meanwhile
       ++threads;
       int64_t filters = -1;
-      const bool counted = absl::SimpleAtoi(StatusField(path, "Seccomp_filters:"), &filters);
+      const bool counted = absl::SimpleAtoi(ProcStatusField(path, "Seccomp_filters:"), &filters);
       all_filtered = all_filtered && seccomp == "2" &&
                      (!counted || own_filters < 0 || filters > own_filters);
-      all_no_new_privs = all_no_new_privs && StatusField(path, "NoNewPrivs:") == "1";
+      all_no_new_privs = all_no_new_privs && ProcStatusField(path, "NoNewPrivs:") == "1";
     }
     ::closedir(tasks);
   }
@@ -139,7 +127,7 @@ void MeasureFromOutside(pid_t pid, const SandboxPolicy& policy, SandboxReport* r
   }
   if (threads > 0 && !all_no_new_privs) report->no_new_privileges = false;
   // Uid: real, effective, saved, file system.
-  std::istringstream uids(StatusField(absl::StrCat("/proc/", pid, "/status"), "Uid:"));
+  std::istringstream uids(ProcStatusField(absl::StrCat("/proc/", pid, "/status"), "Uid:"));
   int64_t real = -1, effective = -1, saved = -1, fs = -1;
   uids >> real >> effective >> saved >> fs;
   if (real >= 0) {
