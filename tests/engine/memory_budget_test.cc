@@ -1,10 +1,11 @@
 // The device memory budget (EngineOptions::device_memory_budget): uploads that cannot fit are
 // refused with the numbers before any byte is kept, idle datasets are evicted least recently used
 // first and loaded back when a job needs them, datasets load lazily at start (or eagerly with
-// preload), Submit refuses a job that could never fit, and a job waits while running jobs hold
-// the memory it needs.
+// preload), Submit refuses a job that could never fit, and a job, or a rank run for a peer, waits
+// while running jobs hold the memory it needs.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/distributed/peers.h"
 #include "server/engine/engine.h"
 #include "tests/engine/engine_test_support.h"
 
@@ -33,15 +35,52 @@ using ::testing::HasSubstr;
 // The seed table of 800 rows: 6,400 payload bytes (one float32 feature and target per row).
 constexpr int64_t kSeedBytes = 6400;
 
+// One peer on loopback, which is asked nothing: what a daemon that runs ranks for a leader on
+// 127.0.0.1 needs (RunRankForPeer checks that the leader's store is on one of its peers).
+class LoopbackPeer final : public Peers {
+ public:
+  std::vector<std::string> peers() const override { return {"127.0.0.1:1"}; }
+  absl::Status CheckVersion(const std::string&) override { return Unused(); }
+  absl::Status CheckAdmin(const std::string&) override { return Unused(); }
+  absl::Status CheckDataset(const std::string&, const std::string&, const std::string&) override {
+    return Unused();
+  }
+  absl::Status CopyDataset(const std::string&, const std::string&, const DatasetMeta&,
+                           const std::string&, int64_t) override {
+    return Unused();
+  }
+  std::unique_ptr<Call> StartRank(const std::string&, const RemoteRankRequest&,
+                                  std::function<void(RemoteRankResult)>) override {
+    return nullptr;
+  }
+  RemoteJobResult RunJob(const std::string&, const RemoteJobRequest&,
+                         const std::function<void(const std::string&, const std::string&)>&,
+                         const std::function<void(const EpochResult&)>&,
+                         const std::function<RemoteStop()>&) override {
+    RemoteJobResult result;
+    result.status = Unused();
+    return result;
+  }
+  std::vector<RemoteJobResult> RunSweep(const std::string&, const RemoteSweepRequest&,
+                                        const std::vector<RemoteMemberCalls>&) override {
+    return {};
+  }
+
+ private:
+  static absl::Status Unused() { return absl::UnimplementedError("not asked in this test"); }
+};
+
 class MemoryBudgetTest : public EngineFixture {
  protected:
   // Restarts the engine over the same folder with a budget of `budget` bytes.
-  void Restart(int64_t budget, bool preload = false, int32_t max_concurrent_jobs = 0) {
+  void Restart(int64_t budget, bool preload = false, int32_t max_concurrent_jobs = 0,
+               std::shared_ptr<Peers> peers = nullptr) {
     engine_.reset();
     EngineOptions options = Options();
     options.device_memory_budget.bytes = budget;
     options.preload = preload;
     options.jobs.max_concurrent_jobs = max_concurrent_jobs;
+    options.peers = std::move(peers);
     engine_ = StartEngine(options);
     ASSERT_NE(engine_, nullptr);
   }
@@ -175,6 +214,57 @@ TEST_F(MemoryBudgetTest, AJobWaitsWhileRunningJobsHoldTheMemoryItNeeds) {
   absl::StatusOr<JobSnapshot> ran = WaitForEnd(*engine_, waiting->id);
   ASSERT_TRUE(ran.ok());
   EXPECT_EQ(ran->state, JobState::kSucceeded) << ran->error;
+}
+
+TEST_F(MemoryBudgetTest, ARankForAPeerWaitsForMemoryAsAJobDoesAndGivesEverythingBack) {
+  // Room for one job's dataset and working set at a time; a leader on loopback.
+  Restart(/*budget=*/kSeedBytes + 3000, /*preload=*/false, /*max_concurrent_jobs=*/2,
+          std::make_shared<LoopbackPeer>());
+  ASSERT_TRUE(Upload(*engine_, "a", SeedTable(800, 1)).ok());
+  ASSERT_TRUE(Upload(*engine_, "b", SeedTable(800, 2)).ok());  // a evicted: one fits
+  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("a"));
+  ASSERT_TRUE(blocker.ok());
+  auto recorder = std::make_shared<EventRecorder>();
+  ASSERT_TRUE(engine_->SubscribeJob(blocker->id, recorder).ok());
+  ASSERT_TRUE(recorder->WaitForEpochs(1));
+
+  // Rank 1 of a leader's job on dataset b, whose store on 127.0.0.1:1 nobody serves.
+  RemoteRankRequest request;
+  request.spec = SmallJob("b");
+  request.spec.seed = 7;
+  request.job_id = "job-of-the-leader";
+  request.rank = 1;
+  request.world_size = 2;
+  request.store_host = "127.0.0.1";
+  request.store_port = 1;
+  request.store_secret = std::string(64, 'a');
+  request.prefix = "job-of-the-leader/0";
+  request.timeout_seconds = 1.0;
+  request.dataset_sha256 = engine_->GetDataset("b")->sha256;
+  CallContext admin;
+  admin.admin = true;
+
+  // The blocker holds the memory: the rank waits for it, as a queued job would, and gives up at
+  // its timeout with nothing of it left here.
+  const RemoteRankResult waited = engine_->RunRankForPeer(request, admin, nullptr);
+  EXPECT_EQ(waited.status.code(), absl::StatusCode::kUnavailable) << waited.status;
+  EXPECT_THAT(waited.status.message(), HasSubstr("rank 1 of job 'job-of-the-leader'"));
+  EXPECT_EQ(engine_->GetJob(blocker->id)->state, JobState::kRunning);
+
+  // With the memory given back the rank is admitted: it runs, fails to meet a leader that is
+  // not there, and gives back its memory and its thread, so that a job runs after it.
+  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
+  ASSERT_TRUE(WaitForEnd(*engine_, blocker->id).ok());
+  const RemoteRankResult ran = engine_->RunRankForPeer(request, admin, nullptr);
+  EXPECT_TRUE(ran.status.ok()) << ran.status;
+  EXPECT_EQ(ran.state, JobState::kFailed);
+  EXPECT_FALSE(ran.error.empty());
+  for (const DeviceStatusInfo& device : engine_->ListDevices()) {
+    EXPECT_TRUE(device.peer_ranks.empty()) << device.device;
+  }
+  absl::StatusOr<JobSnapshot> after = RunJob(*engine_, SmallJob("b"));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->state, JobState::kSucceeded) << after->error;
 }
 
 }  // namespace
