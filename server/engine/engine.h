@@ -329,9 +329,11 @@ class Engine {
 
   // A peer's side of a data-parallel job led by another daemon (PeerService.RunRank): checks the
   // call (an admin caller; the store on one of this daemon's peers; the dataset here the leader's,
-  // by SHA-256; a spec ranks can train), then joins the leader's group and trains the rank on the
-  // CPU until the job ends there, or `cancel` is set (the leader cancelled the call), or the
-  // daemon shuts down. Blocking for the job's length: the caller runs it on a thread of its own.
+  // by SHA-256; a spec ranks can train), is admitted by the job manager as a job is (its memory,
+  // waiting at most the call's timeout while running jobs hold it, and a CPU thread), then joins
+  // the leader's group and trains the rank on the CPU until the job ends there, or `cancel` is
+  // set (the leader cancelled the call), or the daemon shuts down. Blocking for the job's
+  // length: the caller runs it on a thread of its own.
   // The result's status says why the rank could not run (PERMISSION_DENIED, FAILED_PRECONDITION,
   // INVALID_ARGUMENT, UNAVAILABLE); otherwise how the rank ended.
   RemoteRankResult RunRankForPeer(const RemoteRankRequest& request, const CallContext& caller,
