@@ -91,6 +91,24 @@ class MemoryBudgetTest : public EngineFixture {
     return meta.ok() ? meta->location : DatasetLocation::kHost;
   }
 
+  // Two workers and room for one job's dataset and working set at a time: datasets "a" and "b"
+  // uploaded (b evicted a), and a long job on "a" running. Its id, or "" when it did not start.
+  std::string HoldTheBudget(std::shared_ptr<Peers> peers = nullptr) {
+    Restart(/*budget=*/kSeedBytes + 3000, /*preload=*/false, /*max_concurrent_jobs=*/2,
+            std::move(peers));
+    if (engine_ == nullptr || !Upload(*engine_, "a", SeedTable(800, 1)).ok() ||
+        !Upload(*engine_, "b", SeedTable(800, 2)).ok()) {
+      return "";
+    }
+    absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("a"));
+    if (!blocker.ok()) return "";
+    auto recorder = std::make_shared<EventRecorder>();
+    if (!engine_->SubscribeJob(blocker->id, recorder).ok() || !recorder->WaitForEpochs(1)) {
+      return "";
+    }
+    return blocker->id;
+  }
+
   // A short job on `dataset`: linear:1, its working set a few hundred bytes.
   JobSpec SmallJob(const std::string& dataset) {
     JobSpec spec = SeedSpec(dataset);
@@ -197,20 +215,14 @@ TEST_F(MemoryBudgetTest, ARunningJobsDatasetIsNeverEvicted) {
 
 TEST_F(MemoryBudgetTest, AJobWaitsWhileRunningJobsHoldTheMemoryItNeeds) {
   // Two workers, but room for one job's dataset and working set at a time.
-  Restart(/*budget=*/kSeedBytes + 3000, /*preload=*/false, /*max_concurrent_jobs=*/2);
-  ASSERT_TRUE(Upload(*engine_, "a", SeedTable(800, 1)).ok());
-  ASSERT_TRUE(Upload(*engine_, "b", SeedTable(800, 2)).ok());  // a evicted: one fits
-  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("a"));
-  ASSERT_TRUE(blocker.ok());
-  auto recorder = std::make_shared<EventRecorder>();
-  ASSERT_TRUE(engine_->SubscribeJob(blocker->id, recorder).ok());
-  ASSERT_TRUE(recorder->WaitForEpochs(1));
+  const std::string blocker = HoldTheBudget();
+  ASSERT_FALSE(blocker.empty());
   absl::StatusOr<JobSnapshot> waiting = engine_->SubmitJob(SmallJob("b"));
   ASSERT_TRUE(waiting.ok());
   // The second worker took it but it cannot start: it stays QUEUED while the blocker runs.
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(engine_->GetJob(waiting->id)->state, JobState::kQueued);
-  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
+  ASSERT_TRUE(engine_->CancelJob(blocker).ok());
   absl::StatusOr<JobSnapshot> ran = WaitForEnd(*engine_, waiting->id);
   ASSERT_TRUE(ran.ok());
   EXPECT_EQ(ran->state, JobState::kSucceeded) << ran->error;
@@ -218,15 +230,8 @@ TEST_F(MemoryBudgetTest, AJobWaitsWhileRunningJobsHoldTheMemoryItNeeds) {
 
 TEST_F(MemoryBudgetTest, ARankForAPeerWaitsForMemoryAsAJobDoesAndGivesEverythingBack) {
   // Room for one job's dataset and working set at a time; a leader on loopback.
-  Restart(/*budget=*/kSeedBytes + 3000, /*preload=*/false, /*max_concurrent_jobs=*/2,
-          std::make_shared<LoopbackPeer>());
-  ASSERT_TRUE(Upload(*engine_, "a", SeedTable(800, 1)).ok());
-  ASSERT_TRUE(Upload(*engine_, "b", SeedTable(800, 2)).ok());  // a evicted: one fits
-  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("a"));
-  ASSERT_TRUE(blocker.ok());
-  auto recorder = std::make_shared<EventRecorder>();
-  ASSERT_TRUE(engine_->SubscribeJob(blocker->id, recorder).ok());
-  ASSERT_TRUE(recorder->WaitForEpochs(1));
+  const std::string blocker = HoldTheBudget(std::make_shared<LoopbackPeer>());
+  ASSERT_FALSE(blocker.empty());
 
   // Rank 1 of a leader's job on dataset b, whose store on 127.0.0.1:1 nobody serves.
   RemoteRankRequest request;
@@ -249,12 +254,12 @@ TEST_F(MemoryBudgetTest, ARankForAPeerWaitsForMemoryAsAJobDoesAndGivesEverything
   const RemoteRankResult waited = engine_->RunRankForPeer(request, admin, nullptr);
   EXPECT_EQ(waited.status.code(), absl::StatusCode::kUnavailable) << waited.status;
   EXPECT_THAT(waited.status.message(), HasSubstr("rank 1 of job 'job-of-the-leader'"));
-  EXPECT_EQ(engine_->GetJob(blocker->id)->state, JobState::kRunning);
+  EXPECT_EQ(engine_->GetJob(blocker)->state, JobState::kRunning);
 
   // With the memory given back the rank is admitted: it runs, fails to meet a leader that is
   // not there, and gives back its memory and its thread, so that a job runs after it.
-  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
-  ASSERT_TRUE(WaitForEnd(*engine_, blocker->id).ok());
+  ASSERT_TRUE(engine_->CancelJob(blocker).ok());
+  ASSERT_TRUE(WaitForEnd(*engine_, blocker).ok());
   const RemoteRankResult ran = engine_->RunRankForPeer(request, admin, nullptr);
   EXPECT_TRUE(ran.status.ok()) << ran.status;
   EXPECT_EQ(ran.state, JobState::kFailed);
