@@ -185,9 +185,6 @@ struct CallContext {
   std::function<absl::Status()> cancelled;
 };
 
-// The most members one sweep may have (SubmitSweep).
-inline constexpr int64_t kMaxSweepMembers = 256;
-
 // A sweep's lists (SubmitSweep): each member takes one value of each; an empty list keeps the
 // spec's value.
 // One member given by its values (SweepAxes::points): unset keeps the spec's.

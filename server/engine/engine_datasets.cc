@@ -1,8 +1,8 @@
 // The engine's datasets: uploads (begun here, committed on the I/O thread), lookup, listing,
 // deletion and sharing over the registry (datasets/), the admission checks of the dataset count
 // and the disk quota, a caller's references resolved to keys, and the removal of idle copies for
-// peers. The registry's own lock guards its state; admission_mu orders a
-// deletion against a job's admission.
+// peers. The registry's own lock guards its state; admission's lock
+// (Admission::mu) orders a deletion against a job's admission.
 #include "absl/strings/str_join.h"
 #include "server/engine/engine_impl.h"
 
@@ -117,7 +117,7 @@ int Engine::RemoveIdlePeerCopies() {
        impl.datasets.IdleCopies(impl.options.peer_copy_retention, absl::Now())) {
     const std::string key = DatasetKeyOf(meta);
     // Under the admission lock, as a delete is: a job admitted meanwhile keeps it.
-    absl::MutexLock lock(&impl.admission_mu);
+    absl::MutexLock lock(&impl.admission.mu());
     if (!impl.jobs.JobUsingDataset(key).empty()) continue;
     absl::StatusOr<DatasetMeta> now = impl.datasets.GetMeta(key);
     if (!now.ok() || !now->peer_copy || now->create_time != meta.create_time) continue;
@@ -221,7 +221,7 @@ std::vector<DatasetMeta> Engine::ListDatasets() const { return impl_->datasets.L
 
 absl::Status Engine::DeleteDataset(const std::string& name, const CallContext& caller) {
   TRAINERD_ASSIGN_OR_RETURN(const std::string key, impl_->KeyFor(name, caller));
-  absl::MutexLock lock(&impl_->admission_mu);
+  absl::MutexLock lock(&impl_->admission.mu());
   TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->VisibleDataset(key, caller));
   TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
   const std::string job = impl_->jobs.JobUsingDataset(key);
@@ -239,7 +239,7 @@ absl::StatusOr<DatasetMeta> Engine::ShareDataset(const std::string& name, bool s
                                                  const CallContext& caller) {
   TRAINERD_ASSIGN_OR_RETURN(const std::string key, impl_->KeyFor(name, caller));
   // Under the admission lock, as a delete is: the owner checked is the owner changed.
-  absl::MutexLock lock(&impl_->admission_mu);
+  absl::MutexLock lock(&impl_->admission.mu());
   TRAINERD_ASSIGN_OR_RETURN(const DatasetMeta meta, impl_->VisibleDataset(key, caller));
   TRAINERD_RETURN_IF_ERROR(CheckMayManage(caller, meta));
   return impl_->datasets.SetShared(key, shared);

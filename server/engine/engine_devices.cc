@@ -1,8 +1,7 @@
 // The engine's devices: ListDevices, Diagnose and its cache (diagnose_mu held while measuring,
-// cache_mu for the figures), the cost model's estimates for `--device auto` and the placement of a
-// job that names no device (under admission_mu), the job manager's hooks that give a job's
-// report its device figures, and the sandbox of the processes that run submitted code as they
-// measure it (sandbox_mu).
+// cache_mu for the figures; admission reads them for `--device auto`), the job manager's hooks
+// that give a job's report its device figures, and the sandbox of the processes that run
+// submitted code as they measure it (sandbox_mu).
 #include <unistd.h>
 
 #include "absl/strings/str_join.h"
@@ -177,70 +176,6 @@ absl::StatusOr<Diagnosis> Engine::Diagnose(bool refresh) {
     }
   }
   return impl_->Measure();
-}
-
-std::vector<DeviceCostEstimate> Engine::Impl::EstimateDevices(
-    const JobSpec& spec, const ModelSpec& model, bool torchscript, const DatasetMeta& dataset,
-    int64_t dataset_bytes, int64_t training_rows, int64_t batch) {
-  const std::optional<Diagnosis> diagnosis = CachedDiagnosis();
-  if (!diagnosis) return {};
-  JobCostInput job;
-  job.flops_per_step = model.layers.empty()
-                           ? 0.0
-                           : common::TrainingFlopsPerStep(model, dataset.feature_shape, batch);
-  job.layers = std::max<int64_t>(1, static_cast<int64_t>(model.layers.size()));
-  job.steps_per_epoch =
-      spec.drop_last ? training_rows / batch : (training_rows + batch - 1) / batch;
-  job.epochs = spec.epochs;
-  job.dataset_bytes = dataset_bytes;
-  job.fused_on_cpu =
-      spec.engine != EngineKind::kLibTorch &&
-      FusedPathUnsupported(spec, model, dataset.feature_shape, torchscript, torch::kCPU).empty() &&
-      (spec.engine == EngineKind::kFused ||
-       FusedPathSlower(model, dataset.feature_shape, batch).empty());
-  std::vector<DeviceCostFigures> figures;
-  for (const DeviceDiagnosis& d : diagnosis->devices) {
-    DeviceCostFigures f;
-    f.device = d.device;
-    f.peak_flops_per_second = d.matmul_flops_per_second;
-    f.launch_seconds = d.launch_seconds;
-    f.sync_seconds = d.sync_seconds;
-    f.host_to_device_bytes_per_second = d.host_to_device_bytes_per_second;
-    f.holds_dataset =
-        d.device == DeviceName(device) && dataset.location == DatasetLocation::kDevice;
-    figures.push_back(std::move(f));
-  }
-  return EstimateJobCost(job, figures);
-}
-
-torch::Device Engine::Impl::Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need) {
-  const int count = static_cast<int>(torch::cuda::device_count());
-  std::vector<PlacementCandidate> candidates;
-  bool validation_resident = true;
-  if (!spec.validation_dataset.empty() && spec.validation_dataset != spec.dataset) {
-    auto validation = datasets.GetMeta(spec.validation_dataset);
-    validation_resident = validation.ok() && validation->location == DatasetLocation::kDevice;
-  }
-  const int64_t budget = datasets.memory_budget();
-  for (int i = 0; i < count; ++i) {
-    const torch::Device candidate(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
-    PlacementCandidate c;
-    c.device = DeviceName(candidate);
-    // Datasets are resident on the daemon's device (--device); the others copy them per job.
-    const bool home = candidate == device;
-    c.holds_datasets = home && dataset.location == DatasetLocation::kDevice && validation_resident;
-    c.jobs = jobs.DeviceLoad(c.device);
-    if (home && budget > 0) {
-      c.free_memory =
-          std::max<int64_t>(0, budget - datasets.resident_bytes() - datasets.reserved_bytes());
-    }
-    candidates.push_back(std::move(c));
-  }
-  const size_t chosen = ChooseDevice(candidates, need);
-  LogInfo(absl::StrCat(
-      "job on dataset '", spec.dataset, "' placed on ", candidates[chosen].device,
-      candidates[chosen].holds_datasets ? " (it holds the dataset)" : " (the least loaded GPU)"));
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(chosen));
 }
 
 JobHooks Engine::Impl::Hooks() {

@@ -37,6 +37,7 @@
 #include "server/engine/devices/placement.h"
 #include "server/engine/devices/speed_report.h"
 #include "server/engine/engine.h"
+#include "server/engine/jobs/admission.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/log.h"
 #include "server/engine/torchscript/torchscript_module.h"
@@ -46,9 +47,6 @@
 #include "server/monitor/sampler.h"
 
 namespace trainerd::engine {
-
-// The optimizer's float32 state per parameter, for the memory estimate (engine_admission.cc).
-int64_t OptimizerSlots(const JobSpec& spec);
 
 // Module checks that run at once, that may wait for a thread beyond those, and that one caller
 // may have running and waiting together (its share: a tenant that sends many slow modules holds
@@ -65,11 +63,27 @@ struct Engine::Impl {
         datasets(options.data_dir + "/datasets", device, options.max_dataset_bytes,
                  options.max_upload_bytes_in_flight, memory_budget),
         disk_quota(options.max_disk_bytes_per_caller, DiskQuotaSources(options)),
-        jobs(JobOptions(this->options)) {
+        jobs(JobOptions(this->options)),
+        admission(AdmissionOptionsOf(this->options, device, this), jobs, datasets) {
     datasets.SetInUse(
         [this](const std::string& key) { return !jobs.JobUsingDataset(key).empty(); });
   }
 
+  static AdmissionOptions AdmissionOptionsOf(const EngineOptions& options, torch::Device device,
+                                             Impl* impl) {
+    AdmissionOptions out;
+    out.max_jobs_per_caller = options.max_jobs_per_caller;
+    out.max_queued_jobs = options.jobs.max_queued_jobs;
+    out.max_replicas = options.max_replicas;
+    out.allow_torchscript = options.allow_torchscript;
+    out.max_job_time = options.jobs.max_job_time;
+    out.device = device;
+    out.diagnosis = [impl] { return impl->CachedDiagnosis(); };
+    out.stored = [impl](const std::string& owner, int64_t bytes) {
+      impl->disk_quota.Charge(owner, bytes);
+    };
+    return out;
+  }
   JobManagerOptions JobOptions(const EngineOptions& options) {
     JobManagerOptions out;
     static_cast<JobRunOptions&>(out) = options.jobs;
@@ -112,26 +126,9 @@ struct Engine::Impl {
   // NOT_FOUND an unknown name gets, naming it as the caller does.
   absl::StatusOr<DatasetMeta> VisibleDataset(const std::string& key,
                                              const CallContext& caller) const;
-  // Submit's steps: the spec's defaults and the module's size and permission; admission (the
-  // checks against the dataset, the limits, the queue) under admission_mu, with `module` when the
-  // job brings one (then `checked_against` is the dataset it was checked against, which must not
-  // have been replaced since); and the TorchScript path (blocking, see SubmitJob).
-  // Prepare also resolves the spec's dataset references to keys (the caller's bare names its own).
-  // What it leaves is what every later step takes, so that nothing of a request is parsed or
-  // resolved twice: the spec (datasets by key, seed drawn, model spec canonical), its model
-  // parsed (empty for a submitted module), and the device the caller named, resolved (unset for
-  // "auto", chosen by cost, and for none on a daemon with several GPUs, placed).
-  struct PreparedJob {
-    JobSpec spec;
-    ModelSpec model;
-    std::optional<torch::Device> device;
-  };
-  absl::StatusOr<PreparedJob> Prepare(JobSpec spec, const CallContext& caller);
-  // Before a job with nodes asks them anything: what admission would refuse of it now (the
-  // caller's job and disk quotas for `count` jobs, the queue's bound, the spec against its
-  // datasets and the limits), so that nothing is sent to a peer for a submit this daemon refuses.
-  // Admission checks it all again when it queues the job.
-  absl::Status CheckAdmissible(const PreparedJob& job, const CallContext& caller, int64_t count);
+  // The caller as admission sees it: its name, whether it is an admin, its request id, and the
+  // datasets it may name and train on (KeyFor, VisibleDataset).
+  Applicant ApplicantOf(const CallContext& caller) const;
   // The nodes of `spec` (its ranks' `spec->nodes`, or the nodes a sweep deals its members round):
   // each is one of this daemon's peers, takes this daemon's peer credentials as an admin's, and
   // holds the job's datasets (asked of it, within seconds, after CheckAdmissible and before
@@ -141,43 +138,8 @@ struct Engine::Impl {
   // members but one for a spread sweep), in `nodes`.
   absl::Status CheckPeers(std::vector<std::string>* nodes, JobSpec* spec, const CallContext& caller,
                           int64_t most) const;
-  // A job that names no device, on a daemon with several GPUs (Prepare left spec.device empty):
-  // the GPU that holds its datasets, else the least loaded (ChooseDevice). Under admission_mu.
-  torch::Device Place(const JobSpec& spec, const DatasetMeta& dataset, int64_t need);
-  // A job with device "auto": the cost model's estimate for each device Diagnose measured
-  // (device_cost.h); empty before any measurement.
-  std::vector<DeviceCostEstimate> EstimateDevices(const JobSpec& spec, const ModelSpec& model,
-                                                  bool torchscript, const DatasetMeta& dataset,
-                                                  int64_t dataset_bytes, int64_t training_rows,
-                                                  int64_t batch);
-  // A submit that repeats a request id this owner used (CallContext::request_id): the jobs its
-  // first call queued (one job, or a sweep's members in order), as they stand now; ALREADY_EXISTS
-  // naming them when the rest of the request differed; nullopt for a new id (or none). Checked
-  // before the work a retry need not repeat (its peers, its module), and again under
-  // admission_mu, so that two calls racing with one id queue one job.
-  std::optional<absl::StatusOr<std::vector<JobSnapshot>>> Submitted(
-      const CallContext& caller) const;
-  absl::StatusOr<JobSnapshot> Admit(PreparedJob prepared, const CallContext& caller,
-                                    std::optional<LoadedTorchScript> module,
-                                    const DatasetMeta* checked_against,
-                                    std::string_view module_bytes = {});
-  // Admit's checks without the queue: the spec against its dataset and the limits, its device
-  // placed, its estimates. Under admission_mu.
-  absl::StatusOr<SweepMember> CheckLocked(PreparedJob job, const CallContext& caller,
-                                          const LoadedTorchScript* module,
-                                          const DatasetMeta* checked_against)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
-  // RESOURCE_EXHAUSTED, naming the quota, when `caller` (not an admin) would have more than
-  // max_jobs_per_caller queued and running jobs with `more` more. Under admission_mu, so that two
-  // submissions cannot both take the last place.
-  absl::Status CheckJobQuotaLocked(const CallContext& caller, int64_t more) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(admission_mu);
-  // The dataset with key `key` when `caller` may train on it (access.h); NOT_FOUND otherwise, as
-  // for a name nobody uploaded.
-  absl::StatusOr<DatasetMeta> UsableDataset(const std::string& key,
-                                            const CallContext& caller) const {
-    return VisibleDataset(key, caller);
-  }
+  // A submitted model's job: its spec's cheap checks, its module's check (a separate process,
+  // on a module-check thread, without the admission lock), then admission.
   absl::StatusOr<JobSnapshot> SubmitWithModule(PreparedJob job, const CallContext& caller);
   // The cached diagnosis, if any (never measures).
   std::optional<Diagnosis> CachedDiagnosis() const;
@@ -202,15 +164,15 @@ struct Engine::Impl {
   std::map<std::string, WorkerSandboxStatus> sandboxes ABSL_GUARDED_BY(sandbox_mu);
 
   JobManager jobs;
+  // Admission's checks and queueing (jobs/admission.h). Its lock also serialises a dataset's
+  // delete and share with admission: a dataset cannot be deleted between a job's admission and
+  // its registration.
+  Admission admission;
 
   // disk_usage(): the last figures and when they were measured.
   mutable absl::Mutex disk_mu;
   DiskUsage disk ABSL_GUARDED_BY(disk_mu);
   absl::Time disk_measured ABSL_GUARDED_BY(disk_mu) = absl::InfinitePast();
-
-  // Serialises Submit's dataset lookup with Delete's in-use check, so that a dataset cannot be
-  // deleted between a job's admission and its registration.
-  absl::Mutex admission_mu;
 
   // The I/O thread runs dataset commits (file writes and host-to-device copies), off gRPC's
   // threads.

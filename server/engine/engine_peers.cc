@@ -74,13 +74,13 @@ absl::Status Engine::Impl::CheckPeers(std::vector<std::string>* job_nodes, JobSp
   }
   // Each node must hold the job's datasets as they are here, as the submitter's there.
   std::vector<std::pair<DatasetMeta, std::string>> needed;  // and the name there
-  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta dataset, UsableDataset(spec.dataset, caller));
+  TRAINERD_ASSIGN_OR_RETURN(DatasetMeta dataset, VisibleDataset(spec.dataset, caller));
   spec.node_dataset = NodeDatasetName(dataset, caller.owner);
   needed.emplace_back(dataset, spec.node_dataset);
   spec.node_validation_dataset.clear();
   if (!spec.validation_dataset.empty()) {
     TRAINERD_ASSIGN_OR_RETURN(DatasetMeta validation,
-                              UsableDataset(spec.validation_dataset, caller));
+                              VisibleDataset(spec.validation_dataset, caller));
     spec.node_validation_dataset = NodeDatasetName(validation, caller.owner);
     if (spec.validation_dataset != spec.dataset) {
       needed.emplace_back(validation, spec.node_validation_dataset);
@@ -173,7 +173,7 @@ RemoteRankResult Engine::RunRankForPeer(const RemoteRankRequest& request, const 
   }
   spec.dataset = *key;
   spec.validation_dataset = *validation_key;
-  absl::StatusOr<DatasetMeta> dataset = impl.UsableDataset(spec.dataset, caller);
+  absl::StatusOr<DatasetMeta> dataset = impl.VisibleDataset(spec.dataset, caller);
   if (!dataset.ok()) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(
         who, ": dataset '", spec.dataset, "' is not on this daemon (upload it here too)")));

@@ -271,6 +271,9 @@ struct JobSpec {
   bool runs_on_peer() const { return !peer.empty(); }
 };
 
+// The most members one sweep may have (Engine::SubmitSweep).
+inline constexpr int64_t kMaxSweepMembers = 256;
+
 // How many of `rows` a validation fraction holds out: llround(fraction * rows), the product in
 // double rounded half away from zero (10 rows at 0.25 hold out 3; Python's round() would give 2).
 // Rounding rather than truncating, so that 0.29 of 100 rows is 29 and not 28 (0.29 * 100 is
