@@ -540,6 +540,12 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
     TRAINERD_RETURN_IF_ERROR(ParseDatasetReference(spec.validation_dataset()).status());
   }
   spec.set_validation_fraction(validation_fraction);
+  if (invocation.Has("validation-split-seed")) {
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "validation-split-seed",
+                                          validation_fraction > 0, "--validation-fraction F"));
+    TRAINERD_ASSIGN_OR_RETURN(uint64_t split_seed, invocation.GetUint("validation-split-seed", 0));
+    spec.set_validation_split_seed(split_seed);
+  }
   TRAINERD_ASSIGN_OR_RETURN(
       int64_t patience,
       invocation.GetInt("early-stop-patience", 0, 0, std::numeric_limits<int32_t>::max()));

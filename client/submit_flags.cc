@@ -108,7 +108,8 @@ std::vector<FlagSpec> SubmitFlags() {
            "plateau: epochs without improvement before a\nreduction, >= 0 (default 10)"},
           {"plateau-threshold", "T",
            "plateau: an improvement is below best * (1 - T),\n0 <= T < 1 (default 1e-4)"},
-          {"plateau-cooldown", "N", "plateau: epochs after a reduction before counting,\n>= 0 (default 0)"},
+          {"plateau-cooldown", "N",
+           "plateau: epochs after a reduction before counting,\n>= 0 (default 0)"},
           {"warmup-epochs", "N",
            "ramp the rate up linearly over the first N epochs,\n"
            "N < --epochs (default 0; not onecycle or plateau)"},
@@ -135,6 +136,10 @@ std::vector<FlagSpec> SubmitFlags() {
            "0 <= F < 1 (default 0: none); the validation loss\n"
            "is the plain loss, without label smoothing and\n"
            "weights, as an eval loop computes it"},
+          {"validation-split-seed", "S",
+           "draw the held-out rows from this seed instead of\n"
+           "--seed, so that jobs with other seeds validate on the\n"
+           "same rows (a sweep's members all use the sweep's seed)"},
           {"validation-dataset", "NAME",
            "validate on this resident dataset instead (same\n"
            "shapes and target dtype as --dataset; OWNER/NAME for\n"

@@ -155,6 +155,32 @@ def test_sweep_best_is_the_best_on_held_out_rows(client: trainerd.Client, name: 
     assert finals[best.id] == min(v for v in finals.values() if v is not None)
 
 
+def test_a_sweeps_members_with_other_seeds_hold_out_the_same_rows(
+    client: trainerd.Client, name: str
+) -> None:
+    x, y = class_data(120, seed=5)
+    ds = client.upload(name, x, y)
+    sweep = client.sweep(
+        ds, model="linear:3", lr=0.05, epochs=2, validation_fraction=0.25, seed=[1, 2, 3]
+    ).wait(timeout=120)
+    assert sorted(job.seed for job in sweep.jobs) == [1, 2, 3]
+    split = {job.split_seed for job in sweep.jobs}
+    assert len(split) == 1  # the sweep's seed, whatever each member's own
+    rows = [job.validation_rows(120) for job in sweep.jobs]
+    assert all(np.array_equal(r, rows[0]) for r in rows) and len(rows[0]) == 30
+    # A job alone names the split it wants, and the daemon holds out exactly those rows.
+    job = client.submit(
+        ds, model="linear:3", lr=0.05, epochs=1, validation_fraction=0.25, seed=2,
+        validation_split_seed=sweep.jobs[0].split_seed,
+    ).wait(timeout=60)
+    assert job.split_seed == sweep.jobs[0].split_seed
+    assert np.array_equal(job.validation_rows(120), rows[0])
+    own = client.submit(
+        ds, model="linear:3", lr=0.05, epochs=1, validation_fraction=0.25, seed=2
+    ).wait(timeout=60)
+    assert own.split_seed == 2 and not np.array_equal(own.validation_rows(120), rows[0])
+
+
 class _ShapeMismatch(torch.nn.Module):
     """Fits the daemon's check (eval mode, 2 rows) and fails while training: a shape error in the
     TorchScript interpreter, in the worker."""

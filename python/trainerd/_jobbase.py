@@ -181,6 +181,13 @@ class JobBase:
         return self._proto.spec.seed
 
     @property
+    def split_seed(self) -> int:
+        """The seed of the job's validation split: ``validation_split_seed`` when it has one (a
+        sweep's members all have the sweep's), else its :attr:`seed`."""
+        spec = self._proto.spec
+        return spec.validation_split_seed if spec.HasField("validation_split_seed") else spec.seed
+
+    @property
     def device(self) -> str:
         return self._proto.device
 

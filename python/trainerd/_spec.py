@@ -99,6 +99,7 @@ class SweepOptions(TypedDict, total=False):
     batch_size: int
     epochs: int
     validation_fraction: float
+    validation_split_seed: int
     validation_dataset: str
     early_stop_patience: int
     early_stop_min_delta: float
@@ -363,6 +364,7 @@ _FIELDS: dict[str, tuple[str, Converter]] = {
     "replicas": ("replicas", _not_unset(_whole(_INT32), "one rank")),
     "nodes": ("nodes", _nodes),
     "seed": ("seed", _whole(_UINT64)),
+    "validation_split_seed": ("validation_split_seed", _whole(_UINT64)),
 }
 assert set(_FIELDS) == OPTION_NAMES
 

@@ -232,7 +232,7 @@ class Job(JobBase):
             raise ValueError(f"job '{self.id}' holds no rows out (it has no validation_fraction)")
         if rows is None:
             rows = (await self._client.dataset(self.dataset)).rows
-        return held_out_rows(rows, self.spec.validation_fraction, self.seed)
+        return held_out_rows(rows, self.spec.validation_fraction, self.split_seed)
 
 
 class Sweep(SweepBase[Job]):

@@ -274,6 +274,7 @@ class Client(ClientBase[Transport]):
         checkpoint_every: int = 0,
         precision: str = "fp32",
         seed: int | None = None,
+        validation_split_seed: int | None = None,
         device: str | None = None,
         priority: str = "normal",
         engine: str = "auto",
@@ -428,6 +429,9 @@ class Client(ClientBase[Transport]):
             precision: fp32, bf16 or fp16 (autocast; fp16 adds loss scaling that trains as
                 ``torch.amp.GradScaler`` with the optimizer: a step whose gradients overflowed
                 changes nothing, step counts included).
+            validation_split_seed: the seed of the validation split in place of ``seed``, so that
+                jobs with different seeds hold out the same rows (a sweep's members all take the
+                sweep's seed for it unless it is given).
             seed: seed for initialisation, the validation split, shuffling and dropout masks
                 (default: the daemon picks one and reports it in the job). On the CPU, with
                 ``g = torch.Generator().manual_seed(seed)``, each epoch draws

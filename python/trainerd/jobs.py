@@ -276,7 +276,7 @@ class Job(JobBase):
             logits = job.model()(torch.from_numpy(X[held_out]))
         """
         return held_out_rows(
-            self._held_out_dataset_rows(rows), self.spec.validation_fraction, self.seed
+            self._held_out_dataset_rows(rows), self.spec.validation_fraction, self.split_seed
         )
 
     def _held_out_dataset_rows(self, rows: int | None) -> int:

@@ -292,6 +292,7 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   if (spec.has_seed()) out.seed = spec.seed();
   out.device = spec.device();
   out.validation_fraction = spec.validation_fraction();
+  if (spec.has_validation_split_seed()) out.split_seed = spec.validation_split_seed();
   out.validation_dataset = spec.validation_dataset();
   out.node_dataset = spec.node_dataset();
   out.node_validation_dataset = spec.node_validation_dataset();
@@ -469,6 +470,7 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   if (spec.seed.has_value()) out.set_seed(*spec.seed);
   out.set_device(spec.device);
   out.set_validation_fraction(spec.validation_fraction);
+  if (spec.split_seed.has_value()) out.set_validation_split_seed(*spec.split_seed);
   out.set_validation_dataset(spec.validation_dataset);
   out.set_node_dataset(spec.node_dataset);
   out.set_node_validation_dataset(spec.node_validation_dataset);

@@ -149,6 +149,11 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   const std::string asked_device = spec.device;
   TRAINERD_ASSIGN_OR_RETURN(PreparedJob prepared,
                             impl_->admission.Prepare(std::move(spec), applicant));
+  // Every member validates on the same held-out rows, drawn from the sweep's seed (a member's own
+  // seed varies its weights and shuffles, not its data), so that members rank fairly.
+  if (prepared.spec.validation_fraction > 0 && !prepared.spec.split_seed.has_value()) {
+    prepared.spec.split_seed = prepared.spec.seed;
+  }
   const JobSpec& base = prepared.spec;
   if (spread || !base.nodes.empty()) {
     TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, 0, "this sweep"));

@@ -216,6 +216,9 @@ struct JobSpec {
   // once per job from its seed), or validate on a second dataset; at most one of the two. 0 / "" =
   // none.
   double validation_fraction = 0.0;  // [0, 1)
+  // The seed of that split; unset: the job's seed. A sweep sets every member's to the sweep's
+  // seed, so that its members validate on the same rows and rank fairly.
+  std::optional<uint64_t> split_seed;
   std::string validation_dataset;    // a key too; same feature/target shapes and dtype as `dataset`
   int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation metric; 0 = off
   // Early stopping: an improvement must beat the best by more than this (>= 0), as Keras'

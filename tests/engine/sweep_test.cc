@@ -669,6 +669,47 @@ TEST_F(SweepTest, WithoutSeedsEveryMemberSharesOneSeed) {
     ASSERT_TRUE(WaitForEnd(*engine_, member.id).ok());
 }
 
+// Fair ranking: members with different seeds hold out the same rows, drawn from the sweep's seed,
+// and each member is still its job alone (that job naming the same split seed).
+TEST_F(SweepTest, MembersWithDifferentSeedsValidateOnTheSweepsHeldOutRows) {
+  JobSpec base = Base();
+  base.seed = 7;
+  base.validation_fraction = 0.25;
+  SweepAxes axes;
+  axes.seeds = {1, 2, 3};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->members.size(), 3u);
+  for (const JobSnapshot& member : sweep->members) {
+    EXPECT_EQ(member.spec.split_seed, std::optional<uint64_t>(7));
+  }
+  absl::StatusOr<JobSnapshot> member = WaitForEnd(*engine_, sweep->members[1].id);
+  ASSERT_TRUE(member.ok()) << member.status();
+  ASSERT_EQ(member->state, JobState::kSucceeded) << member->error;
+  auto validation = [](const JobSnapshot& job) {
+    std::vector<double> out;
+    for (const EpochResult& epoch : job.epochs) out.push_back(epoch.validation_loss.value_or(-1));
+    return out;
+  };
+  JobSpec alone = member->spec;  // seed 2, split seed 7
+  absl::StatusOr<JobSnapshot> solo = RunJob(*engine_, alone);
+  ASSERT_TRUE(solo.ok()) << solo.status();
+  EXPECT_EQ(Losses(*solo), Losses(*member));
+  EXPECT_EQ(validation(*solo), validation(*member));
+  // The same job splitting by its own seed holds out other rows: other losses on both sides.
+  alone.split_seed.reset();
+  absl::StatusOr<JobSnapshot> own_split = RunJob(*engine_, alone);
+  ASSERT_TRUE(own_split.ok()) << own_split.status();
+  EXPECT_NE(validation(*own_split), validation(*member));
+  for (const JobSnapshot& other : sweep->members) ASSERT_TRUE(WaitForEnd(*engine_, other.id).ok());
+  // A split seed without a fraction to split is refused, saying what it needs.
+  JobSpec stray = Base();
+  stray.split_seed = 3;
+  absl::StatusOr<JobSnapshot> refused = engine_->SubmitJob(stray);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("give a validation fraction too"));
+}
+
 TEST_F(SweepTest, HostileSweepsAreRefusedWithTheirReason) {
   SweepAxes axes;
   axes.learning_rates = std::vector<double>(257, 0.1);

@@ -125,14 +125,15 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   // Validation rows: a fixed held-out part of the dataset, or a second dataset.
   //  - A fraction is split once per job, not per epoch, so that validation rows never train.
   //    The split is one permutation of the rows drawn on the CPU from a generator of its own
-  //    seeded with the job's seed, whatever the device: rows - HeldOutRows(f, rows) train (the
-  //    product rounded half away from zero), the rest validate. That is torch.randperm(rows,
-  //    generator=torch.Generator().manual_seed(seed)) in PyTorch (the same LibTorch), so that a
-  //    caller can recover the held-out rows and evaluate the trained model on them
-  //    (JobSpec.validation_fraction in jobs.proto; Job.validation_rows() in the Python client). The
-  //    job's own generator (which the model's set-up may have drawn from) is left to the shuffles.
-  //    The split is kept as index tensors (gathered per batch, as shuffled batches are anyway)
-  //    rather than as copies, so the resident dataset is never duplicated on the device.
+  //    seeded with the job's split seed (its seed unless it names one), whatever the device: rows -
+  //    HeldOutRows(f, rows) train (the product rounded half away from zero), the rest validate.
+  //    That is torch.randperm(rows, generator=torch.Generator().manual_seed(seed)) in PyTorch (the
+  //    same LibTorch), so that a caller can recover the held-out rows and evaluate the trained
+  //    model on them (JobSpec.validation_fraction in jobs.proto; Job.validation_rows() in the
+  //    Python client). The job's own generator (which the model's set-up may have drawn from) is
+  //    left to the shuffles. The split is kept as index tensors (gathered per batch, as shuffled
+  //    batches are anyway) rather than as copies, so the resident dataset is never duplicated on
+  //    the device.
   //  - Without validation the generator draws exactly what it did before validation existed,
   //    so existing seeds keep their losses.
   val_features_ = features_;
@@ -142,7 +143,7 @@ bool MemberLoop::Setup(const torch::Tensor& features, const torch::Tensor& targe
   if (spec_.validation_fraction > 0) {
     val_rows_ = HeldOutRows(spec_.validation_fraction, dataset_rows);
     rows_ = dataset_rows - val_rows_;
-    at::Generator split_gen = at::detail::createCPUGenerator(seed);
+    at::Generator split_gen = at::detail::createCPUGenerator(spec_.split_seed.value_or(seed));
     torch::Tensor split =
         torch::randperm(dataset_rows, split_gen, torch::TensorOptions().dtype(torch::kLong))
             .to(index_options.device());

@@ -87,6 +87,11 @@ absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& data
                                                    ") or a validation dataset ('",
                                                    spec.validation_dataset, "'), not both"));
   }
+  if (spec.split_seed.has_value() && !(f > 0)) {
+    return absl::InvalidArgumentError(
+        "a validation split seed draws the rows a validation fraction holds out; give a "
+        "validation fraction too");
+  }
   if (spec.early_stop_patience < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("early stop patience must be 0 (off) or a number of epochs; got ",
