@@ -152,8 +152,12 @@ def test_sweep_points_are_checked(
     with pytest.raises(trainerd.InvalidArgument, match="the sweep has 257 points; at most 256"):
         client.sweep("seed", model="linear:1", points=[{"seed": i} for i in range(257)])
     offline = trainerd.Client(UNREACHABLE)
-    with pytest.raises(ValueError, match="not batch_size"):
-        offline.sweep("seed", model="linear:1", points=[{"batch_size": 3}])
+    with pytest.raises(ValueError, match="the model and submit\\(\\)'s options, not widht"):
+        offline.sweep("seed", model="linear:1", points=[{"widht": 3}])
+    with pytest.raises(TypeError, match=r"points\[0\]: batch_size must be a whole number"):
+        offline.sweep("seed", model="linear:1", points=[{"batch_size": 1.5}])
+    with pytest.raises(TypeError, match=r"points\[0\]: a point's model is a spec string"):
+        offline.sweep("seed", model="linear:1", points=[{"model": 3}])
     with pytest.raises(ValueError, match="seed takes one value with it"):
         offline.sweep("seed", model="linear:1", seed=[1, 2], points=[{"lr": 0.1}])
     with pytest.raises(ValueError, match="at least one member"):
@@ -198,3 +202,34 @@ def test_a_sweep_is_picked_up_again_by_its_id(
             other.jobs(sweep="sweep 1")
         with pytest.raises(ValueError, match="sweep must be a sweep's id"):
             other.jobs(sweep="")  # would list every job
+
+
+def test_sweep_points_vary_the_model_and_any_option(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    # Widths and batch sizes as points: each member's spec has them, members of one shape pack
+    # together, and every member keeps the sweep's seed and held-out rows.
+    points = [
+        {"model": f"linear:{w},relu,linear:1", "batch_size": b, "lr": lr}
+        for w in (4, 8)
+        for b in (16, 32)
+        for lr in (0.05, 0.01)
+    ]
+    sweep = client.sweep(
+        seed_dataset, model="linear:1", epochs=2, validation_fraction=0.25, seed=3,
+        optimizer="adam", points=points,
+    ).wait(timeout=120)
+    assert len(sweep.jobs) == 8 and not sweep.failed
+    for job, point in zip(sweep.jobs, points):
+        assert job.spec.model == point["model"]
+        assert job.spec.batch_size == point["batch_size"]
+        assert job.spec.optimizer.learning_rate == point["lr"]
+        assert job.spec.optimizer.kind == "adam"
+        assert job.seed == 3 and job.split_seed == 3
+        assert job.report.packed_members == 2  # the two rates of one width and batch size
+    # An option of the data is the sweep's: the daemon refuses a point that varies it.
+    with pytest.raises(trainerd.InvalidArgument, match="it varies its validation fraction"):
+        client.sweep(
+            seed_dataset, model="linear:1", validation_fraction=0.25,
+            points=[{"lr": 0.1}, {"lr": 0.1, "validation_fraction": 0.5}],
+        )

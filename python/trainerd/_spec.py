@@ -400,16 +400,24 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
     if not isinstance(dataset, str):
         raise TypeError(f"a dataset name is a str, not {type(dataset).__name__}")
     spec = jobs_pb2.JobSpec(dataset=dataset, model=model)
-    given = {name: value for name, value in options.items() if value is not None}
-    for name, value in given.items():
-        path, convert = _FIELDS[name]
-        *parents, field = path.split(".")
-        message: Any = spec
-        for parent in parents:
-            message = getattr(message, parent)
-        converted = convert(name, value)
-        if isinstance(converted, list):
-            getattr(message, field).extend(converted)
-        else:
-            setattr(message, field, converted)
+    for name, value in options.items():
+        if value is not None:
+            set_option(spec, name, value)
     return spec
+
+
+def set_option(spec: jobs_pb2.JobSpec, name: str, value: object) -> str:
+    """Writes option ``name``'s value into ``spec`` (converted as :func:`convert_option` does) and
+    returns the field's path in JobSpec ("optimizer.beta1"), as a sweep point's ``fields`` names
+    it."""
+    path, convert = _FIELDS[name]
+    *parents, field = path.split(".")
+    message: Any = spec
+    for parent in parents:
+        message = getattr(message, parent)
+    converted = convert(name, value)
+    if isinstance(converted, list):
+        getattr(message, field).extend(converted)
+    else:
+        setattr(message, field, converted)
+    return path

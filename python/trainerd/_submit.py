@@ -21,7 +21,7 @@ from trainerd._calls import dataset as get_dataset
 from trainerd._connection import Connection
 from trainerd._model_input import model_argument, needs_feature_shape
 from trainerd._rpc import SUBMIT_JOB, SUBMIT_SWEEP, Blocking, Op, Unary
-from trainerd._spec import build_spec, convert_option
+from trainerd._spec import OPTION_NAMES, build_spec, convert_option, set_option
 from trainerd.datasets import DatasetBase, DatasetRef, dataset_name
 from trainerd.v1 import jobs_pb2
 
@@ -133,10 +133,29 @@ def sweep_request(
     for member in members:
         point = request.points.add()
         for key, value in member.items():
-            setattr(point, _SWEPT[key][1], value)
+            if key in _SWEPT:
+                setattr(point, _SWEPT[key][1], value)
+            elif key == "model":
+                point.spec.model = value
+                point.fields.paths.append("model")
+            else:
+                point.fields.paths.append(set_option(point.spec, key, value))
     if request_id is not None:
         request.request_id = request_id
     return request
+
+
+def _point_value(key: str, value: object) -> Any:
+    """A point's value: a swept option's converted (it goes into the point's own field), any
+    other's checked here and written into the point's spec by :func:`sweep_request`."""
+    if key == "model":
+        if not isinstance(value, str):
+            raise TypeError("a point's model is a spec string such as 'linear:64,relu,linear:1'")
+        return value
+    if key in _SWEPT:
+        return convert_option(key, value)
+    convert_option(key, value)  # raises what build_spec would
+    return value
 
 
 def _points(
@@ -163,20 +182,24 @@ def _points(
     for number, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise TypeError(f"points[{number}] must be a mapping, got {type(row).__name__}")
-        unknown = sorted(str(k) for k in row if k not in _SWEPT)
+        unknown = sorted(
+            str(k) for k in row if k not in _SWEPT and k != "model" and k not in OPTION_NAMES
+        )
         if unknown:
             raise ValueError(
-                f"points[{number}]: a point sets lr, momentum, weight_decay and seed, not "
+                f"points[{number}]: a point sets the model and submit()'s options, not "
                 + ", ".join(unknown)
             )
         try:
-            members.append({key: convert_option(key, value) for key, value in row.items()})
+            members.append({key: _point_value(key, value) for key, value in row.items()})
         except (TypeError, ValueError) as error:
             raise type(error)(f"points[{number}]: {error}") from None
-    # The spec: the options, with the first point's value for each key every point sets (no
+    # The spec: the options, with the first point's value for each swept key every point sets (no
     # member takes the option's value then, and it may not suit the others: min_lr above the
     # default rate when every point gives a rate above it).
-    everyone = {k: v for k, v in rows[0].items() if all(k in row for row in rows)}
+    everyone = {
+        k: v for k, v in rows[0].items() if k in _SWEPT and all(k in row for row in rows)
+    }
     return dict(base, **everyone), members
 
 

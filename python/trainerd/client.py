@@ -525,8 +525,14 @@ class Client(ClientBase[Transport]):
 
         Or, with ``points``, exactly the members it lists, in order (a random search, or any
         set no product gives): each a mapping of some of ``lr``, ``momentum``,
-        ``weight_decay`` and ``seed``; a key left out takes the single value given to that
-        argument (``lr``, ``momentum``, ``weight_decay`` and ``seed`` take no lists then).
+        ``weight_decay`` and ``seed``, and of ``model`` and any other option of :meth:`submit`
+        (``batch_size``, ``epochs``, ``optimizer``, ``schedule``, ``clip_grad_norm``, ...) but
+        those of the data and placement (``validation_fraction``, ``validation_dataset``,
+        ``device``, ``nodes``, ``replicas``), which are the sweep's; a key left out takes the
+        sweep's value (``lr``, ``momentum``, ``weight_decay`` and ``seed`` take no lists then).
+        Members whose options differ only in the four swept values train as one pack; the
+        others as packs of their own, or alone. Every member validates on the same held-out
+        rows (drawn from the sweep's seed), so that members rank fairly.
 
         ``lr``, ``momentum``, ``weight_decay`` and ``seed`` take one value or a list; the other
         keyword arguments are :meth:`submit`'s and apply to every member. The daemon checks every
@@ -547,6 +553,9 @@ class Client(ClientBase[Transport]):
             search = client.sweep("houses", model="linear:1", seed=1, points=[
                 {"lr": 10 ** rng.uniform(-4, -1), "weight_decay": 10 ** rng.uniform(-6, -2)}
                 for _ in range(32)])
+            widths = client.sweep("digits", model="linear:32,relu,linear:10", points=[
+                {"model": f"linear:{w},relu,linear:10", "batch_size": b}
+                for w in (32, 64, 128) for b in (32, 128)])
         """
         request = _submit.sweep_request(
             dataset, model, lr, momentum, weight_decay, seed, options, points, request_id

@@ -21,6 +21,12 @@ v1::Dataset ToProto(const engine::DatasetMeta& meta);
 // INVALID_ARGUMENT when the loss or optimizer is unspecified.
 absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec);
 v1::JobSpec ToProto(const engine::JobSpec& spec);
+// A sweep member's own spec (SweepPoint.fields): `sweep` with the paths of `point.fields` taken
+// from `point.spec`, converted as FromProto converts a job's. INVALID_ARGUMENT for a path that
+// names no field of JobSpec, or for more than kMaxSweepPointFields paths.
+absl::StatusOr<engine::JobSpec> MemberSpecFromProto(const v1::JobSpec& sweep,
+                                                    const v1::SweepPoint& point);
+inline constexpr int kMaxSweepPointFields = 64;
 v1::EpochResult ToProto(const engine::EpochResult& epoch);
 v1::Job ToProto(const engine::JobSnapshot& job);
 v1::DeviceReport ToProto(const engine::DeviceReport& report);

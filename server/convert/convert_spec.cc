@@ -1,5 +1,7 @@
 // A job's spec both ways: FromProto checks and bounds what a request declares before anything
 // is copied from it, ToProto writes the engine's spec back as the API carries it (convert.h).
+#include <google/protobuf/util/field_mask_util.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -493,6 +495,28 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   for (const std::string& node : spec.nodes) out.add_nodes(node);
   if (!spec.peer.empty()) out.add_nodes(spec.peer);  // a member on a peer: its one node
   return out;
+}
+
+absl::StatusOr<engine::JobSpec> MemberSpecFromProto(const v1::JobSpec& sweep,
+                                                    const v1::SweepPoint& point) {
+  using google::protobuf::util::FieldMaskUtil;
+  if (point.fields().paths_size() > kMaxSweepPointFields) {
+    return absl::InvalidArgumentError(absl::StrCat("fields names ", point.fields().paths_size(),
+                                                   " paths; at most ", kMaxSweepPointFields));
+  }
+  for (const std::string& path : point.fields().paths()) {
+    if (!FieldMaskUtil::GetFieldDescriptors(v1::JobSpec::descriptor(), path, nullptr)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fields: '", EscapeControls(absl::string_view(path).substr(0, 64)),
+                       "' names no field of JobSpec"));
+    }
+  }
+  v1::JobSpec member = sweep;
+  FieldMaskUtil::MergeOptions options;
+  options.set_replace_message_fields(true);
+  options.set_replace_repeated_fields(true);
+  FieldMaskUtil::MergeMessageTo(point.spec(), point.fields(), options, &member);
+  return FromProto(member);
 }
 
 }  // namespace trainerd::convert

@@ -193,6 +193,11 @@ struct SweepPoint {
   std::optional<double> momentum;
   std::optional<double> weight_decay;
   std::optional<uint64_t> seed;
+  // The member's own spec when it varies more than these four (model, batch size, epochs,
+  // optimizer, loss, schedule, ...: SubmitSweepRequest's SweepPoint.fields): the sweep's spec with
+  // those fields replaced. Its dataset, validation and placement must be the sweep's; its seed,
+  // when unset, is the sweep's. The four values above apply after it.
+  std::optional<JobSpec> spec;
 };
 
 struct SweepAxes {

@@ -5,12 +5,53 @@
 #include <future>
 #include <utility>
 
+#include "absl/strings/str_join.h"
 #include "server/engine/distributed/node_placement.h"
 #include "server/engine/engine_impl.h"
 
 namespace trainerd::engine {
 
 namespace {
+
+// A member with a spec of its own (SweepPoint::spec) trains on the sweep's data, validates on the
+// same rows and runs where the sweep does: what it varies is the model and how it trains. Both
+// specs as the caller gave them (the member's with the sweep's split seed filled in).
+absl::Status SameDataAndPlace(const JobSpec& member, const JobSpec& sweep,
+                              const std::optional<uint64_t>& split_seed) {
+  std::vector<std::string> differ;
+  if (member.dataset != sweep.dataset) differ.push_back("dataset");
+  if (member.validation_dataset != sweep.validation_dataset) differ.push_back("validation dataset");
+  if (member.validation_fraction != sweep.validation_fraction) {
+    differ.push_back("validation fraction");
+  }
+  if (member.split_seed != split_seed) differ.push_back("validation split seed");
+  if (member.nodes != sweep.nodes) differ.push_back("nodes");
+  if (member.replicas != sweep.replicas) differ.push_back("replicas");
+  if (member.device != sweep.device) differ.push_back("device");
+  if (!member.torchscript.empty() || !member.exported_program.empty()) {
+    differ.push_back("submitted model");
+  }
+  if (differ.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("it varies its ", absl::StrJoin(differ, ", "),
+                   "; those are the sweep's (its members train on the same data, validate on "
+                   "the same rows and run where the sweep does)"));
+}
+
+// How an error names a sweep's member: its swept values, and what its own spec changed.
+std::string MemberLabel(const JobSpec& member, const JobSpec& sweep) {
+  std::string label = absl::StrCat(
+      "learning rate ", member.learning_rate, ", momentum ", member.momentum, ", weight decay ",
+      member.weight_decay.value_or(0.0), ", seed ", member.seed.value_or(0));
+  if (member.model != sweep.model) absl::StrAppend(&label, ", model ", member.model);
+  if (member.batch_size != sweep.batch_size) {
+    absl::StrAppend(&label, ", batch size ", member.batch_size);
+  }
+  if (member.epochs != sweep.epochs) absl::StrAppend(&label, ", epochs ", member.epochs);
+  if (member.optimizer != sweep.optimizer) absl::StrAppend(&label, ", another optimizer");
+  if (member.loss != sweep.loss) absl::StrAppend(&label, ", another loss");
+  return label;
+}
 
 // A sweep from the jobs a repeated request id found (Admission::Submitted).
 SweepSnapshot SweepOf(std::vector<JobSnapshot> members) {
@@ -147,6 +188,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   // A member on a peer takes the device as the caller named it ("" or auto: the peer's choice);
   // this daemon's placement is this daemon's.
   const std::string asked_device = spec.device;
+  const JobSpec spec_as_asked = spec;  // a member's own spec is compared with it (SameDataAndPlace)
   TRAINERD_ASSIGN_OR_RETURN(PreparedJob prepared,
                             impl_->admission.Prepare(std::move(spec), applicant));
   // Every member validates on the same held-out rows, drawn from the sweep's seed (a member's own
@@ -179,7 +221,8 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     for (double lr : lrs) {
       for (double momentum : momenta) {
         for (const std::optional<double>& decay : decays) {
-          for (uint64_t seed : seeds) grid.push_back(SweepPoint{lr, momentum, decay, seed});
+          for (uint64_t seed : seeds)
+            grid.push_back(SweepPoint{lr, momentum, decay, seed, std::nullopt});
         }
       }
     }
@@ -188,22 +231,45 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   members.reserve(grid.size());
   for (size_t index = 0; index < grid.size(); ++index) {
     const SweepPoint& point = grid[index];
-    PreparedJob& member = members.emplace_back(prepared);
+    if (point.spec.has_value()) {
+      // A member of its own spec: prepared as a job is (its model parsed once), on the sweep's
+      // data, validation rows and placement.
+      if (spread) {
+        return absl::InvalidArgumentError(
+            "a sweep spread over nodes varies learning rate, momentum, weight decay and seed "
+            "only; submit members that vary other fields without nodes");
+      }
+      JobSpec own = *point.spec;
+      if (!own.seed.has_value()) own.seed = base.seed;
+      if (!own.split_seed.has_value()) own.split_seed = base.split_seed;
+      if (absl::Status same = SameDataAndPlace(own, spec_as_asked, base.split_seed); !same.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sweep member ", index + 1, ": ", same.message()));
+      }
+      absl::StatusOr<PreparedJob> own_prepared =
+          impl_->admission.Prepare(std::move(own), applicant);
+      if (!own_prepared.ok()) {
+        return absl::Status(
+            own_prepared.status().code(),
+            absl::StrCat("sweep member ", index + 1, ": ", own_prepared.status().message()));
+      }
+      members.push_back(*std::move(own_prepared));
+    } else {
+      members.push_back(prepared);
+    }
+    PreparedJob& member = members.back();
     member.spec.peer = NodeOf(deal, static_cast<int64_t>(index));
-    member.spec.learning_rate = point.learning_rate.value_or(base.learning_rate);
-    member.spec.momentum = point.momentum.value_or(base.momentum);
+    member.spec.learning_rate = point.learning_rate.value_or(member.spec.learning_rate);
+    member.spec.momentum = point.momentum.value_or(member.spec.momentum);
     if (point.weight_decay.has_value()) member.spec.weight_decay = point.weight_decay;
-    member.spec.seed = point.seed.value_or(*base.seed);
+    member.spec.seed = point.seed.value_or(*member.spec.seed);
   }
   TRAINERD_RETURN_IF_ERROR(impl_->CheckDiskQuota(caller, 0, "this sweep"));
-  TRAINERD_ASSIGN_OR_RETURN(
-      std::vector<JobSnapshot> queued,
-      impl_->admission.AdmitSweep(
-          std::move(members), applicant, asked_device, [](const JobSpec& member) {
-            return absl::StrCat("learning rate ", member.learning_rate, ", momentum ",
-                                member.momentum, ", weight decay ",
-                                member.weight_decay.value_or(0.0), ", seed ", *member.seed);
-          }));
+  TRAINERD_ASSIGN_OR_RETURN(std::vector<JobSnapshot> queued,
+                            impl_->admission.AdmitSweep(std::move(members), applicant, asked_device,
+                                                        [&base](const JobSpec& member) {
+                                                          return MemberLabel(member, base);
+                                                        }));
   SweepSnapshot sweep = SweepOf(std::move(queued));
   LogInfo(absl::StrCat("sweep '", sweep.id, "' queued on ", sweep.members.front().device, ": ",
                        sweep.members.size(), " members of ", sweep.members.front().spec.model,

@@ -26,6 +26,7 @@
 namespace trainerd::service {
 
 using convert::FromProto;
+using convert::MemberSpecFromProto;
 using convert::ToProto;
 using convert::ToProtoFor;
 
@@ -168,12 +169,22 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
                                    absl::StrCat("the sweep has ", request->points_size(),
                                                 " points; at most ", engine::kMaxSweepMembers)));
   }
-  for (const v1::SweepPoint& given : request->points()) {
+  for (int index = 0; index < request->points_size(); ++index) {
+    const v1::SweepPoint& given = request->points(index);
     engine::SweepPoint& point = axes.points.emplace_back();
     if (given.has_learning_rate()) point.learning_rate = given.learning_rate();
     if (given.has_momentum()) point.momentum = given.momentum();
     if (given.has_weight_decay()) point.weight_decay = given.weight_decay();
     if (given.has_seed()) point.seed = given.seed();
+    if (given.fields().paths_size() > 0) {
+      absl::StatusOr<engine::JobSpec> own = MemberSpecFromProto(request->spec(), given);
+      if (!own.ok()) {
+        return FinishWith(
+            context, absl::Status(own.status().code(),
+                                  absl::StrCat("points[", index, "]: ", own.status().message())));
+      }
+      point.spec = *std::move(own);
+    }
   }
   engine::CallContext caller = CallContextOf(context, authenticator_);
   if (!request->request_id().empty()) {

@@ -629,8 +629,9 @@ TEST_F(SweepTest, PointsGiveExactlyTheirMembersInOrderPackedAndEachEqualsItsJobA
   JobSpec base = Base();
   base.weight_decay = 0.001;
   SweepAxes axes;
-  axes.points = {SweepPoint{0.07, 0.3, std::nullopt, 11}, SweepPoint{std::nullopt, 0.0, 0.01, 5},
-                 SweepPoint{0.02, std::nullopt, 0.0, std::nullopt}};
+  axes.points = {SweepPoint{0.07, 0.3, std::nullopt, 11, std::nullopt},
+                 SweepPoint{std::nullopt, 0.0, 0.01, 5, std::nullopt},
+                 SweepPoint{0.02, std::nullopt, 0.0, std::nullopt, std::nullopt}};
   absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
   ASSERT_TRUE(sweep.ok()) << sweep.status();
   ASSERT_EQ(sweep->members.size(), 3u);
@@ -710,6 +711,61 @@ TEST_F(SweepTest, MembersWithDifferentSeedsValidateOnTheSweepsHeldOutRows) {
   EXPECT_THAT(refused.status().message(), HasSubstr("give a validation fraction too"));
 }
 
+// Any field of a member: points with a spec of their own (another model, another batch size) are
+// members like the others; those that share everything but the swept four pack together, the
+// others train alone, and each member equals its job alone.
+TEST_F(SweepTest, PointsMayVaryTheModelAndBatchSizeAndPackWhereTheySharedShapes) {
+  const JobSpec base = Base();
+  JobSpec wide = base;
+  wide.model = "linear:8, relu, linear:1";
+  JobSpec wide_small_batches = wide;
+  wide_small_batches.batch_size = 8;
+  SweepAxes axes;
+  axes.points = {SweepPoint{0.1, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+                 SweepPoint{0.05, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+                 SweepPoint{0.1, std::nullopt, std::nullopt, std::nullopt, wide},
+                 SweepPoint{0.02, std::nullopt, std::nullopt, std::nullopt, wide},
+                 SweepPoint{0.1, std::nullopt, std::nullopt, std::nullopt, wide_small_batches}};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->members.size(), 5u);
+  EXPECT_EQ(sweep->members[0].spec.model, "linear:1");
+  EXPECT_EQ(sweep->members[2].spec.model, "linear:8,relu,linear:1");  // canonical, as a job's
+  EXPECT_EQ(sweep->members[3].spec.learning_rate, 0.02);
+  EXPECT_EQ(sweep->members[4].spec.batch_size, 8);
+  EXPECT_EQ(sweep->members[4].spec.seed, base.seed);  // a member's own spec keeps the sweep's seed
+  const std::vector<int32_t> packed = {2, 2, 2, 2, 0};
+  for (size_t i = 0; i < 5; ++i) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, sweep->members[i].id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    EXPECT_EQ(job->report.packed_members, packed[i]) << "member " << i;
+    absl::StatusOr<JobSnapshot> solo = RunJob(*engine_, job->spec);
+    ASSERT_TRUE(solo.ok());
+    EXPECT_EQ(Losses(*solo), Losses(*job)) << "member " << i;
+  }
+  // What a member may not vary: the data, the validation rows and where the sweep runs.
+  JobSpec elsewhere = base;
+  elsewhere.validation_fraction = 0.2;
+  axes.points = {SweepPoint{},
+                 SweepPoint{0.1, std::nullopt, std::nullopt, std::nullopt, elsewhere}};
+  absl::StatusOr<SweepSnapshot> refused = engine_->SubmitSweep(base, axes);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      refused.status().message(),
+      HasSubstr("sweep member 2: it varies its validation fraction; those are the sweep's"));
+  // A member's own spec is checked as a job's, and named with what it changed.
+  JobSpec broken = base;
+  broken.model = "linear:4,relu,linear:1";
+  broken.epochs = 0;
+  axes.points = {SweepPoint{}, SweepPoint{0.1, std::nullopt, std::nullopt, std::nullopt, broken}};
+  refused = engine_->SubmitSweep(base, axes);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("sweep member 2 (learning rate 0.1, momentum 0, weight decay 0, seed"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("model linear:4,relu,linear:1, epochs 0"));
+}
+
 TEST_F(SweepTest, HostileSweepsAreRefusedWithTheirReason) {
   SweepAxes axes;
   axes.learning_rates = std::vector<double>(257, 0.1);
@@ -762,10 +818,10 @@ TEST_F(SweepTest, NanInfiniteAndNegativeListValuesRefuseTheSweep) {
   cases.push_back({SweepAxes{{}, {}, {0.0, -1.0}, {}, {}}, "sweep member 2"});
   cases.push_back({SweepAxes{{}, {}, {nan}, {}, {}}, "sweep member 1"});
   cases.push_back(
-      {SweepAxes{{}, {}, {}, {}, {SweepPoint{0.1, {}, {}, 1}, SweepPoint{nan, {}, {}, 2}}},
+      {SweepAxes{{}, {}, {}, {}, {SweepPoint{0.1, {}, {}, 1, {}}, SweepPoint{nan, {}, {}, 2, {}}}},
        "sweep member 2 (learning rate nan"});
-  cases.push_back(
-      {SweepAxes{{0.1}, {}, {}, {}, {SweepPoint{0.1, {}, {}, 1}}}, "lists (a product) or points"});
+  cases.push_back({SweepAxes{{0.1}, {}, {}, {}, {SweepPoint{0.1, {}, {}, 1, {}}}},
+                   "lists (a product) or points"});
   cases.push_back({SweepAxes{{}, {}, {}, {}, std::vector<SweepPoint>(257)}, "257 points"});
   for (const Case& c : cases) {
     absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(Base(), c.axes);

@@ -753,5 +753,48 @@ TEST_F(JobServiceTest, SubmitSweepQueuesEveryMemberAndEachEndsAsItsOwnJob) {
   EXPECT_EQ(refused.members_size(), 0);
 }
 
+// A point's own fields over the wire: the paths of its FieldMask replace the sweep's values (a
+// nested one too), the rest of its spec is ignored, and a path that names no field of JobSpec is
+// INVALID_ARGUMENT naming the point.
+TEST_F(JobServiceTest, SweepPointsReplaceTheFieldsTheirMaskNames) {
+  v1::SubmitSweepRequest request;
+  *request.mutable_spec() = LinearSpec("seed", 2);
+  request.add_points()->set_learning_rate(0.1);
+  v1::SweepPoint* wide = request.add_points();
+  wide->mutable_spec()->set_model("linear:4,relu,linear:1");
+  wide->mutable_spec()->set_batch_size(8);
+  wide->mutable_spec()->set_epochs(40);  // not in the mask: stays the sweep's
+  wide->mutable_spec()->mutable_optimizer()->set_nesterov(true);
+  wide->mutable_spec()->mutable_optimizer()->set_momentum(0.5);
+  wide->mutable_fields()->add_paths("model");
+  wide->mutable_fields()->add_paths("batch_size");
+  wide->mutable_fields()->add_paths("optimizer.momentum");
+  v1::SubmitSweepResponse response;
+  grpc::ClientContext context;
+  grpc::Status status = jobs_->SubmitSweep(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.members_size(), 2);
+  EXPECT_EQ(response.members(0).spec().model(), "linear:1");
+  const v1::JobSpec& member = response.members(1).spec();
+  EXPECT_EQ(member.model(), "linear:4,relu,linear:1");
+  EXPECT_EQ(member.batch_size(), 8);
+  EXPECT_EQ(member.epochs(), 2);
+  EXPECT_EQ(member.optimizer().momentum(), 0.5);
+  EXPECT_FALSE(member.optimizer().nesterov());
+  EXPECT_EQ(member.optimizer().learning_rate(), request.spec().optimizer().learning_rate());
+  for (const v1::Job& job : response.members()) {
+    std::unique_ptr<JobWatch> watch = Watch(job.id());
+    ASSERT_TRUE(watch->Finish().ok());
+  }
+
+  wide->mutable_fields()->add_paths("optimizer.no_such_field");
+  v1::SubmitSweepResponse refused;
+  grpc::ClientContext again;
+  status = jobs_->SubmitSweep(&again, request, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("points[1]: fields: 'optimizer.no_such_field' names no field of JobSpec"));
+}
+
 }  // namespace
 }  // namespace trainerd::service::testing

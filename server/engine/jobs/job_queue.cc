@@ -3,11 +3,13 @@
 // (Requeue) or records as failed (FailUnrecoverable). Under mu_.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -208,11 +210,27 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     if (recorded.code() == absl::StatusCode::kUnavailable) return recorded;
     return absl::InternalError(absl::StrCat("cannot record the sweep: ", recorded.message()));
   }
+  // Members whose specs differ only in what a pack varies share a pack (the others of the sweep
+  // make packs of their own, or train alone); members with replicas train one after another, each
+  // as its ranks. Those dealt to one peer go there together (the worker takes those of its own
+  // queue).
+  std::vector<std::pair<const JobSnapshot*, std::shared_ptr<std::vector<std::string>>>> packs;
+  for (auto& record : records) {
+    if (record->snap.spec.replicas > 1) continue;
+    auto pack = std::find_if(packs.begin(), packs.end(), [&](const auto& candidate) {
+      return candidate.first->device == record->snap.device &&
+             candidate.first->spec.peer == record->snap.spec.peer &&
+             SpecsPackUnsupported(candidate.first->spec, record->snap.spec).empty();
+    });
+    if (pack == packs.end()) {
+      pack =
+          packs.insert(packs.end(), {&record->snap, std::make_shared<std::vector<std::string>>()});
+    }
+    pack->second->push_back(record->snap.id);
+    record->pack = pack->second;
+  }
   std::vector<JobSnapshot> out;
   for (auto& record : records) {
-    // Members with replicas train one after another, each as its ranks: a pack is one rank.
-    // Those dealt to one peer go there together (the worker takes those of its own queue).
-    if (record->snap.spec.replicas <= 1) record->pack = ids;
     out.push_back(record->snap);
     QueueLocked(std::move(record));
   }

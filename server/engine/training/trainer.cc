@@ -458,8 +458,10 @@ std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member) 
     return "the members train on different datasets";
   }
   if (member.device != lead.device) return "the members run on different devices";
-  const JobSpec& a = lead.spec;
-  const JobSpec& b = member.spec;
+  return SpecsPackUnsupported(lead.spec, member.spec);
+}
+
+std::string SpecsPackUnsupported(const JobSpec& a, const JobSpec& b) {
   if (a.model != b.model || a.batch_size != b.batch_size || a.epochs != b.epochs ||
       a.validation_fraction != b.validation_fraction) {
     return "the members differ in model, batch size, epochs or validation";

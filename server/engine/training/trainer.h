@@ -141,6 +141,10 @@ TrainingOutcome RunRank(const TrainingRun& run, RankComms& comms);
 // sweep's members differ only in learning rate, momentum, weight decay and seed); a TorchScript
 // job and a job taken up again from a checkpoint train alone.
 std::string PackUnsupported(const TrainingRun& lead, const TrainingRun& member);
+// The specs' part of it: whether two members' specs differ only in what a pack varies (learning
+// rate, momentum, weight decay, seed); how a sweep's members are grouped into packs when it is
+// queued (JobManager::EnqueueSweep).
+std::string SpecsPackUnsupported(const JobSpec& a, const JobSpec& b);
 
 // A sweep's members trained together as one pack on the calling thread: one epoch loop whose
 // steps run every member's step in turn, and whose epochs bring every member's values to the host
