@@ -288,6 +288,13 @@ std::string JobDetails(const v1::Job& job) {
     if (job.stopped_early()) absl::StrAppend(&patience, " (stopped early)");
     lines.push_back({"early stopping", patience});
   }
+  if (spec.halving().min_epochs() > 0) {
+    lines.push_back(
+        {"halving",
+         absl::StrCat("rungs at ", spec.halving().min_epochs(), " epochs and each x",
+                      spec.halving().reduction_factor(), " (its sweep's members compared there)")});
+  }
+  if (!job.stop_reason().empty()) lines.push_back({"stopped", job.stop_reason()});
   if (spec.precision() == v1::PRECISION_BF16 || spec.precision() == v1::PRECISION_FP16) {
     lines.push_back({"precision", PrecisionDescription(job)});
   }

@@ -676,12 +676,40 @@ absl::StatusOr<std::vector<uint64_t>> ParseSweepSeeds(absl::string_view text) {
   return SweepSeeds(elements);
 }
 
+namespace {
+
+absl::StatusOr<v1::SubmitSweepRequest> SweepListsRequestFromFlags(const Invocation& invocation);
+
+}  // namespace
+
 absl::StatusOr<v1::SubmitSweepRequest> SweepRequestFromFlags(const Invocation& invocation) {
   if (invocation.Has("torchscript")) {
     return absl::InvalidArgumentError(
         "--torchscript is for 'trainctl submit' only: the members of a sweep train a --model spec");
   }
-  if (invocation.Has("points")) return SweepPointsRequestFromFlags(invocation);
+  TRAINERD_ASSIGN_OR_RETURN(v1::SubmitSweepRequest request,
+                            invocation.Has("points") ? SweepPointsRequestFromFlags(invocation)
+                                                     : SweepListsRequestFromFlags(invocation));
+  if (invocation.Has("halving-reduction-factor") && !invocation.Has("halving-min-epochs")) {
+    return absl::InvalidArgumentError(
+        "--halving-reduction-factor applies to halving; give --halving-min-epochs N too");
+  }
+  if (invocation.Has("halving-min-epochs")) {
+    // The daemon checks the rungs against each member's epochs.
+    TRAINERD_ASSIGN_OR_RETURN(int64_t min_epochs,
+                              invocation.GetInt("halving-min-epochs", 1, 1, kMaxEpochs));
+    TRAINERD_ASSIGN_OR_RETURN(int64_t factor,
+                              invocation.GetInt("halving-reduction-factor", 3, 2, 100));
+    v1::Halving* halving = request.mutable_spec()->mutable_halving();
+    halving->set_min_epochs(static_cast<int32_t>(min_epochs));
+    halving->set_reduction_factor(static_cast<int32_t>(factor));
+  }
+  return request;
+}
+
+namespace {
+
+absl::StatusOr<v1::SubmitSweepRequest> SweepListsRequestFromFlags(const Invocation& invocation) {
   // The lists, with their elements as written: they are handed to JobSpecFromFlags as the flag's
   // value, so that every value meets submit's own checks and messages.
   struct SweptFlag {
@@ -745,6 +773,8 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepRequestFromFlags(const Invocation& i
   }
   return request;
 }
+
+}  // namespace
 
 absl::StatusOr<std::string> ReadTorchScriptFlag(const Invocation& invocation) {
   if (!invocation.Has("torchscript")) return std::string();

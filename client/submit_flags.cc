@@ -237,6 +237,12 @@ std::vector<FlagSpec> SweepFlags() {
                        "a CSV file ('-': stdin) whose header names some of lr,\n"
                        "momentum, weight-decay and seed, then a line per member\n"
                        "(an empty cell keeps the flag's single value)"});
+      flags.push_back({"halving-min-epochs", "N",
+                       "stop poor members early by successive halving (ASHA):\n"
+                       "at rungs of N, N*F, N*F^2... epochs a member behind the\n"
+                       "best 1/F of those that reached the rung before it stops\n"
+                       "there (default: every member trains every epoch)"});
+      flags.push_back({"halving-reduction-factor", "F", "halving's F, 2 to 100 (default 3)"});
     } else if (flag.name == "watch") {
       flags.push_back({"watch", "",
                        "after submitting, show the members sorted by loss,\n"

@@ -36,7 +36,7 @@ if [ "$source_site" != "$site" ]; then
 fi
 
 # What the installed package was built from: its sources and the .proto files.
-extras="torch,safetensors,pandas,progress,test,notebook"
+extras="torch,safetensors,pandas,progress,test,notebook,optuna"
 stamp_file="$venv/.trainerd-pyclient-stamp"
 stamp="$(cd "$repo" && {
   find python/setup.py python/pyproject.toml python/README.md python/trainerd proto/trainerd \
@@ -46,7 +46,7 @@ stamp="$(cd "$repo" && {
   echo "$extras"
 } | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ] ||
-  ! "$venv/bin/python" -c 'import trainerd, pytest, mypy, nbclient' 2>/dev/null; then
+  ! "$venv/bin/python" -c 'import trainerd, pytest, mypy, nbclient, optuna' 2>/dev/null; then
   echo "venv.sh: installing ./python[$extras] into $venv" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade \
     "$here[$extras]" >&2

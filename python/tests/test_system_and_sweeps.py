@@ -233,3 +233,24 @@ def test_sweep_points_vary_the_model_and_any_option(
             seed_dataset, model="linear:1", validation_fraction=0.25,
             points=[{"lr": 0.1}, {"lr": 0.1, "validation_fraction": 0.5}],
         )
+
+
+def test_sweep_halving_stops_the_members_behind_and_says_what_it_saved(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    sweep = client.sweep(
+        seed_dataset, model="linear:1", lr=[0.1, 1e-5, 0.05, 1e-6, 0.02, 1e-7], epochs=8,
+        validation_fraction=0.25, seed=2, halving_min_epochs=1, halving_reduction_factor=2,
+    ).wait(timeout=120)
+    assert not sweep.failed
+    stopped = [job for job in sweep.jobs if job.stopped_early]
+    assert len(stopped) >= 3
+    for job in stopped:
+        assert job.epochs_completed in (1, 2, 4)
+        assert f"rung of epoch {job.epochs_completed}: validation loss" in job.stop_reason
+    assert sweep.epochs_saved() == sum(8 - job.epochs_completed for job in stopped)
+    assert sweep.best().epochs_completed == 8
+    frame = sweep.frame()
+    assert list(frame["stop_reason"]).count("") == len(sweep.jobs) - len(stopped)
+    with pytest.raises(TypeError):
+        client.submit(seed_dataset, model="linear:1", halving_min_epochs=1)  # type: ignore[call-arg]

@@ -254,6 +254,12 @@ class JobBase:
         return self._proto.stopped_early
 
     @property
+    def stop_reason(self) -> str:
+        """Why the job stopped early (:attr:`stopped_early`): the patience, or the rung of its
+        sweep's halving and the cutoff it was behind; "" otherwise."""
+        return self._proto.stop_reason
+
+    @property
     def model_epoch(self) -> int:
         """The epoch whose weights the trained model holds (``model_from``): the best validation
         epoch or the last; 0 until the job succeeded."""

@@ -101,6 +101,8 @@ class SweepOptions(TypedDict, total=False):
     validation_fraction: float
     validation_split_seed: int
     validation_dataset: str
+    halving_min_epochs: int
+    halving_reduction_factor: int
     early_stop_patience: int
     early_stop_min_delta: float
     early_stop_metric: str
@@ -365,6 +367,8 @@ _FIELDS: dict[str, tuple[str, Converter]] = {
     "nodes": ("nodes", _nodes),
     "seed": ("seed", _whole(_UINT64)),
     "validation_split_seed": ("validation_split_seed", _whole(_UINT64)),
+    "halving_min_epochs": ("halving.min_epochs", _whole(_INT32)),
+    "halving_reduction_factor": ("halving.reduction_factor", _whole(_INT32)),
 }
 assert set(_FIELDS) == OPTION_NAMES
 

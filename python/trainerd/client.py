@@ -534,6 +534,12 @@ class Client(ClientBase[Transport]):
         others as packs of their own, or alone. Every member validates on the same held-out
         rows (drawn from the sweep's seed), so that members rank fairly.
 
+        ``halving_min_epochs`` (and ``halving_reduction_factor``, default 3) stop the poor
+        members early, by asynchronous successive halving as Ray Tune's ASHAScheduler does: at
+        rungs of min_epochs * factor^k epochs a member behind the best 1/factor of the members
+        that reached the rung before it stops there (``job.stopped_early``, ``job.stop_reason``);
+        the others go on. :meth:`Sweep.epochs_saved` says what it saved.
+
         ``lr``, ``momentum``, ``weight_decay`` and ``seed`` take one value or a list; the other
         keyword arguments are :meth:`submit`'s and apply to every member. The daemon checks every
         member as it checks a job submitted alone (:class:`InvalidArgument` names the first that

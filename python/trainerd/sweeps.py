@@ -63,6 +63,15 @@ class SweepBase(Generic[JobT]):
             return history[-1].validation_loss
         return history[-1].loss
 
+    def epochs_saved(self) -> int:
+        """The epochs the members that stopped early (by halving's rungs or their patience) did
+        not train: the sum of each one's planned epochs less those it trained."""
+        return sum(
+            max(0, job.spec.epochs - job.epochs_completed)
+            for job in self.succeeded
+            if job.stopped_early
+        )
+
     def best(self) -> JobT:
         """The succeeded member with the lowest final validation loss when the members validate,
         else the lowest final training loss (:attr:`best_metric` says which). ValueError when no
@@ -97,12 +106,15 @@ class SweepBase(Generic[JobT]):
                         else None
                     ),
                     "seed": spec.seed,
+                    "model": spec.model,
+                    "batch_size": spec.batch_size,
                     "epochs": job.epochs_completed,
                     "loss": last.loss if last else None,
                     "validation_loss": last.validation_loss if last else None,
                     "validation_accuracy": last.validation_accuracy if last else None,
                     "wall_seconds": job.wall_seconds,
                     "error": job.error,
+                    "stop_reason": job.stop_reason,
                 }
             )
         frame: pd.DataFrame = pd.DataFrame(rows).set_index("id")

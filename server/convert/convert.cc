@@ -159,6 +159,7 @@ v1::Job ToProto(const engine::JobSnapshot& job) {
   }
   out.set_parameter_count(job.parameter_count);
   out.set_stopped_early(job.stopped_early);
+  out.set_stop_reason(job.stop_reason);
   out.set_model_epoch(job.model_epoch);
   out.set_best_epoch(job.best_epoch);
   out.set_cancel_requested(job.cancel_requested);
@@ -273,6 +274,7 @@ absl::StatusOr<engine::JobSnapshot> FromProto(const v1::Job& job) {
   }
   out.parameter_count = job.parameter_count();
   out.stopped_early = job.stopped_early();
+  out.stop_reason = job.stop_reason();
   out.model_epoch = job.model_epoch();
   out.best_epoch = job.best_epoch();
   out.cancel_requested = job.cancel_requested();

@@ -295,6 +295,14 @@ absl::StatusOr<engine::JobSpec> FromProto(const v1::JobSpec& spec) {
   out.device = spec.device();
   out.validation_fraction = spec.validation_fraction();
   if (spec.has_validation_split_seed()) out.split_seed = spec.validation_split_seed();
+  if (spec.has_halving() && spec.halving().min_epochs() != 0) {
+    engine::HalvingSpec halving;
+    halving.min_epochs = spec.halving().min_epochs();
+    if (spec.halving().reduction_factor() != 0) {
+      halving.reduction_factor = spec.halving().reduction_factor();
+    }
+    out.halving = halving;
+  }
   out.validation_dataset = spec.validation_dataset();
   out.node_dataset = spec.node_dataset();
   out.node_validation_dataset = spec.node_validation_dataset();
@@ -473,6 +481,10 @@ v1::JobSpec ToProto(const engine::JobSpec& spec) {
   out.set_device(spec.device);
   out.set_validation_fraction(spec.validation_fraction);
   if (spec.split_seed.has_value()) out.set_validation_split_seed(*spec.split_seed);
+  if (spec.halving.has_value()) {
+    out.mutable_halving()->set_min_epochs(spec.halving->min_epochs);
+    out.mutable_halving()->set_reduction_factor(spec.halving->reduction_factor);
+  }
   out.set_validation_dataset(spec.validation_dataset);
   out.set_node_dataset(spec.node_dataset);
   out.set_node_validation_dataset(spec.node_validation_dataset);

@@ -27,6 +27,7 @@ absl::Status SameDataAndPlace(const JobSpec& member, const JobSpec& sweep,
   if (member.split_seed != split_seed) differ.push_back("validation split seed");
   if (member.nodes != sweep.nodes) differ.push_back("nodes");
   if (member.replicas != sweep.replicas) differ.push_back("replicas");
+  if (member.halving != sweep.halving) differ.push_back("halving");
   if (member.device != sweep.device) differ.push_back("device");
   if (!member.torchscript.empty() || !member.exported_program.empty()) {
     differ.push_back("submitted model");
@@ -288,6 +289,11 @@ void Engine::SubmitJobAsync(JobSpec spec, CallContext caller,
     } else {
       done((*found)->front());
     }
+    return;
+  }
+  if (spec.halving.has_value()) {
+    done(absl::InvalidArgumentError(
+        "halving compares a sweep's members at its rungs; submit it with a sweep"));
     return;
   }
   if (absl::Status nodes = CheckNodesOfRanks(spec); !nodes.ok()) {

@@ -161,6 +161,20 @@ struct ScheduleSpec {
   bool operator!=(const ScheduleSpec& o) const { return !(*this == o); }
 };
 
+// Asynchronous successive halving over a sweep's members (ASHA, as Ray Tune's ASHAScheduler):
+// the rungs are at min_epochs, min_epochs * reduction_factor, ... epochs (below the spec's
+// epochs). A member that reaches a rung is compared with the members that reached it before: it
+// stops there when its metric is behind their (1 - 1/reduction_factor) quantile (the validation
+// loss, or accuracy with early_stop_metric accuracy; the training loss without validation).
+struct HalvingSpec {
+  int32_t min_epochs = 1;        // >= 1, below the spec's epochs
+  int32_t reduction_factor = 3;  // >= 2
+  bool operator==(const HalvingSpec& other) const {
+    return min_epochs == other.min_epochs && reduction_factor == other.reduction_factor;
+  }
+  bool operator!=(const HalvingSpec& other) const { return !(*this == other); }
+};
+
 struct JobSpec {
   // The dataset's key (DatasetKey): "OWNER/NAME", or "NAME" for one without an owner. A caller's
   // reference ("NAME" for its own) until Submit resolves it.
@@ -219,6 +233,10 @@ struct JobSpec {
   // The seed of that split; unset: the job's seed. A sweep sets every member's to the sweep's
   // seed, so that its members validate on the same rows and rank fairly.
   std::optional<uint64_t> split_seed;
+  // A sweep's asynchronous successive halving (ASHA; a sweep's members only, proto
+  // JobSpec.halving): compared at rungs of min_epochs * reduction_factor^k epochs, a member behind
+  // the cutoff of the members that reached the rung before it stops there.
+  std::optional<HalvingSpec> halving;
   std::string validation_dataset;    // a key too; same feature/target shapes and dtype as `dataset`
   int32_t early_stop_patience = 0;   // > 0: epochs without a new best validation metric; 0 = off
   // Early stopping: an improvement must beat the best by more than this (>= 0), as Keras'
@@ -414,7 +432,10 @@ struct JobSnapshot {
   int64_t host_syncs = 0;
   std::vector<ParameterValues> parameters;  // only when parameter_count <= kMaxReportedParameters
   int64_t parameter_count = 0;
-  bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping
+  bool stopped_early = false;  // SUCCEEDED before spec.epochs by early stopping or at a rung
+  // Why it stopped early: a sentence naming the rule (patience, or the rung and the cutoff it
+  // was behind); empty otherwise.
+  std::string stop_reason;
   // The epoch whose weights the trained model holds (SUCCEEDED; 0 before), and the best
   // validation epoch so far by early stopping's metric (0 without validation).
   int32_t model_epoch = 0;

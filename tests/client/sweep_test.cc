@@ -97,12 +97,37 @@ TEST(SweepCommandLineTest, SweepTakesEverySubmitFlagButTorchScriptAndPoints) {
   std::vector<std::string> submit;
   for (const FlagSpec& flag : CommandNamed("submit").flags) {
     if (flag.name != "torchscript") submit.emplace_back(flag.name);
-    if (flag.name == "seed") submit.emplace_back("points");
+    if (flag.name == "seed") {
+      submit.emplace_back("points");
+      submit.emplace_back("halving-min-epochs");
+      submit.emplace_back("halving-reduction-factor");
+    }
   }
   std::vector<std::string> sweep;
   for (const FlagSpec& flag : CommandNamed("sweep").flags) sweep.emplace_back(flag.name);
   EXPECT_EQ(sweep, submit);
-  EXPECT_EQ(sweep.size(), CommandNamed("submit").flags.size());
+  EXPECT_EQ(sweep.size(), CommandNamed("submit").flags.size() + 2);
+}
+
+TEST(SweepRequestTest, HalvingFlagsSetTheSpecsRungs) {
+  absl::StatusOr<v1::SubmitSweepRequest> request = SweepRequestFromFlags(
+      Sweep({"--lr", "0.1,0.01", "--epochs", "27", "--halving-min-epochs", "3"}));
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->spec().halving().min_epochs(), 3);
+  EXPECT_EQ(request->spec().halving().reduction_factor(), 3);
+  request = SweepRequestFromFlags(
+      Sweep({"--lr", "0.1,0.01", "--halving-min-epochs", "1", "--halving-reduction-factor", "4"}));
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->spec().halving().reduction_factor(), 4);
+  request = SweepRequestFromFlags(Sweep({"--lr", "0.1,0.01"}));
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_FALSE(request->spec().has_halving());
+  EXPECT_THAT(RequestError(Sweep({"--halving-reduction-factor", "2"})),
+              HasSubstr("give --halving-min-epochs N too"));
+  EXPECT_THAT(RequestError(Sweep({"--halving-min-epochs", "1", "--halving-reduction-factor", "1"})),
+              HasSubstr("halving-reduction-factor"));
+  // Submit has no rungs to compare against.
+  EXPECT_THAT(ParseError({"submit", "--halving-min-epochs", "1"}), HasSubstr("halving-min-epochs"));
 }
 
 TEST(SweepCommandLineTest, ListFlagsAreKeptAsWritten) {

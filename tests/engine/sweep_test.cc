@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
+#include "server/engine/jobs/halving.h"
 #include "server/engine/training/stacked_path.h"
 #include "server/engine/training/trainer.h"
 #include "tests/engine/engine_test_support.h"
@@ -764,6 +765,74 @@ TEST_F(SweepTest, PointsMayVaryTheModelAndBatchSizeAndPackWhereTheySharedShapes)
   EXPECT_THAT(refused.status().message(),
               HasSubstr("sweep member 2 (learning rate 0.1, momentum 0, weight decay 0, seed"));
   EXPECT_THAT(refused.status().message(), HasSubstr("model linear:4,relu,linear:1, epochs 0"));
+}
+
+// Ray Tune's ASHAScheduler cutoff: numpy's linear percentile at 100 / reduction_factor of the
+// values before (lower is better).
+TEST(HalvingTest, TheCutoffKeepsTheBestFractionAndRungsAreGeometric) {
+  EXPECT_DOUBLE_EQ(HalvingCutoff({0.5}, 3), 0.5);
+  EXPECT_DOUBLE_EQ(HalvingCutoff({4.0, 1.0, 3.0, 2.0}, 3), 2.0);  // position 1 of 0..3
+  EXPECT_DOUBLE_EQ(HalvingCutoff({1.0, 2.0}, 2), 1.5);            // halfway between
+  EXPECT_DOUBLE_EQ(HalvingCutoff({1.0, 2.0, 3.0, 4.0, 5.0}, 4), 2.0);
+  SweepRungs rungs(HalvingSpec{2, 3});
+  EXPECT_TRUE(rungs.IsRung(2, 20));
+  EXPECT_TRUE(rungs.IsRung(6, 20));
+  EXPECT_TRUE(rungs.IsRung(18, 20));
+  EXPECT_FALSE(rungs.IsRung(3, 20));
+  EXPECT_FALSE(rungs.IsRung(18, 18));  // the last epoch is no rung
+  EXPECT_EQ(rungs.Reached("a", 2, 20, 1.0, "validation loss"), std::nullopt);  // first goes on
+  EXPECT_EQ(rungs.Reached("b", 2, 20, 0.5, "validation loss"), std::nullopt);  // better
+  // Behind the cutoff of {1.0, 0.5} (0.5 + 0.5 / 3): stopped, saying why.
+  std::optional<std::string> c = rungs.Reached("c", 2, 20, 0.9, "validation loss");
+  ASSERT_TRUE(c.has_value());
+  EXPECT_THAT(*c, HasSubstr("rung of epoch 2: validation loss 0.9 is behind the cutoff 0.666667"));
+  EXPECT_THAT(*c, HasSubstr("best 1/3 of the 2 members there before it"));
+  EXPECT_EQ(rungs.Reached("c", 2, 20, 0.1, "validation loss"), std::nullopt);  // decided once
+  EXPECT_EQ(rungs.Reached("d", 3, 20, 9.0, "validation loss"), std::nullopt);  // no rung
+}
+
+// Halving in a sweep: the members behind at a rung stop there, SUCCEEDED, stopped early with the
+// reason; the best member trains every epoch; a job alone cannot ask for halving.
+TEST_F(SweepTest, HalvingStopsTheMembersBehindAtARungAndTheBestTrainsOn) {
+  JobSpec base = Base();
+  base.epochs = 8;
+  base.validation_fraction = 0.25;
+  base.halving = HalvingSpec{1, 2};  // rungs at epochs 1, 2 and 4
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.0001, 0.05, 0.00001, 0.02, 0.000001};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  std::vector<JobSnapshot> ended;
+  int stopped = 0;
+  for (const JobSnapshot& member : sweep->members) {
+    EXPECT_EQ(member.spec.halving, base.halving);
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    if (job->stopped_early) {
+      ++stopped;
+      const int32_t at = static_cast<int32_t>(job->epochs.size());
+      EXPECT_TRUE(at == 1 || at == 2 || at == 4) << at;
+      EXPECT_THAT(job->stop_reason,
+                  HasSubstr(absl::StrCat("rung of epoch ", at, ": validation loss")));
+    } else {
+      EXPECT_EQ(job->epochs.size(), 8u);
+      EXPECT_EQ(job->stop_reason, "");
+    }
+    ended.push_back(*job);
+  }
+  // The members with the tiny rates are behind from the first rung on.
+  EXPECT_GE(stopped, 3);
+  EXPECT_FALSE(ended[0].stopped_early);  // the first member at every rung goes on
+  for (size_t tiny : {3u, 5u}) EXPECT_TRUE(ended[tiny].stopped_early) << tiny;
+  JobSpec alone = base;
+  absl::StatusOr<JobSnapshot> refused = engine_->SubmitJob(alone);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("submit it with a sweep"));
+  base.halving = HalvingSpec{8, 2};
+  absl::StatusOr<SweepSnapshot> bad = engine_->SubmitSweep(base, axes);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("below the 8 epochs a member trains; got 8"));
 }
 
 TEST_F(SweepTest, HostileSweepsAreRefusedWithTheirReason) {

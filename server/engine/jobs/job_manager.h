@@ -26,6 +26,7 @@
 #include "server/engine/devices/cpu_threads.h"
 #include "server/engine/distributed/peers.h"
 #include "server/engine/job_store.h"
+#include "server/engine/jobs/halving.h"
 #include "server/engine/jobs/job_options.h"
 #include "server/engine/torchscript/worker_launcher.h"
 #include "server/engine/training/trainer.h"
@@ -270,6 +271,9 @@ class JobManager {
     // A sweep's member: the ids of its sweep's members (shared by them), which a worker takes
     // together; null for a job submitted alone or taken up again after a restart.
     std::shared_ptr<const std::vector<std::string>> pack;
+    // A member of a sweep with halving (JobSpec::halving): its sweep's rungs, shared by the
+    // members; null otherwise, and for a member taken up again after a restart (it trains on).
+    std::shared_ptr<SweepRungs> rungs;
     bool quota_exempt = false;  // an admin's job (Enqueue); set before the job is queued
   };
   // A job's run once it started: the TrainingRun with its callbacks, the RUNNING snapshot, the

@@ -215,7 +215,12 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
   // as its ranks. Those dealt to one peer go there together (the worker takes those of its own
   // queue).
   std::vector<std::pair<const JobSnapshot*, std::shared_ptr<std::vector<std::string>>>> packs;
+  std::shared_ptr<SweepRungs> rungs;
   for (auto& record : records) {
+    if (record->snap.spec.halving.has_value()) {
+      if (rungs == nullptr) rungs = std::make_shared<SweepRungs>(*record->snap.spec.halving);
+      record->rungs = rungs;
+    }
     if (record->snap.spec.replicas > 1) continue;
     auto pack = std::find_if(packs.begin(), packs.end(), [&](const auto& candidate) {
       return candidate.first->device == record->snap.device &&

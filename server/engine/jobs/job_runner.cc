@@ -312,6 +312,13 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   state.module = std::move(record->torchscript);  // the run owns it; freed when it ends
   run.device = record->device;
   run.cancel = &record->cancel;
+  if (record->rungs != nullptr) {
+    run.stop_at_rung = [rungs = record->rungs, id = record->snap.id,
+                        spec = run.spec](const EpochResult& epoch) {
+      const auto [metric, name] = HalvingMetric(spec, epoch);
+      return rungs->Reached(id, epoch.epoch, spec.epochs, metric, name);
+    };
+  }
   run.drain = &record->drain;
   run.interrupt = &record->interrupt;
   run.resume_from = record->resume.checkpoint_path;
@@ -545,6 +552,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     snap.parameter_count = outcome.parameter_count;
     snap.parameters = std::move(outcome.parameters);
     snap.stopped_early = outcome.stopped_early;
+    snap.stop_reason = outcome.stop_reason;
     snap.model_epoch = outcome.state == JobState::kSucceeded ? outcome.model_epoch : 0;
     snap.best_epoch = outcome.best_epoch;
     snap.end_time = absl::Now();

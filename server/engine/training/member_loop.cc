@@ -385,8 +385,17 @@ bool MemberLoop::AfterTransfer(const double* value) {
   // A drain stops the job after this epoch (unless it was the last, or an early stop): it
   // gets a checkpoint now, whatever checkpoint_every says, and resumes from it.
   const int32_t patience = spec_.early_stop_patience;
-  const bool stops_early =
+  bool stops_early =
       patience > 0 && epochs_without_improvement_ >= patience && epoch_ < spec_.epochs;
+  std::string stop_reason;
+  if (stops_early) {
+    stop_reason = absl::StrCat("no better validation metric in ", patience, " epochs (patience)");
+  } else if (run_.stop_at_rung && epoch_ < spec_.epochs) {
+    if (std::optional<std::string> behind = run_.stop_at_rung(result)) {
+      stops_early = true;
+      stop_reason = *std::move(behind);
+    }
+  }
   const bool draining = run_.drain != nullptr && run_.drain->load(std::memory_order_relaxed) &&
                         epoch_ < spec_.epochs && !stops_early && !run_.checkpoint_dir.empty();
   if (!run_.checkpoint_dir.empty() &&
@@ -445,6 +454,7 @@ bool MemberLoop::AfterTransfer(const double* value) {
   // Stopping after the last planned epoch is no early stop.
   if (stops_early) {
     outcome_.stopped_early = true;
+    outcome_.stop_reason = std::move(stop_reason);
     stopped_ = true;
   }
   return true;

@@ -87,6 +87,18 @@ absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& data
                                                    ") or a validation dataset ('",
                                                    spec.validation_dataset, "'), not both"));
   }
+  if (spec.halving.has_value()) {
+    const HalvingSpec& halving = *spec.halving;
+    if (halving.min_epochs < 1 || halving.min_epochs >= spec.epochs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("halving's first rung must be at least 1 epoch and below the ", spec.epochs,
+                       " epochs a member trains; got ", halving.min_epochs));
+    }
+    if (halving.reduction_factor < 2 || halving.reduction_factor > 100) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "halving's reduction factor must be 2 to 100; got ", halving.reduction_factor));
+    }
+  }
   if (spec.split_seed.has_value() && !(f > 0)) {
     return absl::InvalidArgumentError(
         "a validation split seed draws the rows a validation fraction holds out; give a "

@@ -68,6 +68,9 @@ struct TrainingRun {
   // Called on the training thread after each epoch's single host transfer, with the running
   // totals of steps and host synchronisations.
   std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;
+  // A sweep's halving (JobSpec::halving): asked after each epoch's transfer, before on_epoch;
+  // a reason stops the job after this epoch (SUCCEEDED, stopped early, the reason recorded).
+  std::function<std::optional<std::string>(const EpochResult&)> stop_at_rung;
   // spec.checkpoint_every > 0: the job's checkpoint folder (<data_dir>/checkpoints/<job-id>),
   // created when the first checkpoint is written; empty means checkpoints are not written.
   std::string checkpoint_dir;

@@ -25,6 +25,7 @@ struct TrainingOutcome {
   int64_t host_syncs = 0;
   int32_t epochs_done = 0;
   bool stopped_early = false;  // kSucceeded after fewer than spec.epochs (early stopping)
+  std::string stop_reason;     // with stopped_early: why (JobSnapshot::stop_reason)
   // The epoch whose weights model_archive holds (kSucceeded: the last epoch, or the best when the
   // job hands back its best, JobSpec::model_from), and the best validation epoch (0 without
   // validation).
