@@ -235,8 +235,11 @@ std::vector<FlagSpec> SweepFlags() {
       flags.push_back({"points", "FILE",
                        "the members one by one instead of the lists' product:\n"
                        "a CSV file ('-': stdin) whose header names some of lr,\n"
-                       "momentum, weight-decay and seed, then a line per member\n"
-                       "(an empty cell keeps the flag's single value)"});
+                       "momentum, weight-decay, seed and any other flag above\n"
+                       "that takes a value but the data's and placement's\n"
+                       "(model, batch-size, epochs, optimizer, ...), then a line\n"
+                       "per member (an empty cell keeps the flag's value; quote\n"
+                       "a model spec: \"linear:64,relu,linear:10\")"});
       flags.push_back({"halving-min-epochs", "N",
                        "stop poor members early by successive halving (ASHA):\n"
                        "at rungs of N, N*F, N*F^2... epochs a member behind the\n"

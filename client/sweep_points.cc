@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,18 +18,37 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "client/cli_internal.h"
 #include "client/requests.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "google/protobuf/field_mask.pb.h"
+#include "google/protobuf/util/field_mask_util.h"
+#include "google/protobuf/util/message_differencer.h"
 
 namespace trainerd::client {
 namespace {
 
-// The columns a points file may have, by the flag each stands for.
+// The swept columns, each a field of SweepPoint of its own.
 constexpr const char* kPointFlags[] = {"lr", "momentum", "weight-decay", "seed"};
 
-// The flag a header cell names: the flag itself, or its field name (learning_rate,
-// weight_decay), in any case; "" when it names none.
+// Submit's flags a member may not vary: its data, its validation rows, where it runs, and what
+// is the sweep's own (a module, the request, the watch).
+constexpr const char* kSweepOwnFlags[] = {"dataset",
+                                          "validation-fraction",
+                                          "validation-dataset",
+                                          "validation-split-seed",
+                                          "device",
+                                          "nodes",
+                                          "replicas",
+                                          "torchscript",
+                                          "request-id",
+                                          "watch",
+                                          "points"};
+
+// The flag a header cell names: a swept flag or its field name (learning_rate, weight_decay), or
+// any other of submit's flags that take a value (model, batch-size, epochs, optimizer, ...), in
+// any case, '_' for '-'; "" when it names none.
 std::string PointColumn(absl::string_view cell) {
   std::string name = absl::AsciiStrToLower(absl::StripAsciiWhitespace(cell));
   for (char& c : name) {
@@ -37,7 +58,72 @@ std::string PointColumn(absl::string_view cell) {
   for (const char* flag : kPointFlags) {
     if (name == flag) return flag;
   }
+  for (const char* flag : kSweepOwnFlags) {
+    if (name == flag) return "";
+  }
+  for (const FlagSpec& flag : SubmitFlags()) {
+    if (flag.name == name && !flag.value_name.empty()) return name;
+  }
   return "";
+}
+
+// A line's cells: split at commas outside double quotes (a model spec's commas are quoted:
+// "linear:64,relu,linear:10"); "" inside quotes is one quote. nullopt for an unclosed quote.
+std::optional<std::vector<std::string>> SplitCells(absl::string_view line) {
+  std::vector<std::string> cells(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (c == '"') {
+      if (quoted && i + 1 < line.size() && line[i + 1] == '"') {
+        cells.back().push_back('"');
+        ++i;
+      } else {
+        quoted = !quoted;
+      }
+    } else if (c == ',' && !quoted) {
+      cells.emplace_back();
+    } else {
+      cells.back().push_back(c);
+    }
+  }
+  if (quoted) return std::nullopt;
+  return cells;
+}
+
+bool IsSweptFlag(absl::string_view flag) {
+  return std::find(std::begin(kPointFlags), std::end(kPointFlags), flag) != std::end(kPointFlags);
+}
+
+// The paths (FieldMask) of the fields in which `member` differs from `sweep`, leaves only (a
+// message field by its fields), but for the four a SweepPoint carries of its own.
+void DifferingPaths(const google::protobuf::Message& member, const google::protobuf::Message& sweep,
+                    const std::string& prefix, std::vector<std::string>* paths) {
+  using google::protobuf::FieldDescriptor;
+  using google::protobuf::util::FieldMaskUtil;
+  const google::protobuf::Descriptor* type = member.GetDescriptor();
+  for (int i = 0; i < type->field_count(); ++i) {
+    const FieldDescriptor* field = type->field(i);
+    const std::string path = prefix + field->name();
+    if (path == "seed" || path == "optimizer.learning_rate" || path == "optimizer.momentum" ||
+        path == "optimizer.weight_decay") {
+      continue;
+    }
+    const google::protobuf::Reflection* reflection = member.GetReflection();
+    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
+      DifferingPaths(reflection->GetMessage(member, field), reflection->GetMessage(sweep, field),
+                     path + ".", paths);
+      continue;
+    }
+    // The field alone of each, compared as messages (a repeated field element by element).
+    std::unique_ptr<google::protobuf::Message> a(member.New());
+    std::unique_ptr<google::protobuf::Message> b(sweep.New());
+    google::protobuf::FieldMask mask;
+    mask.add_paths(field->name());
+    FieldMaskUtil::MergeMessageTo(member, mask, FieldMaskUtil::MergeOptions(), a.get());
+    FieldMaskUtil::MergeMessageTo(sweep, mask, FieldMaskUtil::MergeOptions(), b.get());
+    if (!google::protobuf::util::MessageDifferencer::Equals(*a, *b)) paths->push_back(path);
+  }
 }
 
 // The file's bytes ("-": standard input), at most kMaxSweepPointsFileBytes.
@@ -75,14 +161,21 @@ absl::StatusOr<std::vector<SweepPointRow>> ParseSweepPoints(absl::string_view te
     ++line_number;
     line = absl::StripAsciiWhitespace(line);  // also a \r before the \n
     if (line.empty() || absl::StartsWith(line, "#")) continue;
-    const std::vector<absl::string_view> cells = absl::StrSplit(line, ',');
     const std::string where = absl::StrCat("--points: line ", line_number, ": ");
+    const std::optional<std::vector<std::string>> split = SplitCells(line);
+    if (!split.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "a quote is not closed"));
+    }
+    const std::vector<std::string>& cells = *split;
     if (columns.empty()) {
       for (absl::string_view cell : cells) {
         const std::string flag = PointColumn(cell);
         if (flag.empty()) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where, "the header names columns lr, momentum, weight-decay and seed, not '",
+              where,
+              "the header names columns lr, momentum, weight-decay, seed and submit's other "
+              "flags that take a value (model, batch-size, epochs, optimizer, ...) but those of "
+              "the data and placement, not '",
               absl::StripAsciiWhitespace(cell), "'"));
         }
         if (std::find(columns.begin(), columns.end(), flag) != columns.end()) {
@@ -108,6 +201,11 @@ absl::StatusOr<std::vector<SweepPointRow>> ParseSweepPoints(absl::string_view te
       const std::string value(absl::StripAsciiWhitespace(cells[i]));
       if (value.empty()) continue;  // the spec's value
       const std::string& flag = columns[i];
+      if (!IsSweptFlag(flag)) {
+        // Checked as submit's flag, with the member's others (SweepPointsRequestFromFlags).
+        row.flags[flag] = value;
+        continue;
+      }
       if (flag == "seed") {
         uint64_t seed = 0;
         // SimpleAtoi would take "-1" as 2^64 - 1.
@@ -156,14 +254,16 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepPointsRequestFromFlags(const Invocat
   v1::SubmitSweepRequest request;
   // Each member's values as its flags over the others, checked as submit checks them (ranges,
   // --nesterov on the momentum, --min-lr below the rate), with the line in the message.
+  std::vector<v1::JobSpec> member_specs;
   for (const SweepPointRow& row : rows) {
     Invocation member = spec_flags;
     for (const auto& [flag, value] : row.flags) member.flags[flag] = value;
-    const absl::Status checked = JobSpecFromFlags(member).status();
+    absl::StatusOr<v1::JobSpec> checked = JobSpecFromFlags(member);
     if (!checked.ok()) {
-      return absl::Status(checked.code(),
-                          absl::StrCat("--points: line ", row.line, ": ", checked.message()));
+      return absl::Status(checked.status().code(), absl::StrCat("--points: line ", row.line, ": ",
+                                                                checked.status().message()));
     }
+    member_specs.push_back(*std::move(checked));
   }
   // The spec: the flags, with the first member's value for each column every member sets (no
   // member takes the flag's value then, and it may not suit the other flags: --min-lr 0.05 with
@@ -171,13 +271,24 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepPointsRequestFromFlags(const Invocat
   // flags that are not swept, and each member passed, so this spec passes too.
   Invocation spec_invocation = spec_flags;
   for (const auto& [flag, value] : rows.front().flags) {
+    if (!IsSweptFlag(flag)) continue;  // a member's own spec carries it
     const bool everyone = std::all_of(rows.begin(), rows.end(), [&](const SweepPointRow& row) {
       return row.flags.count(flag) > 0;
     });
     if (everyone) spec_invocation.flags[flag] = value;
   }
   TRAINERD_ASSIGN_OR_RETURN(*request.mutable_spec(), JobSpecFromFlags(spec_invocation));
-  for (SweepPointRow& row : rows) *request.add_points() = std::move(row.point);
+  // A member with other columns carries its spec, and the fields in which it differs from the
+  // sweep's (SweepPoint.fields).
+  for (size_t i = 0; i < rows.size(); ++i) {
+    v1::SweepPoint* point = request.add_points();
+    *point = std::move(rows[i].point);
+    std::vector<std::string> paths;
+    DifferingPaths(member_specs[i], request.spec(), "", &paths);
+    if (paths.empty()) continue;
+    *point->mutable_spec() = member_specs[i];
+    for (const std::string& path : paths) point->mutable_fields()->add_paths(path);
+  }
   return request;
 }
 

@@ -99,9 +99,12 @@ TEST(ParseSweepPointsTest, BadFilesAreRefusedNamingTheLine) {
   EXPECT_EQ(error(""),
             "--points: the file is empty (a header such as 'lr,seed', then a line per member)");
   EXPECT_EQ(error("lr,seed\n"), "--points: the file has a header but no members");
-  EXPECT_EQ(error("lr,batch_size\n0.1,3\n"),
-            "--points: line 1: the header names columns lr, momentum, weight-decay and seed, "
-            "not 'batch_size'");
+  EXPECT_EQ(error("lr,widht\n0.1,3\n"),
+            "--points: line 1: the header names columns lr, momentum, weight-decay, seed and "
+            "submit's other flags that take a value (model, batch-size, epochs, optimizer, ...) "
+            "but those of the data and placement, not 'widht'");
+  EXPECT_THAT(error("lr,validation_fraction\n0.1,0.5\n"),
+              ::testing::EndsWith("not 'validation_fraction'"));
   EXPECT_EQ(error("lr,learning-rate\n"), "--points: line 1: column lr is named twice");
   EXPECT_EQ(error("lr,seed\n0.1,1\n0.2\n"),
             "--points: line 3: has 1 values; the header names 2 (lr,seed)");
@@ -187,6 +190,34 @@ TEST_F(SweepPointsTest, DashReadsThePointsFromStandardInput) {
   ASSERT_EQ(request->points_size(), 2);
   EXPECT_EQ(Lr(request->points(1)), 0.3);
   EXPECT_EQ(Seed(request->points(1)), 5u);
+}
+
+// Any other column of submit's: a member that differs from the sweep's spec carries its own, and
+// the fields in which it differs; one that does not, none; each is checked as submit's flags.
+TEST_F(SweepPointsTest, OtherColumnsGiveAMemberItsOwnSpecAndTheFieldsThatDiffer) {
+  const absl::StatusOr<v1::SubmitSweepRequest> widths =
+      Request("model,lr\nlinear:3,0.1\n\"linear:8,relu,linear:3\",0.01\n");
+  ASSERT_TRUE(widths.ok()) << widths.status();
+  EXPECT_FALSE(widths->points(0).has_spec());
+  EXPECT_EQ(widths->points(1).spec().model(), "linear:8,relu,linear:3");
+  EXPECT_THAT(widths->points(1).fields().paths(), ::testing::ElementsAre("model"));
+  EXPECT_EQ(Error("model\n\"linear:8,relu\n"), "--points: line 2: a quote is not closed");
+  const absl::StatusOr<v1::SubmitSweepRequest> ok =
+      Request("batch-size,optimizer,lr,epochs\n,,0.1,\n64,adam,0.01,5\n");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  ASSERT_EQ(ok->points_size(), 2);
+  EXPECT_FALSE(ok->points(0).has_spec());
+  EXPECT_EQ(ok->points(0).fields().paths_size(), 0);
+  const v1::SweepPoint& other = ok->points(1);
+  EXPECT_EQ(Lr(other), 0.01);
+  EXPECT_THAT(
+      std::vector<std::string>(other.fields().paths().begin(), other.fields().paths().end()),
+      ::testing::UnorderedElementsAre("batch_size", "epochs", "optimizer.kind"));
+  EXPECT_EQ(other.spec().batch_size(), 64);
+  EXPECT_EQ(other.spec().epochs(), 5);
+  EXPECT_EQ(other.spec().optimizer().kind(), v1::OPTIMIZER_KIND_ADAM);
+  EXPECT_EQ(ok->spec().batch_size(), 32);  // the sweep's: the flag's default
+  EXPECT_EQ(Error("batch-size\n0\n"), "--points: line 2: --batch-size must be at least 1, got 0");
 }
 
 TEST_F(SweepPointsTest, AFileOverTheSizeLimitIsRefusedBeforeParsing) {
