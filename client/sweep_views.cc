@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/output.h"
@@ -89,15 +90,34 @@ std::string SweepWatchTable(const google::protobuf::RepeatedPtrField<v1::Job>& m
   });
   const size_t shown =
       max_members > 0 ? std::min(order.size(), static_cast<size_t>(max_members)) : order.size();
-  TextTable table(
-      {"ID", "LR", "MOMENTUM", "WD", "SEED", "STATE", "EPOCH", "LOSS", "VAL LOSS", "VAL ACC"});
+  // A search's members may differ in more than the four swept values: the model and the batch
+  // size get columns when they do.
+  bool models_differ = false;
+  bool batches_differ = false;
+  for (const v1::Job& job : members) {
+    models_differ |= job.spec().model() != members.begin()->spec().model();
+    batches_differ |= job.spec().batch_size() != members.begin()->spec().batch_size();
+  }
+  std::vector<std::string> headers = {"ID", "LR", "MOMENTUM", "WD", "SEED"};
+  if (models_differ) headers.push_back("MODEL");
+  if (batches_differ) headers.push_back("BATCH");
+  headers.insert(headers.end(), {"STATE", "EPOCH", "LOSS", "VAL LOSS", "VAL ACC"});
+  TextTable table(headers);
   for (size_t i = 0; i < shown; ++i) {
     const v1::Job& job = *order[i];
     const std::optional<double> validation_loss = LastValidationLoss(job);
-    table.AddRow({job.id(), SweptLearningRate(job), SweptMomentum(job), SweptWeightDecay(job),
-                  SweptSeed(job), JobStateName(job.state()), EpochProgress(job), JobLoss(job),
-                  validation_loss.has_value() ? FormatLoss(*validation_loss) : "-",
-                  Percent(LastValidationAccuracy(job))});
+    std::vector<std::string> row = {job.id(), SweptLearningRate(job), SweptMomentum(job),
+                                    SweptWeightDecay(job), SweptSeed(job)};
+    if (models_differ) row.push_back(job.spec().model());  // escaped by the table
+    if (batches_differ) row.push_back(absl::StrCat(job.spec().batch_size()));
+    // A member halving stopped says so where its state is.
+    const bool at_rung = job.stopped_early() && absl::StrContains(job.stop_reason(), "rung");
+    row.insert(row.end(), {at_rung ? absl::StrCat("STOPPED AT ", EpochsCompleted(job))
+                                   : JobStateName(job.state()),
+                           EpochProgress(job), JobLoss(job),
+                           validation_loss.has_value() ? FormatLoss(*validation_loss) : "-",
+                           Percent(LastValidationAccuracy(job))});
+    table.AddRow(row);
   }
   std::string text = table.Render();
   if (shown < order.size()) {
@@ -127,6 +147,17 @@ std::string SweepSummaryLine(const google::protobuf::RepeatedPtrField<v1::Job>& 
   }
   std::string text =
       absl::StrFormat("%d succeeded, %d failed, %d cancelled; ", succeeded, failed, cancelled);
+  int at_rungs = 0;
+  int64_t saved = 0;
+  for (const v1::Job& job : members) {
+    if (!job.stopped_early() || !absl::StrContains(job.stop_reason(), "rung")) continue;
+    ++at_rungs;
+    saved += std::max<int64_t>(0, int64_t{job.spec().epochs()} - EpochsCompleted(job));
+  }
+  if (at_rungs > 0) {
+    absl::StrAppend(&text, "halving stopped ", at_rungs, " at their rungs, ", saved,
+                    " epochs not trained; ");
+  }
   if (best == nullptr) {
     return absl::StrCat(text, succeeded == 0 ? "no member succeeded"
                                              : "no member that succeeded has a validation loss");

@@ -254,3 +254,43 @@ def test_sweep_halving_stops_the_members_behind_and_says_what_it_saved(
     assert list(frame["stop_reason"]).count("") == len(sweep.jobs) - len(stopped)
     with pytest.raises(TypeError):
         client.submit(seed_dataset, model="linear:1", halving_min_epochs=1)  # type: ignore[call-arg]
+
+
+def test_a_random_search_is_drawn_by_the_daemon_from_its_seed(
+    client: trainerd.Client, seed_dataset: trainerd.Dataset
+) -> None:
+    from trainerd.search import Choice, Integer, LogUniform
+
+    space = {
+        "lr": LogUniform(1e-3, 1e-1),
+        "batch_size": Integer(8, 64, log=True),
+        "model": Choice("linear:1", "linear:4,relu,linear:1"),
+        "optimizer": Choice("sgd", "adam"),
+        "clip_grad_norm": Choice(0.0, 1.0),
+    }
+    sweep = client.sweep(
+        seed_dataset, model="linear:1", epochs=2, validation_fraction=0.25,
+        search=space, trials=6, search_seed=11,
+    ).wait(timeout=120)
+    assert len(sweep.jobs) == 6 and not sweep.failed
+    for job in sweep.jobs:
+        assert 1e-3 <= job.spec.optimizer.learning_rate <= 1e-1
+        assert 8 <= job.spec.batch_size <= 64
+        assert job.spec.model in ("linear:1", "linear:4,relu,linear:1")
+        assert job.spec.optimizer.kind in ("sgd", "adam")
+        assert job.spec.clip_grad_norm in (0.0, 1.0)
+    again = client.sweep(
+        seed_dataset, model="linear:1", epochs=2, validation_fraction=0.25,
+        search=space, trials=6, search_seed=11,
+    ).wait(timeout=120)
+    assert [j.spec.proto for j in again.jobs][0].batch_size == sweep.jobs[0].spec.batch_size
+    assert [j.spec.optimizer.learning_rate for j in again.jobs] == [
+        j.spec.optimizer.learning_rate for j in sweep.jobs
+    ]
+    offline = trainerd.Client(UNREACHABLE)
+    with pytest.raises(ValueError, match="lists, points or a search"):
+        offline.sweep("seed", model="linear:1", points=[{"lr": 0.1}], search=space, trials=2)
+    with pytest.raises(ValueError, match="'widht' is no option"):
+        offline.sweep("seed", model="linear:1", search={"widht": Choice(1)}, trials=2)
+    with pytest.raises(TypeError, match="takes a trainerd.search distribution"):
+        offline.sweep("seed", model="linear:1", search={"lr": (0.1, 0.2)}, trials=2)

@@ -410,6 +410,11 @@ def build_spec(dataset: str, model: str, options: Mapping[str, Any]) -> jobs_pb2
     return spec
 
 
+def option_path(name: str) -> str:
+    """Option ``name``'s field in JobSpec ("optimizer.learning_rate" for ``lr``)."""
+    return _FIELDS[name][0]
+
+
 def set_option(spec: jobs_pb2.JobSpec, name: str, value: object) -> str:
     """Writes option ``name``'s value into ``spec`` (converted as :func:`convert_option` does) and
     returns the field's path in JobSpec ("optimizer.beta1"), as a sweep point's ``fields`` names

@@ -21,7 +21,7 @@ from trainerd._calls import dataset as get_dataset
 from trainerd._connection import Connection
 from trainerd._model_input import model_argument, needs_feature_shape
 from trainerd._rpc import SUBMIT_JOB, SUBMIT_SWEEP, Blocking, Op, Unary
-from trainerd._spec import OPTION_NAMES, build_spec, convert_option, set_option
+from trainerd._spec import OPTION_NAMES, build_spec, convert_option, option_path, set_option
 from trainerd.datasets import DatasetBase, DatasetRef, dataset_name
 from trainerd.v1 import jobs_pb2
 
@@ -102,6 +102,9 @@ def sweep_request(
     options: Mapping[str, Any],
     points: Any = None,
     request_id: str | None = None,
+    search: Mapping[str, Any] | None = None,
+    trials: int | None = None,
+    search_seed: int | None = None,
 ) -> jobs_pb2.SubmitSweepRequest:
     """SubmitSweep's request: the product of the swept lists, or ``points``' members one by one
     (each key a point leaves out takes the single value given to that argument)."""
@@ -128,8 +131,11 @@ def sweep_request(
     request = jobs_pb2.SubmitSweepRequest(
         spec=build_spec(dataset_name(dataset), spec_model, spec_options)
     )
+    searching = search is not None or trials is not None
     for name, values in swept.items():
-        getattr(request, _SWEPT[name][0]).extend(values)
+        # A search's single values (lr's default among them) are the spec's, not lists.
+        if not (searching and len(values) == 1):
+            getattr(request, _SWEPT[name][0]).extend(values)
     for member in members:
         point = request.points.add()
         for key, value in member.items():
@@ -140,9 +146,79 @@ def sweep_request(
                 point.fields.paths.append("model")
             else:
                 point.fields.paths.append(set_option(point.spec, key, value))
+    if searching:
+        if points is not None or any(len(v) > 1 for v in swept.values()):
+            raise ValueError("a sweep takes lists, points or a search, one of them")
+        _search(request, search, trials, search_seed)
     if request_id is not None:
         request.request_id = request_id
     return request
+
+
+def _search(
+    request: jobs_pb2.SubmitSweepRequest,
+    search: Mapping[str, Any] | None,
+    trials: int | None,
+    seed: int | None,
+) -> None:
+    """SubmitSweepRequest.search from ``search``'s distributions (trainerd.search) by option name,
+    ``trials`` and ``seed``."""
+    from trainerd.search import Choice, Integer, LogUniform, Uniform
+
+    if not search or trials is None:
+        raise ValueError("a search needs its distributions (search={...}) and trials=N")
+    space = request.search
+    for what, number in (("trials", trials), ("search_seed", seed)):
+        if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
+            raise TypeError(f"{what} must be a whole number, not {type(number).__name__}")
+    if not 1 <= trials <= 256:
+        raise ValueError(f"trials must be 1 to 256, got {trials}")
+    space.trials = trials
+    if seed is not None:
+        if not 0 <= seed < 2**64:
+            raise ValueError(f"search_seed must be in [0, 2**64), got {seed}")
+        space.seed = seed
+    for name, distribution in search.items():
+        if name != "model" and name not in OPTION_NAMES:
+            raise ValueError(f"search: {name!r} is no option of submit()")
+        path = "model" if name == "model" else option_path(name)
+        parameter = space.parameters.add(field=path)
+        if isinstance(distribution, (Uniform, LogUniform)):
+            target = parameter.uniform if isinstance(distribution, Uniform) else parameter.log_uniform
+            target.low, target.high = float(distribution.low), float(distribution.high)
+        elif isinstance(distribution, Integer):
+            parameter.integer.low, parameter.integer.high = distribution.low, distribution.high
+            parameter.integer.log = distribution.log
+        elif isinstance(distribution, Choice):
+            parameter.choice.values.extend(_choice_text(name, path, v) for v in distribution.values)
+        else:
+            raise TypeError(
+                f"search: {name!r} takes a trainerd.search distribution (Uniform, LogUniform, "
+                f"Integer, Choice), not {type(distribution).__name__}"
+            )
+
+
+def _choice_text(name: str, path: str, value: object) -> str:
+    """A choice as the daemon reads it: the option's converted value as text (an enum's name)."""
+    if name == "model":
+        if not isinstance(value, str):
+            raise TypeError("a model choice is a spec string such as 'linear:64,relu,linear:1'")
+        return value
+    converted = convert_option(name, value)
+    field = _field_of(path)
+    if field.enum_type is not None:
+        return str(field.enum_type.values_by_number[converted].name)
+    if isinstance(converted, bool):
+        return "true" if converted else "false"
+    return repr(converted) if isinstance(converted, float) else str(converted)
+
+
+def _field_of(path: str) -> Any:
+    descriptor: Any = jobs_pb2.JobSpec.DESCRIPTOR
+    *parents, leaf = path.split(".")
+    for parent in parents:
+        descriptor = descriptor.fields_by_name[parent].message_type
+    return descriptor.fields_by_name[leaf]
 
 
 def _point_value(key: str, value: object) -> Any:

@@ -44,6 +44,7 @@ from trainerd._models import (
 )
 from trainerd._progress import ProgressArg
 from trainerd._rpc import Op
+from trainerd.search import Distribution
 from trainerd._spec import given_options
 from trainerd._split import held_out_rows
 from trainerd._transport import AioTransport
@@ -388,13 +389,17 @@ class Client(ClientBase[AioTransport]):
         momentum: float | list[float] | tuple[float, ...] | None = None,
         weight_decay: float | list[float] | tuple[float, ...] | None = None,
         seed: int | list[int] | tuple[int, ...] | None = None,
-        points: Sequence[Mapping[str, float]] | None = None,
+        points: Sequence[Mapping[str, Any]] | None = None,
         request_id: str | None = None,
+        search: Mapping[str, Distribution] | None = None,
+        trials: int | None = None,
+        search_seed: int | None = None,
         **options: Unpack[SweepOptions],
     ) -> Sweep:
         """Submits a sweep (see :meth:`trainerd.Client.sweep`)."""
         request = _submit.sweep_request(
-            dataset, model, lr, momentum, weight_decay, seed, options, points, request_id
+            dataset, model, lr, momentum, weight_decay, seed, options, points, request_id,
+            search, trials, search_seed,
         )
         response = await self._call(_submit.sweep, request)
         return Sweep(self, response.sweep_id, [Job(self, m) for m in response.members])

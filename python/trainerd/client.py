@@ -18,6 +18,7 @@ from trainerd._connection import MIN_DAEMON_VERSION as MIN_DAEMON_VERSION  # noq
 from trainerd._connection import ClientBase, Connection, Version
 from trainerd._progress import ProgressArg
 from trainerd._rpc import Op
+from trainerd.search import Distribution
 from trainerd._spec import OPTION_NAMES, SweepOptions, given_options
 from trainerd._upload import UPLOAD_TIMEOUT as UPLOAD_TIMEOUT  # noqa: PLC0414
 from trainerd._transport import Transport
@@ -516,8 +517,11 @@ class Client(ClientBase[Transport]):
         momentum: float | list[float] | tuple[float, ...] | None = None,
         weight_decay: float | list[float] | tuple[float, ...] | None = None,
         seed: int | list[int] | tuple[int, ...] | None = None,
-        points: Sequence[Mapping[str, float]] | None = None,
+        points: Sequence[Mapping[str, Any]] | None = None,
         request_id: str | None = None,
+        search: Mapping[str, Distribution] | None = None,
+        trials: int | None = None,
+        search_seed: int | None = None,
         **options: Unpack[SweepOptions],
     ) -> Sweep:
         """Submits a hyperparameter sweep: one job per combination of the lists (SubmitSweep),
@@ -533,6 +537,11 @@ class Client(ClientBase[Transport]):
         Members whose options differ only in the four swept values train as one pack; the
         others as packs of their own, or alone. Every member validates on the same held-out
         rows (drawn from the sweep's seed), so that members rank fairly.
+
+        Or a random search: ``search`` maps ``model`` and submit()'s options to distributions
+        (:mod:`trainerd.search`: ``Uniform``, ``LogUniform``, ``Integer``, ``Choice``), and the
+        daemon draws ``trials`` members from them with ``search_seed`` (the same members for the
+        same space and seed).
 
         ``halving_min_epochs`` (and ``halving_reduction_factor``, default 3) stop the poor
         members early, by asynchronous successive halving as Ray Tune's ASHAScheduler does: at
@@ -564,7 +573,8 @@ class Client(ClientBase[Transport]):
                 for w in (32, 64, 128) for b in (32, 128)])
         """
         request = _submit.sweep_request(
-            dataset, model, lr, momentum, weight_decay, seed, options, points, request_id
+            dataset, model, lr, momentum, weight_decay, seed, options, points, request_id,
+            search, trials, search_seed,
         )
         response = self._call(_submit.sweep, request)
         return Sweep(self, response.sweep_id, [Job(self, m) for m in response.members])

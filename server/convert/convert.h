@@ -27,6 +27,14 @@ v1::JobSpec ToProto(const engine::JobSpec& spec);
 absl::StatusOr<engine::JobSpec> MemberSpecFromProto(const v1::JobSpec& sweep,
                                                     const v1::SweepPoint& point);
 inline constexpr int kMaxSweepPointFields = 64;
+// A random search's members (SubmitSweepRequest.search), each a SweepPoint with the drawn values
+// in its spec and their paths in its fields; the same space and seed give the same points.
+// INVALID_ARGUMENT, before anything is drawn, for trials outside 1 to kMaxSweepMembers, more than
+// kMaxSearchParameters parameters, a path that names no single field of JobSpec or is searched
+// twice, a distribution that does not fit its field's type, an empty or reversed range, or a
+// choice its field cannot take.
+absl::StatusOr<std::vector<v1::SweepPoint>> SamplePoints(const v1::SearchSpace& space);
+inline constexpr int kMaxSearchParameters = 32;
 v1::EpochResult ToProto(const engine::EpochResult& epoch);
 v1::Job ToProto(const engine::JobSnapshot& job);
 v1::DeviceReport ToProto(const engine::DeviceReport& report);

@@ -169,8 +169,23 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitSweep(grpc::CallbackServerContex
                                    absl::StrCat("the sweep has ", request->points_size(),
                                                 " points; at most ", engine::kMaxSweepMembers)));
   }
-  for (int index = 0; index < request->points_size(); ++index) {
-    const v1::SweepPoint& given = request->points(index);
+  // A random search is its drawn points.
+  std::vector<v1::SweepPoint> drawn;
+  if (request->has_search()) {
+    if (request->points_size() > 0 || !axes.learning_rates.empty() || !axes.momenta.empty() ||
+        !axes.weight_decays.empty() || !axes.seeds.empty()) {
+      return FinishWith(context, absl::InvalidArgumentError(
+                                     "a sweep takes lists, points or a search, one of them"));
+    }
+    absl::StatusOr<std::vector<v1::SweepPoint>> sampled = convert::SamplePoints(request->search());
+    if (!sampled.ok()) return FinishWith(context, sampled.status());
+    drawn = *std::move(sampled);
+  }
+  const int point_count =
+      request->has_search() ? static_cast<int>(drawn.size()) : request->points_size();
+  for (int index = 0; index < point_count; ++index) {
+    const v1::SweepPoint& given =
+        request->has_search() ? drawn[static_cast<size_t>(index)] : request->points(index);
     engine::SweepPoint& point = axes.points.emplace_back();
     if (given.has_learning_rate()) point.learning_rate = given.learning_rate();
     if (given.has_momentum()) point.momentum = given.momentum();

@@ -451,6 +451,40 @@ TEST(SweepWatchTableTest, ValidatingMembersRankByValidationLossWithAccuracy) {
             "validation accuracy 97.5% (training loss 0.020000)");
 }
 
+// A search over widths and batch sizes shows them, and a member halving stopped says where; the
+// summary counts what halving saved.
+TEST(SweepWatchTableTest, ASearchShowsItsModelsBatchesAndRungs) {
+  v1::SubmitSweepResponse sweep;
+  const struct {
+    const char* id;
+    const char* model;
+    int64_t batch;
+    int epochs;
+    double validation_loss;
+  } members[] = {{"job-01", "linear:8,relu,linear:1", 16, 20, 0.05},
+                 {"job-02", "linear:1", 64, 5, 0.4}};
+  for (const auto& m : members) {
+    v1::Job* job = sweep.add_members();
+    *job = Member(m.id, 0.1, 0.0, std::nullopt, 1, v1::JOB_STATE_SUCCEEDED);
+    job->mutable_spec()->set_model(m.model);
+    job->mutable_spec()->set_batch_size(m.batch);
+    job->mutable_spec()->set_validation_fraction(0.2);
+    Train(job, m.epochs, 0.1, m.validation_loss);
+  }
+  sweep.mutable_members(1)->set_stopped_early(true);
+  sweep.mutable_members(1)->set_stop_reason("stopped at the rung of epoch 5: validation loss 0.4");
+  EXPECT_EQ(SweepWatchTable(sweep.members()),
+            "ID      LR   MOMENTUM  WD  SEED  MODEL                   BATCH  STATE         EPOCH  "
+            "LOSS      VAL LOSS  VAL ACC\n"
+            "job-01  0.1  0         -   1     linear:8,relu,linear:1  16     SUCCEEDED     20/20  "
+            "0.100000  0.050000  -\n"
+            "job-02  0.1  0         -   1     linear:1                64     STOPPED AT 5  5/20   "
+            "0.100000  0.400000  -\n");
+  EXPECT_THAT(SweepSummaryLine(sweep.members()),
+              HasSubstr("2 succeeded, 0 failed, 0 cancelled; halving stopped 1 at their rungs, 15 "
+                        "epochs not trained; best job-01"));
+}
+
 TEST(SweepWatchTableTest, EqualLossesKeepProductOrderAndBasicViewCountsEpochs) {
   v1::SubmitSweepResponse sweep;
   for (const char* id : {"job-01", "job-02", "job-03"}) {

@@ -8,6 +8,7 @@
 #include <future>
 #include <limits>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -794,6 +795,86 @@ TEST_F(JobServiceTest, SweepPointsReplaceTheFieldsTheirMaskNames) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
               HasSubstr("points[1]: fields: 'optimizer.no_such_field' names no field of JobSpec"));
+}
+
+// A random search: the daemon draws the members from the space with its seed (the same seed, the
+// same members), each value within its distribution; a space that does not fit its fields is
+// INVALID_ARGUMENT before anything is drawn.
+TEST_F(JobServiceTest, ASearchDrawsItsMembersFromTheSpaceWithItsSeed) {
+  v1::SubmitSweepRequest request;
+  *request.mutable_spec() = LinearSpec("seed", 1);
+  v1::SearchSpace* space = request.mutable_search();
+  space->set_trials(6);
+  space->set_seed(7);
+  v1::SearchParameter* lr = space->add_parameters();
+  lr->set_field("optimizer.learning_rate");
+  lr->mutable_log_uniform()->set_low(1e-4);
+  lr->mutable_log_uniform()->set_high(1e-1);
+  v1::SearchParameter* batch = space->add_parameters();
+  batch->set_field("batch_size");
+  batch->mutable_integer()->set_low(8);
+  batch->mutable_integer()->set_high(64);
+  batch->mutable_integer()->set_log(true);
+  v1::SearchParameter* model = space->add_parameters();
+  model->set_field("model");
+  model->mutable_choice()->add_values("linear:1");
+  model->mutable_choice()->add_values("linear:4,relu,linear:1");
+  v1::SearchParameter* kind = space->add_parameters();
+  kind->set_field("optimizer.kind");
+  kind->mutable_choice()->add_values("sgd");
+  kind->mutable_choice()->add_values("OPTIMIZER_KIND_ADAM");
+  auto submit = [&](v1::SubmitSweepResponse* response) {
+    grpc::ClientContext context;
+    return jobs_->SubmitSweep(&context, request, response);
+  };
+  v1::SubmitSweepResponse first;
+  grpc::Status status = submit(&first);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(first.members_size(), 6);
+  std::set<std::string> models;
+  std::set<int> kinds;
+  for (const v1::Job& member : first.members()) {
+    const v1::JobSpec& spec = member.spec();
+    EXPECT_GE(spec.optimizer().learning_rate(), 1e-4);
+    EXPECT_LE(spec.optimizer().learning_rate(), 1e-1);
+    EXPECT_GE(spec.batch_size(), 8);
+    EXPECT_LE(spec.batch_size(), 64);
+    models.insert(spec.model());
+    kinds.insert(spec.optimizer().kind());
+  }
+  EXPECT_THAT(models, ::testing::IsSubsetOf({"linear:1", "linear:4,relu,linear:1"}));
+  EXPECT_THAT(kinds, ::testing::IsSubsetOf({v1::OPTIMIZER_KIND_SGD, v1::OPTIMIZER_KIND_ADAM}));
+  v1::SubmitSweepResponse again;
+  ASSERT_TRUE(submit(&again).ok());
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(again.members(i).spec().optimizer().learning_rate(),
+              first.members(i).spec().optimizer().learning_rate());
+    EXPECT_EQ(again.members(i).spec().batch_size(), first.members(i).spec().batch_size());
+    EXPECT_EQ(again.members(i).spec().model(), first.members(i).spec().model());
+  }
+  for (const v1::SubmitSweepResponse* sweep : {&first, &again}) {
+    for (const v1::Job& job : sweep->members()) ASSERT_TRUE(Watch(job.id())->Finish().ok());
+  }
+
+  batch->mutable_uniform()->set_low(1);
+  batch->mutable_uniform()->set_high(2);
+  v1::SubmitSweepResponse refused;
+  status = submit(&refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("'batch_size': a uniform draw needs a floating-point field"));
+  batch->mutable_integer()->set_low(8);
+  batch->mutable_integer()->set_high(64);
+  kind->mutable_choice()->add_values("lbfgs");
+  status = submit(&refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("choice 'lbfgs' of 'optimizer.kind' is not"));
+  kind->mutable_choice()->clear_values();
+  kind->mutable_choice()->add_values("adam");
+  request.add_learning_rates(0.1);
+  status = submit(&refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("lists, points or a search, one of them"));
 }
 
 }  // namespace
