@@ -26,6 +26,10 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
+// A choice's text (a model spec, a name, a number) is at most this long: every member drawn may
+// copy it.
+constexpr size_t kMaxChoiceBytes = 4096;
+
 // A uniform double in [0, 1) from 53 bits of the generator: the same on every platform, which
 // std::uniform_real_distribution does not promise.
 double Unit(std::mt19937_64& generator) {
@@ -200,7 +204,8 @@ absl::StatusOr<std::vector<v1::SweepPoint>> SamplePoints(const v1::SearchSpace& 
               absl::StrCat(where, "a uniform draw needs a floating-point field"));
         }
         if (!std::isfinite(range.low()) || !std::isfinite(range.high()) ||
-            !(range.low() < range.high()) || (parameter.has_log_uniform() && !(range.low() > 0))) {
+            !std::isfinite(range.high() - range.low()) || !(range.low() < range.high()) ||
+            (parameter.has_log_uniform() && !(range.low() > 0))) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, "the range needs finite low < high",
                            parameter.has_log_uniform() ? ", low > 0" : "", "; got [", range.low(),
@@ -214,8 +219,10 @@ absl::StatusOr<std::vector<v1::SweepPoint>> SamplePoints(const v1::SearchSpace& 
           return absl::InvalidArgumentError(
               absl::StrCat(where, "an integer draw needs an integer field"));
         }
-        if (range.low() > range.high() || (range.log() && range.low() < 1) ||
-            range.high() - range.low() > (int64_t{1} << 52) || range.low() < -(int64_t{1} << 52)) {
+        // Both within 2^52 before they are subtracted or made doubles.
+        constexpr int64_t kMost = int64_t{1} << 52;
+        if (range.low() < -kMost || range.high() > kMost || range.low() > range.high() ||
+            (range.log() && range.low() < 1)) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, "the range needs low <= high", range.log() ? ", low >= 1" : "",
                            " within 2^52; got [", range.low(), ", ", range.high(), "]"));
@@ -229,6 +236,10 @@ absl::StatusOr<std::vector<v1::SweepPoint>> SamplePoints(const v1::SearchSpace& 
               absl::StrCat(where, "give 1 to ", engine::kMaxSweepMembers, " choices"));
         }
         for (const std::string& value : choices.values()) {
+          if (value.size() > kMaxChoiceBytes) {
+            return absl::InvalidArgumentError(absl::StrCat(where, "a choice has ", value.size(),
+                                                           " bytes; at most ", kMaxChoiceBytes));
+          }
           TRAINERD_RETURN_IF_ERROR(SetFromText(*leaf, value, path));
         }
         break;

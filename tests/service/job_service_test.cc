@@ -863,8 +863,21 @@ TEST_F(JobServiceTest, ASearchDrawsItsMembersFromTheSpaceWithItsSeed) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(),
               HasSubstr("'batch_size': a uniform draw needs a floating-point field"));
+  // Hostile bounds are refused before any arithmetic on them.
+  batch->mutable_integer()->set_low(std::numeric_limits<int64_t>::min());
+  batch->mutable_integer()->set_high(std::numeric_limits<int64_t>::max());
+  status = submit(&refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("within 2^52"));
   batch->mutable_integer()->set_low(8);
   batch->mutable_integer()->set_high(64);
+  lr->mutable_uniform()->set_low(-1e308);  // the oneof now uniform: high - low overflows
+  lr->mutable_uniform()->set_high(1e308);
+  status = submit(&refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("finite low < high"));
+  lr->mutable_log_uniform()->set_low(1e-4);
+  lr->mutable_log_uniform()->set_high(1e-1);
   kind->mutable_choice()->add_values("lbfgs");
   status = submit(&refused);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
