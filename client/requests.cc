@@ -687,9 +687,13 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepRequestFromFlags(const Invocation& i
     return absl::InvalidArgumentError(
         "--torchscript is for 'trainctl submit' only: the members of a sweep train a --model spec");
   }
+  if (!invocation.Has("search") && (invocation.Has("trials") || invocation.Has("search-seed"))) {
+    return absl::InvalidArgumentError("--trials and --search-seed draw a --search FILE's members");
+  }
   TRAINERD_ASSIGN_OR_RETURN(v1::SubmitSweepRequest request,
-                            invocation.Has("points") ? SweepPointsRequestFromFlags(invocation)
-                                                     : SweepListsRequestFromFlags(invocation));
+                            invocation.Has("search")   ? SweepSearchRequestFromFlags(invocation)
+                            : invocation.Has("points") ? SweepPointsRequestFromFlags(invocation)
+                                                       : SweepListsRequestFromFlags(invocation));
   if (invocation.Has("halving-reduction-factor") && !invocation.Has("halving-min-epochs")) {
     return absl::InvalidArgumentError(
         "--halving-reduction-factor applies to halving; give --halving-min-epochs N too");

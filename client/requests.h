@@ -66,6 +66,12 @@ absl::StatusOr<std::vector<SweepPointRow>> ParseSweepPoints(absl::string_view te
 // and --seed take one value, the members' default), and each member's values are checked as
 // submit checks its flags, the line named in the message.
 absl::StatusOr<v1::SubmitSweepRequest> SweepPointsRequestFromFlags(const Invocation& invocation);
+// The request of `sweep --search FILE --trials N [--search-seed S]`: a random search the daemon
+// draws (SubmitSweepRequest.search). Each line of FILE is FLAG KIND VALUES: one of submit's flags
+// that take a value (lr, batch-size, model, optimizer, ...), then uniform LOW HIGH, log-uniform
+// LOW HIGH, integer LOW HIGH, log-integer LOW HIGH or choice VALUE...; the field it sets is found
+// by building the spec with the flag at each value (so each value meets submit's checks).
+absl::StatusOr<v1::SubmitSweepRequest> SweepSearchRequestFromFlags(const Invocation& invocation);
 
 // "queued", "running", "succeeded", "failed" or "cancelled" (any case) as the API's JobState;
 // INVALID_ARGUMENT naming them otherwise.

@@ -240,6 +240,15 @@ std::vector<FlagSpec> SweepFlags() {
                        "(model, batch-size, epochs, optimizer, ...), then a line\n"
                        "per member (an empty cell keeps the flag's value; quote\n"
                        "a model spec: \"linear:64,relu,linear:10\")"});
+      flags.push_back({"search", "FILE",
+                       "a random search the daemon draws instead: a line per\n"
+                       "flag, FLAG KIND VALUES, KIND uniform, log-uniform,\n"
+                       "integer or log-integer LOW HIGH, or choice VALUE...,\n"
+                       "e.g. 'lr log-uniform 1e-4 1e-1' ('-': stdin)"});
+      flags.push_back({"trials", "N", "the members --search draws, 1 to 256"});
+      flags.push_back({"search-seed", "S",
+                       "the seed --search draws with: the same seed, the same\n"
+                       "members (default 0)"});
       flags.push_back({"halving-min-epochs", "N",
                        "stop poor members early by successive halving (ASHA):\n"
                        "at rungs of N, N*F, N*F^2... epochs a member behind the\n"

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -96,23 +97,25 @@ bool IsSweptFlag(absl::string_view flag) {
 }
 
 // The paths (FieldMask) of the fields in which `member` differs from `sweep`, leaves only (a
-// message field by its fields), but for the four a SweepPoint carries of its own.
+// message field by its fields), but for the four a SweepPoint carries of its own unless
+// `with_swept`.
 void DifferingPaths(const google::protobuf::Message& member, const google::protobuf::Message& sweep,
-                    const std::string& prefix, std::vector<std::string>* paths) {
+                    const std::string& prefix, std::vector<std::string>* paths,
+                    bool with_swept = false) {
   using google::protobuf::FieldDescriptor;
   using google::protobuf::util::FieldMaskUtil;
   const google::protobuf::Descriptor* type = member.GetDescriptor();
   for (int i = 0; i < type->field_count(); ++i) {
     const FieldDescriptor* field = type->field(i);
     const std::string path = prefix + field->name();
-    if (path == "seed" || path == "optimizer.learning_rate" || path == "optimizer.momentum" ||
-        path == "optimizer.weight_decay") {
+    if (!with_swept && (path == "seed" || path == "optimizer.learning_rate" ||
+                        path == "optimizer.momentum" || path == "optimizer.weight_decay")) {
       continue;
     }
     const google::protobuf::Reflection* reflection = member.GetReflection();
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
       DifferingPaths(reflection->GetMessage(member, field), reflection->GetMessage(sweep, field),
-                     path + ".", paths);
+                     path + ".", paths, with_swept);
       continue;
     }
     // The field alone of each, compared as messages (a repeated field element by element).
@@ -126,8 +129,10 @@ void DifferingPaths(const google::protobuf::Message& member, const google::proto
   }
 }
 
-// The file's bytes ("-": standard input), at most kMaxSweepPointsFileBytes.
-absl::StatusOr<std::string> ReadPointsFile(const std::string& path) {
+// The file's bytes ("-": standard input), at most kMaxSweepPointsFileBytes; `flag` names it in
+// messages.
+absl::StatusOr<std::string> ReadPointsFile(const std::string& path,
+                                           absl::string_view flag = "points") {
   std::string text;
   if (path == "-") {
     char block[1 << 14];
@@ -139,19 +144,165 @@ absl::StatusOr<std::string> ReadPointsFile(const std::string& path) {
     absl::StatusOr<std::string> read = ReadFileToString(path);
     if (!read.ok()) {
       return absl::Status(read.status().code(),
-                          absl::StrCat("--points: ", read.status().message()));
+                          absl::StrCat("--", flag, ": ", read.status().message()));
     }
     text = *std::move(read);
   }
   if (static_cast<int64_t>(text.size()) > kMaxSweepPointsFileBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--points: '", path, "' is larger than ", kMaxSweepPointsFileBytes,
+        absl::StrCat("--", flag, ": '", path, "' is larger than ", kMaxSweepPointsFileBytes,
                      " bytes (a sweep has at most ", kMaxSweepMembers, " members)"));
   }
   return text;
 }
 
+// The value of the leaf field `path` of `spec` as SearchParameter's choices write it.
+std::string FieldText(const google::protobuf::Message& spec, const std::string& path) {
+  using google::protobuf::FieldDescriptor;
+  const google::protobuf::Message* message = &spec;
+  const std::vector<std::string> parts = absl::StrSplit(path, '.');
+  const FieldDescriptor* field = nullptr;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    field = message->GetDescriptor()->FindFieldByName(parts[i]);
+    if (field == nullptr) return "";
+    if (i + 1 < parts.size()) message = &message->GetReflection()->GetMessage(*message, field);
+  }
+  const google::protobuf::Reflection* r = message->GetReflection();
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return absl::StrFormat("%.17g", r->GetDouble(*message, field));
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return absl::StrFormat("%.9g", r->GetFloat(*message, field));
+    case FieldDescriptor::CPPTYPE_INT32:
+      return absl::StrCat(r->GetInt32(*message, field));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return absl::StrCat(r->GetInt64(*message, field));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return absl::StrCat(r->GetUInt32(*message, field));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return absl::StrCat(r->GetUInt64(*message, field));
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(*message, field) ? "true" : "false";
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return r->GetEnum(*message, field)->name();
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r->GetString(*message, field);
+    default:
+      return "";
+  }
+}
+
 }  // namespace
+
+absl::StatusOr<v1::SubmitSweepRequest> SweepSearchRequestFromFlags(const Invocation& invocation) {
+  if (invocation.Has("points")) {
+    return absl::InvalidArgumentError("give either --points or --search, not both");
+  }
+  for (const char* flag : kPointFlags) {
+    if (invocation.Has(flag) && absl::StrContains(invocation.Get(flag), ',')) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--search draws the members: --", flag,
+                       " takes one value with it (the members' default), not a list"));
+    }
+  }
+  if (!invocation.Has("trials")) {
+    return absl::InvalidArgumentError("--search needs --trials N, the members to draw (1 to 256)");
+  }
+  TRAINERD_ASSIGN_OR_RETURN(const int64_t trials,
+                            invocation.GetInt("trials", 0, 1, kMaxSweepMembers));
+  TRAINERD_ASSIGN_OR_RETURN(const uint64_t seed, invocation.GetUint("search-seed", 0));
+  TRAINERD_ASSIGN_OR_RETURN(std::string text, ReadPointsFile(invocation.Get("search"), "search"));
+  Invocation spec_flags = invocation;
+  for (const char* own : {"search", "trials", "search-seed"}) spec_flags.flags.erase(own);
+  v1::SubmitSweepRequest request;
+  TRAINERD_ASSIGN_OR_RETURN(*request.mutable_spec(), JobSpecFromFlags(spec_flags));
+  v1::SearchSpace* space = request.mutable_search();
+  space->set_trials(static_cast<int32_t>(trials));
+  space->set_seed(seed);
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || absl::StartsWith(line, "#")) continue;
+    const std::string where = absl::StrCat("--search: line ", line_number, ": ");
+    const std::vector<std::string> words =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    const std::string flag = words.empty() ? "" : PointColumn(words[0]);
+    if (flag.empty() || words.size() < 3) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          "write FLAG KIND VALUES: a flag of submit's that takes a value (lr, batch-size, "
+          "model, ...), then uniform LOW HIGH, log-uniform LOW HIGH, integer LOW HIGH, "
+          "log-integer LOW HIGH or choice VALUE..."));
+    }
+    const std::string& kind = words[1];
+    const std::vector<std::string> values(words.begin() + 2, words.end());
+    const bool range =
+        kind == "uniform" || kind == "log-uniform" || kind == "integer" || kind == "log-integer";
+    if (!range && kind != "choice") {
+      return absl::InvalidArgumentError(absl::StrCat(where, "'", kind, "' is no distribution"));
+    }
+    if (range && values.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(where, kind, " takes LOW and HIGH"));
+    }
+    // The field the flag sets: where a member with the flag at these values differs from the
+    // sweep's spec; each value checked as submit checks the flag.
+    std::vector<v1::JobSpec> members;
+    std::vector<std::string> paths;
+    for (const std::string& value : values) {
+      Invocation member = spec_flags;
+      member.flags[flag] = value;
+      absl::StatusOr<v1::JobSpec> spec = JobSpecFromFlags(member);
+      if (!spec.ok()) {
+        return absl::Status(spec.status().code(), absl::StrCat(where, spec.status().message()));
+      }
+      std::vector<std::string> differ;
+      DifferingPaths(*spec, request.spec(), "", &differ, /*with_swept=*/true);
+      for (const std::string& path : differ) {
+        if (std::find(paths.begin(), paths.end(), path) == paths.end()) paths.push_back(path);
+      }
+      members.push_back(*std::move(spec));
+    }
+    if (paths.size() != 1) {
+      return absl::InvalidArgumentError(
+          paths.empty() ? absl::StrCat(where, "no value of --", flag, " differs from the sweep's")
+                        : absl::StrCat(where, "--", flag, " sets ", paths.size(), " fields (",
+                                       absl::StrJoin(paths, ", "), "); search it with --points"));
+    }
+    v1::SearchParameter* parameter = space->add_parameters();
+    parameter->set_field(paths.front());
+    if (kind == "choice") {
+      for (const v1::JobSpec& member : members) {
+        parameter->mutable_choice()->add_values(FieldText(member, paths.front()));
+      }
+      continue;
+    }
+    if (kind == "integer" || kind == "log-integer") {
+      int64_t low = 0;
+      int64_t high = 0;
+      if (!absl::SimpleAtoi(values[0], &low) || !absl::SimpleAtoi(values[1], &high)) {
+        return absl::InvalidArgumentError(absl::StrCat(where, kind, " takes whole numbers"));
+      }
+      parameter->mutable_integer()->set_low(low);
+      parameter->mutable_integer()->set_high(high);
+      parameter->mutable_integer()->set_log(kind == "log-integer");
+      continue;
+    }
+    double low = 0;
+    double high = 0;
+    if (!absl::SimpleAtod(values[0], &low) || !absl::SimpleAtod(values[1], &high)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, kind, " takes numbers"));
+    }
+    v1::Range* bounds =
+        kind == "uniform" ? parameter->mutable_uniform() : parameter->mutable_log_uniform();
+    bounds->set_low(low);
+    bounds->set_high(high);
+  }
+  if (space->parameters_size() == 0) {
+    return absl::InvalidArgumentError("--search: the file names no parameter");
+  }
+  return request;
+}
 
 absl::StatusOr<std::vector<SweepPointRow>> ParseSweepPoints(absl::string_view text) {
   std::vector<std::string> columns;  // the flag each column stands for

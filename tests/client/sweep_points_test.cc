@@ -220,6 +220,65 @@ TEST_F(SweepPointsTest, OtherColumnsGiveAMemberItsOwnSpecAndTheFieldsThatDiffer)
   EXPECT_EQ(Error("batch-size\n0\n"), "--points: line 2: --batch-size must be at least 1, got 0");
 }
 
+// `--search FILE --trials N`: each line's flag becomes the field it sets (found by building the
+// spec with it), its distribution as written; a choice's values as the API reads them.
+TEST_F(SweepPointsTest, ASearchFileNamesEachFlagsFieldAndDistribution) {
+  std::vector<std::string> words = {
+      "trainctl",
+      "sweep",
+      "--dataset",
+      "iris",
+      "--model",
+      "linear:3",
+      "--search",
+      Write("# the space\nlr log-uniform 1e-4 1e-1\nbatch-size log-integer 16 256\n"
+            "optimizer choice sgd adam\nmodel choice linear:3 linear:16,relu,linear:3\n"),
+      "--trials",
+      "12",
+      "--search-seed",
+      "7"};
+  absl::StatusOr<Invocation> invocation = ParseCommandLine(words, std::nullopt);
+  ASSERT_TRUE(invocation.ok()) << invocation.status();
+  absl::StatusOr<v1::SubmitSweepRequest> request = SweepRequestFromFlags(*invocation);
+  ASSERT_TRUE(request.ok()) << request.status();
+  const v1::SearchSpace& space = request->search();
+  EXPECT_EQ(space.trials(), 12);
+  EXPECT_EQ(space.seed(), 7u);
+  ASSERT_EQ(space.parameters_size(), 4);
+  EXPECT_EQ(space.parameters(0).field(), "optimizer.learning_rate");
+  EXPECT_EQ(space.parameters(0).log_uniform().low(), 1e-4);
+  EXPECT_EQ(space.parameters(1).field(), "batch_size");
+  EXPECT_TRUE(space.parameters(1).integer().log());
+  EXPECT_EQ(space.parameters(1).integer().high(), 256);
+  EXPECT_EQ(space.parameters(2).field(), "optimizer.kind");
+  EXPECT_THAT(space.parameters(2).choice().values(),
+              ::testing::ElementsAre("OPTIMIZER_KIND_SGD", "OPTIMIZER_KIND_ADAM"));
+  EXPECT_EQ(space.parameters(3).field(), "model");
+  EXPECT_THAT(space.parameters(3).choice().values(),
+              ::testing::ElementsAre("linear:3", "linear:16,relu,linear:3"));
+  EXPECT_EQ(request->learning_rates_size(), 0);
+  EXPECT_EQ(request->points_size(), 0);
+
+  auto error = [&](const std::string& file, std::vector<std::string> more) {
+    std::vector<std::string> w = {"trainctl", "sweep",    "--dataset", "iris",
+                                  "--model",  "linear:3", "--search",  Write(file)};
+    w.insert(w.end(), more.begin(), more.end());
+    absl::StatusOr<Invocation> parsed = ParseCommandLine(w, std::nullopt);
+    if (!parsed.ok()) return std::string(parsed.status().message());
+    absl::StatusOr<v1::SubmitSweepRequest> refused = SweepRequestFromFlags(*parsed);
+    EXPECT_FALSE(refused.ok());
+    return std::string(refused.status().message());
+  };
+  EXPECT_EQ(error("lr uniform 0.1 0.2\n", {}),
+            "--search needs --trials N, the members to draw (1 to 256)");
+  EXPECT_EQ(error("lr gaussian 0 1\n", {"--trials", "2"}),
+            "--search: line 1: 'gaussian' is no distribution");
+  EXPECT_THAT(error("batch-size integer 0 4\n", {"--trials", "2"}),
+              ::testing::HasSubstr("--search: line 1: --batch-size must be at least 1"));
+  EXPECT_THAT(error("dataset choice a b\n", {"--trials", "2"}),
+              ::testing::HasSubstr("write FLAG KIND VALUES"));
+}
+
 TEST_F(SweepPointsTest, AFileOverTheSizeLimitIsRefusedBeforeParsing) {
   const std::string big(static_cast<size_t>(kMaxSweepPointsFileBytes) + 1, '#');
   const std::string message = Error(big);

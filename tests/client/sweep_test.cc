@@ -99,6 +99,9 @@ TEST(SweepCommandLineTest, SweepTakesEverySubmitFlagButTorchScriptAndPoints) {
     if (flag.name != "torchscript") submit.emplace_back(flag.name);
     if (flag.name == "seed") {
       submit.emplace_back("points");
+      submit.emplace_back("search");
+      submit.emplace_back("trials");
+      submit.emplace_back("search-seed");
       submit.emplace_back("halving-min-epochs");
       submit.emplace_back("halving-reduction-factor");
     }
@@ -106,7 +109,7 @@ TEST(SweepCommandLineTest, SweepTakesEverySubmitFlagButTorchScriptAndPoints) {
   std::vector<std::string> sweep;
   for (const FlagSpec& flag : CommandNamed("sweep").flags) sweep.emplace_back(flag.name);
   EXPECT_EQ(sweep, submit);
-  EXPECT_EQ(sweep.size(), CommandNamed("submit").flags.size() + 2);
+  EXPECT_EQ(sweep.size(), CommandNamed("submit").flags.size() + 5);
 }
 
 TEST(SweepRequestTest, HalvingFlagsSetTheSpecsRungs) {
