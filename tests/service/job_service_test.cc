@@ -788,6 +788,25 @@ TEST_F(JobServiceTest, SweepPointsReplaceTheFieldsTheirMaskNames) {
     ASSERT_TRUE(watch->Finish().ok());
   }
 
+  // More paths than a spec has fields, from one caller: refused before any merge.
+  v1::SweepPoint flood = *wide;
+  flood.mutable_fields()->Clear();
+  for (int i = 0; i < 1000; ++i) flood.mutable_fields()->add_paths("model");
+  *request.add_points() = flood;
+  v1::SubmitSweepResponse flooded;
+  grpc::ClientContext flooding;
+  status = jobs_->SubmitSweep(&flooding, request, &flooded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("points[2]: fields names 1000 paths; at most 64"));
+  request.mutable_points()->RemoveLast();
+  // A halving that cannot work is refused with its reason, whatever else the sweep is.
+  request.mutable_spec()->mutable_halving()->set_min_epochs(1);
+  request.mutable_spec()->mutable_halving()->set_reduction_factor(-5);
+  grpc::ClientContext halving;
+  status = jobs_->SubmitSweep(&halving, request, &flooded);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("halving's reduction factor must be 2 to 100"));
+  request.mutable_spec()->clear_halving();
   wide->mutable_fields()->add_paths("optimizer.no_such_field");
   v1::SubmitSweepResponse refused;
   grpc::ClientContext again;
