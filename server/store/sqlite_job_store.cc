@@ -69,7 +69,17 @@ class Statement {
   Statement(sqlite3* db, const char* sql) : db_(db) {
     status_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
   }
-  ~Statement() { sqlite3_finalize(stmt_); }
+  // A kept statement (SqliteJobStore::PreparedLocked), reset for its next use when this ends.
+  explicit Statement(sqlite3* db, sqlite3_stmt* kept)
+      : db_(db), stmt_(kept), kept_(true), status_(kept != nullptr ? SQLITE_OK : SQLITE_ERROR) {}
+  ~Statement() {
+    if (!kept_) {
+      sqlite3_finalize(stmt_);
+    } else if (stmt_ != nullptr) {
+      sqlite3_reset(stmt_);
+      sqlite3_clear_bindings(stmt_);
+    }
+  }
   Statement(const Statement&) = delete;
   Statement& operator=(const Statement&) = delete;
 
@@ -110,6 +120,7 @@ class Statement {
  private:
   sqlite3* const db_;
   sqlite3_stmt* stmt_ = nullptr;
+  bool kept_ = false;
   int status_ = SQLITE_OK;
 };
 
@@ -284,6 +295,7 @@ SqliteJobStore::SqliteJobStore(std::string path, sqlite3* writer, sqlite3* reade
       reader_(reader) {}
 
 SqliteJobStore::~SqliteJobStore() {
+  for (auto& [sql, statement] : kept_) sqlite3_finalize(statement);
   sqlite3_close(reader_);
   sqlite3_close(writer_);
 }
@@ -395,10 +407,7 @@ absl::StatusOr<std::unique_ptr<SqliteJobStore>> SqliteJobStore::OpenOrSetAside(
 absl::Status SqliteJobStore::RenameDatasets(const std::map<std::string, std::string>& renames) {
   if (renames.empty()) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(write_mu_);
-  if (absl::Status full = Exec(writer_, path_, "PRAGMA synchronous=FULL", "set durability");
-      !full.ok()) {
-    return full;
-  }
+  if (absl::Status full = SetSynchronousLocked(true); !full.ok()) return full;
   Transaction transaction(writer_, path_);
   TRAINERD_RETURN_IF_ERROR(transaction.begun());
   // Every record: a validation dataset has no column of its own. Once, when a data folder of an
@@ -433,21 +442,41 @@ absl::Status SqliteJobStore::RenameDatasets(const std::map<std::string, std::str
   return transaction.Commit();
 }
 
+absl::Status SqliteJobStore::SetSynchronousLocked(bool full) {
+  if (synchronous_full_ == static_cast<int>(full)) return absl::OkStatus();
+  absl::Status set =
+      Exec(writer_, path_, full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL",
+           "set durability");
+  synchronous_full_ = set.ok() ? static_cast<int>(full) : -1;
+  return set;
+}
+
+sqlite3_stmt* SqliteJobStore::PreparedLocked(const char* sql) {
+  auto it = kept_.find(sql);
+  if (it != kept_.end()) return it->second;
+  sqlite3_stmt* statement = nullptr;
+  if (sqlite3_prepare_v3(writer_, sql, -1, SQLITE_PREPARE_PERSISTENT, &statement, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_finalize(statement);
+    return nullptr;
+  }
+  kept_.emplace(sql, statement);
+  return statement;
+}
+
 absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
   std::lock_guard<std::mutex> lock(write_mu_);
   // A state change is worth an fsync: a job the daemon accepted must survive a power loss.
-  if (absl::Status full = Exec(writer_, path_, "PRAGMA synchronous=FULL", "set durability");
-      !full.ok()) {
-    return full;
-  }
-  Statement upsert(writer_,
-                   "INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner, "
-                   "request_id, request_digest, sweep_id) "
-                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(id) DO UPDATE SET "
-                   "state = excluded.state, dataset = excluded.dataset, "
-                   "end_time_ns = excluded.end_time_ns, record = excluded.record, "
-                   "owner = excluded.owner, request_id = excluded.request_id, "
-                   "request_digest = excluded.request_digest, sweep_id = excluded.sweep_id");
+  if (absl::Status full = SetSynchronousLocked(true); !full.ok()) return full;
+  Statement upsert(
+      writer_,
+      PreparedLocked("INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner, "
+                     "request_id, request_digest, sweep_id) "
+                     "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT(id) DO UPDATE SET "
+                     "state = excluded.state, dataset = excluded.dataset, "
+                     "end_time_ns = excluded.end_time_ns, record = excluded.record, "
+                     "owner = excluded.owner, request_id = excluded.request_id, "
+                     "request_digest = excluded.request_digest, sweep_id = excluded.sweep_id"));
   upsert.Bind(1, job.id).Bind(2, convert::ToProto(job.state)).Bind(3, job.spec.dataset);
   if (engine::IsTerminal(job.state)) {
     upsert.Bind(4, EndTimeNanos(job));
@@ -473,22 +502,19 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
 absl::Status SqliteJobStore::AppendEpoch(const engine::JobSnapshot& job,
                                          const engine::EpochResult& epoch) {
   std::lock_guard<std::mutex> lock(write_mu_);
-  if (absl::Status normal = Exec(writer_, path_, "PRAGMA synchronous=NORMAL", "set durability");
-      !normal.ok()) {
-    return normal;
-  }
+  if (absl::Status normal = SetSynchronousLocked(false); !normal.ok()) return normal;
   Transaction transaction(writer_, path_);
   if (!transaction.begun().ok()) return transaction.begun();
-  Statement update(writer_, "UPDATE jobs SET state = ?2, record = ?3 WHERE id = ?1");
+  Statement update(writer_,
+                   PreparedLocked("UPDATE jobs SET state = ?2, record = ?3 WHERE id = ?1"));
   if (update.Bind(1, job.id)
           .Bind(2, convert::ToProto(job.state))
           .BindBlob(3, JobRecord(job, epoch.epoch))
           .Step() != SQLITE_DONE) {
     return Error(writer_, path_, "save a job");
   }
-  Statement insert(writer_,
-                   "INSERT OR REPLACE INTO epochs(job_seq, epoch, result) "
-                   "SELECT seq, ?2, ?3 FROM jobs WHERE id = ?1");
+  Statement insert(writer_, PreparedLocked("INSERT OR REPLACE INTO epochs(job_seq, epoch, result) "
+                                           "SELECT seq, ?2, ?3 FROM jobs WHERE id = ?1"));
   if (insert.Bind(1, job.id)
           .Bind(2, epoch.epoch)
           .BindBlob(3, convert::ToProto(epoch).SerializeAsString())
@@ -669,10 +695,7 @@ absl::Status SqliteJobStore::DeleteJob(const std::string& id) {
 
 absl::Status SqliteJobStore::Sync() {
   std::lock_guard<std::mutex> lock(write_mu_);
-  if (absl::Status full = Exec(writer_, path_, "PRAGMA synchronous=FULL", "set durability");
-      !full.ok()) {
-    return full;
-  }
+  if (absl::Status full = SetSynchronousLocked(true); !full.ok()) return full;
   return Exec(writer_, path_, "UPDATE meta SET value = value WHERE key = 'schema_version'",
               "sync the records");
 }

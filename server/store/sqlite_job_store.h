@@ -11,6 +11,7 @@
 // again). The schema carries a version in the `meta` table and migrates forward at open.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,6 +20,7 @@
 #include "server/engine/job_store.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace trainerd::store {
 
@@ -68,8 +70,18 @@ class SqliteJobStore final : public engine::JobStore {
 
   const std::string path_;
   const std::string page_token_key_;  // signs page tokens (kept in the meta table)
+  // The writer's durability for its next commits: synchronous=FULL (a state change, worth an
+  // fsync) or NORMAL (an epoch), set only when it changes. Called with write_mu_ held.
+  absl::Status SetSynchronousLocked(bool full);
+  // The writer's statement for `sql` (a string literal: kept by its address), prepared once and
+  // kept for the store's life, so that a job's every epoch does not parse its SQL again; null
+  // when it cannot be prepared. Called with write_mu_ held.
+  sqlite3_stmt* PreparedLocked(const char* sql);
+
   std::mutex write_mu_;
-  sqlite3* const writer_;  // guarded by write_mu_
+  sqlite3* const writer_;                      // guarded by write_mu_
+  int synchronous_full_ = -1;                  // guarded by write_mu_; -1: not set yet
+  std::map<const char*, sqlite3_stmt*> kept_;  // guarded by write_mu_
   std::mutex read_mu_;
   sqlite3* const reader_;  // guarded by read_mu_
 };
