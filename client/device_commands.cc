@@ -121,7 +121,7 @@ int Top(const CommandContext& context) {
     grpc::Status status = ListDevices(context, &devices);
     if (!status.ok()) return stop_requested ? kExitOk : UnaryRpcFailure(context, status);
     v1::ListJobsResponse jobs;
-    v1::ListJobsRequest running;  // a device runs one job at a time: one page holds them all
+    v1::ListJobsRequest running;  // a device runs a few jobs at once: one page holds them all
     running.set_state(v1::JOB_STATE_RUNNING);
     running.set_page_size(1000);
     status = context.connection.Call(context.connection.jobs(), &v1::JobService::Stub::ListJobs,

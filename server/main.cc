@@ -139,8 +139,12 @@ ABSL_FLAG(std::string, module_checker, "",
           "the trainerd-module-check program that first loads and tries submitted modules; empty: "
           "the one next to this executable");
 ABSL_FLAG(int32_t, max_concurrent_jobs, 0,
-          "jobs each device runs at once, each on its own worker (and CUDA stream); 0: 1 on the "
-          "CPU, 4 on a GPU");
+          "jobs each device runs at once, each on its own worker (and CUDA stream); 0: as many as "
+          "--cpu_cores on the CPU (each job takes the intra-op threads its size asks for from "
+          "them, and waits its turn when they are taken), 4 on a GPU");
+ABSL_FLAG(int32_t, cpu_cores, 0,
+          "cores the CPU jobs share (their intra-op threads together, and the CPU's jobs at once); "
+          "0: the usable cores (this process's affinity and its cgroup's CPU quota)");
 ABSL_FLAG(
     int32_t, intra_op_threads, 0,
     "LibTorch intra-op threads of each CPU job; 0: chosen per job from its FLOPs per step "
@@ -448,6 +452,7 @@ int main(int argc, char** argv) {
     options.engine.max_datasets_per_caller = std::max<int64_t>(1, options.engine.max_datasets / 4);
   }
   options.engine.jobs.max_concurrent_jobs = absl::GetFlag(FLAGS_max_concurrent_jobs);
+  options.engine.jobs.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);
   options.engine.jobs.intra_op_threads = absl::GetFlag(FLAGS_intra_op_threads);
   options.engine.jobs.flush_denormal = absl::GetFlag(FLAGS_flush_denormal);
   options.engine.jobs.cpu_training_nice = absl::GetFlag(FLAGS_cpu_training_nice);
@@ -461,11 +466,13 @@ int main(int argc, char** argv) {
   options.engine.jobs.job_retention = absl::GetFlag(FLAGS_job_retention);
   if (options.engine.jobs.keep_checkpoints < 0 || options.engine.jobs.max_finished_jobs < 0 ||
       options.engine.jobs.max_concurrent_jobs < 0 || options.engine.jobs.intra_op_threads < 0 ||
+      options.engine.jobs.cpu_cores < 0 ||
       options.engine.jobs.job_retention < absl::ZeroDuration() ||
       absl::GetFlag(FLAGS_shutdown_timeout) < absl::ZeroDuration()) {
-    std::cerr << "trainerd: --keep_checkpoints, --max_finished_jobs, --max_concurrent_jobs, "
-                 "--intra_op_threads, --job_retention and --shutdown_timeout must not be "
-                 "negative\n";
+    std::cerr
+        << "trainerd: --keep_checkpoints, --max_finished_jobs, --max_concurrent_jobs, "
+           "--cpu_cores, --intra_op_threads, --job_retention and --shutdown_timeout must not be "
+           "negative\n";
     return 2;
   }
   if (options.min_upload_bytes_per_second < 0 || options.max_uploads_per_caller < 0 ||

@@ -58,6 +58,9 @@ class Daemon:
             "--device=cpu",
             "--metrics_listen=",
             "--diagnose_at_start=false",
+            # One CPU job at a time (the default is a job per core), so that what queues behind
+            # what does not depend on this machine's cores.
+            "--max_concurrent_jobs=1",
             *extra_flags,
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINERD_")}

@@ -69,8 +69,14 @@ class DurabilityTest : public ::testing::Test {
 
   void Start(std::vector<std::string> extra = {}) {
     std::vector<std::string> argv = {
-        TRAINERD_BIN,        "--listen=127.0.0.1:0",      "--data_dir=" + DataDir(), "--device=cpu",
-        "--metrics_listen=", "--diagnose_at_start=false", "--shutdown_timeout=30s"};
+        TRAINERD_BIN,
+        "--listen=127.0.0.1:0",
+        "--data_dir=" + DataDir(),
+        "--device=cpu",
+        "--metrics_listen=",
+        "--diagnose_at_start=false",
+        "--shutdown_timeout=30s",
+        "--max_concurrent_jobs=1"};  // one CPU job at a time, whatever this machine's cores
     argv.insert(argv.end(), extra.begin(), extra.end());
     daemon_ = std::make_unique<Daemon>(argv);
     std::string line;

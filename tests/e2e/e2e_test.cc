@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/safetensors.h"
 #include "common/sha256.h"
 #include "gmock/gmock.h"
@@ -82,11 +83,11 @@ class EndToEndTest : public ::testing::Test {
 
   void StartDaemon() {
     std::vector<std::string> argv = {
-        TRAINERD_BIN,
-        "--listen=127.0.0.1:0",
-        "--data_dir=" + (dir_ / "data").string(),
-        "--device=cpu",
-        "--metrics_listen=127.0.0.1:0",
+        TRAINERD_BIN, "--listen=127.0.0.1:0", "--data_dir=" + (dir_ / "data").string(),
+        "--device=cpu", "--metrics_listen=127.0.0.1:0",
+        // One CPU job at a time (the default is a job per core), so that what queues behind what
+        // does not depend on this machine's cores; a later flag overrides it.
+        "--max_concurrent_jobs=1",
         std::string("--diagnose_at_start=") + (diagnose_at_start_ ? "true" : "false")};
     argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
     daemon_ = std::make_unique<Daemon>(argv);
@@ -389,6 +390,54 @@ TEST_F(EndToEndTest, SweepTrainsItsMembersAsOnePackAndWatchesThemToTheEnd) {
 // trainctl sweep --points against the real daemon: the file's lines are the members, in order,
 // each with the values its line gives and the flags' for the cells it leaves empty, trained as
 // one pack.
+// The daemon's default workers on the CPU: a job per core (--cpu_cores=2 here, whatever this
+// machine has), so a sweep's pack is dealt in two packs that train at once, each member still the
+// job alone (trainctl submit of member 0's values gives its losses exactly).
+TEST_F(EndToEndTest, ByDefaultTheCpuRunsAJobPerCoreAndDealsASweepRoundThem) {
+  daemon_.reset();
+  extra_flags_ = {"--max_concurrent_jobs=0", "--cpu_cores=2"};
+  StartDaemon();
+  ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
+  RunResult r = Ctl({"sweep", "--dataset", "seed", "--model", "linear:1", "--lr", "0.1,0.05,0.03",
+                     "--seed", "1,2", "--epochs", "60", "--batch-size", "16", "--watch"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<v1::Job> members;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("job-", 0) != 0) continue;
+    RunResult get = Ctl({"-o", "json", "job", "get", line.substr(0, line.find(' '))});
+    ASSERT_EQ(get.exit_code, 0) << get.err;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(get.out, &members.emplace_back()).ok());
+  }
+  ASSERT_EQ(members.size(), 6u) << r.out;
+  for (const v1::Job& job : members) {
+    EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.error();
+    EXPECT_EQ(job.report().packed_members(), 3);
+    EXPECT_EQ(job.report().intra_op_threads(), 1);
+  }
+  // The two packs train at the same time: every member's run overlaps every other's.
+  auto nanos = [](const google::protobuf::Timestamp& t) {
+    return t.seconds() * 1000000000LL + t.nanos();
+  };
+  for (const v1::Job& a : members) {
+    for (const v1::Job& b : members) {
+      EXPECT_LT(nanos(a.start_time()), nanos(b.end_time())) << a.id() << " " << b.id();
+    }
+  }
+  // A member equals its job alone.
+  const v1::Job& member = members[0];
+  RunResult solo =
+      Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--lr",
+           absl::StrCat(member.spec().optimizer().learning_rate()), "--seed",
+           absl::StrCat(member.spec().seed()), "--epochs", "60", "--batch-size", "16", "--watch"});
+  ASSERT_EQ(solo.exit_code, 0) << solo.err;
+  RunResult got = Ctl({"-o", "json", "job", "get", solo.out.substr(0, solo.out.find('\n'))});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  v1::Job alone;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(got.out, &alone).ok()) << got.out;
+  EXPECT_EQ(alone.final_loss(), member.final_loss());
+}
+
 TEST_F(EndToEndTest, SweepPointsAreTheMembersOfTheFileInOrder) {
   ASSERT_EQ(Ctl({"dataset", "upload", "seed", WriteFile("s.csv", SeedCsv())}).exit_code, 0);
   const std::string points =

@@ -114,7 +114,9 @@ class PeersEndToEndTest : public ::testing::Test {
                              "--device=cpu", "--metrics_listen=", "--diagnose_at_start=false",
                              "--auth_token_file=" + tokens_, "--peers=" + peers,
                              "--peer_token_file=" + leader_token_, "--collective_timeout=20s",
-                             "--shutdown_timeout=5s", "--node_name=node-" + std::to_string(i)});
+                             "--shutdown_timeout=5s", "--node_name=node-" + std::to_string(i),
+                             // one CPU job at a time, whatever this machine's cores
+                             "--max_concurrent_jobs=1"});
     argv.insert(argv.end(), extra.begin(), extra.end());
     daemons_[i] = std::make_unique<Daemon>(argv);
     std::string line;

@@ -74,6 +74,28 @@ TEST(CpuThreadBudgetTest, JobsShareTheCoresAndOneRunsAloneWhateverItAsks) {
   EXPECT_EQ(CpuThreadBudget(0).cores(), 1);
 }
 
+// A job that does not fit holds the next turn: small jobs that would fit beside the running ones
+// do not overtake it, until it starts or withdraws.
+TEST(CpuThreadBudgetTest, AJobThatWaitsIsNotOvertaken) {
+  CpuThreadBudget budget(2);
+  const uintptr_t small = 1, wide = 2, later = 3;
+  EXPECT_TRUE(budget.TryAcquire(1, small));
+  EXPECT_FALSE(budget.TryAcquire(2, wide));   // 1 + 2 > 2: it waits, first
+  EXPECT_FALSE(budget.TryAcquire(1, later));  // it would fit, but the wide job waits before it
+  budget.Release(1);
+  EXPECT_FALSE(budget.TryAcquire(1, later));  // still the wide job's turn
+  EXPECT_TRUE(budget.TryAcquire(2, wide));
+  EXPECT_FALSE(budget.TryAcquire(1, later));  // 2 + 1 > 2: now it waits, first
+  budget.Release(2);
+  EXPECT_TRUE(budget.TryAcquire(1, later));
+  // One that gives up waiting frees the turn.
+  EXPECT_FALSE(budget.TryAcquire(2, wide));
+  EXPECT_FALSE(budget.TryAcquire(1, small));
+  budget.Withdraw(wide);
+  EXPECT_TRUE(budget.TryAcquire(1, small));
+  EXPECT_EQ(budget.in_use(), 2);
+}
+
 // A rank run for a peer's job takes its thread whatever runs (it must not wait on this daemon's
 // jobs), and jobs asking after it wait for it as for any job.
 TEST(CpuThreadBudgetTest, TakenThreadsAreCountedButNeverRefused) {

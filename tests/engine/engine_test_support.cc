@@ -230,6 +230,11 @@ EngineOptions EngineFixture::Options() const {
   options.device = "cpu";
   options.module_checker.program = TRAINERD_MODULE_CHECKER;
   options.jobs.worker.program = TRAINERD_WORKER;
+  // Two cores whatever this machine has (as CI's), and one CPU job at a time, so that what a test
+  // sees (threads, what queues behind what, a sweep's packs whole) does not depend on where it
+  // runs; tests of the CPU's jobs at once set max_concurrent_jobs back to 0 (a job per core).
+  options.jobs.cpu_cores = 2;
+  options.jobs.max_concurrent_jobs = 1;
   return options;
 }
 

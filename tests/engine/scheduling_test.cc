@@ -40,7 +40,7 @@ class SchedulingTest : public EngineFixture {
 };
 
 TEST_F(SchedulingTest, HigherPriorityRunsFirstAndFirstComeFirstServedWithinOne) {
-  // The CPU runs one job at a time: a blocker holds it while the others queue.
+  // One job at a time (the fixture's): a blocker holds the CPU while the others queue.
   const std::string blocker = Submit(BlockerSpec("seed"));
   auto recorder = std::make_shared<EventRecorder>();
   ASSERT_TRUE(engine_->SubscribeJob(blocker, recorder).ok());
@@ -117,13 +117,33 @@ TEST_F(SchedulingTest, IdenticalJobsRunTogetherReportTheLossesOfOneRunAlone) {
   }
 }
 
-TEST_F(SchedulingTest, TheCpuRunsOneJobAtATimeByDefault) {
+TEST_F(SchedulingTest, TheCpuRunsAJobPerCoreByDefaultAndOneWithMaxConcurrentJobsOne) {
+  // Two cores (the fixture's) and the default workers, two one-thread jobs: side by side.
+  EngineOptions options = Options();
+  options.jobs.max_concurrent_jobs = 0;
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
   JobSpec spec = SeedSpec("seed");
-  spec.epochs = 20;
-  const std::string first = Submit(spec);
-  const std::string second = Submit(spec);
+  spec.epochs = 200;
+  std::string first = Submit(spec);
+  std::string second = Submit(spec);
   absl::StatusOr<JobSnapshot> a = WaitForEnd(*engine_, first);
   absl::StatusOr<JobSnapshot> b = WaitForEnd(*engine_, second);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->report.intra_op_threads, 1);
+  EXPECT_LT(b->start_time, a->end_time);
+  EXPECT_LT(a->start_time, b->end_time);
+
+  options.jobs.max_concurrent_jobs = 1;
+  engine_.reset();
+  engine_ = StartEngine(options);
+  ASSERT_NE(engine_, nullptr);
+  spec.epochs = 20;
+  first = Submit(spec);
+  second = Submit(spec);
+  a = WaitForEnd(*engine_, first);
+  b = WaitForEnd(*engine_, second);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_GE(b->start_time, a->end_time);
 }

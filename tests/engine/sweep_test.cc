@@ -566,6 +566,8 @@ TEST(PackedTrainingTest, JobsThatCannotShareAPackSayWhy) {
 
 class SweepTest : public EngineFixture {
  protected:
+  // One CPU worker (the fixture's), so that a sweep's packs stay whole (with more, a CPU pack is
+  // dealt round them: TheCpuDealsAPackRoundItsWorkers).
   void SetUp() override {
     EngineFixture::SetUp();
     ASSERT_TRUE(Upload(*engine_, "seed", SeedTable()).ok());
@@ -710,6 +712,42 @@ TEST_F(SweepTest, MembersWithDifferentSeedsValidateOnTheSweepsHeldOutRows) {
   absl::StatusOr<JobSnapshot> refused = engine_->SubmitJob(stray);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.status().message(), HasSubstr("give a validation fraction too"));
+}
+
+// On the CPU (two cores, the fixture's, and a worker per core by default) a pack is dealt round
+// the workers: two packs of alternate members that train at the same time, each member still
+// equal to its job alone.
+TEST_F(SweepTest, TheCpuDealsAPackRoundItsWorkers) {
+  EngineOptions options = Options();
+  options.jobs.max_concurrent_jobs = 0;  // a worker per core
+  engine_.reset();
+  engine_ = StartEngine(options);  // the dataset stays
+  ASSERT_NE(engine_, nullptr);
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.05, 0.03};
+  axes.seeds = {1, 2};
+  JobSpec base = Base();
+  base.epochs = 100;
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  ASSERT_EQ(sweep->members.size(), 6u);
+  std::vector<JobSnapshot> ended;
+  for (const JobSnapshot& member : sweep->members) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    EXPECT_EQ(job->report.packed_members, 3);
+    EXPECT_EQ(job->report.intra_op_threads, 1);
+    ended.push_back(*job);
+  }
+  // Members 0, 2, 4 and 1, 3, 5: the two packs train at the same time.
+  EXPECT_LT(ended[1].start_time, ended[0].end_time);
+  EXPECT_LT(ended[0].start_time, ended[1].end_time);
+  for (size_t i : {0, 5}) {
+    absl::StatusOr<JobSnapshot> solo = RunJob(*engine_, ended[i].spec);
+    ASSERT_TRUE(solo.ok());
+    EXPECT_EQ(Losses(*solo), Losses(ended[i])) << "member " << i;
+  }
 }
 
 // Any field of a member: points with a spec of their own (another model, another batch size) are

@@ -337,6 +337,9 @@ ServerOptions ServiceTest::Options() const {
   options.engine.device = "cpu";
   options.engine.module_checker.program = TRAINERD_MODULE_CHECKER;
   options.engine.jobs.worker.program = TRAINERD_WORKER;
+  // One CPU job at a time (the default is a job per core), so that what queues behind what does
+  // not depend on this machine's cores.
+  options.engine.jobs.max_concurrent_jobs = 1;
   return options;
 }
 

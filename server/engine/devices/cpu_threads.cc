@@ -79,12 +79,22 @@ void LowerThreadPriority(int nice) {
   (void)::setpriority(PRIO_PROCESS, self, nice);
 }
 
-bool CpuThreadBudget::TryAcquire(int threads) {
+bool CpuThreadBudget::TryAcquire(int threads, uintptr_t claimant) {
   threads = std::max(threads, 1);
   absl::MutexLock lock(&mu_);
-  if (in_use_ > 0 && in_use_ + threads > cores_) return false;
+  if (next_turn_ != 0 && next_turn_ != claimant) return false;
+  if (in_use_ > 0 && in_use_ + threads > cores_) {
+    if (claimant != 0) next_turn_ = claimant;
+    return false;
+  }
   in_use_ += threads;
+  next_turn_ = 0;
   return true;
+}
+
+void CpuThreadBudget::Withdraw(uintptr_t claimant) {
+  absl::MutexLock lock(&mu_);
+  if (next_turn_ == claimant) next_turn_ = 0;
 }
 
 void CpuThreadBudget::Take(int threads) {

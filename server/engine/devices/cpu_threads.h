@@ -69,8 +69,13 @@ class CpuThreadBudget {
 
   // Takes `threads` (at least 1) when they fit beside those taken, or when none are taken (so
   // that a job asking for more than the cores still runs, alone); false otherwise. Hand them
-  // back with Release.
-  bool TryAcquire(int threads);
+  // back with Release. A `claimant` (non-zero: who asks, the same value each time it asks again)
+  // whose threads do not fit holds the next turn: until it takes them (or Withdraws), no other
+  // claimant's ask succeeds, so that a job wanting every core is not starved by small jobs that
+  // keep fitting beside each other.
+  bool TryAcquire(int threads, uintptr_t claimant = 0);
+  // `claimant` no longer waits (its job was cancelled before it started): the turn it held is free.
+  void Withdraw(uintptr_t claimant);
   // Takes `threads` (at least 1) whether or not they fit: work that must not wait for this
   // daemon's jobs (a rank run for another daemon's job, whose other ranks are already waiting in
   // a collective) is counted, so that jobs queued here wait for it, but is never held back by them.
@@ -84,6 +89,7 @@ class CpuThreadBudget {
   const int cores_;
   mutable absl::Mutex mu_;
   int in_use_ ABSL_GUARDED_BY(mu_) = 0;
+  uintptr_t next_turn_ ABSL_GUARDED_BY(mu_) = 0;  // the claimant that waits first; 0: none
 };
 
 }  // namespace trainerd::engine

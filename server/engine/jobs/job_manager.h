@@ -78,8 +78,6 @@ struct JobManagerOptions : JobRunOptions {
   // restart can take the job up again. Empty: neither is written.
   std::string data_dir;
   JobHooks hooks;
-  // The cores CPU jobs share; 0: UsableCores() (affinity mask and cgroup quota).
-  int32_t cpu_cores = 0;
   // Where the records are kept. With a store, a job is written through on every state change and
   // every epoch, leaves memory once it ended (Get, List, Subscribe and ModelPath read it back),
   // and Shutdown interrupts running jobs instead of cancelling them (they resume at the next
@@ -308,6 +306,9 @@ class JobManager {
     void Remove(const std::string& id);
   };
 
+  // The workers (jobs at once) of a device's queue: --max_concurrent_jobs, else the CPU's cores
+  // or 4 on a GPU; 1 for a peer's queue.
+  int WorkersFor(const std::string& device_name, bool on_peer) const;
   void WorkerLoop(const std::string& device_name);
   void RunJob(const std::shared_ptr<Record>& record);
   // A sweep's members taken off the queue together (claimed): trained as one pack.

@@ -16,8 +16,12 @@ struct JobRunOptions {
   // Bounds the jobs waiting in all queues together (0 = no bound).
   int64_t max_queued_jobs = 0;
   // Jobs a device runs at once, each on a worker thread of its own (and on a GPU on a CUDA stream
-  // of its own); 0: 1 on the CPU (whose intra-op threads one job already uses), 4 on a GPU.
+  // of its own); 0: `cpu_cores` on the CPU (each job takes the intra-op threads its size asks for
+  // from them and waits its turn when they are taken), 4 on a GPU.
   int32_t max_concurrent_jobs = 0;
+  // The cores CPU jobs share (their intra-op threads together; the CPU's workers by default);
+  // 0: UsableCores() (affinity mask and cgroup quota).
+  int32_t cpu_cores = 0;
   // Intra-op threads of a CPU job (cpu_threads.h): 0 chooses each job's from its FLOPs per step
   // (one thread for a small model), N > 0 gives every CPU job N. Either way the CPU jobs running
   // together hold at most `cpu_cores` threads (each at least one). A GPU job's host side runs on

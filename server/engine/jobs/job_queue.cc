@@ -11,6 +11,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -68,16 +69,21 @@ void JobManager::NotifyQueuedLocked(const JobSnapshot& job) {
   }
 }
 
+int JobManager::WorkersFor(const std::string& device_name, bool on_peer) const {
+  // A peer's queue: one member at a time there (the peer queues and bounds its own jobs). The
+  // CPU runs as many jobs as it has cores: each takes the intra-op threads its size asks for
+  // from the cores' budget (a small model's one), and one that does not fit waits its turn.
+  if (on_peer) return 1;
+  if (options_.max_concurrent_jobs > 0) return options_.max_concurrent_jobs;
+  return device_name == "cpu" ? cpu_threads_.cores() : 4;
+}
+
 void JobManager::QueueLocked(std::shared_ptr<Record> record) {
   const std::string device_name = job_internal::QueueOf(record->snap);
   std::unique_ptr<Worker>& worker = workers_[device_name];
   if (!worker) {
     worker = std::make_unique<Worker>();
-    // A peer's queue: one member at a time there (the peer queues and bounds its own jobs).
-    const int threads = record->snap.spec.runs_on_peer()   ? 1
-                        : options_.max_concurrent_jobs > 0 ? options_.max_concurrent_jobs
-                        : device_name == "cpu"             ? 1
-                                                           : 4;
+    const int threads = WorkersFor(device_name, record->snap.spec.runs_on_peer());
     for (int i = 0; i < threads; ++i) {
       worker->threads.emplace_back([this, device_name] { WorkerLoop(device_name); });
     }
@@ -233,6 +239,27 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
     }
     pack->second->push_back(record->snap.id);
     record->pack = pack->second;
+  }
+  // On the CPU a pack trains its members in turn on one worker; dealt round as many packs as the
+  // CPU runs jobs at once, they train on every core. Each member's values stay the job alone's
+  // (in turn, nothing of a member depends on its pack's others), and each part waits for its
+  // threads as any job does.
+  const int cpu_workers = WorkersFor("cpu", /*on_peer=*/false);
+  for (auto& [lead, ids] : packs) {
+    if (lead->device != "cpu" || !lead->spec.peer.empty() || cpu_workers < 2 || ids->size() < 2) {
+      continue;
+    }
+    std::vector<std::shared_ptr<std::vector<std::string>>> parts(
+        std::min(ids->size(), static_cast<size_t>(cpu_workers)));
+    for (auto& part : parts) part = std::make_shared<std::vector<std::string>>();
+    absl::flat_hash_map<std::string, std::shared_ptr<std::vector<std::string>>> part_of;
+    for (size_t i = 0; i < ids->size(); ++i) {
+      parts[i % parts.size()]->push_back((*ids)[i]);
+      part_of[(*ids)[i]] = parts[i % parts.size()];
+    }
+    for (auto& record : records) {
+      if (record->pack == ids) record->pack = part_of.at(record->snap.id);
+    }
   }
   std::vector<JobSnapshot> out;
   for (auto& record : records) {

@@ -255,9 +255,14 @@ int JobManager::WantedThreads(const std::shared_ptr<Record>& record) {
 
 bool JobManager::AcquireThreads(const std::shared_ptr<Record>& record, int threads) {
   if (!record->device.is_cpu()) return true;
-  // Its threads are free, or it waits (still QUEUED) until running CPU jobs give theirs back.
-  while (!cpu_threads_.TryAcquire(threads)) {
-    if (StopsBeforeStart(record)) return false;
+  // Its threads are free, or it waits (still QUEUED) until running CPU jobs give theirs back;
+  // the first to wait goes next (no job started after it overtakes it).
+  const auto claimant = reinterpret_cast<uintptr_t>(record.get());
+  while (!cpu_threads_.TryAcquire(threads, claimant)) {
+    if (StopsBeforeStart(record)) {
+      cpu_threads_.Withdraw(claimant);
+      return false;
+    }
     absl::MutexLock lock(&mu_);
     memory_released_.WaitWithTimeout(&mu_, absl::Milliseconds(200));
   }
