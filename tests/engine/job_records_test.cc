@@ -484,6 +484,41 @@ TEST_F(JobRecordsTest, QueuedJobsBehindARunningOneRunAfterARestart) {
   EXPECT_THAT(b_done->epochs, SizeIs(3));
 }
 
+// Halving's rungs outlive a restart: a member taken up again is compared with what the others
+// reached before it (read back from their records), not first at every rung as if alone.
+TEST_F(JobRecordsTest, AMemberTakenUpAgainMeetsTheRungsItsSweepReachedBeforeTheRestart) {
+  JobSpec base = SeedSpec("seed");
+  base.epochs = 8;
+  base.validation_fraction = 0.25;
+  base.halving = HalvingSpec{2, 2};  // rungs at epochs 2 and 4
+  JobSpec other_shape = base;        // its own pack, after the first (one worker: the fixture's)
+  other_shape.batch_size = 8;
+  SweepAxes axes;
+  axes.points = {SweepPoint{0.1, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+                 SweepPoint{1e-6, std::nullopt, std::nullopt, std::nullopt, other_shape}};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  const std::string good = sweep->members[0].id, behind = sweep->members[1].id;
+  auto pause = std::make_shared<PauseAtEpoch>(1);
+  ASSERT_TRUE(engine_->SubscribeJob(behind, pause).ok());
+  absl::StatusOr<JobSnapshot> first = WaitForEnd(*engine_, good);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->state, JobState::kSucceeded) << first->error;
+  EXPECT_FALSE(first->stopped_early);
+  ASSERT_TRUE(pause->WaitReached());  // the member behind, at epoch 1, before its first rung
+  engine_->Shutdown();
+
+  Restart();
+  absl::StatusOr<JobSnapshot> taken_up = WaitForEnd(*engine_, behind);
+  ASSERT_TRUE(taken_up.ok());
+  ASSERT_EQ(taken_up->state, JobState::kSucceeded) << taken_up->error;
+  ASSERT_THAT(taken_up->restarts, SizeIs(1));
+  EXPECT_TRUE(taken_up->stopped_early);
+  EXPECT_THAT(taken_up->epochs, SizeIs(2));
+  EXPECT_THAT(taken_up->stop_reason, ::testing::HasSubstr("rung of epoch 2: validation loss"));
+  EXPECT_THAT(taken_up->stop_reason, ::testing::HasSubstr("of the 1 members there before it"));
+}
+
 TEST_F(JobRecordsTest, JobThatCannotRunAgainFailsWithTheReason) {
   const std::string id = StartAndStop(ResumableSpec(), /*epoch=*/3, /*drain=*/false);
   engine_.reset();

@@ -49,6 +49,12 @@ std::optional<std::string> SweepRungs::Reached(const std::string& member, int32_
       epoch, metric_name, metric, cutoff, spec_.reduction_factor, before.size());
 }
 
+void SweepRungs::Record(const std::string& member, int32_t epoch, int32_t epochs, double metric) {
+  if (!IsRung(epoch, epochs)) return;
+  absl::MutexLock lock(&mu_);
+  recorded_[epoch].emplace(member, std::isnan(metric) ? INFINITY : metric);
+}
+
 std::pair<double, std::string> HalvingMetric(const JobSpec& spec, const EpochResult& epoch) {
   if (spec.early_stop_metric == EarlyStopMetric::kValidationAccuracy &&
       epoch.validation_accuracy.has_value()) {

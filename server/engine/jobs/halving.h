@@ -36,6 +36,9 @@ class SweepRungs {
   // rung twice (taken up again) keeps its first value.
   std::optional<std::string> Reached(const std::string& member, int32_t epoch, int32_t epochs,
                                      double metric, const std::string& metric_name);
+  // What a member reached before a restart (its recorded epochs): kept as Reached keeps it, with
+  // no decision (one was made then). Not a rung: nothing.
+  void Record(const std::string& member, int32_t epoch, int32_t epochs, double metric);
 
  private:
   const HalvingSpec spec_;

@@ -306,6 +306,11 @@ class JobManager {
     void Remove(const std::string& id);
   };
 
+  // A sweep's rungs for its member taken up again at a start (Requeue): those of a member already
+  // taken up, else rebuilt from the sweep's records, so that halving goes on comparing with what
+  // the members reached before the restart.
+  std::shared_ptr<SweepRungs> RecoveredRungs(const std::string& sweep_id,
+                                             const HalvingSpec& halving);
   // The workers (jobs at once) of a device's queue: --max_concurrent_jobs, else the CPU's cores
   // or 4 on a GPU; 1 for a peer's queue.
   int WorkersFor(const std::string& device_name, bool on_peer) const;

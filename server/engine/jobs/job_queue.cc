@@ -295,6 +295,9 @@ absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device
   // Only a member that went on training on a peer comes back with its cancel (recovery ends any
   // other such job): cancelled there once it is found again.
   record->cancel.store(job.cancel_requested);
+  if (job.spec.halving.has_value() && !job.sweep_id.empty()) {
+    record->rungs = RecoveredRungs(job.sweep_id, *job.spec.halving);
+  }
   record->snap = std::move(job);
   JobSnapshot copy;
   {
@@ -315,6 +318,37 @@ absl::Status JobManager::Requeue(JobSnapshot job, ModelSpec model, torch::Device
     }
   }
   return absl::OkStatus();
+}
+
+std::shared_ptr<SweepRungs> JobManager::RecoveredRungs(const std::string& sweep_id,
+                                                       const HalvingSpec& halving) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, record] : jobs_) {
+      if (record->rungs != nullptr && record->snap.sweep_id == sweep_id) return record->rungs;
+    }
+  }
+  // The first member taken up again: the rungs as the sweep's members reached them before the
+  // restart, from their records (a sweep is at most kMaxSweepMembers members: one page).
+  auto rungs = std::make_shared<SweepRungs>(halving);
+  if (store_ == nullptr) return rungs;
+  JobQuery query;
+  query.sweep_id = sweep_id;
+  query.full = true;
+  query.page_size = kMaxJobPageSize;
+  absl::StatusOr<JobPage> page = store_->ListJobs(query);
+  if (!page.ok()) {
+    LogWarning(absl::StrCat("sweep '", sweep_id, "': its rungs before the restart cannot be read (",
+                            page.status().message(), "); its members taken up compare anew"));
+    return rungs;
+  }
+  for (const JobSnapshot& member : page->jobs) {
+    for (const EpochResult& epoch : member.epochs) {
+      rungs->Record(member.id, epoch.epoch, member.spec.epochs,
+                    HalvingMetric(member.spec, epoch).first);
+    }
+  }
+  return rungs;
 }
 
 absl::Status JobManager::FailUnrecoverable(JobSnapshot job, const std::string& reason,
