@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,13 @@
 #include "server/engine/training/torchscript_export.h"
 #include "server/engine/training/trainer.h"
 
+// BLAS's single-precision product, column-major (Fortran's interface): MKL's, which LibTorch's CPU
+// library carries and exports, vectorised for this CPU at run time (AVX-512 where it has it).
+extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c,
+                       const int* ldc);
+
 namespace trainerd::engine {
 namespace {
 
@@ -25,6 +33,32 @@ using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 using VectorMap = Eigen::Map<Eigen::VectorXf>;
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
+
+// Products of at least this many multiply-adds (m * n * k) go to BLAS (RowMajorGemm); smaller
+// ones stay with Eigen, whose inlined products cost no call: the seed's 16 x 1 x 1 step would pay
+// more for MKL's entry than for its arithmetic. Eigen's products are compiled for the baseline
+// x86-64 the binaries target (SSE2), MKL's for the CPU it finds: on the 2-core AVX-512 Xeon of
+// docs/PERFORMANCE.md ("The fused CPU path"), MLPs of 1.7 to 16 MFLOPs a step step 2.2-3.7x
+// faster with MKL's products. MKL rather than a BLAS from Debian: it is already in the process
+// (LibTorch's CPU library carries and exports it), and a second BLAS would clash with its symbols.
+constexpr int64_t kBlasMinProduct = 16384;
+
+// Row-major C (m x n) = op(A) (m x k) * op(B) (k x n), C overwritten: CBLAS's row-major call
+// through the column-major interface (C^T = op(B)^T op(A)^T). Dimensions within int, as every
+// fused layer's are (width <= kFusedMaxWidth; batch rows checked by the caller).
+void RowMajorGemm(bool trans_a, bool trans_b, int m, int n, int k, const float* a, int lda,
+                  const float* b, int ldb, float* c, int ldc) {
+  const char ta = trans_a ? 'T' : 'N';
+  const char tb = trans_b ? 'T' : 'N';
+  const float one = 1.0f, zero = 0.0f;
+  sgemm_(&tb, &ta, &n, &m, &k, &one, b, &ldb, a, &lda, &zero, c, &ldc);
+}
+
+// Whether the product of m x k by k x n goes to BLAS.
+bool UseBlas(int64_t m, int64_t n, int64_t k) {
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  return m <= kIntMax && m * n * k >= kBlasMinProduct;
+}
 
 // Added to the global norm before dividing, as ClipGradNorm (and PyTorch's clip_grad_norm_) do.
 constexpr double kClipEpsilon = 1e-6;
@@ -250,7 +284,14 @@ class FusedCpuPath final : public TrainingPath {
         case LayerKind::kLinear: {
           ConstMatrixMap w(layer.weight.data_ptr<float>(), layer.out, layer.in);
           Eigen::Map<const Eigen::RowVectorXf> b(layer.bias.data_ptr<float>(), layer.out);
-          out.noalias() = in * w.transpose();
+          if (UseBlas(n, layer.out, layer.in)) {
+            RowMajorGemm(false, true, static_cast<int>(n), static_cast<int>(layer.out),
+                         static_cast<int>(layer.in), input, static_cast<int>(layer.in),
+                         layer.weight.data_ptr<float>(), static_cast<int>(layer.in), output,
+                         static_cast<int>(layer.out));
+          } else {
+            out.noalias() = in * w.transpose();
+          }
           out.rowwise() += b;
           break;
         }
@@ -374,9 +415,24 @@ class FusedCpuPath final : public TrainingPath {
         case LayerKind::kLinear: {
           ConstMatrixMap in(input, n, layer.in);
           ConstMatrixMap w(layer.weight.data_ptr<float>(), layer.out, layer.in);
-          layer.weight_grad.noalias() = g_out.transpose() * in;
+          const bool blas = UseBlas(layer.out, layer.in, n);
+          if (blas) {
+            RowMajorGemm(true, false, static_cast<int>(layer.out), static_cast<int>(layer.in),
+                         static_cast<int>(n), grad_out, static_cast<int>(layer.out), input,
+                         static_cast<int>(layer.in), layer.weight_grad.data(),
+                         static_cast<int>(layer.in));
+          } else {
+            layer.weight_grad.noalias() = g_out.transpose() * in;
+          }
           layer.bias_grad = g_out.colwise().sum().transpose();
-          if (needs_input_grad) g_in.noalias() = g_out * w;
+          if (needs_input_grad && blas) {
+            RowMajorGemm(false, false, static_cast<int>(n), static_cast<int>(layer.in),
+                         static_cast<int>(layer.out), grad_out, static_cast<int>(layer.out),
+                         layer.weight.data_ptr<float>(), static_cast<int>(layer.in), grad_in,
+                         static_cast<int>(layer.in));
+          } else if (needs_input_grad) {
+            g_in.noalias() = g_out * w;
+          }
           break;
         }
         case LayerKind::kRelu:
@@ -682,8 +738,8 @@ std::string FusedPathSlower(const ModelSpec& model, const std::vector<int64_t>& 
   const double flops = common::TrainingFlopsPerStep(model, feature_shape, batch);
   if (!(flops > kFusedMaxFlopsPerStep)) return "";
   return absl::StrFormat(
-      "%.1f MFLOPs a step, above the fused path's limit of %.0f: LibTorch's products are faster "
-      "there",
+      "%.1f MFLOPs a step, above the fused path's limit of %.0f: LibTorch's vectorised "
+      "operators are as fast there",
       flops / 1e6, kFusedMaxFlopsPerStep / 1e6);
 }
 

@@ -22,11 +22,12 @@ namespace trainerd::engine {
 // The widest layer the fused path takes.
 inline constexpr int64_t kFusedMaxWidth = 256;
 
-// Model FLOPs per step above which engine auto leaves a job to LibTorch: past it MKL's products
-// (vectorised for this CPU at run time) beat the fused path's Eigen products, which are compiled
-// for the baseline x86-64 the binaries target. Measured on a 2-core Xeon: fused 2.2x faster at
-// 1.7 MFLOPs a step, 1.2-1.6x at 5, 1.5x slower at 14 (docs/PERFORMANCE.md, "Fused path").
-inline constexpr double kFusedMaxFlopsPerStep = 6e6;
+// Model FLOPs per step above which engine auto leaves a job to LibTorch. The fused path's large
+// products are MKL's too (fused_path.cc, kBlasMinProduct); past this its scalar element-wise loops
+// and update (compiled for baseline x86-64) cost what LibTorch's vectorised operators and their
+// dispatches do. Measured on a 2-core Xeon: fused 4.3x faster at 1.7 MFLOPs a step, 1.9x at 16,
+// even at 40 and 130 (docs/PERFORMANCE.md, "The fused CPU path").
+inline constexpr double kFusedMaxFlopsPerStep = 30e6;
 
 // Why a job cannot run on the fused path ("" when it can): a sentence naming the first thing in
 // the way, e.g. "layer conv2d:8:3 has no fused kernel". The fused path takes flat feature vectors;
