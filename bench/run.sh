@@ -2,11 +2,12 @@
 # `make bench`: trainerd against the seed's PyTorch loops on this machine's CPU (and GPU when
 # BENCH_DEVICES includes cuda), then the Python client against trainctl (BENCH_PYTHON_CLIENT=0
 # skips it), then users' own models as exported programs and TorchScript (BENCH_USER_MODELS=0
-# skips it), then c10d's all-reduce on loopback (BENCH_COLLECTIVES=0 skips it), then the load
-# test's latencies (32 concurrent clients for BENCH_LOAD_SECONDS, default
-# 60; 0 skips it), with a packed sweep member's numerics on the way (BENCH_PACKED=0 skips them).
-# Results: tables on stdout, bench.json, python_client.json, packed_numerics.json and load.txt in
-# $RESULTS_DIR (default build/bench). See bench/README.md.
+# skips it), then c10d's all-reduce on loopback (BENCH_COLLECTIVES=0 skips it), then a
+# hyperparameter search on digits (BENCH_SEARCH=0 skips it), then the load test's latencies (32
+# concurrent clients for BENCH_LOAD_SECONDS, default 60; 0 skips it), with a packed sweep member's
+# numerics on the way (BENCH_PACKED=0 skips them). Results: tables on stdout, bench.json,
+# python_client.json, search.json, packed_numerics.json and load.txt in $RESULTS_DIR (default
+# build/bench). See bench/README.md.
 set -euo pipefail
 BUILD_DIR="${BUILD_DIR:-build/release}"
 PYTHON="${PYTHON:-python3}"
@@ -39,6 +40,11 @@ if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   # A sweep spread over a peer (its share packed there) against the same sweep on one daemon.
   "$(python/venv.sh "$PYTHON")" bench/spread_sweep.py --build-dir "$BUILD_DIR" \
     --results-dir "$RESULTS_DIR"
+fi
+# A hyperparameter search on digits: 64 trials, the full search against the daemon's halving
+# against Optuna's pruner over plain PyTorch loops (search.json); BENCH_SEARCH=0 skips it.
+if [ "${BENCH_SEARCH:-1}" != 0 ]; then
+  "$(python/venv.sh "$PYTHON")" bench/search.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR"
 fi
 # A packed sweep member's values against the same job alone, beside the job alone's own drift
 # under two threads or the fused path, and the CPU's packs in turn against stacked;

@@ -512,8 +512,10 @@ absl::StatusOr<v1::JobSpec> JobSpecFromFlags(const Invocation& invocation) {
     spec.set_early_stop_min_delta(min_delta);
   }
   if (invocation.Has("early-stop-metric")) {
-    TRAINERD_RETURN_IF_ERROR(CheckApplies(invocation, "early-stop-metric", patience > 0,
-                                          "early stopping (--early-stop-patience N)"));
+    // What early stopping watches, and what a sweep's halving compares at its rungs.
+    TRAINERD_RETURN_IF_ERROR(CheckApplies(
+        invocation, "early-stop-metric", patience > 0 || invocation.Has("halving-min-epochs"),
+        "early stopping (--early-stop-patience N) or a sweep's halving (--halving-min-epochs N)"));
     const std::string metric = invocation.Get("early-stop-metric");
     if (metric == "loss") {
       spec.set_early_stop_metric(v1::EARLY_STOP_METRIC_VALIDATION_LOSS);

@@ -152,9 +152,9 @@ std::vector<FlagSpec> SubmitFlags() {
            "with --early-stop-patience: an epoch improves only when\n"
            "it beats the best by more than D, >= 0 (default 0)"},
           {"early-stop-metric", "M",
-           "with --early-stop-patience: loss (lower is better) or\n"
-           "accuracy (higher is better; cross_entropy and nll)\n"
-           "(default loss)"},
+           "with --early-stop-patience (or a sweep's halving, whose\n"
+           "rungs compare it): loss (lower is better) or accuracy\n"
+           "(higher is better; cross_entropy and nll) (default loss)"},
           {"model-from", "WHICH",
            "the weights the job hands back: best (the best\n"
            "validation epoch's, by the early-stopping metric;\n"

@@ -407,9 +407,10 @@ class Client(ClientBase[Transport]):
             early_stop_min_delta: with early_stop_patience: an epoch improves only when it
                 beats the best by more than this, >= 0 (default 0), as Keras' and Lightning's
                 ``EarlyStopping(min_delta=...)``; the best moves only on an improvement.
-            early_stop_metric: with early_stop_patience: ``"loss"`` (the validation loss, lower
-                is better; the default) or ``"accuracy"`` (the validation accuracy, higher is
-                better; cross_entropy and nll only).
+            early_stop_metric: with early_stop_patience (or a sweep's ``halving_min_epochs``,
+                whose rungs compare it): ``"loss"`` (the validation loss, lower is better; the
+                default) or ``"accuracy"`` (the validation accuracy, higher is better;
+                cross_entropy and nll only).
             model_from: the weights the job hands back (``job.model()``, ``job.parameters``):
                 ``"best"``, the best validation epoch's (by early stopping's metric and
                 min_delta; needs validation), as Keras' ``restore_best_weights=True`` and

@@ -657,7 +657,8 @@ TEST(JobSpecFromFlagsTest, LoopFlagsOutOfRangeOrWithoutWhatTheyNeedAreRejected) 
   EXPECT_EQ(SpecError(Submit({"--early-stop-min-delta", "0.1"})),
             "--early-stop-min-delta applies to early stopping (--early-stop-patience N) only");
   EXPECT_EQ(SpecError(Submit({"--early-stop-metric", "accuracy"})),
-            "--early-stop-metric applies to early stopping (--early-stop-patience N) only");
+            "--early-stop-metric applies to early stopping (--early-stop-patience N) or a "
+            "sweep's halving (--halving-min-epochs N) only");
   EXPECT_EQ(SpecError(Submit({"--validation-fraction", "0.2", "--early-stop-patience", "2",
                               "--early-stop-min-delta", "-1"})),
             "--early-stop-min-delta must be >= 0, got -1");

@@ -122,6 +122,12 @@ TEST(SweepRequestTest, HalvingFlagsSetTheSpecsRungs) {
       Sweep({"--lr", "0.1,0.01", "--halving-min-epochs", "1", "--halving-reduction-factor", "4"}));
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_EQ(request->spec().halving().reduction_factor(), 4);
+  // The accuracy metric applies to halving's rungs without early stopping.
+  request = SweepRequestFromFlags(
+      Sweep({"--lr", "0.1,0.01", "--halving-min-epochs", "1", "--early-stop-metric", "accuracy"}));
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->spec().early_stop_metric(), v1::EARLY_STOP_METRIC_VALIDATION_ACCURACY);
+  EXPECT_EQ(request->spec().early_stop_patience(), 0);
   request = SweepRequestFromFlags(Sweep({"--lr", "0.1,0.01"}));
   ASSERT_TRUE(request.ok()) << request.status();
   EXPECT_FALSE(request->spec().has_halving());

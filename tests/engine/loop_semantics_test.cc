@@ -611,8 +611,8 @@ TEST(LoopSemanticsTest, CheckJobSpecRefusesWhatCannotWork) {
   bad = spec;
   bad.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
   EXPECT_EQ(error(bad),
-            "early stop metric accuracy applies to early stopping; give early_stop_patience N "
-            "(>= 1) too");
+            "early stop metric accuracy applies to early stopping and halving; give "
+            "early_stop_patience N (>= 1) or a sweep's halving too");
   bad.early_stop_patience = 2;
   EXPECT_EQ(error(bad),
             "early stop metric accuracy needs a class loss (cross_entropy or nll), not mse; watch "

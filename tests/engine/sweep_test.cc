@@ -873,6 +873,38 @@ TEST_F(SweepTest, HalvingStopsTheMembersBehindAtARungAndTheBestTrainsOn) {
   EXPECT_THAT(bad.status().message(), HasSubstr("below the 8 epochs a member trains; got 8"));
 }
 
+// Halving compares the validation error (1 - accuracy) when the sweep watches accuracy, without
+// early stopping; a job alone still needs a patience for that metric.
+TEST_F(SweepTest, HalvingMayCompareTheValidationAccuracy) {
+  ASSERT_TRUE(Upload(*engine_, "clusters", ClustersTable()).ok());
+  JobSpec base = SeedSpec("clusters");
+  base.model = "linear:3";
+  base.loss = LossKind::kCrossEntropy;
+  base.epochs = 4;
+  base.validation_fraction = 0.25;
+  base.early_stop_metric = EarlyStopMetric::kValidationAccuracy;
+  base.halving = HalvingSpec{1, 2};
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 1e-7, 1e-7};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  int stopped = 0;
+  for (const JobSnapshot& member : sweep->members) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    if (!job->stopped_early) continue;
+    ++stopped;
+    EXPECT_THAT(job->stop_reason, HasSubstr("validation error (1 - accuracy)"));
+  }
+  EXPECT_GE(stopped, 1);
+  JobSpec alone = base;
+  alone.halving.reset();
+  absl::StatusOr<JobSnapshot> refused = engine_->SubmitJob(alone);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("give early_stop_patience N (>= 1)"));
+}
+
 TEST_F(SweepTest, HostileSweepsAreRefusedWithTheirReason) {
   SweepAxes axes;
   axes.learning_rates = std::vector<double>(257, 0.1);

@@ -125,10 +125,11 @@ absl::Status CheckValidationOptions(const JobSpec& spec, const DatasetMeta& data
                      ") applies to early stopping; give early_stop_patience N (>= 1) too"));
   }
   if (spec.early_stop_metric == EarlyStopMetric::kValidationAccuracy) {
-    if (spec.early_stop_patience == 0) {
+    // What early stopping watches, and what a sweep's halving compares at its rungs.
+    if (spec.early_stop_patience == 0 && !spec.halving.has_value()) {
       return absl::InvalidArgumentError(
-          "early stop metric accuracy applies to early stopping; give early_stop_patience N "
-          "(>= 1) too");
+          "early stop metric accuracy applies to early stopping and halving; give "
+          "early_stop_patience N (>= 1) or a sweep's halving too");
     }
     if (spec.loss != LossKind::kCrossEntropy && spec.loss != LossKind::kNll) {
       return absl::InvalidArgumentError(
