@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -64,6 +65,15 @@ class JobStore {
   virtual absl::Status SaveJob(const JobSnapshot& job) = 0;
   // One finished epoch and the job's figures after it (steps, syncs, final loss...), together.
   virtual absl::Status AppendEpoch(const JobSnapshot& job, const EpochResult& epoch) = 0;
+  // Several jobs' epochs at once (a pack's members after one epoch), all or none: one write where
+  // the store can. This default appends them one by one.
+  virtual absl::Status AppendEpochs(
+      const std::vector<std::pair<const JobSnapshot*, const EpochResult*>>& epochs) {
+    for (const auto& [job, epoch] : epochs) {
+      if (absl::Status appended = AppendEpoch(*job, *epoch); !appended.ok()) return appended;
+    }
+    return absl::OkStatus();
+  }
   // The job with every epoch. NOT_FOUND for an unknown id.
   virtual absl::StatusOr<JobSnapshot> LoadJob(const std::string& id) = 0;
   // The job's epochs after `after`, at most `limit`, in order (a watch pages a long history).

@@ -499,12 +499,8 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
   return absl::OkStatus();
 }
 
-absl::Status SqliteJobStore::AppendEpoch(const engine::JobSnapshot& job,
-                                         const engine::EpochResult& epoch) {
-  std::lock_guard<std::mutex> lock(write_mu_);
-  if (absl::Status normal = SetSynchronousLocked(false); !normal.ok()) return normal;
-  Transaction transaction(writer_, path_);
-  if (!transaction.begun().ok()) return transaction.begun();
+absl::Status SqliteJobStore::WriteEpochLocked(const engine::JobSnapshot& job,
+                                              const engine::EpochResult& epoch) {
   Statement update(writer_,
                    PreparedLocked("UPDATE jobs SET state = ?2, record = ?3 WHERE id = ?1"));
   if (update.Bind(1, job.id)
@@ -520,6 +516,23 @@ absl::Status SqliteJobStore::AppendEpoch(const engine::JobSnapshot& job,
           .BindBlob(3, convert::ToProto(epoch).SerializeAsString())
           .Step() != SQLITE_DONE) {
     return Error(writer_, path_, "save an epoch");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SqliteJobStore::AppendEpoch(const engine::JobSnapshot& job,
+                                         const engine::EpochResult& epoch) {
+  return AppendEpochs({{&job, &epoch}});
+}
+
+absl::Status SqliteJobStore::AppendEpochs(
+    const std::vector<std::pair<const engine::JobSnapshot*, const engine::EpochResult*>>& epochs) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (absl::Status normal = SetSynchronousLocked(false); !normal.ok()) return normal;
+  Transaction transaction(writer_, path_);
+  if (!transaction.begun().ok()) return transaction.begun();
+  for (const auto& [job, epoch] : epochs) {
+    TRAINERD_RETURN_IF_ERROR(WriteEpochLocked(*job, *epoch));
   }
   return transaction.Commit();
 }

@@ -49,6 +49,10 @@ class SqliteJobStore final : public engine::JobStore {
   absl::Status SaveJob(const engine::JobSnapshot& job) override;
   absl::Status AppendEpoch(const engine::JobSnapshot& job,
                            const engine::EpochResult& epoch) override;
+  // One transaction for all: a pack of 32 members' epochs costs one commit, not 32.
+  absl::Status AppendEpochs(
+      const std::vector<std::pair<const engine::JobSnapshot*, const engine::EpochResult*>>& epochs)
+      override;
   absl::StatusOr<engine::JobSnapshot> LoadJob(const std::string& id) override;
   absl::StatusOr<std::vector<engine::EpochResult>> LoadEpochs(const std::string& id, int32_t after,
                                                               int32_t limit) override;
@@ -77,6 +81,8 @@ class SqliteJobStore final : public engine::JobStore {
   // kept for the store's life, so that a job's every epoch does not parse its SQL again; null
   // when it cannot be prepared. Called with write_mu_ held.
   sqlite3_stmt* PreparedLocked(const char* sql);
+  // One epoch's two writes (the job's record, the epoch's row) inside the caller's transaction.
+  absl::Status WriteEpochLocked(const engine::JobSnapshot& job, const engine::EpochResult& epoch);
 
   std::mutex write_mu_;
   sqlite3* const writer_;                      // guarded by write_mu_

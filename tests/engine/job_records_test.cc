@@ -484,6 +484,47 @@ TEST_F(JobRecordsTest, QueuedJobsBehindARunningOneRunAfterARestart) {
   EXPECT_THAT(b_done->epochs, SizeIs(3));
 }
 
+// A pack's members' epochs are written together (one transaction a pack epoch) yet each member
+// is recorded and heard exactly as alone: every epoch in its record after a restart, and a watcher
+// gets epochs 1..N in order, then the end.
+TEST_F(JobRecordsTest, APacksEpochsAreRecordedAndHeardAsEachMembersAlone) {
+  JobSpec base = SeedSpec("seed");
+  base.epochs = 6;
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.05, 0.02};
+  axes.seeds = {1, 2};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  std::vector<std::shared_ptr<EventRecorder>> recorders;
+  for (const JobSnapshot& member : sweep->members) {
+    recorders.push_back(std::make_shared<EventRecorder>());
+    ASSERT_TRUE(engine_->SubscribeJob(member.id, recorders.back()).ok());
+  }
+  std::vector<JobSnapshot> ended;
+  for (size_t i = 0; i < recorders.size(); ++i) {
+    std::optional<JobSnapshot> end = recorders[i]->WaitForTerminal();
+    ASSERT_TRUE(end.has_value());
+    ASSERT_EQ(end->state, JobState::kSucceeded) << end->error;
+    EXPECT_EQ(end->report.packed_members, 6);
+    std::vector<int32_t> epochs;
+    for (const JobEvent& event : recorders[i]->events()) {
+      if (event.kind == JobEvent::Kind::kEpoch) epochs.push_back(event.epoch.epoch);
+    }
+    // Whatever came before the watch began (none here: it began while QUEUED), then in order.
+    EXPECT_THAT(epochs, ::testing::ElementsAre(1, 2, 3, 4, 5, 6)) << "member " << i;
+    EXPECT_EQ(recorders[i]->events().back().kind, JobEvent::Kind::kState);
+    ended.push_back(*end);
+  }
+  Restart();
+  for (const JobSnapshot& member : ended) {
+    absl::StatusOr<JobSnapshot> stored = engine_->GetJob(member.id);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(Losses(*stored), Losses(member));
+    ASSERT_THAT(stored->epochs, SizeIs(6));
+    EXPECT_EQ(stored->final_loss, member.epochs.back().loss);
+  }
+}
+
 // Halving's rungs outlive a restart: a member taken up again is compared with what the others
 // reached before it (read back from their records), not first at every rung as if alone.
 TEST_F(JobRecordsTest, AMemberTakenUpAgainMeetsTheRungsItsSweepReachedBeforeTheRestart) {

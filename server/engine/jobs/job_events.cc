@@ -72,6 +72,54 @@ void JobManager::Publish(Record* record, JobEvent event,
   if (failure) std::rethrow_exception(failure);
 }
 
+std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::PublishEpochs(
+    EpochBatch& batch) {
+  std::vector<PendingEpoch> pending;
+  pending.swap(batch.pending);
+  std::vector<std::pair<const TrainingRun*, std::exception_ptr>> failed;
+  if (pending.empty()) return failed;
+  // Every member's ordering lock (each publisher holds one at a time, this one several, always
+  // taken before mu_): no event of these jobs can come between their epoch's write and its
+  // delivery.
+  std::vector<std::unique_lock<std::mutex>> ordering;
+  ordering.reserve(pending.size());
+  for (const PendingEpoch& p : pending) ordering.emplace_back(p.record->publish_mu);
+  std::vector<JobSnapshot> summaries(pending.size());
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = 0; i < pending.size(); ++i) {
+      pending[i].mutate(pending[i].record->snap);
+      pending[i].event.job_id = pending[i].record->snap.id;
+      if (store_ != nullptr) summaries[i] = SummaryOf(pending[i].record->snap);
+    }
+  }
+  if (store_ != nullptr) {
+    std::vector<std::pair<const JobSnapshot*, const EpochResult*>> rows;
+    rows.reserve(pending.size());
+    for (size_t i = 0; i < pending.size(); ++i) {
+      rows.emplace_back(&summaries[i], &pending[i].event.epoch);
+    }
+    if (absl::Status written = store_->AppendEpochs(rows); !written.ok()) {
+      LogWarning(absl::StrCat("a pack's epochs (", pending.size(), " jobs, the first '",
+                              pending.front().event.job_id, "'): ", written.message()));
+    }
+  }
+  for (PendingEpoch& p : pending) {
+    std::exception_ptr failure;
+    auto deliver = [&](JobEventSink& sink) {
+      try {
+        sink.Push(p.event);
+      } catch (...) {
+        if (!failure) failure = std::current_exception();
+      }
+    };
+    if (options_.hooks.observer) deliver(*options_.hooks.observer);
+    for (const auto& sink : p.record->sinks) deliver(*sink);
+    if (failure) failed.emplace_back(p.run, failure);
+  }
+  return failed;
+}
+
 void JobManager::PublishOutsideWorker(Record* record, JobEvent event,
                                       const std::function<void(JobSnapshot&)>& mutate,
                                       absl::Status* recorded) {

@@ -276,10 +276,22 @@ class JobManager {
   };
   // A job's run once it started: the TrainingRun with its callbacks, the RUNNING snapshot, the
   // report's hook, and what its report says of threads and packing.
+  // A pack's members' epochs queued by their on_epoch, published together (PublishEpochs).
+  struct PendingEpoch {
+    Record* record = nullptr;
+    const TrainingRun* run = nullptr;
+    JobEvent event;
+    std::function<void(JobSnapshot&)> mutate;
+  };
+  struct EpochBatch {
+    std::vector<PendingEpoch> pending;  // the pack's training thread only
+  };
   struct StartedRunState {
     TrainingRun run;
     JobSnapshot started;
     std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
+    // A pack member whose epochs are published with its pack's (PublishEpochs); null: each alone.
+    std::shared_ptr<EpochBatch> epoch_batch;
     int threads = 1;
     int32_t packed_members = 0;
     int64_t rows = 0;  // training rows (throughput)
@@ -385,6 +397,11 @@ class JobManager {
   // that a call whose change could not be recorded is not acknowledged.
   void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate,
                absl::Status* recorded = nullptr);
+  // A pack's members' epochs, queued by their on_epoch (StartedRunState::epoch_batch) and
+  // published together after the pack's epoch (TrainingRun::flush_epochs): each as Publish would,
+  // under every member's publish_mu at once, with one store write for all. Returns the members
+  // whose observer or sink threw, with the first exception of each.
+  std::vector<std::pair<const TrainingRun*, std::exception_ptr>> PublishEpochs(EpochBatch& batch);
   // The same off the job's worker (cancel, shutdown, a failed job): an observer's exception is
   // logged, the change stands.
   void PublishOutsideWorker(Record* record, JobEvent event,

@@ -338,7 +338,7 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   // keep_checkpoints: files dropped from the list, deleted once the epoch whose record no longer
   // lists them is written (until then a restart may still resume from them). Training thread only.
   auto trimmed = std::make_shared<std::vector<std::string>>();
-  run.on_epoch = [this, record, rows, planned, trimmed, id = record->snap.id](
+  run.on_epoch = [this, record, rows, planned, trimmed, &state, id = record->snap.id](
                      const EpochResult& epoch, int64_t steps, int64_t syncs) {
     JobEvent event;
     event.kind = JobEvent::Kind::kEpoch;
@@ -350,16 +350,23 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     if (epoch.elapsed_seconds > 0) {
       event.samples_per_second = static_cast<double>(rows) * epoch.epoch / epoch.elapsed_seconds;
     }
-    Publish(record, event, [&](JobSnapshot& snap) {
+    auto mutate = [epoch, steps, syncs,
+                   samples_per_second = event.samples_per_second](JobSnapshot& snap) {
       snap.epochs.push_back(epoch);
       snap.epochs_completed = static_cast<int32_t>(snap.epochs.size());
       snap.final_loss = epoch.loss;
       snap.steps = steps;
       snap.host_syncs = syncs;
       snap.wall_seconds = epoch.elapsed_seconds;
-      snap.samples_per_second = event.samples_per_second;
+      snap.samples_per_second = samples_per_second;
       snap.report.host_syncs = syncs;
-    });
+    };
+    if (state.epoch_batch != nullptr) {  // published with the pack's (PublishEpochs)
+      state.epoch_batch->pending.push_back(
+          {record, &state.run, std::move(event), std::move(mutate)});
+      return;
+    }
+    Publish(record, event, mutate);
     if (trimmed->empty()) return;
     // The record that no longer lists them must be durable before the files go: a power loss
     // could otherwise bring back a record that names deleted checkpoints.
@@ -709,6 +716,21 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
   for (const auto& member : acquired) {
     started.push_back(StartRun(member, threads, packed > 1 ? packed : 0));
     runs.push_back(&started.back()->run);
+  }
+  // With records, the members' epochs are written together, one transaction a pack epoch (a
+  // member's own transaction each made the seed's 64-member sweep spend more on SQLite than on
+  // training); not when a member keeps a bounded number of checkpoints, whose old files go only
+  // once the epoch that no longer lists them is durable (the per-epoch path does that).
+  const bool batch_epochs = store_ != nullptr && started.size() > 1 &&
+                            std::all_of(started.begin(), started.end(), [](const StartedRun& s) {
+                              return s->run.spec.checkpoint_every == 0;
+                            });
+  if (batch_epochs) {
+    auto batch = std::make_shared<EpochBatch>();
+    for (StartedRun& s : started) {
+      s->epoch_batch = batch;
+      s->run.flush_epochs = [this, batch] { return PublishEpochs(*batch); };
+    }
   }
   std::vector<bool> ended(acquired.size(), false);
   try {

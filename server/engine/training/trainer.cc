@@ -221,6 +221,13 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
           m->Fail(std::current_exception());
         }
       }
+      if (first.flush_epochs) {
+        for (const auto& [run, error] : first.flush_epochs()) {
+          for (size_t i = 0; i < runs.size(); ++i) {
+            if (runs[i] == run && !members[i]->ended()) members[i]->Fail(error);
+          }
+        }
+      }
       deliver_ended();
       if (cpu_meter.has_value()) {  // the first epoch ended: its peak stands for the job's
         cpu_peak = cpu_meter->peak_bytes();
