@@ -24,8 +24,7 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "google/protobuf/field_mask.pb.h"
-#include "google/protobuf/util/field_mask_util.h"
-#include "google/protobuf/util/message_differencer.h"
+#include "proto/message_paths.h"
 
 namespace trainerd::client {
 namespace {
@@ -94,39 +93,6 @@ std::optional<std::vector<std::string>> SplitCells(absl::string_view line) {
 
 bool IsSweptFlag(absl::string_view flag) {
   return std::find(std::begin(kPointFlags), std::end(kPointFlags), flag) != std::end(kPointFlags);
-}
-
-// The paths (FieldMask) of the fields in which `member` differs from `sweep`, leaves only (a
-// message field by its fields), but for the four a SweepPoint carries of its own unless
-// `with_swept`.
-void DifferingPaths(const google::protobuf::Message& member, const google::protobuf::Message& sweep,
-                    const std::string& prefix, std::vector<std::string>* paths,
-                    bool with_swept = false) {
-  using google::protobuf::FieldDescriptor;
-  using google::protobuf::util::FieldMaskUtil;
-  const google::protobuf::Descriptor* type = member.GetDescriptor();
-  for (int i = 0; i < type->field_count(); ++i) {
-    const FieldDescriptor* field = type->field(i);
-    const std::string path = prefix + field->name();
-    if (!with_swept && (path == "seed" || path == "optimizer.learning_rate" ||
-                        path == "optimizer.momentum" || path == "optimizer.weight_decay")) {
-      continue;
-    }
-    const google::protobuf::Reflection* reflection = member.GetReflection();
-    if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !field->is_repeated()) {
-      DifferingPaths(reflection->GetMessage(member, field), reflection->GetMessage(sweep, field),
-                     path + ".", paths, with_swept);
-      continue;
-    }
-    // The field alone of each, compared as messages (a repeated field element by element).
-    std::unique_ptr<google::protobuf::Message> a(member.New());
-    std::unique_ptr<google::protobuf::Message> b(sweep.New());
-    google::protobuf::FieldMask mask;
-    mask.add_paths(field->name());
-    FieldMaskUtil::MergeMessageTo(member, mask, FieldMaskUtil::MergeOptions(), a.get());
-    FieldMaskUtil::MergeMessageTo(sweep, mask, FieldMaskUtil::MergeOptions(), b.get());
-    if (!google::protobuf::util::MessageDifferencer::Equals(*a, *b)) paths->push_back(path);
-  }
 }
 
 // The file's bytes ("-": standard input), at most kMaxSweepPointsFileBytes; `flag` names it in
@@ -256,8 +222,7 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepSearchRequestFromFlags(const Invocat
       if (!spec.ok()) {
         return absl::Status(spec.status().code(), absl::StrCat(where, spec.status().message()));
       }
-      std::vector<std::string> differ;
-      DifferingPaths(*spec, request.spec(), "", &differ, /*with_swept=*/true);
+      const std::vector<std::string> differ = proto::DifferingPaths(*spec, request.spec());
       for (const std::string& path : differ) {
         if (std::find(paths.begin(), paths.end(), path) == paths.end()) paths.push_back(path);
       }
@@ -434,8 +399,8 @@ absl::StatusOr<v1::SubmitSweepRequest> SweepPointsRequestFromFlags(const Invocat
   for (size_t i = 0; i < rows.size(); ++i) {
     v1::SweepPoint* point = request.add_points();
     *point = std::move(rows[i].point);
-    std::vector<std::string> paths;
-    DifferingPaths(member_specs[i], request.spec(), "", &paths);
+    const std::vector<std::string> paths =
+        proto::DifferingPaths(member_specs[i], request.spec(), proto::SweptPaths());
     if (paths.empty()) continue;
     *point->mutable_spec() = member_specs[i];
     for (const std::string& path : paths) point->mutable_fields()->add_paths(path);

@@ -183,6 +183,7 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
   // trains here when m mod (1 + nodes) is 0, else whole on that node (round the list, as ranks
   // go), so that a sweep uses every daemon it names.
   std::vector<std::string> deal;  // the nodes the members are dealt round, with this daemon
+  const std::vector<std::string> asked_nodes = spec.nodes;
   if (spec.replicas <= 1) deal = std::exchange(spec.nodes, {});
   const bool spread = !deal.empty();
   if (!spread) TRAINERD_RETURN_IF_ERROR(CheckNodesOfRanks(spec));
@@ -235,12 +236,9 @@ absl::StatusOr<SweepSnapshot> Engine::SubmitSweep(JobSpec spec, const SweepAxes&
     if (point.spec.has_value()) {
       // A member of its own spec: prepared as a job is (its model parsed once), on the sweep's
       // data, validation rows and placement.
-      if (spread) {
-        return absl::InvalidArgumentError(
-            "a sweep spread over nodes varies learning rate, momentum, weight decay and seed "
-            "only; submit members that vary other fields without nodes");
-      }
       JobSpec own = *point.spec;
+      // A spread sweep's member is dealt as the others are (it carries the sweep's nodes).
+      if (spread && own.nodes == asked_nodes) own.nodes.clear();
       if (!own.seed.has_value()) own.seed = base.seed;
       if (!own.split_seed.has_value()) own.split_seed = base.split_seed;
       if (absl::Status same = SameDataAndPlace(own, spec_as_asked, base.split_seed); !same.ok()) {

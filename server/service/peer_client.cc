@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "common/job_limits.h"
 #include "common/status_macros.h"
+#include "proto/message_paths.h"
 #include "server/convert/convert.h"
 #include "server/engine/engine.h"
 #include "server/engine/log.h"
@@ -442,8 +443,9 @@ class GrpcPeers final : public engine::Peers {
     if (n == 0 || calls.size() != n) {
       return fail_all(absl::InternalError("a sweep for a peer needs one set of calls per member"));
     }
-    // One sweep there: the first member's spec, every member a point (they differ only in
-    // these), under the request id each member recorded before this call.
+    // One sweep there: the first member's spec, every member a point, with its own spec and
+    // the fields it differs in when it differs in more than the four a point carries (a model,
+    // a batch size...), under the request id each member recorded before this call.
     v1::SubmitSweepRequest request;
     engine::JobSpec base = sweep.members.front();
     base.nodes.clear();
@@ -454,6 +456,14 @@ class GrpcPeers final : public engine::Peers {
       point->set_momentum(member.momentum);
       if (member.weight_decay.has_value()) point->set_weight_decay(*member.weight_decay);
       if (member.seed.has_value()) point->set_seed(*member.seed);
+      engine::JobSpec own = member;
+      own.nodes.clear();
+      v1::JobSpec own_proto = ToProto(SpecForPeer(own));
+      const std::vector<std::string> paths =
+          proto::DifferingPaths(own_proto, request.spec(), proto::SweptPaths());
+      if (paths.empty()) continue;
+      *point->mutable_spec() = std::move(own_proto);
+      for (const std::string& path : paths) point->mutable_fields()->add_paths(path);
     }
     request.set_request_id(sweep.request_id);
     auto stub = v1::JobService::NewStub(Channel(peer));

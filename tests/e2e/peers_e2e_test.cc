@@ -439,6 +439,52 @@ TEST_F(PeersEndToEndTest, ASweepSpreadOverDaemonsGivesEachMemberTheResultsOfTheM
   EXPECT_THAT(listed.out, ::testing::Not(HasSubstr("job-"))) << listed.out;
 }
 
+// A spread sweep's members may vary any field, as a sweep's on one daemon may: those with a model
+// of their own train it on the peer too (sent as a point with its spec and fields), each the same
+// job alone; members of one shape still pack there.
+TEST_F(PeersEndToEndTest, ASpreadSweepsMembersOfTheirOwnModelTrainItOnThePeer) {
+  StartAll(2);
+  Upload({0, 1});
+  const std::string points = Write("points.csv",
+                                   "lr,model\n"
+                                   "0.01,\"linear:16,tanh,linear:1\"\n"
+                                   "0.01,\"linear:8,tanh,linear:1\"\n"
+                                   "0.03,\"linear:16,tanh,linear:1\"\n"
+                                   "0.03,\"linear:8,tanh,linear:1\"\n");
+  RunResult run =
+      Ctl(0, {"sweep",       "--dataset", "waves",    "--model",      "linear:16,tanh,linear:1",
+              "--optimizer", "adam",      "--points", points,         "--seed",
+              "3",           "--epochs",  "4",        "--batch-size", "16",
+              "--engine",    "libtorch",  "--nodes",  "all",          "--watch"});
+  ASSERT_EQ(run.exit_code, 0) << run.out << run.err;
+  EXPECT_THAT(run.out, HasSubstr("4 succeeded, 0 failed, 0 cancelled"));
+  const std::vector<std::string> ids = MemberIds(run.out);
+  ASSERT_EQ(ids.size(), 4u) << run.out;
+  int narrow_on_peer = 0;
+  for (const std::string& id : ids) {
+    const v1::Job member = Get(0, id);
+    ASSERT_EQ(member.state(), v1::JOB_STATE_SUCCEEDED) << member.error();
+    const bool there = member.spec().nodes_size() == 1;
+    const bool narrow = member.spec().model() == "linear:8,tanh,linear:1";
+    if (there && narrow) ++narrow_on_peer;
+    // Members 2 and 4 (the narrow ones) went to the peer, one pack of one shape there.
+    EXPECT_EQ(there, narrow) << id;
+    if (there) {
+      EXPECT_EQ(member.report().packed_members(), 2);
+    }
+    const v1::Job alone = Train(0, {"--model", member.spec().model(), "--lr",
+                                    std::to_string(member.spec().optimizer().learning_rate()),
+                                    "--seed", "3", "--epochs", "4", "--batch-size", "16"});
+    ASSERT_EQ(alone.state(), v1::JOB_STATE_SUCCEEDED) << alone.error();
+    ASSERT_EQ(member.epochs_size(), 4);
+    for (int e = 0; e < 4; ++e) {
+      EXPECT_NEAR(member.epochs(e).loss(), alone.epochs(e).loss(), 1e-6 * alone.epochs(e).loss())
+          << id << (there ? " on the peer" : " here") << ", epoch " << e + 1;
+    }
+  }
+  EXPECT_EQ(narrow_on_peer, 2);
+}
+
 // A spread sweep's member on the peer cancelled on the leader ends CANCELLED, there as here; one
 // whose peer is killed fails naming the peer; a node without the dataset gets it from the leader
 // at submit (checksummed there), once, and the member trains on it there.
