@@ -63,6 +63,18 @@ class JobStore {
   // The job as it stands after a state change or a new checkpoint, without its epochs (which
   // AppendEpoch adds one by one; job.epochs is not read). Durable when it returns.
   virtual absl::Status SaveJob(const JobSnapshot& job) = 0;
+  // Several jobs at once (a sweep's members), all or none, durable when it returns: one write where
+  // the store can. This default saves them one by one and deletes again those it saved when one
+  // fails.
+  virtual absl::Status SaveJobs(const std::vector<const JobSnapshot*>& jobs) {
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (absl::Status saved = SaveJob(*jobs[i]); !saved.ok()) {
+        for (size_t j = 0; j < i; ++j) (void)DeleteJob(jobs[j]->id);
+        return saved;
+      }
+    }
+    return absl::OkStatus();
+  }
   // One finished epoch and the job's figures after it (steps, syncs, final loss...), together.
   virtual absl::Status AppendEpoch(const JobSnapshot& job, const EpochResult& epoch) = 0;
   // Several jobs' epochs at once (a pack's members after one epoch), all or none: one write where

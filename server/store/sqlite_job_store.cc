@@ -468,6 +468,19 @@ absl::Status SqliteJobStore::SaveJob(const engine::JobSnapshot& job) {
   std::lock_guard<std::mutex> lock(write_mu_);
   // A state change is worth an fsync: a job the daemon accepted must survive a power loss.
   if (absl::Status full = SetSynchronousLocked(true); !full.ok()) return full;
+  return WriteJobLocked(job);
+}
+
+absl::Status SqliteJobStore::SaveJobs(const std::vector<const engine::JobSnapshot*>& jobs) {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (absl::Status full = SetSynchronousLocked(true); !full.ok()) return full;
+  Transaction transaction(writer_, path_);
+  TRAINERD_RETURN_IF_ERROR(transaction.begun());
+  for (const engine::JobSnapshot* job : jobs) TRAINERD_RETURN_IF_ERROR(WriteJobLocked(*job));
+  return transaction.Commit();
+}
+
+absl::Status SqliteJobStore::WriteJobLocked(const engine::JobSnapshot& job) {
   Statement upsert(
       writer_,
       PreparedLocked("INSERT INTO jobs(id, state, dataset, end_time_ns, record, owner, "

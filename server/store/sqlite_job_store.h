@@ -47,6 +47,8 @@ class SqliteJobStore final : public engine::JobStore {
   SqliteJobStore& operator=(const SqliteJobStore&) = delete;
 
   absl::Status SaveJob(const engine::JobSnapshot& job) override;
+  // One transaction (one fsync) for all.
+  absl::Status SaveJobs(const std::vector<const engine::JobSnapshot*>& jobs) override;
   absl::Status AppendEpoch(const engine::JobSnapshot& job,
                            const engine::EpochResult& epoch) override;
   // One transaction for all: a pack of 32 members' epochs costs one commit, not 32.
@@ -81,6 +83,8 @@ class SqliteJobStore final : public engine::JobStore {
   // kept for the store's life, so that a job's every epoch does not parse its SQL again; null
   // when it cannot be prepared. Called with write_mu_ held.
   sqlite3_stmt* PreparedLocked(const char* sql);
+  // One job's row inside the caller's transaction (or alone).
+  absl::Status WriteJobLocked(const engine::JobSnapshot& job);
   // One epoch's two writes (the job's record, the epoch's row) inside the caller's transaction.
   absl::Status WriteEpochLocked(const engine::JobSnapshot& job, const engine::EpochResult& epoch);
 

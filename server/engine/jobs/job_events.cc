@@ -72,39 +72,61 @@ void JobManager::Publish(Record* record, JobEvent event,
   if (failure) std::rethrow_exception(failure);
 }
 
-std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::PublishEpochs(
-    EpochBatch& batch) {
-  std::vector<PendingEpoch> pending;
+void JobManager::QueueEvent(PublishBatch& batch, Record* record, const TrainingRun* run,
+                            JobEvent event, const std::function<void(JobSnapshot&)>& mutate) {
+  PendingEvent pending;
+  // Several jobs' ordering locks at once (this thread's pack), always taken before mu_, as every
+  // publisher takes its one.
+  pending.ordering = std::unique_lock<std::mutex>(record->publish_mu);
+  pending.record = record;
+  pending.run = run;
+  {
+    absl::MutexLock lock(&mu_);
+    mutate(record->snap);
+    event.job_id = record->snap.id;
+    if (event.kind == JobEvent::Kind::kState) {
+      event.job = record->snap;
+    } else if (store_ != nullptr) {
+      pending.summary = SummaryOf(record->snap);
+    }
+  }
+  pending.event = std::move(event);
+  batch.pending.push_back(std::move(pending));
+}
+
+std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::PublishQueued(
+    PublishBatch& batch) {
+  std::vector<PendingEvent> pending;
   pending.swap(batch.pending);
   std::vector<std::pair<const TrainingRun*, std::exception_ptr>> failed;
   if (pending.empty()) return failed;
-  // Every member's ordering lock (each publisher holds one at a time, this one several, always
-  // taken before mu_): no event of these jobs can come between their epoch's write and its
-  // delivery.
-  std::vector<std::unique_lock<std::mutex>> ordering;
-  ordering.reserve(pending.size());
-  for (const PendingEpoch& p : pending) ordering.emplace_back(p.record->publish_mu);
-  std::vector<JobSnapshot> summaries(pending.size());
-  {
-    absl::MutexLock lock(&mu_);
-    for (size_t i = 0; i < pending.size(); ++i) {
-      pending[i].mutate(pending[i].record->snap);
-      pending[i].event.job_id = pending[i].record->snap.id;
-      if (store_ != nullptr) summaries[i] = SummaryOf(pending[i].record->snap);
-    }
-  }
+  // Written through before anyone hears of them, as Publish does: the states durably together,
+  // the epochs together.
   if (store_ != nullptr) {
-    std::vector<std::pair<const JobSnapshot*, const EpochResult*>> rows;
-    rows.reserve(pending.size());
-    for (size_t i = 0; i < pending.size(); ++i) {
-      rows.emplace_back(&summaries[i], &pending[i].event.epoch);
+    std::vector<const JobSnapshot*> states;
+    std::vector<std::pair<const JobSnapshot*, const EpochResult*>> epochs;
+    for (const PendingEvent& p : pending) {
+      if (p.event.kind == JobEvent::Kind::kState) {
+        states.push_back(&p.event.job);
+      } else {
+        epochs.emplace_back(&p.summary, &p.event.epoch);
+      }
     }
-    if (absl::Status written = store_->AppendEpochs(rows); !written.ok()) {
-      LogWarning(absl::StrCat("a pack's epochs (", pending.size(), " jobs, the first '",
+    absl::Status written = absl::OkStatus();
+    if (!states.empty()) written = store_->SaveJobs(states);
+    if (written.ok() && !epochs.empty()) written = store_->AppendEpochs(epochs);
+    if (!written.ok()) {
+      LogWarning(absl::StrCat("a pack's events (", pending.size(), " of jobs from '",
                               pending.front().event.job_id, "'): ", written.message()));
+    } else {
+      for (const PendingEvent& p : pending) {
+        if (p.event.kind == JobEvent::Kind::kState && IsTerminal(p.event.job.state)) {
+          p.record->recorded_end = true;
+        }
+      }
     }
   }
-  for (PendingEpoch& p : pending) {
+  for (PendingEvent& p : pending) {
     std::exception_ptr failure;
     auto deliver = [&](JobEventSink& sink) {
       try {
@@ -115,7 +137,11 @@ std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::Publi
     };
     if (options_.hooks.observer) deliver(*options_.hooks.observer);
     for (const auto& sink : p.record->sinks) deliver(*sink);
+    if (p.event.kind == JobEvent::Kind::kState && IsTerminal(p.event.job.state)) {
+      p.record->sinks.clear();
+    }
     if (failure) failed.emplace_back(p.run, failure);
+    p.ordering.unlock();
   }
   return failed;
 }

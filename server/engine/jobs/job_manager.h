@@ -276,22 +276,24 @@ class JobManager {
   };
   // A job's run once it started: the TrainingRun with its callbacks, the RUNNING snapshot, the
   // report's hook, and what its report says of threads and packing.
-  // A pack's members' epochs queued by their on_epoch, published together (PublishEpochs).
-  struct PendingEpoch {
+  // A pack's events (its members' starts, then each epoch's), queued as they happen and published
+  // together (QueueEvent, PublishQueued): one store write for all.
+  struct PendingEvent {
     Record* record = nullptr;
     const TrainingRun* run = nullptr;
     JobEvent event;
-    std::function<void(JobSnapshot&)> mutate;
+    JobSnapshot summary;                    // an epoch's record for the store
+    std::unique_lock<std::mutex> ordering;  // the record's publish_mu, held until published
   };
-  struct EpochBatch {
-    std::vector<PendingEpoch> pending;  // the pack's training thread only
+  struct PublishBatch {
+    std::vector<PendingEvent> pending;  // the pack's training thread only
   };
   struct StartedRunState {
     TrainingRun run;
     JobSnapshot started;
     std::function<void(const JobSnapshot&, DeviceReport&)> finish_report;
-    // A pack member whose epochs are published with its pack's (PublishEpochs); null: each alone.
-    std::shared_ptr<EpochBatch> epoch_batch;
+    // A pack member whose epochs are published with its pack's (PublishQueued); null: alone.
+    std::shared_ptr<PublishBatch> batch;
     int threads = 1;
     int32_t packed_members = 0;
     int64_t rows = 0;  // training rows (throughput)
@@ -365,7 +367,10 @@ class JobManager {
   // threads, and wakes the jobs waiting for them.
   void ReleaseResources(const std::string& id, int cpu_threads);
   // Publishes the job RUNNING and builds its TrainingRun (callbacks, flags, checkpoint folder).
-  StartedRun StartRun(const std::shared_ptr<Record>& record, int threads, int32_t packed_members);
+  // With `batch`, the start (RUNNING) is queued there (QueueEvent) for the pack to publish with
+  // its other members' (PublishQueued), and so are the run's epochs.
+  StartedRun StartRun(const std::shared_ptr<Record>& record, int threads, int32_t packed_members,
+                      std::shared_ptr<PublishBatch> batch = nullptr);
   // Writes a succeeded job's state_dict (safetensors, its id stamped into the metadata) and its
   // digest beside its model; logs and skips what cannot be kept.
   void KeepStateDict(const std::string& id, const std::string& owner,
@@ -397,11 +402,14 @@ class JobManager {
   // that a call whose change could not be recorded is not acknowledged.
   void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate,
                absl::Status* recorded = nullptr);
-  // A pack's members' epochs, queued by their on_epoch (StartedRunState::epoch_batch) and
-  // published together after the pack's epoch (TrainingRun::flush_epochs): each as Publish would,
-  // under every member's publish_mu at once, with one store write for all. Returns the members
-  // whose observer or sink threw, with the first exception of each.
-  std::vector<std::pair<const TrainingRun*, std::exception_ptr>> PublishEpochs(EpochBatch& batch);
+  // Publish in two halves, for a pack's events: QueueEvent takes the job's publish_mu (kept until
+  // published) and changes the snapshot as Publish does; PublishQueued writes every queued event to
+  // the store (the states in one transaction, the epochs in another), hands each to its observer
+  // and sinks in order, and lets go of the ordering locks. Between the two nothing else of those
+  // jobs is published. Returns the runs whose observer or sink threw, with the first exception.
+  void QueueEvent(PublishBatch& batch, Record* record, const TrainingRun* run, JobEvent event,
+                  const std::function<void(JobSnapshot&)>& mutate);
+  std::vector<std::pair<const TrainingRun*, std::exception_ptr>> PublishQueued(PublishBatch& batch);
   // The same off the job's worker (cancel, shutdown, a failed job): an observer's exception is
   // logged, the change stands.
   void PublishOutsideWorker(Record* record, JobEvent event,

@@ -201,15 +201,18 @@ absl::StatusOr<std::vector<JobSnapshot>> JobManager::EnqueueSweep(std::vector<Sw
   absl::Status recorded = absl::OkStatus();
   size_t saved = 0;
   if (store_ != nullptr) {
-    for (; saved < records.size() && recorded.ok(); ++saved) {
-      recorded = store_->SaveJob(records[saved]->snap);
-    }
+    // One write for the sweep, all or none (one fsync, not one per member).
+    std::vector<const JobSnapshot*> snaps;
+    snaps.reserve(records.size());
+    for (const auto& record : records) snaps.push_back(&record->snap);
+    recorded = store_->SaveJobs(snaps);
+    if (recorded.ok()) saved = records.size();
   }
   absl::MutexLock lock(&mu_);
   pending_enqueues_ -= count;
   if (recorded.ok() && stopping_) recorded = absl::UnavailableError("the daemon is shutting down");
   if (!recorded.ok()) {
-    // All or none: the members recorded so far are forgotten again.
+    // All or none: the members recorded are forgotten again (the daemon began stopping).
     for (size_t i = 0; i < saved && store_ != nullptr; ++i) {
       (void)store_->DeleteJob(records[i]->snap.id);
     }

@@ -277,13 +277,14 @@ void JobManager::ReleaseResources(const std::string& id, int cpu_threads) {
 }
 
 JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& shared, int threads,
-                                            int32_t packed_members) {
+                                            int32_t packed_members,
+                                            std::shared_ptr<PublishBatch> batch) {
   Record* record = shared.get();
   auto started_run = std::make_unique<StartedRunState>();
   StartedRunState& state = *started_run;
   state.threads = threads;
   state.packed_members = packed_members;
-  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
+  const std::function<void(JobSnapshot&)> running = [&](JobSnapshot& snap) {
     snap.state = JobState::kRunning;
     snap.report.intra_op_threads = threads;
     snap.report.packed_members = packed_members;
@@ -303,7 +304,13 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       snap.report.queue_seconds = absl::ToDoubleSeconds(snap.start_time - snap.create_time);
     }
     state.started = snap;
-  });
+  };
+  state.batch = std::move(batch);
+  if (state.batch != nullptr) {
+    QueueEvent(*state.batch, record, &state.run, JobEvent{}, running);
+  } else {
+    Publish(record, JobEvent{}, running);
+  }
   TrainingRun& run = state.run;
   std::string owner;
   {
@@ -361,9 +368,8 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       snap.samples_per_second = samples_per_second;
       snap.report.host_syncs = syncs;
     };
-    if (state.epoch_batch != nullptr) {  // published with the pack's (PublishEpochs)
-      state.epoch_batch->pending.push_back(
-          {record, &state.run, std::move(event), std::move(mutate)});
+    if (state.batch != nullptr) {  // published with the pack's (PublishQueued)
+      QueueEvent(*state.batch, record, &state.run, std::move(event), mutate);
       return;
     }
     Publish(record, event, mutate);
@@ -548,7 +554,7 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     state.finish_report(ended, report);
   }
   const int64_t rows = state.rows;
-  Publish(record, JobEvent{}, [&](JobSnapshot& snap) {
+  const std::function<void(JobSnapshot&)> ended_as = [&](JobSnapshot& snap) {
     snap.state = outcome.state;
     snap.error = outcome.error;
     snap.model_sha256 = model_sha256;
@@ -569,7 +575,13 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     snap.best_epoch = outcome.best_epoch;
     snap.end_time = absl::Now();
     snap.report = report;
-  });
+  };
+  // A pack member's end is published with the others' that end with it (PublishQueued).
+  if (state.batch != nullptr) {
+    QueueEvent(*state.batch, record, &run, JobEvent{}, ended_as);
+  } else {
+    Publish(record, JobEvent{}, ended_as);
+  }
   RemoveFile(ModuleFilePath(record->snap.id));  // the job never runs again
   absl::MutexLock lock(&mu_);
   record->dataset.reset();  // frees a cross-device copy and lets the dataset be deleted
@@ -713,23 +725,30 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
   const int32_t packed = static_cast<int32_t>(acquired.size());
   std::vector<StartedRun> started;
   std::vector<const TrainingRun*> runs;
-  for (const auto& member : acquired) {
-    started.push_back(StartRun(member, threads, packed > 1 ? packed : 0));
-    runs.push_back(&started.back()->run);
+  // With records, a pack's members start together and their epochs are written together: one
+  // transaction for the starts and one a pack epoch (a member's own transaction each made the
+  // seed's 64-member sweep spend more on SQLite than on training); not when a member keeps a
+  // bounded number of checkpoints, whose old files go only once the epoch that no longer lists
+  // them is durable (the per-epoch path does that).
+  bool batch_events = store_ != nullptr && acquired.size() > 1;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& member : acquired) {
+      if (member->snap.spec.checkpoint_every != 0) batch_events = false;
+    }
   }
-  // With records, the members' epochs are written together, one transaction a pack epoch (a
-  // member's own transaction each made the seed's 64-member sweep spend more on SQLite than on
-  // training); not when a member keeps a bounded number of checkpoints, whose old files go only
-  // once the epoch that no longer lists them is durable (the per-epoch path does that).
-  const bool batch_epochs = store_ != nullptr && started.size() > 1 &&
-                            std::all_of(started.begin(), started.end(), [](const StartedRun& s) {
-                              return s->run.spec.checkpoint_every == 0;
-                            });
-  if (batch_epochs) {
-    auto batch = std::make_shared<EpochBatch>();
-    for (StartedRun& s : started) {
-      s->epoch_batch = batch;
-      s->run.flush_epochs = [this, batch] { return PublishEpochs(*batch); };
+  auto batch = batch_events ? std::make_shared<PublishBatch>() : nullptr;
+  for (const auto& member : acquired) {
+    started.push_back(StartRun(member, threads, packed > 1 ? packed : 0, batch));
+    runs.push_back(&started.back()->run);
+    if (batch != nullptr) {
+      started.back()->run.flush_epochs = [this, batch] { return PublishQueued(*batch); };
+    }
+  }
+  if (batch != nullptr) {
+    for (const auto& [run, error] : PublishQueued(*batch)) {
+      LogWarning(absl::StrCat("an event observer failed at a pack member's start: ",
+                              ExceptionText(error)));
     }
   }
   std::vector<bool> ended(acquired.size(), false);
@@ -743,10 +762,12 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
     });
   } catch (...) {
     const std::string what = ExceptionText(std::current_exception());
+    if (batch != nullptr) PublishQueued(*batch);  // what was queued first, and its locks freed
     for (size_t i = 0; i < acquired.size(); ++i) {
       if (!ended[i]) FailAfterException(acquired[i], what);
     }
   }
+  if (batch != nullptr) PublishQueued(*batch);  // an end queued after the last flush, if any
   release_all();
   for (const auto& member : acquired) ForgetEnded(member);
 }

@@ -79,12 +79,25 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
   for (const TrainingRun* run : runs) members.push_back(std::make_unique<MemberLoop>(*run, start));
   std::optional<Clock::time_point> loop_start;
   std::vector<bool> delivered(members.size(), false);
+  // What the owner queued (flush_epochs): a member still running whose event could not be
+  // published fails; one that ended already keeps its end.
+  auto flush = [&] {
+    if (!first.flush_epochs) return;
+    for (const auto& [run, error] : first.flush_epochs()) {
+      for (size_t i = 0; i < runs.size(); ++i) {
+        if (runs[i] == run && !members[i]->ended()) members[i]->Fail(error);
+      }
+    }
+  };
   auto deliver_ended = [&] {
+    bool any = false;
     for (size_t i = 0; i < members.size(); ++i) {
       if (delivered[i] || !members[i]->ended()) continue;
       delivered[i] = true;
+      any = true;
       deliver(i, members[i]->TakeOutcome(loop_start, peak_bytes()));
     }
+    if (any) flush();  // the ends the deliveries queued, published together
   };
   try {
     if (first.intra_op_threads > 0) SetIntraOpThreads(first.intra_op_threads);
@@ -221,13 +234,7 @@ void RunMembers(const std::vector<const TrainingRun*>& runs,
           m->Fail(std::current_exception());
         }
       }
-      if (first.flush_epochs) {
-        for (const auto& [run, error] : first.flush_epochs()) {
-          for (size_t i = 0; i < runs.size(); ++i) {
-            if (runs[i] == run && !members[i]->ended()) members[i]->Fail(error);
-          }
-        }
-      }
+      flush();
       deliver_ended();
       if (cpu_meter.has_value()) {  // the first epoch ended: its peak stands for the job's
         cpu_peak = cpu_meter->peak_bytes();

@@ -70,11 +70,12 @@ struct TrainingRun {
   // Called on the training thread after each epoch's single host transfer, with the running
   // totals of steps and host synchronisations.
   std::function<void(const EpochResult&, int64_t steps, int64_t host_syncs)> on_epoch;
-  // A pack's epochs reported together (set by the owner of a pack's runs on its first run): after
-  // every member's on_epoch for one epoch of the pack, called once, before any member's outcome is
-  // delivered, so that the owner may have had on_epoch only queue each member's epoch and now
-  // publish them all in one write. Returns the members whose epoch could not be published, each
-  // with why: those fail, as a member whose on_epoch threw does. Unset: nothing is called.
+  // A pack's events published together (set by the owner of a pack's runs, on every run): called
+  // once after every member's on_epoch for one epoch of the pack, before any member's outcome is
+  // delivered, and once after the outcomes delivered together, so that the owner may have had
+  // on_epoch (and its own end of a run) only queue each member's event and now publish them all
+  // in one write. Returns the members whose event could not be published, each with why: those
+  // still running fail, as a member whose on_epoch threw does. Unset: nothing is called.
   std::function<std::vector<std::pair<const TrainingRun*, std::exception_ptr>>()> flush_epochs;
   // A sweep's halving (JobSpec::halving): asked after each epoch's transfer, before on_epoch;
   // a reason stops the job after this epoch (SUCCEEDED, stopped early, the reason recorded).
