@@ -141,10 +141,10 @@ ABSL_FLAG(std::string, module_checker, "",
 ABSL_FLAG(int32_t, max_concurrent_jobs, 0,
           "jobs each device runs at once, each on its own worker (and CUDA stream); 0: as many as "
           "--cpu_cores on the CPU (each job takes the intra-op threads its size asks for from "
-          "them, and waits its turn when they are taken), 4 on a GPU");
+          "them, and waits its turn when they are taken), 4 on a GPU; at most 1024");
 ABSL_FLAG(int32_t, cpu_cores, 0,
           "cores the CPU jobs share (their intra-op threads together, and the CPU's jobs at once); "
-          "0: the usable cores (this process's affinity and its cgroup's CPU quota)");
+          "0: the usable cores (this process's affinity and its cgroup's CPU quota); at most 1024");
 ABSL_FLAG(
     int32_t, intra_op_threads, 0,
     "LibTorch intra-op threads of each CPU job; 0: chosen per job from its FLOPs per step "
@@ -459,6 +459,16 @@ int main(int argc, char** argv) {
   if (options.engine.jobs.cpu_training_nice < 0 || options.engine.jobs.cpu_training_nice > 19) {
     std::cerr << "trainerd: --cpu_training_nice must be from 0 to 19, not "
               << options.engine.jobs.cpu_training_nice << "\n";
+    return 2;
+  }
+  // Each worker is a thread, made when its device gets its first job: a mistyped value must not
+  // start a million of them.
+  constexpr int32_t kMaxWorkers = 1024;
+  if (options.engine.jobs.cpu_cores > kMaxWorkers ||
+      options.engine.jobs.max_concurrent_jobs > kMaxWorkers) {
+    std::cerr << "trainerd: --cpu_cores and --max_concurrent_jobs must be at most " << kMaxWorkers
+              << " (each job at once is a worker thread); got " << options.engine.jobs.cpu_cores
+              << " and " << options.engine.jobs.max_concurrent_jobs << "\n";
     return 2;
   }
   options.engine.jobs.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);

@@ -386,6 +386,16 @@ TEST_F(SecurityEndToEndTest, HostileValuesOfTheBoundAndQuotaFlagsAreRefusedAtSta
     EXPECT_THAT(huge.Stderr(), HasSubstr("short of the 2199023256576"));
     EXPECT_EQ(huge.Stop(SIGTERM), 0);
   }
+  // Each job a device runs at once is a worker thread: a huge value is refused, not a million
+  // threads; a negative one too.
+  for (const char* workers : {"--cpu_cores=1000000", "--max_concurrent_jobs=2147483647",
+                              "--cpu_cores=-1", "--max_concurrent_jobs=-3"}) {
+    const RunResult refused = e2e::Run({TRAINERD_BIN, data, workers});
+    EXPECT_EQ(refused.exit_code, 2) << workers << ": " << refused.err;
+    EXPECT_THAT(refused.err,
+                HasSubstr(std::string(workers).substr(0, std::string(workers).find('='))))
+        << refused.err;
+  }
   for (const char* nice : {"--cpu_training_nice=-1", "--cpu_training_nice=20"}) {
     const RunResult refused = e2e::Run({TRAINERD_BIN, data, nice});
     EXPECT_EQ(refused.exit_code, 2) << nice << ": " << refused.err;

@@ -29,20 +29,39 @@ namespace trainerd::engine {
 using job_internal::ExceptionText;
 using job_internal::SummaryOf;
 
+JobSnapshot JobManager::ApplyEvent(Record* record, JobEvent& event,
+                                   const std::function<void(JobSnapshot&)>& mutate) {
+  absl::MutexLock lock(&mu_);
+  mutate(record->snap);
+  event.job_id = record->snap.id;
+  if (event.kind == JobEvent::Kind::kState) {
+    event.job = record->snap;
+    return JobSnapshot();
+  }
+  return store_ != nullptr ? SummaryOf(record->snap) : JobSnapshot();
+}
+
+std::exception_ptr JobManager::DeliverEvent(Record* record, const JobEvent& event) {
+  // The observer first, so that whoever sees the event through a sink (a Watch) then finds it
+  // counted in the metrics. One that throws does not keep the event from the others.
+  std::exception_ptr failure;
+  auto deliver = [&](JobEventSink& sink) {
+    try {
+      sink.Push(event);
+    } catch (...) {
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  if (options_.hooks.observer) deliver(*options_.hooks.observer);
+  for (const auto& sink : record->sinks) deliver(*sink);
+  if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
+  return failure;
+}
+
 void JobManager::Publish(Record* record, JobEvent event,
                          const std::function<void(JobSnapshot&)>& mutate, absl::Status* recorded) {
   std::lock_guard<std::mutex> publish_lock(record->publish_mu);
-  JobSnapshot summary;  // an epoch's record for the store
-  {
-    absl::MutexLock lock(&mu_);
-    mutate(record->snap);
-    event.job_id = record->snap.id;
-    if (event.kind == JobEvent::Kind::kState) {
-      event.job = record->snap;
-    } else if (store_ != nullptr) {
-      summary = SummaryOf(record->snap);
-    }
-  }
+  const JobSnapshot summary = ApplyEvent(record, event, mutate);  // an epoch's record
   // Written through before anyone hears of it, so that whoever sees the event can read it back.
   if (store_ != nullptr) {
     const absl::Status written = event.kind == JobEvent::Kind::kState
@@ -55,21 +74,8 @@ void JobManager::Publish(Record* record, JobEvent event,
       record->recorded_end = true;
     }
   }
-  // The observer first, so that whoever sees the event through a sink (a Watch) then finds it
-  // counted in the metrics. One that throws does not keep the event from the others; the first
-  // exception is rethrown at the end, so that a worker fails the job (FailAfterException).
-  std::exception_ptr failure;
-  auto deliver = [&](JobEventSink& sink) {
-    try {
-      sink.Push(event);
-    } catch (...) {
-      if (!failure) failure = std::current_exception();
-    }
-  };
-  if (options_.hooks.observer) deliver(*options_.hooks.observer);
-  for (const auto& sink : record->sinks) deliver(*sink);
-  if (event.kind == JobEvent::Kind::kState && IsTerminal(event.job.state)) record->sinks.clear();
-  if (failure) std::rethrow_exception(failure);
+  // The first exception is rethrown, so that a worker fails the job (FailAfterException).
+  if (std::exception_ptr failure = DeliverEvent(record, event)) std::rethrow_exception(failure);
 }
 
 void JobManager::QueueEvent(PublishBatch& batch, Record* record, const TrainingRun* run,
@@ -80,16 +86,7 @@ void JobManager::QueueEvent(PublishBatch& batch, Record* record, const TrainingR
   pending.ordering = std::unique_lock<std::mutex>(record->publish_mu);
   pending.record = record;
   pending.run = run;
-  {
-    absl::MutexLock lock(&mu_);
-    mutate(record->snap);
-    event.job_id = record->snap.id;
-    if (event.kind == JobEvent::Kind::kState) {
-      event.job = record->snap;
-    } else if (store_ != nullptr) {
-      pending.summary = SummaryOf(record->snap);
-    }
-  }
+  pending.summary = ApplyEvent(record, event, mutate);
   pending.event = std::move(event);
   batch.pending.push_back(std::move(pending));
 }
@@ -127,20 +124,9 @@ std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::Publi
     }
   }
   for (PendingEvent& p : pending) {
-    std::exception_ptr failure;
-    auto deliver = [&](JobEventSink& sink) {
-      try {
-        sink.Push(p.event);
-      } catch (...) {
-        if (!failure) failure = std::current_exception();
-      }
-    };
-    if (options_.hooks.observer) deliver(*options_.hooks.observer);
-    for (const auto& sink : p.record->sinks) deliver(*sink);
-    if (p.event.kind == JobEvent::Kind::kState && IsTerminal(p.event.job.state)) {
-      p.record->sinks.clear();
+    if (std::exception_ptr failure = DeliverEvent(p.record, p.event)) {
+      failed.emplace_back(p.run, failure);
     }
-    if (failure) failed.emplace_back(p.run, failure);
     p.ordering.unlock();
   }
   return failed;

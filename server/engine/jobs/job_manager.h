@@ -402,6 +402,13 @@ class JobManager {
   // that a call whose change could not be recorded is not acknowledged.
   void Publish(Record* record, JobEvent event, const std::function<void(JobSnapshot&)>& mutate,
                absl::Status* recorded = nullptr);
+  // Publish's halves, shared with QueueEvent and PublishQueued, called with the job's publish_mu
+  // held: the change made to the snapshot under mu_ (the event's job id, and for a state its
+  // snapshot; returns an epoch's record for the store, empty otherwise), and the event handed to
+  // the observer and the job's sinks (the first exception of one returned, the others served).
+  JobSnapshot ApplyEvent(Record* record, JobEvent& event,
+                         const std::function<void(JobSnapshot&)>& mutate);
+  std::exception_ptr DeliverEvent(Record* record, const JobEvent& event);
   // Publish in two halves, for a pack's events: QueueEvent takes the job's publish_mu (kept until
   // published) and changes the snapshot as Publish does; PublishQueued writes every queued event to
   // the store (the states in one transaction, the epochs in another), hands each to its observer
