@@ -5,11 +5,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <system_error>
+#include <map>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -149,6 +154,61 @@ absl::Status WriteFileAtomically(const std::string& path,
     offset += static_cast<int64_t>(part.size());
   }
   return SyncAndRename(fd.get(), tmp, path);
+}
+
+std::vector<absl::Status> WriteFilesAtomically(const std::vector<FileToWrite>& files) {
+  std::vector<absl::Status> status(files.size());
+  std::vector<std::string> tmps(files.size());
+  std::vector<int> fds(files.size(), -1);
+  // Written and synced a slice at a time, so that a large batch holds a bounded number of
+  // descriptors open.
+  for (size_t begin = 0; begin < files.size(); begin += kFilesOpenAtOnce) {
+    const size_t end = std::min(files.size(), begin + kFilesOpenAtOnce);
+    for (size_t i = begin; i < end; ++i) {
+      tmps[i] = files[i].path + ".tmp";
+      fds[i] = ::open(tmps[i].c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      status[i] = fds[i] < 0 ? Errno("cannot create", tmps[i])
+                             : WriteAt(fds[i], tmps[i], files[i].bytes, 0);
+    }
+    // The fsyncs at once: each waits for its own data, and a journaling filesystem commits the
+    // ones that arrive together in one transaction.
+    std::atomic<size_t> next{begin};
+    auto sync_some = [&] {
+      for (size_t i = next++; i < end; i = next++) {
+        if (status[i].ok() && ::fsync(fds[i]) != 0) status[i] = Errno("cannot fsync", tmps[i]);
+      }
+    };
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < std::min<size_t>(kParallelFileSyncs, end - begin); ++t) {
+      try {
+        helpers.emplace_back(sync_some);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: fewer at once
+      }
+    }
+    sync_some();
+    for (std::thread& helper : helpers) helper.join();
+    for (size_t i = begin; i < end; ++i) {
+      if (fds[i] >= 0) ::close(fds[i]);
+      if (status[i].ok() && ::rename(tmps[i].c_str(), files[i].path.c_str()) != 0) {
+        status[i] = Errno("cannot rename", tmps[i]);
+      }
+      if (!status[i].ok() && fds[i] >= 0) ::unlink(tmps[i].c_str());
+    }
+  }
+  // Makes the renames durable, each folder once.
+  std::map<std::string, std::vector<size_t>> folders;  // folder -> its files renamed into it
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (!status[i].ok()) continue;
+    const size_t slash = files[i].path.find_last_of('/');
+    folders[slash == std::string::npos ? "." : files[i].path.substr(0, slash + 1)].push_back(i);
+  }
+  for (const auto& [folder, in_it] : folders) {
+    const absl::Status synced = SyncParentFolder(files[in_it.front()].path);
+    if (synced.ok()) continue;
+    for (size_t i : in_it) status[i] = synced;
+  }
+  return status;
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

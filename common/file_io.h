@@ -2,10 +2,12 @@
 // writer (datasets, models and checkpoints are written through it).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -71,6 +73,24 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // same folder, fsync, rename, then an fsync of the folder. INTERNAL naming the step and the file.
 absl::Status WriteFileAtomically(const std::string& path,
                                  std::initializer_list<std::string_view> parts);
+
+// One file of a batch for WriteFilesAtomically.
+struct FileToWrite {
+  std::string path;
+  std::string_view bytes;
+};
+
+// Writes each of `files` as WriteFileAtomically would, but made durable together: every file
+// written under its temporary name first, their fsyncs then run at once (on up to
+// kParallelFileSyncs threads, so that the filesystem commits them together), then the renames in
+// the order given, then one fsync of each folder they are in (kFilesOpenAtOnce files at a time
+// up to the renames, so that a large batch holds few descriptors). A hundred small files cost about
+// one fsync's wait instead of two hundred. A status per file, in order: a file whose write,
+// fsync or rename failed is not in place (nor its temporary); the others are. A folder's failed
+// fsync fails every file in it.
+inline constexpr size_t kParallelFileSyncs = 8;
+inline constexpr size_t kFilesOpenAtOnce = 64;
+std::vector<absl::Status> WriteFilesAtomically(const std::vector<FileToWrite>& files);
 
 // Writes all of `bytes` at `offset` of the open file `fd` (named `path` in errors), retrying
 // short writes and EINTR. FileError's errors ("cannot write").

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -64,6 +64,35 @@ TEST(FileErrorTest, NoDescriptorLeftIsResourceExhaustedNamingTheLimit) {
     EXPECT_THAT(opened.message(), HasSubstr("opening '/data/m.pt'"));
   }
   EXPECT_EQ(CannotOpen("/data/m.pt", ENOENT).code(), absl::StatusCode::kNotFound);
+}
+
+// A batch: more files than are held open at once and than sync at once, one in a missing folder
+// (it fails alone), one that replaces an old file; each whole under its name, nothing under the
+// temporary names.
+TEST_F(WriteFileAtomicallyTest, ABatchWritesEachFileAndFailsOnlyTheOneThatCannotBeWritten) {
+  const size_t count = kFilesOpenAtOnce + kParallelFileSyncs + 3;
+  ASSERT_TRUE(WriteFileAtomically(path_ + "-1", {"old contents, longer than the new"}).ok());
+  std::vector<std::string> contents;
+  for (size_t i = 0; i < count; ++i) contents.push_back("file " + std::to_string(i));
+  std::vector<FileToWrite> files;
+  for (size_t i = 0; i < count; ++i) {
+    files.push_back({path_ + "-" + std::to_string(i), contents[i]});
+  }
+  files[5].path = "/nonexistent-folder/x.pt";
+  const std::vector<absl::Status> status = WriteFilesAtomically(files);
+  ASSERT_EQ(status.size(), count);
+  for (size_t i = 0; i < count; ++i) {
+    if (i == 5) {
+      EXPECT_EQ(status[i].code(), absl::StatusCode::kInternal);
+      EXPECT_THAT(status[i].message(), HasSubstr("cannot create '/nonexistent-folder/x.pt.tmp'"));
+      continue;
+    }
+    ASSERT_TRUE(status[i].ok()) << i << ": " << status[i];
+    EXPECT_EQ(*ReadFileToString(files[i].path), contents[i]);
+    EXPECT_NE(::access((files[i].path + ".tmp").c_str(), F_OK), 0);
+    std::remove(files[i].path.c_str());
+  }
+  EXPECT_TRUE(WriteFilesAtomically({}).empty());
 }
 
 TEST_F(WriteFileAtomicallyTest, FoldersAreMadeWithTheirParentsAndAFileInTheWayIsAnError) {
