@@ -12,6 +12,7 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/engine/training/member_loop.h"
 
 namespace trainerd::engine {
 namespace {
@@ -20,6 +21,37 @@ using ::testing::DoubleEq;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
+
+// GatherRows gives index_select's rows, bit for bit, whatever the row's width and alignment.
+TEST(GatherRowsTest, MatchesIndexSelect) {
+  torch::manual_seed(3);
+  const torch::Tensor order = torch::randperm(50, torch::kInt64);
+  std::vector<torch::Tensor> sources = {
+      torch::randn({50, 1}),                                        // 4-byte rows
+      torch::randn({50, 3}),                                        // 12-byte rows
+      torch::randn({50, 2, 2}),                                     // 16-byte rows, 3 dims
+      torch::randint(0, 10, {50}, torch::kInt64),                   // class indices
+      torch::randint(0, 255, {50, 3}, torch::kUInt8),               // 3-byte rows
+      torch::randn({51, 2}).narrow(/*dim=*/0, 1, 50),               // 8-byte rows, 8-byte offset
+      torch::randn({101}).narrow(/*dim=*/0, 1, 100).view({50, 2}),  // 4-aligned 8-byte rows
+  };
+  for (const torch::Tensor& source : sources) {
+    const torch::Tensor got = trainer_internal::GatherRows(source, order);
+    const torch::Tensor want = source.index_select(/*dim=*/0, order);
+    EXPECT_EQ(got.sizes(), want.sizes());
+    EXPECT_EQ(got.dtype(), want.dtype());
+    EXPECT_TRUE(torch::equal(got, want)) << source.sizes();
+  }
+  // A part of the order, as a chunk takes it.
+  const torch::Tensor part = order.narrow(/*dim=*/0, 10, 16);
+  EXPECT_TRUE(torch::equal(trainer_internal::GatherRows(sources[0], part),
+                           sources[0].index_select(0, part)));
+  // An index out of range is index_select's error, not a read past the data.
+  EXPECT_THROW(trainer_internal::GatherRows(sources[0], torch::tensor({0, 50}, torch::kInt64)),
+               c10::Error);
+  EXPECT_THROW(trainer_internal::GatherRows(sources[0], torch::tensor({-1}, torch::kInt64)),
+               c10::Error);
+}
 
 // `rows` rows of x = 0, 1, ... with y = 2x; resident on the CPU.
 std::shared_ptr<const Dataset> LineDataset(int64_t rows) {

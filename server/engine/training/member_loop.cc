@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -47,6 +48,58 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }
 
 }  // namespace
+
+namespace {
+
+// dst[r] = src[index[r]] for rows of T; false (nothing promised of dst) when an index is out of
+// range, which index_select then reports.
+template <typename T>
+bool CopyRows(const T* src, int64_t rows, const int64_t* index, int64_t n, int64_t per_row,
+              T* dst) {
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t from = index[r];
+    if (from < 0 || from >= rows) return false;
+    const T* row = src + from * per_row;
+    for (int64_t k = 0; k < per_row; ++k) dst[r * per_row + k] = row[k];
+  }
+  return true;
+}
+
+}  // namespace
+
+torch::Tensor GatherRows(const torch::Tensor& source, const torch::Tensor& index) {
+  const bool plain = source.device().is_cpu() && index.device().is_cpu() && source.dim() >= 1 &&
+                     source.is_contiguous() && index.scalar_type() == torch::kInt64 &&
+                     index.dim() == 1 && index.is_contiguous();
+  if (plain) {
+    const int64_t rows = source.size(0);
+    const int64_t n = index.size(0);
+    std::vector<int64_t> shape = source.sizes().vec();
+    shape[0] = n;
+    torch::Tensor out = torch::empty(shape, source.options());
+    const int64_t row_bytes = rows > 0 ? static_cast<int64_t>(source.nbytes()) / rows : 0;
+    const auto* src = static_cast<const char*>(source.data_ptr());
+    auto* dst = static_cast<char*>(out.data_ptr());
+    const int64_t* idx = index.data_ptr<int64_t>();
+    bool copied = false;
+    // Typed by the widest word that divides a row and aligns both tensors' data.
+    const auto aligned = [&](uintptr_t word) {
+      return row_bytes % word == 0 && reinterpret_cast<uintptr_t>(src) % word == 0 &&
+             reinterpret_cast<uintptr_t>(dst) % word == 0;
+    };
+    if (aligned(8)) {
+      copied = CopyRows(reinterpret_cast<const uint64_t*>(src), rows, idx, n, row_bytes / 8,
+                        reinterpret_cast<uint64_t*>(dst));
+    } else if (aligned(4)) {
+      copied = CopyRows(reinterpret_cast<const uint32_t*>(src), rows, idx, n, row_bytes / 4,
+                        reinterpret_cast<uint32_t*>(dst));
+    } else {
+      copied = CopyRows(src, rows, idx, n, row_bytes, dst);
+    }
+    if (copied) return out;
+  }
+  return source.index_select(/*dim=*/0, index);
+}
 
 // A GPU job runs on a CUDA stream of its own, so that jobs sharing a device overlap their
 // kernels instead of queueing behind each other on the default stream. The stream first waits

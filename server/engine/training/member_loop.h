@@ -1,7 +1,7 @@
 // One job's epoch loop as the trainer drives it (trainer.cc, RunMembers): MemberLoop, cut at the
 // points where a pack of jobs meets, and EpochBatches, an epoch's batches gathered on the device.
-// Internal to the training room: only trainer.cc and member_loop.cc include it. No locks: a
-// MemberLoop belongs to the one job thread that runs its pack.
+// Internal to the training room: only trainer.cc and member_loop.cc include it (and its test).
+// No locks: a MemberLoop belongs to the one job thread that runs its pack.
 #pragma once
 
 #include <c10/cuda/CUDAStream.h>
@@ -32,6 +32,12 @@ using Clock = std::chrono::steady_clock;
 // data; a few percent of what a job on such a dataset holds anyway.
 constexpr int64_t kGatherChunkBytes = int64_t{16} << 20;
 
+// Rows `index` (int64) of `source` along dim 0: what index_select gives. On the CPU, for a
+// contiguous source, a copy loop typed by the row's size: index_select copies a row at a time
+// through memmove, which for the few bytes a row of a small model's data holds costs more than
+// the steps that use them (the seed's 64-member sweep spent more on it than on training).
+torch::Tensor GatherRows(const torch::Tensor& source, const torch::Tensor& index);
+
 // An epoch's batches in `order` (or as the rows lie, as narrow views, when `order` is undefined),
 // gathered on the device a chunk at a time (kGatherChunkBytes): each batch is then a view of its
 // chunk, so a step costs no gather of its own. Never a host copy. Batches are asked for in order,
@@ -55,8 +61,8 @@ class EpochBatches {
       chunk_begin_ = begin;
       chunk_end_ = std::min(order_.size(0), begin + std::max(chunk_rows_, len));
       const torch::Tensor idx = order_.narrow(/*dim=*/0, begin, chunk_end_ - begin);
-      chunk_features_ = features_.index_select(/*dim=*/0, idx);
-      chunk_targets_ = targets_.index_select(/*dim=*/0, idx);
+      chunk_features_ = GatherRows(features_, idx);
+      chunk_targets_ = GatherRows(targets_, idx);
     }
     return BatchView{&chunk_features_, &chunk_targets_, begin - chunk_begin_, len};
   }
