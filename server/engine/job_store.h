@@ -77,8 +77,9 @@ class JobStore {
   }
   // One finished epoch and the job's figures after it (steps, syncs, final loss...), together.
   virtual absl::Status AppendEpoch(const JobSnapshot& job, const EpochResult& epoch) = 0;
-  // Several jobs' epochs at once (a pack's members after one epoch), all or none: one write where
-  // the store can. This default appends them one by one.
+  // Several jobs' epochs at once (a pack's members after one or more epochs, each job's in
+  // order), all or none: one write where the store can, which keeps each job's figures as its
+  // last epoch here leaves them. This default appends them one by one.
   virtual absl::Status AppendEpochs(
       const std::vector<std::pair<const JobSnapshot*, const EpochResult*>>& epochs) {
     for (const auto& [job, epoch] : epochs) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -513,13 +514,14 @@ absl::Status SqliteJobStore::WriteJobLocked(const engine::JobSnapshot& job) {
 }
 
 absl::Status SqliteJobStore::WriteEpochLocked(const engine::JobSnapshot& job,
-                                              const engine::EpochResult& epoch) {
+                                              const engine::EpochResult& epoch,
+                                              bool update_record) {
   Statement update(writer_,
                    PreparedLocked("UPDATE jobs SET state = ?2, record = ?3 WHERE id = ?1"));
-  if (update.Bind(1, job.id)
-          .Bind(2, convert::ToProto(job.state))
-          .BindBlob(3, JobRecord(job, epoch.epoch))
-          .Step() != SQLITE_DONE) {
+  if (update_record && update.Bind(1, job.id)
+                               .Bind(2, convert::ToProto(job.state))
+                               .BindBlob(3, JobRecord(job, epoch.epoch))
+                               .Step() != SQLITE_DONE) {
     return Error(writer_, path_, "save a job");
   }
   Statement insert(writer_, PreparedLocked("INSERT OR REPLACE INTO epochs(job_seq, epoch, result) "
@@ -544,8 +546,13 @@ absl::Status SqliteJobStore::AppendEpochs(
   if (absl::Status normal = SetSynchronousLocked(false); !normal.ok()) return normal;
   Transaction transaction(writer_, path_);
   if (!transaction.begun().ok()) return transaction.begun();
-  for (const auto& [job, epoch] : epochs) {
-    TRAINERD_RETURN_IF_ERROR(WriteEpochLocked(*job, *epoch));
+  // A job's record once, as its last epoch here leaves it (the figures after each epoch replace
+  // the ones before); every epoch's row.
+  std::map<std::string_view, size_t> last;  // job id -> its last entry
+  for (size_t i = 0; i < epochs.size(); ++i) last[epochs[i].first->id] = i;
+  for (size_t i = 0; i < epochs.size(); ++i) {
+    const auto& [job, epoch] = epochs[i];
+    TRAINERD_RETURN_IF_ERROR(WriteEpochLocked(*job, *epoch, last[job->id] == i));
   }
   return transaction.Commit();
 }

@@ -85,8 +85,10 @@ class SqliteJobStore final : public engine::JobStore {
   sqlite3_stmt* PreparedLocked(const char* sql);
   // One job's row inside the caller's transaction (or alone).
   absl::Status WriteJobLocked(const engine::JobSnapshot& job);
-  // One epoch's two writes (the job's record, the epoch's row) inside the caller's transaction.
-  absl::Status WriteEpochLocked(const engine::JobSnapshot& job, const engine::EpochResult& epoch);
+  // One epoch's writes inside the caller's transaction: the epoch's row, and with
+  // `update_record` the job's record as the epoch leaves it.
+  absl::Status WriteEpochLocked(const engine::JobSnapshot& job, const engine::EpochResult& epoch,
+                                bool update_record);
 
   std::mutex write_mu_;
   sqlite3* const writer_;                      // guarded by write_mu_

@@ -437,6 +437,52 @@ TEST_F(JobRecordsTest, DrainCheckpointsTheEpochInProgressAndRefusesNewJobs) {
   EXPECT_EQ(Losses(*resumed), Losses(*reference));
 }
 
+// A drain stops a pack whose epochs wait to be written together (the drain's checkpoints are
+// listed under the ordering locks the pack already holds): every member stops with its
+// checkpoint and its epochs recorded, and after the restart ends as it would have uninterrupted.
+TEST_F(JobRecordsTest, DrainStopsAPackWhoseEpochsWaitAndEachMemberResumesBitForBit) {
+  JobSpec base = ResumableSpec();
+  base.checkpoint_every = 0;  // a pack's epochs are written together only without them
+  base.epochs = 40;
+  SweepAxes axes;
+  axes.seeds = {1, 2, 3};
+  absl::StatusOr<SweepSnapshot> reference = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  std::vector<std::vector<double>> want;
+  for (const JobSnapshot& member : reference->members) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_EQ(job->state, JobState::kSucceeded) << job->error;
+    want.push_back(Losses(*job));
+  }
+
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  // No pause: the drain comes while the pack runs. Epoch 3 is heard when the epochs that waited
+  // are written; the drain comes an epoch or so later, most likely while the next ones wait.
+  auto pause = std::make_shared<PauseAtEpoch>(3, absl::ZeroDuration());
+  ASSERT_TRUE(engine_->SubscribeJob(sweep->members[0].id, pause).ok());
+  ASSERT_TRUE(pause->WaitReached());
+  absl::SleepFor(absl::Milliseconds(25));  // half of kPackEpochsHeldFor
+  engine_->Drain(absl::Seconds(60));
+  for (const JobSnapshot& member : sweep->members) {
+    absl::StatusOr<JobSnapshot> stopped = engine_->GetJob(member.id);
+    ASSERT_TRUE(stopped.ok()) << stopped.status();
+    EXPECT_EQ(stopped->state, JobState::kRunning);
+    ASSERT_THAT(stopped->checkpoints, SizeIs(1));
+    EXPECT_EQ(stopped->epochs_completed, stopped->checkpoints[0].epoch);
+    EXPECT_LT(stopped->epochs_completed, 40);
+  }
+  Restart();
+  for (size_t i = 0; i < sweep->members.size(); ++i) {
+    absl::StatusOr<JobSnapshot> resumed = WaitForEnd(*engine_, sweep->members[i].id);
+    ASSERT_TRUE(resumed.ok()) << resumed.status();
+    ASSERT_EQ(resumed->state, JobState::kSucceeded) << resumed->error;
+    ASSERT_THAT(resumed->restarts, SizeIs(1));
+    EXPECT_EQ(Losses(*resumed), want[i]) << "member " << i;
+  }
+}
+
 TEST_F(JobRecordsTest, JobWithoutCheckpointsStartsOverAndReportsEachEpochOnce) {
   JobSpec spec = ResumableSpec();
   spec.checkpoint_every = 0;
@@ -523,6 +569,51 @@ TEST_F(JobRecordsTest, APacksEpochsAreRecordedAndHeardAsEachMembersAlone) {
     ASSERT_THAT(stored->epochs, SizeIs(6));
     EXPECT_EQ(stored->final_loss, member.epochs.back().loss);
   }
+}
+
+// A pack's members that end together keep their model files in one batch: each member's model
+// and state_dict whole and its own after a restart; a member whose model cannot be written fails
+// alone, with the reason, and leaves no state_dict behind.
+TEST_F(JobRecordsTest, APacksModelsAreKeptTogetherAndAMemberWhoseModelCannotBeKeptFailsAlone) {
+  // The one worker is busy while the sweep is queued, so that a member's model path can be
+  // blocked (a folder in its place) before the pack runs.
+  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("seed"));
+  ASSERT_TRUE(blocker.ok()) << blocker.status();
+  JobSpec base = SeedSpec("seed");
+  base.epochs = 3;
+  SweepAxes axes;
+  axes.learning_rates = {0.1, 0.05};
+  axes.seeds = {1, 2};
+  absl::StatusOr<SweepSnapshot> sweep = engine_->SubmitSweep(base, axes);
+  ASSERT_TRUE(sweep.ok()) << sweep.status();
+  const std::string blocked = sweep->members[1].id;
+  ASSERT_TRUE(std::filesystem::create_directories(ModelFile(blocked) + "/in-the-way"));
+  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
+  std::vector<JobSnapshot> ended;
+  for (const JobSnapshot& member : sweep->members) {
+    absl::StatusOr<JobSnapshot> job = WaitForEnd(*engine_, member.id);
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->report.packed_members, 4);
+    ended.push_back(*job);
+  }
+  EXPECT_EQ(ended[1].state, JobState::kFailed);
+  EXPECT_THAT(ended[1].error, HasSubstr("cannot keep the trained model: cannot rename"));
+  EXPECT_EQ(ended[1].model_sha256, "");
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/models/" + blocked + ".safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir_.path() + "/models/" + blocked + ".safetensors.sha256"));
+  Restart();
+  for (size_t i : {0u, 2u, 3u}) {
+    const std::string& id = ended[i].id;
+    ASSERT_EQ(ended[i].state, JobState::kSucceeded) << ended[i].error;
+    absl::StatusOr<JobSnapshot> stored = engine_->GetJob(id);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_EQ(stored->state, JobState::kSucceeded);
+    EXPECT_EQ(Sha256Hex(*ReadFileToString(ModelFile(id))), stored->model_sha256);
+    const absl::StatusOr<Engine::StateDictFile> state_dict = engine_->StateDictPath(id);
+    ASSERT_TRUE(state_dict.ok()) << state_dict.status();
+    EXPECT_EQ(Sha256Hex(*ReadFileToString(state_dict->path)), state_dict->sha256);
+  }
+  EXPECT_EQ(engine_->GetJob(blocked)->state, JobState::kFailed);
 }
 
 // Halving's rungs outlive a restart: a member taken up again is compared with what the others

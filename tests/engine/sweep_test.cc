@@ -16,6 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/safetensors.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/engine/engine.h"
@@ -612,7 +615,18 @@ TEST_F(SweepTest, TheProductRunsAsOnePackAndEachMemberEqualsItsJobAlone) {
     EXPECT_EQ(job->report.packed_members, 12);
     EXPECT_EQ(job->epochs.size(), 5u);
     EXPECT_EQ(job->sweep_id, sweep->id);
-    ASSERT_TRUE(engine_->ModelArchivePath(job->id).ok());
+    // The pack's model files, written as one batch: each member's whole, its own, as recorded.
+    const absl::StatusOr<std::string> model = engine_->ModelArchivePath(job->id);
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(Sha256Hex(*ReadFileToString(*model)), job->model_sha256);
+    const absl::StatusOr<Engine::StateDictFile> state_dict = engine_->StateDictPath(job->id);
+    ASSERT_TRUE(state_dict.ok()) << state_dict.status();
+    const absl::StatusOr<std::string> bytes = ReadFileToString(state_dict->path);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(Sha256Hex(*bytes), state_dict->sha256);
+    const absl::StatusOr<SafetensorsFile> parsed = ParseSafetensors(*bytes);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_THAT(parsed->metadata, ::testing::Contains(::testing::Pair("trainerd.job", job->id)));
     ended.push_back(*job);
   }
   // Two members run alone, as plain jobs, give the same losses.

@@ -132,6 +132,48 @@ TEST(SqliteJobStoreTest, JobAndEpochsRoundTripAcrossReopen) {
   EXPECT_EQ(store->LoadJob("job-2").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Several epochs of several jobs at once (a pack's epochs that waited): every epoch's row, and
+// each job's figures as its last epoch in the write leaves them, whatever the order between jobs.
+TEST(SqliteJobStoreTest, AppendEpochsKeepsEveryEpochAndEachJobsLastFigures) {
+  const std::string path = ScratchFile("append-epochs");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  std::vector<JobSnapshot> after;  // [job * 3 + epoch - 1]: the figures after each epoch
+  std::vector<EpochResult> epochs;
+  for (const std::string id : {"job-a", "job-b"}) {
+    JobSnapshot job = MakeJob(id, "d", JobState::kRunning);
+    ASSERT_TRUE(store->SaveJob(job).ok());
+    for (int32_t epoch = 1; epoch <= 3; ++epoch) {
+      job.steps = epoch * 10;
+      job.final_loss = 1.0 / epoch;
+      after.push_back(job);
+      epochs.push_back(MakeEpoch(epoch, 1.0 / epoch));
+    }
+  }
+  // Interleaved as a pack queues them: epoch 1 of each, then 2 of each, then 3 of each.
+  std::vector<std::pair<const JobSnapshot*, const EpochResult*>> write;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    for (int job = 0; job < 2; ++job)
+      write.emplace_back(&after[job * 3 + epoch], &epochs[job * 3 + epoch]);
+  }
+  ASSERT_TRUE(store->AppendEpochs(write).ok());
+  store.reset();
+  store = OpenOrDie(path);
+  for (const std::string id : {"job-a", "job-b"}) {
+    absl::StatusOr<JobSnapshot> loaded = store->LoadJob(id);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->state, JobState::kRunning);
+    EXPECT_EQ(loaded->steps, 30);
+    EXPECT_DOUBLE_EQ(loaded->final_loss, 1.0 / 3);
+    ASSERT_EQ(loaded->epochs.size(), 3u);
+    EXPECT_EQ(loaded->epochs_completed, 3);
+    for (int32_t epoch = 1; epoch <= 3; ++epoch) {
+      EXPECT_EQ(loaded->epochs[epoch - 1].epoch, epoch);
+      EXPECT_DOUBLE_EQ(loaded->epochs[epoch - 1].loss, 1.0 / epoch);
+    }
+  }
+}
+
 TEST(SqliteJobStoreTest, ListsPageByPageWithFiltersAndViews) {
   auto store = OpenOrDie(ScratchFile("list"));
   ASSERT_NE(store, nullptr);

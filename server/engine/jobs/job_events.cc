@@ -82,8 +82,12 @@ void JobManager::QueueEvent(PublishBatch& batch, Record* record, const TrainingR
                             JobEvent event, const std::function<void(JobSnapshot&)>& mutate) {
   PendingEvent pending;
   // Several jobs' ordering locks at once (this thread's pack), always taken before mu_, as every
-  // publisher takes its one.
-  pending.ordering = std::unique_lock<std::mutex>(record->publish_mu);
+  // publisher takes its one; a job's once, by its first event waiting.
+  if (batch.locked.insert(record).second) {
+    pending.ordering = std::unique_lock<std::mutex>(record->publish_mu);
+  }
+  if (batch.pending.empty()) batch.first_pending = absl::Now();
+  if (event.kind == JobEvent::Kind::kState) batch.has_state = true;
   pending.record = record;
   pending.run = run;
   pending.summary = ApplyEvent(record, event, mutate);
@@ -92,9 +96,14 @@ void JobManager::QueueEvent(PublishBatch& batch, Record* record, const TrainingR
 }
 
 std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::PublishQueued(
-    PublishBatch& batch) {
+    PublishBatch& batch, bool hold_epochs) {
+  if (hold_epochs && !batch.has_state && absl::Now() - batch.first_pending < kPackEpochsHeldFor) {
+    return {};
+  }
   std::vector<PendingEvent> pending;
   pending.swap(batch.pending);
+  batch.locked.clear();  // the locks go with `pending`, once it is delivered
+  batch.has_state = false;
   std::vector<std::pair<const TrainingRun*, std::exception_ptr>> failed;
   if (pending.empty()) return failed;
   // Written through before anyone hears of them, as Publish does: the states durably together,
@@ -109,9 +118,11 @@ std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::Publi
         epochs.emplace_back(&p.summary, &p.event.epoch);
       }
     }
+    // The epochs first: a job's end comes after its last epoch, whose record must not replace the
+    // end's.
     absl::Status written = absl::OkStatus();
-    if (!states.empty()) written = store_->SaveJobs(states);
-    if (written.ok() && !epochs.empty()) written = store_->AppendEpochs(epochs);
+    if (!epochs.empty()) written = store_->AppendEpochs(epochs);
+    if (written.ok() && !states.empty()) written = store_->SaveJobs(states);
     if (!written.ok()) {
       LogWarning(absl::StrCat("a pack's events (", pending.size(), " of jobs from '",
                               pending.front().event.job_id, "'): ", written.message()));
@@ -127,9 +138,8 @@ std::vector<std::pair<const TrainingRun*, std::exception_ptr>> JobManager::Publi
     if (std::exception_ptr failure = DeliverEvent(p.record, p.event)) {
       failed.emplace_back(p.run, failure);
     }
-    p.ordering.unlock();
   }
-  return failed;
+  return failed;  // the ordering locks let go with `pending`
 }
 
 void JobManager::PublishOutsideWorker(Record* record, JobEvent event,

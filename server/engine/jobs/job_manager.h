@@ -12,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +34,9 @@
 #include "server/engine/types.h"
 
 namespace trainerd::engine {
+
+// How long a pack's epochs may wait to be written and heard together (PublishQueued).
+inline constexpr absl::Duration kPackEpochsHeldFor = absl::Milliseconds(50);
 
 // What the engine adds to a job's life beyond training it: an observer of every job's events (the
 // metrics) and the report's device figures. All optional.
@@ -286,7 +290,14 @@ class JobManager {
     std::unique_lock<std::mutex> ordering;  // the record's publish_mu, held until published
   };
   struct PublishBatch {
-    std::vector<PendingEvent> pending;  // the pack's training thread only
+    // The pack's training thread only.
+    std::vector<PendingEvent> pending;
+    // The records whose ordering lock the pending events hold (one lock a record, however many
+    // of its events wait), and whether a state change waits.
+    std::set<const Record*> locked;
+    bool has_state = false;
+    absl::Time first_pending;  // when the oldest pending event was queued
+    bool Holds(const Record* record) const { return locked.count(record) > 0; }
   };
   struct StartedRunState {
     TrainingRun run;
@@ -371,14 +382,25 @@ class JobManager {
   // its other members' (PublishQueued), and so are the run's epochs.
   StartedRun StartRun(const std::shared_ptr<Record>& record, int threads, int32_t packed_members,
                       std::shared_ptr<PublishBatch> batch = nullptr);
-  // Writes a succeeded job's state_dict (safetensors, its id stamped into the metadata) and its
-  // digest beside its model; logs and skips what cannot be kept.
-  void KeepStateDict(const std::string& id, const std::string& owner,
-                     const std::string& state_dict);
-  // After the run: keeps the model, publishes the terminal state with its report (or, for an
-  // interrupted run, leaves it RUNNING). `release_now` gives back its resources first.
+  // A run that ended, for KeepModels.
+  struct EndingRun {
+    std::string id;
+    std::string owner;
+    TrainingOutcome* outcome = nullptr;
+    std::string model_sha256;  // of the model, once kept
+  };
+  // The files of the succeeded runs in `ending` (job_models.cc), written together
+  // (WriteFilesAtomically) before any of them is published SUCCEEDED: the TorchScript model,
+  // the state_dict (safetensors, the job's id stamped into its metadata) and its digest. A model
+  // that cannot be kept fails its run (the outcome's state and error); a state_dict that cannot
+  // be kept is logged and skipped.
+  void KeepModels(std::vector<EndingRun>& ending);
+  // After the run: keeps the model (KeepModels, unless `kept` says what a pack's KeepModels
+  // kept of it), publishes the terminal state with its report (or, for an interrupted run,
+  // leaves it RUNNING). `release_now` gives back its resources first.
   void EndRun(const std::shared_ptr<Record>& record, StartedRunState& state,
-              TrainingOutcome outcome, const std::function<void()>& release_now);
+              TrainingOutcome outcome, const std::function<void()>& release_now,
+              const EndingRun* kept = nullptr);
   // One try at AcquireDatasets: kNotNow when running jobs hold the memory it needs; kEnded when it
   // failed, was cancelled or the daemon stops (recorded as for AcquireDatasets).
   Acquired TryAcquireDatasets(const std::shared_ptr<Record>& record);
@@ -410,13 +432,19 @@ class JobManager {
                          const std::function<void(JobSnapshot&)>& mutate);
   std::exception_ptr DeliverEvent(Record* record, const JobEvent& event);
   // Publish in two halves, for a pack's events: QueueEvent takes the job's publish_mu (kept until
-  // published) and changes the snapshot as Publish does; PublishQueued writes every queued event to
-  // the store (the states in one transaction, the epochs in another), hands each to its observer
-  // and sinks in order, and lets go of the ordering locks. Between the two nothing else of those
-  // jobs is published. Returns the runs whose observer or sink threw, with the first exception.
+  // published; taken once however many of the job's events wait) and changes the snapshot as
+  // Publish does; PublishQueued writes every queued event to the store (the epochs in one
+  // transaction, then the states in another), hands each to its observer and sinks in order, and
+  // lets go of the ordering locks. Between the two nothing else of those jobs is published; code
+  // on the pack's thread that changes a member's snapshot takes its publish_mu only when the
+  // batch does not hold it (PublishBatch::Holds). With `hold_epochs`, epochs alone wait while the
+  // oldest was queued less than kPackEpochsHeldFor ago: a pack of small jobs writes its epochs a
+  // few times a second, not once an epoch each (the seed's sweep spent a third of its time on
+  // those transactions). Returns the runs whose observer or sink threw, with the first exception.
   void QueueEvent(PublishBatch& batch, Record* record, const TrainingRun* run, JobEvent event,
                   const std::function<void(JobSnapshot&)>& mutate);
-  std::vector<std::pair<const TrainingRun*, std::exception_ptr>> PublishQueued(PublishBatch& batch);
+  std::vector<std::pair<const TrainingRun*, std::exception_ptr>> PublishQueued(
+      PublishBatch& batch, bool hold_epochs = false);
   // The same off the job's worker (cancel, shutdown, a failed job): an observer's exception is
   // logged, the change stands.
   void PublishOutsideWorker(Record* record, JobEvent event,

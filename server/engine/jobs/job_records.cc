@@ -1,5 +1,5 @@
-// JobManager's records (job_manager.h): reads (Get, List, ActiveJobs, ModelPath, from memory or
-// the store), cancellation, deletion with the job's files, and retention (ForgetEnded,
+// JobManager's records (job_manager.h): reads (Get, List, ActiveJobs, CheckpointPath, from memory
+// or the store), cancellation, deletion with the job's files, and retention (ForgetEnded,
 // PruneEndedJobs: ended jobs leave memory, and past --max_finished_jobs or --job_retention the
 // records). mu_ guards the records; a cancellation publishes under the job's publish_mu.
 #include <unistd.h>
@@ -12,19 +12,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/page_token.h"
-#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
 #include "server/engine/jobs/job_manager.h"
 #include "server/engine/jobs/job_manager_internal.h"
 #include "server/engine/log.h"
 #include "server/engine/training/checkpoint.h"
-#include "server/engine/training/sequential_pt2.h"
-#include "server/engine/training/torchscript_export.h"
 #include "server/engine/training/trainer.h"
 
 namespace trainerd::engine {
@@ -104,31 +101,6 @@ std::vector<JobSnapshot> JobManager::ActiveJobs() const {
   return out;
 }
 
-absl::StatusOr<std::string> JobManager::ModelPath(const std::string& id) const {
-  std::optional<JobState> state;
-  {
-    absl::MutexLock lock(&mu_);
-    if (std::shared_ptr<Record> record = FindLocked(id)) state = record->snap.state;
-  }
-  if (!state.has_value()) {
-    if (store_ == nullptr) return absl::NotFoundError(absl::StrCat("job '", id, "' not found"));
-    absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id);
-    if (!stored.ok()) return stored.status();
-    state = stored->state;
-  }
-  if (*state != JobState::kSucceeded) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("job '", id, "' is ", JobStateName(*state),
-                     IsTerminal(*state) ? "; only a job that succeeded has a model"
-                                        : "; its model is available once it succeeds"));
-  }
-  if (options_.models_dir.empty()) {
-    return absl::FailedPreconditionError("this daemon does not keep trained models");
-  }
-  // Written before the job was published SUCCEEDED, so the file is complete.
-  return absl::StrCat(options_.models_dir, "/", id, ".pt");
-}
-
 absl::StatusOr<std::string> JobManager::CheckpointPath(const std::string& id, int32_t epoch,
                                                        CheckpointInfo* out) const {
   absl::StatusOr<JobSnapshot> job = Get(id);
@@ -157,70 +129,6 @@ absl::StatusOr<std::string> JobManager::CheckpointPath(const std::string& id, in
   }
   *out = *found;
   return absl::StrCat(options_.data_dir, "/", found->path);
-}
-
-absl::StatusOr<std::pair<std::string, std::string>> JobManager::StateDictPath(
-    const std::string& id) const {
-  absl::StatusOr<std::string> archive = ModelPath(id);
-  if (!archive.ok()) return archive.status();
-  const std::string path = absl::StrCat(options_.models_dir, "/", id, ".safetensors");
-  // The digest is written after the file and before the job is published SUCCEEDED: a job
-  // without it kept no state_dict.
-  absl::StatusOr<std::string> digest = ReadFileToString(path + ".sha256");
-  if (!digest.ok()) {
-    if (absl::IsNotFound(digest.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", id, "' has no safetensors state_dict (it was trained by an older trainerd); "
-          "download its TorchScript model, or train it again"));
-    }
-    return digest.status();
-  }
-  const bool hex = digest->size() == 64 && digest->find_first_not_of("0123456789abcdef") ==
-                                               std::string::npos;
-  if (!hex) {
-    return absl::DataLossError(absl::StrCat("the state_dict checksum of job '", id,
-                                            "' is damaged; train the job again"));
-  }
-  return std::make_pair(path, *std::move(digest));
-}
-
-absl::StatusOr<std::pair<std::string, std::string>> JobManager::Pt2Path(
-    const std::string& id) const {
-  absl::StatusOr<std::pair<std::string, std::string>> state_dict = StateDictPath(id);
-  if (!state_dict.ok()) return state_dict.status();
-  const std::string path = absl::StrCat(options_.models_dir, "/", id, ".pt2");
-  absl::MutexLock lock(&pt2_mu_);
-  // As the state_dict's: the digest written after the file says that it is whole.
-  if (absl::StatusOr<std::string> digest = ReadFileToString(path + ".sha256"); digest.ok()) {
-    return std::make_pair(path, *std::move(digest));
-  }
-  absl::StatusOr<std::string> file = ReadFileToString(state_dict->first);
-  if (!file.ok()) return file.status();
-  if (Sha256Hex(*file) != state_dict->second) {
-    return absl::DataLossError(absl::StrCat("the state_dict of job '", id,
-                                            "' does not match the checksum recorded when it was "
-                                            "written: it is damaged; train the job again"));
-  }
-  absl::StatusOr<std::string> pt2 = SequentialPt2(*file);
-  if (!pt2.ok()) return pt2.status();
-  absl::Status written = WriteModelArchive(path, *pt2);
-  const std::string digest = Sha256Hex(*pt2);
-  if (written.ok()) written = WriteModelArchive(path + ".sha256", digest);
-  if (!written.ok()) return written;
-  if (options_.hooks.wrote_file) {
-    std::string owner;
-    {
-      absl::MutexLock records(&mu_);
-      if (std::shared_ptr<Record> record = FindLocked(id)) owner = record->snap.owner;
-    }
-    if (owner.empty() && store_ != nullptr) {
-      if (absl::StatusOr<JobSnapshot> stored = store_->LoadJob(id); stored.ok()) {
-        owner = stored->owner;
-      }
-    }
-    options_.hooks.wrote_file(owner, static_cast<int64_t>(pt2->size()));
-  }
-  return std::make_pair(path, digest);
 }
 
 void JobManager::ForgetEnded(const std::shared_ptr<Record>& record) {

@@ -16,7 +16,6 @@
 #include "absl/strings/str_format.h"
 #include "common/file_io.h"
 #include "common/flops.h"
-#include "common/safetensors.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "server/engine/devices/device.h"
@@ -391,7 +390,7 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
     run.checkpoint_dir = absl::StrCat(options_.data_dir, "/", job_folder);
     // Listed before the epoch that wrote it is published (and recorded with it), under the same
     // ordering lock. keep_checkpoints deletes the oldest files only after the new one is listed.
-    run.on_checkpoint = [this, record, job_folder, trimmed, owner](
+    run.on_checkpoint = [this, record, job_folder, trimmed, owner, batch = state.batch](
                             int32_t epoch, const std::string& file_name, int64_t size_bytes) {
       if (options_.hooks.wrote_file) options_.hooks.wrote_file(owner, size_bytes);
       CheckpointInfo checkpoint;
@@ -406,7 +405,9 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
           bytes.ok()) {
         checkpoint.sha256 = Sha256Hex(*bytes);
       }
-      std::lock_guard<std::mutex> order(record->publish_mu);
+      // (A pack's batch may hold the ordering lock already, for the epochs it has not written.)
+      std::unique_lock<std::mutex> order(record->publish_mu, std::defer_lock);
+      if (batch == nullptr || !batch->Holds(record)) order.lock();
       absl::MutexLock lock(&mu_);
       std::vector<CheckpointInfo>& list = record->snap.checkpoints;
       // A checkpoint written again (an epoch run again after a restart) replaces its entry.
@@ -418,9 +419,11 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
       trimmed->insert(trimmed->end(), doomed.begin(), doomed.end());
     };
   }
-  run.on_checkpoint_failed = [this, record](int32_t epoch, const std::string& why) {
+  run.on_checkpoint_failed = [this, record, batch = state.batch](int32_t epoch,
+                                                                 const std::string& why) {
     // Shown in the job (and recorded with its next epoch); the log has it already.
-    std::lock_guard<std::mutex> order(record->publish_mu);
+    std::unique_lock<std::mutex> order(record->publish_mu, std::defer_lock);
+    if (batch == nullptr || !batch->Holds(record)) order.lock();
     absl::MutexLock lock(&mu_);
     record->snap.checkpoint_error = why;
   };
@@ -433,32 +436,9 @@ JobManager::StartedRun JobManager::StartRun(const std::shared_ptr<Record>& share
   return started_run;
 }
 
-void JobManager::KeepStateDict(const std::string& id, const std::string& owner,
-                               const std::string& state_dict) {
-  // The job's id goes into the file's metadata, which also checks the file (a peer's bytes);
-  // a job keeps its TorchScript model without it rather than fail over the second format.
-  if (state_dict.empty()) return;
-  absl::StatusOr<std::string> file = SetSafetensorsMetadata(state_dict, "trainerd.job", id);
-  if (!file.ok()) {
-    LogWarning(absl::StrCat("job '", id, "': its state_dict is not kept: ",
-                            file.status().message()));
-    return;
-  }
-  const std::string path = absl::StrCat(options_.models_dir, "/", id, ".safetensors");
-  absl::Status written = WriteModelArchive(path, *file);
-  // The digest last: its presence says that the file is whole (StateDictPath).
-  if (written.ok()) written = WriteModelArchive(path + ".sha256", Sha256Hex(*file));
-  if (!written.ok()) {
-    LogWarning(absl::StrCat("job '", id, "': its state_dict is not kept: ", written.message()));
-    return;
-  }
-  if (options_.hooks.wrote_file) {
-    options_.hooks.wrote_file(owner, static_cast<int64_t>(file->size()));
-  }
-}
-
 void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& state,
-                        TrainingOutcome outcome, const std::function<void()>& release_now) {
+                        TrainingOutcome outcome, const std::function<void()>& release_now,
+                        const EndingRun* kept) {
   Record* record = shared.get();
   TrainingRun& run = state.run;
   run.dataset.reset();
@@ -479,24 +459,16 @@ void JobManager::EndRun(const std::shared_ptr<Record>& shared, StartedRunState& 
     EndWatches(record);
     return;
   }
-  // The model file is complete before the job is published SUCCEEDED, so a download never sees
-  // a partial archive. A model that cannot be kept fails the job: a SUCCEEDED job promises one.
+  // The model's files are complete before the job is published SUCCEEDED, so a download never
+  // sees a partial archive. A model that cannot be kept fails the job: a SUCCEEDED job promises
+  // one.
   std::string model_sha256;
-  if (outcome.state == JobState::kSucceeded && !options_.models_dir.empty()) {
-    const std::string path = absl::StrCat(options_.models_dir, "/", record->snap.id, ".pt");
-    const absl::Status written = WriteModelArchive(path, outcome.model_archive);
-    if (!written.ok()) {
-      outcome.state = JobState::kFailed;
-      outcome.error = absl::StrCat("cannot keep the trained model: ", written.message());
-    } else {
-      // Kept with the record: a download checks the file against it.
-      model_sha256 = Sha256Hex(outcome.model_archive);
-      if (options_.hooks.wrote_file) {
-        options_.hooks.wrote_file(state.started.owner,
-                                  static_cast<int64_t>(outcome.model_archive.size()));
-      }
-      KeepStateDict(record->snap.id, state.started.owner, outcome.state_dict);
-    }
+  if (kept != nullptr) {
+    model_sha256 = kept->model_sha256;
+  } else {
+    std::vector<EndingRun> ending = {{record->snap.id, state.started.owner, &outcome, ""}};
+    KeepModels(ending);
+    model_sha256 = std::move(ending.front().model_sha256);
   }
   outcome.model_archive.clear();
   outcome.model_archive.shrink_to_fit();
@@ -726,8 +698,9 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
   std::vector<StartedRun> started;
   std::vector<const TrainingRun*> runs;
   // With records, a pack's members start together and their epochs are written together: one
-  // transaction for the starts and one a pack epoch (a member's own transaction each made the
-  // seed's 64-member sweep spend more on SQLite than on training); not when a member keeps a
+  // transaction for the starts, one for the epochs of up to kPackEpochsHeldFor (a member's own
+  // transaction each made the seed's 64-member sweep spend more on SQLite than on training), one
+  // for the members that end together, after their models; not when a member keeps a
   // bounded number of checkpoints, whose old files go only once the epoch that no longer lists
   // them is durable (the per-epoch path does that).
   bool batch_events = store_ != nullptr && acquired.size() > 1;
@@ -738,11 +711,53 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
     }
   }
   auto batch = batch_events ? std::make_shared<PublishBatch>() : nullptr;
+  std::vector<bool> ended(acquired.size(), false);
+  // With a batch, the members that end together end together: their model files made durable
+  // in one batch (KeepModels), then their ends queued and published with one write.
+  std::vector<std::pair<size_t, TrainingOutcome>> ending;
+  using Failures = std::vector<std::pair<const TrainingRun*, std::exception_ptr>>;
+  auto end_all = [&]() -> Failures {
+    std::vector<std::pair<size_t, TrainingOutcome>> now;
+    now.swap(ending);
+    if (now.empty()) return {};
+    // What waits is published first: nothing of the ending members may be held (an interrupted
+    // run's watches end under its ordering lock).
+    Failures failed = batch != nullptr ? PublishQueued(*batch) : Failures{};
+    std::vector<EndingRun> files;
+    files.reserve(now.size());
+    for (auto& [i, outcome] : now) {
+      files.push_back({acquired[i]->snap.id, started[i]->started.owner, &outcome, ""});
+    }
+    KeepModels(files);
+    for (size_t k = 0; k < now.size(); ++k) {
+      const size_t i = now[k].first;
+      try {
+        EndRun(
+            acquired[i], *started[i], std::move(now[k].second),
+            [&] {
+              if (!released[i]) ReleaseResources(acquired[i]->snap.id, 0);
+              released[i] = true;
+            },
+            &files[k]);
+      } catch (...) {
+        // Frees the ordering locks that FailAfterException takes.
+        if (batch != nullptr) PublishQueued(*batch);
+        FailAfterException(acquired[i], ExceptionText(std::current_exception()));
+      }
+    }
+    return failed;
+  };
   for (const auto& member : acquired) {
     started.push_back(StartRun(member, threads, packed > 1 ? packed : 0, batch));
     runs.push_back(&started.back()->run);
     if (batch != nullptr) {
-      started.back()->run.flush_epochs = [this, batch] { return PublishQueued(*batch); };
+      started.back()->run.flush_epochs = [this, batch, &end_all] {
+        Failures failed = end_all();
+        for (auto& failure : PublishQueued(*batch, /*hold_epochs=*/true)) {
+          failed.push_back(std::move(failure));
+        }
+        return failed;
+      };
     }
   }
   if (batch != nullptr) {
@@ -751,23 +766,26 @@ void JobManager::RunPack(std::vector<std::shared_ptr<Record>> members) {
                               ExceptionText(error)));
     }
   }
-  std::vector<bool> ended(acquired.size(), false);
   try {
     RunPackedTraining(runs, [&](size_t i, TrainingOutcome outcome) {
       ended[i] = true;
-      EndRun(acquired[i], *started[i], std::move(outcome), [&] {
-        if (!released[i]) ReleaseResources(acquired[i]->snap.id, 0);
-        released[i] = true;
-      });
+      ending.emplace_back(i, std::move(outcome));
+      if (batch == nullptr) end_all();  // alone: no flush_epochs to end it with the others
     });
   } catch (...) {
     const std::string what = ExceptionText(std::current_exception());
-    if (batch != nullptr) PublishQueued(*batch);  // what was queued first, and its locks freed
+    if (batch != nullptr) {
+      end_all();
+      PublishQueued(*batch);  // what was queued first, and its locks freed
+    }
     for (size_t i = 0; i < acquired.size(); ++i) {
       if (!ended[i]) FailAfterException(acquired[i], what);
     }
   }
-  if (batch != nullptr) PublishQueued(*batch);  // an end queued after the last flush, if any
+  if (batch != nullptr) {
+    end_all();
+    PublishQueued(*batch);  // an end queued after the last flush, if any
+  }
   release_all();
   for (const auto& member : acquired) ForgetEnded(member);
 }
