@@ -6,8 +6,9 @@
 #     libmicrohttpd (the /metrics endpoint), GoogleTest/GoogleMock, openssl (the security tests
 #     make certificates with it), clang with its sanitizer and libFuzzer runtimes (make fuzz) and
 #     llvm's symbolizer (sanitizer reports), and Prometheus itself (`prometheus` and `promtool`, which the
-#     end-to-end test runs; the package's service is not started). `apt-get update` runs only when
-#     something is missing.
+#     end-to-end test runs; the package's service is not started), chromium and chromium-driver (the
+#     web console's browser test). `apt-get update` runs only when something is missing.
+#   - Selenium (PyPI, pinned) in the torch environment below, for that browser test.
 #   - LibTorch, from PyPI's CUDA-enabled `torch` wheel (one pinned version), in a virtual
 #     environment outside the clone so that every clone and CI run reuses it:
 #       $TRAINERD_TORCH_VENV, default ${XDG_CACHE_HOME:-$HOME/.cache}/trainerd/torch-<version>
@@ -49,6 +50,8 @@ case "$PROFILE" in
   build) ;;
   test)
     APT_PACKAGES+=(libgtest-dev libgmock-dev prometheus openssl clang libclang-rt-14-dev llvm)
+    # The web console's browser test (tests/browser): headless Chromium and its WebDriver.
+    APT_PACKAGES+=(chromium chromium-driver)
     # make deploy-check: YAML lint and the Compose schema check (systemd-analyze comes with systemd).
     APT_PACKAGES+=(yamllint docker-compose systemd)
     # make test-image: the image built for real with podman on a debootstrapped base.
@@ -119,6 +122,15 @@ print(torch.utils.cmake_prefix_path, os.path.join(os.path.dirname(torch.__file__
 PY
 )
 TORCH_CUDA_MAJOR="${TORCH_CUDA%%.*}"
+
+# --- Selenium for the web console's browser test (tests/browser), in the same environment --------
+# (the tests' TRAINERD_PYTHON); it drives Debian's chromium through /usr/bin/chromedriver.
+SELENIUM_VERSION=4.51.0
+if [ "$PROFILE" = test ] &&
+  ! "$VENV/bin/python" -c "import selenium,sys; sys.exit(0 if selenium.__version__=='$SELENIUM_VERSION' else 1)" 2>/dev/null; then
+  log "installing selenium==$SELENIUM_VERSION into $VENV"
+  "$VENV/bin/python" -m pip install -q "selenium==$SELENIUM_VERSION" >&2
+fi
 
 # --- A CUDA toolkit to build against ---------------------------------------------------------------
 # The wheel's CMake config needs nvcc and the CUDA headers even though no GPU is required to run.

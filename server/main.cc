@@ -73,6 +73,10 @@ ABSL_FLAG(bool, preload, false,
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9400",
           "host:port to serve Prometheus metrics on (/metrics); port 0 picks a free port; empty "
           "turns the endpoint off");
+ABSL_FLAG(std::string, console_listen, "",
+          "host:port to serve the web console on (its page and the JSON API it reads); port 0 "
+          "picks a free port; empty (the default) turns it off. An address other machines can "
+          "reach needs --auth_token_file (the page asks for a token) or --insecure");
 ABSL_FLAG(absl::Duration, metrics_job_series_ttl, absl::Minutes(5),
           "how long a job's own series (trainerd_job_*) stay after it ends");
 ABSL_FLAG(bool, diagnose_at_start, true,
@@ -352,6 +356,7 @@ int main(int argc, char** argv) {
       "[--device=auto|cpu|cuda[:N]]\n"
       "                [--auth_token_file=FILE] [--tls_cert_file=FILE --tls_key_file=FILE\n"
       "                [--tls_client_ca_file=FILE]] [--metrics_listen=HOST:PORT]\n"
+      "                [--console_listen=HOST:PORT]\n"
       "                [--flagfile=FILE]   (see docs/CONFIGURATION.md and docs/SECURITY.md)\n"
       "Every flag may also come from the environment: TRAINERD_DATA_DIR=/data is "
       "--data_dir=/data;\nthe command line wins.");
@@ -416,6 +421,7 @@ int main(int argc, char** argv) {
   options.engine.preload = absl::GetFlag(FLAGS_preload);
   options.engine.diagnose_at_start = absl::GetFlag(FLAGS_diagnose_at_start);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.console_listen = absl::GetFlag(FLAGS_console_listen);
   options.metrics.job_series_ttl = absl::GetFlag(FLAGS_metrics_job_series_ttl);
   options.metrics.version = trainerd::TrainerdVersion();
   options.metrics.libtorch_version = trainerd::engine::LibTorchVersionString();
@@ -659,6 +665,9 @@ int main(int argc, char** argv) {
   if (!(*server)->metrics_address().empty()) {
     std::cout << "trainerd metrics on http://" << (*server)->metrics_address() << "/metrics"
               << std::endl;
+  }
+  if (!(*server)->console_address().empty()) {
+    std::cout << "trainerd console on http://" << (*server)->console_address() << "/" << std::endl;
   }
 
   int signal = 0;

@@ -263,6 +263,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
     const std::string host = options.listen.substr(0, options.listen.rfind(':'));
     server->address_ = absl::StrCat(host, ":", server->port_);
   }
+  if (!options.console_listen.empty()) {
+    if (!IsLocalAddress(options.console_listen) && !authenticated && !options.insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "refusing to serve the console on ", options.console_listen,
+          ", which other machines can reach, without authentication: give --auth_token_file, "
+          "or --insecure"));
+    }
+    console::ConsoleOptions console = options.console;
+    if (authenticator->required()) {
+      // The in-process channel skips the server's authentication: the console asks first.
+      console.authenticate = [authenticator](absl::string_view authorization) {
+        std::vector<absl::string_view> values;
+        if (!authorization.empty()) values.push_back(authorization);
+        return authenticator->Authenticate("/trainerd.v1.console/", values, "").status();
+      };
+    }
+    TRAINERD_ASSIGN_OR_RETURN(
+        server->console_,
+        console::ConsoleServer::Start(options.console_listen, console, server->InProcessChannel()));
+    const std::string host = options.console_listen.substr(0, options.console_listen.rfind(':'));
+    server->console_address_ = absl::StrCat(host, ":", server->console_->port());
+  }
   // Only now that the server is up does it report SERVING.
   HealthService* health = server->health_.get();
   health->SetServingStatus("", true);
@@ -301,6 +323,7 @@ void Server::Shutdown(absl::Duration deadline) {
   std::lock_guard<std::mutex> lock(shutdown_mu_);
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
+  console_.reset();  // its watches end; its pages' calls get connection errors
   health_->Shutdown();
   engine_->Shutdown();
   // Watch streams never end by themselves: end them (they saw NOT_SERVING) rather than let the

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/console/console_server.h"
 #include "server/engine/engine.h"
 #include "server/metrics/metrics.h"
 #include "server/monitor/sampler.h"
@@ -57,6 +58,11 @@ struct ServerOptions {
   // empty turns the endpoint off (the metrics are still kept).
   std::string metrics_listen;
   metrics::MetricsOptions metrics;
+  // host:port of the web console (server/console); port 0 picks a free port
+  // (console_address()); empty: no console. Like --listen, an address other machines can reach
+  // needs authentication (tokens) or `insecure`.
+  std::string console_listen;
+  console::ConsoleOptions console;
   // How often the device sampler reads the GPUs (NVML) and the process; and the NVML library to
   // load ("" for none: CPU only).
   absl::Duration sample_interval = absl::Milliseconds(500);
@@ -92,6 +98,8 @@ class Server {
   std::string address() const { return address_; }
   // "host:port" of /metrics; empty when the endpoint is off.
   std::string metrics_address() const { return metrics_address_; }
+  // "host:port" of the web console; empty when it is off.
+  std::string console_address() const { return console_address_; }
   metrics::Metrics* metrics() { return metrics_.get(); }
   monitor::DeviceSampler* sampler() { return sampler_.get(); }
   engine::Engine* engine() { return engine_.get(); }
@@ -118,6 +126,9 @@ class Server {
   std::unique_ptr<monitor::DeviceSampler> sampler_;
   std::unique_ptr<metrics::Metrics> metrics_;
   std::string metrics_address_;
+  // The web console: stopped first, so that its watches end before the server they call.
+  std::unique_ptr<console::ConsoleServer> console_;
+  std::string console_address_;
   // The cluster manager's group (or null): the peer client asks it, the peer service serves it.
   std::shared_ptr<engine::ClusterDirectory> group_;
   std::unique_ptr<engine::Engine> engine_;

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""The web console's HTTP side against a real trainerd and the real trainctl (server/console):
+its assets and security headers, the JSON API's authentication, tenancy and errors, a watch as
+server-sent events, a cancel, a revoked token, and the refusal to serve other machines without
+authentication. Standard library only. TRAINERD_BIN and TRAINCTL_BIN name the binaries."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+TRAINERD = os.environ.get('TRAINERD_BIN', 'build/release/server/trainerd')
+TRAINCTL = os.environ.get('TRAINCTL_BIN', 'build/release/client/trainctl')
+ALICE = 'alice-token-0123456789abcdef'
+BOB = 'bob-token-0123456789abcdefgh'
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+       "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+
+class Console:
+    """A trainerd with two tenants and its console on loopback ports of its choosing."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix='trainerd-console-')
+        self.tokens = os.path.join(self.dir, 'tokens')
+        self.write_tokens([f'alice:{ALICE}', f'bob:{BOB}'])
+        self.log_file = open(os.path.join(self.dir, 'trainerd.log'), 'w')
+        self.proc = subprocess.Popen(
+            [TRAINERD, '--listen=127.0.0.1:0', '--metrics_listen=', '--console_listen=127.0.0.1:0',
+             f'--data_dir={self.dir}/data', '--device=cpu', '--diagnose_at_start=false',
+             f'--auth_token_file={self.tokens}'],
+            stdout=subprocess.PIPE, stderr=self.log_file, text=True)
+        self.addr = self.console = None
+        while self.console is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError('trainerd exited: ' + self.log())
+            if m := re.match(r'trainerd listening on (\S+)', line):
+                self.addr = m.group(1)
+            if m := re.match(r'trainerd console on (http://\S+)/', line):
+                self.console = m.group(1)
+
+    def write_tokens(self, lines):
+        with open(self.tokens + '.new', 'w') as f:
+            f.write('\n'.join(lines) + '\n')
+        os.replace(self.tokens + '.new', self.tokens)
+
+    def log(self):
+        with open(os.path.join(self.dir, 'trainerd.log')) as f:
+            return f.read()[-2000:]
+
+    def ctl(self, token, *args):
+        out = subprocess.run([TRAINCTL, '--addr', self.addr, '-o', 'json', *args], check=True,
+                             capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, TRAINERD_TOKEN=token))
+        return json.loads(out.stdout) if out.stdout.strip() else None
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+        self.log_file.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def request(self, path, body=None, token=None, method=None, headers=None):
+        """(status, headers, body bytes) of one request to the console."""
+        data = None if body is None else (body if isinstance(body, bytes)
+                                          else json.dumps(body).encode())
+        req = urllib.request.Request(self.console + path, data=data, method=method)
+        if data is not None:
+            req.add_header('Content-Type', 'application/json')
+        if token:
+            req.add_header('Authorization', f'Bearer {token}')
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.headers, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, e.read()
+
+    def call(self, method, body=None, token=ALICE, **kw):
+        status, _, data = self.request(f'/api/v1/{method}', body if body is not None else {},
+                                       token, **kw)
+        return status, json.loads(data)
+
+
+def seed_csv(path):
+    with open(path, 'w') as f:
+        f.write('x,y\n')
+        for i in range(200):
+            x = i / 100
+            f.write(f'{x},{2 * x + 1}\n')
+
+
+class ConsoleApiTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Console()
+        csv = os.path.join(cls.c.dir, 'seed.csv')
+        seed_csv(csv)
+        cls.c.ctl(ALICE, 'dataset', 'upload', 'seed', csv, '--target-dtype', 'float32')
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+
+    def submit(self, epochs, token=ALICE):
+        return self.c.ctl(token, 'submit', '--dataset', 'seed', '--model', 'linear:1', '--loss',
+                          'mse', '--lr', '0.1', '--batch-size', '16', '--epochs', str(epochs),
+                          '--device', 'cpu')['id']
+
+    def test_assets_carry_the_security_headers(self):
+        status, headers, body = self.c.request('/')
+        self.assertEqual(status, 200)
+        self.assertEqual(headers['Content-Type'], 'text/html; charset=utf-8')
+        self.assertIn(b'/console.js', body)
+        for path, kind in (('/console.js', 'text/javascript'), ('/console.css', 'text/css')):
+            status, h, _ = self.c.request(path)
+            self.assertEqual(status, 200, path)
+            self.assertTrue(h['Content-Type'].startswith(kind), h['Content-Type'])
+        for h in (headers, self.c.request('/api/v1/JobService/ListJobs', {})[1]):
+            self.assertEqual(h['Content-Security-Policy'], CSP)
+            self.assertEqual(h['X-Content-Type-Options'], 'nosniff')
+            self.assertEqual(h['X-Frame-Options'], 'DENY')
+        status, _, body = self.c.request('/etc/passwd')
+        self.assertEqual(status, 404)
+        self.assertEqual(json.loads(body)['code'], 'NOT_FOUND')
+
+    def test_calls_need_a_token_the_daemon_knows(self):
+        status, error = self.c.call('JobService/ListJobs', token=None)
+        self.assertEqual((status, error['code']), (401, 'UNAUTHENTICATED'))
+        status, error = self.c.call('JobService/ListJobs', token='not-a-token-0123456789')
+        self.assertEqual((status, error['code']), (401, 'UNAUTHENTICATED'))
+        status, version = self.c.call('SystemService/GetVersion')
+        self.assertEqual(status, 200)
+        self.assertTrue(version['trainerd_version'])
+
+    def test_each_tenant_sees_its_own_jobs(self):
+        mine = self.submit(2)
+        status, page = self.c.call('JobService/ListJobs', {'page_size': 1000})
+        self.assertEqual(status, 200)
+        self.assertIn(mine, [j['id'] for j in page['jobs']])
+        status, page = self.c.call('JobService/ListJobs', {'page_size': 1000}, token=BOB)
+        self.assertEqual(status, 200)
+        self.assertNotIn(mine, [j['id'] for j in page['jobs']])
+        status, error = self.c.call('JobService/GetJob', {'id': mine}, token=BOB)
+        self.assertEqual((status, error['code']), (404, 'NOT_FOUND'))
+        status, error = self.c.call('JobService/CancelJob', {'id': mine}, token=BOB)
+        self.assertEqual(status, 404)
+        status, datasets = self.c.call('DatasetService/ListDatasets', token=BOB)
+        self.assertEqual((status, datasets.get('datasets', [])), (200, []))
+
+    def test_bad_requests_get_the_right_status(self):
+        status, error = self.c.call('JobService/GetJob', b'{"id": ')
+        self.assertEqual((status, error['code']), (400, 'INVALID_ARGUMENT'))
+        self.assertIn('GetJobRequest', error['message'])
+        status, error = self.c.call('JobService/GetJob', {'no_such_field': 1})
+        self.assertEqual(status, 400)
+        # Submitting is not the console's.
+        status, error = self.c.call('JobService/SubmitJob', {})
+        self.assertEqual((status, error['code']), (404, 'NOT_FOUND'))
+        status, _, _ = self.c.request('/api/v1/JobService/ListJobs', b'{}', ALICE,
+                                      headers={'Content-Type': 'text/plain'})
+        self.assertEqual(status, 415)
+        status, error = self.c.call('JobService/ListJobs',
+                                    headers={'Origin': 'http://evil.example'})
+        self.assertEqual((status, error['code']), (403, 'PERMISSION_DENIED'))
+        status, _, _ = self.c.request('/api/v1/JobService/ListJobs', b' ' * (65 * 1024), ALICE)
+        self.assertEqual(status, 413)
+        status, _, _ = self.c.request('/', method='DELETE')
+        self.assertEqual(status, 405)
+
+    def test_a_watch_streams_every_epoch_then_the_end(self):
+        job = self.submit(30)
+        req = urllib.request.Request(self.c.console + '/api/v1/JobService/WatchJob',
+                                     data=json.dumps({'id': job}).encode(), method='POST')
+        req.add_header('Content-Type', 'application/json')
+        req.add_header('Authorization', f'Bearer {ALICE}')
+        epochs, last = [], None
+        with urllib.request.urlopen(req, timeout=120) as r:
+            self.assertEqual(r.headers['Content-Type'], 'text/event-stream')
+            for raw in r:
+                line = raw.decode().rstrip('\n')
+                if not line.startswith('data: '):
+                    continue
+                event = json.loads(line[6:])
+                if 'epoch' in event:
+                    epochs.append(event['epoch']['epoch'])
+                if 'job' in event:
+                    last = event['job']
+        self.assertEqual(sorted(set(epochs)), list(range(1, 31)))
+        self.assertEqual(last['state'], 'JOB_STATE_SUCCEEDED')
+
+    def test_a_watch_of_a_job_that_does_not_exist_ends_with_an_error_event(self):
+        status, _, body = self.c.request('/api/v1/JobService/WatchJob', {'id': 'job-nope'}, ALICE)
+        self.assertEqual(status, 200)
+        text = body.decode()
+        self.assertIn('event: error', text)
+        self.assertIn('"NOT_FOUND"', text)
+
+    def test_cancel_from_the_console_is_what_trainctl_sees(self):
+        job = self.submit(100000)
+        status, cancelled = self.c.call('JobService/CancelJob', {'id': job})
+        self.assertEqual(status, 200)
+        deadline = time.time() + 60
+        while self.c.ctl(ALICE, 'job', 'get', job)['state'] != 'JOB_STATE_CANCELLED':
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.1)
+
+    def test_z_a_revoked_token_is_refused(self):
+        self.assertEqual(self.c.call('JobService/ListJobs', token=BOB)[0], 200)
+        self.c.write_tokens([f'alice:{ALICE}'])
+        deadline = time.time() + 10
+        while self.c.call('JobService/ListJobs', token=BOB)[0] != 401:
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.2)
+        self.assertEqual(self.c.call('JobService/ListJobs')[0], 200)
+        self.c.write_tokens([f'alice:{ALICE}', f'bob:{BOB}'])
+
+
+class ConsoleStartTest(unittest.TestCase):
+    def test_another_machines_reach_needs_authentication(self):
+        d = tempfile.mkdtemp(prefix='trainerd-console-')
+        try:
+            r = subprocess.run([TRAINERD, '--listen=127.0.0.1:0', '--metrics_listen=',
+                                '--console_listen=0.0.0.0:0', f'--data_dir={d}/data',
+                                '--device=cpu', '--diagnose_at_start=false'],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn('refusing to serve the console on 0.0.0.0:0', r.stderr)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    unittest.main()
