@@ -3,7 +3,8 @@
 # BENCH_DEVICES includes cuda), then the Python client against trainctl (BENCH_PYTHON_CLIENT=0
 # skips it), then users' own models as exported programs and TorchScript (BENCH_USER_MODELS=0
 # skips it), then c10d's all-reduce on loopback (BENCH_COLLECTIVES=0 skips it), then a
-# hyperparameter search on digits (BENCH_SEARCH=0 skips it), then the load test's latencies (32
+# hyperparameter search on digits (BENCH_SEARCH=0 skips it), the web console (BENCH_CONSOLE=0
+# skips it), then the load test's latencies (32
 # concurrent clients for BENCH_LOAD_SECONDS, default 60; 0 skips it), with a packed sweep member's
 # numerics on the way (BENCH_PACKED=0 skips them). Results: tables on stdout, bench.json,
 # python_client.json, search.json, packed_numerics.json and load.txt in $RESULTS_DIR (default
@@ -40,6 +41,11 @@ if [ "${BENCH_COLLECTIVES:-1}" != 0 ]; then
   # A sweep spread over a peer (its share packed there) against the same sweep on one daemon.
   "$(python/venv.sh "$PYTHON")" bench/spread_sweep.py --build-dir "$BUILD_DIR" \
     --results-dir "$RESULTS_DIR"
+fi
+# The web console: its jobs page with 10,000 jobs in headless Chromium, and what 50 open consoles
+# cost the daemon (console.json); BENCH_CONSOLE=0 skips it.
+if [ "${BENCH_CONSOLE:-1}" != 0 ]; then
+  "$PYTHON" bench/console.py --build-dir "$BUILD_DIR" --results-dir "$RESULTS_DIR"
 fi
 # A hyperparameter search on digits: 64 trials, the full search against the daemon's halving
 # against Optuna's pruner over plain PyTorch loops (search.json); BENCH_SEARCH=0 skips it.
