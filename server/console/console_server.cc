@@ -74,9 +74,11 @@ struct ConsoleServer::Request {
   bool too_large = false;
 };
 
-// One watch: a thread reads the gRPC stream into `buffer`; MHD's connection thread sends it.
+// One watch or download: a thread reads the gRPC stream into `buffer`; MHD's connection thread
+// sends it.
 struct ConsoleServer::Stream {
   ConsoleServer* server = nullptr;
+  bool download = false;
   grpc::ClientContext context;
   std::thread reader;
   absl::Mutex mu;
@@ -84,6 +86,8 @@ struct ConsoleServer::Stream {
   size_t sent ABSL_GUARDED_BY(mu) = 0;  // of buffer, already given to MHD
   bool done ABSL_GUARDED_BY(mu) = false;
   bool closed ABSL_GUARDED_BY(mu) = false;  // the browser went away
+  bool produced ABSL_GUARDED_BY(mu) = false;  // anything was appended
+  JsonReply end ABSL_GUARDED_BY(mu);          // the call's end, once done
 
   ~Stream() {
     {
@@ -140,7 +144,11 @@ struct ConsoleServer::Callbacks {
         break;
       }
     }
-    if (stream->sent == stream->buffer.size()) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (stream->sent == stream->buffer.size()) {
+      // A download cut short must not look whole; a watch said its error in an event.
+      return stream->download && stream->end.http_status != 200 ? MHD_CONTENT_READER_END_WITH_ERROR
+                                                                : MHD_CONTENT_READER_END_OF_STREAM;
+    }
     const size_t n = std::min(max, stream->buffer.size() - stream->sent);
     std::memcpy(out, stream->buffer.data() + stream->sent, n);
     stream->sent += n;
@@ -160,8 +168,10 @@ struct ConsoleServer::Callbacks {
 
   static MHD_Result Answer(ConsoleServer* server, MHD_Connection* connection, const char* url,
                            const char* method, const Request& request);
-  static MHD_Result Watch(ConsoleServer* server, MHD_Connection* connection,
-                          const std::string& body, const std::string& authorization);
+  // WatchJob (server-sent events) or DownloadModel (the bytes) as a streamed response.
+  static MHD_Result Streamed(ConsoleServer* server, MHD_Connection* connection,
+                             const std::string& body, const std::string& authorization,
+                             bool download);
 };
 
 MHD_Result ConsoleServer::Callbacks::Answer(ConsoleServer* server, MHD_Connection* connection,
@@ -209,45 +219,80 @@ MHD_Result ConsoleServer::Callbacks::Answer(ConsoleServer* server, MHD_Connectio
       return ReplyError(connection, static_cast<int>(known.code()), known.message());
     }
   }
-  if (parts[3] == "JobService" && parts[4] == "WatchJob") {
-    return Watch(server, connection, request.body, authorization);
+  if (parts[3] == "JobService" && (parts[4] == "WatchJob" || parts[4] == "DownloadModel")) {
+    return Streamed(server, connection, request.body, authorization,
+                    /*download=*/parts[4] == "DownloadModel");
   }
   return ReplyJson(connection,
                    server->gateway_.Call(parts[3], parts[4], request.body, authorization));
 }
 
-MHD_Result ConsoleServer::Callbacks::Watch(ConsoleServer* server, MHD_Connection* connection,
-                                           const std::string& body,
-                                           const std::string& authorization) {
+MHD_Result ConsoleServer::Callbacks::Streamed(ConsoleServer* server, MHD_Connection* connection,
+                                              const std::string& body,
+                                              const std::string& authorization, bool download) {
   if (server->streams_.fetch_add(1) >= server->options_.max_streams) {
     server->streams_.fetch_sub(1);
-    return ReplyError(connection, grpc::StatusCode::RESOURCE_EXHAUSTED,
-                      absl::StrCat(server->options_.max_streams,
-                                   " watches are open on this console; close a page"));
+    return ReplyError(
+        connection, grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(server->options_.max_streams,
+                     " watches and downloads are open on this console; close a page"));
   }
-  auto* stream = new Stream();  // from here its destructor gives the slot back
+  auto* stream = new ConsoleServer::Stream();  // from here its destructor gives the slot back
   stream->server = server;
-  stream->reader = std::thread([server, stream, body, authorization] {
-    const JsonReply end = server->gateway_.Watch(
-        body, authorization, &stream->context, [stream](const std::string& event) {
-          absl::MutexLock lock(&stream->mu);
-          auto room = [stream]() ABSL_SHARED_LOCKS_REQUIRED(stream->mu) {
-            return stream->buffer.size() - stream->sent < kMaxBufferedBytes || stream->closed;
-          };
-          stream->mu.Await(absl::Condition(&room));
-          absl::StrAppend(&stream->buffer, "data: ", event, "\n\n");
-          return !stream->closed;
-        });
+  stream->download = download;
+  stream->reader = std::thread([server, stream, body, authorization, download] {
+    // A watch's events as server-sent events, a download's bytes as they are; at most
+    // kMaxBufferedBytes wait for the browser.
+    auto append = [stream, download](const std::string& data) {
+      absl::MutexLock lock(&stream->mu);
+      auto room = [stream]() ABSL_SHARED_LOCKS_REQUIRED(stream->mu) {
+        return stream->buffer.size() - stream->sent < kMaxBufferedBytes || stream->closed;
+      };
+      stream->mu.Await(absl::Condition(&room));
+      if (download) {
+        stream->buffer.append(data);
+      } else {
+        absl::StrAppend(&stream->buffer, "data: ", data, "\n\n");
+      }
+      stream->produced = true;
+      return !stream->closed;
+    };
+    JsonReply end = download
+                        ? server->gateway_.Download(body, authorization, &stream->context, append)
+                        : server->gateway_.Watch(body, authorization, &stream->context, append);
     absl::MutexLock lock(&stream->mu);
-    if (end.http_status != 200)
+    if (end.http_status != 200 && !download) {
       absl::StrAppend(&stream->buffer, "event: error\ndata: ", end.json, "\n\n");
+    }
+    stream->end = std::move(end);
     stream->done = true;
   });
+  if (download) {
+    // A download that fails before its first bytes is an error reply with its status; one that
+    // fails later ends the response with an error (the browser's download fails).
+    JsonReply failed;
+    {
+      absl::MutexLock lock(&stream->mu);
+      auto started = [stream]() ABSL_SHARED_LOCKS_REQUIRED(stream->mu) {
+        return stream->produced || stream->done;
+      };
+      stream->mu.Await(absl::Condition(&started));
+      if (!stream->produced && stream->end.http_status != 200) failed = stream->end;
+    }
+    if (failed.http_status != 200) {
+      delete stream;
+      return ReplyJson(connection, failed);
+    }
+  }
   MHD_Response* response = MHD_create_response_from_callback(
-      MHD_SIZE_UNKNOWN, 4096, &Callbacks::Read, stream, &Callbacks::Free);
+      MHD_SIZE_UNKNOWN, 64 * 1024, &Callbacks::Read, stream, &Callbacks::Free);
   if (response == nullptr) {
     delete stream;
     return MHD_NO;
+  }
+  if (download) {
+    MHD_add_response_header(response, "Content-Disposition", "attachment");
+    return Queue(connection, MHD_HTTP_OK, response, "application/octet-stream", false);
   }
   return Queue(connection, MHD_HTTP_OK, response, "text/event-stream", false);
 }

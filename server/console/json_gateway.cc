@@ -142,7 +142,9 @@ bool JsonGateway::IsUnary(absl::string_view service, absl::string_view method) {
            method == "DeleteJob";
   }
   if (service == "DatasetService") return method == "ListDatasets" || method == "DeleteDataset";
-  if (service == "SystemService") return method == "GetVersion" || method == "ListDevices";
+  if (service == "SystemService") {
+    return method == "GetVersion" || method == "ListDevices" || method == "Diagnose";
+  }
   return false;
 }
 
@@ -165,28 +167,56 @@ JsonReply JsonGateway::Call(absl::string_view service, absl::string_view method,
     using S = v1::SystemService::Stub;
     if (method == "GetVersion") return Unary(stub, &S::GetVersion, json, authorization);
     if (method == "ListDevices") return Unary(stub, &S::ListDevices, json, authorization);
+    if (method == "Diagnose") return Unary(stub, &S::Diagnose, json, authorization);
   }
   return {404, JsonError(grpc::StatusCode::NOT_FOUND,
                          absl::StrCat("the console does not call ", service, "/", method))};
 }
 
-JsonReply JsonGateway::Watch(absl::string_view json, absl::string_view authorization,
-                             grpc::ClientContext* context,
-                             const std::function<bool(const std::string&)>& on_event) const {
-  v1::WatchJobRequest request;
+namespace {
+
+// A server stream, each message to `on_message` (false ends it), then the call's status.
+template <typename Request, typename Message, typename Start>
+JsonReply ServerStream(absl::string_view json, absl::string_view authorization,
+                       grpc::ClientContext* context, Start start,
+                       const std::function<bool(const Message&)>& on_message) {
+  Request request;
   JsonReply reply;
   if (!FromJson(json, &request, &reply)) return reply;
   if (!authorization.empty()) context->AddMetadata("authorization", std::string(authorization));
-  v1::JobService::Stub stub(channel_);
-  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub.WatchJob(context, request);
-  v1::JobEvent event;
+  std::unique_ptr<grpc::ClientReader<Message>> reader = start(context, request);
+  Message message;
   bool wanted = true;
-  while (wanted && reader->Read(&event)) wanted = on_event(ToJson(event));
+  while (wanted && reader->Read(&message)) wanted = on_message(message);
   if (!wanted) context->TryCancel();
   const grpc::Status status = reader->Finish();
   if (!wanted || status.ok()) return {200, ""};
   return {HttpStatusOf(status.error_code()),
           JsonError(status.error_code(), status.error_message())};
+}
+
+}  // namespace
+
+JsonReply JsonGateway::Watch(absl::string_view json, absl::string_view authorization,
+                             grpc::ClientContext* context,
+                             const std::function<bool(const std::string&)>& on_event) const {
+  v1::JobService::Stub stub(channel_);
+  return ServerStream<v1::WatchJobRequest, v1::JobEvent>(
+      json, authorization, context,
+      [&](grpc::ClientContext* c, const v1::WatchJobRequest& r) { return stub.WatchJob(c, r); },
+      [&](const v1::JobEvent& event) { return on_event(ToJson(event)); });
+}
+
+JsonReply JsonGateway::Download(absl::string_view json, absl::string_view authorization,
+                                grpc::ClientContext* context,
+                                const std::function<bool(const std::string&)>& on_bytes) const {
+  v1::JobService::Stub stub(channel_);
+  return ServerStream<v1::DownloadModelRequest, v1::ModelChunk>(
+      json, authorization, context,
+      [&](grpc::ClientContext* c, const v1::DownloadModelRequest& r) {
+        return stub.DownloadModel(c, r);
+      },
+      [&](const v1::ModelChunk& chunk) { return on_bytes(chunk.data()); });
 }
 
 }  // namespace trainerd::console

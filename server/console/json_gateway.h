@@ -29,8 +29,9 @@ class JsonGateway {
  public:
   explicit JsonGateway(std::shared_ptr<grpc::Channel> channel);
 
-  // Whether the console may call `service`/`method` with Call (the reads, and cancelling and
-  // deleting; submitting and uploading stay with trainctl, Python and the API).
+  // Whether the console may call `service`/`method` with Call (the reads, the devices'
+  // diagnosis, and cancelling and deleting; submitting and uploading stay with trainctl, Python
+  // and the API).
   static bool IsUnary(absl::string_view service, absl::string_view method);
 
   // Calls service/method ("JobService", "ListJobs") with `json` (empty: {}) as the request and
@@ -46,6 +47,12 @@ class JsonGateway {
   JsonReply Watch(absl::string_view json, absl::string_view authorization,
                   grpc::ClientContext* context,
                   const std::function<bool(const std::string&)>& on_event) const;
+
+  // JobService.DownloadModel: the model's bytes, chunk by chunk, to `on_bytes` (returning false
+  // ends it), as Watch.
+  JsonReply Download(absl::string_view json, absl::string_view authorization,
+                     grpc::ClientContext* context,
+                     const std::function<bool(const std::string&)>& on_bytes) const;
 
  private:
   std::shared_ptr<grpc::Channel> channel_;

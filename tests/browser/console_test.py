@@ -15,6 +15,7 @@ cases.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -552,6 +553,36 @@ class ConsoleTest(unittest.TestCase):
         drawn = {p.get_attribute("data-job-id") for p in self.find("#sweep-chart path[data-job-id]")}
         self.assertTrue(set(members) <= drawn, f"#sweep-chart draws {drawn}, not every member {members}")
         self.screenshot("sweep")
+        self.assert_no_alert()
+
+    @keep_evidence
+    def test_4b_a_model_downloads_from_its_page_and_the_devices_show_their_diagnosis(self) -> None:
+        self.be("alice")
+        job = self.submit("alice", "--epochs", "3")
+        self.ctl_ok("alice", "job", "wait", job, "--for", "ended", "--timeout", "60", timeout=90)
+        record = self.job("alice", job)
+        self.assertEqual(record["state"], "JOB_STATE_SUCCEEDED")
+        downloads = self.tmp / "downloads"
+        downloads.mkdir(exist_ok=True)
+        self.driver.execute_cdp_cmd("Browser.setDownloadBehavior",
+                                    {"behavior": "allow", "downloadPath": str(downloads)})
+        self.open(f"#/jobs/{job}")
+        button = self.wait(lambda: self.displayed(
+            'button.model-download[data-format="MODEL_FORMAT_TORCHSCRIPT"]'), 20,
+            "the TorchScript download button")
+        self.assertEqual(len(self.find("button.model-download")), 3)
+        button.click()
+        saved = downloads / f"{job}.pt"
+        self.wait(lambda: saved.exists() and not list(downloads.glob("*.crdownload")), 30,
+                  f"{saved} downloaded")
+        self.assertEqual(hashlib.sha256(saved.read_bytes()).hexdigest(), record["model_sha256"],
+                         "the downloaded model is not the one the job recorded")
+
+        self.open("#/devices")
+        diagnosis = self.wait(lambda: self.displayed(
+            'section.device-card[data-device="cpu"] .device-diagnosis'), 60,
+            "the CPU's card with its diagnosis")
+        self.assertIn("FLOP/s", diagnosis.text)
         self.assert_no_alert()
 
     @keep_evidence

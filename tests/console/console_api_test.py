@@ -4,6 +4,7 @@ its assets and security headers, the JSON API's authentication, tenancy and erro
 server-sent events, a cancel, a revoked token, and the refusal to serve other machines without
 authentication. Standard library only. TRAINERD_BIN and TRAINCTL_BIN name the binaries."""
 
+import hashlib
 import json
 import os
 import re
@@ -205,6 +206,36 @@ class ConsoleApiTest(unittest.TestCase):
         text = body.decode()
         self.assertIn('event: error', text)
         self.assertIn('"NOT_FOUND"', text)
+
+    def test_a_model_downloads_whole_in_each_format(self):
+        job = self.submit(3)
+        deadline = time.time() + 60
+        while (done := self.c.ctl(ALICE, 'job', 'get', job))['state'] != 'JOB_STATE_SUCCEEDED':
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.1)
+        status, headers, body = self.c.request('/api/v1/JobService/DownloadModel', {'id': job},
+                                               ALICE)
+        self.assertEqual(status, 200)
+        self.assertEqual(headers['Content-Type'], 'application/octet-stream')
+        self.assertEqual(hashlib.sha256(body).hexdigest(), done['model_sha256'])
+        out = os.path.join(self.c.dir, 'model.safetensors')
+        self.c.ctl(ALICE, 'job', 'model', job, '--format', 'safetensors', '-f', out)
+        status, _, body = self.c.request('/api/v1/JobService/DownloadModel',
+                                         {'id': job, 'format': 'MODEL_FORMAT_SAFETENSORS'}, ALICE)
+        with open(out, 'rb') as f:
+            self.assertEqual((status, body), (200, f.read()))
+        # Errors before any byte are errors with their status.
+        status, _, body = self.c.request('/api/v1/JobService/DownloadModel', {'id': 'job-nope'},
+                                         ALICE)
+        self.assertEqual((status, json.loads(body)['code']), (404, 'NOT_FOUND'))
+        status, _, body = self.c.request('/api/v1/JobService/DownloadModel', {'id': job}, BOB)
+        self.assertEqual(status, 404)
+
+    def test_the_devices_diagnosis_is_readable(self):
+        status, diagnosis = self.c.call('SystemService/Diagnose')
+        self.assertEqual(status, 200)
+        self.assertEqual(diagnosis['devices'][0]['device'], 'cpu')
+        self.assertGreater(diagnosis['devices'][0]['matmul_flops_per_second'], 0)
 
     def test_cancel_from_the_console_is_what_trainctl_sees(self):
         job = self.submit(100000)

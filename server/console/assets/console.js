@@ -260,6 +260,32 @@ async function api(path, body, signal) {
   return text ? JSON.parse(text) : {};
 }
 
+// The formats DownloadModel sends: [format, file extension, button label].
+const MODEL_FORMATS = [
+  ['MODEL_FORMAT_TORCHSCRIPT', '.pt', 'TorchScript (.pt)'],
+  ['MODEL_FORMAT_SAFETENSORS', '.safetensors', 'state_dict (.safetensors)'],
+  ['MODEL_FORMAT_PT2', '.pt2', 'exported program (.pt2)'],
+];
+// DownloadModel through the console: fetched with the token (a link cannot send it), then saved
+// from a blob under the job's id.
+async function downloadModel(id, format, ext, button) {
+  button.disabled = true;
+  try {
+    const res = await request('JobService/DownloadModel', {id, format});
+    if (!res.ok) throw await failure(res);
+    const url = URL.createObjectURL(await res.blob());
+    const link = h('a', {href: url, download: id + ext, hidden: true});
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  } catch (e) {
+    report(e);
+  } finally {
+    button.disabled = false;
+  }
+}
+
 // WatchJob as server-sent events over fetch (EventSource cannot send headers): calls onEvent
 // with each JobEvent; resolves when the stream ends, throws its error event as an ApiError.
 async function watchJob(id, signal, onEvent) {
@@ -874,7 +900,15 @@ function jobExtras(job) {
       h('div', {id: 'job-model'},
         job.state === 'JOB_STATE_SUCCEEDED' ?
             [
-              h('p', null, 'Download it with trainctl (the console has no download yet):'),
+              h('p', {class: 'downloads'},
+                MODEL_FORMATS.map(
+                    ([format, ext, label]) => h('button', {
+                      type: 'button',
+                      class: 'model-download',
+                      'data-format': format,
+                      onclick: ev => downloadModel(id, format, ext, ev.currentTarget)
+                    },
+                                                label))),
               h('pre', {class: 'hint'},
                 `trainctl job model ${id} -f model.pt\n` +
                     `trainctl job model ${id} --format safetensors -f model.safetensors\n` +
@@ -1328,7 +1362,21 @@ function datasetsPage(pg, view) {
 
 // ---- Devices ----
 
-function deviceCard(d) {
+// Diagnose's figures for one device (the peak a job's speed is compared with), or null.
+function diagnosis(g) {
+  if (!g) return null;
+  return dl({class: 'kv device-diagnosis'}, [
+    ['matmul peak', `${fmtSI(g.matmul_flops_per_second, 'FLOP/s')} (n = ${g.matmul_size})`],
+    ['host to device', fmtSI(g.host_to_device_bytes_per_second, 'B/s')],
+    ['launch', fmtSeconds(g.launch_seconds)], ['sync', fmtSeconds(g.sync_seconds)],
+    [
+      'utilization during matmul',
+      g.utilization_during_matmul != null && fmtPct(g.utilization_during_matmul)
+    ]
+  ]);
+}
+
+function deviceCard(d, g) {
   const u = d.utilization == null ? NaN : num(d.utilization);
   const used = num(d.memory_used_bytes), total = num(d.memory_total_bytes);
   const running = d.running_jobs || [], sets = d.datasets || [];
@@ -1342,29 +1390,47 @@ function deviceCard(d) {
           span('value device-util', Number.isFinite(u) ? fmtPct(u) : 'n/a')),
       div('metric', span('label', 'memory'), meter(total > 0 ? used / total : NaN),
           span('value device-memory', fmtBytes(used) + ' / ' + fmtBytes(total))),
-      dl(null, [
-        [
-          'running',
-          running.length ?
-              running.map((j, i) => [i ? ', ' : '', /^job-[0-9a-f]+$/.test(j) ? jobLink(j) : j]) :
-              'none'
-        ],
-        ['queued', String(d.queued_jobs || 0)],
-        [
-          'datasets',
-          sets.length ? `${sets.length} (${fmtBytes(d.dataset_bytes)}): ${sets.join(', ')}` : 'none'
-        ],
-        ['peer ranks', (d.peer_ranks || []).join(', ')], ['uuid', d.uuid]
-      ]));
+      dl(null,
+         [
+           [
+             'running',
+             running.length ?
+                 running.map(
+                     (j, i) => [i ? ', ' : '', /^job-[0-9a-f]+$/.test(j) ? jobLink(j) : j]) :
+                 'none'
+           ],
+           ['queued', String(d.queued_jobs || 0)],
+           [
+             'datasets',
+             sets.length ? `${sets.length} (${fmtBytes(d.dataset_bytes)}): ${sets.join(', ')}` :
+                           'none'
+           ],
+           ['peer ranks', (d.peer_ranks || []).join(', ')], ['uuid', d.uuid]
+         ]),
+      diagnosis(g));
 }
 
 function devicesPage(pg, view) {
   const list = h('div', {id: 'devices-list', class: 'cards'});
-  add(view, [div('page-head', h('h1', null, 'Devices')), list]);
-  // ListDevices carries no Diagnose figures, and Diagnose measures: it is not called here.
+  const measured = span('muted', '');
+  add(view, [div('page-head', h('h1', null, 'Devices'), measured), list]);
+  // Diagnose's figures once per visit: its cached measurement (it measures only when it has
+  // none, and each caller may run few at once); the devices themselves every 2 s.
+  let diag = {};
+  api('SystemService/Diagnose', {}, pg.ctl.signal)
+      .then(r => {
+        for (const g of r.devices || []) diag[g.device] = g;
+        fill(measured, r.measure_time ? ['diagnosed ', timeEl(r.measure_time)] : '');
+      })
+      .catch(e => {
+        if (!pg.stopped && !e.silent) report(e, 'poll');
+      });
   poll(pg, 2000, async () => {
     const devs = (await api('SystemService/ListDevices', {}, pg.ctl.signal)).devices || [];
-    fill(list, devs.length ? devs.map(deviceCard) : h('p', {class: 'empty'}, 'No devices.'));
+    fill(
+        list,
+        devs.length ? devs.map(d => deviceCard(d, diag[d.device])) :
+                      h('p', {class: 'empty'}, 'No devices.'));
   });
 }
 
