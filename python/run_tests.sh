@@ -10,8 +10,8 @@
 # numpy) stay visible in the new environment, which is made once at $TRAINERD_PYCLIENT_VENV
 # (default ${XDG_CACHE_HOME:-~/.cache}/trainerd/pyclient-venv). The package is reinstalled only
 # when its sources (or the .proto files) changed since the last run, with its extras (torch,
-# safetensors, pandas, progress, test and notebook: the example notebook's test runs a Jupyter
-# kernel).
+# safetensors, pandas, progress, test, notebook: the example notebook's test runs a Jupyter
+# kernel, optuna, tensorboard and mlflow: the exports' tests read back what they wrote).
 #
 # The daemon under test is $TRAINERD_BIN (default build/release/server/trainerd), trainctl
 # $TRAINCTL_BIN (default: the same build's client/trainctl).

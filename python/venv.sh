@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The Python client's virtual environment: made once, with ./python[torch,safetensors,pandas,
-# progress,test,notebook] installed into it and reinstalled whenever the package's sources (or the
-# .proto files) changed. Prints the environment's python on stdout; what it does goes to stderr. Shared by
-# python/run_tests.sh and bench/run.sh (`make test`, `make bench`).
+# progress,test,notebook,optuna,tensorboard,mlflow] installed into it and reinstalled whenever the
+# package's sources (or the .proto files) changed. Prints the environment's python on stdout;
+# what it does goes to stderr. Shared by python/run_tests.sh and bench/run.sh (`make test`,
+# `make bench`).
 #
 #   python/venv.sh [PYTHON]
 #
@@ -36,7 +37,7 @@ if [ "$source_site" != "$site" ]; then
 fi
 
 # What the installed package was built from: its sources and the .proto files.
-extras="torch,safetensors,pandas,progress,test,notebook,optuna"
+extras="torch,safetensors,pandas,progress,test,notebook,optuna,tensorboard,mlflow"
 stamp_file="$venv/.trainerd-pyclient-stamp"
 stamp="$(cd "$repo" && {
   find python/setup.py python/pyproject.toml python/README.md python/trainerd proto/trainerd \
@@ -46,7 +47,7 @@ stamp="$(cd "$repo" && {
   echo "$extras"
 } | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ] ||
-  ! "$venv/bin/python" -c 'import trainerd, pytest, mypy, nbclient, optuna' 2>/dev/null; then
+  ! "$venv/bin/python" -c 'import trainerd, pytest, mypy, nbclient, optuna, tensorboard, mlflow' 2>/dev/null; then
   echo "venv.sh: installing ./python[$extras] into $venv" >&2
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade \
     "$here[$extras]" >&2

@@ -11,12 +11,24 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["import_torch", "torch_mismatch"]
+__all__ = ["import_extra", "import_torch", "torch_mismatch"]
 
 
 def import_torch() -> Any:
     """The torch module; ImportError when torch is not installed."""
     return importlib.import_module("torch")
+
+
+def import_extra(module: str, extra: str, what: str) -> Any:
+    """``module`` (e.g. "tensorboard.compat.proto.event_pb2"), which the package's ``extra``
+    installs; an ImportError naming the extra when it is not installed. ``what``: the call that
+    needs it, for the message."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"{what} needs {module.split('.', 1)[0]}: pip install 'trainerd[{extra}]' ({e})"
+        ) from e
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

@@ -22,6 +22,7 @@ answer (``await job.refresh()`` asks again; ``wait`` and ``watch`` leave the job
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
-from trainerd import _calls, _download, _health, _submit, _upload
+from trainerd import _calls, _download, _export, _health, _submit, _upload
 from trainerd._connection import ClientBase, Connection, Version
 from trainerd._display import DisplayArg
 from trainerd._download import MAX_CHECKPOINT_BYTES, MAX_MODEL_BYTES
@@ -51,6 +52,7 @@ from trainerd._transport import AioTransport
 from trainerd.client import DatasetArg
 from trainerd.config import Settings
 from trainerd.datasets import DatasetBase
+from trainerd.errors import TrainerdError
 from trainerd.sweeps import SweepBase
 from trainerd.v1 import datasets_pb2, jobs_pb2, system_pb2
 
@@ -121,6 +123,56 @@ class Job(JobBase):
     async def refresh(self) -> Job:
         await self._call(_calls.refresh, self)
         return self
+
+    async def _full(self) -> None:
+        """Fetches the job whole unless it ended and is already (a listing's view is not)."""
+        if self._needs_full():
+            await self.refresh()
+
+    async def _model_files(self, log_model: bool) -> Callable[[str], bytes] | None:
+        """What :meth:`to_mlflow` logs of the model, downloaded beforehand."""
+        if not log_model or self.cached_state != JobState.SUCCEEDED:
+            return None
+        models: dict[str, bytes | TrainerdError] = {"torchscript": await self.model_bytes()}
+        try:
+            models["safetensors"] = await self.model_bytes(format="safetensors")
+        except TrainerdError as e:
+            models["safetensors"] = e
+        return _export.prefetched(models)
+
+    async def to_tensorboard(
+        self, logdir: str | os.PathLike[str], *, run_name: str | None = None
+    ) -> Path:
+        """Writes the job as a TensorBoard run (see :meth:`trainerd.Job.to_tensorboard`), after
+        fetching it whole unless it ended; the files are written in a worker thread."""
+        await self._full()
+        run_dir = Path(logdir) / (run_name or self.id)
+        return await asyncio.to_thread(_export.write_tensorboard, self, self.history, run_dir)
+
+    async def to_mlflow(
+        self,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        log_model: bool = True,
+    ) -> str:
+        """Logs the job as an MLflow run (see :meth:`trainerd.Job.to_mlflow`), after fetching it
+        whole unless it ended and downloading its model files; MLflow's calls run in a worker
+        thread. Returns the run's id."""
+        await self._full()
+        fetch = await self._model_files(log_model)
+        export = _export.MlflowExport(tracking_uri)
+        experiment_id, parent = export.place(experiment, None)  # the active run is this thread's
+        return await asyncio.to_thread(
+            lambda: export.log_job(
+                self,
+                self.history,
+                experiment_id=experiment_id,
+                run_name=run_name or self.id,
+                parent_run_id=parent,
+                fetch_model=fetch,
+            )
+        )
 
     async def cancel(self) -> Job:
         self._proto = await self._call(_calls.cancel_job, self.id)
@@ -252,6 +304,41 @@ class Sweep(SweepBase[Job]):
     async def refresh(self) -> Sweep:
         await self._call(_calls.refresh_all, self.jobs)
         return self
+
+    async def to_tensorboard(self, logdir: str | os.PathLike[str]) -> list[Path]:
+        """Writes every member as a TensorBoard run (see :meth:`trainerd.Sweep.to_tensorboard`)."""
+        return [
+            await job.to_tensorboard(logdir, run_name=name)
+            for job, name in zip(self.jobs, self._run_names())
+        ]
+
+    async def to_mlflow(
+        self,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        log_model: bool = True,
+    ) -> str:
+        """Logs the sweep as an MLflow parent run with a nested run per member (see
+        :meth:`trainerd.Sweep.to_mlflow`), after fetching the members whole and downloading
+        their model files; MLflow's calls run in a worker thread. Returns the parent's id."""
+        fetchers = []
+        for job in self.jobs:
+            await job._full()  # noqa: SLF001
+            fetchers.append(await job._model_files(log_model))  # noqa: SLF001
+        histories = [job.history for job in self.jobs]
+        export = _export.MlflowExport(tracking_uri)
+        experiment_id, parent = export.place(experiment, None)
+        return await asyncio.to_thread(
+            lambda: export.log_sweep(
+                self,
+                histories,
+                fetchers,
+                experiment_id=experiment_id,
+                run_name=run_name or self.id,
+                parent_run_id=parent,
+            )
+        )
 
     async def wait(
         self,

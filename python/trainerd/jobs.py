@@ -7,13 +7,13 @@ transport."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainerd import _calls, _download
+from trainerd import _calls, _download, _export
 from trainerd._connection import Connection
 from trainerd._display import DisplayArg, job_html
 from trainerd._download import DOWNLOAD_TIMEOUT as DOWNLOAD_TIMEOUT  # noqa: PLC0414
@@ -87,6 +87,63 @@ class Job(JobBase):
     def history_frame(self) -> pandas.DataFrame:
         """The history as a pandas DataFrame, one row per epoch (needs pandas)."""
         return self._history_frame(self.history)
+
+    def to_tensorboard(
+        self, logdir: str | os.PathLike[str], *, run_name: str | None = None
+    ) -> Path:
+        """Writes the job as a TensorBoard run, ``logdir/<run_name>`` (default: the job id), with
+        TensorBoard's own library (``pip install 'trainerd[tensorboard]'``; no TensorFlow): each
+        epoch's ``loss``, ``validation_loss`` and ``validation_accuracy`` (when it validates),
+        ``learning_rate`` (and fp16's ``loss_scale``, ``skipped_steps``) as scalars at step =
+        the epoch, wall time = the job's start + the epoch's ``elapsed_seconds``; once it ended,
+        ``final/loss``, ``final/validation_loss``, ``final/validation_accuracy``,
+        ``final/epochs``, ``final/wall_seconds`` and ``final/samples_per_second`` at the last
+        epoch's step; and the spec's fields (as ``repr(job.spec)`` shows them, flattened:
+        ``optimizer.learning_rate``) as the HParams dashboard's hyperparameters. Event files of
+        an earlier export to the same run are replaced. Returns the run's directory."""
+        history = self.history  # the full job, current unless it ended
+        return _export.write_tensorboard(self, history, Path(logdir) / (run_name or self.id))
+
+    def to_mlflow(
+        self,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        log_model: bool = True,
+    ) -> str:
+        """Logs the job as an MLflow run with MLflow's own client (``pip install
+        'trainerd[mlflow]'``) and returns the run's id. The run goes to ``tracking_uri`` (the
+        current one, ``mlflow.get_tracking_uri()``, when None), into ``experiment`` by name (made
+        when missing), else the current experiment; inside an active ``mlflow.start_run()`` (on
+        the current tracking URI) it is nested under that run. Its name is ``run_name`` or the
+        job id; its start and end the job's. It holds: the spec's fields as parameters
+        (flattened as :meth:`to_tensorboard`'s hyperparameters, values cut to MLflow's length
+        limit); each epoch's figures as metrics at step = the epoch, timestamped by the epoch's
+        end; the final figures (``final/loss``, ...); tags ``trainerd.job_id``,
+        ``trainerd.state``, ``trainerd.dataset``, ``trainerd.device``, ``trainerd.sweep_id``
+        and ``trainerd.sweep_member`` for a sweep's member, ``trainerd.error`` or
+        ``trainerd.stop_reason`` when there is one; the spec as ``trainerd/spec.json``; and with
+        ``log_model`` for a SUCCEEDED job, the trained model as :meth:`model_bytes` downloads it
+        (``model/model.pt``, TorchScript, or ``model/model.pt2`` for an exported job) and its
+        state_dict (``model/model.safetensors``). An ended job's run ends FINISHED, FAILED or
+        KILLED; a job still running gives a run left RUNNING with the epochs so far."""
+        history = self.history
+        export = _export.MlflowExport(tracking_uri)
+        experiment_id, parent = export.place(experiment, None)
+        return export.log_job(
+            self,
+            history,
+            experiment_id=experiment_id,
+            run_name=run_name or self.id,
+            parent_run_id=parent,
+            fetch_model=self._model_fetcher() if log_model else None,
+        )
+
+    def _model_fetcher(self) -> Callable[[str], bytes]:
+        def fetch(format: str) -> bytes:
+            return self.model_bytes(format=format)
+
+        return fetch
 
     # --- Calls -----------------------------------------------------------------------------
 

@@ -4,10 +4,12 @@ operations of :mod:`trainerd._calls`, run on the client's transport)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from trainerd import _calls
+from trainerd import _calls, _export
 from trainerd._calls import POLL_SECONDS as POLL_SECONDS  # noqa: PLC0414 (trainerd.sweeps's)
 from trainerd._display import DisplayArg, SweepDisplay, sweep_display, sweep_html
 from trainerd._jobbase import Epoch, JobBase, JobState
@@ -120,6 +122,14 @@ class SweepBase(Generic[JobT]):
         frame: pd.DataFrame = pd.DataFrame(rows).set_index("id")
         return frame
 
+    def _run_names(self) -> list[str]:
+        """Each member's run name: its number in the sweep (zero-padded) and its id."""
+        width = len(str(len(self.jobs)))
+        return [
+            f"{job.sweep_member or index:0{width}d}-{job.id}"
+            for index, job in enumerate(self.jobs, 1)
+        ]
+
     def _repr_html_(self) -> str:
         """Jupyter's view: one row per member (swept values, state, epochs, results), the best
         member (as :meth:`best` ranks them) marked, as of the members' last answers."""
@@ -201,3 +211,43 @@ class Sweep(SweepBase[Job]):
         0.4 s."""
         self._call(_calls.wait_sweep, self, timeout, self._display(progress, plot))
         return self
+
+    def to_tensorboard(self, logdir: str | os.PathLike[str]) -> list[Path]:
+        """Writes every member as a TensorBoard run (:meth:`Job.to_tensorboard`) named by its
+        number (zero-padded to the members' count) and id (``logdir/1-job-…``), so that
+        TensorBoard's runs selector compares their curves and the HParams dashboard tables their
+        hyperparameters and final figures (``pip install 'trainerd[tensorboard]'``). Returns the
+        runs' directories, in member order."""
+        return [
+            job.to_tensorboard(logdir, run_name=name)
+            for job, name in zip(self.jobs, self._run_names())
+        ]
+
+    def to_mlflow(
+        self,
+        experiment: str | None = None,
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        log_model: bool = True,
+    ) -> str:
+        """Logs the sweep as an MLflow parent run (named ``run_name`` or the sweep id; tags
+        ``trainerd.sweep_id``, ``trainerd.members``, and ``trainerd.best_job_id`` with
+        ``trainerd.best_metric`` when a member succeeded) with one nested run per member, as
+        :meth:`Job.to_mlflow` logs a job, named by the member's number and id (``pip install
+        'trainerd[mlflow]'``). ``experiment`` and ``tracking_uri`` as there. Returns the parent
+        run's id."""
+        histories = [job.history for job in self.jobs]  # every member full and current
+        export = _export.MlflowExport(tracking_uri)
+        experiment_id, parent = export.place(experiment, None)
+        fetchers = [
+            job._model_fetcher() if log_model else None  # noqa: SLF001
+            for job in self.jobs
+        ]
+        return export.log_sweep(
+            self,
+            histories,
+            fetchers,
+            experiment_id=experiment_id,
+            run_name=run_name or self.id,
+            parent_run_id=parent,
+        )
