@@ -88,7 +88,7 @@ struct FileToWrite {
 // one fsync's wait instead of two hundred. A status per file, in order: a file whose write,
 // fsync or rename failed is not in place (nor its temporary); the others are. A folder's failed
 // fsync fails every file in it.
-inline constexpr size_t kParallelFileSyncs = 8;
+inline constexpr size_t kParallelFileSyncs = 4;
 inline constexpr size_t kFilesOpenAtOnce = 64;
 std::vector<absl::Status> WriteFilesAtomically(const std::vector<FileToWrite>& files);
 

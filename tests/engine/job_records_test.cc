@@ -534,6 +534,10 @@ TEST_F(JobRecordsTest, QueuedJobsBehindARunningOneRunAfterARestart) {
 // is recorded and heard exactly as alone: every epoch in its record after a restart, and a watcher
 // gets epochs 1..N in order, then the end.
 TEST_F(JobRecordsTest, APacksEpochsAreRecordedAndHeardAsEachMembersAlone) {
+  // The one worker is busy until every member is watched, so that each watch begins while its
+  // member is QUEUED (a watch that begins later has the epochs so far in its snapshot instead).
+  absl::StatusOr<JobSnapshot> blocker = engine_->SubmitJob(BlockerSpec("seed"));
+  ASSERT_TRUE(blocker.ok()) << blocker.status();
   JobSpec base = SeedSpec("seed");
   base.epochs = 6;
   SweepAxes axes;
@@ -546,6 +550,7 @@ TEST_F(JobRecordsTest, APacksEpochsAreRecordedAndHeardAsEachMembersAlone) {
     recorders.push_back(std::make_shared<EventRecorder>());
     ASSERT_TRUE(engine_->SubscribeJob(member.id, recorders.back()).ok());
   }
+  ASSERT_TRUE(engine_->CancelJob(blocker->id).ok());
   std::vector<JobSnapshot> ended;
   for (size_t i = 0; i < recorders.size(); ++i) {
     std::optional<JobSnapshot> end = recorders[i]->WaitForTerminal();
