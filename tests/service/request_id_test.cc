@@ -407,7 +407,9 @@ TEST_F(MemberOnAPeerTest, AShareIsFollowedWithoutAThreadPerMemberAndACancelEndsO
   std::shared_ptr<engine::Peers> leader = Leader();
   ASSERT_NE(leader, nullptr);
   constexpr int kMembers = 8;
-  constexpr int kEpochs = 200;
+  // Long enough that the cancel, sent once member 3's third epoch is heard, lands while the pack
+  // trains: a pack's epochs are heard up to 50 ms after they end (kPackEpochsHeldFor).
+  constexpr int kEpochs = 3000;
   engine::RemoteSweepRequest share;
   share.request_id = "sweep-leader002.00000000000000dd";
   for (int i = 0; i < kMembers; ++i) {
