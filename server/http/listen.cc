@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace trainerd::http {
@@ -25,6 +26,14 @@ absl::StatusOr<ListeningSocket> Listen(const std::string& address) {
     host = host.substr(1, host.size() - 2);  // [::1]:9400
   }
   const std::string port_text = address.substr(colon + 1);
+  // getaddrinfo takes "99999" as 99999 mod 65536 and a name such as "http" as its port: a port
+  // here is a number a TCP port can be.
+  int port_number = -1;
+  if (port_text.empty() || port_text.find_first_not_of("0123456789") != std::string::npos ||
+      !absl::SimpleAtoi(port_text, &port_number) || port_number > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", address, "' is not host:port (a port is 0 to 65535)"));
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -246,6 +247,31 @@ class ConsoleApiTest(unittest.TestCase):
             self.assertLess(time.time(), deadline)
             time.sleep(0.1)
 
+    def test_one_address_holds_at_most_64_connections(self):
+        host, port = self.c.console[len('http://'):].rsplit(':', 1)
+        held = []
+        try:
+            for _ in range(80):  # idle: connected, nothing sent
+                sock = socket.create_connection((host, int(port)), timeout=5)
+                held.append(sock)
+            time.sleep(0.5)
+            closed = 0
+            for sock in held:
+                sock.settimeout(0.05)
+                try:
+                    if sock.recv(1) == b'':
+                        closed += 1
+                except (socket.timeout, ConnectionResetError):
+                    closed += isinstance(sys.exc_info()[1], ConnectionResetError)
+            self.assertGreaterEqual(closed, 80 - 64)
+        finally:
+            for sock in held:
+                sock.close()
+        deadline = time.time() + 10
+        while self.c.call('SystemService/GetVersion')[0] != 200:  # served again once they went
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.1)
+
     def test_z_a_revoked_token_is_refused(self):
         self.assertEqual(self.c.call('JobService/ListJobs', token=BOB)[0], 200)
         self.c.write_tokens([f'alice:{ALICE}'])
@@ -258,6 +284,20 @@ class ConsoleApiTest(unittest.TestCase):
 
 
 class ConsoleStartTest(unittest.TestCase):
+    def test_a_malformed_address_is_refused_at_start(self):
+        for address in ('nonsense', '127.0.0.1:99999', '127.0.0.1:-1', '[::1', ':8470'):
+            d = tempfile.mkdtemp(prefix='trainerd-console-')
+            try:
+                r = subprocess.run([TRAINERD, '--listen=127.0.0.1:0', '--metrics_listen=',
+                                    f'--console_listen={address}', f'--data_dir={d}/data',
+                                    '--device=cpu', '--diagnose_at_start=false'],
+                                   capture_output=True, text=True, timeout=60)
+                self.assertNotEqual(r.returncode, 0, address)
+                self.assertIn('trainerd: ', r.stderr, address)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+
+
     def test_another_machines_reach_needs_authentication(self):
         d = tempfile.mkdtemp(prefix='trainerd-console-')
         try:
