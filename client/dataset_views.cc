@@ -33,7 +33,7 @@ std::string DatasetWhere(const v1::Dataset& dataset) {
 std::string DatasetListTable(const v1::ListDatasetsResponse& response, TableOptions options) {
   std::vector<std::string> headers = {"NAME", "ROWS",   "FEATURES", "TARGETS",
                                       "SIZE", "DEVICE", "CREATED"};
-  if (options.wide) headers.insert(headers.end(), {"OWNER", "SHA256"});
+  if (options.wide) headers.insert(headers.end(), {"LAST USED", "OWNER", "SHA256"});
   TextTable table(std::move(headers));
   for (const v1::Dataset& dataset : response.datasets()) {
     std::vector<std::string> row = {
@@ -44,7 +44,11 @@ std::string DatasetListTable(const v1::ListDatasetsResponse& response, TableOpti
         FormatBytes(dataset.size_bytes()),
         DatasetWhere(dataset),
         FormatTimestamp(dataset.create_time())};
-    if (options.wide) row.insert(row.end(), {OrDash(dataset.owner()), OrDash(dataset.sha256())});
+    if (options.wide) {
+      row.insert(row.end(), {dataset.has_last_use_time() ? FormatTimestamp(dataset.last_use_time())
+                                                         : std::string("-"),
+                             OrDash(dataset.owner()), OrDash(dataset.sha256())});
+    }
     table.AddRow(std::move(row));
   }
   return table.Render(options.headers);
@@ -78,6 +82,9 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
       {"device", DatasetWhere(dataset)},
       {"created", FormatTimestamp(dataset.create_time())},
   };
+  if (dataset.has_last_use_time()) {
+    lines.push_back({"last used", FormatTimestamp(dataset.last_use_time())});
+  }
   // Only a daemon with authentication records who uploaded it.
   if (!dataset.owner().empty()) lines.push_back({"owner", dataset.owner()});
   if (dataset.shared()) lines.push_back({"shared", "yes: other tenants' jobs may train on it"});

@@ -37,6 +37,7 @@ def test_numpy_arrays(client: trainerd.Client, name: str) -> None:
     assert ds.sha256 == payload_sha256(x, y)
     assert ds.device == "cpu"
     assert ds.create_time is not None
+    assert ds.last_use_time is not None and ds.last_use_time >= ds.create_time  # no job yet
     assert client.dataset(name) == ds
     assert name in [d.name for d in client.datasets()]
     ds.delete()

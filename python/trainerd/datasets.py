@@ -87,6 +87,13 @@ class DatasetBase:
         return self._proto.create_time.ToDatetime(tzinfo=datetime.timezone.utc)
 
     @property
+    def last_use_time(self) -> datetime.datetime | None:
+        """When a job last took it (its upload time when none has)."""
+        if not self._proto.HasField("last_use_time"):
+            return None
+        return self._proto.last_use_time.ToDatetime(tzinfo=datetime.timezone.utc)
+
+    @property
     def target_min(self) -> int:
         """For int64 targets: the smallest class index (0 for float32 targets)."""
         return self._proto.target_min

@@ -77,6 +77,9 @@ v1::Dataset ToProto(const engine::DatasetMeta& meta) {
       break;
   }
   SetTimestamp(meta.create_time, out.mutable_create_time());
+  if (meta.last_used != absl::InfinitePast()) {
+    SetTimestamp(meta.last_used, out.mutable_last_use_time());
+  }
   out.set_target_min(meta.target_min);
   out.set_target_max(meta.target_max);
   out.set_owner(meta.owner);

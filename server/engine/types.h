@@ -41,6 +41,9 @@ struct DatasetMeta {
   std::string device;      // the device it is (or will be) resident on, e.g. "cuda:0"
   DatasetLocation location = DatasetLocation::kDevice;
   absl::Time create_time = absl::UnixEpoch();
+  // When a job last took it (its upload when none has); kept across restarts as its file's
+  // modification time. The registry's to set; an upload's is ignored.
+  absl::Time last_used = absl::InfinitePast();
   int64_t target_min = 0;     // int64 targets only: smallest class index
   int64_t target_max = 0;     // int64 targets only: largest class index
   int64_t feature_bytes = 0;  // the features' part of the payload (CheckDatasetHeader)

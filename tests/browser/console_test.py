@@ -599,6 +599,12 @@ class ConsoleTest(unittest.TestCase):
         self.assertIn(HOSTILE_DATASET, row.text)
         self.assertTrue(self.displayed('#datasets-table tr[data-dataset="seed"]'),
                         "dataset seed is not listed beside it")
+        # Its creation and its last use (by the jobs of the earlier tests) are times.
+        headers = [th.text for th in self.find("#datasets-table th")]
+        self.assertIn("Last used", headers)
+        times = self.find('#datasets-table tr[data-dataset="seed"] time')
+        self.assertEqual(len(times), 2, "seed's created and last used")
+        self.assertGreater(times[1].get_attribute("datetime"), times[0].get_attribute("datetime"))
         self.screenshot("datasets")
 
         # Markup and terminal escapes in a job's error: a TorchScript module that passes the

@@ -524,16 +524,22 @@ TEST(JobListTableTest, RowShowsProgressLossAndShortenedModel) {
             "1/10    0.500000  cuda:0  -\n");
 }
 
-TEST(DatasetListTableTest, WideAddsOwnerAndChecksumAndNoHeadersDropsTheHeaderLine) {
+TEST(DatasetListTableTest, WideAddsLastUseOwnerAndChecksumAndNoHeadersDropsTheHeaderLine) {
   v1::ListDatasetsResponse response;
   *response.add_datasets() = IrisDataset();
   response.mutable_datasets(0)->set_owner("alice");
+  response.mutable_datasets(0)->mutable_last_use_time()->set_seconds(1765000000);
+  const std::string last_used = absl::FormatTime(
+      "%Y-%m-%d %H:%M:%S", absl::FromUnixSeconds(1765000000), absl::LocalTimeZone());
   const std::string sha256(64, 'a');
   EXPECT_EQ(DatasetListTable(response, {/*wide=*/true, /*headers=*/true}),
-            absl::StrCat("NAME  ROWS  FEATURES  TARGETS       SIZE     DEVICE  CREATED  OWNER  "
-                         "SHA256\n"
-                         "iris  150   4         scalar int64  3.5 KiB  cuda:0  -        alice  ",
-                         sha256, "\n"));
+            absl::StrCat("NAME  ROWS  FEATURES  TARGETS       SIZE     DEVICE  CREATED  LAST USED"
+                         "            OWNER  SHA256\n"
+                         "iris  150   4         scalar int64  3.5 KiB  cuda:0  -        ",
+                         last_used, "  alice  ", sha256, "\n"));
+  // A dataset no job has taken since a daemon that kept no last use: a dash.
+  response.mutable_datasets(0)->clear_last_use_time();
+  EXPECT_THAT(DatasetListTable(response, {true, false}), HasSubstr("  -        -  "));
   // The columns keep the header's width: a script's columns line up with the table a person saw.
   EXPECT_EQ(DatasetListTable(response, {/*wide=*/false, /*headers=*/false}),
             "iris  150   4         scalar int64  3.5 KiB  cuda:0  -\n");

@@ -763,6 +763,41 @@ TEST(OwnerFolderTest, EveryOwnerGetsOneSafeFolderOfItsOwn) {
   EXPECT_NE(OwnerFolder(long_owner + "y"), folder);
 }
 
+// A dataset's last use is its upload until a job takes it, then when the last job took it; a
+// restart reads it back from the file's modification time (the console and `trainctl dataset
+// list -w` show it).
+TEST_F(DatasetOwnersTest, ADatasetsLastUseIsWhenAJobLastTookItAcrossARestart) {
+  const absl::Time before_upload = absl::Now();
+  ASSERT_TRUE(UploadAs("alice", "seed", SeedTable(10)).ok());
+  const absl::Time uploaded = engine_->GetDataset("alice/seed")->last_used;
+  EXPECT_GE(uploaded, before_upload);
+  EXPECT_LE(uploaded, absl::Now());
+  // Two hours idle, as its file says after a restart.
+  engine_.reset();
+  const auto two_hours_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(2);
+  std::filesystem::last_write_time(OwnedPath("alice", "seed"), two_hours_ago);
+  engine_ = StartEngine(Options());
+  ASSERT_NE(engine_, nullptr);
+  const absl::Time idle = engine_->GetDataset("alice/seed")->last_used;
+  EXPECT_NEAR(absl::ToDoubleSeconds(absl::Now() - idle), 7200, 60);
+  JobSpec spec = SeedSpec("alice/seed");
+  spec.epochs = 1;
+  const absl::Time before_job = absl::Now();
+  absl::StatusOr<JobSnapshot> job = engine_->SubmitJob(spec, Tenant("alice"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(WaitForEnd(*engine_, job->id)->state, JobState::kSucceeded);
+  const absl::Time used = engine_->GetDataset("alice/seed")->last_used;
+  EXPECT_GE(used, before_job);
+  EXPECT_LE(used, absl::Now());
+  EXPECT_EQ(engine_->ListDatasets().at(0).last_used, used);
+  engine_.reset();
+  engine_ = StartEngine(Options());
+  ASSERT_NE(engine_, nullptr);
+  // Kept to the file system's clock (nanoseconds here; a second on some).
+  EXPECT_LE(absl::AbsDuration(engine_->GetDataset("alice/seed")->last_used - used),
+            absl::Seconds(1));
+}
+
 // A copy made for a peer's jobs goes once no job has used it for the retention; its clock is the
 // file's modification time, which a restart reads back. (A queued job's copy stays:
 // JobRecordsTest.AQueuedJobsCopyForPeersOutlivesTheRetention.)

@@ -1313,7 +1313,7 @@ function datasetRow(d, remove) {
       h('td', {class: 'num', title: fmtInt(d.size_bytes) + ' bytes'}, fmtBytes(d.size_bytes)),
       td(null, d.device), td(null, loc ? tag(loc, 'loc-' + loc) : '—'),
       td(null, d.shared ? 'shared' : '—', d.peer_copy && tag('peer copy')),
-      td(null, timeEl(d.create_time)),
+      td(null, timeEl(d.create_time)), td(null, timeEl(d.last_use_time)),
       h('td', {class: 'mono', title: d.sha256 || ''}, (d.sha256 || '').slice(0, 12)),
       td(null,
          h('button',
@@ -1328,7 +1328,7 @@ function datasetsPage(pg, view) {
       {id: 'datasets-table'},
       [
         'Name', 'Owner', 'Rows', 'Features', 'Targets', 'Size', 'Device', 'Where', 'Shared',
-        'Created', 'SHA-256', ''
+        'Created', 'Last used', 'SHA-256', ''
       ],
       []);
   add(view, [

@@ -82,7 +82,7 @@ bool DatasetRegistry::MakeRoomLocked(int64_t bytes, const std::set<std::string>&
     if (entry.resident == nullptr || entry.running > 0 || entry.loading || keep.count(name)) {
       continue;
     }
-    candidates.push_back({in_use_ ? in_use_(name) : false, entry.last_used, name});
+    candidates.push_back({in_use_ ? in_use_(name) : false, entry.meta.last_used, name});
   }
   std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return std::tie(a.needed, a.last_used, a.name) < std::tie(b.needed, b.last_used, b.name);
@@ -152,14 +152,22 @@ void DatasetRegistry::ReleaseName(const std::string& key) {
 }
 
 void DatasetRegistry::TouchCopies(const std::vector<std::string>& keys) {
+  Touch(keys, /*copies_only=*/true);
+}
+
+void DatasetRegistry::Touch(const std::vector<std::string>& keys, bool copies_only) {
   const absl::Time now = absl::Now();
   std::vector<std::string> paths;
   {
     absl::MutexLock lock(&mu_);
     for (const std::string& key : keys) {
       auto it = datasets_.find(key);
-      if (it == datasets_.end() || !it->second.meta.peer_copy) continue;
-      it->second.copy_used = now;
+      if (it == datasets_.end()) continue;
+      if (it->second.meta.peer_copy) {
+        it->second.copy_used = now;
+      } else if (copies_only) {
+        continue;
+      }
       paths.push_back(PathFor(key));
     }
   }
@@ -353,8 +361,8 @@ absl::StatusOr<DatasetMeta> DatasetRegistry::Commit(std::unique_ptr<DatasetUploa
   upload->committed_ = true;
   Entry& entry = datasets_[key];
   entry.meta = meta;
-  entry.last_used = absl::Now();
-  entry.copy_used = entry.last_used;
+  entry.meta.last_used = absl::Now();
+  entry.copy_used = entry.meta.last_used;
   if (resident.ok()) {
     entry.resident = *std::move(resident);
     entry.meta.location = DatasetLocation::kDevice;
@@ -496,7 +504,7 @@ absl::StatusOr<JobDatasets> DatasetRegistry::AcquireForJob(const std::string& jo
     for (const std::string& name : names) {
       Entry& entry = datasets_.at(name);
       ++entry.running;
-      entry.last_used = absl::Now();
+      entry.meta.last_used = absl::Now();
       if (entry.resident == nullptr && !entry.loading) {
         entry.loading = true;
         loading_bytes_ += entry.meta.size_bytes;
@@ -550,7 +558,9 @@ absl::StatusOr<JobDatasets> DatasetRegistry::AcquireForJob(const std::string& jo
       }
     }
     if (out.has_value()) {
-      TouchCopies(names);  // a copy for peers is in use: its clock starts again
+      // Its last use, kept as its file's time for a restart; a copy for peers is in use: its
+      // clock starts again.
+      Touch(names, /*copies_only=*/false);
       return *std::move(out);
     }
     if (failed_elsewhere) {
@@ -588,7 +598,9 @@ void DatasetRegistry::RegisterFromDisk(const std::string& path, const DatasetMet
   record.meta = meta;
   record.meta.device = DeviceName(device_);
   record.meta.location = DatasetLocation::kDisk;
-  record.last_used = meta.create_time;
+  // The file's time: when a job last took it (or a copy's job gave it back), or when it was
+  // written.
+  record.meta.last_used = modified;
   record.copy_used = modified;  // a copy's clock: set when it was made and whenever it is used
 }
 

@@ -223,6 +223,10 @@ class DatasetRegistry {
  private:
   friend class DatasetUpload;
   void ReleaseName(const std::string& key);
+  // Sets the files' modification time of `keys` to now (the clock LoadFromDisk reads back as
+  // DatasetMeta::last_used and a copy's idle clock), and the copies' clocks in memory; with
+  // `copies_only` the copies' only.
+  void Touch(const std::vector<std::string>& keys, bool copies_only);
   // Registers a dataset file found at start (LoadFromDisk), on disk only.
   void RegisterFromDisk(const std::string& path, const DatasetMeta& meta);
   // Counts `bytes` more of staging memory against max_staged_bytes_ (RESOURCE_EXHAUSTED beyond
@@ -237,7 +241,6 @@ class DatasetRegistry {
   struct Entry {
     DatasetMeta meta;                         // location kept current
     std::shared_ptr<const Dataset> resident;  // null: on disk only
-    absl::Time last_used = absl::InfinitePast();
     int running = 0;       // running jobs holding it (never evicted while > 0)
     bool loading = false;  // a load is under way (its bytes are in loading_bytes_)
     // A copy for peers: when it was made, or last taken or given back by a job.
