@@ -55,7 +55,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
     && apt-get install -y -qq --no-install-recommends \
          libgrpc++1.51 libprotobuf32 libabsl20220623 libprometheus-cpp-core1.0 libmicrohttpd12 \
-         libsqlite3-0 libssl3 libyaml-cpp0.7 libseccomp2 ca-certificates \
+         libgnutls30 libsqlite3-0 libssl3 libyaml-cpp0.7 libseccomp2 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 trainerd \
     && useradd --system --uid 10001 --gid trainerd --home-dir /var/lib/trainerd \

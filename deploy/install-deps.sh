@@ -42,6 +42,7 @@ APT_PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libmicrohttpd-dev libsqlite3-dev libyaml-cpp-dev libeigen3-dev libseccomp-dev
   nlohmann-json3-dev  # JSON: the safetensors header (common/safetensors.cc), a .pt2 program's graph
+  libgnutls28-dev  # the console's HTTPS (libmicrohttpd's TLS): server/console/console_tls.cc
   # gloo's headers, which c10d's ProcessGroupGloo.hpp includes and the torch wheel does not ship
   # (its symbols are in libtorch_cpu.so): server/engine/distributed/.
   libgloo-dev

@@ -75,8 +75,10 @@ ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9400",
           "turns the endpoint off");
 ABSL_FLAG(std::string, console_listen, "",
           "host:port to serve the web console on (its page and the JSON API it reads); port 0 "
-          "picks a free port; empty (the default) turns it off. An address other machines can "
-          "reach needs --auth_token_file (the page asks for a token) or --insecure");
+          "picks a free port; empty (the default) turns it off. With --tls_cert_file it serves "
+          "HTTPS, and with --tls_client_ca_file it asks browsers for a client certificate, as the "
+          "API does. An address other machines can reach needs --auth_token_file (the page asks "
+          "for a token), --tls_client_ca_file or --insecure");
 ABSL_FLAG(absl::Duration, metrics_job_series_ttl, absl::Minutes(5),
           "how long a job's own series (trainerd_job_*) stay after it ends");
 ABSL_FLAG(bool, diagnose_at_start, true,
@@ -667,7 +669,7 @@ int main(int argc, char** argv) {
               << std::endl;
   }
   if (!(*server)->console_address().empty()) {
-    std::cout << "trainerd console on http://" << (*server)->console_address() << "/" << std::endl;
+    std::cout << "trainerd console on " << (*server)->console_url() << std::endl;
   }
 
   int signal = 0;

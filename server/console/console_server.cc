@@ -2,8 +2,10 @@
 // the security headers, the JSON calls, and the watches as server-sent events.
 #include "server/console/console_server.h"
 
+#include <gnutls/gnutls.h>
 #include <microhttpd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <climits>
 #include <cstring>
@@ -72,6 +74,15 @@ std::string Header(MHD_Connection* connection, const char* name) {
 struct ConsoleServer::Request {
   std::string body;
   bool too_large = false;
+};
+
+// One connection's: the TLS files it was served with, and what its client certificate proved
+// (looked at on its first API call; a connection's requests come one after another on its
+// thread).
+struct ConsoleServer::Connection {
+  std::shared_ptr<const TlsIdentity> tls;
+  bool checked = false;
+  absl::StatusOr<std::string> subject = std::string();
 };
 
 // One watch or download: a thread reads the gRPC stream into `buffer`; MHD's connection thread
@@ -168,10 +179,12 @@ struct ConsoleServer::Callbacks {
 
   static MHD_Result Answer(ConsoleServer* server, MHD_Connection* connection, const char* url,
                            const char* method, const Request& request);
+  static Connection* ConnectionOf(MHD_Connection* connection);
+  static void Notify(void* cls, MHD_Connection* connection, void** socket_context,
+                     MHD_ConnectionNotificationCode code);
   // WatchJob (server-sent events) or DownloadModel (the bytes) as a streamed response.
   static MHD_Result Streamed(ConsoleServer* server, MHD_Connection* connection,
-                             const std::string& body, const std::string& authorization,
-                             bool download);
+                             const std::string& body, const CallMetadata& caller, bool download);
 };
 
 MHD_Result ConsoleServer::Callbacks::Answer(ConsoleServer* server, MHD_Connection* connection,
@@ -214,22 +227,74 @@ MHD_Result ConsoleServer::Callbacks::Answer(ConsoleServer* server, MHD_Connectio
     return ReplyError(connection, grpc::StatusCode::NOT_FOUND, "not found");
   }
   const std::string authorization = Header(connection, "Authorization");
-  if (server->options_.authenticate) {
-    if (const absl::Status known = server->options_.authenticate(authorization); !known.ok()) {
-      return ReplyError(connection, static_cast<int>(known.code()), known.message());
+  std::string subject;
+  if (Connection* state = ConnectionOf(connection);
+      state != nullptr && state->tls != nullptr && state->tls->mutual()) {
+    if (!state->checked) {
+      const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+      state->subject = state->tls->VerifiedSubject(
+          info == nullptr ? nullptr : static_cast<gnutls_session_t>(info->tls_session));
+      state->checked = true;
     }
+    // As the gRPC API with mutual TLS: no call without a verified certificate (a token, when
+    // sent too, then names the caller).
+    if (!state->subject.ok()) {
+      return ReplyError(connection, static_cast<int>(state->subject.status().code()),
+                        state->subject.status().message());
+    }
+    subject = *state->subject;
+  }
+  CallMetadata caller;
+  if (server->options_.authenticate) {
+    absl::StatusOr<CallMetadata> admitted = server->options_.authenticate(authorization, subject);
+    if (!admitted.ok()) {
+      return ReplyError(connection, static_cast<int>(admitted.status().code()),
+                        admitted.status().message());
+    }
+    caller = *std::move(admitted);
+  } else if (!authorization.empty()) {
+    caller.emplace_back("authorization", authorization);
   }
   if (parts[3] == "JobService" && (parts[4] == "WatchJob" || parts[4] == "DownloadModel")) {
-    return Streamed(server, connection, request.body, authorization,
+    return Streamed(server, connection, request.body, caller,
                     /*download=*/parts[4] == "DownloadModel");
   }
-  return ReplyJson(connection,
-                   server->gateway_.Call(parts[3], parts[4], request.body, authorization));
+  return ReplyJson(connection, server->gateway_.Call(parts[3], parts[4], request.body, caller));
+}
+
+ConsoleServer::Connection* ConsoleServer::Callbacks::ConnectionOf(MHD_Connection* connection) {
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return info == nullptr ? nullptr : static_cast<Connection*>(info->socket_context);
+}
+
+void ConsoleServer::Callbacks::Notify(void* cls, MHD_Connection* connection, void** socket_context,
+                                      MHD_ConnectionNotificationCode code) {
+  auto* server = static_cast<ConsoleServer*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    delete static_cast<Connection*>(*socket_context);
+    *socket_context = nullptr;
+    return;
+  }
+  if (server->tls_ == nullptr) return;
+  // Before the handshake (libmicrohttpd starts the connection's thread after this): the files
+  // as they are now, and the request for a client certificate with mutual TLS. The handshake
+  // takes any certificate whose key the browser holds; the CA decides on the first call.
+  auto* state = new Connection();
+  *socket_context = state;
+  state->tls = server->tls_->Current();
+  const MHD_ConnectionInfo* info =
+      MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+  if (info == nullptr || info->tls_session == nullptr) return;
+  auto session = static_cast<gnutls_session_t>(info->tls_session);
+  gnutls_credentials_set(session, GNUTLS_CRD_CERTIFICATE, state->tls->credentials());
+  if (state->tls->mutual()) gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUEST);
 }
 
 MHD_Result ConsoleServer::Callbacks::Streamed(ConsoleServer* server, MHD_Connection* connection,
-                                              const std::string& body,
-                                              const std::string& authorization, bool download) {
+                                              const std::string& body, const CallMetadata& caller,
+                                              bool download) {
   if (server->streams_.fetch_add(1) >= server->options_.max_streams) {
     server->streams_.fetch_sub(1);
     return ReplyError(
@@ -240,7 +305,7 @@ MHD_Result ConsoleServer::Callbacks::Streamed(ConsoleServer* server, MHD_Connect
   auto* stream = new ConsoleServer::Stream();  // from here its destructor gives the slot back
   stream->server = server;
   stream->download = download;
-  stream->reader = std::thread([server, stream, body, authorization, download] {
+  stream->reader = std::thread([server, stream, body, caller, download] {
     // A watch's events as server-sent events, a download's bytes as they are; at most
     // kMaxBufferedBytes wait for the browser.
     auto append = [stream, download](const std::string& data) {
@@ -257,9 +322,8 @@ MHD_Result ConsoleServer::Callbacks::Streamed(ConsoleServer* server, MHD_Connect
       stream->produced = true;
       return !stream->closed;
     };
-    JsonReply end = download
-                        ? server->gateway_.Download(body, authorization, &stream->context, append)
-                        : server->gateway_.Watch(body, authorization, &stream->context, append);
+    JsonReply end = download ? server->gateway_.Download(body, caller, &stream->context, append)
+                             : server->gateway_.Watch(body, caller, &stream->context, append);
     absl::MutexLock lock(&stream->mu);
     if (end.http_status != 200 && !download) {
       absl::StrAppend(&stream->buffer, "event: error\ndata: ", end.json, "\n\n");
@@ -303,15 +367,35 @@ ConsoleServer::ConsoleServer(int port, ConsoleOptions options,
 
 absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
     const std::string& address, ConsoleOptions options, std::shared_ptr<grpc::Channel> channel) {
+  std::unique_ptr<TlsFiles> tls;
+  if (options.tls.enabled()) {  // read first: a bad file leaves no socket behind
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+      return absl::FailedPreconditionError(
+          "this libmicrohttpd has no TLS: the console cannot serve HTTPS");
+    }
+    absl::StatusOr<std::unique_ptr<TlsFiles>> files = TlsFiles::Load(options.tls, options.warn);
+    if (!files.ok()) return files.status();
+    tls = *std::move(files);
+  }
   absl::StatusOr<http::ListeningSocket> listening = http::Listen(address);
   if (!listening.ok()) return listening.status();
   std::unique_ptr<ConsoleServer> server(
       new ConsoleServer(listening->port, std::move(options), std::move(channel)));
+  server->tls_ = std::move(tls);
   const ConsoleOptions& set = server->options_;
   unsigned int flags =
       MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
   if (listening->family == AF_INET6) flags |= MHD_USE_IPv6;
+  if (server->tls_ != nullptr) flags |= MHD_USE_TLS;
   const int64_t idle = absl::ToInt64Seconds(absl::Ceil(set.idle_timeout, absl::Seconds(1)));
+  // libmicrohttpd wants a certificate to start with; each connection is given the files current
+  // when it starts (Notify).
+  MHD_OptionItem tls_options[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0,
+       server->tls_ ? const_cast<char*>(server->tls_->cert_pem().c_str()) : nullptr},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0,
+       server->tls_ ? const_cast<char*>(server->tls_->key_pem().c_str()) : nullptr},
+      {MHD_OPTION_END, 0, nullptr}};
   server->daemon_ = MHD_start_daemon(
       flags, /*port=*/0, nullptr, nullptr, &Callbacks::Access, server.get(),
       MHD_OPTION_EXTERNAL_LOGGER, &Callbacks::Log, nullptr,  // first, as MHD asks
@@ -320,8 +404,10 @@ absl::StatusOr<std::unique_ptr<ConsoleServer>> ConsoleServer::Start(
       static_cast<unsigned int>(set.max_connections), MHD_OPTION_PER_IP_CONNECTION_LIMIT,
       static_cast<unsigned int>(set.max_connections_per_ip), MHD_OPTION_CONNECTION_TIMEOUT,
       static_cast<unsigned int>(idle > UINT_MAX ? UINT_MAX : idle), MHD_OPTION_NOTIFY_COMPLETED,
-      &Callbacks::Completed, nullptr, MHD_OPTION_END);
+      &Callbacks::Completed, nullptr, MHD_OPTION_NOTIFY_CONNECTION, &Callbacks::Notify,
+      server.get(), MHD_OPTION_ARRAY, server->tls_ ? tls_options : tls_options + 2, MHD_OPTION_END);
   if (server->daemon_ == nullptr) {
+    ::close(listening->fd);
     return absl::UnavailableError(
         absl::StrCat("cannot serve the console on ", address, ": libmicrohttpd did not start"));
   }

@@ -1,4 +1,5 @@
-// trainerd's web console over HTTP (--console_listen, off by default): the page's three assets,
+// trainerd's web console over HTTP, or HTTPS when the daemon serves TLS (--console_listen, off by
+// default): the page's three assets,
 // compiled into the binary (no CDN: a node may have no internet), and the JSON API the page reads
 // (json_gateway.h): POST /api/v1/<Service>/<Method>, and JobService/WatchJob as a stream of
 // server-sent events. Every response carries a Content-Security-Policy that allows the page's own
@@ -6,7 +7,8 @@
 //
 // On libmicrohttpd, a thread per connection (a watch blocks on its gRPC stream), each with an
 // 8 MiB stack (LibTorch's static TLS, as server/http's), bounded in number overall and per
-// address; request bodies are bounded before they are read.
+// address; request bodies are bounded before they are read. With mutual TLS every connection is
+// asked for a client certificate, verified on its first API call and kept for the connection.
 #pragma once
 
 #include <atomic>
@@ -19,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/console/console_tls.h"
 #include "server/console/json_gateway.h"
 
 struct MHD_Daemon;
@@ -39,11 +42,20 @@ struct ConsoleOptions {
   // comment every keepalive to stay open.
   absl::Duration idle_timeout = absl::Seconds(60);
   absl::Duration keepalive = absl::Seconds(15);
-  // Checks the caller's Authorization header (its value; empty when absent) before any call, as
-  // the gRPC server's own check does for its connections (which the in-process channel does not
-  // pass through): an error (UNAUTHENTICATED) is the reply. Unset: no check (a daemon without
-  // authentication).
-  std::function<absl::Status(absl::string_view authorization)> authenticate;
+  // HTTPS with the daemon's certificate, and mutual TLS with its client CA (console_tls.h).
+  // Empty: plain HTTP.
+  ConsoleTls tls;
+  // Decides a call before it is made, as the gRPC server's own check does for its connections
+  // (which the in-process channel does not pass through), from the request's Authorization
+  // header (its value; empty when absent) and the subject of the client certificate its
+  // connection presented and the console verified ("" when none): the metadata the call carries
+  // into the daemon, or the error (UNAUTHENTICATED) that is the reply. Unset: the Authorization
+  // header as it is, unchecked (a daemon without authentication).
+  std::function<absl::StatusOr<CallMetadata>(absl::string_view authorization,
+                                             absl::string_view certificate_subject)>
+      authenticate;
+  // Logs what the operator should know of (TLS files that could not be re-read).
+  std::function<void(absl::string_view)> warn;
 };
 
 class ConsoleServer {
@@ -59,6 +71,8 @@ class ConsoleServer {
   ConsoleServer& operator=(const ConsoleServer&) = delete;
 
   int port() const { return port_; }
+  // "https" when it serves TLS, else "http".
+  const char* scheme() const { return tls_ != nullptr ? "https" : "http"; }
   // Watches open now.
   int open_streams() const { return streams_.load(); }
 
@@ -66,11 +80,13 @@ class ConsoleServer {
   struct Callbacks;
   struct Request;
   struct Stream;
+  struct Connection;
   ConsoleServer(int port, ConsoleOptions options, std::shared_ptr<grpc::Channel> channel);
 
   const int port_;
   const ConsoleOptions options_;
   const JsonGateway gateway_;
+  std::unique_ptr<TlsFiles> tls_;  // null: plain HTTP
   std::atomic<int> streams_{0};
   std::atomic<bool> stopping_{false};
   MHD_Daemon* daemon_ = nullptr;

@@ -65,10 +65,12 @@ bool FromJson(absl::string_view json, Message* message, JsonReply* reply) {
   return false;
 }
 
-void Prepare(grpc::ClientContext* context, absl::string_view authorization) {
-  if (!authorization.empty()) {
-    context->AddMetadata("authorization", std::string(authorization));
-  }
+void AddCaller(grpc::ClientContext* context, const CallMetadata& caller) {
+  for (const auto& [key, value] : caller) context->AddMetadata(key, value);
+}
+
+void Prepare(grpc::ClientContext* context, const CallMetadata& caller) {
+  AddCaller(context, caller);
   context->set_deadline(std::chrono::system_clock::now() + kCallDeadline);
 }
 
@@ -82,12 +84,12 @@ JsonReply Reply(const grpc::Status& status, const Message& response) {
 template <typename Stub, typename Request, typename Response>
 JsonReply Unary(Stub& stub,
                 grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                absl::string_view json, absl::string_view authorization) {
+                absl::string_view json, const CallMetadata& caller) {
   Request request;
   JsonReply reply;
   if (!FromJson(json, &request, &reply)) return reply;
   grpc::ClientContext context;
-  Prepare(&context, authorization);
+  Prepare(&context, caller);
   Response response;
   const grpc::Status status = (stub.*method)(&context, request, &response);
   return Reply(status, response);
@@ -149,25 +151,25 @@ bool JsonGateway::IsUnary(absl::string_view service, absl::string_view method) {
 }
 
 JsonReply JsonGateway::Call(absl::string_view service, absl::string_view method,
-                            absl::string_view json, absl::string_view authorization) const {
+                            absl::string_view json, const CallMetadata& caller) const {
   if (service == "JobService") {
     v1::JobService::Stub stub(channel_);
     using S = v1::JobService::Stub;
-    if (method == "ListJobs") return Unary(stub, &S::ListJobs, json, authorization);
-    if (method == "GetJob") return Unary(stub, &S::GetJob, json, authorization);
-    if (method == "CancelJob") return Unary(stub, &S::CancelJob, json, authorization);
-    if (method == "DeleteJob") return Unary(stub, &S::DeleteJob, json, authorization);
+    if (method == "ListJobs") return Unary(stub, &S::ListJobs, json, caller);
+    if (method == "GetJob") return Unary(stub, &S::GetJob, json, caller);
+    if (method == "CancelJob") return Unary(stub, &S::CancelJob, json, caller);
+    if (method == "DeleteJob") return Unary(stub, &S::DeleteJob, json, caller);
   } else if (service == "DatasetService") {
     v1::DatasetService::Stub stub(channel_);
     using S = v1::DatasetService::Stub;
-    if (method == "ListDatasets") return Unary(stub, &S::ListDatasets, json, authorization);
-    if (method == "DeleteDataset") return Unary(stub, &S::DeleteDataset, json, authorization);
+    if (method == "ListDatasets") return Unary(stub, &S::ListDatasets, json, caller);
+    if (method == "DeleteDataset") return Unary(stub, &S::DeleteDataset, json, caller);
   } else if (service == "SystemService") {
     v1::SystemService::Stub stub(channel_);
     using S = v1::SystemService::Stub;
-    if (method == "GetVersion") return Unary(stub, &S::GetVersion, json, authorization);
-    if (method == "ListDevices") return Unary(stub, &S::ListDevices, json, authorization);
-    if (method == "Diagnose") return Unary(stub, &S::Diagnose, json, authorization);
+    if (method == "GetVersion") return Unary(stub, &S::GetVersion, json, caller);
+    if (method == "ListDevices") return Unary(stub, &S::ListDevices, json, caller);
+    if (method == "Diagnose") return Unary(stub, &S::Diagnose, json, caller);
   }
   return {404, JsonError(grpc::StatusCode::NOT_FOUND,
                          absl::StrCat("the console does not call ", service, "/", method))};
@@ -177,13 +179,13 @@ namespace {
 
 // A server stream, each message to `on_message` (false ends it), then the call's status.
 template <typename Request, typename Message, typename Start>
-JsonReply ServerStream(absl::string_view json, absl::string_view authorization,
+JsonReply ServerStream(absl::string_view json, const CallMetadata& caller,
                        grpc::ClientContext* context, Start start,
                        const std::function<bool(const Message&)>& on_message) {
   Request request;
   JsonReply reply;
   if (!FromJson(json, &request, &reply)) return reply;
-  if (!authorization.empty()) context->AddMetadata("authorization", std::string(authorization));
+  AddCaller(context, caller);
   std::unique_ptr<grpc::ClientReader<Message>> reader = start(context, request);
   Message message;
   bool wanted = true;
@@ -197,22 +199,22 @@ JsonReply ServerStream(absl::string_view json, absl::string_view authorization,
 
 }  // namespace
 
-JsonReply JsonGateway::Watch(absl::string_view json, absl::string_view authorization,
+JsonReply JsonGateway::Watch(absl::string_view json, const CallMetadata& caller,
                              grpc::ClientContext* context,
                              const std::function<bool(const std::string&)>& on_event) const {
   v1::JobService::Stub stub(channel_);
   return ServerStream<v1::WatchJobRequest, v1::JobEvent>(
-      json, authorization, context,
+      json, caller, context,
       [&](grpc::ClientContext* c, const v1::WatchJobRequest& r) { return stub.WatchJob(c, r); },
       [&](const v1::JobEvent& event) { return on_event(ToJson(event)); });
 }
 
-JsonReply JsonGateway::Download(absl::string_view json, absl::string_view authorization,
+JsonReply JsonGateway::Download(absl::string_view json, const CallMetadata& caller,
                                 grpc::ClientContext* context,
                                 const std::function<bool(const std::string&)>& on_bytes) const {
   v1::JobService::Stub stub(channel_);
   return ServerStream<v1::DownloadModelRequest, v1::ModelChunk>(
-      json, authorization, context,
+      json, caller, context,
       [&](grpc::ClientContext* c, const v1::DownloadModelRequest& r) {
         return stub.DownloadModel(c, r);
       },

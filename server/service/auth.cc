@@ -3,6 +3,7 @@
 
 #include <grpc/grpc_security_constants.h>
 #include <openssl/crypto.h>
+#include <openssl/rand.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -21,6 +22,10 @@ namespace trainerd::service {
 namespace {
 
 constexpr absl::string_view kBearer = "Bearer ";
+// VouchForCertificate's metadata: the subject (binary, so that any byte of it travels as it is)
+// and the process's secret.
+constexpr char kConsoleSubjectKey[] = "trainerd-console-subject-bin";
+constexpr char kConsoleSecretKey[] = "trainerd-console-secret";
 constexpr size_t kMaxTokenNameLength = 64;
 
 bool IsNameChar(char c) {
@@ -140,6 +145,17 @@ absl::StatusOr<std::shared_ptr<Authenticator>> Authenticator::Create(const AuthO
   std::shared_ptr<Authenticator> authenticator(new Authenticator(options));
   authenticator->self_ = authenticator;
   authenticator->required_ = !options.token_file.empty() || options.client_certificates;
+  if (options.client_certificates) {
+    unsigned char secret[32];
+    if (RAND_bytes(secret, sizeof(secret)) != 1) {
+      return absl::InternalError("cannot draw a random secret for the console (RAND_bytes)");
+    }
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (const unsigned char byte : secret) {
+      authenticator->console_secret_.push_back(kHex[byte >> 4]);
+      authenticator->console_secret_.push_back(kHex[byte & 15]);
+    }
+  }
   if (!options.token_file.empty()) {
     absl::MutexLock lock(&authenticator->mu_);
     absl::Status loaded = authenticator->Load(/*at_start=*/true);
@@ -273,6 +289,17 @@ absl::StatusOr<Caller> Authenticator::Authenticate(
           : "this trainerd requires a bearer token ('authorization: Bearer <token>')");
 }
 
+std::vector<std::pair<std::string, std::string>> Authenticator::VouchForCertificate(
+    absl::string_view subject) const {
+  if (console_secret_.empty()) return {};  // no client certificates: nothing to vouch for
+  return {{kConsoleSubjectKey, std::string(subject)}, {kConsoleSecretKey, console_secret_}};
+}
+
+bool Authenticator::VouchedBy(absl::string_view secret) const {
+  return !console_secret_.empty() && secret.size() == console_secret_.size() &&
+         CRYPTO_memcmp(secret.data(), console_secret_.data(), secret.size()) == 0;
+}
+
 grpc_auth_metadata_processor Authenticator::Processor() {
   grpc_auth_metadata_processor processor;
   processor.process = Process;
@@ -294,6 +321,14 @@ Caller CallerOf(grpc::ServerContextBase* context, Authenticator* authenticator) 
     const std::vector<grpc::string_ref> values =
         auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
     if (!values.empty()) subject.assign(values[0].data(), values[0].size());
+  }
+  if (subject.empty()) {
+    const auto vouched = metadata.find(kConsoleSubjectKey);
+    const auto secret = metadata.find(kConsoleSecretKey);
+    if (vouched != metadata.end() && secret != metadata.end() &&
+        authenticator->VouchedBy(absl::string_view(secret->second.data(), secret->second.size()))) {
+      subject.assign(vouched->second.data(), vouched->second.size());
+    }
   }
   // The processor let this call in; ask again only to learn who it is (the method is not
   // health). A token revoked between the two answers as nobody, who owns nothing.

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -104,6 +105,14 @@ class Authenticator {
   // owner's quotas unless it is one).
   bool IsAdminName(const std::string& name);
 
+  // The metadata by which this process's web console says, over the in-process channel (which
+  // has no TLS and skips the processor), that the browser's connection presented a client
+  // certificate with `subject` that the console verified against the client CA. It carries a
+  // secret of this process (random, made at Create, never logged), so that no caller over the
+  // network can claim a subject with it; CallerOf takes the subject as a verified connection's.
+  std::vector<std::pair<std::string, std::string>> VouchForCertificate(
+      absl::string_view subject) const;
+
   // Calls refused so far, and the tokens that are valid now (for the metrics).
   int64_t rejected_calls() const { return rejected_.load(); }
   int64_t valid_tokens();
@@ -116,6 +125,9 @@ class Authenticator {
   // `at_start`: refuses a file with no good token instead.
   absl::Status Load(bool at_start) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool IsAdmin(const std::string& name) const;
+  // Whether `secret` is VouchForCertificate's (compared in constant time).
+  bool VouchedBy(absl::string_view secret) const;
+  friend Caller CallerOf(grpc::ServerContextBase* context, Authenticator* authenticator);
 
   const AuthOptions options_;
   bool required_ = false;
@@ -125,14 +137,15 @@ class Authenticator {
   absl::Time last_check_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   std::string file_signature_ ABSL_GUARDED_BY(mu_);  // inode, size, mtime of the token file
   std::weak_ptr<Authenticator> self_;
+  std::string console_secret_;  // VouchForCertificate's: 32 random bytes, hex
 };
 
 // The health service's own methods, exactly: Check, Watch and List of grpc.health.v1.Health.
 bool IsHealthMethod(absl::string_view method);
 
-// The caller of a call the server let in: the token's name or the certificate's subject, and
-// whether it is an admin; {"", admin} when the server has no authenticator or calls need no
-// caller.
+// The caller of a call the server let in: the token's name or the certificate's subject (the
+// connection's, or the one the console vouched for), and whether it is an admin; {"", admin}
+// when the server has no authenticator or calls need no caller.
 Caller CallerOf(grpc::ServerContextBase* context, Authenticator* authenticator);
 
 }  // namespace trainerd::service

@@ -268,15 +268,42 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
       return absl::FailedPreconditionError(absl::StrCat(
           "refusing to serve the console on ", options.console_listen,
           ", which other machines can reach, without authentication: give --auth_token_file, "
-          "or --insecure"));
+          "--tls_client_ca_file, or --insecure"));
+    }
+    if (!IsLocalAddress(options.console_listen) && !options.tls.enabled() &&
+        !options.auth_token_file.empty()) {
+      engine::LogWarning(absl::StrCat(
+          "serving the console on ", options.console_listen,
+          " without TLS: bearer tokens cross the network in clear text; give --tls_cert_file and "
+          "--tls_key_file unless TLS ends in front of trainerd"));
     }
     console::ConsoleOptions console = options.console;
+    // The console serves TLS as the API does, with the same files, and mutual TLS with the same
+    // client CA: one way to authenticate for both doors.
+    console.tls.cert_file = options.tls.cert_file;
+    console.tls.key_file = options.tls.key_file;
+    console.tls.client_ca_file = options.tls.client_ca_file;
+    console.tls.reload_interval = options.tls.reload_interval;
+    console.warn = [](absl::string_view message) { engine::LogWarning(std::string(message)); };
     if (authenticator->required()) {
-      // The in-process channel skips the server's authentication: the console asks first.
-      console.authenticate = [authenticator](absl::string_view authorization) {
+      // The in-process channel skips the server's authentication: the console asks first, and
+      // vouches for the certificate it verified (the channel has no TLS of its own).
+      console.authenticate =
+          [authenticator](absl::string_view authorization,
+                          absl::string_view subject) -> absl::StatusOr<console::CallMetadata> {
         std::vector<absl::string_view> values;
         if (!authorization.empty()) values.push_back(authorization);
-        return authenticator->Authenticate("/trainerd.v1.console/", values, "").status();
+        TRAINERD_RETURN_IF_ERROR(
+            authenticator->Authenticate("/trainerd.v1.console/", values, subject).status());
+        console::CallMetadata caller;
+        if (!authorization.empty())
+          caller.emplace_back("authorization", std::string(authorization));
+        if (!subject.empty()) {
+          for (auto& pair : authenticator->VouchForCertificate(subject)) {
+            caller.push_back(std::move(pair));
+          }
+        }
+        return caller;
       };
     }
     TRAINERD_ASSIGN_OR_RETURN(
@@ -284,6 +311,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::BuildAndStart(const ServerOption
         console::ConsoleServer::Start(options.console_listen, console, server->InProcessChannel()));
     const std::string host = options.console_listen.substr(0, options.console_listen.rfind(':'));
     server->console_address_ = absl::StrCat(host, ":", server->console_->port());
+    server->console_url_ =
+        absl::StrCat(server->console_->scheme(), "://", server->console_address_, "/");
   }
   // Only now that the server is up does it report SERVING.
   HealthService* health = server->health_.get();

@@ -60,7 +60,8 @@ struct ServerOptions {
   metrics::MetricsOptions metrics;
   // host:port of the web console (server/console); port 0 picks a free port
   // (console_address()); empty: no console. Like --listen, an address other machines can reach
-  // needs authentication (tokens) or `insecure`.
+  // needs authentication (tokens or mutual TLS) or `insecure`. It serves HTTPS with `tls`'s files
+  // when TLS is on, and asks browsers for client certificates with its client CA.
   std::string console_listen;
   console::ConsoleOptions console;
   // How often the device sampler reads the GPUs (NVML) and the process; and the NVML library to
@@ -100,6 +101,8 @@ class Server {
   std::string metrics_address() const { return metrics_address_; }
   // "host:port" of the web console; empty when it is off.
   std::string console_address() const { return console_address_; }
+  // The console's page: "http(s)://host:port/"; empty without a console.
+  std::string console_url() const { return console_url_; }
   metrics::Metrics* metrics() { return metrics_.get(); }
   monitor::DeviceSampler* sampler() { return sampler_.get(); }
   engine::Engine* engine() { return engine_.get(); }
@@ -129,6 +132,7 @@ class Server {
   // The web console: stopped first, so that its watches end before the server they call.
   std::unique_ptr<console::ConsoleServer> console_;
   std::string console_address_;
+  std::string console_url_;
   // The cluster manager's group (or null): the peer client asks it, the peer service serves it.
   std::shared_ptr<engine::ClusterDirectory> group_;
   std::unique_ptr<engine::Engine> engine_;

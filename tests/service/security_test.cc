@@ -440,6 +440,51 @@ TEST_F(TlsTest, MutualTlsNamesTheCallerByItsCertificate) {
   EXPECT_THAT(job.owner(), HasSubstr("CN=alice"));
 }
 
+// The console vouches for a browser's verified certificate over the in-process channel with a
+// secret of the process; metadata that claims a subject without it names nobody, on any channel.
+TEST_F(TlsTest, ACertificateSubjectCannotBeClaimedWithoutTheConsolesSecret) {
+  ServerOptions options = Options();
+  options.tls.cert_file = pki_.server_cert;
+  options.tls.key_file = pki_.server_key;
+  options.tls.client_ca_file = pki_.ca_cert;
+  options.auth_token_file = token_file_;
+  StartServer(options);
+  const std::shared_ptr<grpc::Channel> alice =
+      TlsChannel(pki_.ca_cert, pki_.client_cert, pki_.client_key);
+  datasets_ = v1::DatasetService::NewStub(alice);
+  UploadSeed();  // owned by alice's certificate's subject
+  auto list = [](const std::shared_ptr<grpc::Channel>& channel, const std::string& token,
+                 const std::string& claimed) {
+    auto stub = v1::DatasetService::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+    if (!token.empty()) Authorize(&context, token);
+    context.AddMetadata("trainerd-console-subject-bin", claimed);
+    context.AddMetadata("trainerd-console-secret", std::string(64, '0'));
+    v1::ListDatasetsResponse response;
+    const grpc::Status status = stub->ListDatasets(&context, v1::ListDatasetsRequest(), &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.datasets_size();
+  };
+  std::string alice_subject;
+  {
+    auto stub = v1::DatasetService::NewStub(alice);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + kCallDeadline));
+    v1::ListDatasetsResponse response;
+    ASSERT_TRUE(stub->ListDatasets(&context, v1::ListDatasetsRequest(), &response).ok());
+    ASSERT_EQ(response.datasets_size(), 1);
+    alice_subject = response.datasets(0).owner();
+  }
+  EXPECT_THAT(alice_subject, HasSubstr("CN=alice"));
+  // In process (no TLS): bob's token with alice's subject claimed is bob, and the claim alone is
+  // nobody; neither sees alice's dataset.
+  EXPECT_EQ(list(server_->InProcessChannel(), kBobToken, alice_subject), 0);
+  EXPECT_EQ(list(server_->InProcessChannel(), "", alice_subject), 0);
+  // Over TLS the connection's certificate names the caller, whatever is claimed.
+  EXPECT_EQ(list(alice, "", "CN=bob"), 1);
+}
+
 TEST_F(TlsTest, CertificatesRotateWithoutARestart) {
   ServerOptions options = Options();
   options.tls.cert_file = pki_.server_cert;
