@@ -211,6 +211,13 @@ std::vector<absl::Status> WriteFilesAtomically(const std::vector<FileToWrite>& f
   return status;
 }
 
+std::string FileSignature(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return "";
+  return absl::StrCat(info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
+                      info.st_mtim.tv_nsec);
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return CannotOpen(path, errno);

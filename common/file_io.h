@@ -64,6 +64,12 @@ absl::Status SyncParentFolder(const std::string& path);
 // its path. An existing folder is fine. FileError's errors.
 absl::Status MakeFoldersDurably(const std::string& dir);
 
+// The file's inode, size and modification time as one string ("" when it cannot be stat'ed):
+// enough to notice a file replaced or rewritten (Kubernetes swaps a Secret's files by renaming a
+// symlinked folder; the stat follows the link), so that a file re-read when it changes (tokens,
+// certificates) is read only then.
+std::string FileSignature(const std::string& path);
+
 // The file's bytes. NOT_FOUND "cannot open 'path': <reason>" when it cannot be opened (missing,
 // unreadable, a directory); other errors start with "path: ".
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);

@@ -6,7 +6,6 @@
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
-#include <sys/stat.h>
 
 #include <utility>
 #include <vector>
@@ -27,13 +26,6 @@ std::string OpenSslError() {
   char buffer[256];
   ERR_error_string_n(code, buffer, sizeof(buffer));
   return buffer;
-}
-
-std::string FileSignature(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) return "-";
-  return absl::StrCat(info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
-                      info.st_mtim.tv_nsec);
 }
 
 absl::Status Unusable(absl::string_view flag, const std::string& path, absl::string_view why) {

@@ -4,7 +4,6 @@
 #include <grpc/grpc_security_constants.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <set>
@@ -39,15 +38,6 @@ bool IsValidName(absl::string_view name) {
     if (!IsNameChar(c)) return false;
   }
   return true;
-}
-
-// inode, size and modification time: enough to notice a replaced or rewritten file (Kubernetes
-// swaps a Secret's files by renaming a symlinked folder; the stat follows the link).
-std::string FileSignature(const std::string& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) return "";
-  return absl::StrCat(info.st_ino, ":", info.st_size, ":", info.st_mtim.tv_sec, ".",
-                      info.st_mtim.tv_nsec);
 }
 
 absl::string_view View(const grpc_slice& slice) {
