@@ -83,7 +83,7 @@ std::string DatasetDetails(const v1::Dataset& dataset) {
       {"created", FormatTimestamp(dataset.create_time())},
   };
   if (dataset.has_last_use_time()) {
-    lines.push_back({"last used", FormatTimestamp(dataset.last_use_time())});
+    lines.push_back({"last use", FormatTimestamp(dataset.last_use_time())});
   }
   // Only a daemon with authentication records who uploaded it.
   if (!dataset.owner().empty()) lines.push_back({"owner", dataset.owner()});

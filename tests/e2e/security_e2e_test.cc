@@ -255,6 +255,7 @@ TEST_F(SecurityEndToEndTest, ATokenIsEnforcedThroughTrainctl) {
       Ctl({"--token-file", token_file_, "dataset", "upload", "seed", csv_, "-o", "wide"});
   ASSERT_EQ(upload.exit_code, 0) << upload.err;
   EXPECT_THAT(upload.out, HasSubstr("owner:     ci-runner"));
+  EXPECT_THAT(upload.out, HasSubstr("\nlast use:  20"));  // its upload, until a job takes it
   RunResult submit = Ctl({"submit", "--dataset", "seed", "--model", "linear:1", "--epochs", "3",
                           "--batch-size", "2", "--watch"},
                          {std::string("TRAINERD_TOKEN=") + kToken});
