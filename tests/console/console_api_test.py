@@ -429,6 +429,21 @@ class ConsoleMutualTlsTest(unittest.TestCase):
         self.assertEqual(status, 200)
         self.assertTrue(version['trainerd_version'])
 
+    def test_a_long_chain_is_bounded(self):
+        # A browser that sends its certificate with 20 more after it: the console looks at the
+        # first 8 (the CA is among them here, so alice verifies); GnuTLS bounds the handshake.
+        with open(self.pki.path('alice.crt')) as f:
+            leaf = f.read()
+        with open(self.pki.path('ca.crt')) as f:
+            ca = f.read()
+        with open(self.pki.path('long.crt'), 'w') as f:
+            f.write(leaf + ca * 20)
+        shutil.copy(self.pki.path('alice.key'), self.pki.path('long.key'))
+        self.as_('long')
+        status, page = self.c.call('JobService/ListJobs', {'page_size': 1000}, token=None)
+        self.assertEqual(status, 200)
+        self.assertTrue(all('CN=alice' in j['owner'] for j in page.get('jobs', [])))
+
     def test_a_certificate_names_its_caller_as_the_grpc_api_does(self):
         job = self.c.ctl('', 'submit', '--dataset', 'seed', '--model', 'linear:1', '--loss', 'mse',
                          '--lr', '0.1', '--batch-size', '16', '--epochs', '5', '--device', 'cpu')
