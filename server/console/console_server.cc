@@ -228,8 +228,12 @@ MHD_Result ConsoleServer::Callbacks::Answer(ConsoleServer* server, MHD_Connectio
   }
   const std::string authorization = Header(connection, "Authorization");
   std::string subject;
-  if (Connection* state = ConnectionOf(connection);
-      state != nullptr && state->tls != nullptr && state->tls->mutual()) {
+  if (server->tls_ != nullptr && server->options_.tls.mutual()) {
+    Connection* state = ConnectionOf(connection);
+    if (state == nullptr || state->tls == nullptr) {  // never: Notify made it before the handshake
+      return ReplyError(connection, grpc::StatusCode::UNAUTHENTICATED,
+                        "this connection's client certificate is unknown; connect again");
+    }
     if (!state->checked) {
       const MHD_ConnectionInfo* info =
           MHD_get_connection_info(connection, MHD_CONNECTION_INFO_GNUTLS_SESSION);

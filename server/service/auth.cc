@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -140,11 +141,8 @@ absl::StatusOr<std::shared_ptr<Authenticator>> Authenticator::Create(const AuthO
     if (RAND_bytes(secret, sizeof(secret)) != 1) {
       return absl::InternalError("cannot draw a random secret for the console (RAND_bytes)");
     }
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (const unsigned char byte : secret) {
-      authenticator->console_secret_.push_back(kHex[byte >> 4]);
-      authenticator->console_secret_.push_back(kHex[byte & 15]);
-    }
+    authenticator->console_secret_ =
+        absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(secret), sizeof(secret)));
   }
   if (!options.token_file.empty()) {
     absl::MutexLock lock(&authenticator->mu_);
